@@ -1,0 +1,46 @@
+"""The exception hierarchy.
+
+Exceptions are for programming and configuration errors that must stop a call. Per-item failures
+inside a batch (a parse failure, a truncated turn, a backend error on one request) are never raised:
+they are values of :class:`brrm.types.Status` on the item's result, so one bad item loses nothing else.
+"""
+
+from __future__ import annotations
+
+
+class BrrmError(Exception):
+    """Base class of every exception brrm raises on purpose."""
+
+
+class ConfigError(BrrmError, ValueError):
+    """A configuration or input value is invalid; the message names the field and the valid options."""
+
+
+class TemplateError(BrrmError):
+    """A prompt template is missing, fails to render, or a chat template lacks something we need."""
+
+
+class BackendUnavailable(BrrmError, ImportError):
+    """An optional backend cannot be used here (package missing, no device).
+
+    Attributes:
+        hint: what to install or change, e.g. ``pip install 'brrm[vllm]'``.
+    """
+
+    def __init__(self, message: str, *, hint: str) -> None:
+        super().__init__(f"{message} ({hint})")
+        self.hint = hint
+
+
+class JudgeOutputError(BrrmError):
+    """A judge's output could not be used where the caller asked for an exception instead of a status.
+
+    Attributes:
+        raw: the raw generated text of the last attempt.
+        attempts: how many generations were tried (>= 1).
+    """
+
+    def __init__(self, message: str, *, raw: str, attempts: int) -> None:
+        super().__init__(message)
+        self.raw = raw
+        self.attempts = attempts

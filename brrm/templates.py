@@ -1,0 +1,169 @@
+"""Prompt templates: one jinja2 environment, typed render functions, and a template hash.
+
+The BR-RM templates in ``prompts/`` render the released prompt strings byte for byte (source:
+github.com/YzjiaoNvd/BR-RM @ 34a58b2, ``nemo_rl/environments/brrm_environment.py``, constants
+``UNIFIED_ANALYSIS_PROMPT`` and ``SCORING_STAGE_PROMPT``; copies in ``../shared/reference/brrm/``).
+User and response text is only ever passed as template *variables*; it is never parsed as a template,
+so ``{{ ... }}`` or ``{% ... %}`` inside data is rendered verbatim (no evaluation, no syntax errors).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from brrm.errors import TemplateError
+from brrm.types import Conversation, Message
+
+BRRM_TEMPLATES = ("brrm_turn1.jinja", "brrm_turn2.jinja", "brrm_context.jinja", "brrm_responses.jinja")
+
+_THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
+
+
+def prompts_dir() -> Path:
+    """The folder holding the shipped templates (``brrm/prompts`` in a wheel, ``prompts/`` in a checkout).
+
+    Raises:
+        TemplateError: when neither exists.
+    """
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "prompts", here.parent / "prompts"):
+        if (candidate / BRRM_TEMPLATES[0]).is_file():
+            return candidate
+    raise TemplateError(f"prompt templates not found next to {here} (looked in brrm/prompts and ../prompts)")
+
+
+@cache
+def environment() -> jinja2.Environment:
+    """The one jinja2 environment: StrictUndefined, trailing newlines kept, no autoescaping."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(prompts_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(name: str, **variables: object) -> str:
+    """Render template ``name`` with ``variables``.
+
+    Raises:
+        TemplateError: when the template is missing or a variable is undefined.
+    """
+    try:
+        return environment().get_template(name).render(**variables)
+    except jinja2.TemplateNotFound as exc:
+        raise TemplateError(f"template {name!r} not found in {prompts_dir()}") from exc
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"template {name!r}: {exc}") from exc
+
+
+@cache
+def template_hash(names: tuple[str, ...] = BRRM_TEMPLATES) -> str:
+    """sha256 over the named templates' sources (first 16 hex chars); recorded in every result."""
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(name.encode())
+        digest.update((prompts_dir() / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def strip_reasoning(text: str) -> tuple[str, bool]:
+    """Remove one leading ``<think>…</think>`` block (and the whitespace after it).
+
+    Returns:
+        (text without the block, whether a block was removed).
+    """
+    stripped = _THINK_BLOCK.sub("", text, count=1)
+    return stripped, stripped != text
+
+
+@dataclass(frozen=True)
+class ContextPolicy:
+    """How earlier turns are flattened into the BR-RM ``{context}`` block.
+
+    The released evaluation writes ``User: <text>`` / ``Assistant: <text>`` lines and no system prompt.
+
+    Attributes:
+        strip_history_reasoning: remove a leading ``<think>…</think>`` block from earlier assistant turns
+            (what the Qwen3 chat template does to history); recorded in each result's provenance.
+        system_messages: ``"include"`` renders system turns as ``System: <text>`` lines (keeps
+            instructions such as "answer in one sentence" visible to the judge); ``"drop"`` omits them
+            exactly as the released evaluation did.
+    """
+
+    strip_history_reasoning: bool = True
+    system_messages: str = "include"
+
+    def __post_init__(self) -> None:
+        if self.system_messages not in ("include", "drop"):
+            raise TemplateError(
+                f"system_messages must be 'include' or 'drop', got {self.system_messages!r}"
+            )
+
+    def to_dict(self) -> dict[str, object]:
+        return {"strip_history_reasoning": self.strip_history_reasoning, "system_messages": self.system_messages}
+
+
+def _tool_call_text(call: object) -> str:
+    if isinstance(call, dict):
+        fn = call.get("function", call)
+        name = fn.get("name", "?") if isinstance(fn, dict) else "?"
+        args = fn.get("arguments", {}) if isinstance(fn, dict) else {}
+        args_text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True)
+        return f"[tool call] {name}({args_text})"
+    return f"[tool call] {call}"
+
+
+def _context_turns(messages: Sequence[Message], policy: ContextPolicy) -> list[dict[str, str]]:
+    turns = []
+    for m in messages:
+        text = m.content
+        if m.role == "system":
+            if policy.system_messages == "drop":
+                continue
+            speaker = "System"
+        elif m.role == "user":
+            speaker = "User"
+        elif m.role == "tool":
+            speaker, text = "Tool", f"[tool output] {text}"
+        else:
+            speaker = "Assistant"
+            if policy.strip_history_reasoning:
+                text, _ = strip_reasoning(text)
+            calls = [_tool_call_text(c) for c in m.tool_calls]
+            text = "\n".join([t for t in [text, *calls] if t])
+        turns.append({"speaker": speaker, "text": text})
+    return turns
+
+
+def render_context(conversation: Conversation, policy: ContextPolicy = ContextPolicy()) -> str:
+    """The filled ``{context}`` value: ``[The Begin of Context]\\n<lines>\\n[The End of Context]\\n``."""
+    return render("brrm_context.jinja", turns=_context_turns(conversation.messages, policy))
+
+
+def render_responses(response_1: str, response_2: str) -> str:
+    """The filled ``{responses}`` value with both responses wrapped in their Begin/End markers."""
+    return render("brrm_responses.jinja", response_1=response_1, response_2=response_2)
+
+
+def render_brrm_turn1(conversation: Conversation, response_1: str, response_2: str,
+                      policy: ContextPolicy = ContextPolicy()) -> str:
+    """The BR-RM turn-1 ("adaptive branching") user message for one ordered pair."""
+    return render(
+        "brrm_turn1.jinja",
+        context=render_context(conversation, policy),
+        responses=render_responses(response_1, response_2),
+    )
+
+
+def render_brrm_turn2() -> str:
+    """The BR-RM turn-2 ("branch-conditioned rethinking") user message; it takes no variables."""
+    return render("brrm_turn2.jinja")

@@ -528,10 +528,11 @@ def build_tiny_qwen3(
     """A random-weight tiny Qwen3 (hidden 64, 2 layers, 2 heads / 1 KV head, head_dim 64) in eval mode.
 
     Args:
-        tokenizer: default :func:`build_tiny_tokenizer` (~1.5k vocab, ~0.6M params); with
+        tokenizer: default :func:`build_tiny_tokenizer` (~1.5k vocab, ~0.3M params); with
             :func:`build_qwen3_tokenizer` the model has vocab 151,669 (~19.5M params, 78 MB in fp32).
             It must contain ``<|im_end|>`` and its pad token.
-        seed: ``torch.manual_seed`` before init; the same seed gives bit-identical weights.
+        seed: ``torch.manual_seed`` before init (inside ``torch.random.fork_rng``, so the global CPU RNG
+            is left as it was); the same seed gives bit-identical weights.
         sequence_classification: build ``Qwen3ForSequenceClassification`` (``num_labels=1``, scalar
             reward from the last non-pad token) instead of ``Qwen3ForCausalLM``.
         dtype: weights are initialised in float32 and then cast, so weights for a seed agree across dtypes
@@ -558,8 +559,9 @@ def build_tiny_qwen3(
     if sequence_classification:
         config.num_labels = 1
     cls = Qwen3ForSequenceClassification if sequence_classification else Qwen3ForCausalLM
-    torch.manual_seed(seed)
-    model = cls(config).to(dtype).eval()
+    with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG stream
+        torch.manual_seed(seed)
+        model = cls(config).to(dtype).eval()
     if getattr(model, "generation_config", None) is not None:  # causal LMs only
         model.generation_config.eos_token_id = eos_id
         model.generation_config.pad_token_id = pad_id

@@ -177,6 +177,14 @@ def test_tiny_qwen3_weights_are_deterministic(tiny_tok):
         assert torch.equal(a(ids).logits, b(ids).logits)
 
 
+def test_tiny_qwen3_leaves_the_global_rng_alone(tiny_tok):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    testing.build_tiny_qwen3(tiny_tok, seed=0)
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_tiny_qwen3_dtype_is_a_cast_of_float32(tiny_tok):
     fp32, _ = testing.build_tiny_qwen3(tiny_tok, seed=1)
     bf16, _ = testing.build_tiny_qwen3(tiny_tok, seed=1, dtype=torch.bfloat16)

@@ -1,0 +1,100 @@
+"""The Backend protocol: what every model runner (transformers, vLLM, OpenAI-compatible) provides.
+
+Judges speak to backends in token ids, so that the exact prompt tokens are under the judge's control
+(no double BOS from render-then-tokenize, no chat template applied twice) and so that the released
+BR-RM raw-concatenation protocol is preserved on every backend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from brrm.constraints import Program
+
+FinishReason = Literal["stop", "length", "error"]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation.
+
+    Attributes:
+        prompt_ids: the full prompt in token ids (already chat-templated), length >= 1.
+        max_new_tokens: budget for this generation, >= 1.
+        seed: seed of this request's own sampler (results do not depend on batch composition).
+        program: a constraint program, or None for free generation up to a stop token.
+    """
+
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+    seed: int = 0
+    program: Program | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The result of one generation.
+
+    Attributes:
+        token_ids: generated ids, without the stop token.
+        text: decoded ``token_ids`` (special tokens kept, e.g. ``<think>``).
+        finish_reason: ``stop`` (stop token emitted), ``length`` (budget exhausted), ``error``.
+        error: the backend's error text when ``finish_reason == "error"``.
+        choice_logits: for each Choice step of the program, the raw logits of its options (float32).
+        think_budget_hit: a Think segment ran out of budget and was closed by force.
+        forced_caps: how many pattern segments hit their token cap and were completed by force.
+        cached_prompt_tokens: prompt tokens served from a prefix/KV cache instead of being recomputed.
+    """
+
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason
+    error: str = ""
+    choice_logits: tuple[tuple[float, ...], ...] = ()
+    think_budget_hit: bool = False
+    forced_caps: int = 0
+    cached_prompt_tokens: int = 0
+
+    @classmethod
+    def failed(cls, error: str) -> Completion:
+        return cls((), "", "error", error=error)
+
+    def __post_init__(self) -> None:
+        for logits in self.choice_logits:
+            if not all(math.isfinite(x) for x in logits):
+                object.__setattr__(self, "finish_reason", "error")
+                object.__setattr__(self, "error", f"non-finite choice logits {logits}")
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """Identity of a backend instance, recorded in results."""
+
+    name: str
+    model: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A model runner.
+
+    Attributes:
+        info: name and model id.
+        tokenizer: a Hugging Face tokenizer of the model (chat template, encode/decode).
+        end_of_turn_id: the token that ends an assistant turn (``<|im_end|>`` for Qwen/ChatML).
+        max_context: the model's context window in tokens.
+    """
+
+    info: BackendInfo
+    tokenizer: Any
+    end_of_turn_id: int
+    max_context: int
+
+    def generate(self, requests: Sequence[GenerationRequest], *, temperature: float,
+                 top_p: float) -> list[Completion]:
+        """Run every request; one Completion per request, in order. Never raises for one bad request."""
+        ...

@@ -1,0 +1,223 @@
+"""Hugging Face transformers backend: batched decoding with left padding, constraints and KV reuse.
+
+The decoding loop is our own (not ``model.generate``) because it needs, per row: its own seeded
+sampler (results independent of batch composition), outlines-core token masks, forced tokens, the raw
+logits at verdict positions, and a prefix KV cache so that BR-RM turn 2 starts from turn 1's keys and
+values. Attention masks with holes (left padding of the cached part and of the new part) and explicit
+position ids make every row compute exactly what it would compute alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from brrm.backends.base import BackendInfo, Completion, GenerationRequest
+from brrm.constraints import CompiledProgram, Program, ProgramState
+from brrm.errors import ConfigError
+
+for _k in ("TORCH_COMPILE_DISABLE",):
+    os.environ.setdefault(_k, "1")
+
+END_OF_TURN_CANDIDATES = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+
+
+def end_of_turn_id(tokenizer: Any) -> int:
+    """The token that closes an assistant turn: the first known end-of-turn marker, else EOS.
+
+    Raises:
+        ConfigError: when the tokenizer has neither.
+    """
+    vocab = tokenizer.get_vocab()
+    for tok in END_OF_TURN_CANDIDATES:
+        if tok in vocab:
+            return int(vocab[tok])
+    if tokenizer.eos_token_id is None:
+        raise ConfigError("tokenizer has no end-of-turn token and no eos_token; set tokenizer.eos_token")
+    return int(tokenizer.eos_token_id)
+
+
+class PrefixCache:
+    """Per-sequence KV entries kept after a generation, reused by later prompts that extend them.
+
+    Like vLLM's automatic prefix caching, a new prompt reuses the longest common token prefix with a
+    stored entry (the retokenized turn-2 prompt may differ from turn 1's sampled ids near the boundary;
+    only the common prefix is reused). Entries are evicted on use and beyond ``capacity`` (LRU).
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self.entries: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
+
+    def put(self, ids: tuple[int, ...], kv: list[tuple[Any, Any]]) -> None:
+        self.entries[ids] = kv
+        self.entries.move_to_end(ids)
+        while len(self.entries) > self.capacity:
+            self.entries.popitem(last=False)
+
+    def take(self, prompt: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]] | None]:
+        """Longest usable prefix (< len(prompt), so one token is always recomputed) and its KV."""
+        best, best_key = 0, None
+        for key in self.entries:
+            n = _common_prefix(key, prompt, limit=len(prompt) - 1)
+            if n > best:
+                best, best_key = n, key
+        if best_key is None:
+            return 0, None
+        kv = self.entries.pop(best_key)
+        return best, [(k[:, :best], v[:, :best]) for k, v in kv]
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class _Row:
+    index: int
+    request: GenerationRequest
+    generator: Any
+    state: ProgramState | None
+    cached: int = 0
+    generated: list[int] = field(default_factory=list)
+    choice_logits: list[tuple[float, ...]] = field(default_factory=list)
+    finish: str = ""
+    error: str = ""
+    batch_pos: int = 0
+
+
+class TransformersBackend:
+    """Runs a causal LM with transformers.
+
+    Args:
+        model: a loaded ``PreTrainedModel`` (causal LM) in eval mode.
+        tokenizer: its tokenizer; must have a chat template for the judges.
+        model_id: recorded in results (hub id or local path).
+        batch_size: rows decoded together, >= 1.
+        prefix_cache: reuse KV across calls (turn 1 -> turn 2); False recomputes every prompt.
+
+    Raises:
+        ConfigError: on a bad batch_size or a tokenizer without pad/eos tokens.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, model_id: str = "", batch_size: int = 8,
+                 prefix_cache: bool = True, cache_capacity: int = 64) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.end_of_turn_id = end_of_turn_id(tokenizer)
+        self.stop_ids = {self.end_of_turn_id} | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None
+                                                 else set())
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = int(pad if pad is not None else self.end_of_turn_id)
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+        self.cache = PrefixCache(cache_capacity) if prefix_cache else None
+        self.info = BackendInfo("transformers", model_id or getattr(model.config, "_name_or_path", ""),
+                                {"dtype": str(model.dtype), "device": str(model.device)})
+        self._compiled: dict[Program, CompiledProgram] = {}
+        self.judge_chunk_size = batch_size
+        self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0}
+
+    @classmethod
+    def from_pretrained(cls, model_id: str, *, dtype: str = "auto", device: str = "auto",
+                        trust_remote_code: bool = False, **kwargs: Any) -> TransformersBackend:
+        """Load a causal LM by hub id or local directory.
+
+        Args:
+            model_id: hub id (e.g. ``nvidia/Qwen3-Nemotron-14B-BRRM``) or a local directory.
+            dtype: ``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
+            device: ``auto`` (``device_map="auto"`` when CUDA is available, else CPU), ``cpu``, ``cuda``.
+            **kwargs: passed to the constructor (batch_size, prefix_cache).
+
+        Raises:
+            ConfigError: on an unknown dtype or device.
+        """
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        cuda = torch.cuda.is_available()
+        if dtype != "auto" and dtype not in dtypes:
+            raise ConfigError(f"dtype {dtype!r} is not valid; expected auto, {', '.join(dtypes)}")
+        if device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"device {device!r} is not valid; expected auto, cpu or cuda")
+        torch_dtype = dtypes.get(dtype) or (torch.bfloat16 if cuda and device != "cpu" else torch.float32)
+        device_map = "auto" if device == "auto" and cuda else ("cuda" if device == "cuda" else "cpu")
+        tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch_dtype, device_map=device_map,
+                                                     trust_remote_code=trust_remote_code)
+        model.eval()
+        return cls(model, tokenizer, model_id=model_id, **kwargs)
+
+    def compiled(self, program: Program) -> CompiledProgram:
+        """The program compiled for this tokenizer (cached)."""
+        if program not in self._compiled:
+            vocab = int(self.model.get_output_embeddings().weight.shape[0])
+            self._compiled[program] = CompiledProgram.build(program, self.tokenizer, self.end_of_turn_id, vocab)
+        return self._compiled[program]
+
+    def generate(self, requests: Sequence[GenerationRequest], *, temperature: float = 1.0,
+                 top_p: float = 1.0, keep_kv: bool = False) -> list[Completion]:
+        """Generate for every request (batched by length); see :class:`brrm.backends.base.Backend`.
+
+        Args:
+            keep_kv: store each row's KV in the prefix cache for a follow-up prompt (turn 2).
+        """
+        order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
+        out: list[Completion | None] = [None] * len(requests)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            try:
+                results = self._generate_chunk([requests[i] for i in chunk], temperature, top_p, keep_kv)
+            except Exception as exc:  # one failing chunk must not lose the rest of the batch
+                results = [Completion.failed(f"{type(exc).__name__}: {exc}")] * len(chunk)
+            for i, res in zip(chunk, results, strict=True):
+                out[i] = res
+        return [c for c in out if c is not None]
+
+    def _generate_chunk(self, reqs: list[GenerationRequest], temperature: float, top_p: float,
+                        keep_kv: bool) -> list[Completion]:
+        import torch
+
+        from brrm.backends import _decode
+
+        dev = self.model.device
+        rows = []
+        for i, r in enumerate(reqs):
+            if not r.prompt_ids or r.max_new_tokens < 1:
+                raise ConfigError("a request needs >= 1 prompt token and max_new_tokens >= 1")
+            gen = torch.Generator(device="cpu").manual_seed(r.seed)
+            state = ProgramState(self.compiled(r.program)) if r.program is not None else None
+            rows.append(_Row(i, r, gen, state))
+        with torch.inference_mode():
+            _decode.run(self, rows, dev, temperature, top_p, keep_kv)
+        return [self._completion(row) for row in rows]
+
+    def _completion(self, row: _Row) -> Completion:
+        ids = row.generated
+        if row.finish == "stop" and ids and ids[-1] in self.stop_ids:
+            ids = ids[:-1]
+        if row.finish == "error":
+            return Completion.failed(row.error)
+        state = row.state
+        return Completion(
+            token_ids=tuple(ids),
+            text=self.tokenizer.decode(ids, skip_special_tokens=False),
+            finish_reason="stop" if row.finish == "stop" else "length",
+            choice_logits=tuple(row.choice_logits),
+            think_budget_hit=bool(state and state.think_budget_hit),
+            forced_caps=state.forced_caps if state else 0,
+            cached_prompt_tokens=row.cached,
+        )

@@ -1,0 +1,268 @@
+"""Constraint programs: backend-neutral descriptions of what a constrained turn may generate.
+
+A program is a sequence of segments run in order after the prompt:
+
+* :class:`Think` — free text inside the model's ``<think>`` block, ended by the model's ``</think>`` or,
+  when its token budget runs out, by forcing ``close`` (the budget hit is reported on the result).
+* :class:`Pattern` — text matching a regular expression (compiled with outlines-core against the
+  tokenizer's vocabulary). Every pattern used here ends in a fixed literal, so reaching an accepting
+  state is unambiguous (no "accept early" truncation, outlines issue #1121). When ``cap`` tokens have
+  been generated inside the segment, ``force`` is emitted instead, which completes the pattern from any
+  state of its free-text part.
+* :class:`Choice` — exactly one token out of a fixed set (e.g. the verdict digits "1"/"2"); the raw
+  logits of the options are recorded at that step.
+
+After the last segment the end-of-turn token is forced. :class:`CompiledProgram` turns a program into
+token-level form once per tokenizer (indices are cached) and :class:`ProgramState` steps one row of a
+batch through it. Backends without token-level control (vLLM, OpenAI servers) translate programs into
+their own structured-output requests instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from brrm.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Think:
+    """A free ``<think>`` block of at most ``budget`` tokens, closed by forcing ``close`` if needed."""
+
+    budget: int
+    close: str = "\n</think>\n\n"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """Text matching ``regex``; after ``cap`` tokens in this segment, ``force`` is emitted to finish it.
+
+    ``max_len`` bounds the characters of the pattern's fixed part (everything but its free text); as
+    every token of such text is at least one character, it bounds that part's tokens too.
+    """
+
+    regex: str
+    cap: int = 0
+    force: str = ""
+    max_len: int = 0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One token from ``options`` (each must be a single token); records the options' raw logits."""
+
+    options: tuple[str, ...]
+
+
+Segment = Think | Pattern | Choice
+
+
+@dataclass(frozen=True)
+class Program:
+    """A constrained turn: segments in order, then the end-of-turn token."""
+
+    segments: tuple[Segment, ...]
+
+    def max_tokens(self) -> int:
+        """Upper bound on the tokens this program generates, end-of-turn token included."""
+        total = 1
+        for s in self.segments:
+            if isinstance(s, Think):
+                total += s.budget + len(s.close)
+            elif isinstance(s, Pattern):
+                total += s.cap + max(s.max_len, len(s.force))
+            else:
+                total += 1
+        return total
+
+
+_INDEX_CACHE: dict[tuple[int, str], Any] = {}
+_VOCAB_CACHE: dict[int, Any] = {}
+_LOCK = threading.Lock()
+COMPILE_SECONDS: list[float] = []
+"""Wall seconds of every outlines-core index compiled in this process (benchmarks report them)."""
+
+
+def _vocabulary(tokenizer: Any, eos_id: int) -> Any:
+    """outlines-core Vocabulary without special/added control tokens (they never appear inside text)."""
+    key = id(tokenizer)
+    if key in _VOCAB_CACHE:
+        return _VOCAB_CACHE[key]
+    from outlines.backends.outlines_core import OutlinesCoreBackend
+    from outlines.models.transformers import TransformerTokenizer
+
+    excluded = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
+    vocab = {tok: i for tok, i in tokenizer.get_vocab().items() if i not in excluded or i == eos_id}
+    to_str = TransformerTokenizer(tokenizer).convert_token_to_string
+    eos_token = tokenizer.convert_ids_to_tokens(eos_id)
+    vocabulary = OutlinesCoreBackend.create_outlines_core_vocabulary(vocab, eos_id, eos_token, to_str)
+    _VOCAB_CACHE[key] = vocabulary
+    return vocabulary
+
+
+def compile_index(tokenizer: Any, regex: str, eos_id: int) -> Any:
+    """The outlines-core Index of ``regex`` for ``tokenizer``, compiled once per (tokenizer, regex)."""
+    from outlines_core import Index
+
+    key = (id(tokenizer), regex)
+    with _LOCK:
+        if key not in _INDEX_CACHE:
+            start = time.perf_counter()
+            _INDEX_CACHE[key] = Index(regex, _vocabulary(tokenizer, eos_id))
+            COMPILE_SECONDS.append(time.perf_counter() - start)
+        return _INDEX_CACHE[key]
+
+
+def single_token_id(tokenizer: Any, text: str) -> int:
+    """The id of ``text`` when it is exactly one token.
+
+    Raises:
+        ConfigError: when the tokenizer splits ``text`` into several tokens (or none).
+    """
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) != 1:
+        raise ConfigError(f"{text!r} must be a single token for this constraint, but the tokenizer gives {ids}")
+    return ids[0]
+
+
+@dataclass
+class CompiledProgram:
+    """A program in token form for one tokenizer. Build with :meth:`build` (cached per tokenizer)."""
+
+    program: Program
+    eos_id: int
+    vocab_size: int
+    items: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, program: Program, tokenizer: Any, eos_id: int, vocab_size: int) -> CompiledProgram:
+        compiled = cls(program, eos_id, vocab_size)
+        enc = lambda s: tuple(tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
+        for seg in program.segments:
+            if isinstance(seg, Think):
+                compiled.items.append(("think", seg.budget, enc(seg.close), _think_end_id(tokenizer)))
+            elif isinstance(seg, Pattern):
+                compiled.items.append(("pattern", compile_index(tokenizer, seg.regex, eos_id), seg.cap,
+                                       enc(seg.force)))
+            else:
+                ids = tuple(single_token_id(tokenizer, o) for o in seg.options)
+                compiled.items.append(("choice", ids))
+        return compiled
+
+
+def _think_end_id(tokenizer: Any) -> int:
+    return single_token_id(tokenizer, "</think>")
+
+
+class ProgramState:
+    """One row's position in a compiled program.
+
+    Usage per decoding step: ``forced = state.forced()``; if not None emit it; otherwise
+    ``mask = state.allowed()`` (None = unconstrained except ``banned``), sample, then ``state.advance(t)``.
+    ``choice_logits`` collects ``{option_index: logit}`` dicts recorded at Choice steps by the caller.
+    """
+
+    def __init__(self, compiled: CompiledProgram) -> None:
+        self.c = compiled
+        self.pos = 0
+        self.in_segment = 0
+        self.queue: list[int] = []
+        self.guide: Any = None
+        self.think_budget_hit = False
+        self.forced_caps = 0
+        self.done = False
+        self._enter()
+
+    def _enter(self) -> None:
+        self.in_segment = 0
+        self.guide = None
+        if self.pos >= len(self.c.items):
+            self.queue = [self.c.eos_id]
+            return
+        item = self.c.items[self.pos]
+        if item[0] == "pattern":
+            from outlines_core import Guide
+
+            self.guide = Guide(item[1])
+
+    @property
+    def kind(self) -> str:
+        return "end" if self.pos >= len(self.c.items) else self.c.items[self.pos][0]
+
+    def choice_ids(self) -> tuple[int, ...]:
+        return self.c.items[self.pos][1] if self.kind == "choice" else ()
+
+    def forced(self) -> int | None:
+        """The token that must come next, or None when the model chooses."""
+        if self.queue:
+            return self.queue[0]
+        item = self.c.items[self.pos] if self.pos < len(self.c.items) else None
+        if item and item[0] == "think" and self.in_segment >= item[1]:
+            self.think_budget_hit = True
+            self.queue = list(item[2])
+            return self.queue[0]
+        if item and item[0] == "pattern" and item[2] and self.in_segment >= item[2] and item[3]:
+            if self.guide.accepts_tokens(list(item[3])):
+                self.forced_caps += 1
+                self.queue = list(item[3])
+                return self.queue[0]
+        return None
+
+    def banned_stop(self) -> bool:
+        """Inside a Think segment the end-of-turn token is banned (the turn must reach its verdict)."""
+        return self.kind == "think"
+
+    def write_mask(self, bitmask: Any) -> bool:
+        """Fill ``bitmask`` for a pattern step; returns False when this step is not a pattern step."""
+        if self.kind != "pattern":
+            return False
+        from outlines_core.kernels.torch import fill_next_token_bitmask
+
+        fill_next_token_bitmask(self.guide, bitmask)
+        return True
+
+    def advance(self, token: int) -> None:
+        """Consume the emitted ``token``.
+
+        Raises:
+            ConfigError: when a forced or masked token was not the one emitted (a backend bug).
+        """
+        if self.queue:
+            if token != self.queue[0]:
+                raise ConfigError(f"constraint expected forced token {self.queue[0]}, got {token}")
+            self.queue.pop(0)
+            if self.pos >= len(self.c.items):
+                self.done = True
+                return
+        kind = self.kind
+        self.in_segment += 1
+        if kind == "think":
+            if token == self.c.items[self.pos][3]:
+                self._next()
+        elif kind == "pattern":
+            self.guide.advance(token_id=token, return_tokens=False)
+            if self.guide.is_finished():
+                self.queue = []
+                self._next()
+        elif kind == "choice":
+            self._next()
+
+    def _next(self) -> None:
+        self.pos += 1
+        self._enter()
+
+
+def literal(text: str) -> str:
+    """Escape ``text`` for use as a literal inside an outlines-core regex."""
+    import re
+
+    return re.escape(text)
+
+
+def alternatives(options: Sequence[str]) -> str:
+    """A regex group matching exactly one of ``options`` (escaped)."""
+    return "(" + "|".join(literal(o) for o in options) + ")"

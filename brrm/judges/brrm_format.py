@@ -1,0 +1,198 @@
+"""The BR-RM output format: the 8 dimensions, parsers for both turns, grammars, and marker neutralisation.
+
+Source of every marker and of the verdict regex: github.com/YzjiaoNvd/BR-RM @ 34a58b2,
+``nemo_rl/environments/brrm_environment.py`` (copies and the evaluation protocol in
+``../shared/reference/``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from brrm.constraints import Choice, Pattern, Program, Think, literal
+
+DIMENSIONS = (
+    "Information Accuracy",
+    "Computational Precision",
+    "Logical Reasoning",
+    "Implementation Capability",
+    "Safety Awareness",
+    "Response Completeness",
+    "Instruction Adherence",
+    "Communication Clarity",
+)
+"""The 8 quality dimensions turn 1 chooses from (1–3 of them), in the order of the released prompt."""
+
+VERDICT_REGEX = re.compile(
+    r"\[The Begin of Ranking Score\]\s*\n\s*\\boxed\{([^}]+)\}\s*\n\s*\[The End of Ranking Score\]"
+)
+"""The released strict verdict regex (reference README); group 1 must be "1" or "2"."""
+
+_FOCUS = re.compile(r"\[Quality Assessment Focus\]\s*\n(.*?)\n\s*\[End of Quality Assessment Focus\]", re.DOTALL)
+_ANALYSIS = "\\[Quality Analysis for Response {k}\\]\\s*\\n(.*?)\\n\\s*\\[End of Quality Analysis for Response {k}\\]"
+
+# Markers of the judge's own prompt and output format; in candidate responses they are neutralised.
+_MARKER = re.compile(
+    r"\[(?=(?:The Begin of|The End of|Quality Assessment Focus|End of Quality|Quality Analysis for)[^\]\n]*\])"
+    r"([^\]\n]*)\]"
+)
+
+
+def after_thinking(text: str) -> str:
+    """The part of a turn after its last ``</think>``; the whole text when there is none."""
+    return text.rsplit("</think>", 1)[-1]
+
+
+def thinking_closed(text: str) -> bool:
+    """False when the turn opened ``<think>`` and never closed it (nothing after it may be parsed)."""
+    return "<think>" not in text or "</think>" in text
+
+
+@dataclass(frozen=True)
+class Turn1Parse:
+    """Turn-1 fields: chosen dimensions (valid ones in order), unknown names, analyses of positions 1/2."""
+
+    dimensions: tuple[str, ...]
+    unknown: tuple[str, ...]
+    analysis_1: str
+    analysis_2: str
+
+
+def parse_turn1(text: str) -> Turn1Parse:
+    """Parse the focus block and both analysis blocks of T1 (last occurrence of each, after thinking).
+
+    Dimension names match case-insensitively and are returned in canonical spelling; names outside the
+    8 dimensions are kept in ``unknown`` (never silently dropped). Missing blocks give empty values.
+    """
+    body = after_thinking(text) if thinking_closed(text) else ""
+    focus = _FOCUS.findall(body)
+    dims: list[str] = []
+    unknown: list[str] = []
+    canon = {d.lower(): d for d in DIMENSIONS}
+    if focus:
+        raw = focus[-1].strip()
+        raw = re.sub(r"^choose 1-3 abilities:\s*", "", raw, flags=re.IGNORECASE)
+        for name in re.split(r"[,\n;]+", raw):
+            name = name.strip().strip("-*•. ").strip()
+            if not name:
+                continue
+            key = name.lower()
+            if key in canon:
+                if canon[key] not in dims:
+                    dims.append(canon[key])
+            elif name not in unknown:
+                unknown.append(name)
+    analyses = []
+    for k in (1, 2):
+        found = re.findall(_ANALYSIS.format(k=k), body, flags=re.DOTALL)
+        block = found[-1].strip() if found else ""
+        analyses.append(re.sub(r"^- Critical Issues:\s*", "", block))
+    return Turn1Parse(tuple(dims), tuple(unknown), analyses[0], analyses[1])
+
+
+def parse_verdict(text: str) -> tuple[int, str]:
+    """The verdict position (1 or 2) from T2, or (0, reason).
+
+    Only the judge's generated turn-2 text is read, only after its thinking block, and the *last*
+    ranking block wins (a marker quoted while reasoning cannot override the final verdict).
+    """
+    if not thinking_closed(text):
+        return 0, "turn 2 never closed its <think> block, so it has no verdict"
+    matches = VERDICT_REGEX.findall(after_thinking(text))
+    if not matches:
+        return 0, "no [The Begin of Ranking Score] \\boxed{…} [The End of Ranking Score] block in turn 2"
+    value = matches[-1].strip()
+    if value not in ("1", "2"):
+        return 0, f"ranking block holds \\boxed{{{value}}}, expected 1 or 2"
+    return int(value), ""
+
+
+def neutralize_markers(text: str) -> str:
+    """Rewrite judge-format markers inside a candidate response so they cannot close or open blocks.
+
+    ``[The End of Response 1]`` becomes ``⟦The End of Response 1⟧`` (same for every ``[The Begin of …]``,
+    ``[The End of …]``, ``[Quality …]`` and ``[End of Quality …]`` marker). Other text, including
+    ``\\boxed{1}`` or "Final verdict", is unchanged: the verdict is only ever read from the judge's own
+    turn 2, so such strings cannot change the parse. Trade-off: the released prompt had no escaping, so
+    a response that legitimately contains these markers is shown to the model with different brackets.
+    """
+    return _MARKER.sub(lambda m: "⟦" + m.group(1) + "⟧", text)
+
+
+_FREE = r"[^\[]+"
+
+
+def _dims_regex(max_dims: int = 3) -> str:
+    """1–max_dims distinct dimension names, comma separated, in any order."""
+    options = [
+        ", ".join(p) for k in range(1, max_dims + 1) for p in itertools.permutations(DIMENSIONS, k)
+    ]
+    return "(" + "|".join(literal(o) for o in options) + ")"
+
+
+def _block(text_after: str, cap: int) -> Pattern:
+    """Free text, then a newline and the fixed ``text_after``; forced closed after ``cap`` tokens."""
+    return Pattern(_FREE + literal("\n" + text_after), cap=cap, force="\n" + text_after)
+
+
+def _fixed(prefix: str, regex_tail: str = "", tail_max: int = 0) -> Pattern:
+    return Pattern(r"\n{0,2}" + literal(prefix) + regex_tail, max_len=2 + len(prefix) + tail_max)
+
+
+_FOCUS_HEAD = "[Quality Assessment Focus]\n"
+_FOCUS_TAIL = "\n[End of Quality Assessment Focus]\n\n[Quality Analysis for Response 1]\n- Critical Issues: "
+
+
+def turn1_program(think_budget: int, block_cap: int) -> Program:
+    """Turn 1 after the optional thinking block: focus (1–3 distinct dimensions) and two analyses."""
+    segments: list = [Think(think_budget)] if think_budget > 0 else []
+    dims_max = 3 * max(len(d) for d in DIMENSIONS) + 4
+    segments += [
+        _fixed(_FOCUS_HEAD, _dims_regex() + literal(_FOCUS_TAIL), dims_max + len(_FOCUS_TAIL)),
+        _block("[End of Quality Analysis for Response 1]\n\n[Quality Analysis for Response 2]\n"
+               "- Critical Issues: ", block_cap),
+        _block("[End of Quality Analysis for Response 2]", block_cap),
+    ]
+    return Program(tuple(segments))
+
+
+def turn2_program(think_budget: int, block_cap: int) -> Program:
+    """Turn 2 after the optional thinking block: two analyses, then the ranking with digit 1 or 2."""
+    segments: list = [Think(think_budget)] if think_budget > 0 else []
+    segments += [
+        _fixed("[The Begin of Analysis on Response 1]\n"),
+        _block("[The End of Analysis on Response 1]\n\n[The Begin of Analysis on Response 2]\n", block_cap),
+        _block("[The End of Analysis on Response 2]\n\n[The Begin of Ranking Score]\n\\boxed{", block_cap),
+        Choice(("1", "2")),
+        Pattern(literal("}\n[The End of Ranking Score]"), max_len=len("}\n[The End of Ranking Score]")),
+    ]
+    return Program(tuple(segments))
+
+
+MIN_BLOCK_CAP = 8
+"""Smallest token cap of a free-text block; a turn budget that cannot afford it is ``truncated``."""
+
+
+def min_budget(turn: int, *, thinking: bool) -> int:
+    """The smallest per-turn token budget :func:`plan_program` accepts."""
+    build = turn1_program if turn == 1 else turn2_program
+    fixed = build(0, 0).max_tokens() + (len(Think(0).close) if thinking else 0)
+    return fixed + MIN_BLOCK_CAP * (4 if thinking else 2)
+
+
+def plan_program(turn: int, budget: int, *, thinking: bool, block_cap: int) -> Program | None:
+    """The constrained program of ``turn`` (1 or 2) that fits in ``budget`` new tokens, or None.
+
+    The fixed markers are reserved first; the rest goes to the two free-text blocks (each at most
+    ``block_cap`` tokens) and, when ``thinking``, to the thinking block (at least half of what is left).
+    """
+    build = turn1_program if turn == 1 else turn2_program
+    fixed = build(0, 0).max_tokens() + (len(Think(0).close) if thinking else 0)
+    free = budget - fixed
+    cap = min(block_cap, free // (4 if thinking else 2))
+    if cap < MIN_BLOCK_CAP:
+        return None
+    program = build(free - 2 * cap if thinking else 0, cap)
+    return program if program.max_tokens() <= budget else None

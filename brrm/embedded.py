@@ -170,7 +170,7 @@ def _convert(gguf: Path, out: Path) -> None:
     )
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
     if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     _fix_tokenizer(tokenizer, gguf)

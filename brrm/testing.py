@@ -238,7 +238,7 @@ def _qwen_pipeline(model: Any) -> tokenizers.Tokenizer:
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
         ]
     )
-    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     return tok
 
@@ -561,7 +561,7 @@ def build_tiny_qwen3(
     cls = Qwen3ForSequenceClassification if sequence_classification else Qwen3ForCausalLM
     with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG stream
         torch.manual_seed(seed)
-        model = cls(config).to(dtype).eval()
+        model = cls(config).to(dtype).eval()  # type: ignore[arg-type]  # transformers wraps .to
     if getattr(model, "generation_config", None) is not None:  # causal LMs only
         model.generation_config.eos_token_id = eos_id
         model.generation_config.pad_token_id = pad_id

@@ -173,6 +173,7 @@ class ProgramState:
         self.queue: list[int] = []
         self.guide: Any = None
         self.think_budget_hit = False
+        self.think_closed = False
         self.forced_caps = 0
         self.done = False
         self._enter()
@@ -241,7 +242,9 @@ class ProgramState:
         kind = self.kind
         self.in_segment += 1
         if kind == "think":
-            if token == self.c.items[self.pos][3]:
+            # the forced close's tail (e.g. "\n\n" after </think>) still belongs to the Think segment
+            self.think_closed = self.think_closed or token == self.c.items[self.pos][3]
+            if self.think_closed and not self.queue:
                 self._next()
         elif kind == "pattern":
             self.guide.advance(token_id=token, return_tokens=False)

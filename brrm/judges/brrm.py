@@ -58,6 +58,9 @@ class BRRMConfig:
             :func:`brrm.judges.brrm_format.neutralize_markers`).
         strip_response_reasoning: remove a leading ``<think>…</think>`` block from each response.
         swap: judge both orders and combine (agree -> that winner, disagree -> tie).
+        max_retries: re-run an ordered judgment that ended ``parse_failure``, ``truncated`` (turn budget)
+            or ``backend_error`` up to this many times with a new seed, >= 0. Default 0: nothing is
+            re-sampled behind the user's back; ``attempts`` on the result counts the runs.
 
     Raises:
         ConfigError: naming the field and its valid options.
@@ -71,8 +74,11 @@ class BRRMConfig:
     neutralize_markers: bool = True
     strip_response_reasoning: bool = True
     swap: bool = False
+    max_retries: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ConfigError(f"max_retries must be an int >= 0, got {self.max_retries!r}")
         if self.decoding not in DECODING_MODES:
             raise ConfigError(f"decoding {self.decoding!r} is not valid; expected one of {DECODING_MODES}")
         if self.thinking not in THINKING_MODES:
@@ -98,6 +104,15 @@ class _Item:
     p2_ids: tuple[int, ...] = ()
     t2: Completion | None = None
     result: PairwiseJudgment | None = None
+    attempts: int = 1
+    retryable: bool = True
+
+    def retry(self) -> _Item:
+        """Reset for a fresh attempt of the same ordered judgment with a new (deterministic) seed."""
+        self.seed += 1_000_003
+        self.attempts += 1
+        self.p1_text, self.p1_ids, self.t1, self.p2_ids, self.t2, self.result = "", (), None, (), None, None
+        return self
 
 
 class BRRMJudge:
@@ -163,17 +178,31 @@ class BRRMJudge:
         chunk = max(1, int(getattr(self.backend, "judge_chunk_size", len(live) or 1)))
         for start in range(0, len(live), chunk):
             part = live[start:start + chunk]
-            self._run_turn1(part, convs, pairs)
-            self._run_turn2([it for it in part if it.result is None])
-            for it in part:
-                if it.result is None:
-                    it.result = self._finish(it)
+            while part:
+                self._run_turn1(part, convs, pairs)
+                self._run_turn2([it for it in part if it.result is None])
+                for it in part:
+                    if it.result is None:
+                        it.result = self._finish(it)
+                part = [it.retry() for it in part if self._should_retry(it)]
+        return self._collect(items, n, swap, ids, labels)
+
+    def _collect(self, items: list[_Item], n: int, swap: bool, ids: Sequence[str] | None,
+                 labels: Sequence[Verdict] | None) -> list[PairwiseJudgment]:
+        final: dict[tuple[int, bool], PairwiseJudgment] = {}
+        for it in items:
+            if it.result is not None:
+                final[(it.pair, it.flipped)] = it.result
         out = []
         for i in range(n):
-            meta = {"id": ids[i] if ids else "", "label": labels[i] if labels else Verdict.NONE}
-            orients = [it.result for it in items if it.pair == i and it.result is not None]
+            meta = {"id": str(ids[i]) if ids else "", "label": labels[i] if labels else Verdict.NONE}
+            orients = [final[(i, False)], final[(i, True)]] if swap else [final[(i, False)]]
             out.append(replace(combine(orients) if swap else orients[0], **meta))
         return out
+
+    def _should_retry(self, it: _Item) -> bool:
+        return (it.retryable and it.attempts <= self.config.max_retries and it.result is not None
+                and it.result.status in (Status.PARSE_FAILURE, Status.TRUNCATED, Status.BACKEND_ERROR))
 
     def _prepare(self, conv: Conversation, a: str, b: str) -> tuple[str, str]:
         out = []
@@ -215,6 +244,7 @@ class BRRMJudge:
         limit = min(s.max_total_tokens, self.backend.max_context)
         budget = min(s.max_new_tokens_per_turn, limit - prompt_len)
         if budget < 1:
+            it.retryable = False
             it.result = self._failed(it, Status.TRUNCATED, f"turn-{turn} prompt has {prompt_len} tokens, which "
                                      f"leaves no room under the {limit}-token limit (max_total_tokens="
                                      f"{s.max_total_tokens}, model context {self.backend.max_context})")
@@ -224,6 +254,7 @@ class BRRMJudge:
         program = fmt.plan_program(turn, budget, thinking=self.thinking, block_cap=self.config.block_token_cap)
         if program is None:
             need = fmt.min_budget(turn, thinking=self.thinking)
+            it.retryable = False
             it.result = self._failed(it, Status.TRUNCATED, f"constrained turn {turn} needs at least {need} new "
                                      f"tokens for its format, but only {budget} are available")
             return None
@@ -270,7 +301,7 @@ class BRRMJudge:
         return self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p, **kwargs)
 
     def _failed(self, it: _Item, status: Status, reason: str, **extra: Any) -> PairwiseJudgment:
-        return PairwiseJudgment(winner=Verdict.NONE, status=status, reason=reason,
+        return PairwiseJudgment(winner=Verdict.NONE, status=status, reason=reason, attempts=it.attempts,
                                 provenance=self._provenance(it), **self._texts(it), **extra)
 
     def _texts(self, it: _Item) -> dict[str, Any]:
@@ -302,6 +333,7 @@ class BRRMJudge:
             winner, p_a = winner.mirrored(), (1 - p1 if not math.isnan(p1) else p1)
         return PairwiseJudgment(winner=winner, status=Status.OK, reason="; ".join(budget_notes), p_a=p_a,
                                 logit_1=logits[0], logit_2=logits[1], provenance=self._provenance(it),
+                                attempts=it.attempts,
                                 **fields, **self._texts(it))
 
 

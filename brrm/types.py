@@ -12,7 +12,7 @@ import enum
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from brrm.errors import ConfigError
 
@@ -438,3 +438,183 @@ def check_same_length(**lists: Sequence[Any]) -> int:
         detail = ", ".join(f"{k}={v}" for k, v in lengths.items())
         raise ConfigError(f"batch inputs must have the same length, got {detail}")
     return next(iter(lengths.values()), 0)
+
+
+def _num(x: float) -> float | None:
+    """JSON-ready float: NaN becomes ``None`` (the accompanying status says why)."""
+    return None if math.isnan(x) else x
+
+
+@dataclass(frozen=True)
+class ScalarReward:
+    """The reward of one response (to one conversation, optionally under one principle).
+
+    Attributes:
+        reward: finite float when ``status`` is ok; NaN otherwise (never a sentinel such as -1 or 0).
+            Bradley–Terry heads give an unbounded score (logit scale; compare only within one prompt);
+            principle judges give logit(Yes) − logit(No); pairwise → scalar adapters give values in [0, 1].
+        status: ``ok``, ``truncated``, ``backend_error``, ``invalid_input`` or ``empty``.
+        reason: required when not ok; on an ok result an optional note (e.g. a thinking budget was hit).
+        id: the record id, if any.
+        principle: the principle judged against ("" for models without one).
+        truncated: prompt-side tokens were dropped to fit the model's max length (the response and its
+            end-of-turn tokens are always kept whole; an ok result may be truncated).
+        truncated_tokens: how many prompt tokens were dropped, >= 0.
+        input_tokens: tokens the model read; 0 when the model did not run for this item.
+        thinking_stripped: a leading ``<think>…</think>`` block was removed from the response first.
+        logits: the raw float32 logits the reward was computed from (principle judges: (yes, no)).
+        text: generated text (principle judges that think first); "" for forward-pass models.
+        provenance: what produced it. Forward-pass models record ``decoding="score"`` and greedy sampling
+            (no token is sampled).
+
+    Raises:
+        ConfigError: when an ok reward is not finite, a non-ok one is not NaN, or a non-ok one has no reason.
+    """
+
+    reward: float
+    status: Status
+    reason: str = ""
+    id: str = ""
+    principle: str = ""
+    truncated: bool = False
+    truncated_tokens: int = 0
+    input_tokens: int = 0
+    thinking_stripped: bool = False
+    logits: tuple[float, ...] = ()
+    text: str = ""
+    provenance: Provenance | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, Status):
+            raise ConfigError(f"status must be a Status, got {self.status!r}")
+        object.__setattr__(self, "reward", float(self.reward))
+        if self.status is Status.OK and not math.isfinite(self.reward):
+            raise ConfigError(f"an ok reward must be finite, got {self.reward!r}")
+        if self.status is not Status.OK:
+            if not math.isnan(self.reward):
+                raise ConfigError(f"a {self.status.value} reward must be NaN, got {self.reward!r}")
+            if not self.reason:
+                raise ConfigError(f"a {self.status.value} reward needs a reason")
+
+    @classmethod
+    def failed(cls, status: Status, reason: str, **fields: Any) -> ScalarReward:
+        """A reward without a value (NaN) and the status and reason saying why."""
+        return cls(math.nan, status, reason, **fields)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; a missing reward is ``null`` and the status says why."""
+        return {
+            "id": self.id,
+            "reward": _num(self.reward),
+            "status": self.status.value,
+            "reason": self.reason,
+            "principle": self.principle,
+            "truncated": self.truncated,
+            "truncated_tokens": self.truncated_tokens,
+            "input_tokens": self.input_tokens,
+            "thinking_stripped": self.thinking_stripped,
+            "logits": list(self.logits),
+            "text": self.text,
+            "provenance": self.provenance.to_dict() if self.provenance else None,
+        }
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """A group of responses to one conversation, ranked by one strategy.
+
+    Attributes:
+        strategy: how it was ranked (``scores``, ``round_robin``, ``circular``, ``reference``, ``knockout``).
+        rewards: one reward per response, in input order; failed ones keep their status and reason.
+        reward_range: the closed range rewards lie in (``(-inf, inf)`` for raw model scores, ``(0, 1)`` for
+            win rates, reference probabilities and knockout progress).
+        wins: ``wins[i][j]`` = ok judgments in which response i beat response j.
+        ties: ``ties[i][j]`` = ok judgments of i and j that were ties (symmetric).
+        n_judgments: pairwise judgments used (run by a pairwise model, or derived from scalar rewards).
+        n_scored: scalar rewards the model computed (0 for pairwise models).
+        failed: judgments without a verdict; they never enter rewards, wins or ties.
+        ranking: indices of responses with an ok reward, best first (equal rewards keep input order).
+        judgments: the pairwise judgments behind ``wins``/``ties``, in the order they were made.
+    """
+
+    strategy: str
+    rewards: tuple[ScalarReward, ...]
+    reward_range: tuple[float, float]
+    wins: tuple[tuple[int, ...], ...]
+    ties: tuple[tuple[int, ...], ...]
+    n_judgments: int
+    n_scored: int
+    failed: int
+    ranking: tuple[int, ...]
+    judgments: tuple[PairwiseJudgment, ...] = ()
+
+    @property
+    def status(self) -> Status:
+        """``ok`` when at least one response got a reward, else the first response's status."""
+        if self.ranking or not self.rewards:
+            return Status.OK
+        return self.rewards[0].status
+
+    @property
+    def best(self) -> int:
+        """Index of the best response.
+
+        Raises:
+            ConfigError: when no response has an ok reward (see each reward's status).
+        """
+        if not self.ranking:
+            raise ConfigError("no response in the group has an ok reward; see rewards[i].status")
+        return self.ranking[0]
+
+    def win_rates(self) -> tuple[float, ...]:
+        """Adjusted win rate (win + 0.5·tie) / games of each response (from wins/ties); NaN without games."""
+        out = []
+        for i in range(len(self.wins)):
+            won = sum(self.wins[i])
+            lost = sum(row[i] for row in self.wins)
+            tied = sum(self.ties[i])
+            games = won + lost + tied
+            out.append((won + 0.5 * tied) / games if games else math.nan)
+        return tuple(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "status": self.status.value,
+            "rewards": [r.to_dict() for r in self.rewards],
+            "reward_range": list(self.reward_range),
+            "wins": [list(r) for r in self.wins],
+            "ties": [list(r) for r in self.ties],
+            "n_judgments": self.n_judgments,
+            "n_scored": self.n_scored,
+            "failed": self.failed,
+            "ranking": list(self.ranking),
+            "judgments": [j.to_dict() for j in self.judgments],
+        }
+
+
+@runtime_checkable
+class ScalarRewardModel(Protocol):
+    """A model that gives each (conversation, response) a scalar reward (Bradley–Terry, principle judges)."""
+
+    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *,
+              principle: str | Sequence[str] | None = None,
+              ids: Sequence[str] | None = None) -> list[ScalarReward]:
+        """One reward per (conversation, response), in input order."""
+        ...
+
+
+@runtime_checkable
+class PairwiseJudge(Protocol):
+    """A model that judges response A against response B (BR-RM, or a scalar model through an adapter)."""
+
+    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str],
+                    responses_b: Sequence[str], /, *, ids: Sequence[str] | None = None,
+                    labels: Sequence[Verdict] | None = None,
+                    swap: bool | None = None) -> list[PairwiseJudgment]:
+        """One judgment per pair, in input order."""
+        ...

@@ -1,0 +1,199 @@
+"""JudgeBench (Tan et al., 2024, arXiv 2410.12784): official outputs and the official two-game metric.
+
+Source: github.com/ScalerLab/JudgeBench @ e2c52c2 (copies and notes in
+``../shared/data/JudgeBench/SOURCE.md``). An output file holds, per response pair, the data record plus
+``judgments``: two games, the first on (A, B), the second on the swapped order (B, A) with its decision in
+the swapped frame. Reward-model judges also store ``scores`` = [score of the first-shown, second-shown].
+
+Official metric (``utils/metrics.py``, ``reverse_order=True``): flip the second decision back to the
+original frame, count +1 for each decision equal to the label and −1 for each equal to the opposite; a pair
+is correct iff the sum > 0. Score = 100 · correct / pairs, per category (by ``source`` prefix) and overall
+(micro-average over pairs).
+
+:func:`replay_reward_model` turns the stored reward-model scores back into decisions through
+:func:`brrm.compose.pairwise_from_rewards`. The official reward-model judges decide
+``A>B if score_first > score_second else B>A`` — ``margin=0, on_tie=Verdict.B`` in our terms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from brrm.compose import pairwise_from_rewards
+from brrm.errors import ConfigError
+from brrm.types import PairwiseJudgment, Provenance, SamplingConfig, ScalarReward, Status, Verdict
+
+CATEGORIES = {
+    "mmlu-pro": "Knowledge",
+    "livebench-reasoning": "Reasoning",
+    "livebench-math": "Math",
+    "livecodebench": "Coding",
+}
+"""``source`` prefix → category, as in the official ``run_judge.py``."""
+
+DECISIONS = {Verdict.A: "A>B", Verdict.B: "B>A", Verdict.TIE: "A=B"}
+"""Our verdicts as JudgeBench decision strings (a judgment without a verdict is ``None``)."""
+
+
+def category(source: str) -> str:
+    """The JudgeBench category of a record's ``source``.
+
+    Raises:
+        ConfigError: for a source outside the four categories.
+    """
+    for prefix, name in CATEGORIES.items():
+        if source.startswith(prefix):
+            return name
+    raise ConfigError(
+        f"source {source!r} is not a JudgeBench source; expected a prefix in {', '.join(CATEGORIES)}"
+    )
+
+
+def flip(decision: str | None) -> str | None:
+    """``A>B`` ↔ ``B>A``; anything else (``A=B``, None) unchanged — the official ``flip_judgment``."""
+    return {"A>B": "B>A", "B>A": "A>B"}.get(decision, decision) if decision is not None else None
+
+
+def decision(judgment: PairwiseJudgment) -> str | None:
+    """The JudgeBench decision string of a judgment; None when it has no verdict."""
+    return DECISIONS.get(judgment.winner) if judgment.ok else None
+
+
+def read_outputs(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read an official JudgeBench output file (JSON Lines).
+
+    Raises:
+        ConfigError: when the file is missing or a line is not a JSON object with ``judgments``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"JudgeBench output file {str(path)!r} does not exist")
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            row = json.loads(text)
+            if not isinstance(row, dict) or not isinstance(row.get("judgments"), list):
+                raise ConfigError(f"{path.name} line {line}: expected an object with a 'judgments' list")
+            rows.append(row)
+    return rows
+
+
+@dataclass(frozen=True)
+class ReplayedPair:
+    """One response pair replayed from stored reward-model scores.
+
+    Attributes:
+        pair_id, source, label: from the record (``label`` is ``A>B`` or ``B>A``).
+        games: the two judgments, each in its own frame: (A, B), then (B, A).
+        decisions: their JudgeBench decision strings (each in its own frame, as stored officially).
+    """
+
+    pair_id: str
+    source: str
+    label: str
+    games: tuple[PairwiseJudgment, PairwiseJudgment]
+
+    @property
+    def decisions(self) -> tuple[str | None, str | None]:
+        return decision(self.games[0]), decision(self.games[1])
+
+
+def _reward(value: Any, judge_model: str) -> ScalarReward:
+    prov = Provenance(
+        model=judge_model,
+        backend="replay",
+        template_hash="",
+        sampling=SamplingConfig(temperature=0.0),
+        seed=0,
+        decoding="score",
+    )
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return ScalarReward.failed(
+            Status.BACKEND_ERROR, f"stored score {value!r} is not a number", provenance=prov
+        )
+    return ScalarReward(float(value), Status.OK, provenance=prov)
+
+
+def replay_reward_model(
+    rows: Iterable[Mapping[str, Any]], *, margin: float = 0.0, on_tie: Verdict = Verdict.B
+) -> list[ReplayedPair]:
+    """Re-decide each game of reward-model outputs from its stored ``scores`` (scalar → pairwise adapter).
+
+    Args:
+        rows: records of an official ``judge_name=reward_model`` output file.
+        margin, on_tie: see :func:`brrm.compose.pairwise_from_rewards`; the defaults reproduce the official
+            decisions (``A>B if s_first > s_second else B>A``); ``on_tie=Verdict.TIE`` keeps ties as ties.
+
+    Raises:
+        ConfigError: when a game has no ``scores`` pair.
+    """
+    out = []
+    for row in rows:
+        games = []
+        for k, game in enumerate(row["judgments"][:2]):
+            inner = (game or {}).get("judgment") or {}
+            scores = inner.get("scores")
+            if not isinstance(scores, list) or len(scores) != 2:
+                raise ConfigError(f"pair {row.get('pair_id')!r} game {k + 1} has no [first, second] scores")
+            model = str(inner.get("judge_model", ""))
+            first, second = (_reward(s, model) for s in scores)
+            games.append(
+                pairwise_from_rewards(first, second, margin=margin, on_tie=on_tie, id=str(row["pair_id"]))
+            )
+        out.append(
+            ReplayedPair(str(row["pair_id"]), str(row["source"]), str(row["label"]), (games[0], games[1]))
+        )
+    return out
+
+
+def pair_correct(label: str, first: str | None, second: str | None) -> bool:
+    """The official two-game rule: flip the second decision, +1 per match of the label, −1 per opposite."""
+    total = 0
+    for d in (first, flip(second)):
+        if d == label:
+            total += 1
+        elif d == flip(label):
+            total -= 1
+    return total > 0
+
+
+def scores(items: Sequence[tuple[str, str, str | None, str | None]]) -> dict[str, float]:
+    """Official JudgeBench scores (percent) per category and ``Overall`` (micro-average over pairs).
+
+    Args:
+        items: ``(source, label, decision of game 1, decision of game 2)`` per pair; game 2 is in the
+            swapped frame, as stored.
+
+    Returns:
+        ``{"Knowledge": …, "Reasoning": …, "Math": …, "Coding": …, "Overall": …}`` (categories with pairs
+        only), unrounded percentages.
+    """
+    correct: dict[str, int] = {}
+    total: dict[str, int] = {}
+    for source, label, first, second in items:
+        for name in (category(source), "Overall"):
+            total[name] = total.get(name, 0) + 1
+            correct[name] = correct.get(name, 0) + int(pair_correct(label, first, second))
+    order = [*CATEGORIES.values(), "Overall"]
+    return {name: 100.0 * correct[name] / total[name] for name in order if name in total}
+
+
+def official_scores(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Scores from the decisions stored in an official output file (a null judgment counts as no decision)."""
+    items = []
+    for row in rows:
+        games = [(g or {}).get("decision") if g is not None else None for g in row["judgments"][:2]]
+        items.append((str(row["source"]), str(row["label"]), games[0], games[1]))
+    return scores(items)
+
+
+def replay_scores(pairs: Sequence[ReplayedPair]) -> dict[str, float]:
+    """Scores of replayed pairs (see :func:`scores`)."""
+    return scores([(p.source, p.label, *p.decisions) for p in pairs])

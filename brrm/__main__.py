@@ -1,0 +1,3 @@
+from brrm.cli import main
+
+raise SystemExit(main())

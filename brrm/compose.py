@@ -151,9 +151,11 @@ def pairwise_from_rewards(
             p_a=float(winner is Verdict.A),
             **meta,
         )
-    for side, r in (("A", reward_a), ("B", reward_b)):
-        if not r.ok:
-            return PairwiseJudgment(Verdict.NONE, r.status, f"response {side}: {r.reason}", **meta)
+    failures = [(side, r) for side, r in (("A", reward_a), ("B", reward_b)) if not r.ok]
+    failures.sort(key=lambda f: f[1].status is Status.EMPTY)  # a real failure explains more than emptiness
+    if failures:
+        side, r = failures[0]
+        return PairwiseJudgment(Verdict.NONE, r.status, f"response {side}: {r.reason}", **meta)
     delta = reward_a.reward - reward_b.reward
     winner = on_tie if abs(delta) <= margin else (Verdict.A if delta > 0 else Verdict.B)
     reason = (

@@ -69,8 +69,10 @@ def test_equal_scores_follow_the_official_rule_or_stay_ties(results):
 
 
 def test_official_metric_on_the_arena_hard_file_with_null_judgments(shared):
-    name = ("dataset=judgebench,response_model=claude-3-5-sonnet-20240620,judge_name=arena_hard,"
-            "judge_model=claude-3-haiku-20240307.jsonl")
+    name = (
+        "dataset=judgebench,response_model=claude-3-5-sonnet-20240620,judge_name=arena_hard,"
+        "judge_model=claude-3-haiku-20240307.jsonl"
+    )
     path = shared / "data" / "JudgeBench" / "official_results" / name
     if not path.is_file():
         pytest.skip(f"{path} not found")
@@ -85,7 +87,13 @@ def test_metric_rules():
     assert not jb.pair_correct("B>A", None, None)
     assert jb.category("mmlu-pro-law") == "Knowledge" and jb.category("livecodebench") == "Coding"
     bad = jb.replay_reward_model(
-        [{"pair_id": "x", "source": "livebench-math", "label": "A>B",
-          "judgments": [{"judgment": {"scores": [None, 1.0]}}, {"judgment": {"scores": [1.0, 2.0]}}]}]
+        [
+            {
+                "pair_id": "x",
+                "source": "livebench-math",
+                "label": "A>B",
+                "judgments": [{"judgment": {"scores": [None, 1.0]}}, {"judgment": {"scores": [1.0, 2.0]}}],
+            }
+        ]
     )[0]
     assert bad.games[0].status is Status.BACKEND_ERROR and bad.decisions == (None, "B>A")

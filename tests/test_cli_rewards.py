@@ -1,0 +1,169 @@
+"""``brrm score`` and the scalar pairwise judges behind ``brrm judge --model-type bt|principle``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from brrm.cli_rewards import add_score_parser, build_pairwise_judge, read_score_records
+from brrm.errors import ConfigError
+from brrm.records import RecordError, read_pair_records
+from brrm.testing import save_tiny_qwen3
+from brrm.types import Verdict
+
+from .conftest import REPO
+
+PAIRS = REPO / "examples" / "pairs.jsonl"
+
+
+@pytest.fixture(scope="module")
+def rm_dir(tmp_path_factory):
+    return save_tiny_qwen3(tmp_path_factory.mktemp("rm") / "tiny-rm", seed=1, sequence_classification=True)
+
+
+def _run(argv):
+    parser = argparse.ArgumentParser(prog="brrm")
+    add_score_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["score", *argv])
+    return args.func(args)
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_score_examples_pairs_and_bad_records(tmp_path, rm_dir, capsys):
+    src = tmp_path / "in.jsonl"
+    good = {"id": "c1", "conversation": [{"role": "user", "content": "Name a colour."}], "response": "Blue."}
+    src.write_text(
+        "\n".join(
+            [
+                json.dumps(good),
+                "{not json",
+                json.dumps({"id": "c3", "prompt": "Say hi."}),
+                json.dumps({"prompt": "Say hi.", "response": ""}),
+                json.dumps({"prompt": "Say hi.", "response": "<think>be brief</think>Hi!"}),
+            ]
+        )
+        + "\n"
+    )
+    out = tmp_path / "out.jsonl"
+    assert (
+        _run(["-i", str(src), "-o", str(out), "-m", str(rm_dir), "--dtype", "float32", "--device", "cpu"])
+        == 0
+    )
+    rows = _lines(out)
+    assert [r["status"] for r in rows] == ["ok", "invalid_input", "invalid_input", "empty", "ok"]
+    assert rows[1]["reason"].startswith("line 2:") and "missing field 'response'" in rows[2]["reason"]
+    assert rows[0]["id"] == "c1" and rows[3]["id"] == "4" and rows[4]["thinking_stripped"] is True
+    assert rows[1]["reward"] is None and isinstance(rows[0]["reward"], float)
+    summary = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert summary["total"] == 5 and summary["by_status"]["invalid_input"] == 2 and summary["scored"] == 2
+    assert summary["by_status"]["empty"] == 1 and summary["invalid_lines"] == ["line 2", "line 3"]
+
+    pairs_out = tmp_path / "pairs.jsonl"
+    assert _run(["-i", str(PAIRS), "-o", str(pairs_out), "-m", str(rm_dir), "--device", "cpu"]) == 0
+    rows = _lines(pairs_out)
+    n = sum(1 for line in PAIRS.read_text().splitlines() if line.strip())
+    assert len(rows) == 2 * n and all(r["status"] == "ok" for r in rows)
+    assert rows[0]["id"] == "factual-capital:A" and rows[1]["id"] == "factual-capital:B"
+    assert rows[0]["provenance"]["policies"]["recipe"] == "sequence_classification"
+
+
+def test_score_with_principles_and_option_errors(tmp_path, capsys):
+    lm = save_tiny_qwen3(tmp_path / "tiny-lm", seed=3)
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        json.dumps({"prompt": "What is 2+2?", "response": "4"})
+        + "\n"
+        + json.dumps({"prompt": "Say hi.", "response": "Hi!", "principle": "ignored"})
+        + "\n"
+    )
+    out = tmp_path / "out.jsonl"
+    argv = [
+        "-i",
+        str(src),
+        "-o",
+        str(out),
+        "-m",
+        str(lm),
+        "--model-type",
+        "principle",
+        "--format",
+        "llama_reward",
+        "--principle",
+        "The answer is correct.",
+        "--principle",
+        "The answer is short.",
+        "--device",
+        "cpu",
+    ]
+    assert _run(argv) == 0
+    rows = _lines(out)
+    assert [r["principle"] for r in rows] == ["The answer is correct.", "The answer is short."] * 2
+    assert all(r["status"] == "ok" and r["text"] in ("Yes", "No") for r in rows)
+    with pytest.raises(ConfigError, match="no principle"):
+        _run(["-i", str(src), "-m", str(lm), "--principle", "x"])
+
+
+def test_bt_serves_the_pairwise_judge_command(rm_dir):
+    judge = build_pairwise_judge(
+        "bt", str(rm_dir), backend="transformers", batch_size=4, dtype="float32", device="cpu"
+    )
+    records = [r for r in read_pair_records(PAIRS) if not isinstance(r, RecordError)]
+    out = judge.judge_pairs(
+        [r.conversation for r in records],
+        [r.response_a for r in records],
+        [r.response_b for r in records],
+        ids=[r.id for r in records],
+        labels=[r.label for r in records],
+    )
+    assert len(out) == len(records) and all(j.ok and j.winner in (Verdict.A, Verdict.B) for j in out)
+    assert [j.id for j in out] == [r.id for r in records] and all(0 < j.p_a < 1 for j in out)
+    assert out[0].provenance.decoding == "score"
+    with pytest.raises(ConfigError, match="no principle"):
+        build_pairwise_judge("bt", str(rm_dir), principles=["x"])
+    with pytest.raises(ConfigError, match="not valid"):
+        build_pairwise_judge("brrm", str(rm_dir))
+
+
+def test_principle_model_serves_the_pairwise_judge_command(tmp_path):
+    lm = save_tiny_qwen3(tmp_path / "tiny-lm", seed=3)
+    judge = build_pairwise_judge(
+        "principle", str(lm), principles=["correct", "short"], format="llama_reward", device="cpu"
+    )
+    (j,) = judge.judge_pairs(["What is 2+2?"], ["4"], ["5"])
+    assert j.ok and j.winner in (Verdict.A, Verdict.B, Verdict.TIE)
+    (r,) = judge.score(["What is 2+2?"], ["4"])
+    singles = [
+        judge.model.judge.score(["What is 2+2?"], ["4"], principle=p)[0].reward for p in ("correct", "short")
+    ]
+    assert r.reward == pytest.approx(sum(singles) / 2, abs=1e-5) and r.principle == "correct | short"
+    with pytest.raises(ConfigError, match="at least one"):
+        build_pairwise_judge("principle", str(lm), format="llama_reward", device="cpu")
+
+
+def test_read_score_records_fields(tmp_path):
+    src = tmp_path / "in.csv"
+    src.write_text('qid,question,answer\n7,"Name a colour.",Blue.\n8,Say hi.,\n')
+    recs = read_score_records(str(src), fields=_fields("id=qid", "prompt=question", "response=answer"))
+    assert (recs[0].id, recs[0].response, recs[0].conversation.messages[0].content) == (
+        "7",
+        "Blue.",
+        "Name a colour.",
+    )
+    assert (
+        recs[1].id == "8" and recs[1].response == ""
+    )  # an empty cell is an empty response (scored as empty)
+    bad = read_score_records(str(src), fields=_fields("prompt=question", "response=missing_column"))
+    assert all(isinstance(r, RecordError) and "missing field 'missing_column'" in r.reason for r in bad)
+    with pytest.raises(ConfigError, match="field override"):
+        _fields("answer")
+
+
+def _fields(*overrides):
+    from brrm.cli_rewards import ScoreFields
+
+    return ScoreFields.from_overrides(overrides)

@@ -9,6 +9,8 @@ A program is a sequence of segments run in order after the prompt:
   state is unambiguous (no "accept early" truncation, outlines issue #1121). When ``cap`` tokens have
   been generated inside the segment, ``force`` is emitted instead, which completes the pattern from any
   state of its free-text part.
+* :class:`Literal` — fixed text, emitted as its tokenization without asking the model (jump-forward:
+  a backend may feed all of its tokens in one forward pass).
 * :class:`Choice` — exactly one token out of a fixed set (e.g. the verdict digits "1"/"2"); the raw
   logits of the options are recorded at that step.
 
@@ -52,13 +54,20 @@ class Pattern:
 
 
 @dataclass(frozen=True)
+class Literal:
+    """Fixed text, emitted as its own tokenization without consulting the model (jump-forward)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class Choice:
     """One token from ``options`` (each must be a single token); records the options' raw logits."""
 
     options: tuple[str, ...]
 
 
-Segment = Think | Pattern | Choice
+Segment = Think | Pattern | Literal | Choice
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,8 @@ class Program:
                 total += s.budget + len(s.close)
             elif isinstance(s, Pattern):
                 total += s.cap + max(s.max_len, len(s.force))
+            elif isinstance(s, Literal):
+                total += len(s.text)
             else:
                 total += 1
         return total
@@ -129,6 +140,31 @@ def single_token_id(tokenizer: Any, text: str) -> int:
     return ids[0]
 
 
+@dataclass(frozen=True)
+class _ThinkItem:
+    budget: int
+    close: tuple[int, ...]
+    close_tail: tuple[int, ...]
+    end_id: int
+
+
+@dataclass(frozen=True)
+class _PatternItem:
+    index: Any
+    cap: int
+    force: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _LiteralItem:
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _ChoiceItem:
+    ids: tuple[int, ...]
+
+
 @dataclass
 class CompiledProgram:
     """A program in token form for one tokenizer. Build with :meth:`build` (cached per tokenizer)."""
@@ -140,30 +176,39 @@ class CompiledProgram:
 
     @classmethod
     def build(cls, program: Program, tokenizer: Any, eos_id: int, vocab_size: int) -> CompiledProgram:
+        """Compile every segment: token ids of fixed texts, outlines-core indices of patterns.
+
+        Raises:
+            ConfigError: when a Choice option or ``</think>`` is not a single token.
+        """
         compiled = cls(program, eos_id, vocab_size)
-        enc = lambda s: tuple(tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
+
+        def enc(text: str) -> tuple[int, ...]:
+            return tuple(tokenizer.encode(text, add_special_tokens=False))
+
         for seg in program.segments:
             if isinstance(seg, Think):
-                compiled.items.append(("think", seg.budget, enc(seg.close), _think_end_id(tokenizer)))
+                tail = seg.close.split("</think>", 1)[1] if "</think>" in seg.close else ""
+                compiled.items.append(_ThinkItem(seg.budget, enc(seg.close), enc(tail),
+                                                 single_token_id(tokenizer, "</think>")))
             elif isinstance(seg, Pattern):
-                compiled.items.append(("pattern", compile_index(tokenizer, seg.regex, eos_id), seg.cap,
-                                       enc(seg.force)))
+                compiled.items.append(_PatternItem(compile_index(tokenizer, seg.regex, eos_id), seg.cap,
+                                                   enc(seg.force)))
+            elif isinstance(seg, Literal):
+                compiled.items.append(_LiteralItem(enc(seg.text)))
             else:
-                ids = tuple(single_token_id(tokenizer, o) for o in seg.options)
-                compiled.items.append(("choice", ids))
+                compiled.items.append(_ChoiceItem(tuple(single_token_id(tokenizer, o) for o in seg.options)))
         return compiled
-
-
-def _think_end_id(tokenizer: Any) -> int:
-    return single_token_id(tokenizer, "</think>")
 
 
 class ProgramState:
     """One row's position in a compiled program.
 
-    Usage per decoding step: ``forced = state.forced()``; if not None emit it; otherwise
-    ``mask = state.allowed()`` (None = unconstrained except ``banned``), sample, then ``state.advance(t)``.
-    ``choice_logits`` collects ``{option_index: logit}`` dicts recorded at Choice steps by the caller.
+    Per decoding step: ``t = state.forced()``; if it is not None the row must emit ``t`` (fixed text,
+    a forced close, the end-of-turn token); otherwise the caller masks the logits (``write_mask`` for
+    patterns, ``choice_ids`` for choices, ``banned_stop`` inside thinking) and samples. Either way it
+    then calls ``state.advance(t)``. Consecutive forced tokens can be emitted without running the model
+    in between (jump-forward), since the model's choice does not matter for them.
     """
 
     def __init__(self, compiled: CompiledProgram) -> None:
@@ -178,40 +223,46 @@ class ProgramState:
         self.done = False
         self._enter()
 
-    def _enter(self) -> None:
-        self.in_segment = 0
-        self.guide = None
-        if self.pos >= len(self.c.items):
-            self.queue = [self.c.eos_id]
-            return
-        item = self.c.items[self.pos]
-        if item[0] == "pattern":
-            from outlines_core import Guide
-
-            self.guide = Guide(item[1])
+    @property
+    def item(self) -> Any:
+        return self.c.items[self.pos] if self.pos < len(self.c.items) else None
 
     @property
     def kind(self) -> str:
-        return "end" if self.pos >= len(self.c.items) else self.c.items[self.pos][0]
+        return {_ThinkItem: "think", _PatternItem: "pattern", _LiteralItem: "literal",
+                _ChoiceItem: "choice"}.get(type(self.item), "end")
+
+    def _enter(self) -> None:
+        self.in_segment = 0
+        self.guide = None
+        item = self.item
+        if item is None:
+            self.queue = [self.c.eos_id]
+        elif isinstance(item, _LiteralItem):
+            self.queue = list(item.ids)
+            if not self.queue:
+                self._next()
+        elif isinstance(item, _PatternItem):
+            from outlines_core import Guide
+
+            self.guide = Guide(item.index)
 
     def choice_ids(self) -> tuple[int, ...]:
-        return self.c.items[self.pos][1] if self.kind == "choice" else ()
+        return self.item.ids if isinstance(self.item, _ChoiceItem) else ()
 
     def forced(self) -> int | None:
         """The token that must come next, or None when the model chooses."""
-        if self.queue:
-            return self.queue[0]
-        item = self.c.items[self.pos] if self.pos < len(self.c.items) else None
-        if item and item[0] == "think" and self.in_segment >= item[1]:
+        if self.done:
+            return None
+        item = self.item
+        if not self.queue and isinstance(item, _ThinkItem) and self.in_segment >= item.budget:
             self.think_budget_hit = True
-            self.queue = list(item[2])
-            return self.queue[0]
-        if item and item[0] == "pattern" and item[2] and self.in_segment >= item[2] and item[3]:
-            if self.guide.accepts_tokens(list(item[3])):
-                self.forced_caps += 1
-                self.queue = list(item[3])
-                return self.queue[0]
-        return None
+            self.queue = list(item.close)
+        elif (not self.queue and isinstance(item, _PatternItem) and item.cap and self.in_segment >= item.cap
+              and item.force and self.guide.accepts_tokens(list(item.force))):
+            self.forced_caps += 1
+            self.queue = list(item.force)
+        return self.queue[0] if self.queue else None
 
     def banned_stop(self) -> bool:
         """Inside a Think segment the end-of-turn token is banned (the turn must reach its verdict)."""
@@ -230,28 +281,33 @@ class ProgramState:
         """Consume the emitted ``token``.
 
         Raises:
-            ConfigError: when a forced or masked token was not the one emitted (a backend bug).
+            ConfigError: when a forced token was not the one emitted (a backend bug).
         """
-        if self.queue:
+        forced = bool(self.queue)
+        if forced:
             if token != self.queue[0]:
                 raise ConfigError(f"constraint expected forced token {self.queue[0]}, got {token}")
             self.queue.pop(0)
-            if self.pos >= len(self.c.items):
-                self.done = True
-                return
-        kind = self.kind
+        item = self.item
         self.in_segment += 1
-        if kind == "think":
-            # the forced close's tail (e.g. "\n\n" after </think>) still belongs to the Think segment
-            self.think_closed = self.think_closed or token == self.c.items[self.pos][3]
+        if item is None:
+            self.done = True
+        elif isinstance(item, _ThinkItem):
+            if token == item.end_id and not self.think_closed:
+                self.think_closed = True
+                if not forced:  # the model closed its thinking: the canonical tail ("\n\n") follows
+                    self.queue = list(item.close_tail)
             if self.think_closed and not self.queue:
                 self._next()
-        elif kind == "pattern":
+        elif isinstance(item, _PatternItem):
             self.guide.advance(token_id=token, return_tokens=False)
             if self.guide.is_finished():
                 self.queue = []
                 self._next()
-        elif kind == "choice":
+        elif isinstance(item, _LiteralItem):
+            if not self.queue:
+                self._next()
+        else:
             self._next()
 
     def _next(self) -> None:

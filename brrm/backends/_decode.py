@@ -12,19 +12,27 @@ Finished rows are removed from the batch (and their KV stored for reuse) before 
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import torch
 
 
 def run(backend: Any, rows: list[Any], dev: Any, temperature: float, top_p: float, keep_kv: bool) -> None:
-    """Decode every row to completion in place (fills generated, finish, choice_logits)."""
-    past, input_ids, mask, next_pos = _prefill_inputs(backend, rows, dev)
+    """Decode every row to completion in place (fills generated, finish, choice_logits).
+
+    Each step feeds every active row its pending tokens: the token just chosen plus any tokens its
+    constraint program forces next (fixed markers), so fixed text costs one forward pass, not one per
+    token. Rows with fewer pending tokens are left-padded inside the step (masked holes).
+    """
+    past, input_ids, mask, positions = _prefill_inputs(backend, rows, dev)
     active = list(rows)
     bitmask = None
+    kwarg = _cache_kwarg(type(backend.model))
     while active:
-        out = backend.model(input_ids=input_ids, attention_mask=mask, position_ids=next_pos_ids(input_ids,
-                            next_pos), use_cache=True, logits_to_keep=1, **{_cache_kwarg(backend.model): past})
+        out = backend.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                            logits_to_keep=1, **{kwarg: past})
         backend.stats["forward_calls"] += 1
         past = out.cache if hasattr(out, "cache") else out.past_key_values
         logits = out.logits[:, -1, :].float()
@@ -37,40 +45,61 @@ def run(backend: Any, rows: list[Any], dev: Any, temperature: float, top_p: floa
         for j, (row, tok) in enumerate(zip(active, tokens, strict=True)):
             if row.finish:  # an error found while choosing
                 continue
-            row.generated.append(tok)
-            backend.stats["generated_tokens"] += 1
-            if _finished(backend, row, tok):
+            row.feed = [tok] + _jump_forward(row, tok)
+            row.generated.extend(row.feed)
+            backend.stats["generated_tokens"] += len(row.feed)
+            if _finished(backend, row):
                 if keep_kv and backend.cache is not None:
                     _store_kv(backend, row, past, mask[j])
             else:
                 keep.append(j)
         if not keep:
             break
-        mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=dev)], dim=1)
         if len(keep) < len(active):
             idx = torch.tensor(keep, device=dev)
             past.batch_select_indices(idx)
-            mask, next_pos = mask[idx], next_pos[idx]
+            mask = mask[idx]
             active = [active[j] for j in keep]
-        input_ids = torch.tensor([[r.generated[-1]] for r in active], device=dev)
-        next_pos = next_pos + 1
+        input_ids, step_mask, positions = _step_inputs(backend, active, dev)
+        mask = torch.cat([mask, step_mask], dim=1)
 
 
-def _cache_kwarg(model: Any) -> str:
+@functools.cache
+def _cache_kwarg(model_type: type) -> str:
     """``cache`` in transformers >= 5.2x, ``past_key_values`` before (the older name is deprecated)."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 
-def next_pos_ids(input_ids: torch.Tensor, next_pos: torch.Tensor) -> torch.Tensor:
-    """Position ids [B, T] for ``input_ids`` whose last column is at position ``next_pos - 1``.
+def _jump_forward(row: Any, tok: int) -> list[int]:
+    """Advance the row's program past ``tok`` and collect the tokens it forces next (within budget)."""
+    st = row.state
+    if st is None:
+        return []
+    st.advance(tok)
+    extra: list[int] = []
+    room = row.request.max_new_tokens - len(row.generated) - 1
+    while len(extra) < room and not st.done:
+        forced = st.forced()
+        if forced is None:
+            break
+        st.advance(forced)
+        extra.append(forced)
+    return extra
 
-    Left-padding columns get clamped positions; they are masked out as keys and never read as queries.
-    """
-    t = input_ids.shape[1]
-    offsets = torch.arange(t, device=input_ids.device) - (t - 1)
-    return (next_pos[:, None] - 1 + offsets[None, :]).clamp(min=0)
+
+def _step_inputs(backend: Any, active: list[Any], dev: Any) -> tuple[Any, Any, Any]:
+    """Left-padded [B, T] ids of each row's pending tokens, their mask columns and position ids."""
+    t = max(len(r.feed) for r in active)
+    ids = torch.full((len(active), t), backend.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(active), t), dtype=torch.long)
+    pos = torch.zeros((len(active), t), dtype=torch.long)
+    for i, r in enumerate(active):
+        n = len(r.feed)
+        start = len(r.request.prompt_ids) + len(r.generated) - n
+        ids[i, t - n:] = torch.tensor(r.feed)
+        mask[i, t - n:] = 1
+        pos[i, t - n:] = torch.arange(start, start + n)
+    return ids.to(dev), mask.to(dev), pos.to(dev)
 
 
 def _prefill_inputs(backend: Any, rows: list[Any], dev: Any) -> tuple[Any, Any, Any, Any]:
@@ -85,21 +114,21 @@ def _prefill_inputs(backend: Any, rows: list[Any], dev: Any) -> tuple[Any, Any, 
     c = max(r.cached for r in rows)
     new = [r.request.prompt_ids[r.cached:] for r in rows]
     n = max(len(x) for x in new)
-    input_ids = torch.full((b, n), backend.pad_id, dtype=torch.long, device=dev)
-    mask = torch.zeros((b, c + n), dtype=torch.long, device=dev)
+    input_ids = torch.full((b, n), backend.pad_id, dtype=torch.long)
+    mask = torch.zeros((b, c + n), dtype=torch.long)
+    positions = torch.zeros((b, n), dtype=torch.long)
     for i, row in enumerate(rows):
         k = len(new[i])
-        input_ids[i, n - k:] = torch.tensor(new[i], dtype=torch.long, device=dev)
+        input_ids[i, n - k:] = torch.tensor(new[i], dtype=torch.long)
         mask[i, c - row.cached:c] = 1
         mask[i, c + n - k:] = 1
+        positions[i, n - k:] = torch.arange(row.cached, row.cached + k)
     backend.stats["prefill_tokens"] += sum(len(x) for x in new)
     backend.stats["cached_tokens"] += sum(r.cached for r in rows)
-    # next_pos = position of the last prompt token + 1, i.e. the prompt length
-    next_pos = torch.tensor([len(r.request.prompt_ids) for r in rows], dtype=torch.long, device=dev)
     past = DynamicCache(config=backend.model.config)
     if c:
         past = DynamicCache(ddp_cache_data=_stack_kv(kvs, rows, c, dev), config=backend.model.config)
-    return past, input_ids, mask, next_pos
+    return past, input_ids.to(dev), mask.to(dev), positions.to(dev)
 
 
 def _stack_kv(kvs: list[Any], rows: list[Any], c: int, dev: Any) -> list[tuple[Any, Any]]:
@@ -117,8 +146,8 @@ def _stack_kv(kvs: list[Any], rows: list[Any], c: int, dev: Any) -> list[tuple[A
 
 
 def _store_kv(backend: Any, row: Any, past: Any, mask_row: torch.Tensor) -> None:
-    """Keep the row's real KV positions: they cover the prompt and all generated ids but the last."""
-    ids = tuple(row.request.prompt_ids) + tuple(row.generated[:-1])
+    """Keep the row's real KV positions: the prompt and every generated id except the unfed last step."""
+    ids = tuple(row.request.prompt_ids) + tuple(row.generated[:len(row.generated) - len(row.feed)])
     keep = mask_row.bool()
     kv = []
     j = row.batch_pos
@@ -128,11 +157,11 @@ def _store_kv(backend: Any, row: Any, past: Any, mask_row: torch.Tensor) -> None
         backend.cache.put(ids, kv)
 
 
-def _finished(backend: Any, row: Any, tok: int) -> bool:
+def _finished(backend: Any, row: Any) -> bool:
     if row.state is not None:
         if row.state.done:
             row.finish = "stop"
-    elif tok in backend.stop_ids:
+    elif row.generated[-1] in backend.stop_ids:
         row.finish = "stop"
     if not row.finish and len(row.generated) >= row.request.max_new_tokens:
         row.finish = "length"
@@ -158,11 +187,7 @@ def _choose(backend: Any, active: list[Any], logits: torch.Tensor, temperature: 
     else:
         picked = [_sample(logits[j], temperature, top_p, row.generator) if j not in forced and finite[j] else 0
                   for j, row in enumerate(active)]
-    tokens = [forced.get(j, picked[j]) for j in range(len(active))]
-    for j, row in enumerate(active):
-        if row.state is not None and not row.finish:
-            row.state.advance(tokens[j])
-    return tokens
+    return [forced.get(j, picked[j]) for j in range(len(active))]
 
 
 def _constrain(backend: Any, row: Any, logits_row: torch.Tensor, bitmask: Any) -> int | None:

@@ -94,6 +94,7 @@ class _Row:
     finish: str = ""
     error: str = ""
     batch_pos: int = 0
+    feed: list[int] = field(default_factory=list)
 
 
 class TransformersBackend:

@@ -11,7 +11,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from brrm.constraints import Choice, Pattern, Program, Think, literal
+from brrm.constraints import Choice, Literal, Pattern, Program, Think, literal
 
 DIMENSIONS = (
     "Information Accuracy",
@@ -132,28 +132,31 @@ def _dims_regex(max_dims: int = 3) -> str:
     return "(" + "|".join(literal(o) for o in options) + ")"
 
 
-def _block(text_after: str, cap: int) -> Pattern:
-    """Free text, then a newline and the fixed ``text_after``; forced closed after ``cap`` tokens."""
-    return Pattern(_FREE + literal("\n" + text_after), cap=cap, force="\n" + text_after)
+_CLOSE = r"\n\["
 
 
-def _fixed(prefix: str, regex_tail: str = "", tail_max: int = 0) -> Pattern:
-    return Pattern(r"\n{0,2}" + literal(prefix) + regex_tail, max_len=2 + len(prefix) + tail_max)
-
-
-_FOCUS_HEAD = "[Quality Assessment Focus]\n"
-_FOCUS_TAIL = "\n[End of Quality Assessment Focus]\n\n[Quality Analysis for Response 1]\n- Critical Issues: "
+def _block(cap: int) -> Pattern:
+    """Free text ended by ``\n[`` (the start of the next marker); forced closed after ``cap`` tokens."""
+    return Pattern(_FREE + _CLOSE, cap=cap, force="\n[", max_len=2)
 
 
 def turn1_program(think_budget: int, block_cap: int) -> Program:
-    """Turn 1 after the optional thinking block: focus (1–3 distinct dimensions) and two analyses."""
+    """Turn 1 after the optional thinking block: focus (1–3 distinct dimensions) and two analyses.
+
+    Markers are Literal segments (emitted without consulting the model); the dimension list is a
+    pattern over the 1–3 distinct names; each analysis is free text ended by the model with ``\n[``.
+    """
     segments: list = [Think(think_budget)] if think_budget > 0 else []
     dims_max = 3 * max(len(d) for d in DIMENSIONS) + 4
     segments += [
-        _fixed(_FOCUS_HEAD, _dims_regex() + literal(_FOCUS_TAIL), dims_max + len(_FOCUS_TAIL)),
-        _block("[End of Quality Analysis for Response 1]\n\n[Quality Analysis for Response 2]\n"
-               "- Critical Issues: ", block_cap),
-        _block("[End of Quality Analysis for Response 2]", block_cap),
+        Literal("[Quality Assessment Focus]\n"),
+        Pattern(_dims_regex() + _CLOSE, max_len=dims_max + 2),
+        Literal("End of Quality Assessment Focus]\n\n[Quality Analysis for Response 1]\n- Critical Issues: "),
+        _block(block_cap),
+        Literal("End of Quality Analysis for Response 1]\n\n[Quality Analysis for Response 2]\n"
+                "- Critical Issues: "),
+        _block(block_cap),
+        Literal("End of Quality Analysis for Response 2]"),
     ]
     return Program(tuple(segments))
 
@@ -162,11 +165,13 @@ def turn2_program(think_budget: int, block_cap: int) -> Program:
     """Turn 2 after the optional thinking block: two analyses, then the ranking with digit 1 or 2."""
     segments: list = [Think(think_budget)] if think_budget > 0 else []
     segments += [
-        _fixed("[The Begin of Analysis on Response 1]\n"),
-        _block("[The End of Analysis on Response 1]\n\n[The Begin of Analysis on Response 2]\n", block_cap),
-        _block("[The End of Analysis on Response 2]\n\n[The Begin of Ranking Score]\n\\boxed{", block_cap),
+        Literal("[The Begin of Analysis on Response 1]\n"),
+        _block(block_cap),
+        Literal("The End of Analysis on Response 1]\n\n[The Begin of Analysis on Response 2]\n"),
+        _block(block_cap),
+        Literal("The End of Analysis on Response 2]\n\n[The Begin of Ranking Score]\n\\boxed{"),
         Choice(("1", "2")),
-        Pattern(literal("}\n[The End of Ranking Score]"), max_len=len("}\n[The End of Ranking Score]")),
+        Literal("}\n[The End of Ranking Score]"),
     ]
     return Program(tuple(segments))
 

@@ -133,7 +133,7 @@ def pairwise_from_rewards(
         raise ConfigError(f"margin must be a finite number >= 0, got {margin!r}")
     if on_tie not in _TIE_OPTIONS:
         raise ConfigError(f"on_tie must be Verdict.TIE, Verdict.A or Verdict.B, got {on_tie!r}")
-    meta = {
+    meta: dict[str, Any] = {
         "id": id,
         "label": label,
         "provenance": reward_a.provenance or reward_b.provenance,

@@ -14,6 +14,7 @@ import torch
 
 from brrm.compose import ScalarRewardJudge
 from brrm.errors import ConfigError
+from brrm.reward_models.batching import padding_waste
 from brrm.reward_models.bradley_terry import (
     EMPTY_THINK,
     NOTHINK_SUFFIX,
@@ -140,6 +141,18 @@ def test_bucketing_covers_every_item_under_the_budget():
     assert flat == sorted(lengths)
     naive = bucket_by_length(lengths, token_budget=10**9, max_batch_size=4, sort=False)
     assert naive == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert padding_waste(lengths, naive) == pytest.approx(1 - sum(lengths) / (4 * 300 + 4 * 400 + 2 * 60))
+    assert padding_waste(lengths, batches) < padding_waste(lengths, naive)
+
+
+def test_padding_waste_is_measured_on_the_batches_run(seqcls):
+    model, tok = seqcls
+    convs, resps = zip(*ITEMS, strict=True)
+    rm = BradleyTerryRewardModel(model, tok, max_batch_size=4, bucketing=False)
+    rm.score(list(convs), list(resps))
+    lengths = [len(rm.encode(c, r).ids) for c, r in ITEMS]
+    assert rm.stats["real_tokens"] == sum(lengths) and rm.stats["batches"] == 2
+    assert rm.padding_waste == pytest.approx(padding_waste(lengths, [[0, 1, 2, 3], [4, 5, 6, 7]]))
 
 
 def test_pad_token_missing_or_equal_to_eos(seqcls):

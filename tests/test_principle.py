@@ -221,3 +221,18 @@ def test_formats_resolve_from_model_ids():
     with pytest.raises(ConfigError, match="placeholder"):
         PrincipleConfig(question="Is it good?")
     assert build_tiny_tokenizer().encode(" Yes", add_special_tokens=False) != []
+
+
+def test_principle_judge_behind_the_one_interface(causal):
+    from brrm.compose import ScalarRewardJudge
+
+    judge, _ = _judge(causal, "llama_reward")
+    unified = ScalarRewardJudge(judge, principle="The answer is correct.")
+    (pair,) = unified.judge_pairs(["What is 2+2?"], ["4"], ["5"])
+    a, b = judge.score(["What is 2+2?"] * 2, ["4", "5"], principle="The answer is correct.")
+    assert pair.ok and pair.p_a == pytest.approx(1 / (1 + math.exp(b.reward - a.reward)), abs=1e-6)
+    group = unified.rank("What is 2+2?", ["4", "5", "four", ""])
+    assert group.n_scored == 4 and group.rewards[3].status is Status.EMPTY and 3 not in group.ranking
+    assert all(r.principle == "The answer is correct." for r in group.rewards)
+    with pytest.raises(ConfigError, match="principle is required"):
+        ScalarRewardJudge(judge).judge_pairs(["hi"], ["a"], ["b"])

@@ -14,14 +14,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from brrm.reward_models.bradley_terry import BradleyTerryRewardModel, bucket_by_length
+    from brrm.reward_models.batching import bucket_by_length
+    from brrm.reward_models.bradley_terry import BradleyTerryRewardModel
 
 __all__ = ["BradleyTerryRewardModel", "bucket_by_length"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from brrm.reward_models import bradley_terry
+    if name == "bucket_by_length":
+        from brrm.reward_models.batching import bucket_by_length
 
-        return getattr(bradley_terry, name)
+        return bucket_by_length
+    if name == "BradleyTerryRewardModel":
+        from brrm.reward_models.bradley_terry import BradleyTerryRewardModel
+
+        return BradleyTerryRewardModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

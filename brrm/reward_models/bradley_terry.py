@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from brrm.errors import ConfigError
+from brrm.reward_models.batching import bucket_by_length
 from brrm.templates import strip_reasoning
 from brrm.types import Conversation, Provenance, SamplingConfig, ScalarReward, Status, check_same_length
 
@@ -95,37 +96,6 @@ def resolve_recipe(recipe: str, name: str, *, causal: bool) -> str:
             "reward, or load a sequence-classification reward model"
         )
     return "sequence_classification"
-
-
-def bucket_by_length(
-    lengths: Sequence[int], *, token_budget: int, max_batch_size: int, sort: bool = True
-) -> list[list[int]]:
-    """Group item indices into batches whose padded size (rows × longest row) stays under a budget.
-
-    Args:
-        lengths: token count of each item (>= 1).
-        token_budget: most padded tokens per batch, >= 1; an item longer than it runs alone.
-        max_batch_size: most rows per batch, >= 1.
-        sort: sort by length first (length bucketing); False keeps input order (naive fixed batching, for
-            comparison).
-
-    Returns:
-        Batches of indices into ``lengths``; every index appears exactly once.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i)) if sort else list(range(len(lengths)))
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for i in order:
-        grown = max(longest, lengths[i])
-        if cur and (len(cur) >= max_batch_size or grown * (len(cur) + 1) > token_budget):
-            batches.append(cur)
-            cur, grown = [], lengths[i]
-        cur.append(i)
-        longest = grown
-    if cur:
-        batches.append(cur)
-    return batches
 
 
 @dataclass(frozen=True)
@@ -477,7 +447,7 @@ class BradleyTerryRewardModel:
         return self.score([conversation], [response])[0]
 
     def _result(self, enc: Encoded, value: float | str | None, rid: str) -> ScalarReward:
-        meta = {
+        meta: dict[str, Any] = {
             "id": str(rid),
             "thinking_stripped": enc.thinking_stripped,
             "provenance": self.provenance,

@@ -61,6 +61,12 @@ class BRRMConfig:
         max_retries: re-run an ordered judgment that ended ``parse_failure``, ``truncated`` (turn budget)
             or ``backend_error`` up to this many times with a new seed, >= 0. Default 0: nothing is
             re-sampled behind the user's back; ``attempts`` on the result counts the runs.
+        turn2_tokens: how P2's token ids are formed from the same P2 text. ``retokenize`` tokenizes
+            P1 + T1 + continuation as one string, as the released evaluation did (vLLM re-tokenized the
+            text); KV reuse then stops where T1's sampled ids differ from the canonical tokenization.
+            ``concat`` keeps P1's and T1's ids as generated and appends the tokenized continuation, so
+            turn 2 reuses all of turn 1's KV. ``auto`` (default): ``retokenize`` in faithful mode,
+            ``concat`` in constrained mode (where fixed markers are emitted as their own tokens).
 
     Raises:
         ConfigError: naming the field and its valid options.
@@ -75,8 +81,11 @@ class BRRMConfig:
     strip_response_reasoning: bool = True
     swap: bool = False
     max_retries: int = 0
+    turn2_tokens: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.turn2_tokens not in ("auto", "retokenize", "concat"):
+            raise ConfigError(f"turn2_tokens {self.turn2_tokens!r} is not valid; expected auto, retokenize, concat")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ConfigError(f"max_retries must be an int >= 0, got {self.max_retries!r}")
         if self.decoding not in DECODING_MODES:
@@ -88,7 +97,15 @@ class BRRMConfig:
 
     def policies(self) -> dict[str, Any]:
         return {**self.context.to_dict(), "neutralize_markers": self.neutralize_markers,
-                "strip_response_reasoning": self.strip_response_reasoning, "thinking": self.thinking}
+                "strip_response_reasoning": self.strip_response_reasoning, "thinking": self.thinking,
+                "turn2_tokens": self.p2_tokenization}
+
+    @property
+    def p2_tokenization(self) -> str:
+        """``turn2_tokens`` with ``auto`` resolved for the decoding mode."""
+        if self.turn2_tokens != "auto":
+            return self.turn2_tokens
+        return "retokenize" if self.decoding == "faithful" else "concat"
 
 
 @dataclass
@@ -285,7 +302,10 @@ class BRRMJudge:
         reqs, todo = [], []
         for it in items:
             assert it.t1 is not None
-            it.p2_ids = self._encode(it.p1_text + it.t1.text + "\n" + self.continuation)
+            if self.config.p2_tokenization == "retokenize":
+                it.p2_ids = self._encode(it.p1_text + it.t1.text + "\n" + self.continuation)
+            else:
+                it.p2_ids = it.p1_ids + it.t1.token_ids + self._encode("\n" + self.continuation)
             plan = self._budget(it, len(it.p2_ids), 2)
             if plan:
                 reqs.append(GenerationRequest(it.p2_ids, plan[0], seed=it.seed, program=plan[1]))

@@ -64,8 +64,9 @@ def test_bucketing_padding_waste_and_throughput(benchmark, setup):
         naive_out[:] = _run(naive, sequences)
         naive_times.append(time.perf_counter() - start)
 
-    bucketed_rewards = benchmark.pedantic(_run, args=(bucketed, sequences), setup=time_naive, rounds=ROUNDS,
-                                          iterations=1)
+    bucketed_rewards = benchmark.pedantic(
+        _run, args=(bucketed, sequences), setup=time_naive, rounds=ROUNDS, iterations=1
+    )
     naive_rewards = naive_out
     naive_s, bucketed_s = min(naive_times), benchmark.stats.stats.min
     waste_naive, waste_bucketed = naive.padding_waste, bucketed.padding_waste

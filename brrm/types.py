@@ -586,7 +586,7 @@ class GroupResult:
             "strategy": self.strategy,
             "status": self.status.value,
             "rewards": [r.to_dict() for r in self.rewards],
-            "reward_range": list(self.reward_range),
+            "reward_range": [x if math.isfinite(x) else None for x in self.reward_range],  # null: unbounded
             "wins": [list(r) for r in self.wins],
             "ties": [list(r) for r in self.ties],
             "n_judgments": self.n_judgments,

@@ -269,7 +269,7 @@ class PrincipleJudge:
         if isinstance(principles, str) or not principles:
             raise ConfigError("principles must be a non-empty list of strings")
         items = [
-            self._item(i * len(principles) + k, conversations[i], responses[i], p, "")
+            self._item(i * len(principles) + k, conversations[i], responses[i], p, "", pos=i)
             for i in range(n)
             for k, p in enumerate(principles)
         ]
@@ -277,14 +277,18 @@ class PrincipleJudge:
         return [flat[i * len(principles) : (i + 1) * len(principles)] for i in range(n)]
 
     # ---------------------------------------------------------------------------------------- internals
-    def _item(self, index: int, conversation: Any, response: Any, principle: Any, rid: str) -> _Item:
+    def _item(
+        self, index: int, conversation: Any, response: Any, principle: Any, rid: str, pos: int | None = None
+    ) -> _Item:
+        """Validate one input; ``index`` seeds its sampler, ``pos`` (default ``index``) names it in errors."""
+        pos = index if pos is None else pos
         if response is None:
-            raise ConfigError(f"responses[{index}] is missing (None): scoring needs the assistant response")
+            raise ConfigError(f"responses[{pos}] is missing (None): scoring needs the assistant response")
         if not isinstance(response, str):
-            raise ConfigError(f"responses[{index}] must be a string, got {type(response).__name__}")
+            raise ConfigError(f"responses[{pos}] must be a string, got {type(response).__name__}")
         if not isinstance(principle, str) or not principle.strip():
-            raise ConfigError(f"principle of item {index} must be a non-empty string, got {principle!r}")
-        conv = Conversation.coerce(conversation, where=f"conversations[{index}]")
+            raise ConfigError(f"principle of item {pos} must be a non-empty string, got {principle!r}")
+        conv = Conversation.coerce(conversation, where=f"conversations[{pos}]")
         return _Item(index, conv, response, principle, rid)
 
     def _messages(self, it: _Item, response: str) -> list[dict[str, Any]]:

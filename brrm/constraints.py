@@ -22,10 +22,16 @@ their own structured-output requests instead.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from brrm.errors import ConfigError
@@ -91,18 +97,19 @@ class Program:
         return total
 
 
-_INDEX_CACHE: dict[tuple[int, str], Any] = {}
-_VOCAB_CACHE: dict[int, Any] = {}
+_INDEX_CACHE: dict[tuple[str, str], Any] = {}
+_VOCABS: weakref.WeakKeyDictionary[Any, tuple[str, Any]] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 COMPILE_SECONDS: list[float] = []
-"""Wall seconds of every outlines-core index compiled in this process (benchmarks report them)."""
+"""Wall seconds of every outlines-core index compiled (not loaded from disk) in this process."""
+INDEX_CACHE_ENV = "BRRM_CACHE_DIR"
 
 
-def _vocabulary(tokenizer: Any, eos_id: int) -> Any:
-    """outlines-core Vocabulary without special/added control tokens (they never appear inside text)."""
-    key = id(tokenizer)
-    if key in _VOCAB_CACHE:
-        return _VOCAB_CACHE[key]
+def _vocabulary(tokenizer: Any, eos_id: int) -> tuple[str, Any]:
+    """(fingerprint, outlines-core Vocabulary) without special/added control tokens, once per tokenizer."""
+    cached = _VOCABS.get(tokenizer)
+    if cached is not None:
+        return cached
     from outlines.backends.outlines_core import OutlinesCoreBackend
     from outlines.models.transformers import TransformerTokenizer
 
@@ -111,21 +118,56 @@ def _vocabulary(tokenizer: Any, eos_id: int) -> Any:
     to_str = TransformerTokenizer(tokenizer).convert_token_to_string
     eos_token = tokenizer.convert_ids_to_tokens(eos_id)
     vocabulary = OutlinesCoreBackend.create_outlines_core_vocabulary(vocab, eos_id, eos_token, to_str)
-    _VOCAB_CACHE[key] = vocabulary
-    return vocabulary
+    digest = hashlib.sha256(json.dumps([eos_id, sorted(vocab.items(), key=lambda kv: kv[1])]).encode())
+    _VOCABS[tokenizer] = (digest.hexdigest(), vocabulary)
+    return _VOCABS[tokenizer]
+
+
+def _index_path(fingerprint: str, regex: str) -> Path:
+    import importlib.metadata
+
+    import platformdirs
+
+    root = Path(os.environ.get(INDEX_CACHE_ENV) or platformdirs.user_cache_dir("brrm")) / "indices"
+    version = importlib.metadata.version("outlines_core")
+    key = hashlib.sha256(f"{version}\0{fingerprint}\0{regex}".encode()).hexdigest()[:32]
+    return root / f"{key}.bin"
 
 
 def compile_index(tokenizer: Any, regex: str, eos_id: int) -> Any:
-    """The outlines-core Index of ``regex`` for ``tokenizer``, compiled once per (tokenizer, regex)."""
+    """The outlines-core Index of ``regex`` for ``tokenizer``.
+
+    Compiled once per (vocabulary, regex) and kept in memory and on disk (``$BRRM_CACHE_DIR`` or the user
+    cache dir, ``indices/``; raw ``Index.from_binary`` bytes, never pickle), since a large vocabulary
+    (Qwen's 151,669 tokens) makes compilation take seconds.
+    """
     from outlines_core import Index
 
-    key = (id(tokenizer), regex)
+    fingerprint, vocabulary = _vocabulary(tokenizer, eos_id)
+    key = (fingerprint, regex)
     with _LOCK:
         if key not in _INDEX_CACHE:
-            start = time.perf_counter()
-            _INDEX_CACHE[key] = Index(regex, _vocabulary(tokenizer, eos_id))
-            COMPILE_SECONDS.append(time.perf_counter() - start)
+            path = _index_path(fingerprint, regex)
+            try:
+                _INDEX_CACHE[key] = Index.from_binary(path.read_bytes())
+            except (OSError, ValueError):
+                start = time.perf_counter()
+                index = Index(regex, vocabulary)
+                COMPILE_SECONDS.append(time.perf_counter() - start)
+                _INDEX_CACHE[key] = index
+                _write_atomic(path, index.__reduce__()[1][0])
         return _INDEX_CACHE[key]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache only costs recompilation
+        pass
 
 
 def single_token_id(tokenizer: Any, text: str) -> int:

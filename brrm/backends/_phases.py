@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from typing import Literal as TypingLiteral
 
+from brrm.backends._regex import EMPTY, continuation, matches, to_regex, viable
 from brrm.backends.base import Completion, GenerationRequest
-from brrm.constraints import Literal, Pattern, Think, literal, single_token_id
+from brrm.constraints import Literal, Pattern, Think, single_token_id
 from brrm.errors import ConfigError
 
 PhaseKind = TypingLiteral["free", "think", "pattern", "choice"]
@@ -187,7 +188,7 @@ class ProgramRun:
     cached: int = 0
     finish: str = ""
     error: str = ""
-    cont_regex: str = ""  # a pattern's remaining literal after its cap (see _after_cap)
+    step_regex: str = ""  # past a pattern's cap: the regex of what may follow (see _after_cap)
     seg_start: int = 0  # index in generated where the current segment began
     current: Phase | None = None
 
@@ -251,13 +252,23 @@ class ProgramRun:
                 banned_ids=info.stop_ids,
             )
         if isinstance(seg, Pattern):
-            cap = seg.cap if seg.cap and not self.cont_regex else self.remaining
+            if self.step_regex:  # past the cap: one token at a time (see _after_cap)
+                return Phase(
+                    prompt,
+                    1,
+                    seed,
+                    "pattern",
+                    regex=self.step_regex,
+                    stop_ids=(info.end_of_turn_id,),
+                    banned_ids=info.banned_in_patterns,
+                )
+            cap = seg.cap if seg.cap and seg.force else self.remaining
             return Phase(
                 prompt,
                 min(cap, self.remaining) + 1,
                 seed,
                 "pattern",
-                regex=self.cont_regex or seg.regex,
+                regex=seg.regex,
                 stop_ids=(info.end_of_turn_id,),
                 banned_ids=info.banned_in_patterns,
             )
@@ -279,7 +290,7 @@ class ProgramRun:
 
     def _next_segment(self) -> None:
         self.segment += 1
-        self.cont_regex = ""
+        self.step_regex = ""
         self.seg_start = len(self.generated)
 
     def _force_close(self, seg: Think) -> None:
@@ -332,13 +343,13 @@ class ProgramRun:
     def _feed_pattern(self, phase: Phase, result: PhaseResult) -> None:
         seg: Any = self._segment()
         ids = list(result.token_ids)
+        stepping = bool(self.step_regex)
+        limit = phase.max_tokens if stepping else phase.max_tokens - 1  # a whole pattern ends with EOS
         stopped = result.finish_reason == "stop" and bool(ids)
-        content = ids[:-1] if stopped else ids
-        limit = phase.max_tokens - 1
-        done = stopped and len(content) <= limit
-        content = content[:limit]
+        content = (ids[:-1] if stopped else ids)[:limit]
         self.generated.extend(content)
         text = self._segment_text()
+        done = matches(seg.regex, text) if stepping else stopped and len(ids) - 1 <= limit
         if done:
             if _fullmatch(seg.regex, text) is False:
                 self.fail(
@@ -363,25 +374,29 @@ class ProgramRun:
         )
 
     def _after_cap(self, seg: Pattern, text: str) -> None:
-        """The pattern used its ``cap`` tokens: force its completion, or generate the literal's rest."""
-        if not seg.force:
-            self.fail(
-                f"pattern {seg.regex[:80]!r} reached its {seg.cap}-token cap and has no forced completion"
-            )
+        """Past the cap: append ``force`` when the text can take it, else generate one more token.
+
+        Mirrors the transformers backend: at every step past the cap the forced completion is emitted
+        as soon as it is a valid continuation; until then the model writes one token at a time under the
+        pattern's continuation regex (:mod:`brrm.backends._regex`), which the engine can start afresh.
+        """
+        try:
+            if seg.force and viable(seg.regex, text + seg.force):
+                self.forced_caps += 1
+                if not self._append(self.info.encode(seg.force)):
+                    return
+                text = self._segment_text()
+                if matches(seg.regex, text):
+                    self._next_segment()
+                    return
+            rest = continuation(seg.regex, text)
+        except ValueError as exc:
+            self.fail(f"pattern {seg.regex[:80]!r} passed its cap and cannot be continued: {exc}")
             return
-        if _fullmatch(seg.regex, text + seg.force):
-            self.forced_caps += 1
-            if self._append(self.info.encode(seg.force)):
-                self._next_segment()
+        if rest == EMPTY:
+            self.fail(f"the engine's output {text[-120:]!r} left the pattern {seg.regex[:80]!r}")
             return
-        for i in range(1, len(seg.force)):
-            if _fullmatch(seg.regex, text + seg.force[i:]):
-                self.cont_regex = literal(seg.force[i:])  # the model is inside the closing literal
-                return
-        self.fail(
-            f"pattern {seg.regex[:80]!r} reached its {seg.cap}-token cap in a state where its forced "
-            f"completion {seg.force!r} does not apply (text so far {text[-120:]!r})"
-        )
+        self.step_regex = to_regex(rest)
 
     def _feed_choice(self, phase: Phase, result: PhaseResult) -> None:
         ids = list(result.token_ids)

@@ -203,7 +203,9 @@ class VLLMBackend:
 
         Args:
             model: hub id (e.g. ``nvidia/Qwen3-Nemotron-14B-BRRM``) or local directory.
-            dtype: ``auto`` (the checkpoint's), ``float32``, ``bfloat16`` or ``float16``.
+            dtype: ``auto`` (float32 on a CPU build, like the transformers backend; on GPUs vLLM's ``auto``:
+                the checkpoint's dtype, float32 checkpoints cast to bfloat16), ``float32``, ``bfloat16`` or
+                ``float16``.
             seed: engine seed (each request also carries its own seed).
             max_model_len: context window in tokens; None = the model's.
             tensor_parallel_size, pipeline_parallel_size: GPUs per model replica, >= 1 each.
@@ -240,7 +242,7 @@ class VLLMBackend:
         kwargs: dict[str, Any] = {
             "model": model,
             "tokenizer": tokenizer or model,
-            "dtype": dtype,
+            "dtype": _resolve_dtype(dtype),
             "seed": seed,
             "tensor_parallel_size": tensor_parallel_size,
             "pipeline_parallel_size": pipeline_parallel_size,
@@ -482,6 +484,16 @@ class VLLMBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _resolve_dtype(dtype: str) -> str:
+    """``auto`` is float32 on a CPU build (as in the transformers backend; vLLM's own ``auto`` would cast a
+    float32 checkpoint to bfloat16), else vLLM's ``auto`` (the checkpoint's dtype, float32 cast to bf16)."""
+    if dtype != "auto":
+        return dtype
+    from vllm.platforms import current_platform
+
+    return "float32" if str(getattr(current_platform, "device_type", "")) == "cpu" else "auto"
 
 
 def _regex_params(kind: str, regex: str) -> Any:

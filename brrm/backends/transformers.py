@@ -9,35 +9,14 @@ position ids make every row compute exactly what it would compute alone.
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from brrm.backends.base import BackendInfo, Completion, GenerationRequest
+from brrm.backends.base import BackendInfo, Completion, GenerationRequest, end_of_turn_id
 from brrm.constraints import CompiledProgram, Program, ProgramState
 from brrm.errors import ConfigError
-
-for _k in ("TORCH_COMPILE_DISABLE",):
-    os.environ.setdefault(_k, "1")
-
-END_OF_TURN_CANDIDATES = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
-
-
-def end_of_turn_id(tokenizer: Any) -> int:
-    """The token that closes an assistant turn: the first known end-of-turn marker, else EOS.
-
-    Raises:
-        ConfigError: when the tokenizer has neither.
-    """
-    vocab = tokenizer.get_vocab()
-    for tok in END_OF_TURN_CANDIDATES:
-        if tok in vocab:
-            return int(vocab[tok])
-    if tokenizer.eos_token_id is None:
-        raise ConfigError("tokenizer has no end-of-turn token and no eos_token; set tokenizer.eos_token")
-    return int(tokenizer.eos_token_id)
 
 
 class PrefixCache:

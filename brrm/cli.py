@@ -262,7 +262,21 @@ def _print_summary(term: TextIO, rows: list[dict[str, Any]], records: list[Any],
     if args.swap:
         rate = f"{consistent / swapped:.3f} ({consistent}/{swapped})" if swapped else "n/a"
         print(f"  swap consistency rate {rate}", file=term)
+        per_order = _order_averaged_accuracy(rows)
+        if per_order is not None:
+            print(f"  order-averaged accuracy {per_order:.3f} (each order scored alone, as LLMBar's "
+                  "correct_average; a position-inconsistent tie earns half)", file=term)
     print(f"  time {seconds:.1f} s; generated tokens {gen} ({gen / max(seconds, 1e-9):.1f}/s)", file=term)
+
+
+def _order_averaged_accuracy(rows: list[dict[str, Any]]) -> float | None:
+    """Mean over labelled swapped pairs of (forward correct + reversed correct) / 2; failed orders count 0."""
+    scores = []
+    for row in rows:
+        subs = row.get("sub_judgments") or []
+        if len(subs) == 2 and row.get("label") in ("A", "B", "tie"):
+            scores.append(sum(s["status"] == "ok" and s["winner"] == row["label"] for s in subs) / 2)
+    return sum(scores) / len(scores) if scores else None
 
 
 if __name__ == "__main__":  # pragma: no cover

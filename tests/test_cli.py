@@ -60,7 +60,7 @@ def test_judge_swap_prints_probability_and_consistency(tmp_path, capsys, tiny_di
         assert len(r["sub_judgments"]) == 2 and isinstance(r["consistent"], bool)
         assert 0.0 <= r["p_a"] <= 1.0
     assert stdout.count("P(A>B)=") == 3 and stdout.count("consistent=") == 3
-    assert "swap consistency rate" in stdout
+    assert "swap consistency rate" in stdout and "order-averaged accuracy" in stdout
 
 
 def test_judge_to_stdout_keeps_jsonl_clean(tmp_path, capsys, tiny_dir):
@@ -101,3 +101,17 @@ def test_llmbar_natural_records_through_the_cli(shared, tmp_path, capsys, tiny_d
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 4 and all(r["status"] == "ok" and r["label"] in ("A", "B") for r in rows)
     assert "accuracy" in stdout and "/4 labelled ok pairs" in stdout
+
+
+def test_order_averaged_accuracy_gives_half_credit_to_inconsistent_ties():
+    from brrm.cli import _order_averaged_accuracy
+
+    def sub(winner):
+        return {"status": "ok", "winner": winner}
+
+    rows = [{"label": "A", "sub_judgments": [sub("A"), sub("A")]},        # both orders right: 1
+            {"label": "A", "sub_judgments": [sub("A"), sub("B")]},        # one right: 0.5
+            {"label": "B", "sub_judgments": [sub("A"), {"status": "truncated", "winner": "none"}]},  # 0
+            {"label": "none", "sub_judgments": [sub("A"), sub("A")]}]     # unlabelled: skipped
+    assert _order_averaged_accuracy(rows) == 0.5
+    assert _order_averaged_accuracy([]) is None

@@ -29,7 +29,7 @@ def run(backend: Any, rows: list[Any], dev: Any, temperature: float, top_p: floa
     past, input_ids, mask, positions = _prefill_inputs(backend, rows, dev)
     active = list(rows)
     bitmask = None
-    kwarg = _cache_kwarg(type(backend.model))
+    kwarg = _cache_kwarg(type(backend.model))  # type: ignore[arg-type]
     while active:
         out = backend.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                             logits_to_keep=1, **{kwarg: past})
@@ -65,7 +65,7 @@ def run(backend: Any, rows: list[Any], dev: Any, temperature: float, top_p: floa
 
 
 @functools.cache
-def _cache_kwarg(model_type: type) -> str:
+def _cache_kwarg(model_type: Any) -> str:
     """``cache`` in transformers >= 5.2x, ``past_key_values`` before (the older name is deprecated)."""
     return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 

@@ -212,9 +212,9 @@ class BRRMJudge:
                 final[(it.pair, it.flipped)] = it.result
         out = []
         for i in range(n):
-            meta = {"id": str(ids[i]) if ids else "", "label": labels[i] if labels else Verdict.NONE}
             orients = [final[(i, False)], final[(i, True)]] if swap else [final[(i, False)]]
-            out.append(replace(combine(orients) if swap else orients[0], **meta))
+            out.append(replace(combine(orients) if swap else orients[0], id=str(ids[i]) if ids else "",
+                               label=labels[i] if labels else Verdict.NONE))
         return out
 
     def _should_retry(self, it: _Item) -> bool:
@@ -334,8 +334,8 @@ class BRRMJudge:
         assert it.t1 is not None and it.t2 is not None
         t1 = fmt.parse_turn1(it.t1.text)
         first, second = (t1.analysis_2, t1.analysis_1) if it.flipped else (t1.analysis_1, t1.analysis_2)
-        fields = {"dimensions": t1.dimensions, "unknown_dimensions": t1.unknown, "analysis_a": first,
-                  "analysis_b": second}
+        fields: dict[str, Any] = {"dimensions": t1.dimensions, "unknown_dimensions": t1.unknown,
+                                  "analysis_a": first, "analysis_b": second}
         budget_notes = [f"turn {k} thinking hit its budget and was closed"
                         for k, c in ((1, it.t1), (2, it.t2)) if c.think_budget_hit]
         t2 = it.t2

@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from brrm.errors import BrrmError
+from brrm.errors import BrrmError, ConfigError
 from brrm.types import SamplingConfig
 
 EMBEDDED_BUDGETS = {"max_new_tokens_per_turn": 400, "max_total_tokens": 4096, "block_token_cap": 32}
@@ -104,6 +104,9 @@ class _Plan:
 
 def _plan(args: argparse.Namespace) -> _Plan:
     embedded = args.model is None
+    if embedded and args.model_type != "brrm":
+        raise ConfigError(f"--model-type {args.model_type} needs --model (a {args.model_type} reward model); the "
+                          "embedded demo model is a generative chat model, usable only with --model-type brrm")
     model = args.model
     if embedded:
         from brrm.embedded import embedded_model_dir
@@ -229,6 +232,9 @@ def _print_header(term: TextIO, args: argparse.Namespace, plan: _Plan, n: int) -
     print(f"budgets: temperature {s.temperature}, top_p {s.top_p}, {s.max_new_tokens_per_turn} new tokens "
           f"per turn, {s.max_total_tokens} total, block cap {plan.block_token_cap}, seed {s.seed}"
           + (" (small demo budgets; published: 8192 per turn, 16384 total)" if plan.embedded else ""), file=term)
+    if args.decoding == "constrained" and args.model_type == "brrm":
+        print("note: the first constrained run for a tokenizer compiles its output grammar once (seconds to a "
+              "minute); it is cached on disk for later runs", file=term)
 
 
 def _print_summary(term: TextIO, rows: list[dict[str, Any]], records: list[Any], seconds: float,
@@ -257,7 +263,9 @@ def _print_summary(term: TextIO, rows: list[dict[str, Any]], records: list[Any],
           + ", ".join(f"{k} {v}" for k, v in sorted(status.items())), file=term)
     print(f"  parse failures {status.get('parse_failure', 0)}; truncations {status.get('truncated', 0)}; "
           f"backend errors {status.get('backend_error', 0)}", file=term)
-    acc = f"{correct / labelled:.3f} ({correct}/{labelled} labelled ok pairs)" if labelled else "n/a (no labels)"
+    any_label = any(r.get("label") not in (None, "none") for r in rows)
+    acc = (f"{correct / labelled:.3f} ({correct}/{labelled} labelled ok pairs)" if labelled
+           else "n/a (no labelled pair was judged ok)" if any_label else "n/a (no labels)")
     print(f"  accuracy {acc}", file=term)
     if args.swap:
         rate = f"{consistent / swapped:.3f} ({consistent}/{swapped})" if swapped else "n/a"

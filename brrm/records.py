@@ -205,7 +205,7 @@ def parse_pair_record(row: Any, *, line: int, fields: FieldMap | None = None) ->
     """
     fields = fields or FieldMap()
     if not isinstance(row, Mapping):
-        return RecordError(line, "", f"line {line}: expected an object with fields, got {type(row).__name__}")
+        return RecordError(line, str(line), f"line {line}: expected an object with fields, got {type(row).__name__}")
     rid = ""
     try:
         rid = _read_id(row, line, fields)
@@ -336,7 +336,7 @@ def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, Any]]:
                 yield line, json.loads(text)
             except json.JSONDecodeError as exc:
                 why = f"line {line}: not valid JSON ({exc.msg} at column {exc.colno})"
-                yield line, RecordError(line, "", why)
+                yield line, RecordError(line, str(line), why)
 
 
 def _load_with_datasets(path: Path, fmt: str, limit: int | None) -> list[dict[str, Any]]:

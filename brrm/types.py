@@ -135,7 +135,7 @@ class Conversation:
         return [m.to_dict() for m in self.messages]
 
 
-class Verdict(enum.Enum):
+class Verdict(enum.StrEnum):
     """Which response won. ``NONE`` means no verdict was produced; the result's status says why."""
 
     A = "A"
@@ -148,7 +148,7 @@ class Verdict(enum.Enum):
         return {Verdict.A: Verdict.B, Verdict.B: Verdict.A}.get(self, self)
 
 
-class Status(enum.Enum):
+class Status(enum.StrEnum):
     """Outcome of one judgment or reward.
 
     ``ok``: a verdict / reward was produced. ``parse_failure``: the output ended but held no valid verdict.

@@ -115,3 +115,9 @@ def test_order_averaged_accuracy_gives_half_credit_to_inconsistent_ties():
             {"label": "none", "sub_judgments": [sub("A"), sub("A")]}]     # unlabelled: skipped
     assert _order_averaged_accuracy(rows) == 0.5
     assert _order_averaged_accuracy([]) is None
+
+
+def test_scalar_model_type_without_model_is_a_clear_error(capsys):
+    code, _, stderr = _run(capsys, "judge", "--input", str(REPO / "examples/pairs.jsonl"), "--model-type", "bt",
+                           "--no-progress")
+    assert code == 2 and "--model-type bt needs --model" in stderr

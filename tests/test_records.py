@@ -133,7 +133,7 @@ def test_jsonl_bad_rows_become_errors_in_place(tmp_path: Path) -> None:
     broken, role, miss = items[1], items[2], items[4]
     assert (
         isinstance(broken, RecordError)
-        and broken.id == ""
+        and broken.id == "2"  # the default id: the line number
         and broken.reason.startswith("line 2: not valid JSON")
     )
     assert role == RecordError(
@@ -200,7 +200,7 @@ def test_row_errors_name_field_and_options(row: dict, reason: str) -> None:
 
 def test_non_object_row_and_labels() -> None:
     assert parse_pair_record(["a"], line=1) == RecordError(
-        1, "", "line 1: expected an object with fields, got list"
+        1, "1", "line 1: expected an object with fields, got list"
     )
     base = {"prompt": "p", "response_a": "x", "response_b": "y"}
     labels = [

@@ -173,13 +173,14 @@ def run_judge(args: argparse.Namespace) -> int:
     _print_header(term, args, plan, len(records))
     judge = _build_judge(args, plan)
     good = [r for r in records if not isinstance(r, RecordError)]
-    by_line: dict[int, dict[str, Any]] = {}
+    by_line: dict[int, Any] = {}
     started = time.perf_counter()
     sink = nullcontext(sys.stdout) if to_stdout else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
     with sink as out:
         _judge_in_chunks(judge, good, by_line, args, term)
         for rec in records:
-            row = by_line.get(rec.line) if not isinstance(rec, RecordError) else _invalid_row(rec)
+            row = ({"line": rec.line, **by_line[rec.line].to_dict()} if not isinstance(rec, RecordError)
+                   else _invalid_row(rec))
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
     _print_summary(term, list(by_line.values()), records, time.perf_counter() - started, args)
     return 0
@@ -189,8 +190,8 @@ def _invalid_row(rec: Any) -> dict[str, Any]:
     return {"id": rec.id, "line": rec.line, "winner": "none", "status": "invalid_input", "reason": rec.reason}
 
 
-def _judge_in_chunks(judge: Any, good: list[Any], by_line: dict[int, dict[str, Any]],
-                     args: argparse.Namespace, term: TextIO) -> None:
+def _judge_in_chunks(judge: Any, good: list[Any], by_line: dict[int, Any], args: argparse.Namespace,
+                     term: TextIO) -> None:
     from tqdm import tqdm
 
     # transformers: one decoding batch per chunk; vLLM / servers: large chunks so the engine can schedule
@@ -202,10 +203,9 @@ def _judge_in_chunks(judge: Any, good: list[Any], by_line: dict[int, dict[str, A
                                         [r.response_b for r in part], ids=[r.id for r in part],
                                         labels=[r.label for r in part])
             for rec, res in zip(part, results, strict=True):
-                row = {"line": rec.line, **res.to_dict()}
-                by_line[rec.line] = row
+                by_line[rec.line] = res
                 if not args.quiet:
-                    bar.write(_verdict_line(row), file=term)
+                    bar.write(_verdict_line(res.to_dict()), file=term)
             bar.update(len(part))
 
 
@@ -237,54 +237,31 @@ def _print_header(term: TextIO, args: argparse.Namespace, plan: _Plan, n: int) -
               "minute); it is cached on disk for later runs", file=term)
 
 
-def _print_summary(term: TextIO, rows: list[dict[str, Any]], records: list[Any], seconds: float,
+def _print_summary(term: TextIO, results: list[Any], records: list[Any], seconds: float,
                    args: argparse.Namespace) -> None:
     from brrm.records import RecordError
+    from brrm.types import Verdict, summarize
 
-    status: dict[str, int] = {}
-    winners = {"A": 0, "B": 0, "tie": 0}
-    labelled = correct = swapped = consistent = gen = 0
-    for row in rows:
-        status[row["status"]] = status.get(row["status"], 0) + 1
-        gen += row.get("generated_tokens", 0)
-        if row["status"] != "ok":
-            continue
-        winners[row["winner"]] += 1
-        if row.get("correct") is not None:
-            labelled += 1
-            correct += bool(row["correct"])
-        if row.get("sub_judgments"):
-            swapped += 1
-            consistent += bool(row["consistent"])
+    s = summarize(results)
+    gen = sum(r.generated_tokens for r in results)
     invalid = sum(isinstance(r, RecordError) for r in records)
     print("summary:", file=term)
-    print(f"  records {len(records)}; judged {len(rows)}; invalid records {invalid}", file=term)
-    print(f"  verdicts A {winners['A']}, B {winners['B']}, tie {winners['tie']}; "
-          + ", ".join(f"{k} {v}" for k, v in sorted(status.items())), file=term)
-    print(f"  parse failures {status.get('parse_failure', 0)}; truncations {status.get('truncated', 0)}; "
-          f"backend errors {status.get('backend_error', 0)}", file=term)
-    any_label = any(r.get("label") not in (None, "none") for r in rows)
-    acc = (f"{correct / labelled:.3f} ({correct}/{labelled} labelled ok pairs)" if labelled
+    print(f"  records {len(records)}; judged {s.total}; invalid records {invalid}", file=term)
+    print(f"  verdicts A {s.by_winner['A']}, B {s.by_winner['B']}, tie {s.by_winner['tie']}; "
+          + ", ".join(f"{k} {v}" for k, v in sorted(s.by_status.items()) if v), file=term)
+    print(f"  parse failures {s.by_status['parse_failure']}; truncations {s.by_status['truncated']}; "
+          f"backend errors {s.by_status['backend_error']}", file=term)
+    any_label = any(r.label is not Verdict.NONE for r in results)
+    acc = (f"{s.accuracy:.3f} ({s.correct}/{s.labelled} labelled ok pairs)" if s.labelled
            else "n/a (no labelled pair was judged ok)" if any_label else "n/a (no labels)")
     print(f"  accuracy {acc}", file=term)
     if args.swap:
-        rate = f"{consistent / swapped:.3f} ({consistent}/{swapped})" if swapped else "n/a"
+        rate = f"{s.consistency_rate:.3f} ({s.consistent}/{s.swapped})" if s.swapped else "n/a"
         print(f"  swap consistency rate {rate}", file=term)
-        per_order = _order_averaged_accuracy(rows)
-        if per_order is not None:
-            print(f"  order-averaged accuracy {per_order:.3f} (each order scored alone, as LLMBar's "
-                  "correct_average; a position-inconsistent tie earns half)", file=term)
+        if s.order_labelled:
+            print(f"  order-averaged accuracy {s.order_averaged_accuracy:.3f} (each order scored alone, as "
+                  "LLMBar's correct_average; a position-inconsistent tie earns half)", file=term)
     print(f"  time {seconds:.1f} s; generated tokens {gen} ({gen / max(seconds, 1e-9):.1f}/s)", file=term)
-
-
-def _order_averaged_accuracy(rows: list[dict[str, Any]]) -> float | None:
-    """Mean over labelled swapped pairs of (forward correct + reversed correct) / 2; failed orders count 0."""
-    scores = []
-    for row in rows:
-        subs = row.get("sub_judgments") or []
-        if len(subs) == 2 and row.get("label") in ("A", "B", "tie"):
-            scores.append(sum(s["status"] == "ok" and s["winner"] == row["label"] for s in subs) / 2)
-    return sum(scores) / len(scores) if scores else None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -380,6 +380,14 @@ class JudgmentSummary:
     correct: int
     swapped: int
     consistent: int
+    order_credit: float = 0.0
+    order_labelled: int = 0
+
+    @property
+    def order_averaged_accuracy(self) -> float:
+        """Swap-debiased pairs scored per order, as LLMBar's ``correct_average``: each labelled pair earns
+        (forward correct + reversed correct) / 2, a failed order earning 0; NaN when there are none."""
+        return self.order_credit / self.order_labelled if self.order_labelled else math.nan
 
     @property
     def accuracy(self) -> float:
@@ -404,6 +412,7 @@ class JudgmentSummary:
             "accuracy": num(self.accuracy),
             "swapped_ok": self.swapped,
             "consistency_rate": num(self.consistency_rate),
+            "order_averaged_accuracy": num(self.order_averaged_accuracy),
         }
 
 
@@ -411,10 +420,14 @@ def summarize(judgments: Iterable[PairwiseJudgment]) -> JudgmentSummary:
     """Aggregate judgments by status and winner; non-ok results never count as verdicts."""
     by_status = {s.value: 0 for s in Status}
     by_winner = {v.value: 0 for v in (Verdict.A, Verdict.B, Verdict.TIE)}
-    total = labelled = correct = swapped = consistent = 0
+    total = labelled = correct = swapped = consistent = order_labelled = 0
+    order_credit = 0.0
     for j in judgments:
         total += 1
         by_status[j.status.value] += 1
+        if len(j.sub_judgments) == 2 and j.label is not Verdict.NONE:
+            order_labelled += 1
+            order_credit += sum(s.ok and s.winner is j.label for s in j.sub_judgments) / 2
         if not j.ok:
             continue
         by_winner[j.winner.value] += 1
@@ -424,7 +437,8 @@ def summarize(judgments: Iterable[PairwiseJudgment]) -> JudgmentSummary:
         if j.sub_judgments:
             swapped += 1
             consistent += int(j.consistent)
-    return JudgmentSummary(total, by_status, by_winner, labelled, correct, swapped, consistent)
+    return JudgmentSummary(total, by_status, by_winner, labelled, correct, swapped, consistent, order_credit,
+                           order_labelled)
 
 
 def check_same_length(**lists: Sequence[Any]) -> int:

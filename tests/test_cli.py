@@ -103,20 +103,6 @@ def test_llmbar_natural_records_through_the_cli(shared, tmp_path, capsys, tiny_d
     assert "accuracy" in stdout and "/4 labelled ok pairs" in stdout
 
 
-def test_order_averaged_accuracy_gives_half_credit_to_inconsistent_ties():
-    from brrm.cli import _order_averaged_accuracy
-
-    def sub(winner):
-        return {"status": "ok", "winner": winner}
-
-    rows = [{"label": "A", "sub_judgments": [sub("A"), sub("A")]},        # both orders right: 1
-            {"label": "A", "sub_judgments": [sub("A"), sub("B")]},        # one right: 0.5
-            {"label": "B", "sub_judgments": [sub("A"), {"status": "truncated", "winner": "none"}]},  # 0
-            {"label": "none", "sub_judgments": [sub("A"), sub("A")]}]     # unlabelled: skipped
-    assert _order_averaged_accuracy(rows) == 0.5
-    assert _order_averaged_accuracy([]) is None
-
-
 def test_scalar_model_type_without_model_is_a_clear_error(capsys):
     code, _, stderr = _run(capsys, "judge", "--input", str(REPO / "examples/pairs.jsonl"), "--model-type", "bt",
                            "--no-progress")

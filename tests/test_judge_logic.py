@@ -6,6 +6,7 @@ The scripted backend stands in only for outputs a real model cannot be made to p
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -96,6 +97,10 @@ def test_swap_disagreement_is_a_tie_and_agreement_a_winner(tok):
     assert [r.winner for r in results] == [Verdict.A, Verdict.B]
     assert all(r.consistent for r in results)
     assert summarize([biased, *results]).consistency_rate == pytest.approx(2 / 3)
+    labelled = [replace(biased, label=Verdict.A), replace(results[0], label=Verdict.A)]
+    s = summarize(labelled)
+    assert s.accuracy == 0.5  # the inconsistent tie is wrong as a final verdict...
+    assert s.order_averaged_accuracy == 0.75  # ...but earns half credit order by order (LLMBar)
 
 
 def test_identical_and_empty_responses_short_circuit(tok):

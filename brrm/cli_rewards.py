@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brrm.errors import ConfigError
+from brrm.records import read_string_field
 from brrm.types import Conversation, SamplingConfig, ScalarReward, Status
 
 MODEL_TYPES = ("bt", "principle")
@@ -82,14 +83,14 @@ def read_score_records(
     """
     from pathlib import Path
 
-    from brrm.records import RecordError, _detect_format, _iter_rows
+    from brrm.records import RecordError, detect_format, iter_rows
 
     fields = fields or ScoreFields()
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"input file {path!r} does not exist or is not a file")
     out: list[Any] = []
-    for line, row in _iter_rows(p, _detect_format(p, format), limit):
+    for line, row in iter_rows(p, detect_format(p, format), limit):
         if isinstance(row, RecordError):
             out.append(row)
             continue
@@ -99,15 +100,6 @@ def read_score_records(
             rid = row.get(fields.id) if isinstance(row, Mapping) else None
             out.append(RecordError(line, "" if rid is None else str(rid), f"line {line}: {exc}"))
     return out
-
-
-def _text(row: Mapping[str, Any], column: str) -> str:
-    value = row.get(column)
-    if value is None:
-        raise ConfigError(f"missing field {column!r}")
-    if not isinstance(value, str):
-        raise ConfigError(f"field {column!r} must be a string, got {type(value).__name__}")
-    return value
 
 
 def _parse_row(row: Any, line: int, f: ScoreFields) -> list[ScoreRecord]:
@@ -126,18 +118,18 @@ def _parse_row(row: Any, line: int, f: ScoreFields) -> list[ScoreRecord]:
                 raise ConfigError(f"field {f.conversation!r} is not valid JSON: {exc}") from None
         conversation = Conversation.coerce(conv, where=f.conversation)
     else:
-        conversation = Conversation.from_prompt(_text(row, f.prompt))
+        conversation = Conversation.from_prompt(read_string_field(row, f.prompt))
     principle = row.get(f.principle) or ""
     if not isinstance(principle, str):
         raise ConfigError(f"field {f.principle!r} must be a string")
     if f.response not in row and {"response_a", "response_b"} <= row.keys():
         return [
             ScoreRecord(
-                f"{rid}:{side}", line, conversation, _text(row, f"response_{side.lower()}"), principle
+                f"{rid}:{side}", line, conversation, read_string_field(row, f"response_{side.lower()}"), principle
             )
             for side in ("A", "B")
         ]
-    return [ScoreRecord(rid, line, conversation, _text(row, f.response), principle)]
+    return [ScoreRecord(rid, line, conversation, read_string_field(row, f.response), principle)]
 
 
 # ---------------------------------------------------------------------------------------------- models

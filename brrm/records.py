@@ -182,8 +182,8 @@ def read_pair_records(
         raise ConfigError(f"limit must be an int >= 1 or None, got {limit!r}")
     if not path.is_file():
         raise ConfigError(f"input file {str(path)!r} does not exist or is not a file")
-    fmt = _detect_format(path, format)
-    rows = list(_iter_rows(path, fmt, limit))
+    fmt = detect_format(path, format)
+    rows = list(iter_rows(path, fmt, limit))
     if fields is None or fields == FieldMap():
         fields = _detect_fields(rows)
     out: list[PairRecord | RecordError] = []
@@ -210,8 +210,8 @@ def parse_pair_record(row: Any, *, line: int, fields: FieldMap | None = None) ->
     try:
         rid = _read_id(row, line, fields)
         conversation = _read_conversation(row, fields)
-        response_a = _read_response(row, fields.response_a)
-        response_b = _read_response(row, fields.response_b)
+        response_a = read_string_field(row, fields.response_a)
+        response_b = read_string_field(row, fields.response_b)
         label = _read_label(row, fields)
     except ConfigError as exc:
         return RecordError(line, rid, f"line {line}: {exc}")
@@ -258,7 +258,12 @@ def _read_conversation(row: Mapping[str, Any], fields: FieldMap) -> Conversation
     return Conversation.from_prompt(prompt)
 
 
-def _read_response(row: Mapping[str, Any], column: str) -> str:
+def read_string_field(row: Mapping[str, Any], column: str) -> str:
+    """``row[column]`` as a string.
+
+    Raises:
+        ConfigError: naming the column when it is missing or not a string.
+    """
     value = row.get(column)
     if value is None:
         raise ConfigError(f"missing field {column!r}")
@@ -276,7 +281,7 @@ def _read_label(row: Mapping[str, Any], fields: FieldMap) -> Verdict:
     return parse_label(value, where=f"field {fields.label!r}:")
 
 
-def _detect_format(path: Path, format: str | None) -> str:
+def detect_format(path: Path, format: str | None) -> str:
     if format is not None:
         if format not in FORMATS:
             raise ConfigError(f"format {format!r} is not valid; expected one of {', '.join(FORMATS)}")
@@ -302,7 +307,7 @@ def _detect_fields(rows: list[tuple[int, Any]]) -> FieldMap:
     return default
 
 
-def _iter_rows(path: Path, fmt: str, limit: int | None) -> Iterator[tuple[int, Any]]:
+def iter_rows(path: Path, fmt: str, limit: int | None) -> Iterator[tuple[int, Any]]:
     """(line, row) pairs; a row is a decoded value or a RecordError for an undecodable line."""
     if fmt == "jsonl":
         yield from _iter_jsonl(path, limit)

@@ -75,6 +75,15 @@ def template_hash(names: tuple[str, ...] = BRRM_TEMPLATES) -> str:
     return digest.hexdigest()[:16]
 
 
+def text_hash(*parts: str) -> str:
+    """sha256 (first 16 hex chars) over ``parts``, each followed by a NUL; for recording chat templates,
+    recipes and other format strings in results."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def strip_reasoning(text: str) -> tuple[str, bool]:
     """Remove one leading ``<think>…</think>`` block (and the whitespace after it).
 

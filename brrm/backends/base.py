@@ -117,3 +117,12 @@ def end_of_turn_id(tokenizer: Any) -> int:
     if tokenizer.eos_token_id is None:
         raise ConfigError("tokenizer has no end-of-turn token and no eos_token; set tokenizer.eos_token")
     return int(tokenizer.eos_token_id)
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int], limit: int | None = None) -> int:
+    """Length of the longest common prefix of two token-id sequences (at most ``limit``)."""
+    n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from brrm.backends.base import BackendInfo, Completion, GenerationRequest, end_of_turn_id
+from brrm.backends.base import BackendInfo, Completion, GenerationRequest, common_prefix_length, end_of_turn_id
 from brrm.constraints import CompiledProgram, Program, ProgramState
 from brrm.errors import ConfigError
 
@@ -41,7 +41,7 @@ class PrefixCache:
         """Longest usable prefix (< len(prompt), so one token is always recomputed) and its KV."""
         best, best_key = 0, None
         for key in self.entries:
-            n = _common_prefix(key, prompt, limit=len(prompt) - 1)
+            n = common_prefix_length(key, prompt, limit=len(prompt) - 1)
             if n > best:
                 best, best_key = n, key
         if best_key is None:
@@ -51,14 +51,6 @@ class PrefixCache:
 
     def clear(self) -> None:
         self.entries.clear()
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    n = min(len(a), len(b), limit)
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 @dataclass

@@ -19,7 +19,6 @@ at construction; a tokenizer that splits them is a :class:`~brrm.errors.ConfigEr
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 from brrm.backends.base import Backend, Completion, GenerationRequest
 from brrm.constraints import Choice, Pattern, Program, Think, single_token_id
 from brrm.errors import ConfigError, TemplateError
-from brrm.templates import strip_reasoning
+from brrm.templates import strip_reasoning, text_hash
 from brrm.types import (
     Conversation,
     Provenance,
@@ -121,13 +120,6 @@ class PrincipleConfig:
             raise ConfigError("question must contain the placeholder {principle}")
 
 
-def _sha(*parts: str) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
-    return digest.hexdigest()[:16]
-
-
 @dataclass
 class _Item:
     index: int
@@ -163,11 +155,11 @@ class PrincipleJudge:
             raise ConfigError(
                 f"tokenizer of {backend.info.model!r} has no chat template; principle judges need one"
             )
-        self.template_sha = _sha(str(template))
+        self.template_sha = text_hash(str(template))
         self.option_ids = judgement_token_ids(self.tokenizer, self.format)
         if self.format == "qwen3_genrm":
             self._check_principle_role()
-        self.template_hash = _sha(str(template), self.format, JUDGEMENT_PATTERN, self.config.question)
+        self.template_hash = text_hash(str(template), self.format, JUDGEMENT_PATTERN, self.config.question)
 
     @classmethod
     def from_pretrained(

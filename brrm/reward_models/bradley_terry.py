@@ -27,7 +27,6 @@ How every recipe computes a reward, whatever the batch:
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections.abc import Sequence
@@ -36,9 +35,10 @@ from typing import Any
 
 import torch
 
+from brrm.backends.base import common_prefix_length
 from brrm.errors import ConfigError
 from brrm.reward_models.batching import bucket_by_length
-from brrm.templates import strip_reasoning
+from brrm.templates import strip_reasoning, text_hash
 from brrm.types import Conversation, Provenance, SamplingConfig, ScalarReward, Status, check_same_length
 
 os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
@@ -118,22 +118,6 @@ class Encoded:
     status: Status = Status.OK
     reason: str = ""
     thinking_stripped: bool = False
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def _sha(*parts: str) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode("utf-8", "surrogatepass"))
-        digest.update(b"\0")
-    return digest.hexdigest()[:16]
 
 
 class BradleyTerryRewardModel:
@@ -253,7 +237,7 @@ class BradleyTerryRewardModel:
         return Provenance(
             model=self.model_id,
             backend="transformers",
-            template_hash=_sha(template, self.recipe, NOTHINK_SUFFIX, EMPTY_THINK),
+            template_hash=text_hash(template, self.recipe, NOTHINK_SUFFIX, EMPTY_THINK),
             sampling=sampling,
             seed=0,
             decoding="score",
@@ -362,7 +346,7 @@ class BradleyTerryRewardModel:
             text = EMPTY_THINK + text
         messages = self._messages(conv)
         full = self._template([*messages, {"role": "assistant", "content": text}], generation_prompt=False)
-        start = _common_prefix(self._template(messages, generation_prompt=False), full)
+        start = common_prefix_length(self._template(messages, generation_prompt=False), full)
         return self._fit(full, start, stripped)
 
     def _fit(self, ids: list[int], start: int, stripped: bool) -> Encoded:

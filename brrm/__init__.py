@@ -1,44 +1,57 @@
-"""brrm: judge LLM responses with reward models (BR-RM two-turn judge, Bradley–Terry, RLBFF).
+"""brrm: judge LLM responses with reward models (BR-RM two-turn judge, Bradley–Terry, RLBFF principle models).
+
+The one entry point is :func:`brrm.load`, which returns a :class:`brrm.RewardJudge` for any model kind and
+backend::
+
+    import brrm
+    judge = brrm.load()                       # the embedded demo model, offline
+    print(judge.judge("What is 2+2?", "4", "5"))
 
 ``import brrm`` is cheap: torch, transformers, outlines and vllm are imported only by the modules that
-need them.
+need them (``brrm.load`` imports them when it builds a model).
 """
 
 from brrm.errors import BackendUnavailable, BrrmError, ConfigError, JudgeOutputError, TemplateError
+from brrm.load import load
 from brrm.types import (
+    KINDS,
     Conversation,
     GroupResult,
+    JudgeInfo,
     Message,
-    PairwiseJudge,
     PairwiseJudgment,
     Provenance,
+    RewardJudge,
     SamplingConfig,
     ScalarReward,
-    ScalarRewardModel,
     Status,
     Verdict,
     summarize,
+    summarize_rewards,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
+    "KINDS",
     "BackendUnavailable",
     "BrrmError",
     "ConfigError",
     "Conversation",
     "GroupResult",
+    "JudgeInfo",
     "JudgeOutputError",
     "Message",
-    "PairwiseJudge",
     "PairwiseJudgment",
     "Provenance",
+    "RewardJudge",
     "SamplingConfig",
     "ScalarReward",
-    "ScalarRewardModel",
     "Status",
     "TemplateError",
     "Verdict",
+    "load",
     "summarize",
+    "summarize_rewards",
     "__version__",
 ]

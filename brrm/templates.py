@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -25,6 +26,47 @@ from brrm.types import Conversation, Message
 BRRM_TEMPLATES = ("brrm_turn1.jinja", "brrm_turn2.jinja", "brrm_context.jinja", "brrm_responses.jinja")
 
 _THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
+
+# Markers of the BR-RM prompt and output format (github.com/YzjiaoNvd/BR-RM @ 34a58b2); in record text they are
+# neutralised so a record cannot close its block or forge one.
+_MARKER = re.compile(
+    r"\[(?=(?:The Begin of|The End of|Quality Assessment Focus|End of Quality|Quality Analysis for)[^\]\n]*\])"
+    r"([^\]\n]*)\]"
+)
+
+_INVISIBLE_CATEGORIES = {"Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Me"}
+_INVISIBLE_CHARS = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"}  # Hangul fillers, braille blank
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` shows nothing: empty, whitespace, or only invisible characters (zero-width spaces and
+    joiners, BOM, word joiner, bidi controls, combining marks, Hangul fillers, the braille blank)."""
+    return all(unicodedata.category(c) in _INVISIBLE_CATEGORIES or c in _INVISIBLE_CHARS for c in text)
+
+
+def strip_end_tokens(text: str, tokens: Sequence[str]) -> str:
+    """Remove end-of-turn / EOS token *text* (e.g. ``<|im_end|>``) and whitespace from the end of a response.
+
+    A policy's decoded completion often keeps its end token; scoring it as record text would show the model
+    the characters of an extra end-of-turn before the real one.
+    """
+    if not tokens:
+        return text
+    pattern = re.compile("(?:\\s|" + "|".join(re.escape(t) for t in tokens if t) + ")+\\Z")
+    out = pattern.sub("", text)
+    return out if out != text and out.strip() != text.strip() else text
+
+
+def neutralize_markers(text: str) -> str:
+    """Rewrite BR-RM format markers inside record text so they cannot close or open blocks.
+
+    ``[The End of Response 1]`` becomes ``⟦The End of Response 1⟧`` (same for every ``[The Begin of …]``,
+    ``[The End of …]``, ``[Quality …]`` and ``[End of Quality …]`` marker). Other text, including
+    ``\\boxed{1}`` or "Final verdict", is unchanged: the verdict is only ever read from the judge's own turn 2.
+    Trade-off: the released prompt had no escaping, so a record that legitimately contains these markers is
+    shown to the model with different brackets (``neutralize_markers=False`` turns it off).
+    """
+    return _MARKER.sub(lambda m: "⟦" + m.group(1) + "⟧", text)
 
 
 def prompts_dir() -> Path:
@@ -98,27 +140,45 @@ def strip_reasoning(text: str) -> tuple[str, bool]:
 class ContextPolicy:
     """How earlier turns are flattened into the BR-RM ``{context}`` block.
 
-    The released evaluation writes ``User: <text>`` / ``Assistant: <text>`` lines and no system prompt.
+    The released evaluation writes ``User: <text>`` / ``Assistant: <text>`` lines, keeps earlier assistant
+    turns as they are, and writes no system or tool lines (``reference/README.md``); :meth:`released` is that.
 
     Attributes:
         strip_history_reasoning: remove a leading ``<think>…</think>`` block from earlier assistant turns
-            (what the Qwen3 chat template does to history); recorded in each result's provenance.
-        system_messages: ``"include"`` renders system turns as ``System: <text>`` lines (keeps
-            instructions such as "answer in one sentence" visible to the judge); ``"drop"`` omits them
-            exactly as the released evaluation did.
+            (what the Qwen3 chat template does to history).
+        system_messages: ``include`` renders system turns as ``System: <text>`` lines (keeps instructions
+            such as "answer in one sentence" visible to the judge); ``drop`` omits them.
+        tool_messages: ``include`` renders tool output as ``Tool: [tool output] <text>`` lines and assistant
+            tool calls as ``[tool call] name(args)``; ``drop`` omits both.
+        neutralize_markers: rewrite BR-RM format markers inside every context turn (see
+            :func:`neutralize_markers`).
+
+    Raises:
+        ConfigError: naming the field and its valid values.
     """
 
     strip_history_reasoning: bool = True
     system_messages: str = "include"
+    tool_messages: str = "include"
+    neutralize_markers: bool = True
 
     def __post_init__(self) -> None:
-        if self.system_messages not in ("include", "drop"):
-            raise TemplateError(
-                f"system_messages must be 'include' or 'drop', got {self.system_messages!r}"
-            )
+        from brrm.types.config import check_bool, check_choice
+
+        check_bool("strip_history_reasoning", self.strip_history_reasoning)
+        check_choice("system_messages", self.system_messages, ("include", "drop"))
+        check_choice("tool_messages", self.tool_messages, ("include", "drop"))
+        check_bool("neutralize_markers", self.neutralize_markers)
+
+    @classmethod
+    def released(cls) -> ContextPolicy:
+        """The released evaluation's flattening: history kept as is, no system or tool lines, no escaping."""
+        return cls(strip_history_reasoning=False, system_messages="drop", tool_messages="drop",
+                   neutralize_markers=False)
 
     def to_dict(self) -> dict[str, object]:
-        return {"strip_history_reasoning": self.strip_history_reasoning, "system_messages": self.system_messages}
+        return {"strip_history_reasoning": self.strip_history_reasoning, "system_messages": self.system_messages,
+                "tool_messages": self.tool_messages, "neutralize_context_markers": self.neutralize_markers}
 
 
 def _tool_call_text(call: object) -> str:
@@ -142,13 +202,17 @@ def _context_turns(messages: Sequence[Message], policy: ContextPolicy) -> list[d
         elif m.role == "user":
             speaker = "User"
         elif m.role == "tool":
+            if policy.tool_messages == "drop":
+                continue
             speaker, text = "Tool", f"[tool output] {text}"
         else:
             speaker = "Assistant"
             if policy.strip_history_reasoning:
                 text, _ = strip_reasoning(text)
-            calls = [_tool_call_text(c) for c in m.tool_calls]
+            calls = [_tool_call_text(c) for c in m.tool_calls] if policy.tool_messages == "include" else []
             text = "\n".join([t for t in [text, *calls] if t])
+        if policy.neutralize_markers:
+            text = neutralize_markers(text)
         turns.append({"speaker": speaker, "text": text})
     return turns
 

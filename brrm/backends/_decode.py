@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 
-def run(backend: Any, rows: list[Any], dev: Any, temperature: float, top_p: float, keep_kv: bool) -> None:
+def run(backend: Any, rows: list[Any], dev: Any, temperature: float, top_p: float, keep_kv: bool,
+        on_done: Any = None) -> None:
     """Decode every row to completion in place (fills generated, finish, choice_logits).
 
     Each step feeds every active row its pending tokens: the token just chosen plus any tokens its
@@ -51,6 +52,8 @@ def run(backend: Any, rows: list[Any], dev: Any, temperature: float, top_p: floa
             if _finished(backend, row):
                 if keep_kv and backend.cache is not None:
                     _store_kv(backend, row, past, mask[j])
+                if on_done is not None:
+                    on_done(row.index)
             else:
                 keep.append(j)
         if not keep:

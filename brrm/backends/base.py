@@ -8,7 +8,7 @@ BR-RM raw-concatenation protocol is preserved on every backend.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -72,32 +72,112 @@ class Completion:
 
 @dataclass(frozen=True)
 class BackendInfo:
-    """Identity of a backend instance, recorded in results."""
+    """Identity of a backend instance, recorded in results.
+
+    Attributes:
+        name: ``transformers``, ``vllm``, ``openai`` or ``fake``.
+        model: the model's name (hub id or served name; the embedded model's hub id, never a cache path).
+        details: engine settings (dtype, device, vLLM version, URLs, …), JSON-ready.
+    """
 
     name: str
     model: str
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """A model runner.
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared once; judges read this and never probe with ``hasattr``.
 
     Attributes:
-        info: name and model id.
+        generate: ``generate`` runs free generations (a causal LM is loaded).
+        programs: ``generate`` runs constraint :class:`~brrm.constraints.Program` s and reports Choice logits.
+        classify: ``classify`` scores sequences with a one-label sequence-classification head.
+        vocab_logit: ``classify(..., token_id=k)`` reads the raw logit of vocabulary token ``k`` at the last
+            position of a causal LM (the Llama-Nemotron-Reward recipe).
+        kv_reuse: ``generate(keep_kv=True)`` keeps each sequence's KV cache for a prompt that extends it
+            (engines with automatic prefix caching reuse prefixes without being asked, and say False).
+        chunk_size: ordered judgments per call this backend prefers, >= 1 (the transformers backend: its
+            decoding batch; engines and servers: thousands, since they schedule by themselves).
+    """
+
+    generate: bool = True
+    programs: bool = True
+    classify: bool = False
+    vocab_logit: bool = False
+    kv_reuse: bool = False
+    chunk_size: int = 8
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in ("generate", "programs", "classify", "vocab_logit", "kv_reuse",
+                                              "chunk_size")}
+
+
+@dataclass(frozen=True)
+class Score:
+    """One sequence's scalar output from :meth:`Backend.classify`.
+
+    Attributes:
+        value: the raw float32 head output (logit, no activation); NaN when ``error`` is set.
+        error: why there is no value (a failed batch, a non-finite output); "" when ok.
+    """
+
+    value: float
+    error: str = ""
+
+    @classmethod
+    def failed(cls, error: str) -> Score:
+        return cls(math.nan, error)
+
+    def __post_init__(self) -> None:
+        if not self.error and not math.isfinite(self.value):
+            object.__setattr__(self, "error", f"non-finite reward ({self.value}) from the head")
+            object.__setattr__(self, "value", math.nan)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A model runner. Judges speak to it in token ids and ask only for what ``capabilities`` declares.
+
+    Attributes:
+        info: name, model id and engine details.
+        capabilities: what it can do (see :class:`Capabilities`).
         tokenizer: a Hugging Face tokenizer of the model (chat template, encode/decode).
         end_of_turn_id: the token that ends an assistant turn (``<|im_end|>`` for Qwen/ChatML).
         max_context: the model's context window in tokens.
+        stats: cumulative counters (prefill, cached and generated tokens, calls, …), JSON-ready ints.
     """
 
     info: BackendInfo
+    capabilities: Capabilities
     tokenizer: Any
     end_of_turn_id: int
     max_context: int
+    stats: dict[str, int]
 
-    def generate(self, requests: Sequence[GenerationRequest], *, temperature: float,
-                 top_p: float) -> list[Completion]:
-        """Run every request; one Completion per request, in order. Never raises for one bad request."""
+    def generate(self, requests: Sequence[GenerationRequest], *, temperature: float, top_p: float,
+                 keep_kv: bool = False, on_complete: Callable[[int], None] | None = None) -> list[Completion]:
+        """Run every request; one Completion per request, in order.
+
+        ``keep_kv`` asks a backend with ``capabilities.kv_reuse`` to keep each sequence's KV for a follow-up
+        prompt; ``on_complete(i)`` is called as soon as request ``i`` finishes (for progress bars).
+
+        A model or transport failure of one request is that request's ``error`` completion; a programming
+        error (a bug) raises.
+        """
+        ...
+
+    def classify(self, sequences: Sequence[Sequence[int]], *, token_id: int | None = None) -> list[Score]:
+        """One scalar per token sequence, in order: the one-label head's logit (``token_id=None``) or the raw
+        logit of vocabulary token ``token_id`` at the last position.
+
+        Raises:
+            ConfigError: when the capability is not there (see ``capabilities``).
+        """
+        ...
+
+    def close(self) -> None:
+        """Free the model, engine, threads or connections; the backend is unusable afterwards."""
         ...
 
 

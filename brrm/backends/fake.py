@@ -1,7 +1,8 @@
-"""A scripted backend for testing judge logic (parsing, composition, retries, error handling).
+"""A scripted backend for testing judge logic (parsing, composition, retries, errors, servers, adapters).
 
 It never stands in for a model where a tiny real one can run: it exists for the cases a real model
-cannot be made to produce on demand (a given malformed output, a backend error on item 3, a truncation).
+cannot be made to produce on demand (a given malformed output, a backend error on item 3, a truncation, a
+stall, a wrong number of scores).
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from brrm.backends.base import BackendInfo, Completion, GenerationRequest
+from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 
 Script = Callable[[str, GenerationRequest], "str | Completion | Exception"]
+ScoreScript = Callable[[str], "float | Exception"]
 
 
 class FakeBackend:
@@ -19,30 +21,48 @@ class FakeBackend:
 
     The script returns the generated text (finish reason ``stop``), a full :class:`Completion`, or an
     exception instance (turned into ``finish_reason="error"`` with its message, like a failed request).
+    ``score_script(prompt_text)`` answers :meth:`classify` with a float or an exception instance.
 
     Args:
         tokenizer: a real tokenizer (prompts are decoded with it, texts encoded with it).
         script: the scripted model.
+        score_script: the scripted classifier (``classify``); None: no classify capability.
         model_id: recorded as the model id.
         max_context: the context window to report.
+        chunk_size: the preferred judgments per call it declares.
+
+    Attributes:
+        prompts: every prompt text seen, in order (generation and classification).
+        calls: number of ``generate``/``classify`` calls.
     """
 
-    def __init__(self, tokenizer: Any, script: Script, *, model_id: str = "fake", max_context: int = 1 << 20,
-                 end_of_turn: str = "<|im_end|>") -> None:
+    def __init__(self, tokenizer: Any, script: Script | None = None, *, score_script: ScoreScript | None = None,
+                 model_id: str = "fake", max_context: int = 1 << 20, end_of_turn: str = "<|im_end|>",
+                 chunk_size: int = 64) -> None:
         self.tokenizer = tokenizer
         self.script = script
+        self.score_script = score_script
         self.info = BackendInfo("fake", model_id)
+        self.capabilities = Capabilities(generate=script is not None, programs=False,
+                                         classify=score_script is not None, vocab_logit=score_script is not None,
+                                         kv_reuse=False, chunk_size=chunk_size)
         self.max_context = max_context
         self.end_of_turn_id = int(tokenizer.convert_tokens_to_ids(end_of_turn))
         self.prompts: list[str] = []
+        self.calls = 0
+        self.stats = {"requests": 0, "classified": 0}
 
     def generate(self, requests: Sequence[GenerationRequest], *, temperature: float = 1.0,
-                 top_p: float = 1.0) -> list[Completion]:
+                 top_p: float = 1.0, keep_kv: bool = False,
+                 on_complete: Callable[[int], None] | None = None) -> list[Completion]:
         """Run the script for each request, in order."""
+        assert self.script is not None, "this FakeBackend has no generation script"
+        self.calls += 1
         out = []
         for req in requests:
             prompt = self.tokenizer.decode(list(req.prompt_ids), skip_special_tokens=False)
             self.prompts.append(prompt)
+            self.stats["requests"] += 1
             result = self.script(prompt, req)
             if isinstance(result, Exception):
                 out.append(Completion.failed(f"{type(result).__name__}: {result}"))
@@ -51,4 +71,23 @@ class FakeBackend:
             else:
                 ids = tuple(self.tokenizer.encode(result, add_special_tokens=False))
                 out.append(Completion(ids, result, "stop"))
+            if on_complete is not None:
+                on_complete(len(out) - 1)
         return out
+
+    def classify(self, sequences: Sequence[Sequence[int]], *, token_id: int | None = None) -> list[Score]:
+        """Run ``score_script`` for each sequence, in order."""
+        assert self.score_script is not None, "this FakeBackend has no score script"
+        self.calls += 1
+        out = []
+        for seq in sequences:
+            prompt = self.tokenizer.decode(list(seq), skip_special_tokens=False)
+            self.prompts.append(prompt)
+            self.stats["classified"] += 1
+            value = self.score_script(prompt)
+            out.append(Score.failed(f"{type(value).__name__}: {value}") if isinstance(value, Exception)
+                       else Score(float(value)))
+        return out
+
+    def close(self) -> None:
+        """Nothing to free."""

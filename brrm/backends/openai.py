@@ -30,13 +30,13 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
 from brrm.backends._phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
-from brrm.backends.base import BackendInfo, Completion, GenerationRequest
+from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.errors import BackendUnavailable, ConfigError
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
@@ -265,7 +265,8 @@ class OpenAIBackend:
         self.end_of_turn_id = self.tokens.end_of_turn_id
         self.max_context = max_context
         self.max_concurrency = max_concurrency
-        self.judge_chunk_size = judge_chunk_size
+        self.capabilities = Capabilities(generate=True, programs=True, classify=True, vocab_logit=True,
+                                         kv_reuse=False, chunk_size=judge_chunk_size)
         self.router = _Router(len(self.transport.base_urls))
         self.info = BackendInfo(
             "openai", model, {"base_urls": list(self.transport.base_urls), "max_context": max_context}
@@ -285,6 +286,7 @@ class OpenAIBackend:
         served_model_name: str | None = None,
         max_context: int | None = None,
         trust_remote_code: bool = False,
+        name: str | None = None,
         **options: Any,
     ) -> OpenAIBackend:
         """Connect to servers and load the tokenizer (the ``--backend openai`` path of the CLI).
@@ -328,11 +330,14 @@ class OpenAIBackend:
             ) from exc
         finally:
             probe.close()
-        name, served_len = _pick_model(listing, served_model_name or model)
+        served, served_len = _pick_model(listing, served_model_name or model)
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(tokenizer or model, trust_remote_code=trust_remote_code)
-        return cls(urls, name, tok, max_context=max_context or served_len or 32768, **options)
+        backend = cls(urls, served, tok, max_context=max_context or served_len or 32768, **options)
+        if name:
+            backend.info = BackendInfo("openai", name, backend.info.details)
+        return backend
 
     # ----------------------------------------------------------------------------------------- generate
     def generate(
@@ -342,6 +347,7 @@ class OpenAIBackend:
         temperature: float = 1.0,
         top_p: float = 1.0,
         keep_kv: bool = False,
+        on_complete: Callable[[int], None] | None = None,
     ) -> list[Completion]:
         """Run every request; one Completion per request, in order. Never raises for one bad request.
 
@@ -349,17 +355,18 @@ class OpenAIBackend:
             requests: prompts in token ids with budgets, seeds and optional programs.
             temperature: >= 0 (0 = greedy). top_p: in (0, 1].
             keep_kv: ignored (servers cache prefixes themselves).
+            on_complete: called (from a worker thread) with a request's index when it finishes.
         """
         del keep_kv
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="brrm-openai")
         futures = [self._pool.submit(self._run, r, temperature, top_p) for r in requests]
+        if on_complete is not None:
+            for i, fut in enumerate(futures):
+                fut.add_done_callback(_report(on_complete, i))
         out = []
         for fut in futures:
-            try:
-                out.append(fut.result())
-            except Exception as exc:  # a bug in one run must not lose the others
-                out.append(Completion.failed(f"{type(exc).__name__}: {exc}"))
+            out.append(fut.result())  # transport failures are error completions already; a bug raises
         with self._stats_lock:
             self.stats["requests"] += len(out)
             self.stats["failed"] += sum(c.finish_reason == "error" for c in out)
@@ -418,6 +425,42 @@ class OpenAIBackend:
         if phase.regex:
             body["structured_outputs"] = {"regex": phase.regex}
         return body
+
+    def classify(self, sequences: Sequence[Sequence[int]], *, token_id: int | None = None) -> list[Score]:
+        """One scalar per token sequence, in order.
+
+        ``token_id=None``: the server's one-label classifier through vLLM's pooling API (``POST /classify``
+        with token-id input and ``use_activation: false``, so the raw logit, not a sigmoid). ``token_id=k``:
+        the raw logit of vocabulary token ``k`` at the last position, from a one-token completion with
+        ``logprob_token_ids`` (raw logits when the server runs ``--logprobs-mode raw_logits``). A request
+        that fails is that item's error; the rest go on.
+        """
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="brrm-openai")
+        if token_id is None:
+            return list(self._pool.map(self._classify_one, sequences))
+        return list(self._pool.map(self._vocab_logit, sequences, [token_id] * len(sequences)))
+
+    def _classify_one(self, seq: Sequence[int]) -> Score:
+        body = {"model": self.model, "input": [list(seq)], "use_activation": False}
+        try:
+            data = self.transport.call(self.router.pick(seq), "POST", "/classify", body)
+            values = [float(x) for x in data["data"][0]["probs"]]
+        except RequestFailed as exc:
+            return Score.failed(str(exc))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            return Score.failed(f"the /classify answer has no probs: {type(exc).__name__}: {exc}")
+        if len(values) != 1:
+            return Score.failed(f"the classifier returned {len(values)} values; a reward needs exactly one label")
+        return Score(values[0])
+
+    def _vocab_logit(self, seq: Sequence[int], token_id: int) -> Score:
+        phase = Phase(tuple(seq), 1, 0, "choice", ignore_eos=True, logprob_ids=(token_id,))
+        res = self.complete(phase, 0.0, 1.0, server=self.router.pick(seq))
+        step = res.step_logprobs[0] if res.step_logprobs else {}
+        if res.finish_reason == "error" or token_id not in step:
+            return Score.failed(res.error or f"the server reported no logit of token {token_id}")
+        return Score(step[token_id])
 
     def close(self) -> None:
         """Stop the worker threads (idle connections close with them)."""
@@ -488,3 +531,8 @@ def _pick_model(listing: Any, wanted: str) -> tuple[str, int]:
 def _check_int(name: str, value: Any, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _report(callback: Callable[[int], None], index: int) -> Callable[[Any], None]:
+    """A future's done-callback that reports its request index."""
+    return lambda _future: callback(index)

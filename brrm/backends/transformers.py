@@ -10,11 +10,19 @@ position ids make every row compute exactly what it would compute alone.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from brrm.backends.base import BackendInfo, Completion, GenerationRequest, common_prefix_length, end_of_turn_id
+from brrm.backends.base import (
+    BackendInfo,
+    Capabilities,
+    Completion,
+    GenerationRequest,
+    Score,
+    common_prefix_length,
+    end_of_turn_id,
+)
 from brrm.constraints import CompiledProgram, Program, ProgramState
 from brrm.errors import ConfigError
 
@@ -68,70 +76,117 @@ class _Row:
     feed: list[int] = field(default_factory=list)
 
 
+TASKS = ("auto", "generate", "classify")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+
+
 class TransformersBackend:
-    """Runs a causal LM with transformers.
+    """Runs a transformers model: a causal LM (generation, programs, vocabulary logits) or a one-label
+    sequence classifier (``classify``).
 
     Args:
-        model: a loaded ``PreTrainedModel`` (causal LM) in eval mode.
+        model: a loaded ``PreTrainedModel`` in eval mode.
         tokenizer: its tokenizer; must have a chat template for the judges.
-        model_id: recorded in results (hub id or local path).
-        batch_size: rows decoded together, >= 1.
+        model_id: recorded in results (the model's name: hub id, or the embedded model's id).
+        batch_size: rows decoded (or scored) together, >= 1.
         prefix_cache: reuse KV across calls (turn 1 -> turn 2); False recomputes every prompt.
+        cache_capacity: sequences kept in the prefix cache, >= 1.
+        token_budget: most padded tokens per ``classify`` forward batch, >= 1.
+        padding_side, bucketing: ``classify`` batching (results never depend on them; see
+            :class:`~brrm.backends._classify.HeadScorer`).
 
     Raises:
-        ConfigError: on a bad batch_size or a tokenizer without pad/eos tokens.
+        ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str = "", batch_size: int = 8,
-                 prefix_cache: bool = True, cache_capacity: int = 64) -> None:
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"batch_size must be an int >= 1, got {batch_size!r}")
+                 prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
+                 padding_side: str = "right", bucketing: bool = True) -> None:
+        from brrm.backends._classify import HeadScorer
+        from brrm.types import check_bool, check_int
+
+        self.batch_size = check_int("batch_size", batch_size, low=1)
+        check_bool("prefix_cache", prefix_cache)
         self.model = model
         self.tokenizer = tokenizer
-        self.batch_size = batch_size
         self.end_of_turn_id = end_of_turn_id(tokenizer)
         self.stop_ids = {self.end_of_turn_id} | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None
                                                  else set())
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad if pad is not None else self.end_of_turn_id)
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
-        self.cache = PrefixCache(cache_capacity) if prefix_cache else None
+        causal = model.get_output_embeddings() is not None and getattr(model, "score", None) is None
+        self.cache = PrefixCache(check_int("cache_capacity", cache_capacity, low=1)) \
+            if prefix_cache and causal else None
+        self.capabilities = Capabilities(generate=causal, programs=causal, classify=not causal,
+                                         vocab_logit=causal, kv_reuse=self.cache is not None,
+                                         chunk_size=self.batch_size)
         self.info = BackendInfo("transformers", model_id or getattr(model.config, "_name_or_path", ""),
-                                {"dtype": str(model.dtype), "device": str(model.device)})
+                                {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
+                                 "task": "generate" if causal else "classify"})
+        self.scorer = HeadScorer(model, pad_id=self.pad_id, token_budget=token_budget,
+                                 max_batch_size=self.batch_size, padding_side=padding_side, bucketing=bucketing)
         self._compiled: dict[Program, CompiledProgram] = {}
-        self.judge_chunk_size = batch_size
         self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0}
 
     @classmethod
-    def from_pretrained(cls, model_id: str, *, dtype: str = "auto", device: str = "auto",
-                        trust_remote_code: bool = False, **kwargs: Any) -> TransformersBackend:
-        """Load a causal LM by hub id or local directory.
+    def from_pretrained(cls, model_id: str, *, task: str = "auto", dtype: str = "auto", device: str = "auto",
+                        trust_remote_code: bool = False, name: str | None = None,
+                        **kwargs: Any) -> TransformersBackend:
+        """Load a model by hub id or local directory.
 
         Args:
             model_id: hub id (e.g. ``nvidia/Qwen3-Nemotron-14B-BRRM``) or a local directory.
+            task: ``generate`` (``AutoModelForCausalLM``), ``classify`` (``AutoModelForSequenceClassification``)
+                or ``auto`` (``classify`` when the config's architectures name a sequence classifier).
             dtype: ``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
             device: ``auto`` (``device_map="auto"`` when CUDA is available, else CPU), ``cpu``, ``cuda``.
-            **kwargs: passed to the constructor (batch_size, prefix_cache).
+            name: the model name recorded in results (default ``model_id``).
+            **kwargs: passed to the constructor (batch_size, prefix_cache, token_budget, …).
 
         Raises:
-            ConfigError: on an unknown dtype or device.
+            ConfigError: on an unknown task, dtype or device.
         """
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
+        from brrm.types import check_choice
+
+        check_choice("task", task, TASKS)
+        check_choice("dtype", dtype, DTYPES)
+        check_choice("device", device, DEVICES)
         dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
         cuda = torch.cuda.is_available()
-        if dtype != "auto" and dtype not in dtypes:
-            raise ConfigError(f"dtype {dtype!r} is not valid; expected auto, {', '.join(dtypes)}")
-        if device not in ("auto", "cpu", "cuda"):
-            raise ConfigError(f"device {device!r} is not valid; expected auto, cpu or cuda")
         torch_dtype = dtypes.get(dtype) or (torch.bfloat16 if cuda and device != "cpu" else torch.float32)
         device_map = "auto" if device == "auto" and cuda else ("cuda" if device == "cuda" else "cpu")
+        if task == "auto":
+            config = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code)
+            archs = " ".join(getattr(config, "architectures", None) or [])
+            task = "classify" if "ForSequenceClassification" in archs else "generate"
+        auto_cls = AutoModelForSequenceClassification if task == "classify" else AutoModelForCausalLM
         tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=torch_dtype, device_map=device_map,
-                                                     trust_remote_code=trust_remote_code)
+        model = auto_cls.from_pretrained(model_id, dtype=torch_dtype, device_map=device_map,
+                                         trust_remote_code=trust_remote_code)
         model.eval()
-        return cls(model, tokenizer, model_id=model_id, **kwargs)
+        return cls(model, tokenizer, model_id=name or model_id, **kwargs)
+
+    def classify(self, sequences: Sequence[Sequence[int]], *, token_id: int | None = None) -> list[Score]:
+        """One float32 score per sequence (see :class:`~brrm.backends._classify.HeadScorer`).
+
+        Raises:
+            ConfigError: without the head asked for, or on an empty sequence.
+        """
+        out = self.scorer.scores(sequences, token_id)
+        for key, value in self.scorer.stats.items():
+            self.stats[key] = value
+        return out
+
+    def close(self) -> None:
+        """Drop cached KV and compiled programs; the model is freed when the backend is."""
+        if self.cache is not None:
+            self.cache.clear()
+        self._compiled.clear()
 
     def compiled(self, program: Program) -> CompiledProgram:
         """The program compiled for this tokenizer (cached)."""
@@ -141,26 +196,31 @@ class TransformersBackend:
         return self._compiled[program]
 
     def generate(self, requests: Sequence[GenerationRequest], *, temperature: float = 1.0,
-                 top_p: float = 1.0, keep_kv: bool = False) -> list[Completion]:
+                 top_p: float = 1.0, keep_kv: bool = False,
+                 on_complete: Callable[[int], None] | None = None) -> list[Completion]:
         """Generate for every request (batched by length); see :class:`brrm.backends.base.Backend`.
 
         Args:
             keep_kv: store each row's KV in the prefix cache for a follow-up prompt (turn 2).
+            on_complete: called with a request's index as soon as its row finishes.
         """
+        if not self.capabilities.generate:
+            raise ConfigError(f"{self.info.model!r} is a sequence classifier; it cannot generate (use classify)")
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         out: list[Completion | None] = [None] * len(requests)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
             try:
-                results = self._generate_chunk([requests[i] for i in chunk], temperature, top_p, keep_kv)
-            except Exception as exc:  # one failing chunk must not lose the rest of the batch
+                done = None if on_complete is None else _remap(on_complete, chunk)
+                results = self._generate_chunk([requests[i] for i in chunk], temperature, top_p, keep_kv, done)
+            except RuntimeError as exc:  # a model/device failure (e.g. OOM) loses only this chunk; bugs raise
                 results = [Completion.failed(f"{type(exc).__name__}: {exc}")] * len(chunk)
             for i, res in zip(chunk, results, strict=True):
                 out[i] = res
         return [c for c in out if c is not None]
 
     def _generate_chunk(self, reqs: list[GenerationRequest], temperature: float, top_p: float,
-                        keep_kv: bool) -> list[Completion]:
+                        keep_kv: bool, on_done: Callable[[int], None] | None) -> list[Completion]:
         import torch
 
         from brrm.backends import _decode
@@ -174,7 +234,7 @@ class TransformersBackend:
             state = ProgramState(self.compiled(r.program)) if r.program is not None else None
             rows.append(_Row(i, r, gen, state))
         with torch.inference_mode():
-            _decode.run(self, rows, dev, temperature, top_p, keep_kv)
+            _decode.run(self, rows, dev, temperature, top_p, keep_kv, on_done)
         return [self._completion(row) for row in rows]
 
     def _completion(self, row: _Row) -> Completion:
@@ -193,3 +253,8 @@ class TransformersBackend:
             forced_caps=state.forced_caps if state else 0,
             cached_prompt_tokens=row.cached,
         )
+
+
+def _remap(callback: Callable[[int], None], indices: list[int]) -> Callable[[int], None]:
+    """A callback of chunk-local row indices that reports the requests' own indices."""
+    return lambda j: callback(indices[j])

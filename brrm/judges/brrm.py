@@ -1,4 +1,4 @@
-"""The two-turn Branch-and-Rethink (BR-RM) pairwise judge.
+"""The two-turn Branch-and-Rethink (BR-RM) pairwise judge: one judgment per presentation order.
 
 Protocol (released evaluation, ``../shared/reference/README.md``; BR-RM paper, NVIDIA 2025):
 
@@ -8,38 +8,71 @@ Protocol (released evaluation, ``../shared/reference/README.md``; BR-RM paper, N
   turn-2 text + the generation prompt). Raw concatenation keeps turn-1 thinking in P2 (re-rendering the
   messages through the Qwen3 template would drop it). The continuation is taken from the tokenizer's
   own template, so the protocol is template-driven (it renders Qwen's bytes exactly on Qwen3);
-* T2 = generation from P2; the verdict is the last strict ranking block of T2.
+* T2 = generation from P2; the verdict is read from T2 only.
 
-Decoding modes: ``faithful`` (free generation, strict regex; a malformed output is a ``parse_failure``
-with the raw text kept) and ``constrained`` (default: after the thinking block the turn structure is
-enforced with outlines-core, so the verdict always parses, and P(response 1 better) is read from the
-verdict-digit logits).
+Record text reaches the model through :mod:`brrm.tokens` (as text, never as control tokens). Each ordered
+judgment samples from streams seeded by the base seed and the item's stable key (:mod:`brrm.seeds`).
+Swap-order debiasing is :mod:`brrm.compose`'s job: it asks this judge for both orders in one call.
+
+Decoding modes: ``faithful`` is the released protocol end to end — free generation, the released input
+policies (no system or tool lines, history kept as is, no marker escaping, responses as given) and the first
+regex match in T2; a malformed output is a ``parse_failure`` with the raw text kept. ``constrained``
+(default): after the thinking block the turn structure is enforced with outlines-core so the verdict always
+parses, P(response 1 better) is read from the verdict-digit logits, and brrm's safer input policies apply
+(system and tool lines kept, history reasoning stripped, markers neutralised, the last ranking block after
+thinking). Every policy can be set on its own; results record them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from brrm.backends.base import Backend, Completion, GenerationRequest
 from brrm.errors import ConfigError
 from brrm.judges import brrm_format as fmt
-from brrm.templates import ContextPolicy, render_brrm_turn1, render_brrm_turn2, strip_reasoning, template_hash
+from brrm.seeds import content_key, item_seed
+from brrm.templates import (
+    ContextPolicy,
+    is_blank,
+    neutralize_markers,
+    render_brrm_turn1,
+    render_brrm_turn2,
+    strip_reasoning,
+    template_hash,
+    text_hash,
+)
+from brrm.tokens import encoder
 from brrm.types import (
     Conversation,
+    JudgeInfo,
     PairwiseJudgment,
     Provenance,
     SamplingConfig,
     Status,
     Verdict,
+    check_bool,
+    check_choice,
+    check_int,
     check_same_length,
 )
 
 DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
+TURN2_TOKENS = ("auto", "retokenize", "concat")
 _MARK = "\x00BRRM-TURN1\x00"
+
+POLICY_DEFAULTS = {
+    "constrained": {"system_messages": "include", "tool_messages": "include", "strip_history_reasoning": True,
+                    "neutralize_markers": True, "strip_response_reasoning": True,
+                    "verdict": "last_after_thinking"},
+    "faithful": {"system_messages": "drop", "tool_messages": "drop", "strip_history_reasoning": False,
+                 "neutralize_markers": False, "strip_response_reasoning": False, "verdict": "first"},
+}
+"""Input policies and verdict selection of each decoding mode when not set explicitly (``faithful``: what the
+released evaluation does; ``constrained``: brrm's safer defaults)."""
 
 
 @dataclass(frozen=True)
@@ -47,58 +80,81 @@ class BRRMConfig:
     """Settings of the BR-RM judge.
 
     Attributes:
-        decoding: ``constrained`` (default) or ``faithful`` (the released protocol exactly).
+        decoding: ``constrained`` (default) or ``faithful`` (the released protocol end to end).
         sampling: decoding settings; defaults are the published ones (T=1.0, top_p=1.0, 8192 new tokens
             per turn, 16384 in total).
         thinking: ``auto`` (on when the tokenizer has single ``<think>``/``</think>`` tokens and the chat
             template uses them), ``on`` or ``off``. Only affects the constrained program.
-        block_token_cap: token cap of each free-text block in constrained mode, >= 8.
-        context: how earlier turns are flattened (history reasoning, system messages).
-        neutralize_markers: rewrite judge-format markers inside responses (see
-            :func:`brrm.judges.brrm_format.neutralize_markers`).
-        strip_response_reasoning: remove a leading ``<think>…</think>`` block from each response.
-        swap: judge both orders and combine (agree -> that winner, disagree -> tie).
-        max_retries: re-run an ordered judgment that ended ``parse_failure``, ``truncated`` (turn budget)
-            or ``backend_error`` up to this many times with a new seed, >= 0. Default 0: nothing is
-            re-sampled behind the user's back; ``attempts`` on the result counts the runs.
-        turn2_tokens: how P2's token ids are formed from the same P2 text. ``retokenize`` tokenizes
-            P1 + T1 + continuation as one string, as the released evaluation did (vLLM re-tokenized the
-            text); KV reuse then stops where T1's sampled ids differ from the canonical tokenization.
-            ``concat`` keeps P1's and T1's ids as generated and appends the tokenized continuation, so
-            turn 2 reuses all of turn 1's KV. ``auto`` (default): ``retokenize`` in faithful mode,
-            ``concat`` in constrained mode (where fixed markers are emitted as their own tokens).
+        block_token_cap: token cap of each free-text block in constrained mode, int >= 8.
+        system_messages: ``include`` (``System: …`` lines) or ``drop``; None: the decoding mode's default.
+        tool_messages: ``include`` (``Tool: …`` lines, tool calls) or ``drop``; None: the mode's default.
+        strip_history_reasoning: drop ``<think>`` blocks of earlier assistant turns; None: the mode's default.
+        neutralize_markers: rewrite BR-RM markers in responses and context turns; None: the mode's default.
+        strip_response_reasoning: drop a leading ``<think>`` block of each response; None: the mode's default.
+        verdict: ``last_after_thinking`` or ``first`` (see :data:`~brrm.judges.brrm_format.VERDICT_SELECTIONS`);
+            None: the mode's default.
+        swap: judge both presentation orders by default (used by :mod:`brrm.compose`).
+        max_retries: re-run an ordered judgment that ended ``parse_failure``, ``truncated`` (turn budget) or
+            ``backend_error`` up to this many times, each from fresh sampler streams, int >= 0. Default 0.
+        turn2_tokens: how P2's ids are formed: ``retokenize`` (the released evaluation: P1 + T1 +
+            continuation tokenized as one text after P1's last template token), ``concat`` (P1's and T1's ids
+            as generated, then the continuation; turn 2 reuses all of turn 1's KV) or ``auto`` (retokenize in
+            faithful mode, concat in constrained mode).
 
     Raises:
-        ConfigError: naming the field and its valid options.
+        ConfigError: naming the field and its valid options (bools must be bools, ints ints).
     """
 
     decoding: str = "constrained"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     thinking: str = "auto"
     block_token_cap: int = 512
-    context: ContextPolicy = field(default_factory=ContextPolicy)
-    neutralize_markers: bool = True
-    strip_response_reasoning: bool = True
+    system_messages: str | None = None
+    tool_messages: str | None = None
+    strip_history_reasoning: bool | None = None
+    neutralize_markers: bool | None = None
+    strip_response_reasoning: bool | None = None
+    verdict: str | None = None
     swap: bool = False
     max_retries: int = 0
     turn2_tokens: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.turn2_tokens not in ("auto", "retokenize", "concat"):
-            raise ConfigError(f"turn2_tokens {self.turn2_tokens!r} is not valid; expected auto, retokenize, concat")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ConfigError(f"max_retries must be an int >= 0, got {self.max_retries!r}")
-        if self.decoding not in DECODING_MODES:
-            raise ConfigError(f"decoding {self.decoding!r} is not valid; expected one of {DECODING_MODES}")
-        if self.thinking not in THINKING_MODES:
-            raise ConfigError(f"thinking {self.thinking!r} is not valid; expected one of {THINKING_MODES}")
-        if not isinstance(self.block_token_cap, int) or self.block_token_cap < fmt.MIN_BLOCK_CAP:
-            raise ConfigError(f"block_token_cap must be an int >= {fmt.MIN_BLOCK_CAP}, got {self.block_token_cap!r}")
+        check_choice("decoding", self.decoding, DECODING_MODES)
+        if not isinstance(self.sampling, SamplingConfig):
+            raise ConfigError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
+        check_choice("thinking", self.thinking, THINKING_MODES)
+        check_int("block_token_cap", self.block_token_cap, low=fmt.MIN_BLOCK_CAP)
+        check_bool("swap", self.swap)
+        check_int("max_retries", self.max_retries, low=0)
+        check_choice("turn2_tokens", self.turn2_tokens, TURN2_TOKENS)
+        for name in ("system_messages", "tool_messages"):
+            if getattr(self, name) is not None:
+                check_choice(name, getattr(self, name), ("include", "drop"))
+        for name in ("strip_history_reasoning", "neutralize_markers", "strip_response_reasoning"):
+            if getattr(self, name) is not None:
+                check_bool(name, getattr(self, name))
+        if self.verdict is not None:
+            check_choice("verdict", self.verdict, fmt.VERDICT_SELECTIONS)
+
+    def policy(self, name: str) -> Any:
+        """An input policy's value: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""
+        value = getattr(self, name)
+        return POLICY_DEFAULTS[self.decoding][name] if value is None else value
+
+    @property
+    def context(self) -> ContextPolicy:
+        """How earlier turns are flattened, with every policy resolved."""
+        return ContextPolicy(strip_history_reasoning=self.policy("strip_history_reasoning"),
+                             system_messages=self.policy("system_messages"),
+                             tool_messages=self.policy("tool_messages"),
+                             neutralize_markers=self.policy("neutralize_markers"))
 
     def policies(self) -> dict[str, Any]:
-        return {**self.context.to_dict(), "neutralize_markers": self.neutralize_markers,
-                "strip_response_reasoning": self.strip_response_reasoning, "thinking": self.thinking,
-                "turn2_tokens": self.p2_tokenization}
+        """Every input policy as applied (recorded in each result's provenance)."""
+        return {**self.context.to_dict(), "neutralize_markers": self.policy("neutralize_markers"),
+                "strip_response_reasoning": self.policy("strip_response_reasoning"),
+                "verdict": self.policy("verdict"), "thinking": self.thinking, "turn2_tokens": self.p2_tokenization}
 
     @property
     def p2_tokenization(self) -> str:
@@ -112,32 +168,44 @@ class BRRMConfig:
 class _Item:
     """One ordered judgment in flight (position 1 = ``first``)."""
 
-    pair: int
-    flipped: bool
-    seed: int
+    index: int
+    key: str
+    conversation: Conversation
+    first: str
+    second: str
+    rid: str
+    attempt: int = 0
     p1_text: str = ""
     p1_ids: tuple[int, ...] = ()
     t1: Completion | None = None
     p2_ids: tuple[int, ...] = ()
     t2: Completion | None = None
     result: PairwiseJudgment | None = None
-    attempts: int = 1
     retryable: bool = True
 
+    def seed(self, base: int, turn: int) -> int:
+        return item_seed(base, self.key, stream=f"turn{turn}", attempt=self.attempt)
+
     def retry(self) -> _Item:
-        """Reset for a fresh attempt of the same ordered judgment with a new (deterministic) seed."""
-        self.seed += 1_000_003
-        self.attempts += 1
+        """Reset for a fresh attempt of the same ordered judgment (new sampler streams)."""
+        self.attempt += 1
         self.p1_text, self.p1_ids, self.t1, self.p2_ids, self.t2, self.result = "", (), None, (), None, None
         return self
 
 
 class BRRMJudge:
-    """The BR-RM judge over any :class:`~brrm.backends.base.Backend`.
+    """The BR-RM judge over any :class:`~brrm.backends.base.Backend` that generates.
+
+    Implements :class:`~brrm.types.OrderedPairJudge`; :func:`brrm.load` wraps it in
+    :class:`~brrm.compose.PairwiseRewardJudge` (swap, groups, the :class:`~brrm.RewardJudge` interface).
 
     Args:
         backend: the model runner (transformers, vLLM, OpenAI-compatible, or a scripted fake).
         config: judge settings.
+
+    Raises:
+        ConfigError: when the tokenizer has no chat template, or constrained decoding is asked of a backend
+            that cannot run constraint programs.
     """
 
     def __init__(self, backend: Backend, config: BRRMConfig | None = None) -> None:
@@ -146,8 +214,25 @@ class BRRMJudge:
         self.tokenizer = backend.tokenizer
         if not getattr(self.tokenizer, "chat_template", None):
             raise ConfigError(f"tokenizer of {backend.info.model!r} has no chat template; BR-RM needs one")
+        if not backend.capabilities.generate:
+            raise ConfigError(f"{backend.info.model!r} cannot generate (a sequence classifier?); BR-RM needs a "
+                              "causal LM")
+        if self.config.decoding == "constrained" and not backend.capabilities.programs:
+            raise ConfigError(f"the {backend.info.name} backend cannot run constraint programs; use "
+                              "decoding='faithful'")
+        self.encoder = encoder(self.tokenizer)
         self.thinking = self._thinking_enabled()
         self.continuation = self._turn2_continuation()
+        chat = text_hash(str(self.tokenizer.chat_template))
+        self.info = JudgeInfo(model=backend.info.model, kind="brrm", recipe="brrm", backend=backend.info.name,
+                              chat_template_hash=chat, template_hash=text_hash(template_hash(), chat),
+                              default_strategy="round_robin", options=self._options(),
+                              chunk_size=backend.capabilities.chunk_size)
+
+    def _options(self) -> dict[str, Any]:
+        c = self.config
+        return {"decoding": c.decoding, "swap": c.swap, "sampling": c.sampling.to_dict(), "thinking": c.thinking,
+                "block_token_cap": c.block_token_cap, "max_retries": c.max_retries, "policies": c.policies()}
 
     def _thinking_enabled(self) -> bool:
         if self.config.thinking != "auto":
@@ -165,95 +250,80 @@ class BRRMJudge:
             raise ConfigError("chat template does not render a user/assistant/user conversation verbatim")
         return text.split(_MARK, 1)[1]
 
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str],
-                    responses_b: Sequence[str], /, *, ids: Sequence[str] | None = None,
-                    labels: Sequence[Verdict] | None = None, swap: bool | None = None) -> list[PairwiseJudgment]:
-        """Judge each (conversation, A, B); one judgment per pair, in input order.
+    def close(self) -> None:
+        """Close the backend."""
+        self.backend.close()
+
+    # ------------------------------------------------------------------------------------------- judging
+    def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
+                      ids: Sequence[str] | None = None,
+                      progress: Callable[[float], None] | None = None) -> list[PairwiseJudgment]:
+        """Judge each (conversation, first, second) in that presentation order; one judgment per item.
 
         Args:
             conversations: Conversation objects, prompt strings or message lists (N).
-            responses_a, responses_b: candidate responses (N each).
-            ids, labels: optional per-pair id and gold label, copied into the results.
-            swap: override ``config.swap``.
+            first, second: the responses shown as Response 1 and Response 2 (N each); the result's winner
+                is ``A`` when ``first`` wins.
+            ids: optional record ids (N); they also key each item's sampler streams.
+            progress: called with the fraction of an item done (0.5 per finished turn).
 
         Raises:
-            ConfigError: on mismatched lengths or an invalid conversation (use the CLI / records layer to
-                turn bad records into ``invalid_input`` results instead).
+            ConfigError: on mismatched lengths, an invalid conversation or a response that is not a string.
         """
-        n = check_same_length(conversations=conversations, responses_a=responses_a, responses_b=responses_b)
-        convs = [Conversation.coerce(c, where=f"conversations[{i}]") for i, c in enumerate(conversations)]
-        swap = self.config.swap if swap is None else swap
-        seed = self.config.sampling.seed
-        items = [_Item(i, False, seed + i) for i in range(n)]
-        if swap:
-            items += [_Item(i, True, seed + n + i) for i in range(n)]
-        pairs = [self._prepare(convs[i], responses_a[i], responses_b[i]) for i in range(n)]
-        for it in items:
-            self._short_circuit(it, pairs[it.pair])
+        n = check_same_length(conversations=conversations, first=first, second=second)
+        rids = [str(x) for x in ids] if ids is not None else [""] * n
+        check_same_length(conversations=conversations, ids=rids)
+        items = [self._item(i, conversations[i], first[i], second[i], rids[i]) for i in range(n)]
         live = [it for it in items if it.result is None]
-        # Both turns run chunk by chunk so that at most one chunk's turn-1 KV is held for reuse.
-        chunk = max(1, int(getattr(self.backend, "judge_chunk_size", len(live) or 1)))
+        chunk = self.backend.capabilities.chunk_size
         for start in range(0, len(live), chunk):
             part = live[start:start + chunk]
             while part:
-                self._run_turn1(part, convs, pairs)
-                self._run_turn2([it for it in part if it.result is None])
+                self._run_turn1(part, progress)
+                self._run_turn2([it for it in part if it.result is None], progress)
                 for it in part:
                     if it.result is None:
                         it.result = self._finish(it)
                 part = [it.retry() for it in part if self._should_retry(it)]
-        return self._collect(items, n, swap, ids, labels)
+        return [it.result for it in items if it.result is not None]
 
-    def _collect(self, items: list[_Item], n: int, swap: bool, ids: Sequence[str] | None,
-                 labels: Sequence[Verdict] | None) -> list[PairwiseJudgment]:
-        final: dict[tuple[int, bool], PairwiseJudgment] = {}
-        for it in items:
-            if it.result is not None:
-                final[(it.pair, it.flipped)] = it.result
-        out = []
-        for i in range(n):
-            orients = [final[(i, False)], final[(i, True)]] if swap else [final[(i, False)]]
-            out.append(replace(combine(orients) if swap else orients[0], id=str(ids[i]) if ids else "",
-                               label=labels[i] if labels else Verdict.NONE))
-        return out
-
-    def _should_retry(self, it: _Item) -> bool:
-        return (it.retryable and it.attempts <= self.config.max_retries and it.result is not None
-                and it.result.status in (Status.PARSE_FAILURE, Status.TRUNCATED, Status.BACKEND_ERROR))
-
-    def _prepare(self, conv: Conversation, a: str, b: str) -> tuple[str, str]:
-        out = []
-        for r in (a, b):
+    def _item(self, i: int, conversation: Any, first: Any, second: Any, rid: str) -> _Item:
+        conv = Conversation.coerce(conversation, where=f"conversations[{i}]")
+        texts = []
+        for name, r in (("first", first), ("second", second)):
             if not isinstance(r, str):
-                raise ConfigError(f"responses must be strings, got {type(r).__name__}")
-            if self.config.strip_response_reasoning:
+                raise ConfigError(f"{name}[{i}] must be a string, got {type(r).__name__}")
+            if self.config.policy("strip_response_reasoning"):
                 r, _ = strip_reasoning(r)
-            if self.config.neutralize_markers:
-                r = fmt.neutralize_markers(r)
-            out.append(r)
-        return out[0], out[1]
+            if self.config.policy("neutralize_markers"):
+                r = neutralize_markers(r)
+            texts.append(r)
+        key = content_key(rid, conv.content_hash(), texts[0], texts[1])
+        it = _Item(i, key, conv, texts[0], texts[1], rid)
+        self._short_circuit(it)
+        return it
 
-    def _short_circuit(self, it: _Item, pair: tuple[str, str]) -> None:
-        a, b = pair
+    def _short_circuit(self, it: _Item) -> None:
+        a, b = it.first, it.second
         winner, reason = Verdict.NONE, ""
         if a.strip() == b.strip():
             winner, reason = Verdict.TIE, "identical responses: tie without a model call"
-        elif not a.strip() or not b.strip():
-            winner = Verdict.B if not a.strip() else Verdict.A
+        elif is_blank(a) or is_blank(b):
+            winner = Verdict.B if is_blank(a) else Verdict.A
             reason = f"response {'A' if winner is Verdict.B else 'B'} is empty: the other wins without a model call"
         if winner is not Verdict.NONE:
-            it.result = PairwiseJudgment(winner=winner, status=Status.OK, reason=reason, attempts=0,
-                                         p_a={Verdict.A: 1.0, Verdict.B: 0.0}.get(winner, 0.5),
+            it.result = PairwiseJudgment(winner=winner, status=Status.OK, reason=reason, attempts=0, id=it.rid,
                                          provenance=self._provenance(it))
+
+    def _should_retry(self, it: _Item) -> bool:
+        return (it.retryable and it.attempt < self.config.max_retries and it.result is not None
+                and it.result.status in (Status.PARSE_FAILURE, Status.TRUNCATED, Status.BACKEND_ERROR))
 
     def _provenance(self, it: _Item) -> Provenance:
         return Provenance(model=self.backend.info.model, backend=self.backend.info.name,
-                          template_hash=template_hash(), sampling=self.config.sampling, seed=it.seed,
-                          decoding=self.config.decoding, policies=self.config.policies())
-
-    def _encode(self, text: str) -> tuple[int, ...]:
-        # The rendered text already holds every special token (BOS included, if the template adds one).
-        return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+                          template_hash=self.info.template_hash, sampling=self.config.sampling,
+                          seed=it.seed(self.config.sampling.seed, 1), decoding=self.config.decoding,
+                          policies=self.config.policies())
 
     def _budget(self, it: _Item, prompt_len: int, turn: int) -> tuple[int, Any] | None:
         """(max_new_tokens, program) for a turn, or None after setting a truncated result."""
@@ -277,52 +347,68 @@ class BRRMJudge:
             return None
         return budget, program
 
-    def _run_turn1(self, items: list[_Item], convs: list[Conversation], pairs: list[tuple[str, str]]) -> None:
+    def _run_turn1(self, items: list[_Item], progress: Callable[[float], None] | None) -> None:
         reqs, todo = [], []
         for it in items:
-            a, b = pairs[it.pair]
-            r1, r2 = (b, a) if it.flipped else (a, b)
-            turn1 = render_brrm_turn1(convs[it.pair], r1, r2, self.config.context)
-            it.p1_text = self.tokenizer.apply_chat_template([{"role": "user", "content": turn1}],
-                                                            add_generation_prompt=True, tokenize=False)
-            it.p1_ids = self._encode(it.p1_text)
+            turn1 = render_brrm_turn1(it.conversation, it.first, it.second, self.config.context)
+            text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
+            it.p1_text, it.p1_ids = text, tuple(ids)
             plan = self._budget(it, len(it.p1_ids), 1)
             if plan:
-                reqs.append(GenerationRequest(it.p1_ids, plan[0], seed=it.seed, program=plan[1]))
+                reqs.append(GenerationRequest(it.p1_ids, plan[0], seed=it.seed(self.config.sampling.seed, 1),
+                                              program=plan[1]))
                 todo.append(it)
-        for it, comp in zip(todo, self._generate(reqs, keep_kv=True), strict=True):
+        for it, comp in zip(todo, self._generate(reqs, keep_kv=True, progress=progress), strict=True):
             it.t1 = comp
             if comp.finish_reason == "error":
                 it.result = self._failed(it, Status.BACKEND_ERROR, f"turn 1: {comp.error}")
             elif comp.finish_reason == "length":
                 it.result = self._failed(it, Status.TRUNCATED, f"turn 1 used its {len(comp.token_ids)}-token "
                                          "budget without ending its turn")
+        if progress:
+            progress(0.5 * sum(it.result is not None for it in todo))
 
-    def _run_turn2(self, items: list[_Item]) -> None:
+    def _run_turn2(self, items: list[_Item], progress: Callable[[float], None] | None) -> None:
         reqs, todo = [], []
         for it in items:
             assert it.t1 is not None
-            if self.config.p2_tokenization == "retokenize":
-                it.p2_ids = self._encode(it.p1_text + it.t1.text + "\n" + self.continuation)
-            else:
-                it.p2_ids = it.p1_ids + it.t1.token_ids + self._encode("\n" + self.continuation)
+            it.p2_ids = self._p2_ids(it)
             plan = self._budget(it, len(it.p2_ids), 2)
             if plan:
-                reqs.append(GenerationRequest(it.p2_ids, plan[0], seed=it.seed, program=plan[1]))
+                reqs.append(GenerationRequest(it.p2_ids, plan[0], seed=it.seed(self.config.sampling.seed, 2),
+                                              program=plan[1]))
                 todo.append(it)
-        for it, comp in zip(todo, self._generate(reqs, keep_kv=False), strict=True):
+        for it, comp in zip(todo, self._generate(reqs, keep_kv=False, progress=progress), strict=True):
             it.t2 = comp
+        if progress and len(todo) < len(items):
+            progress(0.5 * (len(items) - len(todo)))
 
-    def _generate(self, reqs: list[GenerationRequest], *, keep_kv: bool) -> list[Completion]:
+    def _p2_ids(self, it: _Item) -> tuple[int, ...]:
+        """P2 in ids: P1 (record text kept as text) + T1 + ``"\\n"`` + the template's continuation.
+
+        ``retokenize`` re-tokenizes the model's T1 text with the seam, as the released evaluation's
+        re-tokenization of P1 + T1 does (T1's own ``<think>`` tokens stay special: the model wrote them);
+        ``concat`` keeps T1's ids and tokenizes only the seam.
+        """
+        assert it.t1 is not None
+        seam = self.encoder.markup("\n" + self.continuation)
+        if self.config.p2_tokenization == "retokenize":
+            return it.p1_ids + tuple(self.encoder.markup(it.t1.text + "\n" + self.continuation))
+        return it.p1_ids + it.t1.token_ids + tuple(seam)
+
+    def _generate(self, reqs: list[GenerationRequest], *, keep_kv: bool,
+                  progress: Callable[[float], None] | None) -> list[Completion]:
         if not reqs:
             return []
         s = self.config.sampling
-        kwargs = {"keep_kv": keep_kv} if hasattr(self.backend, "cache") else {}
-        return self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p, **kwargs)
+        on_complete = (lambda _i: progress(0.5)) if progress else None
+        return self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p,
+                                     keep_kv=keep_kv and self.backend.capabilities.kv_reuse,
+                                     on_complete=on_complete)
 
     def _failed(self, it: _Item, status: Status, reason: str, **extra: Any) -> PairwiseJudgment:
-        return PairwiseJudgment(winner=Verdict.NONE, status=status, reason=reason, attempts=it.attempts,
-                                provenance=self._provenance(it), **self._texts(it), **extra)
+        return PairwiseJudgment(winner=Verdict.NONE, status=status, reason=reason, attempts=it.attempt + 1,
+                                id=it.rid, provenance=self._provenance(it), **self._texts(it), **extra)
 
     def _texts(self, it: _Item) -> dict[str, Any]:
         t1, t2 = it.t1, it.t2
@@ -333,56 +419,37 @@ class BRRMJudge:
     def _finish(self, it: _Item) -> PairwiseJudgment:
         assert it.t1 is not None and it.t2 is not None
         t1 = fmt.parse_turn1(it.t1.text)
-        first, second = (t1.analysis_2, t1.analysis_1) if it.flipped else (t1.analysis_1, t1.analysis_2)
         fields: dict[str, Any] = {"dimensions": t1.dimensions, "unknown_dimensions": t1.unknown,
-                                  "analysis_a": first, "analysis_b": second}
+                                  "analysis_a": t1.analysis_1, "analysis_b": t1.analysis_2}
         budget_notes = [f"turn {k} thinking hit its budget and was closed"
                         for k, c in ((1, it.t1), (2, it.t2)) if c.think_budget_hit]
         t2 = it.t2
         if t2.finish_reason == "error":
             return self._failed(it, Status.BACKEND_ERROR, f"turn 2: {t2.error}", **fields)
-        position, why = fmt.parse_verdict(t2.text)
+        position, why = fmt.parse_verdict(t2.text, self.config.policy("verdict"))
         if not position:
             status = Status.TRUNCATED if t2.finish_reason == "length" else Status.PARSE_FAILURE
             reason = why + (" (turn 2 ran out of tokens)" if status is Status.TRUNCATED else "")
             return self._failed(it, status, reason, **fields)
-        p1, logits = _digit_probability(t2)
-        winner = Verdict.A if position == 1 else Verdict.B
-        p_a = p1
-        if it.flipped:
-            winner, p_a = winner.mirrored(), (1 - p1 if not math.isnan(p1) else p1)
-        return PairwiseJudgment(winner=winner, status=Status.OK, reason="; ".join(budget_notes), p_a=p_a,
-                                logit_1=logits[0], logit_2=logits[1], provenance=self._provenance(it),
-                                attempts=it.attempts,
+        p1, logits = digit_probability(t2)
+        return PairwiseJudgment(winner=Verdict.A if position == 1 else Verdict.B, status=Status.OK,
+                                reason="; ".join(budget_notes), p_a=p1, logit_1=logits[0], logit_2=logits[1],
+                                provenance=self._provenance(it), attempts=it.attempt + 1, id=it.rid,
                                 **fields, **self._texts(it))
 
 
-def _digit_probability(t2: Completion) -> tuple[float, tuple[float, float]]:
-    """P(position 1 better) = softmax over the raw logits of "1" and "2" at the verdict digit."""
+def digit_probability(t2: Completion) -> tuple[float, tuple[float, float]]:
+    """P(position 1 better) = softmax over the raw logits of "1" and "2" at the verdict digit (overflow-safe:
+    σ(l1 − l2) for any finite gap); NaN when the digit's logits were not measured."""
     if not t2.choice_logits:
         return math.nan, (math.nan, math.nan)
+    from brrm.compose.pairwise import sigmoid
+
     l1, l2 = t2.choice_logits[-1][:2]
-    return 1.0 / (1.0 + math.exp(l2 - l1)), (l1, l2)
+    return sigmoid(l1 - l2), (l1, l2)
 
 
-def combine(orients: Sequence[PairwiseJudgment]) -> PairwiseJudgment:
-    """Swap-order debiasing of the (A,B) and (B,A) judgments (already mapped back to A/B).
-
-    Agree -> that winner; disagree -> ``tie`` with ``consistent=False``; P(A ≻ B) = mean of the two
-    orientation-corrected probabilities (NaN if either is NaN). If either order failed, the combined
-    result carries that failure (first failing order's status and reason).
-    """
-    fwd, rev = orients
-    failed = next((j for j in (fwd, rev) if not j.ok), None)
-    if failed is not None:
-        return replace(failed, reason=f"{'reversed' if failed is rev else 'forward'} order: {failed.reason}",
-                       sub_judgments=(fwd, rev), consistent=False)
-    consistent = fwd.winner is rev.winner
-    winner = fwd.winner if consistent else Verdict.TIE
-    reason = "" if consistent else f"position inconsistent: forward says {fwd.winner.value}, reversed says " \
-                                   f"{rev.winner.value}"
-    p_a = (fwd.p_a + rev.p_a) / 2
-    return replace(fwd, winner=winner, reason=reason, p_a=p_a, sub_judgments=(fwd, rev), consistent=consistent,
-                   attempts=fwd.attempts + rev.attempts,
-                   prompt_tokens=fwd.prompt_tokens + rev.prompt_tokens,
-                   generated_tokens=fwd.generated_tokens + rev.generated_tokens)
+def mirrored(j: PairwiseJudgment) -> PairwiseJudgment:
+    """The judgment of (B, A) seen in the (A, B) frame: winner, probability, logits and analyses swapped."""
+    p_a = 1.0 - j.p_a if not math.isnan(j.p_a) else j.p_a
+    return replace(j, winner=j.winner.mirrored(), p_a=p_a, analysis_a=j.analysis_b, analysis_b=j.analysis_a)

@@ -12,6 +12,9 @@ import re
 from dataclasses import dataclass
 
 from brrm.constraints import Choice, Literal, Pattern, Program, Think, literal
+from brrm.templates import neutralize_markers
+
+__all__ = ["DIMENSIONS", "VERDICT_REGEX", "neutralize_markers", "parse_turn1", "parse_verdict", "plan_program"]
 
 DIMENSIONS = (
     "Information Accuracy",
@@ -32,13 +35,6 @@ VERDICT_REGEX = re.compile(
 
 _FOCUS = re.compile(r"\[Quality Assessment Focus\]\s*\n(.*?)\n\s*\[End of Quality Assessment Focus\]", re.DOTALL)
 _ANALYSIS = "\\[Quality Analysis for Response {k}\\]\\s*\\n(.*?)\\n\\s*\\[End of Quality Analysis for Response {k}\\]"
-
-# Markers of the judge's own prompt and output format; in candidate responses they are neutralised.
-_MARKER = re.compile(
-    r"\[(?=(?:The Begin of|The End of|Quality Assessment Focus|End of Quality|Quality Analysis for)[^\]\n]*\])"
-    r"([^\]\n]*)\]"
-)
-
 
 def after_thinking(text: str) -> str:
     """The part of a turn after its last ``</think>``; the whole text when there is none."""
@@ -92,33 +88,31 @@ def parse_turn1(text: str) -> Turn1Parse:
     return Turn1Parse(tuple(dims), tuple(unknown), analyses[0], analyses[1])
 
 
-def parse_verdict(text: str) -> tuple[int, str]:
+VERDICT_SELECTIONS = ("last_after_thinking", "first")
+"""How the verdict is picked from T2: ``first`` — the first regex match anywhere in T2, as the released
+evaluation does (``re.search``); ``last_after_thinking`` — the last match after the thinking block (a ranking
+block quoted while reasoning cannot override the final one)."""
+
+
+def parse_verdict(text: str, selection: str = "last_after_thinking") -> tuple[int, str]:
     """The verdict position (1 or 2) from T2, or (0, reason).
 
-    Only the judge's generated turn-2 text is read, only after its thinking block, and the *last*
-    ranking block wins (a marker quoted while reasoning cannot override the final verdict).
+    Only the judge's generated turn-2 text is read (never the prompt). ``selection`` is one of
+    :data:`VERDICT_SELECTIONS`.
     """
-    if not thinking_closed(text):
-        return 0, "turn 2 never closed its <think> block, so it has no verdict"
-    matches = VERDICT_REGEX.findall(after_thinking(text))
+    if selection == "first":
+        found = VERDICT_REGEX.search(text)
+        matches = [found.group(1)] if found else []
+    else:
+        if not thinking_closed(text):
+            return 0, "turn 2 never closed its <think> block, so it has no verdict"
+        matches = VERDICT_REGEX.findall(after_thinking(text))[-1:]
     if not matches:
         return 0, "no [The Begin of Ranking Score] \\boxed{…} [The End of Ranking Score] block in turn 2"
     value = matches[-1].strip()
     if value not in ("1", "2"):
         return 0, f"ranking block holds \\boxed{{{value}}}, expected 1 or 2"
     return int(value), ""
-
-
-def neutralize_markers(text: str) -> str:
-    """Rewrite judge-format markers inside a candidate response so they cannot close or open blocks.
-
-    ``[The End of Response 1]`` becomes ``⟦The End of Response 1⟧`` (same for every ``[The Begin of …]``,
-    ``[The End of …]``, ``[Quality …]`` and ``[End of Quality …]`` marker). Other text, including
-    ``\\boxed{1}`` or "Final verdict", is unchanged: the verdict is only ever read from the judge's own
-    turn 2, so such strings cannot change the parse. Trade-off: the released prompt had no escaping, so
-    a response that legitimately contains these markers is shown to the model with different brackets.
-    """
-    return _MARKER.sub(lambda m: "⟦" + m.group(1) + "⟧", text)
 
 
 _FREE = r"[^\[]+"

@@ -26,13 +26,17 @@ from typing import Any
 from brrm.backends.base import Backend, Completion, GenerationRequest
 from brrm.constraints import Choice, Pattern, Program, Think, single_token_id
 from brrm.errors import ConfigError, TemplateError
-from brrm.templates import strip_reasoning, text_hash
+from brrm.seeds import content_key, item_seed
+from brrm.templates import is_blank, strip_end_tokens, strip_reasoning, text_hash
+from brrm.tokens import encoder
 from brrm.types import (
     Conversation,
+    JudgeInfo,
     Provenance,
     SamplingConfig,
     ScalarReward,
     Status,
+    check_bool,
     check_same_length,
 )
 
@@ -98,8 +102,10 @@ class PrincipleConfig:
         format: ``auto`` or one of :data:`FORMATS`.
         sampling: decoding of the thinking part (``qwen3_genrm``); default greedy (T=0, our choice: the
             card's sampling was not available offline), at most ``max_new_tokens_per_turn`` new tokens and
-            ``max_total_tokens`` prompt + new tokens. Item ``i`` samples with seed ``sampling.seed + i``.
+            ``max_total_tokens`` prompt + new tokens. Each item samples from a stream seeded by the base seed
+            and its stable key (id, content, principle; :mod:`brrm.seeds`).
         strip_thinking: remove a leading ``<think>…</think>`` block from each response (recorded per result).
+        strip_history_reasoning: remove ``<think>`` blocks from earlier assistant turns (recorded).
         question: final user turn of ``llama_reward``; ``{principle}`` is replaced by the principle.
 
     Raises:
@@ -109,9 +115,14 @@ class PrincipleConfig:
     format: str = "auto"
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
     strip_thinking: bool = True
+    strip_history_reasoning: bool = True
     question: str = LLAMA_QUESTION
 
     def __post_init__(self) -> None:
+        check_bool("strip_thinking", self.strip_thinking)
+        check_bool("strip_history_reasoning", self.strip_history_reasoning)
+        if not isinstance(self.sampling, SamplingConfig):
+            raise ConfigError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
         if self.format != "auto" and self.format not in FORMATS:
             raise ConfigError(
                 f"format {self.format!r} is not valid; expected auto or one of {', '.join(FORMATS)}"
@@ -122,7 +133,6 @@ class PrincipleConfig:
 
 @dataclass
 class _Item:
-    index: int
     conversation: Conversation
     response: str
     principle: str
@@ -130,6 +140,10 @@ class _Item:
     stripped: bool = False
     prompt: tuple[int, ...] = ()
     result: ScalarReward | None = None
+
+    def seed(self, base: int) -> int:
+        key = content_key(self.rid, self.conversation.content_hash(), self.response, self.principle)
+        return item_seed(base, key, stream="judgement")
 
 
 class PrincipleJudge:
@@ -149,7 +163,13 @@ class PrincipleJudge:
         self.backend = backend
         self.config = config or PrincipleConfig()
         self.tokenizer = backend.tokenizer
+        if not backend.capabilities.programs:
+            raise ConfigError(f"the {backend.info.name} backend cannot run constraint programs, which principle "
+                              "judges need to reach the judgement step")
         self.format = resolve_format(self.config.format, backend.info.model)
+        self.encoder = encoder(self.tokenizer)
+        self.end_texts = tuple({t for t in (self.tokenizer.convert_ids_to_tokens(backend.end_of_turn_id),
+                                            self.tokenizer.eos_token) if t})
         template = getattr(self.tokenizer, "chat_template", None)
         if not template:
             raise ConfigError(
@@ -160,32 +180,19 @@ class PrincipleJudge:
         if self.format == "qwen3_genrm":
             self._check_principle_role()
         self.template_hash = text_hash(str(template), self.format, JUDGEMENT_PATTERN, self.config.question)
+        self.info = JudgeInfo(model=backend.info.model, kind="principle", recipe=self.format,
+                              backend=backend.info.name, chat_template_hash=self.template_sha,
+                              template_hash=self.template_hash, default_strategy="scores",
+                              options={"sampling": self.config.sampling.to_dict(), **self._policies()},
+                              chunk_size=backend.capabilities.chunk_size)
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        model_id: str,
-        *,
-        format: str = "auto",
-        config: PrincipleConfig | None = None,
-        dtype: str = "auto",
-        device: str = "auto",
-        **backend_kwargs: Any,
-    ) -> PrincipleJudge:
-        """Load the model with :class:`~brrm.backends.transformers.TransformersBackend` and wrap it.
+    def _policies(self) -> dict[str, Any]:
+        return {"format": self.format, "strip_thinking": self.config.strip_thinking,
+                "strip_history_reasoning": self.config.strip_history_reasoning}
 
-        Args:
-            model_id: e.g. ``nvidia/Qwen3-Nemotron-32B-GenRM-Principle`` or a local directory.
-            format: ``auto`` or one of :data:`FORMATS` (overrides ``config.format``).
-            config: judge settings.
-            dtype, device, **backend_kwargs: passed to ``TransformersBackend.from_pretrained``.
-        """
-        from dataclasses import replace
-
-        from brrm.backends.transformers import TransformersBackend
-
-        backend = TransformersBackend.from_pretrained(model_id, dtype=dtype, device=device, **backend_kwargs)
-        return cls(backend, replace(config or PrincipleConfig(), format=format))
+    def close(self) -> None:
+        """Close the backend."""
+        self.backend.close()
 
     def _check_principle_role(self) -> None:
         name = getattr(self.tokenizer, "name_or_path", "") or self.backend.info.model
@@ -212,7 +219,7 @@ class PrincipleJudge:
         responses: Sequence[str],
         /,
         *,
-        principle: str | Sequence[str] | None = None,
+        principles: str | Sequence[str] | None = None,
         ids: Sequence[str] | None = None,
     ) -> list[ScalarReward]:
         """Score each (conversation, response) against a principle; one reward per item, in input order.
@@ -220,7 +227,7 @@ class PrincipleJudge:
         Args:
             conversations: Conversation objects, prompt strings or message lists (N), ending with a user turn.
             responses: responses under judgment (N strings).
-            principle: required; one string for every item, or a sequence of N strings.
+            principles: required; one string for every item, or a sequence of N strings.
             ids: optional record ids (N).
 
         Returns:
@@ -233,18 +240,16 @@ class PrincipleJudge:
                 conversation or a missing (None) response.
         """
         n = check_same_length(conversations=conversations, responses=responses)
-        if principle is None:
+        if principles is None:
             raise ConfigError(
                 "a principle is required (e.g. principle='The response is factually correct.'); "
                 "principle models document no default"
             )
-        principles = [principle] * n if isinstance(principle, str) else list(principle)
-        check_same_length(conversations=conversations, principles=principles)
+        chosen = [principles] * n if isinstance(principles, str) else list(principles)
+        check_same_length(conversations=conversations, principles=chosen)
         rids = [str(x) for x in ids] if ids is not None else [""] * n
         check_same_length(conversations=conversations, ids=rids)
-        return self._score_items(
-            [self._item(i, conversations[i], responses[i], principles[i], rids[i]) for i in range(n)]
-        )
+        return self._score_items([self._item(i, conversations[i], responses[i], chosen[i], rids[i]) for i in range(n)])
 
     def score_principles(
         self, conversations: Sequence[Any], responses: Sequence[str], principles: Sequence[str], /
@@ -260,20 +265,13 @@ class PrincipleJudge:
         n = check_same_length(conversations=conversations, responses=responses)
         if isinstance(principles, str) or not principles:
             raise ConfigError("principles must be a non-empty list of strings")
-        items = [
-            self._item(i * len(principles) + k, conversations[i], responses[i], p, "", pos=i)
-            for i in range(n)
-            for k, p in enumerate(principles)
-        ]
+        items = [self._item(i, conversations[i], responses[i], p, "") for i in range(n) for p in principles]
         flat = self._score_items(items)
         return [flat[i * len(principles) : (i + 1) * len(principles)] for i in range(n)]
 
     # ---------------------------------------------------------------------------------------- internals
-    def _item(
-        self, index: int, conversation: Any, response: Any, principle: Any, rid: str, pos: int | None = None
-    ) -> _Item:
-        """Validate one input; ``index`` seeds its sampler, ``pos`` (default ``index``) names it in errors."""
-        pos = index if pos is None else pos
+    def _item(self, pos: int, conversation: Any, response: Any, principle: Any, rid: str) -> _Item:
+        """Validate one input (``pos`` names it in errors)."""
         if response is None:
             raise ConfigError(f"responses[{pos}] is missing (None): scoring needs the assistant response")
         if not isinstance(response, str):
@@ -281,10 +279,15 @@ class PrincipleJudge:
         if not isinstance(principle, str) or not principle.strip():
             raise ConfigError(f"principle of item {pos} must be a non-empty string, got {principle!r}")
         conv = Conversation.coerce(conversation, where=f"conversations[{pos}]")
-        return _Item(index, conv, response, principle, rid)
+        return _Item(conv, response, principle, rid)
 
     def _messages(self, it: _Item, response: str) -> list[dict[str, Any]]:
-        messages = [*it.conversation.to_list(), {"role": "assistant", "content": response}]
+        history = it.conversation.to_list()
+        if self.config.strip_history_reasoning:
+            for m in history:
+                if m["role"] == "assistant":
+                    m["content"] = strip_reasoning(m["content"])[0]
+        messages = [*history, {"role": "assistant", "content": response}]
         if self.format == "qwen3_genrm":
             return [*messages, {"role": PRINCIPLE_ROLE, "content": it.principle}]
         return [
@@ -308,16 +311,17 @@ class PrincipleJudge:
             strip_reasoning(it.response) if self.config.strip_thinking else (it.response, False)
         )
         meta["thinking_stripped"] = it.stripped
-        if not text.strip():
+        text = strip_end_tokens(text, self.end_texts)
+        if is_blank(text):
             why = "response is empty" + (" after removing its leading <think> block" if it.stripped else "")
             it.result = ScalarReward.failed(Status.EMPTY, why, **meta)
             return None
-        it.prompt = tuple(
-            int(t)
-            for t in self.tokenizer.apply_chat_template(
-                self._messages(it, text), tokenize=True, add_generation_prompt=True, return_dict=False
-            )
-        )
+        try:
+            _, ids = self.encoder.chat(self._messages(it, text), add_generation_prompt=True)
+        except (TemplateError, ConfigError) as exc:
+            it.result = ScalarReward.failed(Status.INVALID_INPUT, str(exc), **meta)
+            return None
+        it.prompt = tuple(ids)
         s = self.config.sampling
         limit = min(s.max_total_tokens, self.backend.max_context)
         budget = min(s.max_new_tokens_per_turn, limit - len(it.prompt))
@@ -331,9 +335,7 @@ class PrincipleJudge:
                 **meta,
             )
             return None
-        return GenerationRequest(
-            it.prompt, min(budget, program.max_tokens()), seed=s.seed + it.index, program=program
-        )
+        return GenerationRequest(it.prompt, min(budget, program.max_tokens()), seed=it.seed(s.seed), program=program)
 
     def _score_items(self, items: list[_Item]) -> list[ScalarReward]:
         reqs, todo = [], []
@@ -351,15 +353,14 @@ class PrincipleJudge:
 
     def _meta(self, it: _Item) -> dict[str, Any]:
         s = self.config.sampling
-        policies = {"format": self.format, "strip_thinking": self.config.strip_thinking}
         prov = Provenance(
             model=self.backend.info.model,
             backend=self.backend.info.name,
             template_hash=self.template_hash,
             sampling=s,
-            seed=s.seed + it.index,
+            seed=it.seed(s.seed),
             decoding="constrained",
-            policies=policies,
+            policies=self._policies(),
         )
         return {"id": it.rid, "principle": it.principle, "thinking_stripped": it.stripped, "provenance": prov}
 

@@ -64,7 +64,7 @@ def test_backend_info_and_protocol(vb):
     assert isinstance(vb, Backend)
     assert vb.info.name == "vllm" and vb.info.details["prefix_caching"] is True
     assert vb.info.details["choice_logits"] == "raw_logits" and vb.info.details["block_size"] == BLOCK
-    assert vb.max_context == ENGINE["max_model_len"] and vb.judge_chunk_size >= 1024
+    assert vb.max_context == ENGINE["max_model_len"] and vb.capabilities.chunk_size >= 1024
 
 
 def test_free_generation_equals_transformers_greedy(vb, hf_backend):

@@ -1,138 +1,21 @@
-"""Typed values that flow through brrm: conversations in, judgments and rewards out.
+"""Typed results: pairwise judgments, scalar rewards and group rankings, each with an explicit status.
 
 Every result is a frozen dataclass with an explicit :class:`Status` and a ``reason``. A result that did
-not produce a verdict carries ``Verdict.NONE`` and a non-``ok`` status; nothing is encoded as ``None``,
-``-1`` or a silent default, and aggregates skip non-``ok`` results by status (see
-:func:`brrm.types.summarize`).
+not produce a verdict carries ``Verdict.NONE`` and a non-``ok`` status; a reward that was not computed is
+NaN with a non-``ok`` status (``null`` in JSON). Nothing is encoded as ``-1`` or a silent default, and
+aggregates skip non-``ok`` results by status (see :mod:`brrm.types.summary`).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from brrm.errors import ConfigError
-
-ROLES = ("system", "user", "assistant", "tool")
-"""Valid message roles. ``tool`` holds a tool's observation; it is never judged as the assistant's text."""
-
-
-@dataclass(frozen=True)
-class Message:
-    """One chat message.
-
-    Attributes:
-        role: one of ``system``, ``user``, ``assistant``, ``tool``.
-        content: the message text (may be empty only for an assistant turn that carries tool calls).
-        tool_calls: tool calls made by an assistant turn, as ``{"name": str, "arguments": dict | str}``.
-
-    Raises:
-        ConfigError: on an unknown role, a non-string content, or tool calls on a non-assistant turn.
-    """
-
-    role: str
-    content: str
-    tool_calls: tuple[Mapping[str, Any], ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ConfigError(f"message role {self.role!r} is not valid; expected one of {', '.join(ROLES)}")
-        if not isinstance(self.content, str):
-            raise ConfigError(
-                f"message content must be a string, got {type(self.content).__name__} (role {self.role!r})"
-            )
-        if self.tool_calls and self.role != "assistant":
-            raise ConfigError(f"tool_calls are only valid on assistant messages, not role {self.role!r}")
-
-    @classmethod
-    def from_dict(cls, data: Any, *, where: str = "message") -> Message:
-        """Build a message from ``{"role": ..., "content": ..., "tool_calls"?: [...]}``.
-
-        Raises:
-            ConfigError: naming ``where`` and the missing or invalid field.
-        """
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{where} must be an object with 'role' and 'content', got {type(data).__name__}")
-        for key in ("role", "content"):
-            if key not in data:
-                raise ConfigError(f"{where} is missing field {key!r}")
-        content = data["content"]
-        if content is None and data.get("tool_calls"):
-            content = ""
-        calls = data.get("tool_calls") or ()
-        if not isinstance(calls, list | tuple):
-            raise ConfigError(f"{where}.tool_calls must be a list")
-        try:
-            return cls(role=data["role"], content=content, tool_calls=tuple(calls))
-        except ConfigError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            out["tool_calls"] = [dict(c) for c in self.tool_calls]
-        return out
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """The turns before the judged response(s); the last turn must be a user (or tool) turn.
-
-    Attributes:
-        messages: the turns, oldest first; at least one user turn.
-
-    Raises:
-        ConfigError: when empty, when there is no user turn, or when it ends with an assistant turn
-            (the response under judgment is passed separately, never as the last message).
-    """
-
-    messages: tuple[Message, ...]
-
-    def __post_init__(self) -> None:
-        if not self.messages:
-            raise ConfigError("conversation is empty; it needs at least one user message")
-        if not any(m.role == "user" for m in self.messages):
-            raise ConfigError("conversation has no user message")
-        if self.messages[-1].role not in ("user", "tool"):
-            raise ConfigError(
-                f"conversation must end with a user or tool turn (the judged responses are passed "
-                f"separately), but it ends with role {self.messages[-1].role!r}"
-            )
-
-    @classmethod
-    def from_prompt(cls, prompt: str) -> Conversation:
-        """A single-turn conversation from a user prompt string."""
-        return cls((Message("user", prompt),))
-
-    @classmethod
-    def coerce(cls, value: Any, *, where: str = "conversation") -> Conversation:
-        """Accept a Conversation, a prompt string, or a list of message dicts / Messages.
-
-        Raises:
-            ConfigError: naming ``where`` and the problem.
-        """
-        if isinstance(value, Conversation):
-            return value
-        if isinstance(value, str):
-            return cls.from_prompt(value)
-        if isinstance(value, list | tuple):
-            msgs = tuple(
-                m if isinstance(m, Message) else Message.from_dict(m, where=f"{where}[{i}]")
-                for i, m in enumerate(value)
-            )
-            try:
-                return cls(msgs)
-            except ConfigError as exc:
-                raise ConfigError(f"{where}: {exc}") from None
-        raise ConfigError(
-            f"{where} must be a prompt string or a list of messages, got {type(value).__name__}"
-        )
-
-    def to_list(self) -> list[dict[str, Any]]:
-        return [m.to_dict() for m in self.messages]
+from brrm.types.config import SamplingConfig
 
 
 class Verdict(enum.StrEnum):
@@ -166,58 +49,6 @@ class Status(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class SamplingConfig:
-    """Decoding settings for a generative judge.
-
-    Defaults are the published BR-RM settings (BR-RM paper / model card, and
-    ``../shared/reference/README.md``): temperature 1.0, top_p 1.0, at most 8192 new tokens per turn and
-    16384 tokens in total.
-
-    Attributes:
-        temperature: softmax temperature, >= 0; 0 means greedy decoding.
-        top_p: nucleus mass in (0, 1].
-        max_new_tokens_per_turn: new-token budget of each turn, >= 1.
-        max_total_tokens: limit on the whole two-turn sequence (prompt + both turns), in tokens, >= 2.
-        seed: base seed; item ``i`` of a batch call samples with its own generator seeded ``seed + i``, so
-            results do not depend on batch size or composition.
-
-    Raises:
-        ConfigError: naming the field and its valid range.
-    """
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens_per_turn: int = 8192
-    max_total_tokens: int = 16384
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.temperature, int | float) and self.temperature >= 0):
-            raise ConfigError(f"temperature must be a number >= 0 (0 = greedy), got {self.temperature!r}")
-        if not (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1):
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not (isinstance(self.max_new_tokens_per_turn, int) and self.max_new_tokens_per_turn >= 1):
-            raise ConfigError(f"max_new_tokens_per_turn must be an int >= 1, got {self.max_new_tokens_per_turn!r}")
-        if not (isinstance(self.max_total_tokens, int) and self.max_total_tokens >= 2):
-            raise ConfigError(f"max_total_tokens must be an int >= 2, got {self.max_total_tokens!r}")
-        if not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be an int, got {self.seed!r}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "max_new_tokens_per_turn": self.max_new_tokens_per_turn,
-            "max_total_tokens": self.max_total_tokens,
-            "seed": self.seed,
-        }
-
-
-@dataclass(frozen=True)
 class Provenance:
     """What produced a result: enough to reproduce or audit it.
 
@@ -226,7 +57,8 @@ class Provenance:
         backend: backend name (``transformers``, ``vllm``, ``openai``, ``fake``).
         template_hash: sha256 (hex, first 16 chars) over the prompt templates used.
         sampling: the decoding settings.
-        seed: the seed this item sampled with (``sampling.seed + item index``).
+        seed: the seed this item's sampler streams derive from (:func:`brrm.seeds.item_seed`: the base seed
+            and a stable key of the item; never its position in a batch).
         decoding: ``faithful`` or ``constrained``.
         policies: input-normalisation policies applied (e.g. history reasoning stripped), name -> value.
     """
@@ -273,14 +105,19 @@ class PairwiseJudgment:
         turn1_text, turn2_text: raw generated texts (T1, T2), without the end-of-turn token.
         prompt_tokens: tokens of P1 plus tokens of P2 (what was prefilled, before any cache reuse).
         generated_tokens: tokens generated over both turns.
-        p_a: P(A better than B) in [0, 1] from the verdict-digit logits, or NaN when not measured
-            (faithful mode); a conditional probability of the model, not a calibrated one.
+        p_a: P(A better than B) in [0, 1] from the verdict-digit logits, or NaN (``null`` in JSON) when no
+            model call measured it (faithful mode, a short-circuited pair); a conditional probability of
+            the model, not a calibrated one.
+        logit_1, logit_2: raw float32 logits of the verdict digits "1" and "2" (NaN when not measured).
         provenance: what produced it.
-        id: the record id, if any.
+        id: the record id, if any (swap sub-judgments carry the pair's id too).
         label: the gold label (``A``/``B``/``tie``) if the record had one, else ``Verdict.NONE``.
-        attempts: generations run for this judgment (>= 1 when the model ran, 0 when short-circuited).
+        attempts: model runs behind this judgment: 0 when short-circuited without a model call, else
+            1 + retries (with swap: 1 + the retries of both orders, so a judgment that was never re-run
+            says 1).
         sub_judgments: for swap-order debiasing, the (A,B) and (B,A) judgments.
-        consistent: for swap-order debiasing, whether both orders agreed; True otherwise.
+        consistent: for swap-order debiasing, whether both orders agreed; None (``null``) when only one
+            order was judged or an order failed.
     """
 
     winner: Verdict
@@ -302,7 +139,7 @@ class PairwiseJudgment:
     label: Verdict = Verdict.NONE
     attempts: int = 1
     sub_judgments: tuple[PairwiseJudgment, ...] = ()
-    consistent: bool = True
+    consistent: bool | None = None
 
     def __post_init__(self) -> None:
         if self.status is Status.OK and self.winner is Verdict.NONE:
@@ -367,78 +204,6 @@ def parse_label(value: Any, *, where: str = "label") -> Verdict:
     if isinstance(value, bool) or key not in table:
         raise ConfigError(f"{where} {value!r} is not valid; expected one of 'A', 'B', 'tie' (or 1, 2)")
     return table[key]
-
-
-@dataclass(frozen=True)
-class JudgmentSummary:
-    """Counts over a batch of judgments. Only ``ok`` results with a label enter ``accuracy``."""
-
-    total: int
-    by_status: Mapping[str, int]
-    by_winner: Mapping[str, int]
-    labelled: int
-    correct: int
-    swapped: int
-    consistent: int
-    order_credit: float = 0.0
-    order_labelled: int = 0
-
-    @property
-    def order_averaged_accuracy(self) -> float:
-        """Swap-debiased pairs scored per order, as LLMBar's ``correct_average``: each labelled pair earns
-        (forward correct + reversed correct) / 2, a failed order earning 0; NaN when there are none."""
-        return self.order_credit / self.order_labelled if self.order_labelled else math.nan
-
-    @property
-    def accuracy(self) -> float:
-        """Correct / labelled-and-ok; NaN when nothing was labelled and ok."""
-        return self.correct / self.labelled if self.labelled else math.nan
-
-    @property
-    def consistency_rate(self) -> float:
-        """Fraction of swap-debiased ok judgments whose two orders agreed; NaN when none."""
-        return self.consistent / self.swapped if self.swapped else math.nan
-
-    def to_dict(self) -> dict[str, Any]:
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else round(x, 6)
-
-        return {
-            "total": self.total,
-            "by_status": dict(self.by_status),
-            "by_winner": dict(self.by_winner),
-            "labelled_ok": self.labelled,
-            "correct": self.correct,
-            "accuracy": num(self.accuracy),
-            "swapped_ok": self.swapped,
-            "consistency_rate": num(self.consistency_rate),
-            "order_averaged_accuracy": num(self.order_averaged_accuracy),
-        }
-
-
-def summarize(judgments: Iterable[PairwiseJudgment]) -> JudgmentSummary:
-    """Aggregate judgments by status and winner; non-ok results never count as verdicts."""
-    by_status = {s.value: 0 for s in Status}
-    by_winner = {v.value: 0 for v in (Verdict.A, Verdict.B, Verdict.TIE)}
-    total = labelled = correct = swapped = consistent = order_labelled = 0
-    order_credit = 0.0
-    for j in judgments:
-        total += 1
-        by_status[j.status.value] += 1
-        if len(j.sub_judgments) == 2 and j.label is not Verdict.NONE:
-            order_labelled += 1
-            order_credit += sum(s.ok and s.winner is j.label for s in j.sub_judgments) / 2
-        if not j.ok:
-            continue
-        by_winner[j.winner.value] += 1
-        if j.correct is not None:
-            labelled += 1
-            correct += int(j.correct)
-        if j.sub_judgments:
-            swapped += 1
-            consistent += int(j.consistent)
-    return JudgmentSummary(total, by_status, by_winner, labelled, correct, swapped, consistent, order_credit,
-                           order_labelled)
 
 
 def check_same_length(**lists: Sequence[Any]) -> int:
@@ -553,6 +318,8 @@ class GroupResult:
         failed: judgments without a verdict; they never enter rewards, wins or ties.
         ranking: indices of responses with an ok reward, best first (equal rewards keep input order).
         judgments: the pairwise judgments behind ``wins``/``ties``, in the order they were made.
+        pairs: ``pairs[k] = (i, j)``: judgment ``k`` showed response ``i`` as A and ``j`` as B (index N is the
+            reference of the ``reference`` strategy).
     """
 
     strategy: str
@@ -565,6 +332,7 @@ class GroupResult:
     failed: int
     ranking: tuple[int, ...]
     judgments: tuple[PairwiseJudgment, ...] = ()
+    pairs: tuple[tuple[int, int], ...] = ()
 
     @property
     def status(self) -> Status:
@@ -595,6 +363,21 @@ class GroupResult:
             out.append((won + 0.5 * tied) / games if games else math.nan)
         return tuple(out)
 
+    def expected_win_rates(self) -> tuple[float, ...]:
+        """Soft win rate of each response: the mean over its ok judgments of P(it beats the other), from each
+        judgment's P(A ≻ B) (a verdict stands in as 1 / 0.5 / 0 where P was not measured); NaN without games."""
+        total = [0.0] * len(self.rewards)
+        games = [0] * len(self.rewards)
+        for (i, j), jd in zip(self.pairs, self.judgments, strict=True):
+            if not jd.ok:
+                continue
+            p = jd.p_a if math.isfinite(jd.p_a) else {Verdict.A: 1.0, Verdict.TIE: 0.5, Verdict.B: 0.0}[jd.winner]
+            for k, value in ((i, p), (j, 1.0 - p)):
+                if k < len(total):
+                    total[k] += value
+                    games[k] += 1
+        return tuple(t / g if g else math.nan for t, g in zip(total, games, strict=True))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "strategy": self.strategy,
@@ -607,28 +390,6 @@ class GroupResult:
             "n_scored": self.n_scored,
             "failed": self.failed,
             "ranking": list(self.ranking),
+            "pairs": [list(p) for p in self.pairs],
             "judgments": [j.to_dict() for j in self.judgments],
         }
-
-
-@runtime_checkable
-class ScalarRewardModel(Protocol):
-    """A model that gives each (conversation, response) a scalar reward (Bradley–Terry, principle judges)."""
-
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *,
-              principle: str | Sequence[str] | None = None,
-              ids: Sequence[str] | None = None) -> list[ScalarReward]:
-        """One reward per (conversation, response), in input order."""
-        ...
-
-
-@runtime_checkable
-class PairwiseJudge(Protocol):
-    """A model that judges response A against response B (BR-RM, or a scalar model through an adapter)."""
-
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str],
-                    responses_b: Sequence[str], /, *, ids: Sequence[str] | None = None,
-                    labels: Sequence[Verdict] | None = None,
-                    swap: bool | None = None) -> list[PairwiseJudgment]:
-        """One judgment per pair, in input order."""
-        ...

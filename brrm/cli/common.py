@@ -1,0 +1,263 @@
+"""What every model-running subcommand shares: model / backend / judge flags, the one ``brrm.load`` call,
+records with their bad-line report, output files, progress and error messages that name flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from brrm.errors import ConfigError
+from brrm.load import EMBEDDED_BUDGETS
+
+FLAG_ALIASES = {"max_new_tokens_per_turn": "--max-new-tokens", "format": "--input-format",
+                "recipe": "--recipe", "base_urls": "--base-url", "judge_chunk_size": "--chunk-size"}
+"""Python names in error messages that the CLI shows as flags."""
+
+
+def add_model_args(p: argparse.ArgumentParser, *, default_kind: str = "auto", judge_flags: bool = True) -> None:
+    """``--model``, ``--kind``, ``--backend`` and every backend and judge option of :func:`brrm.load`."""
+    g = p.add_argument_group("model")
+    g.add_argument("--model", "-m", default=None,
+                   help="hub id or local dir (e.g. nvidia/Qwen3-Nemotron-14B-BRRM); default: the embedded "
+                        "SmolLM2-135M-Instruct demo model (offline)")
+    g.add_argument("--kind", choices=("auto", "brrm", "bt", "principle"), default=default_kind,
+                   help="brrm: two-turn BR-RM judge; bt: Bradley-Terry scalar RM; principle: RLBFF principle RM; "
+                        f"auto: from a known id or the model's config (default: {default_kind})")
+    g.add_argument("--model-type", dest="kind", choices=("brrm", "bt", "principle"), help=argparse.SUPPRESS)
+    g.add_argument("--backend", choices=("transformers", "vllm", "openai"), default="transformers",
+                   help="model runner (default: transformers)")
+    b = p.add_argument_group("backend")
+    b.add_argument("--dtype", default=None, choices=("auto", "float32", "bfloat16", "float16"),
+                   help="weights dtype (default: auto = bf16 on GPU, fp32 on CPU)")
+    b.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto")
+    b.add_argument("--batch-size", type=int, default=None,
+                   help="transformers: rows decoded (or scored) together (default: 8)")
+    b.add_argument("--base-url", action="append", default=None,
+                   help="openai: OpenAI-compatible server URL, repeatable (e.g. http://127.0.0.1:8000/v1)")
+    b.add_argument("--served-model-name", default=None, help="openai: the model name the server expects")
+    b.add_argument("--max-model-len", type=int, default=None, help="vllm: engine context length (default: model's)")
+    b.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per model replica (default 1)")
+    b.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help="vllm: fraction of GPU memory for weights + KV cache (default 0.9)")
+    if judge_flags:
+        add_judge_args(p)
+
+
+def add_judge_args(p: argparse.ArgumentParser) -> None:
+    """Decoding, budgets, input policies and scalar-model options."""
+    d = EMBEDDED_BUDGETS
+    j = p.add_argument_group("judge (BR-RM)")
+    j.add_argument("--decoding", choices=("constrained", "faithful"), default=None,
+                   help="constrained: verdicts always parse, P(A>B) measured (default); faithful: the released "
+                        "protocol end to end")
+    j.add_argument("--swap", action="store_true", default=None, help="judge both orders; disagreement is a tie")
+    j.add_argument("--thinking", choices=("auto", "on", "off"), default=None, help="default: auto")
+    j.add_argument("--temperature", type=float, default=None, help="default 1.0 (published; principle models: 0)")
+    j.add_argument("--top-p", type=float, default=None, help="default 1.0 (published)")
+    j.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"per turn; default 8192 (published), {d['max_new_tokens']} for the embedded demo")
+    j.add_argument("--max-total-tokens", type=int, default=None,
+                   help=f"whole sequence; default 16384, {d['max_total_tokens']} for the embedded demo")
+    j.add_argument("--block-token-cap", type=int, default=None,
+                   help=f"constrained free-text block cap; default 512, {d['block_token_cap']} for the demo")
+    j.add_argument("--seed", type=int, default=None, help="base seed (default 0); each item's streams derive "
+                                                          "from it and the item's own key")
+    j.add_argument("--max-retries", type=int, default=None, help="re-runs of failed/truncated judgments (default 0)")
+    j.add_argument("--system-messages", choices=("include", "drop"), default=None,
+                   help="System: lines in the context (default: include; faithful: drop)")
+    j.add_argument("--tool-messages", choices=("include", "drop"), default=None,
+                   help="Tool: lines and tool calls in the context (default: include; faithful: drop)")
+    j.add_argument("--history-reasoning", choices=("strip", "keep"), default=None,
+                   help="<think> blocks of earlier assistant turns (default: strip; faithful: keep)")
+    j.add_argument("--neutralize-markers", choices=("on", "off"), default=None,
+                   help="rewrite BR-RM markers inside record text (default: on; faithful: off)")
+    j.add_argument("--verdict", choices=("last_after_thinking", "first"), default=None,
+                   help="which ranking block of turn 2 counts (default: last_after_thinking; faithful: first)")
+    s = p.add_argument_group("scalar models (bt, principle)")
+    s.add_argument("--principle", action="append", default=None,
+                   help="principle for a principle model (repeatable: several are averaged when judging pairs)")
+    s.add_argument("--recipe", default=None,
+                   help="bt: auto, sequence_classification, qwen3_nemotron, llama_nemotron; principle: auto, "
+                        "qwen3_genrm, llama_reward (default: from the model id)")
+    s.add_argument("--max-length", type=int, default=None, help="bt: most tokens per input (default: model context)")
+    s.add_argument("--truncation-side", choices=("left", "none"), default=None,
+                   help="bt: drop the oldest conversation tokens (left, default) or mark over-long inputs truncated")
+    s.add_argument("--keep-thinking", action="store_true", default=None,
+                   help="do not strip a leading <think> block from responses")
+    s.add_argument("--margin", type=float, default=None, help="scalar models: |r_A - r_B| <= margin is a tie (0)")
+
+
+_BRRM_ONLY = {"decoding", "swap", "thinking", "block_token_cap", "max_retries", "system_messages", "tool_messages",
+              "neutralize_markers", "verdict"}
+_SCALAR = {"principle", "recipe", "max_length", "truncation_side", "strip_thinking", "margin"}
+
+
+def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
+    """(model, ``brrm.load`` keyword options) from the flags the user set (unset flags keep load's defaults)."""
+    opts: dict[str, Any] = {"kind": args.kind, "backend": args.backend}
+    for flag in ("dtype", "device", "batch_size", "served_model_name", "max_model_len", "tensor_parallel_size",
+                 "gpu_memory_utilization", "decoding", "swap", "thinking", "temperature", "top_p", "max_new_tokens",
+                 "max_total_tokens", "block_token_cap", "seed", "max_retries", "system_messages", "tool_messages",
+                 "verdict", "recipe", "max_length", "truncation_side", "margin"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            opts[flag] = value
+    if getattr(args, "base_url", None):
+        opts["base_url"] = args.base_url
+    if getattr(args, "history_reasoning", None):
+        opts["strip_history_reasoning"] = args.history_reasoning == "strip"
+    if getattr(args, "neutralize_markers", None):
+        opts["neutralize_markers"] = args.neutralize_markers == "on"
+    if getattr(args, "keep_thinking", None):
+        opts["strip_thinking" if args.kind in ("bt", "principle") else "strip_response_reasoning"] = False
+    if getattr(args, "principle", None):
+        opts["principle"] = args.principle if len(args.principle) > 1 else args.principle[0]
+    return args.model, _fit_kind(opts)
+
+
+def _fit_kind(opts: dict[str, Any]) -> dict[str, Any]:
+    """Drop judge flags that do not apply to an explicitly chosen kind, and refuse contradictory ones."""
+    kind = opts["kind"]
+    if kind in ("bt", "principle"):
+        bad = sorted(k for k in _BRRM_ONLY if k in opts and k != "swap")
+        if bad:
+            raise ConfigError(f"--{bad[0].replace('_', '-')} applies to BR-RM judges, not --kind {kind}")
+        opts.pop("swap", None)  # a scalar model's verdict is order-free
+    if kind == "brrm":
+        bad = sorted(k for k in _SCALAR if k in opts)
+        if bad:
+            raise ConfigError(f"--{bad[0].replace('_', '-')} applies to --kind bt or principle, not brrm")
+    if kind == "bt" and "principle" in opts:
+        raise ConfigError("Bradley–Terry models take no principle; drop --principle or use --kind principle")
+    return opts
+
+
+def load_judge(args: argparse.Namespace, *, kind: str | None = None) -> Any:
+    """Build the judge with :func:`brrm.load` (the only place the CLI constructs models)."""
+    import brrm
+
+    _quiet_libraries()
+    model, opts = load_options(args)
+    if kind is not None and opts["kind"] == "auto" and model is None:
+        opts["kind"] = kind
+    return brrm.load(model, **opts)
+
+
+def check_output(path: str) -> None:
+    """Refuse an output path whose folder does not exist, before any model loads.
+
+    Raises:
+        ConfigError: naming ``--output`` and the missing folder.
+    """
+    if path == "-":
+        return
+    parent = Path(path).expanduser().resolve().parent
+    if not parent.is_dir():
+        raise ConfigError(f"--output {path!r}: folder {str(parent)!r} does not exist (create it first)")
+    if Path(path).is_dir():
+        raise ConfigError(f"--output {path!r} is a folder; give a file path")
+
+
+def report_bad_records(records: Sequence[Any], term: TextIO, *, show: int = 5) -> int:
+    """Print the first bad records' reasons (line, field, valid options); returns how many are bad."""
+    from brrm.records import RecordError
+
+    bad = [r for r in records if isinstance(r, RecordError)]
+    for r in bad[:show]:
+        print(f"skipped: {r.reason}", file=term)
+    if len(bad) > show:
+        print(f"skipped: … and {len(bad) - show} more bad records (see the output file)", file=term)
+    return len(bad)
+
+
+def require_records(records: Sequence[Any], source: str) -> None:
+    """Refuse input with no valid record (before any model loads).
+
+    Raises:
+        ConfigError: for an empty file, or one whose every record is bad.
+    """
+    from brrm.records import RecordError
+
+    if not records:
+        raise ConfigError(f"--input {source!r} holds no records")
+    if all(isinstance(r, RecordError) for r in records):
+        raise ConfigError(f"--input {source!r}: none of its {len(records)} records is valid (first: "
+                          f"{records[0].reason})")
+
+
+def progress_bar(total: float, *, desc: str, unit: str, disable: bool) -> Any:
+    """A tqdm bar on stderr that accepts fractional updates (half a pair per finished turn)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=disable, file=sys.stderr, dynamic_ncols=True,
+                bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]")
+
+
+def translate(message: str, parser: argparse.ArgumentParser) -> str:
+    """Rewrite Python option names in an error message as the CLI flags that set them."""
+    names = dict(FLAG_ALIASES)
+    for action in _all_actions(parser):
+        for opt in action.option_strings:
+            if opt.startswith("--"):
+                names.setdefault(action.dest, opt)
+    alternatives = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+    pattern = re.compile(r"(?<![\w-])(" + alternatives + r")(?![\w-])")
+    return pattern.sub(lambda m: names[m.group(1)], message) if names else message
+
+
+def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    out = list(parser._actions)
+    for action in parser._actions:
+        for sub in (getattr(action, "choices", None) or {}).values() if isinstance(
+                getattr(action, "choices", None), dict) else ():
+            out += _all_actions(sub)
+    return out
+
+
+def terminal(output: str) -> TextIO:
+    """Where human-readable lines go: stderr when JSONL goes to stdout, else stdout."""
+    return sys.stderr if output == "-" else sys.stdout
+
+
+def open_output(path: str) -> Any:
+    """The output stream (stdout for ``-``)."""
+    from contextlib import nullcontext
+
+    return nullcontext(sys.stdout) if path == "-" else open(path, "w", encoding="utf-8")  # noqa: SIM115
+
+
+def _quiet_libraries() -> None:
+    """Keep the terminal for our own progress bar and verdict lines (no per-library loading bars)."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def header(term: TextIO, command: str, judge: Any, n_records: int, source: str) -> None:
+    """What runs: model, kind, backend and budgets (the demo budgets said as such)."""
+    info = judge.info
+    sampling = info.options.get("sampling", {})
+    demo = info.model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    print(f"brrm {command}: {n_records} records from {source}; model {info.model}"
+          f"{' (embedded demo; pass --model for a real judge)' if demo else ''}; kind {info.kind} "
+          f"({info.recipe}); backend {info.backend}", file=term)
+    if sampling:
+        print(f"budgets: temperature {sampling['temperature']}, top_p {sampling['top_p']}, "
+              f"{sampling['max_new_tokens_per_turn']} new tokens per turn, {sampling['max_total_tokens']} total, seed "
+              f"{sampling['seed']}" + (" (small demo budgets; published: 8192 per turn, 16384 total)" if demo else ""),
+              file=term)
+    if info.kind == "brrm" and info.options.get("decoding") == "constrained":
+        print("note: the first constrained run for a tokenizer compiles its output grammar once (seconds to a "
+              "minute); it is cached on disk for later runs", file=term)
+
+
+Runner = Callable[[argparse.Namespace], int]

@@ -1,0 +1,96 @@
+"""``brrm rank``: rank groups of responses (best-of-N, GRPO groups) with any model kind.
+
+Output contract: one JSON object per input record, in input order: the record's ``id`` and ``line`` and the
+:class:`~brrm.types.GroupResult` (per-response rewards, ranking, win matrix, tie matrix, the strategy, the
+judgments behind it). The terminal shows each group's ranking and rewards, and the cost: judgments per group
+under the strategy (and swap), and in total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from typing import Any, TextIO
+
+from brrm.cli import common
+
+
+def add_parser(sub: Any) -> None:
+    from brrm.compose import STRATEGIES
+
+    p = sub.add_parser("rank", help="rank groups of responses (records with a 'responses' list)",
+                       description="Rank each record's responses: per-response rewards, ranking and win matrix.")
+    p.add_argument("--input", "-i", required=True, help="records file with a 'responses' list per record")
+    p.add_argument("--output", "-o", default="-", help="JSONL output path ('-' = stdout, the default)")
+    p.add_argument("--input-format", choices=("jsonl", "json", "parquet", "csv", "tsv"), default=None,
+                   help="default: from the file suffix")
+    p.add_argument("--limit", type=int, default=None, help="rank only the first N records")
+    p.add_argument("--field", action="append", default=None, metavar="FIELD=COLUMN",
+                   help="remap an input column (fields: id, conversation, prompt, responses, reference)")
+    p.add_argument("--strategy", choices=STRATEGIES, default="auto",
+                   help="auto (scalar models: scores; BR-RM: round_robin, N(N-1) judgments), circular (N), "
+                        "knockout (N-1), reference (N, needs a 'reference' field), scores (scalar models)")
+    common.add_model_args(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read group records, rank them, write JSONL, print rankings and the cost."""
+    from brrm.compose.strategies import check_strategy, judgments_per_group
+    from brrm.errors import ConfigError
+    from brrm.records import FieldMap, RecordError, read_records
+
+    common.check_output(args.output)
+    common.load_options(args)
+    fields = FieldMap.from_overrides(args.field) if args.field else None
+    records = read_records(args.input, "groups", fields=fields, limit=args.limit, format=args.input_format)
+    common.require_records(records, args.input)
+    good = [r for r in records if not isinstance(r, RecordError)]
+    with_ref = [bool(r.reference) for r in good]
+    if args.strategy == "reference" and not all(with_ref):
+        raise ConfigError(f"--strategy reference needs a 'reference' field on every record (missing on line "
+                          f"{good[with_ref.index(False)].line})")
+    term = common.terminal(args.output)
+    common.report_bad_records(records, term)
+    judge = common.load_judge(args, kind="brrm")
+    pairwise = judge.info.kind == "brrm"
+    strategy = check_strategy(args.strategy, pairwise=pairwise, has_reference=args.strategy == "reference")
+    swap = bool(judge.info.options.get("swap")) and pairwise
+    common.header(term, "rank", judge, len(records), args.input)
+    cost = [judgments_per_group(strategy, len(r.responses), swap=swap) if pairwise else 0 for r in good]
+    print(f"strategy {strategy}{' with swap' if swap else ''}: {sum(cost)} pairwise judgments in total"
+          + (f" (e.g. {cost[0]} for a group of {len(good[0].responses)})" if pairwise else
+             f"; {sum(len(r.responses) for r in good)} scalar rewards"), file=term)
+    started = time.perf_counter()
+    with common.progress_bar(sum(cost) or sum(len(r.responses) for r in good), desc="ranking",
+                             unit="judgment" if pairwise else "item", disable=args.no_progress) as bar:
+        groups = judge.rank_groups([r.conversation for r in good], [list(r.responses) for r in good],
+                                   strategy=strategy,
+                                   references=[r.reference for r in good] if strategy == "reference" else None,
+                                   progress=bar.update)
+    by_rec = {id(r): g for r, g in zip(good, groups, strict=True)}
+    with common.open_output(args.output) as out:
+        for rec in records:
+            row = ({"id": rec.id, "line": rec.line, "status": "invalid_input", "reason": rec.reason}
+                   if isinstance(rec, RecordError) else {"id": rec.id, "line": rec.line, **by_rec[id(rec)].to_dict()})
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    for rec in good:
+        _print_group(term, rec, by_rec[id(rec)])
+    print(f"time {time.perf_counter() - started:.1f} s", file=term)
+    judge.close()
+    return 0
+
+
+def _print_group(term: TextIO, rec: Any, group: Any) -> None:
+    def fmt(r: Any) -> str:
+        return f"{r.reward:.3f}" if r.ok else r.status.value
+
+    rewards = ", ".join(f"#{k} {fmt(r)}" for k, r in enumerate(group.rewards))
+    order = " > ".join(f"#{k}" for k in group.ranking) or "none"
+    rates = [x for x in group.win_rates() if not math.isnan(x)]
+    extra = f"; judgments {group.n_judgments} ({group.failed} failed)" if group.n_judgments else ""
+    print(f"{rec.id:<16} ranking {order}; rewards {rewards}{extra}" + (" ; win matrix " + json.dumps(
+        [list(r) for r in group.wins]) if rates and len(group.rewards) <= 8 else ""), file=term)

@@ -1,0 +1,94 @@
+"""``brrm score``: scalar rewards of single-response records (Bradley–Terry or principle models).
+
+Output contract: one :class:`~brrm.types.ScalarReward` dict per input record (and principle), in input order, to
+``--output`` (or stdout); a summary with counts by status to the terminal. A pair record (``response_a`` /
+``response_b``) yields two records, ``<id>:A`` and ``<id>:B``. Without ``--model`` the embedded demo model runs
+as a principle judge (``--principle`` required), to show the machinery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from brrm.cli import common
+from brrm.errors import ConfigError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("score", help="scalar rewards of conversation/response records",
+                       description="Score each record's response with a Bradley-Terry or principle reward model "
+                                   "(default without --model: the embedded demo as a principle judge).")
+    p.add_argument("--input", "-i", required=True, help="records file (.jsonl, .json, .parquet, .csv, .tsv)")
+    p.add_argument("--output", "-o", default="-", help="JSONL output path ('-' = stdout, the default)")
+    p.add_argument("--input-format", choices=("jsonl", "json", "parquet", "csv", "tsv"), default=None,
+                   help="default: from the file suffix")
+    p.add_argument("--limit", type=int, default=None, help="score only the first N records")
+    p.add_argument("--field", action="append", default=None, metavar="FIELD=COLUMN",
+                   help="remap an input column (fields: id, conversation, prompt, response, principle)")
+    common.add_model_args(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read records, score them (every record under every ``--principle``), write JSONL and a summary."""
+    from brrm.records import FieldMap, RecordError, read_records
+    from brrm.types import ScalarReward, Status, summarize_rewards
+
+    if args.kind == "brrm":
+        raise ConfigError("brrm score needs a scalar model (--kind bt or principle); BR-RM judges pairs: use brrm "
+                          "judge, or brrm rank with a reference")
+    if args.model is None and args.kind == "auto":
+        args.kind = "principle"
+    common.check_output(args.output)
+    _, opts = common.load_options(args)
+    principles = list(args.principle or [])
+    if opts["kind"] == "principle" and args.model is None and not principles:
+        raise ConfigError("the embedded demo runs as a principle judge here: pass --principle "
+                          "'The response is factually correct.' (or --model a reward model)")
+    fields = FieldMap.from_overrides(args.field) if args.field else None
+    records = read_records(args.input, "single", fields=fields, limit=args.limit, format=args.input_format)
+    common.require_records(records, args.input)
+    term = common.terminal(args.output)
+    common.report_bad_records(records, term)
+    args.principle = None  # principles are applied per record below, one output row each
+    judge = common.load_judge(args)
+    common.header(term, "score", judge, len(records), args.input)
+    good = [r for r in records if not isinstance(r, RecordError)]
+    scored = iter(_score(judge, good, principles, args))
+    results: list[ScalarReward] = []
+    for rec in records:
+        if isinstance(rec, RecordError):
+            results.append(ScalarReward.failed(Status.INVALID_INPUT, rec.reason, id=rec.id))
+        else:
+            results.extend(next(scored))
+    with common.open_output(args.output) as out:
+        for r in results:
+            out.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+    print(json.dumps(summarize_rewards(results)), file=term)
+    judge.close()
+    return 0
+
+
+def _score(judge: Any, good: list[Any], principles: list[str], args: argparse.Namespace) -> list[list[Any]]:
+    """Per record, its reward(s): one per principle for principle models (one batch), else one."""
+    per: list[list[Any]]
+    if judge.info.kind != "principle":
+        per = [[None] for _ in good]
+    else:
+        per = [principles or [r.principle] for r in good]
+        missing = [r.line for r, ps in zip(good, per, strict=True) if not all(ps)]
+        if missing:
+            raise ConfigError(f"principle models need --principle or a 'principle' field; missing on lines "
+                              f"{missing[:10]}")
+    flat = [(i, p) for i, ps in enumerate(per) for p in ps]
+    with common.progress_bar(len(flat), desc="scoring", unit="item", disable=args.no_progress) as bar:
+        rewards = judge.score([good[i].conversation for i, _ in flat], [good[i].response for i, _ in flat],
+                              principles=None if per and per[0] == [None] else [p for _, p in flat],
+                              ids=[good[i].id for i, _ in flat], progress=bar.update)
+    out: list[list[Any]] = [[] for _ in good]
+    for (i, _), r in zip(flat, rewards, strict=True):
+        out[i].append(r)
+    return out

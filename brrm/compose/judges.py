@@ -1,0 +1,319 @@
+"""The two :class:`~brrm.RewardJudge` implementations: every model kind becomes one here.
+
+* :class:`PairwiseRewardJudge` over an ordered-pair judge (BR-RM): swap-order debiasing, P(response ≻
+  reference) as a score, and group strategies whose judgments run batched across groups.
+* :class:`ScalarRewardJudge` over a scalar reward model (Bradley–Terry, principle models): P(A ≻ B) =
+  σ(r_A − r_B) with a tie margin (one scoring pass of 2N items serves N pairs; both orders give the same answer
+  by construction, so ``swap`` never needs a second pass), and group strategies from one scoring pass.
+
+Both have the same signatures and defaults (see :class:`brrm.types.RewardJudge`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from brrm.compose.pairwise import pairwise_from_rewards
+from brrm.compose.strategies import GroupPlan, build_group, check_strategy, reference_reward, run_plans
+from brrm.compose.swap import judge_with_swap
+from brrm.errors import ConfigError
+from brrm.types import (
+    Conversation,
+    GroupResult,
+    JudgeInfo,
+    OrderedPairJudge,
+    PairwiseJudgment,
+    ScalarReward,
+    ScalarRewardModel,
+    Status,
+    Verdict,
+    check_bool,
+    check_same_length,
+)
+from brrm.types.protocols import Principles
+
+Progress = Callable[[float], None] | None
+
+
+class _Base:
+    """The single-item helpers, ``rank`` and resource handling, shared by both judges."""
+
+    info: JudgeInfo
+    model: Any
+
+    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+                    /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
+                    labels: Sequence[Verdict] | None = None, principles: Principles = None,
+                    progress: Progress = None) -> list[PairwiseJudgment]:
+        raise NotImplementedError
+
+    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+              progress: Progress = None) -> list[ScalarReward]:
+        raise NotImplementedError
+
+    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
+        raise NotImplementedError
+
+    def judge(self, conversation: Any, response_a: str, response_b: str, /, *,
+              swap: bool | None = None) -> PairwiseJudgment:
+        """One pair; see ``judge_pairs``."""
+        return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
+
+    def score_one(self, conversation: Any, response: str, /, *, principle: str | None = None,
+                  reference: str | None = None) -> ScalarReward:
+        """One response; see ``score``."""
+        refs = None if reference is None else [reference]
+        return self.score([conversation], [response], principles=principle, references=refs)[0]
+
+    def rank(self, conversation: Any, responses: Sequence[str], /, *, strategy: str = "auto",
+             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
+             progress: Progress = None) -> GroupResult:
+        """One group; see ``rank_groups``."""
+        refs = None if reference is None else [reference]
+        return self.rank_groups([conversation], [responses], strategy=strategy, references=refs, swap=swap,
+                                principles=principles, progress=progress)[0]
+
+    def close(self) -> None:
+        """Free the model (engines, threads, connections)."""
+        self.model.close()
+
+    def __enter__(self) -> _Base:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        i = self.info
+        return f"{type(self).__name__}(model={i.model!r}, kind={i.kind!r}, recipe={i.recipe!r}, backend={i.backend!r})"
+
+
+def _groups(conversations: Sequence[Any], groups: Sequence[Sequence[str]],
+            references: Sequence[str] | None) -> list[Conversation]:
+    check_same_length(conversations=conversations, groups=groups)
+    if references is not None:
+        check_same_length(conversations=conversations, references=references)
+    for g, group in enumerate(groups):
+        if isinstance(group, str) or not isinstance(group, Sequence):
+            raise ConfigError(f"groups[{g}] must be a list of response strings, got {type(group).__name__}")
+    return [Conversation.coerce(c, where=f"conversations[{g}]") for g, c in enumerate(conversations)]
+
+
+def _ids(ids: Sequence[str] | None, n: int) -> list[str]:
+    out = [str(x) for x in ids] if ids is not None else [""] * n
+    if len(out) != n:
+        raise ConfigError(f"ids has {len(out)} items, expected {n}")
+    return out
+
+
+class PairwiseRewardJudge(_Base):
+    """The :class:`~brrm.RewardJudge` of an ordered-pair judge (BR-RM).
+
+    Args:
+        model: an :class:`~brrm.types.OrderedPairJudge` (e.g. :class:`brrm.judges.brrm.BRRMJudge`).
+        swap: the default of every call's ``swap`` (judge both orders; disagreement is a tie).
+
+    Raises:
+        ConfigError: when ``swap`` is not a bool.
+    """
+
+    def __init__(self, model: OrderedPairJudge, *, swap: bool = False) -> None:
+        self.model = model
+        self.swap = check_bool("swap", swap)
+        self.info = replace(model.info, options={**model.info.options, "swap": swap})
+
+    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+                    /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
+                    labels: Sequence[Verdict] | None = None, principles: Principles = None,
+                    progress: Progress = None) -> list[PairwiseJudgment]:
+        """One judgment per (conversation, A, B), in input order; ``swap=None`` uses the judge's default.
+
+        Raises:
+            ConfigError: on mismatched lengths, invalid inputs, or principles (a BR-RM judge takes none).
+        """
+        if principles is not None:
+            raise ConfigError("this pairwise judge (BR-RM) takes no principle; principles are for kind='principle'")
+        n = check_same_length(conversations=conversations, responses_a=responses_a, responses_b=responses_b)
+        if labels is not None:
+            check_same_length(conversations=conversations, labels=labels)
+        swap = self.swap if swap is None else check_bool("swap", swap)
+        out = judge_with_swap(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
+                              ids=_ids(ids, n), progress=progress)
+        return [replace(j, label=labels[i]) for i, j in enumerate(out)] if labels is not None else out
+
+    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+              progress: Progress = None) -> list[ScalarReward]:
+        """P(response ≻ reference) per item, in [0, 1] (the judgment's p_a, else 1 / 0.5 / 0); N judgments.
+
+        Raises:
+            ConfigError: without ``references`` (a pairwise judge scores only against something), with
+                principles, or on mismatched lengths.
+        """
+        if references is None:
+            raise ConfigError("a pairwise judge scores a response against a reference: pass references=[...]")
+        check_same_length(conversations=conversations, responses=responses, references=references)
+        judgments = self.judge_pairs(conversations, responses, references, ids=ids, principles=principles,
+                                     progress=progress)
+        return [reference_reward(jd, k) for k, jd in enumerate(judgments)]
+
+    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
+        """Rank each group of responses to its conversation; every round's judgments of all groups run in one
+        batch (see :mod:`brrm.compose.strategies` for the judgments each strategy costs).
+
+        Raises:
+            ConfigError: on an unknown strategy, ``scores`` (no scalar score), a missing reference, principles,
+                or mismatched lengths.
+        """
+        convs = _groups(conversations, groups, references)
+        strategy = check_strategy(strategy, pairwise=True, has_reference=references is not None)
+        swap = False if strategy == "round_robin" else (self.swap if swap is None else check_bool("swap", swap))
+        plans = [GroupPlan(strategy, len(group)) for group in groups]
+
+        def text(g: int, k: int) -> str:
+            return groups[g][k] if k < len(groups[g]) else references[g]  # type: ignore[index]
+
+        def judge(triples: list[tuple[int, int, int]]) -> list[PairwiseJudgment]:
+            return self.judge_pairs([convs[g] for g, _, _ in triples], [text(g, i) for g, i, _ in triples],
+                                    [text(g, j) for g, _, j in triples], swap=swap, principles=principles,
+                                    progress=progress)
+
+        run_plans(plans, judge)
+        return [plan.result() for plan in plans]
+
+
+class ScalarRewardJudge(_Base):
+    """The :class:`~brrm.RewardJudge` of a scalar reward model (Bradley–Terry or principle model).
+
+    Args:
+        model: a :class:`~brrm.types.ScalarRewardModel`.
+        principle: the default principle of principle models: one string, or several (a response's reward is
+            then its mean over them, ok only when every principle scored ok); None for Bradley–Terry models.
+        margin: |r_A − r_B| ≤ margin is a tie (reward units, finite, >= 0).
+        on_tie: what a tie becomes (see :func:`~brrm.compose.pairwise.pairwise_from_rewards`).
+
+    Raises:
+        ConfigError: on an invalid margin or on_tie.
+    """
+
+    def __init__(self, model: ScalarRewardModel, *, principle: str | Sequence[str] | None = None,
+                 margin: float = 0.0, on_tie: Verdict = Verdict.TIE) -> None:
+        self.model = model
+        self.principles = (principle,) if isinstance(principle, str) else tuple(principle or ())
+        self.margin, self.on_tie = margin, on_tie
+        pairwise_from_rewards(ScalarReward(0.0, Status.OK), ScalarReward(0.0, Status.OK), margin=margin,
+                              on_tie=on_tie)  # validates margin and on_tie now
+        options = {**model.info.options, "margin": margin, "on_tie": on_tie.value}
+        if self.principles:
+            options["principle"] = list(self.principles)
+        self.info = replace(model.info, options=options)
+
+    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+              progress: Progress = None) -> list[ScalarReward]:
+        """The model's reward per (conversation, response); ``principles`` default to the judge's.
+
+        Raises:
+            ConfigError: with references (a scalar model scores each response on its own), a principle for a
+                Bradley–Terry model or none for a principle model, mismatched lengths or invalid inputs.
+        """
+        if references is not None:
+            raise ConfigError("a scalar reward model scores each response on its own; references are for "
+                              "pairwise judges (kind='brrm')")
+        n = check_same_length(conversations=conversations, responses=responses)
+        rids = _ids(ids, n)
+        if principles is not None or len(self.principles) <= 1:
+            chosen = principles if principles is not None else (self.principles[0] if self.principles else None)
+            out = self.model.score(conversations, responses, principles=chosen, ids=rids)
+        else:
+            out = self._mean_over_principles(conversations, responses, rids)
+        if progress:
+            progress(float(n))
+        return out
+
+    def _mean_over_principles(self, conversations: Sequence[Any], responses: Sequence[str],
+                              ids: list[str]) -> list[ScalarReward]:
+        p = len(self.principles)
+        flat = self.model.score([c for c in conversations for _ in range(p)], [r for r in responses for _ in range(p)],
+                                principles=[q for _ in responses for q in self.principles],
+                                ids=[i for i in ids for _ in range(p)])
+        out = []
+        for i in range(len(responses)):
+            row = flat[i * p:(i + 1) * p]
+            joined = " | ".join(self.principles)
+            bad = next((r for r in row if not r.ok), None)
+            if bad is not None:
+                out.append(replace(bad, principle=joined))
+                continue
+            out.append(replace(row[0], reward=sum(r.reward for r in row) / p, principle=joined,
+                               logits=tuple(r.reward for r in row), text=""))
+        return out
+
+    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+                    /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
+                    labels: Sequence[Verdict] | None = None, principles: Principles = None,
+                    progress: Progress = None) -> list[PairwiseJudgment]:
+        """Judge N pairs from one scoring pass over the 2N responses (``swap`` cannot change the result).
+
+        Raises:
+            ConfigError: on mismatched lengths or invalid inputs.
+        """
+        n = check_same_length(conversations=conversations, responses_a=responses_a, responses_b=responses_b)
+        if swap is not None:
+            check_bool("swap", swap)
+        rids = _ids(ids, n)
+        if labels is not None:
+            check_same_length(conversations=conversations, labels=labels)
+        per_item = principles if isinstance(principles, str) or principles is None else [*principles, *principles]
+        rewards = self.score([*conversations, *conversations], [*responses_a, *responses_b], principles=per_item,
+                             ids=[*rids, *rids], progress=(lambda x: progress(x / 2)) if progress else None)
+        return [pairwise_from_rewards(rewards[i], rewards[n + i], margin=self.margin, on_tie=self.on_tie,
+                                      id=rids[i], label=labels[i] if labels is not None else Verdict.NONE)
+                for i in range(n)]
+
+    def _derived(self, rewards: list[ScalarReward]) -> Callable[[list[tuple[int, int, int]]], list[PairwiseJudgment]]:
+        """A free judge over already computed rewards (σ(r_i − r_j), no model call)."""
+
+        def judge(triples: list[tuple[int, int, int]]) -> list[PairwiseJudgment]:
+            return [pairwise_from_rewards(rewards[i], rewards[j], margin=self.margin, on_tie=self.on_tie)
+                    for _, i, j in triples]
+
+        return judge
+
+    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
+        """Rank each group from one scoring pass over every response (and reference) of every group.
+
+        ``scores`` keeps the model's rewards and derives the win matrix from all ordered pairs; the other
+        strategies apply σ(r_i − r_j) to the same rewards (no further model calls).
+        """
+        convs = _groups(conversations, groups, references)
+        strategy = check_strategy(strategy, pairwise=False, has_reference=references is not None)
+        texts = [[*group, *([references[g]] if references is not None else [])] for g, group in enumerate(groups)]
+        flat_conv = [convs[g] for g, t in enumerate(texts) for _ in t]
+        flat = self.score(flat_conv, [r for t in texts for r in t], principles=principles, progress=progress)
+        rewards, pos = [], 0
+        for t in texts:
+            rewards.append(flat[pos:pos + len(t)])
+            pos += len(t)
+        out = []
+        for g, group in enumerate(groups):
+            n, rw = len(group), rewards[g]
+            if strategy == "scores":
+                pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+                judged = [pairwise_from_rewards(rw[i], rw[j], margin=self.margin, on_tie=self.on_tie) for i, j in pairs]
+                out.append(build_group("scores", [replace(r, id=str(k)) for k, r in enumerate(rw)],
+                                       (-float("inf"), float("inf")), pairs, judged, n_scored=n))
+                continue
+            plan = GroupPlan(strategy, n)
+            run_plans([plan], self._derived(rw))
+            out.append(replace(plan.result(), n_scored=len(rw)))
+        return out

@@ -1,0 +1,247 @@
+"""``brrm.load``: the one place that turns a model name into a :class:`~brrm.RewardJudge`.
+
+Every user of brrm — Python, the CLI, the HTTP server, the RLHF adapters, audits and benchmarks — builds its
+judge here, so a model kind, recipe or backend behaves the same everywhere. Options are checked (names,
+types, ranges) before any model loads; a mistyped path or an unreachable hub id is one clear error.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from brrm.errors import BackendUnavailable, ConfigError
+from brrm.types import KINDS, RewardJudge, SamplingConfig, check_bool, check_choice, check_float, check_int
+
+BACKENDS = ("transformers", "vllm", "openai")
+
+EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_token_cap": 32}
+"""Budgets of the embedded 135M demo model (the published BR-RM budgets are 8192 per turn, 16384 total)."""
+
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
+    "transformers": ("dtype", "device", "batch_size", "prefix_cache", "token_budget", "trust_remote_code"),
+    "vllm": ("dtype", "device", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size",
+             "gpu_memory_utilization", "enforce_eager", "block_size", "enable_prefix_caching",
+             "structured_outputs_backend", "distributed_executor_backend", "engine_kwargs", "trust_remote_code",
+             "batch_size", "chunk_size"),
+    "openai": ("base_url", "served_model_name", "api_key", "max_concurrency", "timeout_s", "http_retries",
+               "max_context", "trust_remote_code", "chunk_size"),
+}
+"""Options each backend takes (see the backend classes for units and ranges)."""
+
+SAMPLING_OPTIONS = ("temperature", "top_p", "max_new_tokens", "max_total_tokens", "seed")
+JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "brrm": (*SAMPLING_OPTIONS, "decoding", "swap", "thinking", "block_token_cap", "max_retries", "system_messages",
+             "tool_messages", "strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "verdict",
+             "turn2_tokens"),
+    "bt": ("recipe", "max_length", "truncation_side", "strip_thinking", "strip_history_reasoning", "margin", "swap"),
+    "principle": (*SAMPLING_OPTIONS, "recipe", "principle", "strip_thinking", "strip_history_reasoning",
+                  "question", "margin", "swap"),
+}
+"""Options each model kind takes (``swap`` is accepted by scalar kinds and changes nothing: σ(r_A − r_B) does not
+depend on the order)."""
+
+
+def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "transformers",
+         **options: Any) -> RewardJudge:
+    """Build a judge: a BR-RM pairwise judge, a Bradley–Terry reward model or a principle reward model.
+
+    Args:
+        model: hub id (e.g. ``nvidia/Qwen3-Nemotron-14B-BRRM``) or local directory; None: the embedded demo
+            model (SmolLM2-135M-Instruct, offline, with small demo budgets; kinds ``brrm`` and ``principle``).
+        kind: ``brrm``, ``bt``, ``principle`` or ``auto`` (from a known checkpoint id, or the model's own
+            config: a one-label sequence-classification head is ``bt``; anything else must be named).
+        backend: ``transformers``, ``vllm`` or ``openai`` — or an already built backend object (tests,
+            scripted backends), whose model is then the one judged.
+        **options: backend options (:data:`BACKEND_OPTIONS`) and judge options (:data:`JUDGE_OPTIONS`), e.g.
+            ``swap=True``, ``decoding="faithful"``, ``temperature=0``, ``principle="…"``, ``dtype="bfloat16"``,
+            ``base_url="http://127.0.0.1:8000/v1"``. Token budgets: ``max_new_tokens`` per turn and
+            ``max_total_tokens`` per sequence.
+
+    Returns:
+        A :class:`~brrm.RewardJudge` (``judge_pairs``, ``score``, ``rank``, ``judge``, ``score_one``, ``info``).
+
+    Raises:
+        ConfigError: on an unknown kind, backend or option (naming the valid ones), an invalid value, a path
+            that does not exist, a hub id that is neither cached nor reachable, or a kind that cannot be told.
+        BackendUnavailable: when the backend's package (vllm) or the embedded model's package is missing.
+    """
+    check_choice("kind", kind, ("auto", *KINDS))
+    built = None if isinstance(backend, str) else backend
+    backend_name = built.info.name if built is not None else check_choice("backend", backend, BACKENDS)
+    embedded = model is None and built is None
+    name = built.info.model if built is not None else (_embedded_name() if embedded else str(model))
+    if embedded and kind == "auto":
+        kind = "brrm"
+    if embedded and kind == "bt":
+        raise ConfigError("the embedded demo model is a chat model, not a Bradley–Terry reward model; pass a "
+                          "model for kind='bt' (or use kind='brrm' or 'principle' with the demo)")
+    _check_names(options, kind, backend_name, built is not None)
+    if kind == "auto":
+        from brrm.recipes import detect_kind, model_config
+
+        kind, _ = detect_kind(name, None if built is not None else model_config(_local_or_id(name)))
+        _check_names(options, kind, backend_name, built is not None)
+    judge_opts = {k: v for k, v in options.items() if k in JUDGE_OPTIONS[kind]}
+    backend_opts = {k: v for k, v in options.items() if k not in judge_opts}
+    if embedded:
+        for key, value in EMBEDDED_BUDGETS.items():
+            if key in JUDGE_OPTIONS[kind]:
+                judge_opts.setdefault(key, value)
+    make = _BUILDERS[kind](name, judge_opts)  # validates every judge option before the model loads
+    if built is None:
+        path = _resolve_source(name, embedded)
+        built = _load_backend(backend_name, path, name, backend_opts, task="classify" if kind == "bt" else "generate")
+    return make(built)
+
+
+# ------------------------------------------------------------------------------------------------ options
+def _check_names(options: dict[str, Any], kind: str, backend: str, prebuilt: bool) -> None:
+    kinds = KINDS if kind == "auto" else (kind,)
+    valid = {o for k in kinds for o in JUDGE_OPTIONS[k]} | (set() if prebuilt else set(BACKEND_OPTIONS[backend]))
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        where = f"kind {kind!r}" + ("" if prebuilt else f" with the {backend} backend")
+        raise ConfigError(f"unknown option {unknown[0]!r} for {where}; valid options: {', '.join(sorted(valid))}")
+
+
+def _sampling(opts: dict[str, Any], **defaults: Any) -> SamplingConfig:
+    base = SamplingConfig(**defaults)
+    return SamplingConfig(temperature=opts.get("temperature", base.temperature), top_p=opts.get("top_p", base.top_p),
+                          max_new_tokens_per_turn=opts.get("max_new_tokens", base.max_new_tokens_per_turn),
+                          max_total_tokens=opts.get("max_total_tokens", base.max_total_tokens),
+                          seed=opts.get("seed", base.seed))
+
+
+def _brrm(name: str, opts: dict[str, Any]) -> Any:
+    from brrm.compose import PairwiseRewardJudge
+    from brrm.judges.brrm import BRRMConfig, BRRMJudge
+
+    rest = {k: v for k, v in opts.items() if k not in SAMPLING_OPTIONS}
+    swap = rest.pop("swap", False)
+    config = BRRMConfig(sampling=_sampling(opts), swap=swap, **rest)
+    return lambda backend: PairwiseRewardJudge(BRRMJudge(backend, config), swap=swap)
+
+
+def _bt(name: str, opts: dict[str, Any]) -> Any:
+    from brrm.compose import ScalarRewardJudge
+    from brrm.recipes import known_recipe
+    from brrm.reward_models.bradley_terry import RECIPES, BradleyTerryRewardModel
+
+    rest = dict(opts)
+    check_bool("swap", rest.pop("swap", False))
+    margin = check_float("margin", rest.pop("margin", 0.0), low=0)
+    known = known_recipe(name)
+    recipe = check_choice("recipe", rest.pop("recipe", known.recipe if known and known.kind == "bt" else "auto"),
+                          ("auto", *RECIPES))
+    if "max_length" in rest:
+        check_int("max_length", rest["max_length"], low=8)
+    return lambda backend: ScalarRewardJudge(BradleyTerryRewardModel(backend, recipe=recipe, **rest), margin=margin)
+
+
+def _principle(name: str, opts: dict[str, Any]) -> Any:
+    from brrm.compose import ScalarRewardJudge
+    from brrm.judges.principle import FORMATS, PrincipleConfig, PrincipleJudge
+    from brrm.recipes import known_recipe
+
+    rest = {k: v for k, v in opts.items() if k not in SAMPLING_OPTIONS}
+    check_bool("swap", rest.pop("swap", False))
+    margin = check_float("margin", rest.pop("margin", 0.0), low=0)
+    principle = rest.pop("principle", None)
+    if principle is not None and not (isinstance(principle, str) and principle.strip()) and not (
+            isinstance(principle, list | tuple) and principle and all(isinstance(p, str) and p.strip()
+                                                                      for p in principle)):
+        raise ConfigError(f"principle must be a non-empty string or a list of them, got {principle!r}")
+    known = known_recipe(name)
+    default = known.recipe if known and known.kind == "principle" else (
+        "llama_reward" if name == _embedded_name() else "auto")
+    fmt = check_choice("recipe", rest.pop("recipe", default), ("auto", *FORMATS))
+    config = PrincipleConfig(format=fmt, sampling=_sampling(opts, temperature=0.0), **rest)
+    return lambda backend: ScalarRewardJudge(PrincipleJudge(backend, config), principle=principle, margin=margin)
+
+
+_BUILDERS = {"brrm": _brrm, "bt": _bt, "principle": _principle}
+
+
+# ------------------------------------------------------------------------------------------------ sources
+def _embedded_name() -> str:
+    from brrm.embedded import EMBEDDED_MODEL_ID
+
+    return EMBEDDED_MODEL_ID
+
+
+def _local_or_id(name: str) -> str:
+    return os.path.expanduser(name)
+
+
+def _resolve_source(name: str, embedded: bool) -> str:
+    """Where to load ``name`` from: a local directory, the embedded model's folder, or a hub id that is cached
+    or reachable.
+
+    Raises:
+        ConfigError: for a path that does not exist, or a hub id neither cached nor reachable.
+    """
+    if embedded:
+        from brrm.embedded import embedded_model_dir
+
+        return str(embedded_model_dir())
+    from brrm.recipes import looks_like_hub_id, model_config
+
+    path = Path(_local_or_id(name))
+    if path.is_dir():
+        return str(path)
+    if not looks_like_hub_id(name):
+        raise ConfigError(f"model {name!r} is not a local directory (no such folder) and not a hub id "
+                          "(owner/name); point --model at the folder that holds config.json")
+    if model_config(name) is not None:
+        return name
+    hint = (f"download it where there is network (huggingface-cli download {name} --local-dir DIR) and pass the "
+            "local directory")
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise ConfigError(f"model {name!r} is not a local directory and not in the Hugging Face cache, and the hub "
+                          f"is offline (HF_HUB_OFFLINE); {hint}")
+    try:
+        from huggingface_hub import HfApi
+
+        HfApi().model_info(name, timeout=10)
+    except Exception as exc:  # noqa: BLE001 - any failure to reach or find the repo is the same user error
+        raise ConfigError(f"model {name!r} is not a local directory and the Hugging Face Hub could not provide it "
+                          f"({type(exc).__name__}: {str(exc)[:160]}); {hint}") from None
+    return name
+
+
+def _load_backend(backend: str, source: str, name: str, opts: dict[str, Any], *, task: str) -> Any:
+    """Build the named backend for ``source`` (recorded under ``name``)."""
+    if backend == "transformers":
+        from brrm.backends.transformers import TransformersBackend
+
+        return _loading(name, lambda: TransformersBackend.from_pretrained(source, task=task, name=name, **opts))
+    if backend == "vllm":
+        try:
+            from brrm.backends.vllm import VLLMBackend
+        except ImportError as exc:
+            raise BackendUnavailable(f"the vllm backend is not available: {exc}",
+                                     hint="pip install 'brrm[vllm]' on a machine with a GPU") from exc
+        if "chunk_size" in opts:
+            opts["judge_chunk_size"] = opts.pop("chunk_size")
+        runner = "pooling" if task == "classify" else "generate"
+        return VLLMBackend.from_pretrained(source, name=name, runner=runner, **opts)
+    from brrm.backends.openai import OpenAIBackend
+
+    if "http_retries" in opts:
+        opts["max_retries"] = opts.pop("http_retries")
+    if isinstance(opts.get("base_url"), list | tuple):
+        opts["base_urls"] = list(opts.pop("base_url"))
+    if "chunk_size" in opts:
+        opts["judge_chunk_size"] = opts.pop("chunk_size")
+    return OpenAIBackend.from_options(source, name=name, **opts)
+
+
+def _loading(name: str, build: Any) -> Any:
+    """Run a transformers load, turning a missing or unreadable model into one clear error."""
+    try:
+        return build()
+    except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"could not load model {name!r}: {first[:300]}") from None

@@ -1,0 +1,105 @@
+"""Known checkpoints and how to tell a model's kind: the facts :func:`brrm.load` decides from.
+
+Sources: the model cards of the named checkpoints (``DESIGN.md`` §3). A kind is decided from a known id or
+from the model's own config (a one-label sequence-classification head is a Bradley–Terry model); anything
+else is a :class:`~brrm.errors.ConfigError` listing the kinds — never a silent guess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from brrm.errors import ConfigError
+from brrm.types import KINDS
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a known checkpoint is run.
+
+    Attributes:
+        kind: one of :data:`brrm.KINDS`.
+        recipe: the recipe within the kind (``brrm``; ``sequence_classification`` / ``qwen3_nemotron`` /
+            ``llama_nemotron``; ``qwen3_genrm`` / ``llama_reward``).
+        published: benchmark figures the model card reports (name -> percent), for tables.
+    """
+
+    kind: str
+    recipe: str
+    published: tuple[tuple[str, float], ...] = ()
+
+
+KNOWN: dict[str, Recipe] = {
+    "nvidia/qwen3-nemotron-14b-brrm": Recipe("brrm", "brrm", (("RewardBench", 92.1), ("RM-Bench", 85.9),
+                                                                ("RMB", 74.7))),
+    "nvidia/qwen3-nemotron-8b-brrm": Recipe("brrm", "brrm", (("RewardBench", 91.0), ("RM-Bench", 85.0),
+                                                               ("RMB", 71.8))),
+    "nvidia/qwen-3-nemotron-32b-reward": Recipe("bt", "qwen3_nemotron", (("RM-Bench", 81.9), ("JudgeBench", 72.3))),
+    "nvidia/llama-3.1-nemotron-70b-reward-hf": Recipe("bt", "llama_nemotron"),
+    "nvidia/llama-3.3-nemotron-70b-reward": Recipe("bt", "llama_nemotron"),
+    "nvidia/llama-3.3-nemotron-70b-reward-multilingual": Recipe("bt", "llama_nemotron"),
+    "nvidia/qwen3-nemotron-32b-genrm-principle": Recipe("principle", "qwen3_genrm"),
+    "nvidia/llama-3.3-nemotron-70b-reward-principle": Recipe("principle", "llama_reward"),
+}
+"""Checkpoints brrm knows by id (lower-case); reported figures are the model cards' (BR-RM: RewardBench,
+RM-Bench, RMB; Qwen-3-Nemotron-32B-Reward: RM-Bench, JudgeBench)."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def known_recipe(name: str) -> Recipe | None:
+    """The recipe of a known checkpoint id, or of a local copy named like one (its folder name); else None."""
+    low = name.lower().rstrip("/")
+    if low in KNOWN:
+        return KNOWN[low]
+    tail = low.rsplit("/", 1)[-1]
+    return next((r for key, r in KNOWN.items() if key.split("/", 1)[1] == tail), None)
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """``owner/name`` with no path syntax (``./``, ``/``, ``~``)."""
+    return bool(_HUB_ID.match(name)) and not name.startswith((".", "~"))
+
+
+def model_config(name: str) -> dict[str, Any] | None:
+    """The model's ``config.json`` from a local directory or the local Hugging Face cache; None when neither
+    has it (never touches the network)."""
+    path = Path(os.path.expanduser(name))
+    if path.is_dir():
+        file = path / "config.json"
+        return json.loads(file.read_text()) if file.is_file() else None
+    if not looks_like_hub_id(name):
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception:  # noqa: BLE001 - a broken cache only means "not cached"
+        return None
+    return json.loads(Path(cached).read_text()) if isinstance(cached, str) else None
+
+
+def detect_kind(name: str, config: dict[str, Any] | None) -> tuple[str, str]:
+    """(kind, recipe) of a model from a known id or its config.
+
+    Raises:
+        ConfigError: when neither tells (listing the kinds and how to pass one).
+    """
+    known = known_recipe(name)
+    if known is not None:
+        return known.kind, known.recipe
+    archs = " ".join((config or {}).get("architectures") or [])
+    labels = (config or {}).get("num_labels") or len((config or {}).get("id2label") or {}) or None
+    if "ForSequenceClassification" in archs:
+        if labels not in (None, 1):
+            raise ConfigError(f"{name!r} is a sequence classifier with {labels} labels; a Bradley–Terry reward model "
+                              "has exactly one")
+        return "bt", "auto"
+    what = f"its config names {archs}" if archs else "its config could not be read"
+    raise ConfigError(f"cannot tell the kind of {name!r} ({what}): a causal LM can be a BR-RM judge or a "
+                      f"principle model; pass kind= one of {', '.join(KINDS)}")

@@ -1,0 +1,48 @@
+"""Records: every input format and field map, read row by row with per-row errors and line numbers.
+
+* :mod:`~brrm.records._io` — files to ``(line, row)`` (JSONL, JSON, Parquet, CSV, TSV);
+* :mod:`~brrm.records.fields` — :class:`FieldMap` (``--field field=column``) and the shared field readers;
+* :mod:`~brrm.records.shapes` — pair, single-response and group records.
+"""
+
+from brrm.records._io import FORMATS, RecordError, detect_format, iter_rows, open_rows, read_string_field
+from brrm.records.fields import LLMBAR_FIELDS, FieldMap, read_conversation, read_label
+from brrm.records.shapes import (
+    SHAPES,
+    GroupRecord,
+    PairRecord,
+    Record,
+    ScalarRecord,
+    detect_fields,
+    detect_shape,
+    parse_group_record,
+    parse_pair_record,
+    parse_scalar_records,
+    read_pair_records,
+    read_records,
+)
+
+__all__ = [
+    "FORMATS",
+    "LLMBAR_FIELDS",
+    "SHAPES",
+    "FieldMap",
+    "GroupRecord",
+    "PairRecord",
+    "Record",
+    "RecordError",
+    "ScalarRecord",
+    "detect_fields",
+    "detect_format",
+    "detect_shape",
+    "iter_rows",
+    "open_rows",
+    "parse_group_record",
+    "parse_pair_record",
+    "parse_scalar_records",
+    "read_conversation",
+    "read_label",
+    "read_pair_records",
+    "read_records",
+    "read_string_field",
+]

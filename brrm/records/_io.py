@@ -1,0 +1,173 @@
+"""Reading record files: JSONL (line by line, so one bad line loses nothing), JSON, Parquet, CSV and TSV.
+
+Rows come out as ``(line, value)``: the 1-based line number (JSONL) or row number (other formats) and the
+decoded row, or a :class:`RecordError` for a line that is not valid JSON. Parquet and CSV/TSV go through
+``datasets.load_dataset``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from brrm.errors import ConfigError
+
+FORMATS = ("jsonl", "json", "parquet", "csv", "tsv")
+"""Input formats the record readers take."""
+
+_SUFFIXES = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".tsv": "tsv",
+}
+
+
+@dataclass(frozen=True)
+class RecordError:
+    """One input row that could not be read as a record.
+
+    Attributes:
+        line: 1-based line number (JSONL) or row number (other formats).
+        id: the row's id when it could be read, else the line number as a string.
+        reason: what is wrong, starting with ``line N:`` and naming the field and valid options.
+    """
+
+    line: int
+    id: str
+    reason: str
+
+
+def absent(value: Any) -> bool:
+    """None, NaN (a missing numeric cell) and "" count as absent for optional fields."""
+    return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
+
+
+def read_string_field(row: Mapping[str, Any], column: str) -> str:
+    """``row[column]`` as a string.
+
+    Raises:
+        ConfigError: naming the column when it is missing or not a string.
+    """
+    value = row.get(column)
+    if value is None:
+        raise ConfigError(f"missing field {column!r}")
+    if not isinstance(value, str):
+        raise ConfigError(f"field {column!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def read_id(row: Mapping[str, Any], line: int, column: str) -> str:
+    """The row's id as a string (the line number when absent).
+
+    Raises:
+        ConfigError: when the id is neither a string nor an integer.
+    """
+    value = row.get(column)
+    if absent(value):
+        return str(line)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ConfigError(f"field {column!r} must be a string or an integer, got {type(value).__name__}")
+    return str(value)
+
+
+def open_rows(path: str | Path, *, format: str | None = None, limit: int | None = None) -> list[tuple[int, Any]]:
+    """Every ``(line, row)`` of a record file, checked before any model loads.
+
+    Raises:
+        ConfigError: when the file is missing, its format unknown, it is not a list of records at all, or
+            ``limit`` is not an int >= 1.
+    """
+    path = Path(path)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"limit must be an int >= 1 or None, got {limit!r}")
+    if not path.is_file():
+        raise ConfigError(f"input file {str(path)!r} does not exist or is not a file")
+    return list(iter_rows(path, detect_format(path, format), limit))
+
+
+def detect_format(path: Path, format: str | None) -> str:
+    if format is not None:
+        if format not in FORMATS:
+            raise ConfigError(f"format {format!r} is not valid; expected one of {', '.join(FORMATS)}")
+        return format
+    fmt = _SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise ConfigError(
+            f"cannot tell the format of {path.name!r} from its suffix; expected one of "
+            f"{', '.join(_SUFFIXES)} (or pass --input-format)"
+        )
+    return fmt
+
+
+def iter_rows(path: Path, fmt: str, limit: int | None) -> Iterator[tuple[int, Any]]:
+    """(line, row) pairs; a row is a decoded value or a RecordError for an undecodable line."""
+    if fmt == "jsonl":
+        yield from _iter_jsonl(path, limit)
+        return
+    if fmt == "json":
+        text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if exc.msg != "Extra data":  # several documents: JSON Lines in a .json file
+                raise ConfigError(f"{path.name}: not valid JSON ({exc})") from None
+            yield from _iter_jsonl(path, limit)
+            return
+        if not isinstance(data, list):
+            raise ConfigError(f"{path.name}: expected a JSON list of records, got a {type(data).__name__}")
+        yield from list(enumerate(data, start=1))[:limit]
+        return
+    yield from enumerate(_load_with_datasets(path, fmt, limit), start=1)
+
+
+def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, Any]]:
+    count = 0
+    with path.open(encoding="utf-8") as handle:
+        for line, text in enumerate(handle, start=1):
+            if limit is not None and count >= limit:
+                return
+            if not text.strip():
+                continue
+            count += 1
+            try:
+                yield line, json.loads(text)
+            except json.JSONDecodeError as exc:
+                why = f"line {line}: not valid JSON ({exc.msg} at column {exc.colno})"
+                yield line, RecordError(line, str(line), why)
+
+
+def _load_with_datasets(path: Path, fmt: str, limit: int | None) -> list[dict[str, Any]]:
+    """Rows of a Parquet / CSV / TSV file via ``datasets``, cached in a throwaway dir (no stale cache)."""
+    import datasets
+
+    kwargs: dict[str, Any] = {}
+    if fmt in ("csv", "tsv"):
+        kwargs = {"na_filter": False, "delimiter": "\t" if fmt == "tsv" else ","}
+    bars_were_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        with tempfile.TemporaryDirectory(prefix="brrm-records-") as cache:
+            builder = "csv" if fmt == "tsv" else fmt
+            kwargs.update(data_files=str(path), split="train", cache_dir=cache)
+            try:
+                ds = datasets.load_dataset(builder, **kwargs)
+            except Exception as exc:  # pyarrow / pandas parse errors: the file as a whole is unreadable
+                why = f"{type(exc).__name__}: {exc}"
+                raise ConfigError(f"{path.name}: could not be read as {fmt} ({why})") from exc
+            if limit is not None:
+                ds = ds.select(range(min(limit, len(ds))))
+            return ds.to_list()
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()

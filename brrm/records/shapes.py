@@ -1,0 +1,202 @@
+"""The three record shapes — pairs, single responses, groups — read from any record file, row by row.
+
+Every row gives a record or a :class:`~brrm.records.RecordError` naming its line, the field and the valid
+options; one bad row never stops the others. Pair record::
+
+    {"id": "q1", "conversation": [{"role": "user", "content": "..."}], "response_a": "...", "response_b": "...",
+     "label": "A"}                                  # or "prompt": "..." instead of "conversation"
+
+Single-response record: ``response`` (and an optional ``principle``); a pair record read as single
+responses gives two records, ``<id>:A`` and ``<id>:B``. Group record: ``responses`` (a list of strings) and an
+optional ``reference``. LLMBar's schema (``input``, ``output_1``, ``output_2``, ``label`` 1|2) is recognised
+automatically when no field was remapped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from brrm.errors import ConfigError
+from brrm.records._io import RecordError, open_rows, read_id, read_string_field
+from brrm.records.fields import LLMBAR_FIELDS, FieldMap, read_conversation, read_label, read_optional_string
+from brrm.types import Conversation, Verdict
+
+SHAPES = ("pairs", "single", "groups")
+"""Record shapes: ``pairs`` (response_a/response_b), ``single`` (response), ``groups`` (responses list)."""
+
+
+@dataclass(frozen=True)
+class PairRecord:
+    """One valid pairwise record (``line``: 1-based line / row number)."""
+
+    id: str
+    line: int
+    conversation: Conversation
+    response_a: str
+    response_b: str
+    label: Verdict = Verdict.NONE
+    row: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ScalarRecord:
+    """One valid single-response record (``principle`` "" when the row has none)."""
+
+    id: str
+    line: int
+    conversation: Conversation
+    response: str
+    principle: str = ""
+    row: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """One valid group record: N >= 1 responses to one conversation, and an optional reference ("" when none)."""
+
+    id: str
+    line: int
+    conversation: Conversation
+    responses: tuple[str, ...]
+    reference: str = ""
+    row: Mapping[str, Any] | None = None
+
+
+Record = PairRecord | ScalarRecord | GroupRecord
+
+
+def parse_pair_record(row: Any, *, line: int, fields: FieldMap | None = None) -> PairRecord | RecordError:
+    """Validate one row into a PairRecord, or say why it is not one."""
+    fields = fields or FieldMap()
+    return _guard(row, line, fields, lambda rid: PairRecord(
+        rid, line, read_conversation(row, fields), read_string_field(row, fields.response_a),
+        read_string_field(row, fields.response_b), read_label(row, fields), row))
+
+
+def parse_scalar_records(row: Any, *, line: int, fields: FieldMap | None = None) -> list[ScalarRecord | RecordError]:
+    """Validate one row into one ScalarRecord (or two, ``<id>:A`` / ``<id>:B``, for a pair row)."""
+    fields = fields or FieldMap()
+
+    def build(rid: str) -> list[ScalarRecord]:
+        conv = read_conversation(row, fields)
+        principle = read_optional_string(row, fields.principle)
+        if fields.response not in row and {fields.response_a, fields.response_b} <= row.keys():
+            return [ScalarRecord(f"{rid}:{side}", line, conv, read_string_field(row, column), principle, row)
+                    for side, column in (("A", fields.response_a), ("B", fields.response_b))]
+        return [ScalarRecord(rid, line, conv, read_string_field(row, fields.response), principle, row)]
+
+    out = _guard(row, line, fields, build)
+    return out if isinstance(out, list) else [out]
+
+
+def parse_group_record(row: Any, *, line: int, fields: FieldMap | None = None) -> GroupRecord | RecordError:
+    """Validate one row into a GroupRecord, or say why it is not one."""
+    fields = fields or FieldMap()
+
+    def build(rid: str) -> GroupRecord:
+        responses = row.get(fields.responses)
+        if isinstance(responses, str) and responses.lstrip().startswith("["):
+            try:  # CSV cells hold the list as JSON text
+                responses = json.loads(responses)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"field {fields.responses!r} is not valid JSON: {exc}") from None
+        if responses is None:
+            raise ConfigError(f"missing field {fields.responses!r} (a list of response strings)")
+        if isinstance(responses, str) or not isinstance(responses, Sequence) or hasattr(responses, "keys"):
+            raise ConfigError(f"field {fields.responses!r} must be a list of strings, got {type(responses).__name__}")
+        bad = next((k for k, r in enumerate(responses) if not isinstance(r, str)), None)
+        if bad is not None:
+            raise ConfigError(f"field {fields.responses!r}[{bad}] must be a string, got "
+                              f"{type(responses[bad]).__name__}")
+        if not responses:
+            raise ConfigError(f"field {fields.responses!r} is empty; a group needs at least one response")
+        return GroupRecord(rid, line, read_conversation(row, fields), tuple(responses),
+                           read_optional_string(row, fields.reference), row)
+
+    return _guard(row, line, fields, build)
+
+
+def _guard(row: Any, line: int, fields: FieldMap, build: Any) -> Any:
+    if not isinstance(row, Mapping):
+        return RecordError(line, str(line), f"line {line}: expected an object with fields, got {type(row).__name__}")
+    rid = str(line)
+    try:
+        rid = read_id(row, line, fields.id)
+        return build(rid)
+    except ConfigError as exc:
+        return RecordError(line, rid, f"line {line}: {exc}")
+
+
+def detect_fields(rows: Sequence[tuple[int, Any]], fields: FieldMap | None) -> FieldMap:
+    """LLMBar's columns when no field was remapped and the first object row has them and none of ours."""
+    if fields is not None and fields != FieldMap():
+        return fields
+    default = FieldMap()
+    first = next((row for _, row in rows if isinstance(row, Mapping)), None)
+    ours = {default.prompt, default.conversation, default.response_a, default.response_b, default.response,
+            default.responses}
+    if first is not None and {"input", "output_1", "output_2"} <= first.keys() and not ours & first.keys():
+        return LLMBAR_FIELDS
+    return default
+
+
+def detect_shape(rows: Sequence[tuple[int, Any]], fields: FieldMap) -> str:
+    """The record shape of a file from its first object row (see :data:`SHAPES`).
+
+    Raises:
+        ConfigError: when no row has the fields of any shape (naming the fields looked for).
+    """
+    for _, row in rows:
+        if not isinstance(row, Mapping):
+            continue
+        if fields.responses in row:
+            return "groups"
+        if fields.response_a in row and fields.response_b in row:
+            return "pairs"
+        if fields.response in row:
+            return "single"
+    raise ConfigError(f"no record has {fields.response_a!r}/{fields.response_b!r} (pairs), {fields.response!r} "
+                      f"(single responses) or {fields.responses!r} (groups); remap columns with --field")
+
+
+def read_records(path: str | os.PathLike[str], shape: str, *, fields: FieldMap | None = None,
+                 limit: int | None = None, format: str | None = None) -> list[Any]:
+    """Every record of ``shape`` in a file, in input order, with a RecordError for each bad row.
+
+    Args:
+        path: a JSONL, JSON, Parquet, CSV or TSV file.
+        shape: one of :data:`SHAPES`, or ``auto`` (:func:`detect_shape`).
+        fields: column names; default :class:`FieldMap()` (LLMBar's schema auto-detected).
+        limit: read at most this many rows (>= 1); None reads all.
+        format: one of :data:`~brrm.records.FORMATS`; default from the file suffix.
+
+    Raises:
+        ConfigError: when the file is missing or unreadable as a whole, or the shape is unknown.
+    """
+    rows = open_rows(os.fspath(path), format=format, limit=limit)
+    fields = detect_fields(rows, fields)
+    if shape == "auto":
+        shape = detect_shape(rows, fields)
+    if shape not in SHAPES:
+        raise ConfigError(f"record shape {shape!r} is not valid; expected auto or one of {', '.join(SHAPES)}")
+    out: list[Any] = []
+    for line, row in rows:
+        if isinstance(row, RecordError):
+            out.append(row)
+        elif shape == "pairs":
+            out.append(parse_pair_record(row, line=line, fields=fields))
+        elif shape == "groups":
+            out.append(parse_group_record(row, line=line, fields=fields))
+        else:
+            out.extend(parse_scalar_records(row, line=line, fields=fields))
+    return out
+
+
+def read_pair_records(path: str | os.PathLike[str], *, fields: FieldMap | None = None, limit: int | None = None,
+                      format: str | None = None) -> list[PairRecord | RecordError]:
+    """Pairwise records of a file (see :func:`read_records`)."""
+    return read_records(path, "pairs", fields=fields, limit=limit, format=format)

@@ -1,0 +1,36 @@
+"""Per-item seeds: a result depends only on the record, the options and the seed.
+
+A sampler stream is seeded from the base seed and a stable key of the item — never from its position in a
+batch, its chunk, or what else was judged — so the same record gives the same output at batch size 1 or 8,
+in any order, with or without its neighbours. The key holds the item's id and content hash, the
+presentation order (a swapped pair is different content), the turn and the attempt, so turn 1 and turn 2
+(and a retry) draw from different streams.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+SEED_BITS = 63
+"""Seeds are in [0, 2**63): valid for torch generators, vLLM and OpenAI-compatible servers."""
+
+
+def content_key(*parts: str) -> str:
+    """sha256 (hex) over text parts, each NUL-terminated: a stable key of an item's content."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()
+
+
+def item_seed(base: int, key: str, *, stream: str = "", attempt: int = 0) -> int:
+    """The seed of one sampler stream of one item, in [0, 2**63).
+
+    Args:
+        base: the user's seed (``SamplingConfig.seed``).
+        key: the item's stable key (e.g. its id and :func:`content_key`).
+        stream: which stream (``turn1``, ``turn2``, ``judgement``, …).
+        attempt: 0 for the first run, k for the k-th retry.
+    """
+    text = f"{base}\0{key}\0{stream}\0{attempt}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") & ((1 << SEED_BITS) - 1)

@@ -1,0 +1,255 @@
+"""The trust boundary: record text becomes token ids as text; only the chat template's own markup is special.
+
+A response, prompt, system turn, earlier turn, tool output or principle that contains ``<|im_end|>``,
+``<|im_start|>``, ``<think>``, a BOS/EOS string or any other added token's text must not become that control
+token: in a BR-RM prompt it would close the user turn and forge an assistant turn; in a reward model's input
+it would add end-of-turn tokens; in a principle judge it would forge a second ``principle`` turn. So:
+
+1. the chat template is rendered with each record string replaced by a unique sentinel, so the template's
+   control flow never sees record text (a record cannot steer it either);
+2. the rendered text is cut at the added tokens the *template* wrote — those become their ids;
+3. each run of text between them (template text with the record strings put back in) is tokenized by the
+   tokenizer's normalizer, pre-tokenizer and model only, never matching added tokens, so the characters
+   ``<|im_end|>`` inside a response get the ids of those characters.
+
+For text without added-token strings the result equals ``tokenizer.apply_chat_template(..., tokenize=True)``
+(the canonical tokenization: the tokenizer splits at added tokens first, then tokenizes each run). The
+same ids go to every backend (transformers, vLLM, OpenAI-compatible servers take token ids).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from brrm.errors import ConfigError, TemplateError
+
+
+@dataclass(frozen=True)
+class Markup:
+    """Text that belongs to the prompt format, not to the record (its added tokens stay special).
+
+    Example: the Qwen-3-Nemotron-Reward recipe's ``"<think>\\n\\n</think>\\n\\n"`` before a response.
+    """
+
+    text: str
+
+
+Content = str | Sequence["str | Markup"]
+"""A message content: record text (a str), or a sequence of record-text and :class:`Markup` pieces."""
+
+
+class TextEncoder:
+    """Encodes record text and chat prompts for one fast (``tokenizers``-backed) tokenizer.
+
+    Args:
+        tokenizer: a Hugging Face ``PreTrainedTokenizerFast`` with a chat template (for :meth:`chat`).
+
+    Raises:
+        ConfigError: for a slow tokenizer (its added-token handling cannot be bypassed).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise ConfigError(
+                f"{type(tokenizer).__name__} is a slow tokenizer; brrm needs a fast one (tokenizers) to keep record "
+                "text apart from control tokens (load it with use_fast=True)"
+            )
+        self.tokenizer = tokenizer
+        self._backend = backend
+        added = sorted({str(t) for t in tokenizer.get_added_vocab()}, key=len, reverse=True)
+        self.added = {t: int(tokenizer.convert_tokens_to_ids(t)) for t in added}
+        self._added_re = re.compile("|".join(re.escape(t) for t in added)) if added else None
+
+    # ------------------------------------------------------------------------------------------- text
+    def text(self, text: str) -> list[int]:
+        """Ids of record text: never a control token, whatever characters it holds."""
+        if not text:
+            return []
+        if self._added_re is None or not self._added_re.search(text):
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        norm = self._backend.normalizer
+        s = norm.normalize_str(text) if norm is not None else text
+        pre = self._backend.pre_tokenizer
+        pieces = [p for p, _ in pre.pre_tokenize_str(s)] if pre is not None else [s]
+        return [tok.id for piece in pieces for tok in self._backend.model.tokenize(piece)]
+
+    def markup(self, text: str) -> list[int]:
+        """Ids of format text written by brrm or a template (no record data): added tokens are special."""
+        out: list[int] = []
+        for piece, special in self._split(text):
+            out.extend([self.added[piece]] if special else self.text(piece))
+        return out
+
+    def _split(self, text: str) -> list[tuple[str, bool]]:
+        """(piece, is_added_token) runs of ``text``."""
+        if self._added_re is None:
+            return [(text, False)] if text else []
+        out, pos = [], 0
+        for m in self._added_re.finditer(text):
+            if m.start() > pos:
+                out.append((text[pos:m.start()], False))
+            out.append((m.group(0), True))
+            pos = m.end()
+        if pos < len(text):
+            out.append((text[pos:], False))
+        return out
+
+    # ------------------------------------------------------------------------------------------- chat
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool,
+             **template_kwargs: Any) -> tuple[str, list[int]]:
+        """Render ``messages`` through the chat template and encode them at the trust boundary.
+
+        Args:
+            messages: ``{"role", "content", "tool_calls"?}`` dicts; ``content`` is record text (a str) or a
+                sequence of record-text and :class:`Markup` pieces.
+            add_generation_prompt: append the template's assistant header.
+            **template_kwargs: passed to the template (e.g. ``enable_thinking``).
+
+        Returns:
+            (the rendered text with the record text in place, its token ids).
+
+        Raises:
+            TemplateError: when the template fails on these messages, or drops or repeats a record string
+                (so record text cannot be kept apart from its markup).
+            ConfigError: when a tool call's name or arguments hold control-token text.
+        """
+        records: list[str] = []
+        nonce = _nonce(messages)
+        rendered_messages = []
+        for m in messages:
+            msg = dict(m)
+            msg["content"] = self._sentinel_content(m.get("content", ""), records, nonce)
+            for call in msg.get("tool_calls") or ():
+                self._check_tool_call(call)
+            rendered_messages.append(msg)
+        text = self._render(rendered_messages, add_generation_prompt, template_kwargs)
+        if records:  # the template may trim a record's whitespace (Qwen3 strips "\n" around assistant text)
+            real = self._render([{**m, "content": _plain(m.get("content", ""))} for m in messages],
+                                add_generation_prompt, template_kwargs)
+            records = _as_rendered(text, real, records, nonce)
+        return self._assemble(text, records, nonce)
+
+    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool,
+                template_kwargs: Mapping[str, Any]) -> str:
+        try:
+            return str(self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                          add_generation_prompt=add_generation_prompt,
+                                                          **template_kwargs))
+        except Exception as exc:  # jinja2 errors, raise_exception() in templates (e.g. role order)
+            raise TemplateError(f"the chat template failed on this conversation: {type(exc).__name__}: {exc}") from exc
+
+    def _sentinel_content(self, content: Any, records: list[str], nonce: str) -> str:
+        if isinstance(content, str):
+            pieces: Sequence[Any] = (content,)
+        elif isinstance(content, Sequence):
+            pieces = content
+        else:
+            raise ConfigError(f"message content must be a string, got {type(content).__name__}")
+        out = []
+        for piece in pieces:
+            if isinstance(piece, Markup):
+                out.append(piece.text)
+            elif piece:
+                out.append(f"\ue000{nonce}:{len(records)}\ue001")
+                records.append(str(piece))
+        return "".join(out)
+
+    def _check_tool_call(self, call: Any) -> None:
+        found = self._added_re.search(repr(call)) if self._added_re is not None else None
+        if found is not None:
+            raise ConfigError(f"a tool call holds control-token text ({found.group(0)!r}); brrm does not render it "
+                              "into a prompt")
+
+    def _assemble(self, text: str, records: list[str], nonce: str) -> tuple[str, list[int]]:
+        marker = re.compile(f"\ue000{re.escape(nonce)}:(\\d+)\ue001")
+        found = [int(m.group(1)) for m in marker.finditer(text)]
+        if sorted(found) != list(range(len(records))):
+            raise TemplateError("the chat template dropped, repeated or rewrote a message's text, so brrm cannot "
+                                "keep record text apart from template markup")
+        ids: list[int] = []
+        run: list[tuple[str, bool]] = []  # (text, is_record) pieces of the current run between template specials
+        pos = 0
+        for m in marker.finditer(text):
+            run.extend(self._template_pieces(text[pos:m.start()], ids, run))
+            run.append((records[int(m.group(1))], True))
+            pos = m.end()
+        run.extend(self._template_pieces(text[pos:], ids, run))
+        self._flush(run, ids)
+        return marker.sub(lambda mm: records[int(mm.group(1))], text), ids
+
+    def _template_pieces(self, text: str, ids: list[int], run: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+        """Template text: an added token flushes the current run and is emitted as its id."""
+        pending: list[tuple[str, bool]] = []
+        for piece, special in self._split(text):
+            if special:
+                self._flush(run + pending, ids)
+                run.clear()
+                pending = []
+                ids.append(self.added[piece])
+            else:
+                pending.append((piece, False))
+        return pending
+
+    def _flush(self, run: list[tuple[str, bool]], ids: list[int]) -> None:
+        if run:
+            ids.extend(self.text("".join(piece for piece, _ in run)))
+            run.clear()
+
+
+_ENCODERS: weakref.WeakKeyDictionary[Any, TextEncoder] = weakref.WeakKeyDictionary()
+
+
+def encoder(tokenizer: Any) -> TextEncoder:
+    """The (cached) :class:`TextEncoder` of ``tokenizer``."""
+    try:
+        return _ENCODERS[tokenizer]
+    except (KeyError, TypeError):
+        enc = TextEncoder(tokenizer)
+        try:
+            _ENCODERS[tokenizer] = enc
+        except TypeError:
+            pass
+        return enc
+
+
+def _plain(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(p.text if isinstance(p, Markup) else str(p) for p in content)
+
+
+def _as_rendered(sentinel_text: str, real: str, records: list[str], nonce: str) -> list[str]:
+    """Each record as the template rendered it, when the template only trimmed its whitespace.
+
+    The template parts between sentinels are matched against the real render in order; a record's rendered
+    form must be one of its whitespace-trimmed variants (never other text), else the record is kept whole.
+    """
+    parts = re.split(f"\ue000{re.escape(nonce)}:(\\d+)\ue001", sentinel_text)
+    if not real.startswith(parts[0]):
+        return records
+    out, pos = list(records), len(parts[0])
+    for k in range(1, len(parts), 2):
+        idx, after = int(parts[k]), parts[k + 1]
+        r = records[idx]
+        for v in (r, r.lstrip("\n"), r.rstrip("\n"), r.strip("\n"), r.strip(), r.lstrip(), r.rstrip()):
+            if real.startswith(v, pos) and real.startswith(after, pos + len(v)):
+                out[idx], pos = v, pos + len(v) + len(after)
+                break
+        else:
+            return records
+    return out if pos == len(real) else records
+
+
+def _nonce(messages: Sequence[Mapping[str, Any]]) -> str:
+    """A sentinel tag that occurs in no message (record text cannot fake a sentinel)."""
+    blob = repr([m.get("content") for m in messages])
+    digest = hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    while digest in blob:
+        digest = hashlib.sha256(digest.encode()).hexdigest()[:12]
+    return digest

@@ -1,0 +1,58 @@
+"""Typed values that flow through brrm: conversations and options in; judgments, rewards and rankings out.
+
+One module per concept: :mod:`~brrm.types.conversation` (messages), :mod:`~brrm.types.config` (validated
+options, sampling), :mod:`~brrm.types.results` (results with explicit statuses), :mod:`~brrm.types.summary`
+(aggregates over ok results only) and :mod:`~brrm.types.protocols` (the :class:`RewardJudge` interface).
+"""
+
+from brrm.types.config import (
+    SamplingConfig,
+    check_bool,
+    check_choice,
+    check_enum,
+    check_float,
+    check_int,
+)
+from brrm.types.conversation import ROLES, Conversation, Message
+from brrm.types.protocols import KINDS, JudgeInfo, OrderedPairJudge, RewardJudge, ScalarRewardModel
+from brrm.types.results import (
+    GroupResult,
+    PairwiseJudgment,
+    Provenance,
+    ResponseAnalysis,
+    ScalarReward,
+    Status,
+    Verdict,
+    check_same_length,
+    parse_label,
+)
+from brrm.types.summary import JudgmentSummary, summarize, summarize_rewards
+
+__all__ = [
+    "KINDS",
+    "ROLES",
+    "Conversation",
+    "GroupResult",
+    "JudgeInfo",
+    "JudgmentSummary",
+    "Message",
+    "OrderedPairJudge",
+    "PairwiseJudgment",
+    "Provenance",
+    "ResponseAnalysis",
+    "RewardJudge",
+    "SamplingConfig",
+    "ScalarReward",
+    "ScalarRewardModel",
+    "Status",
+    "Verdict",
+    "check_bool",
+    "check_choice",
+    "check_enum",
+    "check_float",
+    "check_int",
+    "check_same_length",
+    "parse_label",
+    "summarize",
+    "summarize_rewards",
+]

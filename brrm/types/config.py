@@ -1,0 +1,144 @@
+"""Validated option values: the checks every config dataclass uses, and the sampling settings.
+
+Like vLLM's parameter classes, a config object refuses a value that would silently mean something else:
+a bool where an int is expected (``True`` is an ``int`` in Python), a NaN or infinite float, a string where a
+bool is expected (``swap="no"`` is truthy), or a name outside a fixed set. Every error names the field,
+the value and the valid options.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from brrm.errors import ConfigError
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` when it is a real bool.
+
+    Raises:
+        ConfigError: for anything else (``"no"``, ``0``, ``None``), naming ``name``.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` when it is an int (not a bool) in ``[low, high]``.
+
+    Raises:
+        ConfigError: naming ``name``, the value and the valid range.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer{_range(low, high)}, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ConfigError(f"{name} must be an integer{_range(low, high)}, got {value!r}")
+    return value
+
+
+def check_float(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+                low_open: bool = False) -> float:
+    """``value`` as a finite float (ints accepted, bools refused) in ``[low, high]`` (``(low, high]`` when
+    ``low_open``).
+
+    Raises:
+        ConfigError: naming ``name``, the value and the valid range.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number{_range(low, high, low_open)}, got {value!r}")
+    bad_low = low is not None and (value <= low if low_open else value < low)
+    if bad_low or (high is not None and value > high):
+        raise ConfigError(f"{name} must be a finite number{_range(low, high, low_open)}, got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value: Any, options: Iterable[str]) -> str:
+    """``value`` when it is one of ``options`` (a str enum member counts as its value).
+
+    Raises:
+        ConfigError: naming ``name`` and the valid options.
+    """
+    valid = tuple(options)
+    if not isinstance(value, str) or value not in valid:
+        raise ConfigError(f"{name} {value!r} is not valid; expected one of {', '.join(valid)}")
+    return str(value)
+
+
+def check_enum(name: str, value: Any, enum_type: type[E]) -> E:
+    """``value`` as a member of ``enum_type`` (its value string is accepted too).
+
+    Raises:
+        ConfigError: naming ``name`` and the valid values.
+    """
+    if isinstance(value, enum_type):
+        return value
+    for member in enum_type:
+        if isinstance(value, str) and value == member.value:
+            return member
+    valid = ", ".join(str(m.value) for m in enum_type)
+    raise ConfigError(f"{name} {value!r} is not valid; expected one of {valid}")
+
+
+def _range(low: float | None, high: float | None, low_open: bool = False) -> str:
+    if low is not None and high is not None:
+        return f" in {'(' if low_open else '['}{low}, {high}]"
+    if low is not None:
+        return f" {'>' if low_open else '>='} {low}"
+    if high is not None:
+        return f" <= {high}"
+    return ""
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Decoding settings for a generative judge.
+
+    Defaults are the published BR-RM settings (BR-RM paper / model card, and
+    ``../shared/reference/README.md``): temperature 1.0, top_p 1.0, at most 8192 new tokens per turn and
+    16384 tokens in total.
+
+    Attributes:
+        temperature: softmax temperature, finite, >= 0; 0 means greedy decoding.
+        top_p: nucleus mass in (0, 1].
+        max_new_tokens_per_turn: new-token budget of each turn, int >= 1.
+        max_total_tokens: limit on the whole sequence (prompt + every turn), in tokens, int >= 2.
+        seed: base seed, int. Each item samples from its own streams, derived from this seed and a stable
+            key of the item (its id and content hash, the presentation order, the turn, the attempt; see
+            :func:`brrm.seeds.item_seed`), so a result never depends on batch size, order or neighbours.
+
+    Raises:
+        ConfigError: naming the field and its valid range.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens_per_turn: int = 8192
+    max_total_tokens: int = 16384
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "temperature", check_float("temperature", self.temperature, low=0))
+        object.__setattr__(self, "top_p", check_float("top_p", self.top_p, low=0, high=1, low_open=True))
+        check_int("max_new_tokens_per_turn", self.max_new_tokens_per_turn, low=1)
+        check_int("max_total_tokens", self.max_total_tokens, low=2)
+        check_int("seed", self.seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_new_tokens_per_turn": self.max_new_tokens_per_turn,
+            "max_total_tokens": self.max_total_tokens,
+            "seed": self.seed,
+        }

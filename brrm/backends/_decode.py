@@ -234,7 +234,8 @@ def _constrain(backend: Any, row: Any, logits_row: torch.Tensor, bitmask: Any) -
     if st.kind == "choice":
         ids = list(st.choice_ids())
         raw = logits_row[0, ids].clone()
-        row.choice_logits.append(tuple(float(x) for x in raw))
+        extra = (float(logits_row[0].max()),) if st.choice_with_max() else ()
+        row.choice_logits.append(tuple(float(x) for x in raw) + extra)
         logits_row.fill_(float("-inf"))
         logits_row[0, ids] = raw
     elif bitmask is not None and st.write_mask(bitmask):

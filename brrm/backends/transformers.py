@@ -74,6 +74,7 @@ class _Row:
     error: str = ""
     batch_pos: int = 0
     feed: list[int] = field(default_factory=list)
+    noise: Any = None
 
 
 TASKS = ("auto", "generate", "classify")

@@ -191,12 +191,16 @@ def test_group_manager_in_verls_reward_loop(rm_path, tmp_path):
         "reward": {"num_workers": 1, "custom_reward_function": {"path": None},
                    "reward_model": {"enable": False},
                    "reward_manager": {"source": "importlib", "name": "BrrmGroupRewardManager",
-                                      "module": {"path": BrrmGroupRewardManager.__module__}},
+                                      "module": {"path": "pkg://brrm.rlhf.verl_manager"}},
                    "reward_kwargs": {"brrm_config": {"model": judge_dir, "kind": "brrm", "strategy": "circular",
                                                      "options": {"temperature": 0, "max_new_tokens": 450,
                                                                  "block_token_cap": 8}}}}})
     worker = RewardLoopWorker.__new__(RewardLoopWorker)
-    worker.config, worker.reward_manager = config, BrrmGroupRewardManager(config, tok)
+    from verl.trainer.ppo.reward import resolve_reward_manager_cls
+
+    manager_cls = resolve_reward_manager_cls(config)  # verl's importlib path to our class
+    assert manager_cls.__name__ == "BrrmGroupRewardManager"
+    worker.config, worker.reward_manager = config, manager_cls(config, tok)
     worker.loop = worker.reward_manager.loop  # verl's get_event_loop(), shared as in RewardLoopWorker
     prompts = ["What is 2+2?", "Name a colour."]
     responses = ["4", "", "Blue", "Red"]  # response 1 is empty (C19): it loses and gets no reward position
@@ -223,3 +227,37 @@ def test_group_manager_in_verls_reward_loop(rm_path, tmp_path):
     bad = OmegaConf.merge(config, {"reward": {"num_workers": 4}, "data": {"train_batch_size": 2}})
     with pytest.raises(brrm.ConfigError, match="cut GRPO groups"):
         BrrmGroupRewardManager(bad, tok)
+
+
+def test_compute_score_through_verls_naive_reward_manager(rm_path, tmp_path):
+    """verl loads brrm.rlhf.verl (``path: pkg://brrm.rlhf.verl``, get_custom_reward_fn), sees a coroutine function, and awaits it per
+    sample in its NaiveRewardManager; the extra info keys are the same for every sample."""
+    pytest.importorskip("verl")
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    config = OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": "pkg://brrm.rlhf.verl", "name": "compute_score",
+        "reward_kwargs": {"brrm_config": {"model": rm_path, "kind": "bt", "timeout_s": 30}}}}})
+    fn = get_custom_reward_fn(config)
+    tok = build_tiny_tokenizer()
+    manager = NaiveRewardManager(config, tok, fn)
+    assert manager.is_async_reward_score
+    p, r = tok("Say hello.")["input_ids"], tok("Hello there!")["input_ids"]
+    data = DataProto.from_dict(
+        tensors={"prompts": torch.tensor([p]), "responses": torch.tensor([r]),
+                 "attention_mask": torch.ones(1, len(p) + len(r), dtype=torch.long)},
+        non_tensors={"data_source": np.array(["demo"], dtype=object),
+                     "reward_model": np.array([{"ground_truth": None}], dtype=object),
+                     "extra_info": np.array([{"prompt": "Say hello."}], dtype=object)})
+    try:
+        out = manager.loop.run_until_complete(manager.run_single(data))
+    finally:
+        close_all()
+    want = brrm.load(rm_path).score(["Say hello."], ["Hello there!"])[0].reward
+    assert out["reward_score"] == pytest.approx(want, abs=1e-5)
+    assert KEYS <= set(out["reward_extra_info"]) and out["reward_extra_info"]["status"] == "ok"

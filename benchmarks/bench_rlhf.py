@@ -63,8 +63,8 @@ def test_group_rewards_circular_swap_vs_round_robin(benchmark, models):
         print(f"{strategy}{' + swap' if swap else ''}: {runs:.0f} judge runs, {seconds:.1f} s, "
               f"{64 / seconds:.2f} rewards/s, {runs / seconds:.1f} judge runs/s")
     ratio = rows["round_robin"][1] / rows["circular"][1]
-    print(f"round_robin / circular+swap wall time: {ratio:.2f}x for {rows['round_robin'][0] / rows['circular'][0]:.2f}x "
-          "the judge runs")
+    runs_ratio = rows["round_robin"][0] / rows["circular"][0]
+    print(f"round_robin / circular+swap wall time: {ratio:.2f}x for {runs_ratio:.2f}x the judge runs")
     benchmark.extra_info.update({k: {"judge_runs": v[0], "seconds": v[1]} for k, v in rows.items()})
 
 

@@ -230,8 +230,9 @@ def test_group_manager_in_verls_reward_loop(rm_path, tmp_path):
 
 
 def test_compute_score_through_verls_naive_reward_manager(rm_path, tmp_path):
-    """verl loads brrm.rlhf.verl (``path: pkg://brrm.rlhf.verl``, get_custom_reward_fn), sees a coroutine function, and awaits it per
-    sample in its NaiveRewardManager; the extra info keys are the same for every sample."""
+    """verl loads brrm.rlhf.verl (``path: pkg://brrm.rlhf.verl``, get_custom_reward_fn), sees a coroutine
+    function, and awaits it per sample in its NaiveRewardManager; the extra info keys are the same for every
+    sample."""
     pytest.importorskip("verl")
     import numpy as np
     import torch

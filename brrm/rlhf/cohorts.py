@@ -12,6 +12,7 @@ reward (status ``invalid_input``, reason "incomplete group") — one missing rol
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,7 +100,7 @@ class CohortBuffer:
             by_size.setdefault(len(c.responses), []).append(c)
         for size, group in by_size.items():
             try:
-                rewards = await self._call(lambda group=group, size=size: self._rank(group, size))
+                rewards = await self._call(functools.partial(self._rank, group, size))
             except Exception as exc:  # noqa: BLE001 - the waiting samples get the error, the loop goes on
                 for c in group:
                     for f in c.futures:

@@ -36,7 +36,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -176,12 +176,11 @@ class VerlScorer:
         item = self._item(solution_str, ground_truth, dict(extra_info or {}))
         start = time.perf_counter()
         try:
-            if self.config.url is not None:
-                coro = self._remote(item)
-            else:
-                coro = asyncio.get_running_loop().run_in_executor(self._executor(), self._local, item)
-            result = await asyncio.wait_for(coro, self.config.timeout_s)
-        except asyncio.TimeoutError:
+            pending: Awaitable[ScalarReward] = (
+                self._remote(item) if self.config.url is not None
+                else asyncio.get_running_loop().run_in_executor(self._executor(), self._local, item))
+            result = await asyncio.wait_for(pending, self.config.timeout_s)
+        except TimeoutError:
             return self._result(None, TIMEOUT, f"no reward within timeout_s={self.config.timeout_s:g}", start)
         except Exception as exc:  # noqa: BLE001 - any transport or judge error is this sample's failure
             if isinstance(exc, ConfigError) and self.config.url is None:

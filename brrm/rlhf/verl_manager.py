@@ -69,12 +69,11 @@ class BrrmGroupRewardManager(RewardManagerBase):
         strategy = check_choice("strategy", group.get("strategy", "circular"), ("circular", "round_robin", "knockout"))
         self.source = JudgeSource(JudgeRecipe(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend,
                                               options=self.brrm.options))
+        timeout = check_float("cohort_timeout_s", group.get("cohort_timeout_s", 600.0), low=0, low_open=True)
         self.buffer = CohortBuffer(self.source.get, group_size=self.group_size, strategy=strategy,
                                    swap=check_bool("swap", group.get("swap", False)),
                                    soft=check_bool("soft", group.get("soft", False)),
-                                   max_judgments=group.get("max_judgments_per_step"),
-                                   cohort_timeout_s=check_float("cohort_timeout_s", group.get("cohort_timeout_s", 600.0),
-                                                                low=0, low_open=True))
+                                   max_judgments=group.get("max_judgments_per_step"), cohort_timeout_s=timeout)
 
     def _check_layout(self, config: Any) -> None:
         workers = int(_cfg_get(config, "reward.num_workers", 1))

@@ -149,6 +149,11 @@ class RewardBench(Benchmark):
                                                    "earn 0 (BR-RM's scorer)")]
         if len(sections) < len(SECTIONS):
             notes.append("not every section was run: Overall averages the sections present")
+        scalar_ties = sum(r.scalar and r.verdict(0) is Verdict.TIE for r in results)
+        if scalar_ties:
+            notes.append(f"warning: {scalar_ties} of {len(results)} pairs got equal rewards for chosen and rejected; "
+                         "they score 0 under the strict rule (a model giving every response the same reward scores "
+                         "0, not 50)")
         return BenchResult(self.name, "accuracy (%); Overall = mean of the four sections", tuple(rows), "Overall",
                            tuple(notes))
 

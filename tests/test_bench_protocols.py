@@ -50,8 +50,9 @@ class OrderedJudge:
         out = []
         for c, a, b in zip(conversations, first, second, strict=True):
             v = self.decide(c, a, b)
+            failed = PairwiseJudgment(Verdict.NONE, Status.PARSE_FAILURE, "no ranking block", generated_tokens=3)
             out.append(PairwiseJudgment(v, Status.OK, generated_tokens=3, prompt_tokens=10) if v is not Verdict.NONE
-                       else PairwiseJudgment(Verdict.NONE, Status.PARSE_FAILURE, "no ranking block", generated_tokens=3))
+                       else failed)
         if progress:
             progress(float(len(out)))
         return out
@@ -349,8 +350,9 @@ def test_n18_mt_bench_agreement_counts_inconsistent_votes_as_ties(tmp_path):
         return {"question_id": qid, "model_a": a, "model_b": b, "winner": winner, "judge": judge, "turn": 1,
                 "conversation_a": conv[a], "conversation_b": conv[b]}
 
-    rows = [rec(81, "alpaca-13b", "gpt-4", "model_b", "expert_0"), rec(81, "gpt-4", "alpaca-13b", "model_a", "expert_1"),
-            rec(82, "alpaca-13b", "gpt-4", "tie", "expert_0"), rec(83, "alpaca-13b", "gpt-4", "model_a", "expert_0"),
+    rows = [rec(81, "alpaca-13b", "gpt-4", "model_b", "expert_0"),
+            rec(81, "gpt-4", "alpaca-13b", "model_a", "expert_1"), rec(82, "alpaca-13b", "gpt-4", "tie", "expert_0"),
+            rec(83, "alpaca-13b", "gpt-4", "model_a", "expert_0"),
             {**rec(83, "alpaca-13b", "gpt-4", "model_a", "expert_0"), "turn": 2}]
     path = tmp_path / "human.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -65,7 +65,8 @@ JUDGEBENCH = {  # judge_model file suffix -> (Knowledge, Reasoning, Math, Coding
 def test_judgebench_official_outputs_reproduce_every_category(shared, judge):
     subset, expected = JUDGEBENCH[judge]
     model = "gpt-4o-2024-05-13" if subset == "gpt-4o" else "claude-3-5-sonnet-20240620"
-    path = shared / "data/JudgeBench/official_results" / f"dataset=judgebench,response_model={model},judge_name={judge}.jsonl"
+    name = f"dataset=judgebench,response_model={model},judge_name={judge}.jsonl"
+    path = shared / "data/JudgeBench/official_results" / name
     result = get_benchmark("judgebench").replay([path])
     names = [f"{subset}/{c}" for c in ("Knowledge", "Reasoning", "Math", "Coding", "Overall")]
     assert tuple(round(result.row(n).score, 2) for n in names) == expected

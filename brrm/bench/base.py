@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from brrm.bench.core import ORDER_POLICIES, BenchItem, BenchResult, ItemResult
 from brrm.errors import ConfigError
@@ -98,6 +99,9 @@ class Benchmark:
                           "(judgments.jsonl of an earlier `brrm bench` run) to --predictions")
 
 
-def take(items: list[BenchItem], limit: int | None) -> list[BenchItem]:
+T = TypeVar("T")
+
+
+def take(items: list[T], limit: int | None) -> list[T]:
     """The first ``limit`` items (all when None)."""
     return items if limit is None else items[:limit]

@@ -169,18 +169,20 @@ class Cost:
 
     Attributes:
         judgments: model calls: ordered pairwise judgments, or responses scored by a scalar model.
-        generated_tokens: tokens generated over all judgments (0 for forward-pass reward models).
+        generated_tokens: tokens generated over all judgments (0 for scalar reward models: not measured).
         prompt_tokens: tokens read (prompts of every turn, or scored inputs).
         seconds: wall time of the judging, in seconds.
+        unit: what ``judgments`` counts: ``judgments`` (pairwise judges) or ``rewards`` (scalar models).
     """
 
     judgments: int
     generated_tokens: int
     prompt_tokens: int
     seconds: float
+    unit: str = "judgments"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"judgments": self.judgments, "generated_tokens": self.generated_tokens,
+        return {self.unit: self.judgments, "generated_tokens": self.generated_tokens,
                 "prompt_tokens": self.prompt_tokens, "seconds": round(self.seconds, 3)}
 
 

@@ -58,7 +58,7 @@ def majority(rec: dict[str, Any]) -> Verdict:
     votes = [rec.get(f"annotator{k}") for k in (1, 2, 3)]
     if any(v not in LABELS for v in votes):
         raise ConfigError(f"PandaLM idx {rec.get('idx')!r}: annotator labels must be 0, 1 or 2, got {votes}")
-    value, count = Counter(votes).most_common(1)[0]
+    value, count = Counter(int(v) for v in votes if v is not None).most_common(1)[0]
     if count < 2:
         raise ConfigError(f"PandaLM idx {rec.get('idx')!r}: no majority among annotators {votes}")
     return LABELS[value]

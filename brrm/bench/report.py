@@ -102,6 +102,21 @@ def read_items(path: Path) -> list[ItemResult]:
     return out
 
 
+def keep_complete_lines(path: Path) -> None:
+    """Rewrite ``path`` without a last line an interruption cut short (complete lines stay byte for byte), so a
+    resumed run can append to it."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    while lines:
+        try:
+            json.loads(lines[-1])
+            break
+        except ValueError:
+            lines.pop()
+    path.write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines), encoding="utf-8")
+
+
 def run_settings(bench: Any, judge_info: Mapping[str, Any], *, subsets: Sequence[str], orders: str, seed: int,
                  source: str | None, limit: int | None) -> dict[str, Any]:
     """What ``run.json`` records (and what a resumed run must match)."""
@@ -170,8 +185,9 @@ def cost_line(result: BenchResult) -> str:
     if c is None:
         return ""
     rate = f"{c.judgments / c.seconds:.2f}" if c.seconds > 0 else "n/a"
-    return (f"cost: {c.judgments} judgments, {c.generated_tokens} generated tokens, {c.prompt_tokens} prompt tokens, "
-            f"{c.seconds:.1f} s wall ({rate} judgments/s)")
+    generated = f"{c.generated_tokens} generated tokens" if c.unit == "judgments" else "no generation measured"
+    return (f"cost: {c.judgments} {c.unit}, {generated}, {c.prompt_tokens} prompt tokens, {c.seconds:.1f} s wall "
+            f"({rate} {c.unit}/s)")
 
 
 def markdown(result: BenchResult, published: float | None = None) -> str:

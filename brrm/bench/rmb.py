@@ -100,6 +100,7 @@ class RMB(Benchmark):
         uid = rec.get("pair_uid") if subset.startswith("pairwise") else rec.get("bon_uid")
         where = f"RMB {subset} {uid!r}"
         conv = _conversation(rec, where)
+        responses: tuple[str, ...]
         if subset.startswith("pairwise"):
             responses = (_answer(rec.get("chosen"), where), _answer(rec.get("reject"), where))
         else:

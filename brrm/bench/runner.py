@@ -78,7 +78,7 @@ def run(judge: Any, items: Sequence[BenchItem], *, orders: str, seed: int = 0, p
             sink(judged)
     seconds = time.perf_counter() - started
     results = [done.get(it.id) or fresh[it.id] for it in items]
-    return results, Cost(cost[0], cost[1], cost[2], seconds)
+    return results, Cost(cost[0], cost[1], cost[2], seconds, "judgments" if pairwise else "rewards")
 
 
 def _pairwise_chunk(judge: Any, part: list[BenchItem], orders: str, seed: int, progress: Progress,

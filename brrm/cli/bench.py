@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     items = bench.load(subsets, root=args.data_dir, limit=args.limit, source=args.data)
     if not items:
         raise ConfigError(f"no {bench.title} items for --subset {', '.join(subsets)}")
+    subsets = tuple(s for s in subsets if any(it.subset == s for it in items))
     judge = common.load_judge(args, kind="brrm")
     try:
         result = _run(args, bench, judge, items, subsets, orders, folder)
@@ -116,7 +117,7 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
 
 def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], subsets: tuple[str, ...], orders: str,
          folder: Path | None) -> Any:
-    from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, run_settings, write_items
+    from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
     from brrm.bench.runner import run as run_bench
 
@@ -126,7 +127,7 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
                             source=args.data, limit=args.limit)
     done = check_resume(folder, settings) if folder is not None else {}
     planned = planned_judgments(judge, [it for it in items if it.id not in done], orders=orders, seed=args.order_seed)
-    unit = "judgment" if judge.info.kind == "brrm" else "response"
+    unit = "judgment" if judge.info.kind == "brrm" else "reward"
     print(f"protocol: orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
           + f"; {planned} {unit}s to run" + (f"; resuming: {len(done)} items already judged" if done else ""),
           file=term)
@@ -135,6 +136,7 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
         import json
 
         (folder / RUN_FILE).write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
+        keep_complete_lines(folder / ITEMS_FILE)  # a line cut by the interruption goes; the others stay as written
         handle = (folder / ITEMS_FILE).open("a" if done else "w", encoding="utf-8")
     try:
         with common.progress_bar(planned, desc=bench.name, unit=unit, disable=args.no_progress) as bar:

@@ -286,7 +286,7 @@ def bench_options(args: argparse.Namespace) -> dict[str, Any]:
                             "max_total_tokens": args.max_model_len, "block_token_cap": args.block_cap}
     if args.backend == "transformers":
         return {**opts, "dtype": "float32"}
-    return {**opts, **{k: v for k, v in engine_options(args, True).items() if k != "block_size"}}
+    return {**opts, **engine_options(args, True)}
 
 
 def bench_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -298,7 +298,10 @@ def bench_run(args: argparse.Namespace) -> dict[str, Any]:
     bench = get_benchmark(args.bench)
     items = bench.load(bench.resolve_subsets(args.subset), root=args.data_dir, limit=args.limit, source=args.data)
     t0 = time.perf_counter()
-    judge = brrm.load(str(args.model_dir), **bench_options(args))
+    try:
+        judge = brrm.load(str(args.model_dir), **bench_options(args))
+    except brrm.BackendUnavailable as exc:
+        raise SystemExit(f"--bench needs the {args.backend} backend: {exc}") from None
     started = time.perf_counter() - t0
     try:
         results, cost = run(judge, items, orders=bench.orders(None), seed=0)
@@ -358,6 +361,8 @@ def main() -> None:
             os.environ.setdefault(k, v)
     if args.worker:
         return worker(args)
+    if args.bench and args.backend == "transformers" and not args.tiny:
+        raise SystemExit("--backend transformers needs --tiny (the 14B shape has no weights outside vLLM)")
     t0 = time.perf_counter()
     args.model_dir = Path(
         args.model_dir or Path.cwd() / (".gpu_check_tiny" if args.tiny else ".gpu_check_model")
@@ -365,8 +370,6 @@ def main() -> None:
     meta = build_model_dir(args.model_dir, tiny=args.tiny)
     meta.update(n=args.n, turn_tokens=args.turn_tokens, block_cap=args.block_cap)
     if args.bench:
-        if args.backend == "transformers" and not args.tiny:
-            raise SystemExit("--backend transformers needs --tiny (the 14B shape has no weights outside vLLM)")
         out = {"meta": {**meta, "wall_s": None}, "bench": bench_run(args)}
         out["meta"]["wall_s"] = round(time.perf_counter() - t0, 1)
         Path(args.out).write_text(json.dumps(out, indent=1))

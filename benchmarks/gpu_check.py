@@ -322,7 +322,8 @@ def bench_run(args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The check's flags, with the tiny or full defaults filled in."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny Qwen3, small N")
     p.add_argument("--n", type=int, default=None, help="judgments per run (default 96; --tiny: 6)")
@@ -356,6 +357,11 @@ def main() -> None:
     for k, v in (tiny_defaults if args.tiny else full_defaults).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     if args.tiny:
         for k, v in {"VLLM_CPU_KVCACHE_SPACE": "2", "TORCH_COMPILE_DISABLE": "1"}.items():
             os.environ.setdefault(k, v)

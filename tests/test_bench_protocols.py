@@ -407,3 +407,15 @@ def test_random_orders_do_not_depend_on_chunks_or_selection(shared):
     assert [s.swapped for r in a for s in r.shown] != [s.swapped for r in run(
         synthetic("always-1", items), items, orders="random", seed=4)[0] for s in r.shown]
     assert not math.isnan(get_benchmark("rm-bench").score(a).overall)
+
+
+def test_evaluate_runs_a_judge_from_python(shared):
+    """The Python entry point: load, protocol, run and metric in one call, with the cost and the judge's info."""
+    from brrm.bench import evaluate
+
+    judge = synthetic("always-2", items_of("pandalm", shared))
+    result = evaluate(get_benchmark("pandalm"), judge, limit=20, data_dir=str(shared / "data"))
+    first20 = items_of("pandalm", shared)[:20]
+    assert result.overall == pytest.approx(100 * sum(it.pairs[0].gold is Verdict.B for it in first20) / 20)
+    assert result.cost is not None and result.cost.judgments == 20 and result.cost.generated_tokens == 60
+    assert result.judge["model"] == "synthetic-brrm" and result.to_dict()["cost"]["judgments"] == 20

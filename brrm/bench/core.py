@@ -159,8 +159,20 @@ class Row:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "score": None if math.isnan(self.score) else self.score, "n": self.n,
-                "ties": self.ties, "failures": self.failures, **({"extra": dict(self.extra)} if self.extra else {})}
+        """JSON-ready; an undefined figure (NaN, e.g. a kappa with one class) is ``null``."""
+        return {"name": self.name, "score": json_ready(self.score), "n": self.n, "ties": self.ties,
+                "failures": self.failures, **({"extra": json_ready(dict(self.extra))} if self.extra else {})}
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with every NaN float (nested in dicts and lists too) replaced by None (strict JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -231,7 +243,7 @@ class BenchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"benchmark": self.benchmark, "metric": self.metric, "headline": self.headline,
-                "overall": None if math.isnan(self.overall) else self.overall,
+                "overall": json_ready(self.overall),
                 "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes),
                 "cost": self.cost.to_dict() if self.cost else None, "judge": dict(self.judge)}
 

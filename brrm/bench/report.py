@@ -204,5 +204,6 @@ def markdown(result: BenchResult, published: float | None = None) -> str:
 def write_result(folder: Path, result: BenchResult, published: float | None = None) -> None:
     """Write ``result.json`` and ``result.md`` into ``folder``."""
     data = {**result.to_dict(), "published": published}
-    (folder / RESULT_JSON).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    text = json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False)
+    (folder / RESULT_JSON).write_text(text + "\n", encoding="utf-8")
     (folder / RESULT_MD).write_text(markdown(result, published), encoding="utf-8")

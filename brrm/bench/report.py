@@ -134,7 +134,8 @@ def check_resume(folder: Path, settings: Mapping[str, Any]) -> dict[str, ItemRes
     if not run_file.exists():
         return {}
     earlier = json.loads(run_file.read_text(encoding="utf-8"))
-    same = {k: earlier.get(k) == v for k, v in settings.items() if k not in ("subsets", "limit")}
+    now = json.loads(json.dumps(settings))  # compared as stored (tuples become lists)
+    same = {k: earlier.get(k) == v for k, v in now.items() if k not in ("subsets", "limit")}
     if not all(same.values()):
         differ = ", ".join(k for k, ok in same.items() if not ok)
         raise ConfigError(f"--output {str(folder)!r} holds a run with other settings ({differ}); use another folder "

@@ -133,7 +133,8 @@ def judge_workload(
         ``seconds``, ``judgments``, ``ok`` (judgments with a parsed verdict), ``generated_tokens``,
         ``prompt_tokens`` (sum over both turns' prompts, as the judge reports them).
     """
-    from brrm.judges.brrm import BRRMConfig, BRRMJudge
+    from brrm.judges.brrm import BRRMConfig
+    from brrm.testing import brrm_judge
     from brrm.types import SamplingConfig
 
     sampling = SamplingConfig(
@@ -143,7 +144,7 @@ def judge_workload(
         max_total_tokens=6 * turn_tokens + 8192,
         seed=0,
     )
-    judge = BRRMJudge(
+    judge = brrm_judge(
         backend,
         BRRMConfig(decoding="constrained", thinking="on", sampling=sampling, block_token_cap=block_cap),
     )

@@ -86,7 +86,7 @@ def test_an_interrupted_run_resumes_and_other_settings_are_refused(shared, tiny_
 
 @pytest.mark.parametrize(("argv", "message"), [
     (("bench", "helm"), "benchmark 'helm' is not known; expected one of llmbar, judgebench"),
-    (("bench", "llmbar", "--subset", "Hard"), "LLMBar --subset 'Hard' is not valid; expected one of Natural"),
+    (("bench", "llmbar", "--subset", "Hard"), "subset 'Hard' is not valid; expected one of Natural"),
     (("bench", "llmbar", "--limit", "0"), "--limit must be >= 1"),
     (("bench", "mt-bench", "--subset", "human"), "cannot load hub id 'lmsys/mt_bench_human_judgments'"),
     (("bench", "llmbar", "--swap"), "--swap does not apply to brrm bench"),

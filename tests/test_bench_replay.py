@@ -94,7 +94,8 @@ def test_autoj_official_outputs_reproduce_the_readme(shared, capsys):
             for r in pairwise.rows} == AUTOJ_PAIRWISE
     single = bench.replay(files[:1], root=shared / "data")
     assert {r.name: r.extra["official"]["agreement"] for r in single.rows} == AUTOJ_SINGLE
-    code, out, _ = _cli(capsys, "bench", "autoj", "--predictions", str(files[0]), "--predictions", str(files[1]))
+    code, out, _ = _cli(capsys, "bench", "autoj", "--predictions", str(files[0]), "--predictions", str(files[1]),
+                        "--data-dir", str(shared / "data"))
     assert code == 0 and "54.96" in out and "consistency 83.41" in out
 
 
@@ -103,7 +104,7 @@ def test_autoj_official_outputs_reproduce_the_readme(shared, capsys):
     ("pandalm-7b-testset-v1.json", (0.6677, 0.5738, 0.5750, 0.5743))])
 def test_pandalm_result_files_reproduce_the_recomputed_figures(shared, name, figures):
     """SOURCE.md's recomputation (the README's F1 ratio is not reproducible from these files; see pandalm.py)."""
-    result = get_benchmark("pandalm").replay([shared / "data/PandaLM/official_results" / name])
+    result = get_benchmark("pandalm").replay([shared / "data/PandaLM/official_results" / name], root=shared / "data")
     row = result.row("Overall")
     got = (row.score, row.extra["macro_precision"], row.extra["macro_recall"], row.extra["macro_f1"])
     assert tuple(round(x / 100, 4) for x in got) == figures

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from brrm.backends.base import Backend, Completion, GenerationRequest
-from brrm.errors import ConfigError
+from brrm.errors import ConfigError, TemplateError
 from brrm.judges import brrm_format as fmt
 from brrm.seeds import content_key, item_seed
 from brrm.templates import (
@@ -351,7 +351,11 @@ class BRRMJudge:
         reqs, todo = [], []
         for it in items:
             turn1 = render_brrm_turn1(it.conversation, it.first, it.second, self.config.context)
-            text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
+            try:
+                text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
+            except TemplateError as exc:  # this record's problem, not the batch's
+                it.retryable, it.result = False, self._failed(it, Status.INVALID_INPUT, str(exc))
+                continue
             it.p1_text, it.p1_ids = text, tuple(ids)
             plan = self._budget(it, len(it.p1_ids), 1)
             if plan:

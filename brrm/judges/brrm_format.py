@@ -164,7 +164,7 @@ def turn2_program(think_budget: int, block_cap: int) -> Program:
         Literal("The End of Analysis on Response 1]\n\n[The Begin of Analysis on Response 2]\n"),
         _block(block_cap),
         Literal("The End of Analysis on Response 2]\n\n[The Begin of Ranking Score]\n\\boxed{"),
-        Choice(("1", "2")),
+        Choice(("1", "2"), after="\\boxed{"),
         Literal("}\n[The End of Ranking Score]"),
     ]
     return Program(tuple(segments))

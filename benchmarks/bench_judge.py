@@ -1,20 +1,20 @@
-"""BR-RM judge speed on the tiny model: overhead vs raw ``model.generate``, batching, KV reuse.
+"""BR-RM judge speed on the tiny model: the judge vs raw ``model.generate`` on the same work, batching, and the
+savings of KV reuse (turn 2 from turn 1's cache) and jump-forward (forced markers in one forward pass), each apart.
 
-Run: ``pytest benchmarks/bench_judge.py -s``. Each test measures the compared variants side by side in
-one run and prints the ratio.
+Run: ``pytest benchmarks/bench_judge.py -s``. Each test measures its variants side by side in one run, prints the
+figures and asserts that every timed judgment reached its verdict (or, in faithful mode, its turn 2).
 """
 
 from __future__ import annotations
 
 import time
 
-import pytest
 import torch
 
 from brrm.backends.transformers import TransformersBackend
 from brrm.judges.brrm import BRRMConfig
 from brrm.testing import brrm_judge
-from brrm.types import SamplingConfig
+from brrm.types import SamplingConfig, Status
 
 PROMPTS = ["What is 17 * 3?", "Name a primary colour.", "Write a haiku about rain.", "Is 91 prime?"]
 A = ["51.", "Red.", "Rain taps the roof.", "No, 91 = 7 x 13."]
@@ -22,8 +22,8 @@ B = ["57.", "Blue.", "Rain is water.", "Yes."]
 
 
 def _pairs(n):
-    return [PROMPTS[i % 4] + " " * (i // 4) for i in range(n)], [A[i % 4] for i in range(n)], \
-        [B[i % 4] for i in range(n)]
+    return ([PROMPTS[i % 4] + " " * (i // 4) for i in range(n)], [A[i % 4] for i in range(n)],
+            [B[i % 4] for i in range(n)])
 
 
 def _config(**kw):
@@ -32,23 +32,14 @@ def _config(**kw):
     return BRRMConfig(**{**base, **kw})
 
 
-def _raw_generate(model, tok, prompts, new_tokens):
-    """model.generate over left-padded prompts, exactly ``new_tokens`` new tokens for every row."""
-    tok.padding_side = "left"
-    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    with torch.inference_mode():
-        model.generate(**enc, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                       pad_token_id=tok.pad_token_id)
-
-
 def _spy(backend):
-    """Record (keep_kv, requests, completions) of every generate call."""
+    """Record (requests, completions) of every generate call."""
     seen: list = []
     orig = backend.generate
 
     def spy(reqs, **kw):
         out = orig(reqs, **kw)
-        seen.append((kw.get("keep_kv", False), reqs, out))
+        seen.append((reqs, out))
         return out
 
     backend.generate = spy
@@ -56,41 +47,97 @@ def _spy(backend):
 
 
 def _raw_generate(model, prompts, new_tokens, pad_id):
-    """model.generate over the same prompt ids (left-padded), exactly ``new_tokens`` per row."""
+    """model.generate over the same prompt ids (left-padded), exactly ``new_tokens`` per row; its forward passes."""
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    with torch.inference_mode():
-        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                       do_sample=False, pad_token_id=pad_id)
+    calls = [0]
+    hook = model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        with torch.inference_mode():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                           do_sample=False, pad_token_id=pad_id)
+    finally:
+        hook.remove()
+    return calls[0]
 
 
-@pytest.mark.parametrize("decoding", ["constrained", "faithful"])
-def test_judge_overhead_vs_raw_generate(benchmark, tiny, decoding):
-    """Judge wall time ÷ raw model.generate over the same P1 and P2 prompts and token counts."""
+def _run(judge, backend, convs, a, b):
+    before = dict(backend.stats)
+    start = time.perf_counter()
+    out = judge.judge_pairs(convs, a, b)
+    seconds = time.perf_counter() - start
+    delta = {k: backend.stats[k] - before.get(k, 0) for k in ("forward_calls", "prefill_tokens", "cached_tokens",
+                                                                "generated_tokens")}
+    return out, seconds, delta
+
+
+def test_judge_vs_raw_generate_on_the_same_work(benchmark, tiny):
+    """Constrained judge vs raw model.generate over the same P1/P2 prompts and new-token counts per row: wall time,
+    forward passes and prefill tokens on both sides (the raw side recomputes P2 and feeds one token per pass)."""
     model, tok = tiny
     convs, a, b = _pairs(8)
     backend = TransformersBackend(model, tok, batch_size=8)
-    budget = 420 if decoding == "constrained" else 64
-    judge = brrm_judge(backend, _config(decoding=decoding, sampling=SamplingConfig(
-        temperature=0, max_new_tokens_per_turn=budget)))
+    judge = brrm_judge(backend, _config())
     seen = _spy(backend)
-    judge.judge_pairs(convs, a, b)  # warm-up (grammar compile) and the turns' prompts and lengths
-    turns = [(list(r.prompt_ids for r in reqs), max(len(c.token_ids) + 1 for c in outs))
-             for _, reqs, outs in seen]
+    out, _, _ = _run(judge, backend, convs, a, b)  # warm-up (grammar compile); records the turns' work
+    assert all(j.status is Status.OK for j in out)
+    turns = [([r.prompt_ids for r in reqs], max(len(c.token_ids) + 1 for c in outs)) for reqs, outs in seen]
 
     def raw():
-        for prompts, n in turns:
-            _raw_generate(model, prompts, n, tok.pad_token_id)
+        return sum(_raw_generate(model, prompts, n, tok.pad_token_id) for prompts, n in turns)
 
     start = time.perf_counter()
-    raw()
+    raw_passes = raw()
     raw_s = time.perf_counter() - start
-    benchmark.pedantic(lambda: judge.judge_pairs(convs, a, b), rounds=3, iterations=1)
+    raw_prefill = sum(len(p) for prompts, _ in turns for p in prompts)
+    results = {}
+
+    def judged():
+        results["out"], results["s"], results["delta"] = _run(judge, backend, convs, a, b)
+
+    benchmark.pedantic(judged, rounds=3, iterations=1)
+    assert all(j.status is Status.OK for j in results["out"])
+    d = results["delta"]
     ratio = benchmark.stats.stats.median / raw_s
-    benchmark.extra_info.update(raw_generate_s=raw_s, ratio=ratio, turns=[n for _, n in turns])
-    print(f"\n{decoding}: judge / raw model.generate = {ratio:.3f} (judge {benchmark.stats.stats.median:.3f} s, "
-          f"raw {raw_s:.3f} s, tokens per turn {[n for _, n in turns]}, 8 rows)")
+    benchmark.extra_info.update(ratio=ratio, raw_s=raw_s, raw_forward_passes=raw_passes, raw_prefill=raw_prefill,
+                                judge_forward_passes=d["forward_calls"], judge_prefill=d["prefill_tokens"],
+                                judge_cached=d["cached_tokens"])
+    print(f"\njudge / raw model.generate = {ratio:.2f}x wall (judge {benchmark.stats.stats.median:.2f} s, raw "
+          f"{raw_s:.2f} s); forward passes {d['forward_calls']} vs {raw_passes}; prefill tokens "
+          f"{d['prefill_tokens']} (+{d['cached_tokens']} from cache) vs {raw_prefill}; 8 rows, tokens per turn "
+          f"{[n for _, n in turns]}")
+
+
+def test_kv_reuse_and_jump_forward_savings_apart(benchmark, tiny):
+    """The same 8 constrained judgments with KV reuse and jump-forward each on or off: what each one saves."""
+    model, tok = tiny
+    convs, a, b = _pairs(8)
+    rows = {}
+    for reuse in (True, False):
+        for jump in (True, False):
+            backend = TransformersBackend(model, tok, batch_size=8, prefix_cache=reuse, jump_forward=jump)
+            judge = brrm_judge(backend, _config())
+            _run(judge, backend, convs[:1], a[:1], b[:1])  # warm-up
+            out, seconds, delta = _run(judge, backend, convs, a, b)
+            assert all(j.status is Status.OK for j in out)
+            rows[(reuse, jump)] = (out, seconds, delta)
+    verdicts = {key: [(j.winner, j.turn1_text, j.turn2_text) for j in out] for key, (out, _, _) in rows.items()}
+    assert len({tuple(v) for v in verdicts.values()}) == 1  # neither changes a token
+    base, no_reuse, no_jump = rows[(True, True)], rows[(False, True)], rows[(True, False)]
+    figures = {
+        "kv_reuse_prefill_saved": no_reuse[2]["prefill_tokens"] - base[2]["prefill_tokens"],
+        "kv_reuse_speedup": no_reuse[1] / base[1],
+        "jump_forward_passes_saved": no_jump[2]["forward_calls"] - base[2]["forward_calls"],
+        "jump_forward_speedup": no_jump[1] / base[1],
+    }
+    benchmark.extra_info.update(figures)
+    print(f"\nKV reuse: turn-2 prefill {base[2]['prefill_tokens']} vs {no_reuse[2]['prefill_tokens']} tokens, "
+          f"{figures['kv_reuse_speedup']:.2f}x faster; jump-forward: {base[2]['forward_calls']} vs "
+          f"{no_jump[2]['forward_calls']} forward passes, {figures['jump_forward_speedup']:.2f}x faster")
+    backend = TransformersBackend(model, tok, batch_size=8)
+    judge = brrm_judge(backend, _config())
+    benchmark.pedantic(lambda: judge.judge_pairs(convs, a, b), rounds=1, iterations=1)
 
 
 def test_batched_vs_single_calls(benchmark, tiny):
@@ -100,59 +147,42 @@ def test_batched_vs_single_calls(benchmark, tiny):
     single = brrm_judge(TransformersBackend(model, tok, batch_size=1), _config())
     single.judge_pairs(convs[:1], a[:1], b[:1])
     start = time.perf_counter()
-    for i in range(16):
-        single.judge_pairs(convs[i:i + 1], a[i:i + 1], b[i:i + 1])
+    singles = [single.judge_pairs(convs[i:i + 1], a[i:i + 1], b[i:i + 1])[0] for i in range(16)]
     single_s = time.perf_counter() - start
-    benchmark.pedantic(lambda: batched.judge_pairs(convs, a, b), rounds=2, iterations=1)
+    out = {}
+    benchmark.pedantic(lambda: out.update(r=batched.judge_pairs(convs, a, b)), rounds=2, iterations=1)
+    assert all(j.ok for j in singles + out["r"])
     speedup = single_s / benchmark.stats.stats.median
     benchmark.extra_info.update(single_calls_s=single_s, speedup=speedup)
     print(f"\n16 pairs batched vs 16 single calls: speed-up {speedup:.2f}x "
           f"(batched {benchmark.stats.stats.median:.2f} s, single {single_s:.2f} s)")
 
 
-def _turn2_prefill(model, tok, *, reuse: bool, decoding: str) -> tuple[int, int]:
-    """(turn-2 tokens recomputed, new turn-2 tokens) summed over 8 pairs."""
-    convs, a, b = _pairs(8)
-    backend = TransformersBackend(model, tok, batch_size=8, prefix_cache=reuse)
-    budget = 420 if decoding == "constrained" else 48
-    judge = brrm_judge(backend, _config(decoding=decoding, sampling=SamplingConfig(
-        temperature=0, max_new_tokens_per_turn=budget)))
-    seen: list = []
-    orig = backend.generate
+def test_faithful_turn2_with_and_without_kv_reuse(benchmark, tiny):
+    """Faithful decoding: P2 re-tokenized as the released evaluation does; turn-2 prefill with and without reuse.
 
-    def spy(reqs, **kw):
-        before = backend.stats["prefill_tokens"]
-        out = orig(reqs, **kw)
-        seen.append((kw.get("keep_kv", False), reqs, out, backend.stats["prefill_tokens"] - before))
-        return out
-
-    backend.generate = spy
-    judge.judge_pairs(convs, a, b)
-    if len(seen) < 2:
-        return 0, 0
-    (_, reqs1, outs1, _), (_, reqs2, _, recomputed) = seen[-2], seen[-1]
-    # P2 rows are the turn-1 rows that finished; in faithful mode the tiny model may not end turn 1
-    t1 = {r.prompt_ids: len(c.token_ids) for r, c in zip(reqs1, outs1, strict=True)}
-    new = 0
-    for r in reqs2:
-        p1 = next(p for p in t1 if r.prompt_ids[:len(p)] == p)
-        new += len(r.prompt_ids) - len(p1) - t1[p1]
-    return recomputed, new
-
-
-def test_turn2_prefill_with_and_without_reuse(benchmark, tiny):
-    """Turn-2 prefill recomputation ÷ new turn-2 tokens: with KV reuse vs recompute-all (released eval)."""
+    A random tiny model never ends its turn on its own, so turn 1 gets a small budget here and sampling at the
+    published T = 1.0 until its end-of-turn token; every timed row must reach turn 2 (ok or parse_failure)."""
     model, tok = tiny
+    convs, a, b = _pairs(8)
     figures = {}
-    for decoding in ("constrained", "faithful"):
-        for reuse in (True, False):
-            recomputed, new = _turn2_prefill(model, tok, reuse=reuse, decoding=decoding)
-            if not new:
-                print(f"\n{decoding}: no pair reached turn 2")
-                continue
-            figures[f"{decoding}_{'reuse' if reuse else 'no_reuse'}"] = recomputed / new
-            print(f"\n{decoding}, {'with' if reuse else 'without'} reuse: turn-2 prefill {recomputed} tokens for "
-                  f"{new} new tokens -> ratio {recomputed / new:.3f}")
-    benchmark.extra_info.update(figures)
-    benchmark.pedantic(lambda: _turn2_prefill(model, tok, reuse=True, decoding="constrained"), rounds=1,
-                       iterations=1)
+    for reuse in (True, False):
+        backend = TransformersBackend(model, tok, batch_size=8, prefix_cache=reuse)
+        end = tok.convert_tokens_to_ids("<|im_end|>")
+        bias = torch.zeros(model.config.vocab_size)
+        bias[end] = 6.0  # about one step in 30 ends the turn: both turns finish, turn 2 is reached
+        head = model.get_output_embeddings()
+        hook = head.register_forward_hook(lambda _m, _i, out, bias=bias: out + bias.to(out.dtype))
+        try:
+            judge = brrm_judge(backend, BRRMConfig(decoding="faithful", sampling=SamplingConfig(
+                temperature=1.0, max_new_tokens_per_turn=400, seed=3)))
+            out, seconds, delta = _run(judge, backend, convs, a, b)
+        finally:
+            hook.remove()
+        assert all(j.status in (Status.OK, Status.PARSE_FAILURE) for j in out), [j.reason for j in out]
+        figures["reuse" if reuse else "no_reuse"] = (seconds, delta["prefill_tokens"], delta["cached_tokens"])
+    (s1, p1, c1), (s0, p0, _) = figures["reuse"], figures["no_reuse"]
+    benchmark.extra_info.update(prefill_with_reuse=p1, prefill_without=p0, cached=c1, speedup=s0 / s1)
+    print(f"\nfaithful, 8 pairs: prefill {p1} tokens (+{c1} cached) with reuse vs {p0} without; "
+          f"{s0 / s1:.2f}x faster")
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)

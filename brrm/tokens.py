@@ -79,6 +79,15 @@ class TextEncoder:
         pieces = [p for p, _ in pre.pre_tokenize_str(s)] if pre is not None else [s]
         return [tok.id for piece in pieces for tok in self._backend.model.tokenize(piece)]
 
+    def clean_seam(self, before: str, after: str) -> bool:
+        """True when no pre-token of ``before + after`` spans the point between them (so tokenizing the two apart
+        gives the canonical tokenization of the whole)."""
+        pre = self._backend.pre_tokenizer
+        if pre is None or not before:
+            return True
+        cut = len(before)
+        return not any(lo < cut < hi for _, (lo, hi) in pre.pre_tokenize_str(before + after))
+
     def seam(self, ids: Sequence[int], text: str) -> tuple[list[int], str]:
         """Split generated ``ids`` (decoding to ``text``) before their last pre-token: (ids to keep, the text after
         them). Appending more text to the kept ids after re-tokenizing that tail with it gives the canonical

@@ -43,17 +43,21 @@ def _spans(tok, ids):
     return spans
 
 
-def _forced_ranges(text):
-    """Character ranges of text brrm forces: every literal of both turn programs, wherever it occurs."""
+def _model_ranges(text, generated):
+    """Character ranges the model chose itself: its generated text minus every literal of both turn programs
+    (and the "\n[" that ends each free block before a literal, which brrm forces at a block's cap)."""
     literals = [seg.text for prog in (turn1_program(0, 8), turn2_program(0, 8)) for seg in prog.segments
                 if hasattr(seg, "text")]
-    ranges = []
+    owned = [True] * len(text)
+    for lo, hi in generated:
+        owned[lo:hi] = [False] * (hi - lo)
     for lit in literals:
         start = text.find(lit)
         while start >= 0:
-            ranges.append((start, start + len(lit)))
+            lo = start - 2 if text[max(start - 2, 0):start] == "\n[" else start
+            owned[lo:start + len(lit)] = [True] * (start + len(lit) - lo)
             start = text.find(lit, start + 1)
-    return ranges
+    return owned
 
 
 @pytest.fixture(scope="module")
@@ -64,48 +68,44 @@ def recorded(qwen3_tokenizer):
                      thinking="off", swap=True)
     judge = brrm_judge(backend, cfg)
     out = judge.judge_pairs(*map(list, zip(*PAIRS, strict=True)))
-    faithful = brrm_judge(backend, BRRMConfig(decoding="faithful", sampling=SamplingConfig(
-        temperature=0, max_new_tokens_per_turn=420), swap=True)).judge_pairs(*map(list, zip(*PAIRS, strict=True)))
-    return tok, backend.turns[:4 * len(PAIRS)], out, faithful
+    return tok, backend.turns, out
 
 
 def test_forced_tokens_equal_the_canonical_tokenization(recorded):
-    tok, turns, out, _ = recorded
+    tok, turns, out = recorded
     assert len(turns) == 40 and all(j.ok for j in out)  # 20 constrained judgments, two turns each
     enc = encoder(tok)
+    generated_text = {}  # turn-1 prompt text -> the model's turn-1 text
     forced_diff = model_diff = total = 0
     for req, comp in turns:
         fed = list(req.prompt_ids) + list(comp.token_ids)
         text = tok.decode(fed, skip_special_tokens=False)
-        canonical = enc.markup(text)
-        ours, theirs = set(_spans(tok, fed)), set(_spans(tok, canonical))
-        forced = _forced_ranges(text)
-        prompt_chars = len(tok.decode(list(req.prompt_ids), skip_special_tokens=False))
-        for span in ours - theirs:
-            touches = any(s < span[1] and span[0] < e for s, e in forced) or span[0] < prompt_chars
-            forced_diff += touches
-            model_diff += not touches
+        prompt = tok.decode(list(req.prompt_ids), skip_special_tokens=False)
+        ranges = [(len(prompt), len(text))]
+        for p1, t1 in generated_text.items():  # turn 2: turn 1's generated text sits inside the prompt
+            if prompt.startswith(p1 + t1):
+                ranges.append((len(p1), len(p1) + len(t1)))
+        generated_text[prompt] = comp.text
+        owned = _model_ranges(text, ranges)
+        canonical = set(_spans(tok, enc.markup(text)))
+        for lo, hi in set(_spans(tok, fed)) - canonical:
+            ours = any(owned[lo:hi])
+            forced_diff += ours
+            model_diff += not ours
         total += len(fed)
-    assert forced_diff == 0, forced_diff  # literals, closes and the seam: 0 differing positions
-    print(f"\n{len(turns)} turns, {total} fed tokens: 0 forced tokens off the canonical tokenization; "
-          f"{model_diff} tokens the model sampled off it")
+    assert forced_diff == 0, forced_diff  # template, record text, literals, block ends and the seam
+    print(f"\n{len(turns)} turns, {total} fed tokens: 0 of brrm's tokens off the canonical tokenization; "
+          f"{model_diff} tokens the (random) model sampled off it")
 
 
 def test_the_turn2_seam_is_one_canonical_token(recorded):
-    tok, turns, _, _ = recorded
-    turn2 = [req for req, _ in turns if req.program is not None and "Ranking" in str(req.program)]
-    close = tok.convert_tokens_to_ids("]\n") if "]\n" in tok.get_vocab() else None
-    assert close is not None
+    tok, turns, _ = recorded
+    turn2 = [req for req, _ in turns if "Ranking" in str(req.program)]
+    (close,) = tok.encode("]\n", add_special_tokens=False)  # one token in Qwen's vocabulary
+    bracket, newline = tok.encode("]", add_special_tokens=False)[0], tok.encode("\n", add_special_tokens=False)[0]
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert len(turn2) == 20
     for req in turn2:
-        text = tok.decode(list(req.prompt_ids), skip_special_tokens=False)
-        seam = text.index("[End of Quality Analysis for Response 2]\n<|im_end|>")
-        assert close in req.prompt_ids and seam > 0
-
-
-def test_constrained_and_faithful_verdicts_on_the_tiny_model(recorded):
-    _, _, constrained, faithful = recorded
-    both = [(c, f) for c, f in zip(constrained, faithful, strict=True) if c.ok and f.ok]
-    agree = sum(c.winner is f.winner for c, f in both)
-    print(f"\nconstrained vs faithful (tiny random model, greedy): {len(both)} pairs with both verdicts ok, "
-          f"{agree} agree; faithful statuses {[f.status.value for f in faithful]}")
-    assert len(constrained) == len(faithful) == len(PAIRS)
+        ids = list(req.prompt_ids)
+        assert any(ids[k] == end and ids[k - 1] == close for k in range(1, len(ids)))
+        assert not any(ids[k] == end and ids[k - 1] == newline and ids[k - 2] == bracket for k in range(2, len(ids)))

@@ -374,7 +374,7 @@ class ProgramRun:
         pattern's continuation regex (:mod:`brrm.backends._regex`), which the engine can start afresh.
         """
         try:
-            if seg.force and viable(seg.regex, text + seg.force):
+            if seg.force and viable(seg.regex, text + seg.force) and self._clean_force(seg):
                 self.forced_caps += 1
                 if not self._append(self.info.encode(seg.force)):
                     return
@@ -390,6 +390,18 @@ class ProgramRun:
             self.fail(f"the engine's output {text[-120:]!r} left the pattern {seg.regex[:80]!r}")
             return
         self.step_regex = to_regex(rest)
+
+    def _clean_force(self, seg: Pattern) -> bool:
+        """Force now only where it keeps the canonical tokenization (as the transformers backend does), or once
+        :data:`~brrm.constraints.compile.FORCE_GRACE` tokens past the cap."""
+        from brrm.constraints.compile import FORCE_GRACE
+        from brrm.tokens import encoder
+
+        seg_ids = self.generated[self.seg_start:]
+        if len(seg_ids) >= seg.cap + FORCE_GRACE:
+            return True
+        tail = self.info.decode(seg_ids[-4:]) if seg_ids else ""
+        return encoder(self.info.tokenizer).clean_seam(tail, seg.force)
 
     def _feed_choice(self, phase: Phase, result: PhaseResult) -> None:
         ids = list(result.token_ids)

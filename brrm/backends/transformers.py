@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brrm.backends.base import (
     BackendInfo,
@@ -25,6 +24,9 @@ from brrm.backends.base import (
 )
 from brrm.constraints import CompiledProgram, Program, ProgramState
 from brrm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from brrm.backends._decode import Row
 
 
 class PrefixCache:
@@ -61,22 +63,6 @@ class PrefixCache:
         self.entries.clear()
 
 
-@dataclass
-class _Row:
-    index: int
-    request: GenerationRequest
-    generator: Any
-    state: ProgramState | None
-    cached: int = 0
-    generated: list[int] = field(default_factory=list)
-    choice_logits: list[tuple[float, ...]] = field(default_factory=list)
-    finish: str = ""
-    error: str = ""
-    batch_pos: int = 0
-    feed: list[int] = field(default_factory=list)
-    noise: Any = None
-
-
 TASKS = ("auto", "generate", "classify")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -96,6 +82,8 @@ class TransformersBackend:
         token_budget: most padded tokens per ``classify`` forward batch, >= 1.
         padding_side, bucketing: ``classify`` batching (results never depend on them; see
             :class:`~brrm.backends._classify.HeadScorer`).
+        jump_forward: feed the tokens a constraint program forces (fixed markers) in one forward pass; False feeds
+            them one step at a time (same tokens, more forward passes; for measuring the saving).
 
     Raises:
         ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.
@@ -103,12 +91,13 @@ class TransformersBackend:
 
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str = "", batch_size: int = 8,
                  prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
-                 padding_side: str = "right", bucketing: bool = True) -> None:
+                 padding_side: str = "right", bucketing: bool = True, jump_forward: bool = True) -> None:
         from brrm.backends._classify import HeadScorer
         from brrm.types import check_bool, check_int
 
         self.batch_size = check_int("batch_size", batch_size, low=1)
         check_bool("prefix_cache", prefix_cache)
+        self.jump_forward = check_bool("jump_forward", jump_forward)
         self.model = model
         self.tokenizer = tokenizer
         self.end_of_turn_id = end_of_turn_id(tokenizer)
@@ -226,21 +215,20 @@ class TransformersBackend:
                         keep_kv: bool, on_done: Callable[[int], None] | None) -> list[Completion]:
         import torch
 
-        from brrm.backends import _decode
+        from brrm.backends._decode import Decoder, Row
 
-        dev = self.model.device
         rows = []
         for i, r in enumerate(reqs):
             if not r.prompt_ids or r.max_new_tokens < 1:
                 raise ConfigError("a request needs >= 1 prompt token and max_new_tokens >= 1")
             gen = torch.Generator(device="cpu").manual_seed(r.seed)
             state = ProgramState(self.compiled(r.program)) if r.program is not None else None
-            rows.append(_Row(i, r, gen, state))
+            rows.append(Row(i, r, gen, state))
         with torch.inference_mode():
-            _decode.run(self, rows, dev, temperature, top_p, keep_kv, on_done)
+            Decoder(self, temperature=temperature, top_p=top_p, keep_kv=keep_kv, on_done=on_done).run(rows)
         return [self._completion(row) for row in rows]
 
-    def _completion(self, row: _Row) -> Completion:
+    def _completion(self, row: Row) -> Completion:
         ids = row.generated
         if row.finish == "stop" and ids and ids[-1] in self.stop_ids:
             ids = ids[:-1]

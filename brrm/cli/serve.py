@@ -54,6 +54,8 @@ def add_parser(sub: Any) -> None:
                                                          "else 1) or a number")
     q.add_argument("--stall-timeout", type=float, default=30.0,
                    help="seconds a judge call nobody waits for may run on before it is abandoned (default 30)")
+    q.add_argument("--max-abandoned", type=int, default=4,
+                   help="abandoned judge calls still running at which the server stops taking work (default 4)")
     q.add_argument("--drain-timeout", type=float, default=None,
                    help="on SIGTERM, seconds in-flight requests may take (default: --deadline + 60)")
     r = p.add_argument_group("RLHF routes")
@@ -93,7 +95,7 @@ def limits_from(args: argparse.Namespace, backend: str) -> Any:
     return ServerLimits(max_body_bytes=args.max_body_bytes, max_items=args.max_items,
                         max_field_chars=args.max_field_chars, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                         max_queue=args.max_queue, deadline_s=args.deadline, concurrency=concurrency,
-                        stall_timeout_s=args.stall_timeout,
+                        stall_timeout_s=args.stall_timeout, max_abandoned=args.max_abandoned,
                         drain_timeout_s=args.drain_timeout if args.drain_timeout is not None else args.deadline + 60,
                         api_key=api_key, cors_origins=tuple(args.cors_origin or ()), failed_reward=failed_reward,
                         get_reward_mode=args.get_reward_mode, strip_texts=tuple(args.strip_text or ()),

@@ -26,6 +26,7 @@ from brrm.errors import ConfigError
 from brrm.serve.calls import PairItem, ScoreItem, make_runner, pairs_key, score_key
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics
+from brrm.serve.openrlhf import resolve_mode
 from brrm.serve.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
 from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooLong, error_body
 from brrm.types import Conversation, RewardJudge
@@ -71,7 +72,8 @@ class ServerState:
         metrics: Prometheus metrics.
         ready: the model answered a warm-up call (or warm-up is off).
         not_ready: why ``/ready`` is 503 ("" when ready).
-        draining: SIGTERM received: in-flight requests finish, new ones get 503.
+        draining: SIGTERM received: ``/ready`` answers 503 while in-flight requests finish (uvicorn has closed the
+            listener, so no new request arrives).
     """
 
     judge: RewardJudge
@@ -107,8 +109,6 @@ class ServerState:
             SchedulerError: 429 / 503 / 504 (see :mod:`brrm.serve.scheduler`). ConfigError: the judge refused
                 the input (422). ClientGone: the client left.
         """
-        if self.draining:
-            raise Unavailable("the server is shutting down; retry on another replica")
         task = asyncio.ensure_future(self.scheduler.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost))
         watcher = asyncio.ensure_future(_disconnected(request))
         try:
@@ -160,9 +160,7 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     from brrm.serve.routes import add_routes
 
     limits = limits or ServerLimits()
-    if limits.get_reward_mode == "reference" and judge.info.kind != "brrm":
-        raise ConfigError("get_reward_mode 'reference' needs a pairwise judge (kind brrm); a scalar model uses "
-                          "'scores'")
+    resolve_mode(limits.get_reward_mode, judge.info.kind)  # refuses 'reference' for a scalar model
     metrics = Metrics()
     scheduler = Scheduler(make_runner(judge), max_batch=limits.max_batch, max_wait_s=limits.max_wait_ms / 1000,
                           max_queue=limits.max_queue, concurrency=limits.concurrency,

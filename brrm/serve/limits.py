@@ -73,7 +73,7 @@ class ServerLimits:
     deadline_s: float = 600.0
     concurrency: int = 1
     stall_timeout_s: float = 30.0
-    max_abandoned: int = 1
+    max_abandoned: int = 4
     drain_timeout_s: float = 660.0
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()

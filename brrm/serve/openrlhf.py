@@ -25,7 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from brrm.types import ScalarReward, Status
+from brrm.errors import ConfigError
+from brrm.serve.calls import ScoreItem
+from brrm.types import Conversation, ScalarReward, Status
 
 POLICY_SPECIAL_TEXTS = (
     "<|endoftext|>", "<|im_end|>",                      # Qwen / ChatML (pad and end of turn)
@@ -205,3 +207,72 @@ def reply(rewards: Sequence[ScalarReward], failed_reward: float | None) -> dict[
 def invalid(reason: str, k: int) -> ScalarReward:
     """The result of query ``k`` that could not be used."""
     return ScalarReward.failed(Status.INVALID_INPUT, f"query[{k}]: {reason}", id=str(k))
+
+
+def resolve_mode(mode: str, kind: str) -> str:
+    """The concrete ``get_reward_mode``: ``auto`` is ``reference`` for pairwise judges, ``scores`` otherwise.
+
+    Raises:
+        ConfigError: for ``reference`` with a scalar model, or an unknown mode.
+    """
+    if mode not in ("auto", "scores", "reference"):
+        raise ConfigError(f"get_reward_mode {mode!r} is not valid; expected one of auto, scores, reference")
+    if mode == "auto":
+        return "reference" if kind == "brrm" else "scores"
+    if mode == "reference" and kind != "brrm":
+        raise ConfigError("get_reward_mode 'reference' needs a pairwise judge (kind brrm); a scalar model uses "
+                          "'scores'")
+    return mode
+
+
+@dataclass
+class RewardPlan:
+    """Queries turned into score items: ``results[k]`` is already set for an unusable query, and the scored
+    items fill ``results[where[i]]`` in order (:meth:`fill`)."""
+
+    results: list[ScalarReward | None]
+    items: list[ScoreItem]
+    where: list[int]
+
+    def fill(self, scored: Sequence[ScalarReward]) -> list[ScalarReward]:
+        """All results in query order, once ``scored`` (one per item) are in.
+
+        Raises:
+            ValueError: when ``scored`` does not have one result per item.
+        """
+        for pos, result in zip(self.where, scored, strict=True):
+            self.results[pos] = result
+        return [r for r in self.results if r is not None]
+
+
+def plan(queries: Sequence[str], prompts: Sequence[str] | None, labels: Sequence[Any] | None, *, mode: str,
+         specials: Sequence[str] = POLICY_SPECIAL_TEXTS, fmt: str = "auto") -> RewardPlan:
+    """Parse every query (see :func:`split_query`); in ``reference`` mode each label is the reference answer.
+
+    Raises:
+        ConfigError: when ``prompts`` or ``labels`` do not have one entry per query.
+    """
+    for name, value in (("prompts", prompts), ("labels", labels)):
+        if value is not None and len(value) != len(queries):
+            raise ConfigError(f"{name} has {len(value)} items but query has {len(queries)}; send one per query")
+    out = RewardPlan([], [], [])
+    for k, query in enumerate(queries):
+        parsed = split_query(query, prompts[k] if prompts is not None else None, specials=specials, fmt=fmt)
+        label = labels[k] if labels is not None else None
+        reference = None if label is None else str(label)
+        error = parsed.error
+        if not error and mode == "reference" and not (reference or "").strip():
+            error = (f"labels[{k}] is empty: a pairwise judge scores the response against the label as a reference "
+                     "answer (OpenRLHF --data.label_key)")
+        if not error:
+            try:
+                conv = Conversation.coerce(list(parsed.messages), where=f"query[{k}]")
+            except ConfigError as exc:
+                error = str(exc)
+        if error:
+            out.results.append(invalid(error, k))
+            continue
+        out.items.append(ScoreItem(conv, parsed.response, None, reference if mode == "reference" else None, str(k)))
+        out.where.append(len(out.results))
+        out.results.append(None)
+    return out

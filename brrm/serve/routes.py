@@ -86,10 +86,6 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
               summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
     async def get_reward(body: GetRewardRequest, request: Request) -> JSONResponse:
         checked(body, len(body.query), "query")
-        for name in ("prompts", "labels"):
-            value = getattr(body, name)
-            if value is not None and len(value) != len(body.query):
-                raise ConfigError(f"{name} has {len(value)} items but query has {len(body.query)}; send one per query")
         rewards = await _get_rewards(state, request, body)
         state.metrics.count_statuses(r.status for r in rewards)
         return JSONResponse(clean(openrlhf.reply(rewards, state.limits.failed_reward)))
@@ -149,34 +145,8 @@ def _fill_principles(state: ServerState, items: list[ScoreItem]) -> list[ScoreIt
 
 async def _get_rewards(state: ServerState, request: Request, body: GetRewardRequest) -> list[ScalarReward]:
     """One reward per query: parsed queries are scored in one job; unusable ones fail with their reason."""
-    mode = state.limits.get_reward_mode
-    if mode == "auto":
-        mode = "reference" if state.pairwise else "scores"
-    specials = (*state.limits.strip_texts, *openrlhf.POLICY_SPECIAL_TEXTS)
-    out: list[ScalarReward | None] = []
-    items, where = [], []
-    for k, query in enumerate(body.query):
-        prompt = body.prompts[k] if body.prompts is not None else None
-        parsed = openrlhf.split_query(query, prompt, specials=specials)
-        label = body.labels[k] if body.labels is not None else None
-        reference = None if label is None else str(label)
-        if not parsed.error and mode == "reference" and not (reference or "").strip():
-            parsed = openrlhf.ParsedQuery((), "", parsed.format, f"labels[{k}] is empty: a pairwise judge scores the "
-                                          "response against the label as a reference answer (OpenRLHF "
-                                          "--data.label_key)")
-        if parsed.error:
-            out.append(openrlhf.invalid(parsed.error, k))
-            continue
-        try:
-            conv = Conversation.coerce(list(parsed.messages), where=f"query[{k}]")
-        except ConfigError as exc:
-            out.append(openrlhf.invalid(str(exc), k))
-            continue
-        items.append(ScoreItem(conv, parsed.response, None, reference if mode == "reference" else None, str(k)))
-        where.append(len(out))
-        out.append(None)
-    if items:
-        results = await state.submit(request, score_key(mode == "reference", False), items)
-        for pos, result in zip(where, results, strict=True):
-            out[pos] = result
-    return [r for r in out if r is not None]
+    mode = openrlhf.resolve_mode(state.limits.get_reward_mode, state.judge.info.kind)
+    todo = openrlhf.plan(body.query, body.prompts, body.labels, mode=mode,
+                         specials=(*state.limits.strip_texts, *openrlhf.POLICY_SPECIAL_TEXTS))
+    scored = await state.submit(request, score_key(mode == "reference", False), todo.items) if todo.items else []
+    return todo.fill(scored)

@@ -70,21 +70,22 @@ def make_runner(judge: RewardJudge) -> Callable[[Hashable, list[Any], Callable[[
     """
 
     def run(key: Hashable, items: list[Any], progress: Callable[[float], None]) -> Sequence[Any]:
-        kind = key[0] if isinstance(key, tuple) else key
+        parts: tuple[Any, ...] = key if isinstance(key, tuple) else (key,)
+        kind = parts[0]
         if kind == "pairs":
             return judge.judge_pairs([i.conversation for i in items], [i.response_a for i in items],
-                                     [i.response_b for i in items], swap=key[1], ids=[i.id for i in items],
+                                     [i.response_b for i in items], swap=parts[1], ids=[i.id for i in items],
                                      labels=[i.label for i in items],
-                                     principles=[i.principle for i in items] if key[2] else None,
+                                     principles=[i.principle for i in items] if parts[2] else None,
                                      progress=progress)  # type: ignore[call-arg]
         if kind == "score":
-            _, refs, principles = key  # type: ignore[misc]
+            _, refs, principles = parts
             return judge.score([i.conversation for i in items], [i.response for i in items],
                                references=[i.reference for i in items] if refs else None,
                                principles=[i.principle for i in items] if principles else None,
                                ids=[i.id for i in items], progress=progress)  # type: ignore[call-arg]
         if kind == "rank":
-            _, strategy, swap, reference = key  # type: ignore[misc]
+            _, strategy, swap, reference = parts
             return judge.rank_groups([i.conversation for i in items], [list(i.responses) for i in items],
                                      strategy=strategy, swap=swap,
                                      references=[i.reference for i in items] if reference else None,

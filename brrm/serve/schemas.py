@@ -17,6 +17,11 @@ from brrm.compose.strategies import STRATEGIES
 Role = Literal["system", "user", "assistant", "tool"]
 StrategyName = Literal[STRATEGIES]  # type: ignore[valid-type]
 
+def _examples(example: dict[str, Any]) -> Any:
+    """``json_schema_extra`` with one request example (shown in ``/docs`` and the OpenAPI schema)."""
+    return {"examples": [example]}
+
+
 _CONV = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2+2?"}]
 
 
@@ -62,10 +67,10 @@ class PairIn(_Context):
 class JudgeRequest(Timeout):
     """``POST /v1/judge``: pairs judged in order."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_examples({
         "pairs": [{"id": "p1", "prompt": "What is 2+2?", "response_a": "4", "response_b": "5", "label": "A"},
                   {"conversation": _CONV, "response_a": "Four.", "response_b": "2+2 is 22."}],
-        "swap": True}]})
+        "swap": True}))
     pairs: list[PairIn] = Field(min_length=1)
     swap: bool | None = Field(default=None, description="judge both orders (default: the server's setting)")
 
@@ -82,17 +87,17 @@ class ScoreItemIn(_Context):
 class ScoreRequest(Timeout):
     """``POST /v1/score``: one reward per item, in order."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_examples({
         "items": [{"id": "r1", "prompt": "Name a primary colour.", "response": "Red."},
-                  {"conversation": _CONV, "response": "4"}]}]})
+                  {"conversation": _CONV, "response": "4"}]}))
     items: list[ScoreItemIn] = Field(min_length=1)
 
 
 class RankRequest(_Context, Timeout):
     """``POST /v1/rank``: one group of responses ranked by a strategy."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
-        "prompt": "Name a prime number above 10.", "responses": ["11", "12", "13"], "strategy": "circular"}]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_examples({
+        "prompt": "Name a prime number above 10.", "responses": ["11", "12", "13"], "strategy": "circular"}))
     responses: list[str] = Field(min_length=1)
     strategy: StrategyName = "auto"
     reference: str | None = None
@@ -102,10 +107,10 @@ class RankRequest(_Context, Timeout):
 class GetRewardRequest(BaseModel):
     """``POST /get_reward``: OpenRLHF's remote reward request (``query`` = templated prompt + response)."""
 
-    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_examples({
         "query": ["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|endoftext|>"],
         "prompts": ["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"],
-        "labels": ["4"]}]})
+        "labels": ["4"]}))
     query: list[str] = Field(min_length=1)
     prompts: list[str] | None = None
     labels: list[Any] | None = None
@@ -114,11 +119,11 @@ class GetRewardRequest(BaseModel):
 class CompareRequest(Timeout):
     """``POST /compare``: NeMo Gym ``genrm_compare``'s request."""
 
-    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_examples({
         "conversation_history": [{"role": "user", "content": "Name a prime number above 10."}],
         "response_objs": [{"output": [{"type": "message", "role": "assistant",
                                        "content": [{"type": "output_text", "text": t}]}]} for t in ("11", "12")],
-        "principle": None}]})
+        "principle": None}))
     conversation_history: list[dict[str, Any]] = Field(min_length=1)
     response_objs: list[dict[str, Any]] = Field(min_length=1)
     principle: str | None = None

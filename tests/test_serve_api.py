@@ -105,6 +105,9 @@ def test_validation_errors_name_the_field_and_valid_values(client):
     r = client.post("/v1/judge", json={"pairs": [{"prompt": "q", "conversation": [{"role": "user", "content": "q"}],
                                                   "response_a": "a", "response_b": "b"}]})
     assert r.status_code == 422 and "exactly one of 'conversation'" in r.text
+    r = client.post("/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "a", "response_b": "b"}],
+                                       "options": {"max_new_tokens": 8}})
+    assert r.status_code == 422 and "only for BR-RM judges" in r.json()["error"]["message"]
     r = client.post("/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "a", "response_b": "b"}] * 65})
     assert r.status_code == 413 and r.json()["error"]["type"] == "too_many_items" and "--max-items" in r.text
 

@@ -61,6 +61,18 @@ def test_one_failing_item_is_its_status_in_a_200(fake):
     assert "scripted backend failure" in r.json()["judgments"][1]["reason"]
 
 
+def test_per_request_options_stay_within_the_servers_limits(fake):
+    pair = {"prompt": "q", "response_a": "good", "response_b": "b"}
+    ok = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"seed": 7, "max_new_tokens": 64}})
+    assert ok.status_code == 200 and ok.json()["judgments"][0]["winner"] == "A"
+    assert ok.json()["judgments"][0]["provenance"]["sampling"]["max_new_tokens_per_turn"] == 64
+    over = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"max_new_tokens": 10**6}})
+    assert over.status_code == 422 and "exceeds the server's limit of 8192" in over.json()["error"]["message"]
+    bad = httpx.post(f"{fake.url}/v1/rank", json={"prompt": "q", "responses": ["a", "b"],
+                                                  "options": {"decoding": "constrained"}})
+    assert bad.status_code == 422 and "cannot run constraint programs" in bad.json()["error"]["message"]
+
+
 def test_n06_a_stalled_comparison_times_out_alone_and_frees_its_slot(fake):
     started = time.monotonic()
     r = httpx.post(f"{fake.url}/compare", json=compare_body(["11", "13", "12", "<<STALL>>"]), timeout=30)

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from brrm.errors import ConfigError
-from brrm.serve.calls import PairItem, ScoreItem, make_runner, pairs_key, score_key
+from brrm.serve.calls import CallOptions, PairItem, ScoreItem, Variants, make_runner, pairs_key, score_key
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics
 from brrm.serve.openrlhf import resolve_mode
@@ -70,6 +70,7 @@ class ServerState:
         limits: the server's limits and settings.
         scheduler: coalesces and runs judge calls.
         metrics: Prometheus metrics.
+        variants: the judge's per-request variants (decoding options).
         ready: the model answered a warm-up call (or warm-up is off).
         not_ready: why ``/ready`` is 503 ("" when ready).
         draining: SIGTERM received: ``/ready`` answers 503 while in-flight requests finish (uvicorn has closed the
@@ -80,6 +81,7 @@ class ServerState:
     limits: ServerLimits
     scheduler: Scheduler
     metrics: Metrics
+    variants: Variants
     ready: bool = False
     not_ready: str = "warming up"
     draining: bool = False
@@ -97,6 +99,20 @@ class ServerState:
         """Raises :class:`TooManyItems` when ``n`` is over the per-request limit."""
         if n > self.limits.item_limit:
             raise TooManyItems(name, n, self.limits.item_limit)
+
+    def options(self, given: Any) -> CallOptions | None:
+        """The per-request options of a body (None when none are set), checked against the judge and limits.
+
+        Raises:
+            ConfigError: when the judge takes no options, or a budget exceeds the server's.
+        """
+        if given is None:
+            return None
+        options = CallOptions(**given.model_dump())
+        if not options:
+            return None
+        self.variants.get(options)
+        return options
 
     def timeout(self, requested: float | None) -> float:
         return min(requested or self.limits.deadline_s, self.limits.deadline_s)
@@ -162,10 +178,11 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     limits = limits or ServerLimits()
     resolve_mode(limits.get_reward_mode, judge.info.kind)  # refuses 'reference' for a scalar model
     metrics = Metrics()
-    scheduler = Scheduler(make_runner(judge), max_batch=limits.max_batch, max_wait_s=limits.max_wait_ms / 1000,
+    variants = Variants(judge)
+    scheduler = Scheduler(make_runner(variants), max_batch=limits.max_batch, max_wait_s=limits.max_wait_ms / 1000,
                           max_queue=limits.max_queue, concurrency=limits.concurrency,
                           stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics)
-    state = ServerState(judge, limits, scheduler, metrics, ready=False)
+    state = ServerState(judge, limits, scheduler, metrics, variants, ready=False)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -51,7 +51,8 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
         items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
                           parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
                  for k, p in enumerate(body.pairs)]
-        results = await state.submit(request, pairs_key(body.swap), items, timeout_s=body.timeout_s)
+        key = pairs_key(body.swap, options=state.options(body.options))
+        results = await state.submit(request, key, items, timeout_s=body.timeout_s)
         state.metrics.count_statuses(r.status for r in results)
         return JSONResponse(clean({"model": state.info, "judgments": [r.to_dict() for r in results]}))
 
@@ -77,8 +78,8 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
         swap = bool(state.judge.info.options.get("swap")) if body.swap is None else body.swap
         cost = judgments_per_group(strategy, n, swap=swap) if state.pairwise else n
         item = GroupItem(conversation(body, "body"), tuple(body.responses), body.reference)
-        (result,) = await state.submit(request, rank_key(strategy, body.swap, body.reference is not None), [item],
-                                       timeout_s=body.timeout_s, cost=cost)
+        key = rank_key(strategy, body.swap, body.reference is not None, state.options(body.options))
+        (result,) = await state.submit(request, key, [item], timeout_s=body.timeout_s, cost=cost)
         state.metrics.count_statuses(r.status for r in result.rewards)
         return JSONResponse(clean({"model": state.info, "result": result.to_dict()}))
 
@@ -100,8 +101,8 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
             raise ConfigError("this judge (BR-RM) takes no principle; send principle null")
         pairs = nemo_gym.comparison_pairs(body.strategy or state.limits.compare_strategy, len(texts))
         items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
-        judgments = await state.submit(request, pairs_key(body.swap, body.principle is not None), items,
-                                       timeout_s=body.timeout_s) if items else []
+        key = pairs_key(body.swap, body.principle is not None, state.options(body.options))
+        judgments = await state.submit(request, key, items, timeout_s=body.timeout_s) if items else []
         rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments)
         state.metrics.count_statuses(j.status for j in judgments)
         failed = state.limits.failed_reward

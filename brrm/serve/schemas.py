@@ -55,6 +55,16 @@ class Timeout(BaseModel):
                                     description="seconds for queueing and judging; capped by the server deadline")
 
 
+class JudgeOptions(BaseModel):
+    """Per-request decoding settings (BR-RM judges only), each within the server's own."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_new_tokens: int | None = Field(default=None, ge=1, description="tokens per turn, at most the server's")
+    max_total_tokens: int | None = Field(default=None, ge=1, description="tokens per sequence, at most the server's")
+    decoding: Literal["constrained", "faithful"] | None = None
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
 class PairIn(_Context):
     """One pair to judge."""
 
@@ -73,6 +83,7 @@ class JudgeRequest(Timeout):
         "swap": True}))
     pairs: list[PairIn] = Field(min_length=1)
     swap: bool | None = Field(default=None, description="judge both orders (default: the server's setting)")
+    options: JudgeOptions | None = None
 
 
 class ScoreItemIn(_Context):
@@ -102,6 +113,7 @@ class RankRequest(_Context, Timeout):
     strategy: StrategyName = "auto"
     reference: str | None = None
     swap: bool | None = None
+    options: JudgeOptions | None = None
 
 
 class GetRewardRequest(BaseModel):
@@ -130,6 +142,7 @@ class CompareRequest(Timeout):
     strategy: Literal["circular", "all_pairs"] | None = Field(default=None,
                                                               description="default: the server's --compare-strategy")
     swap: bool | None = None
+    options: JudgeOptions | None = None
 
 
 class JudgeResponse(BaseModel):

@@ -78,7 +78,6 @@ def limits_from(args: argparse.Namespace, backend: str) -> Any:
     Raises:
         ConfigError: naming the flag.
     """
-    from brrm.serve.limits import ServerLimits
 
     failed = args.failed_reward.strip().lower()
     try:
@@ -92,6 +91,23 @@ def limits_from(args: argparse.Namespace, backend: str) -> Any:
     else:
         raise ConfigError(f"--concurrency {args.concurrency!r} is not valid; expected auto or a number >= 1")
     api_key = args.api_key or os.environ.get("BRRM_API_KEY") or None
+    try:
+        return _limits(args, failed_reward, concurrency, api_key)
+    except ConfigError as exc:
+        message = str(exc)
+        for field, flag in _FIELD_FLAGS.items():
+            message = message.replace(field, flag)
+        raise ConfigError(message) from None
+
+
+_FIELD_FLAGS = {"deadline_s": "--deadline", "stall_timeout_s": "--stall-timeout", "drain_timeout_s": "--drain-timeout",
+                "max_wait_ms": "--max-wait-ms", "api_key must": "--api-key must"}
+"""ServerLimits field names in error messages, as the flags that set them (the rest share the flag's name)."""
+
+
+def _limits(args: argparse.Namespace, failed_reward: float | None, concurrency: int, api_key: str | None) -> Any:
+    from brrm.serve.limits import ServerLimits
+
     return ServerLimits(max_body_bytes=args.max_body_bytes, max_items=args.max_items,
                         max_field_chars=args.max_field_chars, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                         max_queue=args.max_queue, deadline_s=args.deadline, concurrency=concurrency,
@@ -111,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"brrm serve needs the serve extra ({exc.name} is missing): pip install 'brrm[serve]'") \
             from None
     if not 0 <= args.port <= 65535:
-        raise ConfigError(f"--port {args.port} is not a TCP port (0-65535)")
+        raise ConfigError(f"--port {args.port} is outside 0-65535")
     if args.factory and args.model:
         raise ConfigError("give --model or --factory, not both")
     limits = limits_from(args, args.backend)  # every limit checked before the model loads

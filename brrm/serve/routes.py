@@ -97,8 +97,9 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
         checked(body, len(body.response_objs), "response_objs")
         conv = Conversation.coerce(nemo_gym.history_messages(body.conversation_history), where="conversation_history")
         texts = [nemo_gym.output_text(obj) for obj in body.response_objs]
-        if body.principle is not None and state.pairwise:
-            raise ConfigError("this judge (BR-RM) takes no principle; send principle null")
+        if body.principle is not None and state.judge.info.kind != "principle":
+            raise ConfigError(f"principle: only principle models take one; this judge is kind "
+                              f"{state.judge.info.kind} (send principle null)")
         pairs = nemo_gym.comparison_pairs(body.strategy or state.limits.compare_strategy, len(texts))
         items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
         key = pairs_key(body.swap, body.principle is not None, state.options(body.options))

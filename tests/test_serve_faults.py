@@ -190,6 +190,36 @@ def test_n19_a_miscounting_backend_fails_the_batch_never_shifts_rewards(fake, mo
     assert httpx.post(f"{fake.url}/get_reward", json=body, timeout=30).json()["rewards"] == [1.0, 1.0, 1.0]
 
 
+def test_openrlhf_own_client_code_against_get_reward(fake, monkeypatch):
+    """OpenRLHF's own executor (``openrlhf.utils.agent.SingleTurnAgentExecutor``, importable on CPU with
+    ``pip install --no-deps openrlhf pylatexenc`` and aiohttp) builds the query from policy token ids exactly as
+    in training, posts it to ``/get_reward`` (or calls brrm's reward_func file) and stores the reward. Only the
+    policy's generation is a stand-in."""
+    agent = pytest.importorskip("openrlhf.utils.agent")
+    from brrm.testing import build_tiny_tokenizer
+    from tests.serve_helpers import REPO
+
+    tok = build_tiny_tokenizer()
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], tokenize=False,
+                                     add_generation_prompt=True)
+
+    class Params:
+        max_tokens, logprobs = 16, None
+
+    class Policy:  # stands in for OpenRLHF's vLLM engine: answers "good 4" and its end-of-turn token
+        async def generate(self, prompt_ids, params, multi_modal_data=None):
+            ids = tok.encode("good 4", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+            out = type("Out", (), {"token_ids": ids, "finish_reason": "stop", "logprobs": None})
+            return type("RequestOutput", (), {"outputs": [out]})
+
+    monkeypatch.setenv("BRRM_URL", fake.url)
+    for endpoint in (f"{fake.url}/get_reward", str(REPO / "examples" / "openrlhf_reward_func.py")):
+        executor = agent.SingleTurnAgentExecutor(remote_rm_url=endpoint)
+        out = asyncio.run(executor.execute(prompt, "4", Params(), 64, tok, Policy()))
+        assert out["reward"] == [1.0] and out["scores"] == [1.0], (endpoint, out)
+        assert out["extra_logs"] == {"brrm_failed": [0.0]}
+
+
 def test_sigterm_during_load_drains_and_exits_0(fake):
     """Last in this module: it stops the module's server. In-flight requests (one running, five queued) finish,
     new connections are refused, the process exits 0."""

@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 from brrm.errors import ConfigError
 from brrm.serve.calls import CallOptions, PairItem, ScoreItem, Variants, make_runner, pairs_key, score_key
 from brrm.serve.limits import ServerLimits
-from brrm.serve.metrics import Metrics
+from brrm.serve.metrics import Metrics, MetricsMiddleware
 from brrm.serve.openrlhf import resolve_mode
 from brrm.serve.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
 from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooLong, error_body
@@ -183,11 +183,25 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
                           max_queue=limits.max_queue, concurrency=limits.concurrency,
                           stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics)
     state = ServerState(judge, limits, scheduler, metrics, variants, ready=False)
+    app = FastAPI(title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),
+                  description="Pairwise judgments, scalar rewards and group rankings from a brrm judge "
+                              "(BR-RM, Bradley–Terry or principle reward model), with OpenRLHF- and NeMo Gym-"
+                              "compatible routes.")
+    app.state.brrm = state
+    _add_error_handlers(app)
+    _add_ops_routes(app, state)
+    add_routes(app, state)
+    _add_middleware(app, limits, metrics)
+    return app
+
+
+def _lifespan(state: ServerState, close_judge: bool) -> Any:
+    """Start the scheduler (and the warm-up) with the app; drain it and free the model when the app stops."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await scheduler.start()
-        if limits.warmup:
+        await state.scheduler.start()
+        if state.limits.warmup:
             task = asyncio.create_task(_warmup(state))
             state.tasks.add(task)
             task.add_done_callback(state.tasks.discard)
@@ -197,18 +211,15 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
             yield
         finally:
             state.draining = True
-            await scheduler.drain(limits.drain_timeout_s)
+            await state.scheduler.drain(state.limits.drain_timeout_s)
             if close_judge:
-                judge.close()
+                state.judge.close()
 
-    app = FastAPI(title="brrm serve", version=_version(), lifespan=lifespan,
-                  description="Pairwise judgments, scalar rewards and group rankings from a brrm judge "
-                              "(BR-RM, Bradley–Terry or principle reward model), with OpenRLHF- and NeMo Gym-"
-                              "compatible routes.")
-    app.state.brrm = state
-    _add_error_handlers(app)
-    _add_ops_routes(app, state)
-    add_routes(app, state)
+    return lifespan
+
+
+def _add_middleware(app: FastAPI, limits: ServerLimits, metrics: Metrics) -> None:
+    """CORS (only when configured), the API key, the streaming body limit and metrics (outermost last)."""
     if limits.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
@@ -217,10 +228,7 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     if limits.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=limits.api_key)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
-    from brrm.serve.metrics import MetricsMiddleware
-
     app.add_middleware(MetricsMiddleware, metrics=metrics, paths=KNOWN_PATHS)
-    return app
 
 
 async def _warmup(state: ServerState) -> None:

@@ -38,16 +38,22 @@ from brrm.types import Verdict as V
 
 
 def add_routes(app: FastAPI, state: ServerState) -> None:
-    """Register the judging routes on ``app``."""
+    """Register the judging routes (``/v1/*``) and the RLHF frameworks' routes on ``app``."""
+    _judging_routes(app, state)
+    _rlhf_routes(app, state)
 
-    def checked(body: Any, n: int, name: str) -> None:
-        state.check_items(n, name)
-        check_field_lengths(body.model_dump(exclude_none=True), state.limits.max_field_chars, "")
 
+def _checked(state: ServerState, body: Any, n: int, name: str) -> None:
+    """Refuse a request over the item limit or with a text field over the field limit (413)."""
+    state.check_items(n, name)
+    check_field_lengths(body.model_dump(exclude_none=True), state.limits.max_field_chars, "")
+
+
+def _judging_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS, tags=["judging"],
               summary="Judge pairs: one PairwiseJudgment per pair, in order")
     async def judge(body: JudgeRequest, request: Request) -> JSONResponse:
-        checked(body, len(body.pairs), "pairs")
+        _checked(state, body, len(body.pairs), "pairs")
         items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
                           parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
                  for k, p in enumerate(body.pairs)]
@@ -59,7 +65,7 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/score", response_model=ScoreResponse, responses=ERRORS, tags=["judging"],
               summary="Score responses: one ScalarReward per item, in order")
     async def score(body: ScoreRequest, request: Request) -> JSONResponse:
-        checked(body, len(body.items), "items")
+        _checked(state, body, len(body.items), "items")
         items = [ScoreItem(conversation(it, f"items[{k}]"), it.response, it.principle, it.reference, it.id or "")
                  for k, it in enumerate(body.items)]
         refs, principles = _score_options(state, items)
@@ -72,7 +78,7 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/rank", response_model=RankResponse, responses=ERRORS, tags=["judging"],
               summary="Rank one group of responses by a strategy")
     async def rank(body: RankRequest, request: Request) -> JSONResponse:
-        checked(body, len(body.responses), "responses")
+        _checked(state, body, len(body.responses), "responses")
         strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
         n = len(body.responses)
         swap = bool(state.judge.info.options.get("swap")) if body.swap is None else body.swap
@@ -83,10 +89,12 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
         state.metrics.count_statuses(r.status for r in result.rewards)
         return JSONResponse(clean({"model": state.info, "result": result.to_dict()}))
 
+
+def _rlhf_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/get_reward", response_model=GetRewardResponse, responses=ERRORS, tags=["RLHF frameworks"],
               summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
     async def get_reward(body: GetRewardRequest, request: Request) -> JSONResponse:
-        checked(body, len(body.query), "query")
+        _checked(state, body, len(body.query), "query")
         rewards = await _get_rewards(state, request, body)
         state.metrics.count_statuses(r.status for r in rewards)
         return JSONResponse(clean(openrlhf.reply(rewards, state.limits.failed_reward)))
@@ -94,7 +102,7 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/compare", response_model=CompareResponse, responses=ERRORS, tags=["RLHF frameworks"],
               summary="NeMo Gym genrm_compare: rewards for a group of responses from pairwise comparisons")
     async def compare(body: CompareRequest, request: Request) -> JSONResponse:
-        checked(body, len(body.response_objs), "response_objs")
+        _checked(state, body, len(body.response_objs), "response_objs")
         conv = Conversation.coerce(nemo_gym.history_messages(body.conversation_history), where="conversation_history")
         texts = [nemo_gym.output_text(obj) for obj in body.response_objs]
         if body.principle is not None and state.judge.info.kind != "principle":

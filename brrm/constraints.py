@@ -68,9 +68,16 @@ class Literal:
 
 @dataclass(frozen=True)
 class Choice:
-    """One token from ``options`` (each must be a single token); records the options' raw logits."""
+    """One token from ``options``; records the options' raw logits (and, with ``with_max``, the step's largest
+    logit over the whole vocabulary, appended last).
+
+    ``after`` is the text that precedes the choice in context: each option's id is the token the model would emit
+    there (:func:`label_token_id`), so SentencePiece ``▁`` variants and merged spaces resolve as in position.
+    """
 
     options: tuple[str, ...]
+    after: str = ""
+    with_max: bool = False
 
 
 Segment = Think | Pattern | Literal | Choice
@@ -204,6 +211,28 @@ def single_token_id(tokenizer: Any, text: str) -> int:
     return ids[0]
 
 
+def label_token_id(tokenizer: Any, label: str, after: str = "") -> int:
+    """The id of ``label`` as the model would emit it right after the text ``after`` (one token).
+
+    The label is tokenized in position — ``after + label`` against ``after`` alone — so a tokenizer that writes a
+    word differently at the start of a string (SentencePiece's ``▁``) or merges it with what precedes gives the
+    id that follows the prompt, not the id of the isolated string.
+
+    Raises:
+        ConfigError: when the label is not exactly one token in that position (an ambiguous label).
+    """
+    from brrm.tokens import encoder
+
+    enc = encoder(tokenizer)
+    context, full = enc.text(after), enc.text(after + label)
+    extra = full[len(context):] if full[:len(context)] == context else None
+    if extra is None or len(extra) != 1:
+        raise ConfigError(f"label {label!r} is not one token after {after[-20:]!r} with this tokenizer (it gives "
+                          f"{full[len(context):] if extra is not None else full}); a judgement read from one token's "
+                          "logit needs a single-token label")
+    return int(extra[0])
+
+
 @dataclass(frozen=True)
 class _ThinkItem:
     budget: int
@@ -227,6 +256,7 @@ class _LiteralItem:
 @dataclass(frozen=True)
 class _ChoiceItem:
     ids: tuple[int, ...]
+    with_max: bool = False
 
 
 _KINDS = {_ThinkItem: "think", _PatternItem: "pattern", _LiteralItem: "literal", _ChoiceItem: "choice"}
@@ -264,7 +294,8 @@ class CompiledProgram:
             elif isinstance(seg, Literal):
                 compiled.items.append(_LiteralItem(enc(seg.text)))
             else:
-                compiled.items.append(_ChoiceItem(tuple(single_token_id(tokenizer, o) for o in seg.options)))
+                ids = tuple(label_token_id(tokenizer, o, seg.after) for o in seg.options)
+                compiled.items.append(_ChoiceItem(ids, seg.with_max))
         return compiled
 
 
@@ -315,6 +346,10 @@ class ProgramState:
 
     def choice_ids(self) -> tuple[int, ...]:
         return self.item.ids if isinstance(self.item, _ChoiceItem) else ()
+
+    def choice_with_max(self) -> bool:
+        """Whether this choice step also records the vocabulary's largest logit."""
+        return isinstance(self.item, _ChoiceItem) and self.item.with_max
 
     def forced(self) -> int | None:
         """The token that must come next, or None when the model chooses."""

@@ -36,8 +36,8 @@ JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
              "tool_messages", "strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "verdict",
              "turn2_tokens"),
     "bt": ("recipe", "max_length", "truncation_side", "strip_thinking", "strip_history_reasoning", "margin", "swap"),
-    "principle": (*SAMPLING_OPTIONS, "recipe", "principle", "strip_thinking", "strip_history_reasoning",
-                  "question", "margin", "swap"),
+    "principle": (*SAMPLING_OPTIONS, "recipe", "principle", "decoding", "reward", "strip_thinking",
+                  "strip_history_reasoning", "question", "margin", "swap"),
 }
 """Options each model kind takes (``swap`` is accepted by scalar kinds and changes nothing: σ(r_A − r_B) does not
 depend on the order)."""
@@ -85,14 +85,18 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         _check_names(options, kind, backend_name, built is not None)
     judge_opts = {k: v for k, v in options.items() if k in JUDGE_OPTIONS[kind]}
     backend_opts = {k: v for k, v in options.items() if k not in judge_opts}
+    _check_backend_options(backend_opts)
     if embedded:
         for key, value in EMBEDDED_BUDGETS.items():
             if key in JUDGE_OPTIONS[kind]:
                 judge_opts.setdefault(key, value)
-    make = _BUILDERS[kind](name, judge_opts)  # validates every judge option before the model loads
+    make = _BUILDERS[kind](name, judge_opts, None)  # validates every judge option before anything loads
     if built is None:
-        path = _resolve_source(name, embedded)
-        built = _load_backend(backend_name, path, name, backend_opts, task="classify" if kind == "bt" else "generate")
+        if backend_name == "vllm":
+            _require_vllm()
+        source = _resolve_source(name, embedded)
+        make = _BUILDERS[kind](name, judge_opts, source)  # with the checkpoint's generation defaults
+        built = _load_backend(backend_name, source, name, backend_opts, task="classify" if kind == "bt" else "generate")
     return make(built)
 
 
@@ -106,15 +110,39 @@ def _check_names(options: dict[str, Any], kind: str, backend: str, prebuilt: boo
         raise ConfigError(f"unknown option {unknown[0]!r} for {where}; valid options: {', '.join(sorted(valid))}")
 
 
+_BACKEND_CHECKS: dict[str, Any] = {
+    "dtype": lambda v: check_choice("dtype", v, ("auto", "float32", "bfloat16", "float16")),
+    "device": lambda v: check_choice("device", v, ("auto", "cpu", "cuda")),
+    "batch_size": lambda v: check_int("batch_size", v, low=1),
+    "token_budget": lambda v: check_int("token_budget", v, low=1),
+    "chunk_size": lambda v: check_int("chunk_size", v, low=1),
+    "max_model_len": lambda v: check_int("max_model_len", v, low=1),
+    "max_context": lambda v: check_int("max_context", v, low=1),
+    "tensor_parallel_size": lambda v: check_int("tensor_parallel_size", v, low=1),
+    "pipeline_parallel_size": lambda v: check_int("pipeline_parallel_size", v, low=1),
+    "max_concurrency": lambda v: check_int("max_concurrency", v, low=1),
+    "http_retries": lambda v: check_int("http_retries", v, low=0),
+    "gpu_memory_utilization": lambda v: check_float("gpu_memory_utilization", v, low=0, high=1, low_open=True),
+    "timeout_s": lambda v: check_float("timeout_s", v, low=0, low_open=True),
+}
+
+
+def _check_backend_options(opts: dict[str, Any]) -> None:
+    """Types and ranges of backend options, before anything loads (the backends check them again)."""
+    for name, value in opts.items():
+        if name in _BACKEND_CHECKS:
+            _BACKEND_CHECKS[name](value)
+
+
 def _sampling(opts: dict[str, Any], **defaults: Any) -> SamplingConfig:
-    base = SamplingConfig(**defaults)
+    base = SamplingConfig(**{k: v for k, v in defaults.items() if k != "max_new_tokens"})
     return SamplingConfig(temperature=opts.get("temperature", base.temperature), top_p=opts.get("top_p", base.top_p),
                           max_new_tokens_per_turn=opts.get("max_new_tokens", base.max_new_tokens_per_turn),
                           max_total_tokens=opts.get("max_total_tokens", base.max_total_tokens),
                           seed=opts.get("seed", base.seed))
 
 
-def _brrm(name: str, opts: dict[str, Any]) -> Any:
+def _brrm(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
     from brrm.compose import PairwiseRewardJudge
     from brrm.judges.brrm import BRRMConfig, BRRMJudge
 
@@ -124,7 +152,7 @@ def _brrm(name: str, opts: dict[str, Any]) -> Any:
     return lambda backend: PairwiseRewardJudge(BRRMJudge(backend, config), swap=swap)
 
 
-def _bt(name: str, opts: dict[str, Any]) -> Any:
+def _bt(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
     from brrm.compose import ScalarRewardJudge
     from brrm.recipes import known_recipe
     from brrm.reward_models.bradley_terry import RECIPES, BradleyTerryRewardModel
@@ -140,7 +168,38 @@ def _bt(name: str, opts: dict[str, Any]) -> Any:
     return lambda backend: ScalarRewardJudge(BradleyTerryRewardModel(backend, recipe=recipe, **rest), margin=margin)
 
 
-def _principle(name: str, opts: dict[str, Any]) -> Any:
+CARD_BUDGETS = {"max_new_tokens_per_turn": 16000, "max_total_tokens": 40960}
+"""Qwen3-Nemotron-32B-GenRM-Principle's ``card`` decoding: up to 16,000 new tokens (issue 9's reading of the card);
+the total is Qwen3-32B's 40,960-token context, cut further to the backend's own context."""
+
+
+def _generation_config(source: str | None) -> dict[str, Any]:
+    """Sampling defaults from the checkpoint's ``generation_config.json`` (local dir or HF cache; no network):
+    temperature and top_p when it samples, greedy otherwise; {} when there is none."""
+    if source is None:
+        return {}
+    import json
+
+    from brrm.recipes import looks_like_hub_id
+
+    path = Path(source) / "generation_config.json"
+    if not path.is_file() and looks_like_hub_id(source):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(source, "generation_config.json")
+            path = Path(cached) if isinstance(cached, str) else path
+        except Exception:  # noqa: BLE001 - a broken cache only means "no generation config"
+            return {}
+    if not path.is_file():
+        return {}
+    gen = json.loads(path.read_text())
+    if not gen.get("do_sample"):
+        return {"temperature": 0.0}
+    return {k: float(gen[k]) for k in ("temperature", "top_p") if isinstance(gen.get(k), int | float)}
+
+
+def _principle(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
     from brrm.compose import ScalarRewardJudge
     from brrm.judges.principle import FORMATS, PrincipleConfig, PrincipleJudge
     from brrm.recipes import known_recipe
@@ -157,7 +216,9 @@ def _principle(name: str, opts: dict[str, Any]) -> Any:
     default = known.recipe if known and known.kind == "principle" else (
         "llama_reward" if name == _embedded_name() else "auto")
     fmt = check_choice("recipe", rest.pop("recipe", default), ("auto", *FORMATS))
-    config = PrincipleConfig(format=fmt, sampling=_sampling(opts, temperature=0.0), **rest)
+    card = fmt == "qwen3_genrm" and rest.get("decoding", "card") == "card"
+    defaults = {"temperature": 0.0, **(CARD_BUDGETS if card else {}), **_generation_config(source)}
+    config = PrincipleConfig(format=fmt, sampling=_sampling(opts, **defaults), **rest)
     return lambda backend: ScalarRewardJudge(PrincipleJudge(backend, config), principle=principle, margin=margin)
 
 
@@ -209,6 +270,15 @@ def _resolve_source(name: str, embedded: bool) -> str:
         raise ConfigError(f"model {name!r} is not a local directory and the Hugging Face Hub could not provide it "
                           f"({type(exc).__name__}: {str(exc)[:160]}); {hint}") from None
     return name
+
+
+def _require_vllm() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        from brrm.backends._vllm_engine import VLLM_HINT
+
+        raise BackendUnavailable("the vllm backend needs the vllm package, which is not installed", hint=VLLM_HINT)
 
 
 def _load_backend(backend: str, source: str, name: str, opts: dict[str, Any], *, task: str) -> Any:

@@ -102,4 +102,4 @@ def detect_kind(name: str, config: dict[str, Any] | None) -> tuple[str, str]:
         return "bt", "auto"
     what = f"its config names {archs}" if archs else "its config could not be read"
     raise ConfigError(f"cannot tell the kind of {name!r} ({what}): a causal LM can be a BR-RM judge or a "
-                      f"principle model; pass kind= one of {', '.join(KINDS)}")
+                      f"principle model; pass kind= (--kind on the command line) one of {', '.join(KINDS)}")

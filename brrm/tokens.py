@@ -79,6 +79,26 @@ class TextEncoder:
         pieces = [p for p, _ in pre.pre_tokenize_str(s)] if pre is not None else [s]
         return [tok.id for piece in pieces for tok in self._backend.model.tokenize(piece)]
 
+    def seam(self, ids: Sequence[int], text: str) -> tuple[list[int], str]:
+        """Split generated ``ids`` (decoding to ``text``) before their last pre-token: (ids to keep, the text after
+        them). Appending more text to the kept ids after re-tokenizing that tail with it gives the canonical
+        tokenization across the seam (a pre-token never spans the cut). Returns (all ids, "") when the tail cannot
+        be cut cleanly."""
+        pre = self._backend.pre_tokenizer
+        if pre is None or not ids:
+            return list(ids), ""
+        window = text[-64:]
+        pieces = pre.pre_tokenize_str(window + "\n")
+        last = next((p for p in reversed(pieces) if p[1][0] < len(window)), None)
+        if last is None:
+            return list(ids), ""
+        cut = len(text) - len(window) + last[1][0]
+        for k in range(1, min(len(ids), 16) + 1):
+            head = self.tokenizer.decode(list(ids[:-k]), skip_special_tokens=False)
+            if len(head) <= cut and text.startswith(head):
+                return list(ids[:-k]), text[len(head):]
+        return list(ids), ""
+
     def markup(self, text: str) -> list[int]:
         """Ids of format text written by brrm or a template (no record data): added tokens are special."""
         out: list[int] = []

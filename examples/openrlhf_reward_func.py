@@ -1,7 +1,7 @@
 """brrm as OpenRLHF's reward: pass this file as ``--reward.remote_url`` (older releases: ``--remote_rm_url``).
 
 OpenRLHF imports this file and calls ``reward_func(queries, prompts, labels)`` for each rollout (see
-``examples/openrlhf_ppo.sh``). The judge is configured by environment variables (or ``BRRM_CONFIG=file.json``):
+``examples/openrlhf_brrm.sh``). The judge is configured by environment variables (or ``BRRM_CONFIG=file.json``):
 
 * remote — ``BRRM_URL=http://127.0.0.1:8000`` (a running ``brrm serve``) [``BRRM_API_KEY``, ``BRRM_TIMEOUT_S``];
 * local — ``BRRM_MODEL=nvidia/Qwen-3-Nemotron-32B-Reward`` [``BRRM_KIND``, ``BRRM_BACKEND``,

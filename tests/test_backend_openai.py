@@ -124,13 +124,14 @@ def test_429_and_a_timeout_are_retried(stub, tok):
 
 
 def test_permanent_500_is_a_backend_error_for_every_judgment(stub, tok):
-    from brrm.judges.brrm import BRRMConfig, BRRMJudge
+    from brrm.judges.brrm import BRRMConfig
+    from brrm.testing import brrm_judge
 
     stub.script = [(500, 0.0, "boom")] * 100
     with _backend([stub.url], tok, max_retries=2) as be:
         (c,) = be.generate([REQ], temperature=0)
         assert c.finish_reason == "error" and "HTTP 500: boom" in c.error and "after 3 attempts" in c.error
-        results = BRRMJudge(be, BRRMConfig()).judge_pairs(["q1", "q2"], ["a", "b"], ["c", "d"])
+        results = brrm_judge(be, BRRMConfig()).judge_pairs(["q1", "q2"], ["a", "b"], ["c", "d"])
     assert [r.status for r in results] == [Status.BACKEND_ERROR] * 2
     assert all("HTTP 500" in r.reason for r in results)
 
@@ -208,10 +209,10 @@ def test_from_options_reports_an_unreachable_server(tok, tmp_path):
 def test_the_vllm_backend_without_vllm_names_the_install():
     import importlib.util
 
-    from brrm.backends import load_backend
+    import brrm
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
     with pytest.raises(BackendUnavailable, match="vllm") as info:
-        load_backend("vllm", "some/model")
+        brrm.load("some/model", kind="brrm", backend="vllm")
     assert "pip install" in info.value.hint

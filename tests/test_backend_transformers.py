@@ -8,7 +8,9 @@ import torch
 from brrm.backends.base import GenerationRequest
 from brrm.backends.transformers import PrefixCache, TransformersBackend
 from brrm.constraints import Choice, Pattern, Program, Think
-from brrm.judges.brrm import BRRMConfig, BRRMJudge
+from brrm.errors import ConfigError
+from brrm.judges.brrm import BRRMConfig
+from brrm.testing import brrm_judge
 from brrm.types import SamplingConfig
 
 PROMPTS = ["hello there", "a much longer prompt about the world and its many people " * 3, "x",
@@ -62,8 +64,8 @@ def test_kv_reuse_gives_identical_turn2_tokens(tiny):
     plain = TransformersBackend(model, tok, batch_size=4, prefix_cache=False)
     convs, a, b = ["What is 2+2?", "Name a colour.", "Say hi."], ["4", "Red.", "Hi!"], ["5", "Blue.", "Hello."]
     # force turn 1 to end so that turn 2 runs: the tiny model rarely emits <|im_end|> by itself
-    with_reuse = BRRMJudge(reuse, cfg)
-    without = BRRMJudge(plain, cfg)
+    with_reuse = brrm_judge(reuse, cfg)
+    without = brrm_judge(plain, cfg)
     r1 = with_reuse.judge_pairs(convs, a, b)
     r2 = without.judge_pairs(convs, a, b)
     assert [r.turn1_text for r in r1] == [r.turn1_text for r in r2]
@@ -78,8 +80,8 @@ def test_kv_reuse_constrained_turn2_identical_and_cheap(tiny):
     reuse = TransformersBackend(model, tok, batch_size=4, prefix_cache=True)
     plain = TransformersBackend(model, tok, batch_size=4, prefix_cache=False)
     convs, a, b = ["What is 2+2?", "Name a colour."], ["4", "Red."], ["5", "Blue."]
-    r1 = BRRMJudge(reuse, cfg).judge_pairs(convs, a, b)
-    r2 = BRRMJudge(plain, cfg).judge_pairs(convs, a, b)
+    r1 = brrm_judge(reuse, cfg).judge_pairs(convs, a, b)
+    r2 = brrm_judge(plain, cfg).judge_pairs(convs, a, b)
     assert [r.turn2_text for r in r1] == [r.turn2_text for r in r2]
     assert all(r.ok for r in r1)
     assert reuse.stats["cached_tokens"] > 0
@@ -103,13 +105,11 @@ def test_program_think_budget_pattern_and_choice(tiny):
         assert len(c.choice_logits) == 1 and len(c.choice_logits[0]) == 2
 
 
-def test_one_bad_request_does_not_lose_the_batch(tiny):
+def test_a_malformed_request_is_a_programming_error_not_an_item_status(tiny):
+    """The judges never build an empty request; if code does, it raises instead of hiding as backend_error."""
     model, tok = tiny
     be = TransformersBackend(model, tok, batch_size=8)
     reqs = _requests(tok, 4)
     reqs.insert(2, GenerationRequest((), 4))
-    outs = be.generate(reqs, temperature=0)
-    assert outs[2].finish_reason == "error" and outs[2].error
-    assert sum(c.finish_reason == "error" for c in outs) >= 1
-    ok = TransformersBackend(model, tok, batch_size=1).generate(reqs, temperature=0)
-    assert [c.finish_reason for c in ok].count("error") == 1
+    with pytest.raises(ConfigError, match="needs >= 1 prompt token"):
+        be.generate(reqs, temperature=0)

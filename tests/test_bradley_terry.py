@@ -73,7 +73,7 @@ def seqcls():
 @pytest.fixture(scope="module")
 def bt(seqcls):
     model, tok = seqcls
-    return BradleyTerryRewardModel(model, tok, model_id="tiny-rm")
+    return BradleyTerryRewardModel.from_model(model, tok, model_id="tiny-rm")
 
 
 def _reference(model, ids):
@@ -83,7 +83,7 @@ def _reference(model, ids):
 
 
 def _rewards(model, tok, **kw):
-    rm = BradleyTerryRewardModel(model, tok, model_id="tiny-rm", **kw)
+    rm = BradleyTerryRewardModel.from_model(model, tok, model_id="tiny-rm", **kw)
     convs, resps = zip(*ITEMS, strict=True)
     out = rm.score(list(convs), list(resps))
     assert all(r.ok for r in out), [r.reason for r in out]
@@ -94,7 +94,7 @@ def test_reward_is_the_model_cards_logits_00(seqcls, bt):
     model, _ = seqcls
     for conv, resp in ITEMS:
         enc = bt.encode(conv, resp)
-        assert bt.score_one(conv, resp).reward == pytest.approx(_reference(model, enc.ids), abs=1e-6)
+        assert bt.score([conv], [resp])[0].reward == pytest.approx(_reference(model, enc.ids), abs=1e-6)
 
 
 def test_batch_invariance_alone_batch_of_8_padding_sides_and_order(seqcls):
@@ -109,13 +109,13 @@ def test_batch_invariance_alone_batch_of_8_padding_sides_and_order(seqcls):
     ):
         got = _rewards(model, tok, **kw)
         assert max(abs(a - b) for a, b in zip(alone, got, strict=True)) <= 1e-5, kw
-    rm = BradleyTerryRewardModel(model, tok, max_batch_size=8, padding_side="left", bucketing=False)
+    rm = BradleyTerryRewardModel.from_model(model, tok, max_batch_size=8, padding_side="left", bucketing=False)
     order = list(range(len(ITEMS)))
     random.Random(0).shuffle(order)
     shuffled = rm.score([ITEMS[i][0] for i in order], [ITEMS[i][1] for i in order])
     for k, i in enumerate(order):
         assert abs(shuffled[k].reward - alone[i]) <= 1e-5
-    assert rm.stats["batches"] == 1  # really one padded batch of 8
+    assert rm.stats["classify_batches"] == 1  # really one padded batch of 8
 
 
 def test_c05_target_with_fillers_and_sign_stability(bt):
@@ -148,10 +148,10 @@ def test_bucketing_covers_every_item_under_the_budget():
 def test_padding_waste_is_measured_on_the_batches_run(seqcls):
     model, tok = seqcls
     convs, resps = zip(*ITEMS, strict=True)
-    rm = BradleyTerryRewardModel(model, tok, max_batch_size=4, bucketing=False)
+    rm = BradleyTerryRewardModel.from_model(model, tok, max_batch_size=4, bucketing=False)
     rm.score(list(convs), list(resps))
     lengths = [len(rm.encode(c, r).ids) for c, r in ITEMS]
-    assert rm.stats["real_tokens"] == sum(lengths) and rm.stats["batches"] == 2
+    assert rm.stats["classify_real_tokens"] == sum(lengths) and rm.stats["classify_batches"] == 2
     assert rm.padding_waste == pytest.approx(padding_waste(lengths, [[0, 1, 2, 3], [4, 5, 6, 7]]))
 
 
@@ -161,7 +161,7 @@ def test_pad_token_missing_or_equal_to_eos(seqcls):
     for pad in (None, "<|im_end|>"):
         tok = build_tiny_tokenizer()
         tok.pad_token = pad
-        rm = BradleyTerryRewardModel(model, tok, max_batch_size=2, padding_side="left")
+        rm = BradleyTerryRewardModel.from_model(model, tok, max_batch_size=2, padding_side="left")
         a, b = rm.score(["What is the capital of France?"] * 2, ["Paris.", "Berlin."])
         assert a.ok and b.ok and a.reward != b.reward
         for r, resp in ((a, "Paris."), (b, "Berlin.")):
@@ -178,7 +178,7 @@ def test_truncation_keeps_the_whole_response_and_end_tokens(bt, seqcls):
         f"Note {k}: the town of Wexley trades wool, fish and timber along the river." for k in range(180)
     )
     prompt = notes + " Based on the notes, what is the town's main export?"
-    rm = BradleyTerryRewardModel(model, tok, max_length=512)
+    rm = BradleyTerryRewardModel.from_model(model, tok, max_length=512)
     full_a = bt.encode(prompt, "Wool.")
     assert len(full_a.ids) > 2000
     a, b = rm.score([prompt, prompt], ["Wool.", "I don't know."])
@@ -197,11 +197,11 @@ def test_truncation_keeps_the_whole_response_and_end_tokens(bt, seqcls):
         assert tok.decode(enc.ids).endswith(resp + "<|im_end|>\n")
         assert tok.decode(enc.ids[enc.response_start :]).startswith("<|im_start|>assistant\n")
         assert r.reward == pytest.approx(_reference(model, enc.ids), abs=1e-5)
-    too_long = BradleyTerryRewardModel(model, tok, max_length=16).score(["hi"], [FILLER])[0]
+    too_long = BradleyTerryRewardModel.from_model(model, tok, max_length=16).score(["hi"], [FILLER])[0]
     assert (
         too_long.status is Status.TRUNCATED and math.isnan(too_long.reward) and "never cut" in too_long.reason
     )
-    strict = BradleyTerryRewardModel(model, tok, max_length=512, truncation_side="none").score(
+    strict = BradleyTerryRewardModel.from_model(model, tok, max_length=512, truncation_side="none").score(
         [prompt], ["Wool."]
     )[0]
     assert strict.status is Status.TRUNCATED and "truncation_side='none'" in strict.reason
@@ -224,8 +224,8 @@ def test_bos_exactly_once(seqcls):
         [{"role": "user", "content": conv}, {"role": "assistant", "content": resp}], tokenize=False
     )
     assert tok(text)["input_ids"][:2] == [bos, bos]  # the failure mode: render, then tokenize again
-    rm = BradleyTerryRewardModel(model, tok, max_length=40)
-    enc = BradleyTerryRewardModel(model, tok).encode(conv, resp)
+    rm = BradleyTerryRewardModel.from_model(model, tok, max_length=40)
+    enc = BradleyTerryRewardModel.from_model(model, tok).encode(conv, resp)
     assert enc.ids.count(bos) == 1 and enc.ids[0] == bos
     direct = tok.apply_chat_template(
         [{"role": "user", "content": conv}, {"role": "assistant", "content": resp}],
@@ -233,7 +233,7 @@ def test_bos_exactly_once(seqcls):
         return_dict=False,
     )
     assert list(enc.ids) == list(direct)
-    assert BradleyTerryRewardModel(model, tok).score_one(conv, resp).reward == pytest.approx(
+    assert BradleyTerryRewardModel.from_model(model, tok).score([conv], [resp])[0].reward == pytest.approx(
         _reference(model, direct), abs=1e-5
     )
     cut = rm.encode(conv * 3, resp)  # truncation keeps the BOS in front
@@ -242,7 +242,7 @@ def test_bos_exactly_once(seqcls):
 
 def test_qwen3_nemotron_recipe(seqcls):
     model, tok = seqcls
-    rm = BradleyTerryRewardModel(model, tok, recipe="qwen3_nemotron")
+    rm = BradleyTerryRewardModel.from_model(model, tok, recipe="qwen3_nemotron")
     conv = [
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello"},
@@ -265,7 +265,7 @@ def test_qwen3_nemotron_recipe(seqcls):
 
 def test_llama_nemotron_recipe_reads_vocab_logit_0():
     model, tok = build_tiny_qwen3(seed=2)
-    rm = BradleyTerryRewardModel(model, tok, recipe="llama_nemotron", max_batch_size=8, padding_side="left")
+    rm = BradleyTerryRewardModel.from_model(model, tok, recipe="llama_nemotron", max_batch_size=8, padding_side="left")
     convs, resps = zip(*ITEMS, strict=True)
     batched = rm.score(list(convs), list(resps))
     for (conv, resp), r in zip(ITEMS, batched, strict=True):
@@ -282,15 +282,15 @@ def _msgs(conv):
 
 
 def test_thinking_policy_and_empty_responses(bt):
-    plain = bt.score_one("Say something kind.", "You're doing great.")
-    thought = bt.score_one("Say something kind.", "<think>be nice</think>\nYou're doing great.")
+    plain = bt.score(["Say something kind."], ["You're doing great."])[0]
+    thought = bt.score(["Say something kind."], ["<think>be nice</think>\nYou're doing great."])[0]
     assert thought.thinking_stripped and not plain.thinking_stripped
     assert thought.reward == pytest.approx(plain.reward, abs=1e-7)
     assert bt.provenance.policies["strip_thinking"] is True
     empty, ok = bt.score(["Say something kind."] * 2, ["", "You're doing great today."])  # C19
     assert empty.status is Status.EMPTY and math.isnan(empty.reward) and empty.input_tokens == 0
     assert ok.ok and math.isfinite(ok.reward)
-    only_thought = bt.score_one("Say something kind.", "<think>hmm</think>  ")
+    only_thought = bt.score(["Say something kind."], ["<think>hmm</think>  "])[0]
     assert only_thought.status is Status.EMPTY and "after removing" in only_thought.reason
     judge = ScalarRewardJudge(bt)
     fwd, rev = judge.judge_pairs(
@@ -305,7 +305,7 @@ def test_invalid_input_fails_before_any_model_call(seqcls):
     calls = []
     handle = model.base_model.register_forward_pre_hook(lambda *_: calls.append(1))
     try:
-        rm = BradleyTerryRewardModel(model, tok)
+        rm = BradleyTerryRewardModel.from_model(model, tok)
         conv = [
             {"role": "user", "content": "Translate 'good morning' to Spanish."},
             {"role": "assistant", "content": "Buenos días."},
@@ -316,7 +316,7 @@ def test_invalid_input_fails_before_any_model_call(seqcls):
         with pytest.raises(ConfigError, match="ends with role 'assistant'"):
             rm.score(["hi", conv[:2]], ["hello", "x"])
         with pytest.raises(ConfigError, match="no principle"):
-            rm.score(["hi"], ["hello"], principle="be kind")
+            rm.score(["hi"], ["hello"], principles="be kind")
         with pytest.raises(ConfigError, match="same length"):
             rm.score(["hi", "yo"], ["hello"])
         assert calls == []
@@ -329,7 +329,7 @@ def test_non_finite_reward_is_backend_error():
     model, tok = build_tiny_qwen3(seed=4, sequence_classification=True)
     with torch.no_grad():
         model.score.weight[0, 0] = float("nan")
-    r = BradleyTerryRewardModel(model, tok).score_one("hi", "hello")
+    r = BradleyTerryRewardModel.from_model(model, tok).score(["hi"], ["hello"])[0]
     assert r.status is Status.BACKEND_ERROR and math.isnan(r.reward) and "non-finite" in r.reason
     assert r.to_dict()["reward"] is None
 
@@ -342,8 +342,8 @@ def test_a_vector_head_is_rejected_at_construction():
     model, _ = build_tiny_qwen3(tok, sequence_classification=True)
     config = Qwen3Config(**{**model.config.to_dict(), "num_labels": 3})
     wide = Qwen3ForSequenceClassification(config).eval()
-    with pytest.raises(ConfigError, match="3-wide"):
-        BradleyTerryRewardModel(wide, tok)
+    with pytest.raises(ConfigError, match="3 labels wide"):
+        BradleyTerryRewardModel.from_model(wide, tok)
 
 
 def test_recipes_resolve_from_names():
@@ -360,14 +360,16 @@ def test_recipes_resolve_from_names():
         resolve_recipe("mean_pool", "x", causal=False)
 
 
-def test_from_pretrained_loads_the_saved_tiny_rm(tmp_path, seqcls):
+def test_load_detects_and_loads_the_saved_tiny_rm(tmp_path, seqcls):
+    import brrm
+
     path = save_tiny_qwen3(tmp_path / "rm", seed=1, sequence_classification=True)
-    loaded = BradleyTerryRewardModel.from_pretrained(str(path), dtype="float32", device="cpu")
-    assert loaded.recipe == "sequence_classification" and loaded.model_id == str(path)
+    loaded = brrm.load(str(path), dtype="float32", device="cpu")  # kind auto: a one-label classifier is bt
+    assert isinstance(loaded, brrm.RewardJudge) and loaded.info.kind == "bt"
+    assert loaded.info.recipe == "sequence_classification" and loaded.info.model == str(path)
     model, tok = seqcls
-    mem = BradleyTerryRewardModel(model, tok)
-    assert loaded.score_one("Say hi.", "Hi!").reward == pytest.approx(
-        mem.score_one("Say hi.", "Hi!").reward, abs=1e-6
-    )
-    with pytest.raises(ConfigError, match="dtype"):
-        BradleyTerryRewardModel.from_pretrained(str(path), dtype="int8")
+    mem = BradleyTerryRewardModel.from_model(model, tok)
+    assert loaded.score_one("Say hi.", "Hi!").reward == pytest.approx(mem.score(["Say hi."], ["Hi!"])[0].reward,
+                                                                      abs=1e-6)
+    with pytest.raises(ConfigError, match="dtype 'int8' is not valid"):
+        brrm.load(str(path), dtype="int8")

@@ -1,15 +1,19 @@
-"""``brrm judge`` end to end on a saved tiny Qwen3 (tier 1) and on the embedded SmolLM2 (tier 3)."""
+"""``brrm judge`` and ``brrm rank`` end to end on a saved tiny Qwen3 (tier 1) and on the embedded SmolLM2
+(tier 3), and the CLI as a new user meets it: every mistake is one line naming the flag, before any model loads."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from brrm.cli import main
 from tests.conftest import REPO
 
-TINY_ARGS = ["--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress"]
+TINY_ARGS = ["--kind", "brrm", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off",
+             "--no-progress"]
+PAIRS = str(REPO / "examples/pairs.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -46,49 +50,178 @@ def test_judge_reports_bad_records_by_line_and_judges_the_rest(tmp_path, capsys,
     assert "line 2" in rows[1]["reason"] and "'bot'" in rows[2]["reason"] and "response_b" in rows[3]["reason"]
     assert rows[4]["winner"] == "tie" and rows[4]["correct"] is True
     assert rows[0]["winner"] in ("A", "B") and rows[0]["provenance"]["decoding"] == "constrained"
+    assert rows[0]["provenance"]["model"] == tiny_dir
     assert "invalid records 3" in stdout and "parse failures 0" in stdout and "accuracy" in stdout
+    # the first bad records' reasons are printed (line, field, valid options), not only counted
+    assert "skipped: line 2: not valid JSON" in stdout and "'bot' is not valid; expected one of system" in stdout
+
+
+def test_a_causal_lm_of_unknown_kind_is_named_not_guessed(capsys, tiny_dir):
+    line = _refused(capsys, "judge", "--input", PAIRS, "--model", tiny_dir)
+    assert "cannot tell the kind" in line and "Qwen3ForCausalLM" in line and "--kind" in line
 
 
 def test_judge_swap_prints_probability_and_consistency(tmp_path, capsys, tiny_dir):
     out = tmp_path / "out.jsonl"
-    code, stdout, _ = _run(capsys, "judge", "--input", str(REPO / "examples/pairs.jsonl"), "--limit", "3",
-                           "--swap", "--output", str(out), "--model", tiny_dir, *TINY_ARGS)
+    code, stdout, _ = _run(capsys, "judge", "--input", PAIRS, "--limit", "3", "--swap", "--output", str(out),
+                           "--model", tiny_dir, *TINY_ARGS)
     assert code == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3
     for r in rows:
         assert len(r["sub_judgments"]) == 2 and isinstance(r["consistent"], bool)
-        assert 0.0 <= r["p_a"] <= 1.0
+        assert 0.0 <= r["p_a"] <= 1.0 and all(s["id"] == r["id"] for s in r["sub_judgments"])
     assert stdout.count("P(A>B)=") == 3 and stdout.count("consistent=") == 3
     assert "swap consistency rate" in stdout and "order-averaged accuracy" in stdout
 
 
-def test_judge_to_stdout_keeps_jsonl_clean(tmp_path, capsys, tiny_dir):
-    code, stdout, stderr = _run(capsys, "judge", "--input", str(REPO / "examples/pairs.jsonl"), "--limit", "1",
-                                "--model", tiny_dir, "--decoding", "faithful", "--max-new-tokens", "16",
-                                "--no-progress")
+def test_judge_to_stdout_keeps_jsonl_clean(capsys, tiny_dir):
+    code, stdout, stderr = _run(capsys, "judge", "--input", PAIRS, "--limit", "1", "--model", tiny_dir,
+                                "--kind", "brrm", "--decoding", "faithful", "--max-new-tokens", "16", "--no-progress")
     assert code == 0
     (row,) = [json.loads(line) for line in stdout.splitlines()]
     assert row["status"] in ("truncated", "parse_failure", "ok") and "summary:" in stderr
+    assert row["consistent"] is None  # only one order was judged
 
 
-def test_bad_option_is_a_clear_error(capsys, tiny_dir):
-    code, _, stderr = _run(capsys, "judge", "--input", str(REPO / "examples/pairs.jsonl"), "--model", tiny_dir,
-                           "--field", "prompt", "--no-progress")
-    assert code == 2 and "prompt" in stderr
+def test_progress_advances_per_item_not_per_batch(tmp_path, capsys, tiny_dir):
+    code, _, stderr = _run(capsys, "judge", "--input", PAIRS, "--limit", "4", "--output", str(tmp_path / "o.jsonl"),
+                           "--model", tiny_dir, "--kind", "brrm", "--batch-size", "4", "--max-new-tokens", "420",
+                           "--block-token-cap", "8", "--thinking", "off", "-q")
+    assert code == 0
+    counts = {float(x) for x in __import__("re").findall(r"\| (\d+\.\d)/4 ", stderr)}
+    assert {0.5, 1.0, 1.5} & counts and 4.0 in counts  # half a pair per finished turn, inside one batch of 4
+
+
+def test_rank_groups_prints_ranking_and_cost(tmp_path, capsys, tiny_dir):
+    src = tmp_path / "groups.jsonl"
+    src.write_text("\n".join([
+        json.dumps({"id": "g1", "prompt": "2+2?", "responses": ["4", "5", "four"]}),
+        json.dumps({"id": "g2", "prompt": "Name a colour.", "responses": "not a list"}),
+        json.dumps({"id": "g3", "prompt": "Say hi.", "responses": ["Hi!", "Hello."]}),
+    ]) + "\n")
+    out = tmp_path / "ranks.jsonl"
+    code, stdout, _ = _run(capsys, "rank", "--input", str(src), "--output", str(out), "--model", tiny_dir,
+                           "--strategy", "circular", "--swap", *TINY_ARGS[:-1])
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["g1", "g2", "g3"] and rows[1]["status"] == "invalid_input"
+    assert rows[0]["strategy"] == "circular" and rows[0]["n_judgments"] == 3 and len(rows[0]["rewards"]) == 3
+    assert all(r["status"] == "ok" for r in rows[0]["rewards"]) and len(rows[0]["wins"]) == 3
+    assert "strategy circular with swap: 8 two-turn judgments in total" in stdout  # 3 × 2 orders + one pair × 2
+    assert rows[2]["n_judgments"] == 1 and rows[2]["judgments"][0]["consistent"] is not None
+    assert "g1" in stdout and "ranking #" in stdout
+
+
+def test_rank_with_a_scalar_model_uses_its_scores(tmp_path, capsys):
+    from brrm.testing import save_tiny_qwen3
+
+    rm = save_tiny_qwen3(tmp_path / "rm", seed=1, sequence_classification=True)
+    src = tmp_path / "groups.jsonl"
+    src.write_text(json.dumps({"prompt": "2+2?", "responses": ["4", "5", "6", ""]}) + "\n")
+    out = tmp_path / "ranks.jsonl"
+    code, stdout, _ = _run(capsys, "rank", "--input", str(src), "--output", str(out), "--model", str(rm),
+                           "--no-progress")
+    assert code == 0
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["strategy"] == "scores" and row["rewards"][3]["status"] == "empty" and len(row["ranking"]) == 3
+    assert "4 scalar rewards" in stdout
+
+
+# ------------------------------------------------------------------------------------ the CLI a new user meets
+def _refused(capsys, *argv):
+    started = time.perf_counter()
+    code, stdout, stderr = _run(capsys, *argv)
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert time.perf_counter() - started < 20  # no model load, no network retries
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("brrm: error: "), stderr
+    return lines[0]
+
+
+def test_options_are_validated_before_any_model_loads_and_name_flags(capsys, tiny_dir):
+    line = _refused(capsys, "judge", "--input", PAIRS, "--model", tiny_dir, "--kind", "brrm", "--batch-size", "0")
+    assert "--batch-size must be an integer >= 1" in line and "batch_size" not in line
+    line = _refused(capsys, "judge", "--input", PAIRS, "--model", tiny_dir, "--kind", "brrm", "--max-new-tokens", "0")
+    assert "--max-new-tokens must be an integer >= 1" in line
+    line = _refused(capsys, "judge", "--input", PAIRS, "--model", tiny_dir, "--field", "prompt")
+    assert "--field 'prompt' is not field=column" in line
+    line = _refused(capsys, "score", "--input", PAIRS, "--model", tiny_dir, "--kind", "principle",
+                    "--recipe", "fancy", "--principle", "x")
+    assert "recipe 'fancy' is not valid; expected one of auto, qwen3_genrm, llama_reward" in line
+    line = _refused(capsys, "judge", "--input", PAIRS, "--model", tiny_dir, "--kind", "bt", "--decoding", "faithful")
+    assert "--decoding applies to BR-RM judges" in line
+
+
+def test_paths_and_models_that_do_not_exist_are_one_line(tmp_path, capsys, tiny_dir):
+    line = _refused(capsys, "judge", "--input", PAIRS, "--model", tiny_dir, "--output",
+                    str(tmp_path / "missing" / "out.jsonl"))
+    assert "--output" in line and "does not exist" in line
+    line = _refused(capsys, "judge", "--input", PAIRS, "--model", str(tmp_path / "my-modle"), "--kind", "brrm")
+    assert "not a local directory" in line and "config.json" in line
+    line = _refused(capsys, "judge", "--input", PAIRS, "--model", str(tmp_path / "my-modle"))
+    assert "could not be read" in line and "--kind" in line
+    line = _refused(capsys, "judge", "--input", PAIRS, "--model", "nvidia/no-such-model-xyz", "--kind", "brrm")
+    assert "not in the Hugging Face cache" in line and "local directory" in line  # offline: no 52 s of retries
+    line = _refused(capsys, "judge", "--input", str(tmp_path / "nope.jsonl"))
+    assert "does not exist" in line
+
+
+def test_empty_or_all_bad_input_exits_nonzero_without_loading_the_model(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    assert "holds no records" in _refused(capsys, "judge", "--input", str(empty))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{oops\n" + json.dumps({"prompt": "x"}) + "\n")
+    line = _refused(capsys, "judge", "--input", str(bad))
+    assert "none of its 2 records is valid" in line and "line 1" in line
+
+
+def test_version_and_help_show_real_defaults(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("brrm 0.")
+    from brrm.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, cmd in sub.choices.items():
+        for action in cmd._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help and action.help.strip(), (name, action.dest)
+    judge_help = " ".join(sub.choices["judge"].format_help().split())
+    assert "8192 (published), 400 for the embedded demo" in judge_help and "default: transformers" in judge_help
+
+
+def test_scalar_kind_without_model_is_a_clear_error(capsys):
+    line = _refused(capsys, "judge", "--input", PAIRS, "--kind", "bt", "--no-progress")
+    assert "the embedded demo model is a chat model, not a Bradley–Terry reward model" in line
+    line = _refused(capsys, "score", "--input", PAIRS)
+    assert "--principle" in line  # the demo runs as a principle judge and needs a principle
 
 
 @pytest.mark.slow
 def test_embedded_model_judges_example_pairs(tmp_path, capsys):
     out = tmp_path / "out.jsonl"
-    code, stdout, _ = _run(capsys, "judge", "--input", str(REPO / "examples/pairs.jsonl"), "--limit", "2",
-                           "--output", str(out), "--block-token-cap", "8", "--no-progress")
+    code, stdout, _ = _run(capsys, "judge", "--input", PAIRS, "--limit", "2", "--output", str(out),
+                           "--block-token-cap", "8", "--no-progress")
     assert code == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert all(r["winner"] in ("A", "B") and r["dimensions"] for r in rows)
     assert "SmolLM2" in stdout and "published: 8192 per turn" in stdout
-    assert "smollm2-135m-instruct" in rows[0]["provenance"]["model"]
+    assert rows[0]["provenance"]["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # a name, not a cache path
+
+
+@pytest.mark.slow
+def test_embedded_model_scores_with_a_principle(tmp_path, capsys):
+    out = tmp_path / "out.jsonl"
+    code, stdout, _ = _run(capsys, "score", "--input", PAIRS, "--limit", "1", "--output", str(out),
+                           "--principle", "The response is factually correct.", "--no-progress")
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["ok", "ok"] and all(r["text"] in ("Yes", "No") for r in rows)
+    assert rows[0]["provenance"]["policies"]["format"] == "llama_reward"
 
 
 @pytest.mark.slow
@@ -101,9 +234,3 @@ def test_llmbar_natural_records_through_the_cli(shared, tmp_path, capsys, tiny_d
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 4 and all(r["status"] == "ok" and r["label"] in ("A", "B") for r in rows)
     assert "accuracy" in stdout and "/4 labelled ok pairs" in stdout
-
-
-def test_scalar_model_type_without_model_is_a_clear_error(capsys):
-    code, _, stderr = _run(capsys, "judge", "--input", str(REPO / "examples/pairs.jsonl"), "--model-type", "bt",
-                           "--no-progress")
-    assert code == 2 and "--model-type bt needs --model" in stderr

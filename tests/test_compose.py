@@ -23,10 +23,10 @@ from brrm.compose import (
     sigmoid,
 )
 from brrm.errors import ConfigError
-from brrm.judges.brrm import BRRMConfig, BRRMJudge
+from brrm.judges.brrm import BRRMConfig
 from brrm.reward_models.bradley_terry import BradleyTerryRewardModel
-from brrm.testing import build_tiny_qwen3, build_tiny_tokenizer
-from brrm.types import PairwiseJudge, ScalarReward, ScalarRewardModel, Status, Verdict
+from brrm.testing import brrm_judge, build_tiny_qwen3, build_tiny_tokenizer
+from brrm.types import RewardJudge, ScalarReward, ScalarRewardModel, Status, Verdict
 
 GROUP = [f"Answer {k}: " + "detail " * (3 * k % 8) for k in range(8)]  # 8 distinct responses
 CONV = "Give the most complete answer."
@@ -35,7 +35,7 @@ CONV = "Give the most complete answer."
 @pytest.fixture(scope="module")
 def bt():
     model, tok = build_tiny_qwen3(seed=1, sequence_classification=True)
-    return BradleyTerryRewardModel(model, tok, model_id="tiny-rm")
+    return BradleyTerryRewardModel.from_model(model, tok, model_id="tiny-rm")
 
 
 def ok(x):
@@ -87,7 +87,7 @@ def test_adjusted_win_rate_counts_ties_half():
 
 def test_scalar_judge_pairs_from_one_scoring_pass(bt):
     judge = ScalarRewardJudge(bt)
-    assert isinstance(bt, ScalarRewardModel) and isinstance(judge, PairwiseJudge)
+    assert isinstance(bt, ScalarRewardModel) and isinstance(judge, RewardJudge)
     convs = ["What is 2+2?", "Name a colour."]
     out = judge.judge_pairs(
         convs, ["4", "Red."], ["5", "Red."], ids=["p1", "p2"], labels=[Verdict.A, Verdict.TIE]
@@ -121,7 +121,7 @@ def test_bt_group_of_8_scores_round_robin_knockout_circular_reference(bt):
     assert ko.best == order[0] and ko.n_judgments == 7 and ko.rewards[order[0]].reward == 1.0
     assert circ_ok(judge.rank(CONV, GROUP, strategy="circular"))
     ref = judge.rank(CONV, GROUP, strategy="reference", reference="A plain reference answer.")
-    ref_reward = bt.score_one(CONV, "A plain reference answer.").reward
+    ref_reward = bt.score([CONV], ["A plain reference answer."])[0].reward
     assert ref.n_judgments == 8 and ref.n_scored == 9
     assert [r.reward for r in ref.rewards] == pytest.approx([sigmoid(x - ref_reward) for x in raw], abs=1e-6)
 
@@ -134,7 +134,7 @@ def circ_ok(g):
 
 def test_failures_never_enter_group_rewards(bt):
     """C04: a response that cannot be scored keeps its status; others are rated on ok judgments only."""
-    small = BradleyTerryRewardModel(bt.model, bt.tokenizer, max_length=40)
+    small = BradleyTerryRewardModel(bt.backend, max_length=40)
     group = ["Short.", "Also short.", "word " * 100, "Brief!"]
     g = ScalarRewardJudge(small).rank(CONV, group, strategy="round_robin")
     bad = g.rewards[2]
@@ -166,14 +166,15 @@ def _brrm(tok, *, broken="", swap=False):
         return f"[The Begin of Ranking Score]\n\\boxed{{{k}}}\n[The End of Ranking Score]"
 
     backend = FakeBackend(tok, script, model_id="scripted-brrm")
-    return BRRMJudge(backend, BRRMConfig(decoding="faithful", swap=swap)), backend
+    return brrm_judge(backend, BRRMConfig(decoding="faithful", swap=swap)), backend
 
 
 def test_brrm_group_of_8_round_robin_both_orders():
     tok = build_tiny_tokenizer()
     judge, backend = _brrm(tok)
     wrapped = as_reward_judge(judge)
-    assert isinstance(wrapped, PairwiseRewardJudge)
+    assert wrapped is judge and isinstance(wrapped, PairwiseRewardJudge) and isinstance(wrapped, RewardJudge)
+    assert isinstance(as_reward_judge(judge.model), PairwiseRewardJudge)
     g = wrapped.rank(CONV, GROUP, strategy="round_robin")
     lengths = [len(r) for r in GROUP]
     assert (
@@ -192,7 +193,7 @@ def test_brrm_group_of_8_round_robin_both_orders():
 def test_brrm_swap_disagreement_is_a_tie_in_the_matrix():
     tok = build_tiny_tokenizer()
     judge, _ = _brrm(tok, swap=True)  # equal lengths: position 1 always wins, so the two orders disagree
-    g = PairwiseRewardJudge(judge).rank(
+    g = judge.rank(
         CONV, ["Same length A.", "Same length B.", "Longer answer here."], strategy="circular"
     )
     assert g.n_judgments == 3 and g.ties[0][1] == g.ties[1][0] == 1
@@ -202,7 +203,7 @@ def test_brrm_swap_disagreement_is_a_tie_in_the_matrix():
 def test_brrm_failures_knockout_and_reference():
     tok = build_tiny_tokenizer()
     judge, _ = _brrm(tok, broken="BROKEN")
-    pw = PairwiseRewardJudge(judge)
+    pw = judge
     group = ["a", "bbbb", "BROKEN cc", "ddddddd", "ee"]
     rr = pw.rank(CONV, group, strategy="round_robin")  # C04: the 8 failed judgments are counted, not averaged
     assert (
@@ -222,8 +223,8 @@ def test_brrm_failures_knockout_and_reference():
         pw.score([CONV], ["x"])
     with pytest.raises(ConfigError, match="no scalar score"):
         pw.rank(CONV, group, strategy="scores")
-    with pytest.raises(ConfigError, match="at least 2"):
-        pw.rank(CONV, ["only"], strategy="round_robin")
+    alone = pw.rank(CONV, ["only"], strategy="round_robin")  # nothing to compare with: a status, not a crash
+    assert alone.n_judgments == 0 and alone.rewards[0].status is Status.INVALID_INPUT and not alone.ranking
     with pytest.raises(ConfigError, match="not valid"):
         pw.rank(CONV, group, strategy="swiss")
     with pytest.raises(ConfigError, match="neither"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -48,10 +49,10 @@ def causal():
     return model, tok
 
 
-def _judge(causal, fmt, **sampling):
+def _judge(causal, fmt, decoding="constrained", **sampling):
     model, tok = causal
     backend = RecordingBackend(model, tok, model_id="tiny-principle")
-    config = PrincipleConfig(format=fmt, sampling=SamplingConfig(temperature=0.0, **sampling))
+    config = PrincipleConfig(format=fmt, decoding=decoding, sampling=SamplingConfig(temperature=0.0, **sampling))
     return PrincipleJudge(backend, config), backend
 
 
@@ -97,7 +98,7 @@ def test_split_judgement_tokens_are_a_config_error():
     assert len(tok.encode(" Yes", add_special_tokens=False)) > 1
     model, _ = build_tiny_qwen3(tok)
     for fmt in ("qwen3_genrm", "llama_reward"):
-        with pytest.raises(ConfigError, match="single token"):
+        with pytest.raises(ConfigError, match="is not one token after .* single-token label"):
             PrincipleJudge(TransformersBackend(model, tok), PrincipleConfig(format=fmt))
 
 
@@ -105,6 +106,56 @@ def test_template_without_principle_role_fails_naming_it():
     model, tok = build_tiny_qwen3(seed=3)  # stock Qwen3 template: drops unknown roles silently
     with pytest.raises(TemplateError, match=r"chat template of .*sha256 [0-9a-f]{16}.*role 'principle'"):
         PrincipleJudge(TransformersBackend(model, tok, model_id="x"), PrincipleConfig(format="qwen3_genrm"))
+
+
+class FreeAsGrammarBackend(RecordingBackend):
+    """The real tiny model, whose free generations are steered to end in "Final Judgement: Yes|No" by the
+    constrained program (a random model would not get there on its own); every token is still the model's."""
+
+    def __init__(self, *args, program, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.program = program
+
+    def generate(self, requests, **kwargs):
+        steered = [replace(r, program=self.program(r.max_new_tokens)) if r.program is None else r for r in requests]
+        return super().generate(steered, **kwargs)
+
+
+def test_card_decoding_reads_the_clamped_log_ratio_at_the_judgement_step(causal):
+    """Qwen3-GenRM-Principle's card recipe: free generation, then the logits where the judgement was emitted."""
+    model, tok = causal
+    config = PrincipleConfig(format="qwen3_genrm", sampling=SamplingConfig(temperature=0.0, max_new_tokens_per_turn=40))
+    probe = PrincipleJudge(TransformersBackend(model, tok), replace(config, decoding="constrained"))
+    backend = FreeAsGrammarBackend(model, tok, model_id="tiny-principle", program=probe._program)
+    judge = PrincipleJudge(backend, config)
+    (r,) = judge.score(["What is 2+2?"], ["4"], principles="The response is correct.")
+    assert r.ok and r.provenance.decoding == "free" and r.provenance.policies["reward"] == "clamped"
+    (free_req,), (free,) = backend.calls[0]
+    (step_req,), _ = backend.calls[1]
+    assert step_req.prompt_ids == free_req.prompt_ids + free.token_ids[:-1]  # the step before the end of turn
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([list(step_req.prompt_ids)])).logits[0, -1].float()
+    yes, no = judge.option_ids
+    s_yes, s_no, s_max = logits[yes].item(), logits[no].item(), logits.max().item()
+    assert r.logits == pytest.approx((s_yes, s_no, s_max), abs=1e-4)
+    assert r.reward == pytest.approx(max(s_yes - s_max, -50) - max(s_no - s_max, -50), abs=1e-4)
+    raw = PrincipleJudge(backend, replace(config, reward="logit_diff")).score(
+        ["What is 2+2?"], ["4"], principles="The response is correct.")[0]
+    assert raw.reward == pytest.approx(s_yes - s_no, abs=1e-4)
+    from brrm.judges.principle_format import card_reward
+
+    assert card_reward(0.0, -80.0, 0.0) == 50.0 and card_reward(-3.0, -1.0, 2.0) == pytest.approx(-2.0)
+
+
+def test_card_decoding_without_a_final_judgement_is_a_parse_failure_with_the_text_kept():
+    from brrm.backends.fake import FakeBackend
+
+    tok = build_tiny_tokenizer()
+    tok.chat_template = principle_template()
+    backend = FakeBackend(tok, lambda p, r: "<think>\nhmm\n</think>\n\nIt depends.", programs=True)
+    judge = PrincipleJudge(backend, PrincipleConfig(format="qwen3_genrm"))
+    (r,) = judge.score(["What is 2+2?"], ["4"], principles="The response is correct.")
+    assert r.status is Status.PARSE_FAILURE and math.isnan(r.reward) and r.text.endswith("It depends.")
 
 
 def test_qwen_genrm_reward_is_read_at_the_judgement_step(causal):
@@ -118,7 +169,7 @@ def test_qwen_genrm_reward_is_read_at_the_judgement_step(causal):
             {"role": "user", "content": "Name a colour."},
         ],
     ]
-    results = judge.score(convs, ["4", "Blue."], principle="The response is correct.", ids=["a", "b"])
+    results = judge.score(convs, ["4", "Blue."], principles="The response is correct.", ids=["a", "b"])
     ((requests, completions),) = backend.calls
     yes, no = judge.option_ids
     for r, req, comp in zip(results, requests, completions, strict=True):
@@ -144,11 +195,12 @@ def test_qwen_genrm_reward_is_read_at_the_judgement_step(causal):
 def test_llama_reward_is_the_first_token_logit_difference(causal):
     model, tok = causal
     judge, backend = _judge(causal, "llama_reward")
-    (r,) = judge.score(["What is 1+1?"], ["1+1=2"], principle="The answer is correct.")
+    (r,) = judge.score(["What is 1+1?"], ["1+1=2"], principles="The answer is correct.")
     ((requests, completions),) = backend.calls
     prompt = tok.decode(requests[0].prompt_ids)
-    assert "The answer is correct." in prompt and "Answer only Yes or No" in prompt
-    assert prompt.index("1+1=2") < prompt.index("Answer only Yes or No")
+    question = ("Evaluate the response to the previous prompt in terms of whether it satisfies this principle: "
+                "The answer is correct.. Only answer Yes or No.")  # the model card's wording, verbatim
+    assert question in prompt and prompt.index("1+1=2") < prompt.index(question)
     assert prompt.endswith("<|im_start|>assistant\n")
     assert r.text in ("Yes", "No") and len(completions[0].token_ids) == 1
     yes, no = judge.option_ids
@@ -164,9 +216,9 @@ def test_many_principles_per_response_in_one_batch(causal, fmt):
     assert [[r.principle for r in row] for row in grid] == [principles, principles]
     for i, (conv, resp) in enumerate((("What is 2+2?", "4"), ("Name a colour.", "Blue."))):
         for k, p in enumerate(principles):
-            alone = judge.score([conv], [resp], principle=p)[0]
+            alone = judge.score([conv], [resp], principles=p)[0]
             assert grid[i][k].ok and grid[i][k].reward == pytest.approx(alone.reward, abs=1e-5)
-    per_item = judge.score(["What is 2+2?"] * 3, ["4"] * 3, principle=principles)
+    per_item = judge.score(["What is 2+2?"] * 3, ["4"] * 3, principles=principles)
     assert [r.principle for r in per_item] == principles
     assert len({round(r.reward, 6) for r in grid[0]}) == 3
 
@@ -176,16 +228,16 @@ def test_principle_is_required_and_inputs_are_checked_before_any_model_call(caus
     with pytest.raises(ConfigError, match="principle is required"):
         judge.score(["hi"], ["hello"])
     with pytest.raises(ConfigError, match="non-empty string"):
-        judge.score(["hi"], ["hello"], principle="  ")
+        judge.score(["hi"], ["hello"], principles="  ")
     with pytest.raises(ConfigError, match="missing"):
-        judge.score(["hi", "yo"], ["hello", None], principle="polite")
+        judge.score(["hi", "yo"], ["hello", None], principles="polite")
     with pytest.raises(ConfigError, match="same length"):
-        judge.score(["hi", "yo"], ["hello", "hey"], principle=["polite"])
+        judge.score(["hi", "yo"], ["hello", "hey"], principles=["polite"])
     with pytest.raises(ConfigError, match="ends with role 'assistant'"):
         judge.score(
             [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]],
             ["y"],
-            principle="polite",
+            principles="polite",
         )
     assert backend.calls == []
 
@@ -195,7 +247,7 @@ def test_empty_thinking_only_and_over_long_inputs(causal):
     empty, thought, long, ok = judge.score(
         ["Say something kind."] * 3 + ["Say hi."],
         ["", "<think>hmm</think>", "word " * 200, "<think>plan</think>Hi!"],
-        principle="The response is kind.",
+        principles="The response is kind.",
     )
     assert empty.status is Status.EMPTY and math.isnan(empty.reward)
     assert thought.status is Status.EMPTY and thought.thinking_stripped
@@ -209,7 +261,7 @@ def test_non_finite_judgement_logits_are_backend_errors():
     with torch.no_grad():
         model.lm_head.weight[tok.convert_tokens_to_ids("Yes")] = float("nan")
     judge = PrincipleJudge(TransformersBackend(model, tok), PrincipleConfig(format="llama_reward"))
-    (r,) = judge.score(["hi"], ["hello"], principle="polite")
+    (r,) = judge.score(["hi"], ["hello"], principles="polite")
     assert r.status is Status.BACKEND_ERROR and math.isnan(r.reward) and r.reason
 
 
@@ -229,7 +281,7 @@ def test_principle_judge_behind_the_one_interface(causal):
     judge, _ = _judge(causal, "llama_reward")
     unified = ScalarRewardJudge(judge, principle="The answer is correct.")
     (pair,) = unified.judge_pairs(["What is 2+2?"], ["4"], ["5"])
-    a, b = judge.score(["What is 2+2?"] * 2, ["4", "5"], principle="The answer is correct.")
+    a, b = judge.score(["What is 2+2?"] * 2, ["4", "5"], principles="The answer is correct.")
     assert pair.ok and pair.p_a == pytest.approx(1 / (1 + math.exp(b.reward - a.reward)), abs=1e-6)
     group = unified.rank("What is 2+2?", ["4", "5", "four", ""])
     assert group.n_scored == 4 and group.rewards[3].status is Status.EMPTY and 3 not in group.ranking

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from brrm.backends.base import Completion
 from brrm.backends.fake import FakeBackend
-from brrm.judges.brrm import BRRMConfig, BRRMJudge
+from brrm.judges.brrm import BRRMConfig
 from brrm.templates import render_brrm_turn1, render_brrm_turn2
+from brrm.testing import brrm_judge
 from brrm.types import Conversation, Status, Verdict
 
 T1 = ("<think>\nResponse 1 says Paris, which is right.\n</think>\n\n[Quality Assessment Focus]\n"
@@ -32,7 +33,7 @@ def _judge(tokenizer):
         return original(requests, **kw)
 
     backend.generate = spy
-    return BRRMJudge(backend, BRRMConfig(decoding="faithful")), seen
+    return brrm_judge(backend, BRRMConfig(decoding="faithful")), seen
 
 
 def test_p1_and_p2_token_ids_with_exact_qwen3_tokenizer(qwen3_tokenizer):
@@ -86,6 +87,6 @@ def test_truncated_turn_is_reported_not_cut(qwen3_tokenizer):
     def script(prompt, request):
         return Completion(tuple(range(100, 100 + request.max_new_tokens)), "x" * request.max_new_tokens, "length")
 
-    judge = BRRMJudge(FakeBackend(qwen3_tokenizer, script), BRRMConfig(decoding="faithful"))
+    judge = brrm_judge(FakeBackend(qwen3_tokenizer, script), BRRMConfig(decoding="faithful"))
     (r,) = judge.judge_pairs(["Hi"], ["Hello!"], ["Hey."])
     assert r.status is Status.TRUNCATED and r.winner is Verdict.NONE and "budget" in r.reason

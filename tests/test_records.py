@@ -243,7 +243,7 @@ def test_field_map_validation() -> None:
     assert FieldMap.from_overrides({"prompt": "input"}).prompt == "input"
     assert FieldMap.from_overrides(None) == FieldMap()
     with pytest.raises(
-        ConfigError, match="unknown field 'answer' in override; expected one of id, conversation, prompt"
+        ConfigError, match="--field: unknown field 'answer'; expected one of id, conversation, prompt, response"
     ):
         FieldMap.from_overrides(["answer=x"])
     with pytest.raises(ConfigError, match="is not field=column"):

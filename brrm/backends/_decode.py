@@ -200,7 +200,7 @@ def _choose(backend: Any, active: list[Any], logits: torch.Tensor, temperature: 
         if not active[j].state.guide.accepts_tokens([picked[j]]):
             active[j].state.write_mask(bitmask)
             _apply_mask(logits[j:j + 1], bitmask)
-            picked[j] = _pick_row(logits[j], temperature, top_p, active[j].generator)
+            picked[j] = _pick_row(logits[j], temperature, top_p, active[j])
     return [forced.get(j, picked[j]) for j in range(len(active))]
 
 
@@ -208,14 +208,36 @@ def _pick(active: list[Any], logits: torch.Tensor, temperature: float, top_p: fl
           finite: list[bool]) -> list[int]:
     if temperature == 0:
         return logits.argmax(dim=-1).tolist()
-    return [_sample(logits[j], temperature, top_p, row.generator) if j not in forced and finite[j] else 0
-            for j, row in enumerate(active)]
+    out = []
+    for j, row in enumerate(active):
+        row.noise = None
+        out.append(_pick_row(logits[j], temperature, top_p, row) if j not in forced and finite[j] else 0)
+    return out
 
 
-def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, generator: Any) -> int:
+def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: Any) -> int:
+    """Greedy argmax, or a sample by the Gumbel-max trick with the row's own noise for this step.
+
+    argmax(logits / T + g), g ~ Gumbel(0, 1) from the row's seeded generator, is an exact sample of softmax(logits /
+    T) (restricted to the top-p nucleus when top_p < 1). Unlike inverse-CDF sampling, which a float32 cumulative sum
+    over the whole vocabulary makes sensitive to rounding in every probability, it changes only when the two best
+    perturbed logits are within rounding of each other, so batch shapes that move logits by 1e-8 keep the same
+    tokens. A re-pick under a grammar mask reuses the step's noise: the argmax over the allowed tokens is an exact
+    sample of the masked distribution.
+    """
     if temperature == 0:
         return int(logits_row.argmax())
-    return _sample(logits_row, temperature, top_p, generator)
+    if row.noise is None:
+        u = torch.rand(logits_row.shape, generator=row.generator, dtype=torch.float64)
+        row.noise = -torch.log(-torch.log(u.clamp(min=1e-300, max=1.0 - 1e-16)))
+    scaled = logits_row.double() / temperature
+    if top_p < 1.0:
+        probs = torch.softmax(scaled, dim=-1)
+        sorted_p, order = probs.sort(descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p > top_p
+        scaled = scaled.clone()
+        scaled[order[drop]] = float("-inf")
+    return int(torch.argmax(scaled + row.noise))
 
 
 def _apply_mask(logits_row: torch.Tensor, bitmask: Any) -> None:
@@ -234,7 +256,8 @@ def _constrain(backend: Any, row: Any, logits_row: torch.Tensor, bitmask: Any) -
     if st.kind == "choice":
         ids = list(st.choice_ids())
         raw = logits_row[0, ids].clone()
-        row.choice_logits.append(tuple(float(x) for x in raw))
+        extra = (float(logits_row[0].max()),) if st.choice_with_max() else ()
+        row.choice_logits.append(tuple(float(x) for x in raw) + extra)
         logits_row.fill_(float("-inf"))
         logits_row[0, ids] = raw
     elif bitmask is not None and st.write_mask(bitmask):
@@ -243,14 +266,3 @@ def _constrain(backend: Any, row: Any, logits_row: torch.Tensor, bitmask: Any) -
         for s in backend.stop_ids:
             logits_row[0, s] = float("-inf")
     return None
-
-
-def _sample(logits_row: torch.Tensor, temperature: float, top_p: float, generator: Any) -> int:
-    probs = torch.softmax(logits_row / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(descending=True)
-        cum = sorted_p.cumsum(-1)
-        drop = cum - sorted_p > top_p
-        sorted_p[drop] = 0
-        probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
-    return int(torch.multinomial(probs, 1, generator=generator).item())

@@ -75,6 +75,16 @@ class TokenInfo:
                 self._enc[text] = tuple(self.tokenizer.encode(text, add_special_tokens=False))
             return self._enc[text]
 
+    def label(self, text: str, after: str = "") -> int:
+        """Id of ``text`` as the model would emit it after ``after`` (see :func:`brrm.constraints.label_token_id`)."""
+        from brrm.constraints import label_token_id
+
+        key = f"{after}\0{text}"
+        with self._lock:
+            if key not in self._single:
+                self._single[key] = label_token_id(self.tokenizer, text, after)
+            return self._single[key]
+
     def single(self, text: str) -> int:
         """Id of ``text`` as exactly one token (raises ConfigError otherwise)."""
         with self._lock:
@@ -103,6 +113,7 @@ class Phase:
         banned_ids: tokens given a logit bias of :data:`BAN_BIAS`.
         allowed_ids: the only tokens allowed (``choice``).
         logprob_ids: tokens whose (raw) logits are reported at every step (``choice``).
+        top_logprobs: also report this many of the step's highest logits (1 for a choice's vocabulary max).
     """
 
     prompt_ids: tuple[int, ...]
@@ -115,6 +126,7 @@ class Phase:
     banned_ids: tuple[int, ...] = ()
     allowed_ids: tuple[int, ...] = ()
     logprob_ids: tuple[int, ...] = ()
+    top_logprobs: int = 0
 
 
 @dataclass(frozen=True)
@@ -252,8 +264,9 @@ class ProgramRun:
                 stop_ids=(info.end_of_turn_id,),
                 banned_ids=info.banned_in_patterns,
             )
-        ids = tuple(info.single(o) for o in seg.options)
-        return Phase(prompt, 1, seed, "choice", ignore_eos=True, allowed_ids=ids, logprob_ids=ids)
+        ids = tuple(info.label(o, seg.after) for o in seg.options)
+        return Phase(prompt, 1, seed, "choice", ignore_eos=True, allowed_ids=ids, logprob_ids=ids,
+                     top_logprobs=1 if seg.with_max else 0)
 
     def _end_of_turn(self) -> None:
         """After the last segment the end-of-turn token is generated (it is not part of ``token_ids``)."""
@@ -393,7 +406,10 @@ class ProgramRun:
                 f"(got {sorted(step)})"
             )
             return
-        self.choice_logits.append(tuple(float(step[i]) for i in phase.logprob_ids))
+        values = tuple(float(step[i]) for i in phase.logprob_ids)
+        if phase.top_logprobs:  # the step's largest logit: the best of what the engine reported (top-1 included)
+            values += (max(step.values()),)
+        self.choice_logits.append(values)
         self.generated.append(ids[0])
         self._next_segment()
 

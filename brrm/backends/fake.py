@@ -30,6 +30,7 @@ class FakeBackend:
         model_id: recorded as the model id.
         max_context: the context window to report.
         chunk_size: the preferred judgments per call it declares.
+        programs: declare constraint-program support (the script then answers for the program: it is never run).
 
     Attributes:
         prompts: every prompt text seen, in order (generation and classification).
@@ -38,12 +39,12 @@ class FakeBackend:
 
     def __init__(self, tokenizer: Any, script: Script | None = None, *, score_script: ScoreScript | None = None,
                  model_id: str = "fake", max_context: int = 1 << 20, end_of_turn: str = "<|im_end|>",
-                 chunk_size: int = 64) -> None:
+                 chunk_size: int = 64, programs: bool = False) -> None:
         self.tokenizer = tokenizer
         self.script = script
         self.score_script = score_script
         self.info = BackendInfo("fake", model_id)
-        self.capabilities = Capabilities(generate=script is not None, programs=False,
+        self.capabilities = Capabilities(generate=script is not None, programs=programs,
                                          classify=score_script is not None, vocab_logit=score_script is not None,
                                          kv_reuse=False, chunk_size=chunk_size)
         self.max_context = max_context

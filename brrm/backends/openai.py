@@ -419,7 +419,7 @@ class OpenAIBackend:
         if phase.logprob_ids:
             body.update(
                 logprob_token_ids=list(phase.logprob_ids),
-                logprobs=len(phase.logprob_ids),
+                logprobs=max(len(phase.logprob_ids), phase.top_logprobs),
                 return_tokens_as_token_ids=True,
             )
         if phase.regex:

@@ -74,6 +74,7 @@ class _Row:
     error: str = ""
     batch_pos: int = 0
     feed: list[int] = field(default_factory=list)
+    noise: Any = None
 
 
 TASKS = ("auto", "generate", "classify")
@@ -127,6 +128,8 @@ class TransformersBackend:
                                  "task": "generate" if causal else "classify"})
         self.scorer = HeadScorer(model, pad_id=self.pad_id, token_budget=token_budget,
                                  max_batch_size=self.batch_size, padding_side=padding_side, bucketing=bucketing)
+        if not causal:
+            self.scorer.head(None)  # a classifier wider than one label is refused now, not at the first batch
         self._compiled: dict[Program, CompiledProgram] = {}
         self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0}
 

@@ -321,6 +321,8 @@ class VLLMBackend:
         if phase.allowed_ids:
             kw["allowed_token_ids"] = list(phase.allowed_ids)
         if phase.logprob_ids:
+            if phase.top_logprobs:
+                kw["logprobs"] = phase.top_logprobs
             if self.features.logprob_token_ids:
                 kw["logprob_token_ids"] = list(phase.logprob_ids)
             else:

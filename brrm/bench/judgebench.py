@@ -8,7 +8,12 @@ the swapped frame. Reward-model judges also store ``scores`` = [score of the fir
 Official metric (``utils/metrics.py``, ``reverse_order=True``): flip the second decision back to the
 original frame, count +1 for each decision equal to the label and −1 for each equal to the opposite; a pair
 is correct iff the sum > 0. Score = 100 · correct / pairs, per category (by ``source`` prefix) and overall
-(micro-average over pairs).
+(micro-average over pairs). A tie (``A=B``) or a missing decision (API failure, parse failure: ``None``)
+counts 0 in the sum, as officially; they are reported apart.
+
+Two response sets: GPT-4o (350 pairs; the paper's headline leaderboard) and Claude-3.5-Sonnet (270).
+:class:`JudgeBench` runs any judge with this protocol (both games) and replays official output files and brrm
+outputs through the same metric.
 
 :func:`replay_reward_model` turns the stored reward-model scores back into decisions through
 :func:`brrm.compose.pairwise_from_rewards`. The official reward-model judges decide
@@ -24,6 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brrm.bench.base import Benchmark, take
+from brrm.bench.core import (
+    BenchItem,
+    BenchResult,
+    ItemResult,
+    Pair,
+    Row,
+    Shown,
+    failed_judgment,
+    group,
+    ok_judgment,
+    row,
+)
+from brrm.bench.data import data_root, read_files, require
 from brrm.compose import pairwise_from_rewards
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Provenance, SamplingConfig, ScalarReward, Status, Verdict
@@ -135,20 +154,20 @@ def replay_reward_model(
         ConfigError: when a game has no ``scores`` pair.
     """
     out = []
-    for row in rows:
+    for rec in rows:
         games = []
-        for k, game in enumerate(row["judgments"][:2]):
+        for k, game in enumerate(rec["judgments"][:2]):
             inner = (game or {}).get("judgment") or {}
             scores = inner.get("scores")
             if not isinstance(scores, list) or len(scores) != 2:
-                raise ConfigError(f"pair {row.get('pair_id')!r} game {k + 1} has no [first, second] scores")
+                raise ConfigError(f"pair {rec.get('pair_id')!r} game {k + 1} has no [first, second] scores")
             model = str(inner.get("judge_model", ""))
             first, second = (_reward(s, model) for s in scores)
             games.append(
-                pairwise_from_rewards(first, second, margin=margin, on_tie=on_tie, id=str(row["pair_id"]))
+                pairwise_from_rewards(first, second, margin=margin, on_tie=on_tie, id=str(rec["pair_id"]))
             )
         out.append(
-            ReplayedPair(str(row["pair_id"]), str(row["source"]), str(row["label"]), (games[0], games[1]))
+            ReplayedPair(str(rec["pair_id"]), str(rec["source"]), str(rec["label"]), (games[0], games[1]))
         )
     return out
 
@@ -188,12 +207,108 @@ def scores(items: Sequence[tuple[str, str, str | None, str | None]]) -> dict[str
 def official_scores(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """Scores from the decisions stored in an official output file (a null judgment counts as no decision)."""
     items = []
-    for row in rows:
-        games = [(g or {}).get("decision") if g is not None else None for g in row["judgments"][:2]]
-        items.append((str(row["source"]), str(row["label"]), games[0], games[1]))
+    for rec in rows:
+        games = [(g or {}).get("decision") if g is not None else None for g in rec["judgments"][:2]]
+        items.append((str(rec["source"]), str(rec["label"]), games[0], games[1]))
     return scores(items)
 
 
 def replay_scores(pairs: Sequence[ReplayedPair]) -> dict[str, float]:
     """Scores of replayed pairs (see :func:`scores`)."""
     return scores([(p.source, p.label, *p.decisions) for p in pairs])
+
+
+RESPONSE_SETS = {
+    "gpt-4o": "dataset=judgebench,response_model=gpt-4o-2024-05-13.jsonl",
+    "claude": "dataset=judgebench,response_model=claude-3-5-sonnet-20240620.jsonl",
+}
+"""Response set -> data file under ``<root>/JudgeBench/`` (SOURCE.md)."""
+
+_SET_OF_MODEL = {"gpt-4o-2024-05-13": "gpt-4o", "claude-3-5-sonnet-20240620": "claude"}
+_VERDICTS = {"A>B": Verdict.A, "B>A": Verdict.B, "A=B": Verdict.TIE}
+
+
+def _game(shown: Shown | None) -> str | None:
+    """A presentation's decision string in its own frame (None without a verdict)."""
+    return decision(shown.judgment) if shown is not None else None
+
+
+class JudgeBench(Benchmark):
+    """JudgeBench: two games per pair ((A, B), then (B, A)), the official two-game rule, per category and overall
+    (micro-average), for each response set; the headline is the GPT-4o set's Overall."""
+
+    name = "judgebench"
+    title = "JudgeBench"
+    subsets = tuple(RESPONSE_SETS)
+    order_policy = "both"
+    metric_needs_orders = True
+    published_key = "JudgeBench"
+
+    def aliases(self) -> dict[str, tuple[str, ...]]:
+        return {"gpt4o": ("gpt-4o",), "claude-3.5-sonnet": ("claude",)}
+
+    def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,
+             source: str | None = None) -> list[BenchItem]:
+        items = []
+        for subset in subsets:
+            path = require(data_root(root) / "JudgeBench" / RESPONSE_SETS[subset], f"JudgeBench {subset} set")
+            items += [self.item(subset, rec) for rec in take(read_files([path]), limit)]
+        return items
+
+    @staticmethod
+    def item(subset: str, rec: Mapping[str, Any]) -> BenchItem:
+        """A pair item from a JudgeBench record (response A first, label ``A>B`` / ``B>A``).
+
+        Raises:
+            ConfigError: for a label outside ``A>B`` / ``B>A`` or an unknown source.
+        """
+        label = str(rec.get("label"))
+        if label not in ("A>B", "B>A"):
+            raise ConfigError(f"JudgeBench pair {rec.get('pair_id')!r}: label {label!r} is not A>B or B>A")
+        category(str(rec["source"]))
+        return BenchItem(str(rec["pair_id"]), subset, rec["question"], (rec["response_A"], rec["response_B"]),
+                         (Pair(0, 1, _VERDICTS[label]),), {"source": rec["source"], "label": label})
+
+    def score(self, results: Sequence[ItemResult]) -> BenchResult:
+        rows: list[Row] = []
+        by_set = group(results, lambda r: r.item.subset)
+        for subset in [s for s in self.subsets if s in by_set]:
+            part = by_set[subset]
+            games = [(r.item.meta["source"], r.item.meta["label"], *self._games(r)) for r in part]
+            got = scores(games)
+            by_cat = group(part, lambda r: category(r.item.meta["source"]))
+            rows += [row(f"{subset}/{name}", value, by_cat[name] if name != "Overall" else part)
+                     for name, value in got.items()]
+        headline = "gpt-4o/Overall" if "gpt-4o" in by_set else f"{next(iter(by_set))}/Overall"
+        return BenchResult(self.name, "pairs correct under the two-game rule (%)", tuple(rows), headline)
+
+    @staticmethod
+    def _games(result: ItemResult) -> tuple[str | None, str | None]:
+        shown = {s.swapped: s for s in result.presentations(0)}
+        if len(shown) != 2:
+            raise ConfigError("JudgeBench's metric needs both games (both presentation orders) of every pair")
+        return _game(shown[False]), _game(shown[True])
+
+    def replay(self, paths: Sequence[Path], *, root: str | os.PathLike[str] | None = None) -> BenchResult:
+        """The metric over official output files (``outputs/dataset=judgebench,…jsonl``): stored decisions, a null
+        judgment or decision counting as no verdict; the set comes from each record's ``response_model``."""
+        results = []
+        for path in paths:
+            for rec in read_outputs(path):
+                subset = _SET_OF_MODEL.get(str(rec.get("response_model")))
+                if subset is None:
+                    raise ConfigError(f"{path}: response_model {rec.get('response_model')!r} is not a JudgeBench set")
+                item = self.item(subset, rec)
+                games = list(rec["judgments"][:2]) + [None] * (2 - len(rec["judgments"][:2]))
+                shown = tuple(Shown(0, swapped, self._stored(g, item.id)) for swapped, g in zip(
+                    (False, True), games, strict=True))
+                results.append(ItemResult(item, shown))
+        return self.score(results)
+
+    @staticmethod
+    def _stored(game: Any, item_id: str) -> PairwiseJudgment:
+        value = (game or {}).get("decision") if isinstance(game, dict) or game is None else None
+        if value in _VERDICTS:
+            return ok_judgment(_VERDICTS[value], item_id)
+        return failed_judgment(Status.BACKEND_ERROR if game is None else Status.PARSE_FAILURE,
+                               f"stored decision {value!r}", item_id)

@@ -14,8 +14,9 @@ from typing import Any, TextIO
 from brrm.errors import ConfigError
 from brrm.load import EMBEDDED_BUDGETS
 
-FLAG_ALIASES = {"max_new_tokens_per_turn": "--max-new-tokens", "format": "--input-format",
-                "recipe": "--recipe", "base_urls": "--base-url", "judge_chunk_size": "--chunk-size"}
+FLAG_ALIASES = {"max_new_tokens_per_turn": "--max-new-tokens", "base_urls": "--base-url",
+                "judge_chunk_size": "--chunk-size", "strip_history_reasoning": "--history-reasoning",
+                "strip_response_reasoning": "--keep-thinking", "strip_thinking": "--keep-thinking"}
 """Python names in error messages that the CLI shows as flags."""
 
 
@@ -203,7 +204,7 @@ def translate(message: str, parser: argparse.ArgumentParser) -> str:
     names = dict(FLAG_ALIASES)
     for action in _all_actions(parser):
         for opt in action.option_strings:
-            if opt.startswith("--"):
+            if opt.startswith("--") and "_" in action.dest:  # plain words ("principle") stay prose
                 names.setdefault(action.dest, opt)
     alternatives = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
     pattern = re.compile(r"(?<![\w-])(" + alternatives + r")(?![\w-])")

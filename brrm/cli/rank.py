@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     swap = bool(judge.info.options.get("swap")) and pairwise
     common.header(term, "rank", judge, len(records), args.input)
     cost = [judgments_per_group(strategy, len(r.responses), swap=swap) if pairwise else 0 for r in good]
-    print(f"strategy {strategy}{' with swap' if swap else ''}: {sum(cost)} pairwise judgments in total"
+    print(f"strategy {strategy}{' with swap' if swap else ''}: {sum(cost)} two-turn judgments in total"
           + (f" (e.g. {cost[0]} for a group of {len(good[0].responses)})" if pairwise else
              f"; {sum(len(r.responses) for r in good)} scalar rewards"), file=term)
     started = time.perf_counter()

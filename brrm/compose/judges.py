@@ -175,7 +175,7 @@ class PairwiseRewardJudge(_Base):
         convs = _groups(conversations, groups, references)
         strategy = check_strategy(strategy, pairwise=True, has_reference=references is not None)
         swap = False if strategy == "round_robin" else (self.swap if swap is None else check_bool("swap", swap))
-        plans = [GroupPlan(strategy, len(group)) for group in groups]
+        plans = [GroupPlan(strategy, len(group), swap=swap) for group in groups]
 
         def text(g: int, k: int) -> str:
             return groups[g][k] if k < len(groups[g]) else references[g]  # type: ignore[index]

@@ -6,6 +6,7 @@ strategy       judgments per group of N                     reward              
 scores         none (N scalar rewards; wins derived)        the model's own reward   model scale (-inf, inf)
 round_robin    N(N−1): every pair, both orders              adjusted win rate        [0, 1]
 circular       N: i vs i+1 (mod N), each shown first once   adjusted win rate        [0, 1]
+               (N = 2: the pair in both orders)
 reference      N: each response (as A) vs the reference     P(response ≻ reference)  [0, 1]
 knockout       N−1 matches (best-of-N bracket)              rounds won / rounds      [0, 1]
 =============  ===========================================  =======================  =======================
@@ -39,15 +40,16 @@ Pair = tuple[int, int]
 
 
 def judgments_per_group(strategy: str, n: int, *, swap: bool = False) -> int:
-    """Pairwise model judgments (each one two-turn BR-RM run) a strategy needs for a group of ``n``.
+    """Model judgments (each one two-turn BR-RM run, one presentation order) a strategy needs for a group of ``n``.
 
-    Example: circular with swap on a GRPO group of 8 is 16 judgments.
+    Example: circular with swap on a GRPO group of 8 is 16 judgments; round-robin is 56 with or without swap.
     """
-    if n < 2 and strategy != "scores":
+    if n < 2 or strategy == "scores":
         return 0
-    per = {"scores": 0, "round_robin": n * (n - 1), "circular": 2 if n == 2 else n, "reference": n,
-           "knockout": n - 1}[strategy]
-    return per * (2 if swap and strategy in ("circular", "reference", "knockout") else 1)
+    if strategy == "circular" and n == 2:
+        return 2  # one pair, both orders (as two judgments, or one with swap)
+    per = {"round_robin": n * (n - 1), "circular": n, "reference": n, "knockout": n - 1}[strategy]
+    return per * (2 if swap and strategy != "round_robin" else 1)
 
 
 def check_strategy(strategy: str, *, pairwise: bool, has_reference: bool) -> str:
@@ -74,8 +76,8 @@ class GroupPlan:
     Pair ``(i, j)`` shows response ``i`` as A and ``j`` as B; index ``n`` is the reference (``reference``).
     """
 
-    def __init__(self, strategy: str, n: int) -> None:
-        self.strategy, self.n = strategy, n
+    def __init__(self, strategy: str, n: int, *, swap: bool = False) -> None:
+        self.strategy, self.n, self.swap = strategy, n, swap
         self.pairs: list[Pair] = []
         self.judgments: list[PairwiseJudgment] = []
         self._alive = list(range(n))
@@ -91,7 +93,9 @@ class GroupPlan:
         if self.strategy == "round_robin":
             pairs = [(i, j) for i in range(self.n) for j in range(self.n) if i != j]
         elif self.strategy == "circular":
-            pairs = [(0, 1), (1, 0)] if self.n == 2 else [(i, (i + 1) % self.n) for i in range(self.n)]
+            pairs = [(i, (i + 1) % self.n) for i in range(self.n)]
+            if self.n == 2:  # one pair: both orders, unless each judgment already runs both
+                pairs = [(0, 1)] if self.swap else [(0, 1), (1, 0)]
         elif self.strategy == "reference":
             pairs = [(i, self.n) for i in range(self.n)]
         else:

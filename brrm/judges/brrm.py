@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from brrm.backends.base import Backend, Completion, GenerationRequest
-from brrm.errors import ConfigError
+from brrm.errors import ConfigError, TemplateError
 from brrm.judges import brrm_format as fmt
 from brrm.seeds import content_key, item_seed
 from brrm.templates import (
@@ -351,7 +351,11 @@ class BRRMJudge:
         reqs, todo = [], []
         for it in items:
             turn1 = render_brrm_turn1(it.conversation, it.first, it.second, self.config.context)
-            text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
+            try:
+                text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
+            except TemplateError as exc:  # this record's problem, not the batch's
+                it.retryable, it.result = False, self._failed(it, Status.INVALID_INPUT, str(exc))
+                continue
             it.p1_text, it.p1_ids = text, tuple(ids)
             plan = self._budget(it, len(it.p1_ids), 1)
             if plan:
@@ -388,13 +392,14 @@ class BRRMJudge:
 
         ``retokenize`` re-tokenizes the model's T1 text with the seam, as the released evaluation's
         re-tokenization of P1 + T1 does (T1's own ``<think>`` tokens stay special: the model wrote them);
-        ``concat`` keeps T1's ids and tokenizes only the seam.
+        ``concat`` keeps T1's ids (all of turn 1's KV is reused) except the last pre-token, which is tokenized
+        with the seam as the canonical tokenization would (``"]" + "\n"`` becomes the one token ``"]\n"``).
         """
         assert it.t1 is not None
-        seam = self.encoder.markup("\n" + self.continuation)
         if self.config.p2_tokenization == "retokenize":
             return it.p1_ids + tuple(self.encoder.markup(it.t1.text + "\n" + self.continuation))
-        return it.p1_ids + it.t1.token_ids + tuple(seam)
+        keep, tail = self.encoder.seam(it.t1.token_ids, it.t1.text)
+        return it.p1_ids + tuple(keep) + tuple(self.encoder.markup(tail + "\n" + self.continuation))
 
     def _generate(self, reqs: list[GenerationRequest], *, keep_kv: bool,
                   progress: Callable[[float], None] | None) -> list[Completion]:

@@ -129,6 +129,12 @@ def _dims_regex(max_dims: int = 3) -> str:
 _CLOSE = r"\n\["
 
 
+def _issues_block(cap: int) -> Pattern:
+    """A turn-1 critical-issues block: it starts with the space after "- Critical Issues:" (so the model writes
+    " None" as the one token its tokenizer makes of it, not a forced lone space and then "None")."""
+    return Pattern(" " + _FREE + _CLOSE, cap=cap, force="\n[", max_len=3)
+
+
 def _block(cap: int) -> Pattern:
     """Free text ended by ``\n[`` (the start of the next marker); forced closed after ``cap`` tokens."""
     return Pattern(_FREE + _CLOSE, cap=cap, force="\n[", max_len=2)
@@ -145,11 +151,11 @@ def turn1_program(think_budget: int, block_cap: int) -> Program:
     segments += [
         Literal("[Quality Assessment Focus]\n"),
         Pattern(_dims_regex() + _CLOSE, max_len=dims_max + 2),
-        Literal("End of Quality Assessment Focus]\n\n[Quality Analysis for Response 1]\n- Critical Issues: "),
-        _block(block_cap),
+        Literal("End of Quality Assessment Focus]\n\n[Quality Analysis for Response 1]\n- Critical Issues:"),
+        _issues_block(block_cap),
         Literal("End of Quality Analysis for Response 1]\n\n[Quality Analysis for Response 2]\n"
-                "- Critical Issues: "),
-        _block(block_cap),
+                "- Critical Issues:"),
+        _issues_block(block_cap),
         Literal("End of Quality Analysis for Response 2]"),
     ]
     return Program(tuple(segments))
@@ -164,7 +170,7 @@ def turn2_program(think_budget: int, block_cap: int) -> Program:
         Literal("The End of Analysis on Response 1]\n\n[The Begin of Analysis on Response 2]\n"),
         _block(block_cap),
         Literal("The End of Analysis on Response 2]\n\n[The Begin of Ranking Score]\n\\boxed{"),
-        Choice(("1", "2")),
+        Choice(("1", "2"), after="\\boxed{"),
         Literal("}\n[The End of Ranking Score]"),
     ]
     return Program(tuple(segments))

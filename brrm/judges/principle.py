@@ -1,20 +1,27 @@
 """RLBFF principle judges: the reward of a response is how strongly the model says it satisfies a principle.
 
-Formats (model facts from ``DESIGN.md`` §3 and the model cards; arXiv 2509.21319):
+Formats (``DESIGN.md`` §3; RLBFF, arXiv 2509.21319):
 
-* ``qwen3_genrm`` — nvidia/Qwen3-Nemotron-32B-GenRM-Principle: the conversation, the assistant response
-  under judgment, then one message with role ``principle``; generation prompt on. The model thinks and ends
-  with ``Final Judgement: Yes`` or ``… No``; reward = logit(" Yes") − logit(" No") (Qwen ids 7414 / 2308) at
-  the step that emits the judgement. On our backends that step is reached by a constraint program,
-  ``Think(budget) → "\\n{0,2}Final Judgement:" → Choice((" Yes", " No"))``, so it always exists and its raw
-  float32 logits are recorded.
-* ``llama_reward`` — nvidia/Llama-3.3-Nemotron-70B-Reward-Principle: the conversation, the response, then a
-  user turn asking whether the response satisfies the principle and to answer only Yes or No; reward =
-  logit("Yes") − logit("No") at the first generated token (a program of just ``Choice(("Yes", "No"))``).
+* ``qwen3_genrm`` — nvidia/Qwen3-Nemotron-32B-GenRM-Principle: the conversation, the assistant response under
+  judgment, then one message with role ``principle``; generation prompt on. The model thinks and ends with
+  ``Final Judgement: Yes`` or ``… No``. Default decoding ``card``: generate freely (the checkpoint's
+  generation config; up to 16,000 new tokens), then read the logits at the step before the final end-of-turn —
+  the step that emitted the judgement token — and reward = max(s_yes − s_max, −50) − max(s_no − s_max, −50),
+  with s_max the step's largest logit (our reading of the model card's usage code, which was not available
+  offline: the formula and the 16,000-token budget come from the project's issue 9, not from a copy of the card
+  in this repository). A generation that does not end in the " Yes" / " No" token is a ``parse_failure`` with
+  its text kept. ``reward="logit_diff"`` gives the raw s_yes − s_no instead. Decoding ``constrained`` reaches
+  the judgement through a constraint program, ``Think(budget) → "\\n{0,2}Final Judgement:" → Choice((" Yes",
+  " No"))``, so it always exists (brrm's own option, off the card's path).
+* ``llama_reward`` — nvidia/Llama-3.3-Nemotron-70B-Reward-Principle: the conversation, the response, then a user
+  turn with the card's question (:data:`LLAMA_QUESTION`); reward = logit("Yes") − logit("No") at the first
+  generated token (a program of just ``Choice(("Yes", "No"))``).
 
-The principle is required (the models document no default). Many principles per response are scored in
-one batch (:meth:`PrincipleJudge.score_principles`). Judgement tokens are looked up through the tokenizer
-at construction; a tokenizer that splits them is a :class:`~brrm.errors.ConfigError`.
+Label ids are the tokens the model would emit in position (:func:`brrm.constraints.label_token_id`): ``" Yes"`` /
+``" No"`` after ``"Final Judgement:"`` (Qwen ids 7414 / 2308), ``"Yes"`` / ``"No"`` at the start of the assistant
+turn; a label that is not one token there is a :class:`~brrm.errors.ConfigError`. The principle is required (the
+models document no default). Record text reaches the model through :mod:`brrm.tokens` (a response cannot forge a
+second ``principle`` turn).
 """
 
 from __future__ import annotations
@@ -24,8 +31,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brrm.backends.base import Backend, Completion, GenerationRequest
-from brrm.constraints import Choice, Pattern, Program, Think, single_token_id
+from brrm.constraints import Choice, Pattern, Program, Think
 from brrm.errors import ConfigError, TemplateError
+from brrm.judges.principle_format import (
+    CLAMP,
+    FORMATS,
+    JUDGEMENT_AFTER,
+    JUDGEMENT_OPTIONS,
+    JUDGEMENT_PATTERN,
+    LLAMA_QUESTION,
+    PRINCIPLE_ROLE,
+    card_reward,
+    check_principle_role,
+    generation_prompt_tail,
+    judgement_token_ids,
+    resolve_format,
+)
 from brrm.seeds import content_key, item_seed
 from brrm.templates import is_blank, strip_end_tokens, strip_reasoning, text_hash
 from brrm.tokens import encoder
@@ -37,61 +58,15 @@ from brrm.types import (
     ScalarReward,
     Status,
     check_bool,
+    check_choice,
     check_same_length,
 )
 
-FORMATS = ("qwen3_genrm", "llama_reward")
-"""Principle-judge formats; ``auto`` picks one from the model id (see :func:`resolve_format`)."""
+__all__ = ["CLAMP", "FORMATS", "LLAMA_QUESTION", "PrincipleConfig", "PrincipleJudge", "judgement_token_ids",
+           "resolve_format"]
 
-JUDGEMENT_OPTIONS = {"qwen3_genrm": (" Yes", " No"), "llama_reward": ("Yes", "No")}
-"""The judgement tokens of each format, (yes, no); each must be a single token of the model's tokenizer."""
-
-JUDGEMENT_PATTERN = r"\n{0,2}Final Judgement:"
-"""What the GenRM-Principle model writes after thinking, before the judgement token (model card)."""
-
-LLAMA_QUESTION = (
-    "Does the response above satisfy the following principle? Answer only Yes or No.\n\n"
-    "Principle: {principle}"
-)
-"""Default final user turn of ``llama_reward``. DESIGN.md §3 states its content (whether the response
-satisfies the principle; answer only Yes or No); the card's exact wording was not available offline, so
-pass ``PrincipleConfig(question=...)`` to match it verbatim. ``{principle}`` is replaced literally."""
-
-PRINCIPLE_ROLE = "principle"
-_MARKER = "BRRM-PRINCIPLE-ROLE-CHECK-7f3a"
-
-
-def resolve_format(fmt: str, name: str) -> str:
-    """The concrete format for ``fmt`` (``auto`` or one of :data:`FORMATS`) and model id ``name``.
-
-    Raises:
-        ConfigError: on an unknown format, or ``auto`` with an id that names neither released model.
-    """
-    if fmt != "auto":
-        if fmt not in FORMATS:
-            raise ConfigError(f"format {fmt!r} is not valid; expected auto or one of {', '.join(FORMATS)}")
-        return fmt
-    low = name.lower()
-    if "genrm-principle" in low:
-        return "qwen3_genrm"
-    if "reward-principle" in low:
-        return "llama_reward"
-    raise ConfigError(
-        f"cannot tell the principle format of {name!r}; pass format= one of {', '.join(FORMATS)}"
-    )
-
-
-def judgement_token_ids(tokenizer: Any, fmt: str) -> tuple[int, int]:
-    """The (yes, no) token ids of format ``fmt`` (Qwen3: 7414, 2308).
-
-    Raises:
-        ConfigError: when either option is not exactly one token of ``tokenizer``.
-    """
-    yes, no = JUDGEMENT_OPTIONS[fmt]
-    try:
-        return single_token_id(tokenizer, yes), single_token_id(tokenizer, no)
-    except ConfigError as exc:
-        raise ConfigError(f"format {fmt!r} reads the judgement from one token, but: {exc}") from None
+DECODINGS = ("card", "constrained")
+REWARDS = ("clamped", "logit_diff")
 
 
 @dataclass(frozen=True)
@@ -100,34 +75,39 @@ class PrincipleConfig:
 
     Attributes:
         format: ``auto`` or one of :data:`FORMATS`.
-        sampling: decoding of the thinking part (``qwen3_genrm``); default greedy (T=0, our choice: the
-            card's sampling was not available offline), at most ``max_new_tokens_per_turn`` new tokens and
-            ``max_total_tokens`` prompt + new tokens. Each item samples from a stream seeded by the base seed
-            and its stable key (id, content, principle; :mod:`brrm.seeds`).
+        sampling: decoding of the thinking part (``qwen3_genrm``); :func:`brrm.load` fills it from the checkpoint's
+            generation config (``card`` budgets: 16,000 new tokens) unless set. Each item samples from a stream
+            seeded by the base seed and its stable key (id, content, principle; :mod:`brrm.seeds`).
+        decoding: ``card`` (free generation, logits read at the judgement step; default) or ``constrained``
+            (a constraint program reaches the judgement) — ``qwen3_genrm`` only.
+        reward: ``clamped`` (max(s_yes − s_max, −50) − max(s_no − s_max, −50); default) or ``logit_diff``
+            (s_yes − s_no) — ``qwen3_genrm`` only; ``llama_reward`` is always logit("Yes") − logit("No").
         strip_thinking: remove a leading ``<think>…</think>`` block from each response (recorded per result).
         strip_history_reasoning: remove ``<think>`` blocks from earlier assistant turns (recorded).
         question: final user turn of ``llama_reward``; ``{principle}`` is replaced by the principle.
 
     Raises:
-        ConfigError: on an invalid format or a question without ``{principle}``.
+        ConfigError: on an invalid value (naming the field and its options).
     """
 
     format: str = "auto"
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
+    decoding: str = "card"
+    reward: str = "clamped"
     strip_thinking: bool = True
     strip_history_reasoning: bool = True
     question: str = LLAMA_QUESTION
 
     def __post_init__(self) -> None:
+        if self.format != "auto":
+            check_choice("format", self.format, FORMATS)
+        check_choice("decoding", self.decoding, DECODINGS)
+        check_choice("reward", self.reward, REWARDS)
         check_bool("strip_thinking", self.strip_thinking)
         check_bool("strip_history_reasoning", self.strip_history_reasoning)
         if not isinstance(self.sampling, SamplingConfig):
             raise ConfigError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
-        if self.format != "auto" and self.format not in FORMATS:
-            raise ConfigError(
-                f"format {self.format!r} is not valid; expected auto or one of {', '.join(FORMATS)}"
-            )
-        if "{principle}" not in self.question:
+        if not isinstance(self.question, str) or "{principle}" not in self.question:
             raise ConfigError("question must contain the placeholder {principle}")
 
 
@@ -139,6 +119,7 @@ class _Item:
     rid: str
     stripped: bool = False
     prompt: tuple[int, ...] = ()
+    generated: Completion | None = None
     result: ScalarReward | None = None
 
     def seed(self, base: int) -> int:
@@ -147,15 +128,15 @@ class _Item:
 
 
 class PrincipleJudge:
-    """An RLBFF principle reward model over a backend with constraint programs (implements ScalarRewardModel).
+    """An RLBFF principle reward model over a generating backend (a :class:`~brrm.types.ScalarRewardModel`).
 
     Args:
-        backend: a model runner whose ``generate`` runs :class:`brrm.constraints.Program` s and reports
-            Choice logits (the transformers backend does).
+        backend: a model runner that runs constraint programs and reports Choice logits.
         config: judge settings.
 
     Raises:
-        ConfigError: when the format cannot be resolved or " Yes"/" No" (or "Yes"/"No") are not single tokens.
+        ConfigError: when the format cannot be resolved, the backend cannot run programs, or the judgement labels are
+            not single tokens in position.
         TemplateError: when the ``qwen3_genrm`` chat template does not render a ``principle`` message.
     """
 
@@ -165,20 +146,19 @@ class PrincipleJudge:
         self.tokenizer = backend.tokenizer
         if not backend.capabilities.programs:
             raise ConfigError(f"the {backend.info.name} backend cannot run constraint programs, which principle "
-                              "judges need to reach the judgement step")
+                              "judges need to read the judgement logits")
         self.format = resolve_format(self.config.format, backend.info.model)
+        template = getattr(self.tokenizer, "chat_template", None)
+        if not template:
+            raise ConfigError(f"tokenizer of {backend.info.model!r} has no chat template; principle judges need one")
         self.encoder = encoder(self.tokenizer)
         self.end_texts = tuple({t for t in (self.tokenizer.convert_ids_to_tokens(backend.end_of_turn_id),
                                             self.tokenizer.eos_token) if t})
-        template = getattr(self.tokenizer, "chat_template", None)
-        if not template:
-            raise ConfigError(
-                f"tokenizer of {backend.info.model!r} has no chat template; principle judges need one"
-            )
         self.template_sha = text_hash(str(template))
         self.option_ids = judgement_token_ids(self.tokenizer, self.format)
         if self.format == "qwen3_genrm":
-            self._check_principle_role()
+            check_principle_role(self.tokenizer, self.backend.info.model, self.template_sha)
+        self.card = self.format == "qwen3_genrm" and self.config.decoding == "card"
         self.template_hash = text_hash(str(template), self.format, JUDGEMENT_PATTERN, self.config.question)
         self.info = JudgeInfo(model=backend.info.model, kind="principle", recipe=self.format,
                               backend=backend.info.name, chat_template_hash=self.template_sha,
@@ -187,41 +167,20 @@ class PrincipleJudge:
                               chunk_size=backend.capabilities.chunk_size)
 
     def _policies(self) -> dict[str, Any]:
-        return {"format": self.format, "strip_thinking": self.config.strip_thinking,
+        decoding = self.config.decoding if self.format == "qwen3_genrm" else "first_token"
+        reward = self.config.reward if self.format == "qwen3_genrm" else "logit_diff"
+        return {"format": self.format, "decoding": decoding, "reward": reward,
+                "strip_thinking": self.config.strip_thinking,
                 "strip_history_reasoning": self.config.strip_history_reasoning}
 
     def close(self) -> None:
         """Close the backend."""
         self.backend.close()
 
-    def _check_principle_role(self) -> None:
-        name = getattr(self.tokenizer, "name_or_path", "") or self.backend.info.model
-        where = f"the chat template of {name!r} (sha256 {self.template_sha})"
-        messages = [
-            {"role": "user", "content": "q"},
-            {"role": "assistant", "content": "a"},
-            {"role": PRINCIPLE_ROLE, "content": _MARKER},
-        ]
-        try:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception as exc:
-            raise TemplateError(f"{where} fails on a message with role 'principle': {exc}") from exc
-        if _MARKER not in text:
-            raise TemplateError(
-                f"{where} does not render messages with role 'principle' (it drops them); the "
-                "GenRM-Principle format needs the model's own template, which knows that role"
-            )
-
     # -------------------------------------------------------------------------------------------- public
-    def score(
-        self,
-        conversations: Sequence[Any],
-        responses: Sequence[str],
-        /,
-        *,
-        principles: str | Sequence[str] | None = None,
-        ids: Sequence[str] | None = None,
-    ) -> list[ScalarReward]:
+    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *,
+              principles: str | Sequence[str] | None = None,
+              ids: Sequence[str] | None = None) -> list[ScalarReward]:
         """Score each (conversation, response) against a principle; one reward per item, in input order.
 
         Args:
@@ -231,33 +190,29 @@ class PrincipleJudge:
             ids: optional record ids (N).
 
         Returns:
-            N rewards, logit(yes) − logit(no) (float32 logits), each with its principle, raw logits and
-            generated text. Empty responses are ``empty``; prompts that leave no room for the judgement are
-            ``truncated``; backend failures and non-finite logits are ``backend_error``.
+            N rewards (see the module docstring for each format's formula; float32 logits), each with its
+            principle, raw logits (``(s_yes, s_no)`` or ``(s_yes, s_no, s_max)``) and generated text. Empty
+            responses are ``empty``; prompts that leave no room are ``truncated``; a generation without a final
+            Yes/No is ``parse_failure``; a conversation the chat template rejects is ``invalid_input``; backend
+            failures and non-finite logits are ``backend_error``.
 
         Raises:
-            ConfigError: before any model call, on a missing principle, mismatched lengths, an invalid
-                conversation or a missing (None) response.
+            ConfigError: before any model call, on a missing principle, mismatched lengths, an invalid conversation
+                or a missing (None) response.
         """
         n = check_same_length(conversations=conversations, responses=responses)
         if principles is None:
-            raise ConfigError(
-                "a principle is required (e.g. principle='The response is factually correct.'); "
-                "principle models document no default"
-            )
+            raise ConfigError("a principle is required (e.g. principle='The response is factually correct.'); "
+                              "principle models document no default")
         chosen = [principles] * n if isinstance(principles, str) else list(principles)
         check_same_length(conversations=conversations, principles=chosen)
         rids = [str(x) for x in ids] if ids is not None else [""] * n
         check_same_length(conversations=conversations, ids=rids)
         return self._score_items([self._item(i, conversations[i], responses[i], chosen[i], rids[i]) for i in range(n)])
 
-    def score_principles(
-        self, conversations: Sequence[Any], responses: Sequence[str], principles: Sequence[str], /
-    ) -> list[list[ScalarReward]]:
-        """Score every response against every principle in one batch.
-
-        Returns:
-            ``out[i][k]`` = reward of response ``i`` under ``principles[k]`` (N × P).
+    def score_principles(self, conversations: Sequence[Any], responses: Sequence[str],
+                         principles: Sequence[str], /) -> list[list[ScalarReward]]:
+        """Score every response against every principle in one batch: ``out[i][k]`` (N × P).
 
         Raises:
             ConfigError: as :meth:`score`, or when ``principles`` is empty.
@@ -267,7 +222,7 @@ class PrincipleJudge:
             raise ConfigError("principles must be a non-empty list of strings")
         items = [self._item(i, conversations[i], responses[i], p, "") for i in range(n) for p in principles]
         flat = self._score_items(items)
-        return [flat[i * len(principles) : (i + 1) * len(principles)] for i in range(n)]
+        return [flat[i * len(principles):(i + 1) * len(principles)] for i in range(n)]
 
     # ---------------------------------------------------------------------------------------- internals
     def _item(self, pos: int, conversation: Any, response: Any, principle: Any, rid: str) -> _Item:
@@ -278,8 +233,7 @@ class PrincipleJudge:
             raise ConfigError(f"responses[{pos}] must be a string, got {type(response).__name__}")
         if not isinstance(principle, str) or not principle.strip():
             raise ConfigError(f"principle of item {pos} must be a non-empty string, got {principle!r}")
-        conv = Conversation.coerce(conversation, where=f"conversations[{pos}]")
-        return _Item(conv, response, principle, rid)
+        return _Item(Conversation.coerce(conversation, where=f"conversations[{pos}]"), response, principle, rid)
 
     def _messages(self, it: _Item, response: str) -> list[dict[str, Any]]:
         history = it.conversation.to_list()
@@ -290,26 +244,22 @@ class PrincipleJudge:
         messages = [*history, {"role": "assistant", "content": response}]
         if self.format == "qwen3_genrm":
             return [*messages, {"role": PRINCIPLE_ROLE, "content": it.principle}]
-        return [
-            *messages,
-            {"role": "user", "content": self.config.question.replace("{principle}", it.principle)},
-        ]
+        return [*messages, {"role": "user", "content": self.config.question.replace("{principle}", it.principle)}]
 
     def _program(self, budget: int) -> Program | None:
-        """The constraint program for ``budget`` new tokens, or None when the format does not fit."""
-        choice = Choice(JUDGEMENT_OPTIONS[self.format])
+        """The constraint program for ``budget`` new tokens (None when it does not fit); None-program = free."""
+        yes_no = JUDGEMENT_OPTIONS[self.format]
         if self.format == "llama_reward":
-            program = Program((choice,))
+            program = Program((Choice(yes_no, after=generation_prompt_tail(self.tokenizer)),))
             return program if program.max_tokens() <= budget else None
-        pattern = Pattern(JUDGEMENT_PATTERN, max_len=2 + len("Final Judgement:"))
+        choice = Choice(yes_no, after=JUDGEMENT_AFTER)
+        pattern = Pattern(JUDGEMENT_PATTERN, max_len=2 + len(JUDGEMENT_AFTER))
         think = budget - Program((Think(0), pattern, choice)).max_tokens()
         return Program((Think(think), pattern, choice)) if think >= 1 else None
 
     def _prepare(self, it: _Item) -> GenerationRequest | None:
         meta = self._meta(it)
-        text, it.stripped = (
-            strip_reasoning(it.response) if self.config.strip_thinking else (it.response, False)
-        )
+        text, it.stripped = strip_reasoning(it.response) if self.config.strip_thinking else (it.response, False)
         meta["thinking_stripped"] = it.stripped
         text = strip_end_tokens(text, self.end_texts)
         if is_blank(text):
@@ -325,43 +275,70 @@ class PrincipleJudge:
         s = self.config.sampling
         limit = min(s.max_total_tokens, self.backend.max_context)
         budget = min(s.max_new_tokens_per_turn, limit - len(it.prompt))
-        program = self._program(budget)
+        if self.card:
+            if budget >= 2:  # the judgement token and the end of turn, at least
+                return GenerationRequest(it.prompt, budget, seed=it.seed(s.seed))
+            program = None
+        else:
+            program = self._program(budget)
         if program is None:
             it.result = ScalarReward.failed(
-                Status.TRUNCATED,
-                f"prompt has {len(it.prompt)} tokens, leaving {max(budget, 0)} new tokens under "
-                f"the {limit}-token limit: too few for the {self.format} judgement",
-                truncated=True,
-                **meta,
-            )
+                Status.TRUNCATED, f"prompt has {len(it.prompt)} tokens, leaving {max(budget, 0)} new tokens under the "
+                f"{limit}-token limit: too few for the {self.format} judgement", truncated=True, **meta)
             return None
         return GenerationRequest(it.prompt, min(budget, program.max_tokens()), seed=it.seed(s.seed), program=program)
 
     def _score_items(self, items: list[_Item]) -> list[ScalarReward]:
-        reqs, todo = [], []
-        for it in items:
-            req = self._prepare(it)
-            if req is not None:
-                reqs.append(req)
-                todo.append(it)
-        if reqs:
+        todo = [(it, req) for it in items if (req := self._prepare(it)) is not None]
+        if todo:
             s = self.config.sampling
-            completions = self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p)
-            for it, comp in zip(todo, completions, strict=True):
-                it.result = self._finish(it, comp)
+            comps = self.backend.generate([req for _, req in todo], temperature=s.temperature, top_p=s.top_p,
+                                          keep_kv=self.card and self.backend.capabilities.kv_reuse)
+            if self.card:
+                self._read_judgement_steps([it for it, _ in todo], comps)
+            else:
+                for (it, _), comp in zip(todo, comps, strict=True):
+                    it.result = self._finish(it, comp)
         return [it.result for it in items if it.result is not None]
+
+    def _read_judgement_steps(self, items: list[_Item], comps: list[Completion]) -> None:
+        """``card``: a second one-step request per item re-reads the logits where the judgement token was emitted."""
+        reqs, pending = [], []
+        for it, comp in zip(items, comps, strict=True):
+            it.generated = comp
+            meta = {**self._meta(it), "input_tokens": len(it.prompt), "text": comp.text}
+            if comp.finish_reason == "error":
+                it.result = ScalarReward.failed(Status.BACKEND_ERROR, comp.error or "backend error", **meta)
+            elif comp.finish_reason == "length":
+                it.result = ScalarReward.failed(Status.TRUNCATED, f"the generation used its {len(comp.token_ids)}-"
+                                                "token budget without ending its turn", truncated=True, **meta)
+            elif not comp.token_ids or comp.token_ids[-1] not in self.option_ids:
+                it.result = ScalarReward.failed(Status.PARSE_FAILURE, "the generation does not end in the Yes/No "
+                                                "judgement token (text kept)", **meta)
+            else:
+                program = Program((Choice(JUDGEMENT_OPTIONS[self.format], after=JUDGEMENT_AFTER, with_max=True),))
+                reqs.append(GenerationRequest(it.prompt + comp.token_ids[:-1], program.max_tokens(), seed=0,
+                                              program=program))
+                pending.append(it)
+        if not reqs:
+            return
+        for it, step in zip(pending, self.backend.generate(reqs, temperature=0.0, top_p=1.0), strict=True):
+            assert it.generated is not None
+            it.result = self._card_result(it, it.generated, step)
+
+    def _card_result(self, it: _Item, comp: Completion, step: Completion) -> ScalarReward:
+        meta = {**self._meta(it), "input_tokens": len(it.prompt), "text": comp.text}
+        if step.finish_reason == "error" or not step.choice_logits:
+            return ScalarReward.failed(Status.BACKEND_ERROR, step.error or "no judgement logits were reported", **meta)
+        yes, no, top = step.choice_logits[-1][:3]
+        value = card_reward(yes, no, top) if self.config.reward == "clamped" else yes - no
+        return ScalarReward(value, Status.OK, logits=(yes, no, top), **meta)
 
     def _meta(self, it: _Item) -> dict[str, Any]:
         s = self.config.sampling
-        prov = Provenance(
-            model=self.backend.info.model,
-            backend=self.backend.info.name,
-            template_hash=self.template_hash,
-            sampling=s,
-            seed=it.seed(s.seed),
-            decoding="constrained",
-            policies=self._policies(),
-        )
+        prov = Provenance(model=self.backend.info.model, backend=self.backend.info.name,
+                          template_hash=self.template_hash, sampling=s, seed=it.seed(s.seed),
+                          decoding="free" if self.card else "constrained", policies=self._policies())
         return {"id": it.rid, "principle": it.principle, "thinking_stripped": it.stripped, "provenance": prov}
 
     def _finish(self, it: _Item, comp: Completion) -> ScalarReward:
@@ -369,11 +346,8 @@ class PrincipleJudge:
         if comp.finish_reason == "error":
             return ScalarReward.failed(Status.BACKEND_ERROR, comp.error or "backend error", **meta)
         if not comp.choice_logits:
-            why = (
-                "generation ended before the judgement token"
-                if comp.finish_reason == "length"
-                else "the backend reported no judgement logits (it must run constraint programs)"
-            )
+            why = ("generation ended before the judgement token" if comp.finish_reason == "length"
+                   else "the backend reported no judgement logits (it must run constraint programs)")
             status = Status.TRUNCATED if comp.finish_reason == "length" else Status.BACKEND_ERROR
             return ScalarReward.failed(status, why, **meta)
         yes, no = comp.choice_logits[-1][:2]

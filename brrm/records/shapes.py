@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from brrm.errors import ConfigError
@@ -39,7 +39,7 @@ class PairRecord:
     response_a: str
     response_b: str
     label: Verdict = Verdict.NONE
-    row: Mapping[str, Any] | None = None
+    row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class ScalarRecord:
     conversation: Conversation
     response: str
     principle: str = ""
-    row: Mapping[str, Any] | None = None
+    row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class GroupRecord:
     conversation: Conversation
     responses: tuple[str, ...]
     reference: str = ""
-    row: Mapping[str, Any] | None = None
+    row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 Record = PairRecord | ScalarRecord | GroupRecord

@@ -24,7 +24,8 @@ pytest.importorskip("vllm")
 from brrm.backends.base import GenerationRequest  # noqa: E402
 from brrm.cli import main  # noqa: E402
 from brrm.constraints import Choice, Literal, Pattern, Program, Think  # noqa: E402
-from brrm.judges.brrm import BRRMConfig, BRRMJudge  # noqa: E402
+from brrm.judges.brrm import BRRMConfig
+from brrm.testing import brrm_judge  # noqa: E402
 from brrm.types import SamplingConfig, Status  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.vllm.conftest import BLOCK, ENGINE  # noqa: E402
@@ -97,8 +98,8 @@ CONSTRAINED = BRRMConfig(decoding="constrained", thinking="on", block_token_cap=
 def test_remote_judge_equals_transformers_and_hits_the_prefix_cache(remote, hf_backend, server):
     assert remote.max_context == ENGINE["max_model_len"] and remote.info.name == "openai"
     convs, a, b = _pairs()
-    got = BRRMJudge(remote, CONSTRAINED).judge_pairs(convs, a, b)
-    ref = BRRMJudge(hf_backend, CONSTRAINED).judge_pairs(convs, a, b)
+    got = brrm_judge(remote, CONSTRAINED).judge_pairs(convs, a, b)
+    ref = brrm_judge(hf_backend, CONSTRAINED).judge_pairs(convs, a, b)
     for g, r in zip(got, ref, strict=True):
         assert g.status is Status.OK and g.provenance.backend == "openai"
         assert (g.winner, g.turn1_text, g.turn2_text) == (r.winner, r.turn1_text, r.turn2_text)
@@ -143,10 +144,10 @@ def test_two_base_urls_share_the_work_with_prefix_affinity(server, tiny_lm_dir, 
     backend.transport.once = spy
     try:
         convs, a, b = _pairs()
-        got = BRRMJudge(backend, CONSTRAINED).judge_pairs(convs[:4], a[:4], b[:4])
+        got = brrm_judge(backend, CONSTRAINED).judge_pairs(convs[:4], a[:4], b[:4])
     finally:
         backend.close()
-    ref = BRRMJudge(hf_backend, CONSTRAINED).judge_pairs(convs[:4], a[:4], b[:4])
+    ref = brrm_judge(hf_backend, CONSTRAINED).judge_pairs(convs[:4], a[:4], b[:4])
     assert [g.winner for g in got] == [r.winner for r in ref]
     assert {base for base, _ in sent} == set(backend.transport.base_urls)
     for base, prompt in sent:  # a prompt extending an earlier one (next phase, turn 2) stays on its server

@@ -19,7 +19,8 @@ pytest.importorskip("vllm")
 from brrm.backends.base import GenerationRequest  # noqa: E402
 from brrm.constraints import Choice, Literal, Pattern, Program, Think  # noqa: E402
 from brrm.errors import ConfigError  # noqa: E402
-from brrm.judges.brrm import BRRMConfig, BRRMJudge  # noqa: E402
+from brrm.judges.brrm import BRRMConfig
+from brrm.testing import brrm_judge  # noqa: E402
 from brrm.types import SamplingConfig, Status  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.vllm.conftest import BLOCK, ENGINE, close_engine  # noqa: E402
@@ -182,8 +183,8 @@ JUDGE_MODES = {
 def test_judge_end_to_end_equals_transformers(vb, hf_backend, mode):
     cfg = JUDGE_MODES[mode]
     convs, a, b = _pairs()
-    got = BRRMJudge(vb, cfg).judge_pairs(convs, a, b)
-    ref = BRRMJudge(hf_backend, cfg).judge_pairs(convs, a, b)
+    got = brrm_judge(vb, cfg).judge_pairs(convs, a, b)
+    ref = brrm_judge(hf_backend, cfg).judge_pairs(convs, a, b)
     for g, r in zip(got, ref, strict=True):
         assert (g.winner, g.status, g.turn1_text, g.turn2_text) == (r.winner, r.status, r.turn1_text, r.turn2_text)
         assert g.provenance.backend == "vllm"

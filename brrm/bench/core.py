@@ -1,0 +1,349 @@
+"""What every benchmark shares: items, the presentations a judge saw, per-item results, score tables.
+
+A benchmark item holds a conversation, its candidate responses and the comparisons the benchmark asks for
+(:class:`Pair`: is response ``i`` better than response ``j``, with the gold verdict in that frame). The
+benchmark's protocol decides how each pair is *presented* to the judge (:class:`Shown`: given order, the
+swapped order, or both); the judge's verdict is kept in the presented frame and mapped back to the pair frame
+by enum arithmetic (:meth:`Shown.verdict`). Scalar reward models score each response once
+(:attr:`ItemResult.rewards`) and every presentation is derived from those rewards, so the same metric code
+scores both model kinds. Scores are :class:`Row` values in percent with ties and failures counted apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from brrm.compose.pairwise import pairwise_from_rewards
+from brrm.compose.swap import combine, mirror
+from brrm.errors import ConfigError
+from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
+
+ORDER_POLICIES = ("both", "given", "random")
+"""How a benchmark presents each pair: ``both`` orders (each judged, each scored), the ``given`` order only, or
+one order drawn at ``random`` once per pair from the order seed (:func:`random_swap`)."""
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One comparison an item asks for, in the pair frame (response ``i`` is A, response ``j`` is B).
+
+    Attributes:
+        i, j: indices into :attr:`BenchItem.responses`, ``i != j``.
+        gold: the benchmark's label in this frame: ``A`` (i is better), ``B`` (j is better) or ``TIE``.
+    """
+
+    i: int
+    j: int
+    gold: Verdict
+
+    def __post_init__(self) -> None:
+        if self.i == self.j or min(self.i, self.j) < 0:
+            raise ConfigError(f"a pair compares two different responses, got ({self.i}, {self.j})")
+        if self.gold not in (Verdict.A, Verdict.B, Verdict.TIE):
+            raise ConfigError(f"a pair's gold must be A, B or tie, got {self.gold!r}")
+
+
+@dataclass(frozen=True)
+class BenchItem:
+    """One benchmark item.
+
+    Attributes:
+        id: unique within the benchmark (keys sampler streams, random presentation orders and resumed runs).
+        subset: the benchmark subset it belongs to (a folder, file, domain or category of the benchmark).
+        conversation: a prompt string or a list of ``{"role", "content"}`` messages ending with a user turn.
+        responses: the candidate responses (2 for a pair, 6 for RM-Bench's 3 styles x chosen/rejected, N for
+            best-of-N lists).
+        pairs: the comparisons the benchmark asks for.
+        meta: JSON-ready fields the metric needs (category, scenario, style indices, …).
+    """
+
+    id: str
+    subset: str
+    conversation: Any
+    responses: tuple[str, ...]
+    pairs: tuple[Pair, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.pairs:
+            if max(p.i, p.j) >= len(self.responses):
+                raise ConfigError(f"item {self.id!r}: pair ({p.i}, {p.j}) but only {len(self.responses)} responses")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, without the texts (the per-item output file keeps ids, labels and verdicts)."""
+        return {"id": self.id, "subset": self.subset, "n_responses": len(self.responses),
+                "pairs": [[p.i, p.j, p.gold.value] for p in self.pairs], "meta": dict(self.meta)}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One presentation of a pair to the judge.
+
+    Attributes:
+        pair: index into :attr:`BenchItem.pairs`.
+        swapped: False: response ``i`` was shown first (as A); True: response ``j`` was.
+        judgment: the judge's result in the presented frame (A = the response shown first).
+    """
+
+    pair: int
+    swapped: bool
+    judgment: PairwiseJudgment
+
+    @property
+    def verdict(self) -> Verdict:
+        """The verdict in the pair frame (A = response ``i``); ``NONE`` when the judgment failed."""
+        if not self.judgment.ok:
+            return Verdict.NONE
+        return self.judgment.winner.mirrored() if self.swapped else self.judgment.winner
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """Everything the judge said about one item.
+
+    Attributes:
+        item: the item.
+        shown: every presentation, in the order the protocol listed them.
+        rewards: scalar reward models: one reward per response (the presentations are derived from them);
+            empty for pairwise judges.
+    """
+
+    item: BenchItem
+    shown: tuple[Shown, ...]
+    rewards: tuple[ScalarReward, ...] = ()
+
+    @property
+    def scalar(self) -> bool:
+        """Whether a scalar reward model produced it (its verdicts come from rewards, not a pairwise judge)."""
+        return bool(self.rewards)
+
+    def presentations(self, pair: int) -> tuple[Shown, ...]:
+        """The presentations of one pair, in protocol order."""
+        return tuple(s for s in self.shown if s.pair == pair)
+
+    def verdict(self, pair: int) -> Verdict:
+        """One verdict per pair in the pair frame: the single presentation's, or both orders combined
+        (:func:`brrm.compose.combine`: agreement gives that winner, disagreement a tie, a failed order NONE)."""
+        shown = self.presentations(pair)
+        if len(shown) == 1:
+            return shown[0].verdict
+        if len(shown) != 2 or shown[0].swapped == shown[1].swapped:
+            raise ConfigError(f"item {self.item.id!r} pair {pair}: expected one presentation or both orders")
+        fwd, rev = (s.judgment if not s.swapped else mirror(s.judgment) for s in shown)
+        both = combine(fwd, rev)
+        return both.winner if both.ok else Verdict.NONE
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a score table.
+
+    Attributes:
+        name: a subset, category or aggregate (``Overall``) as the benchmark names it.
+        score: the benchmark's main figure in percent, [0, 100]; NaN when nothing could be scored.
+        n: items behind it.
+        ties: presentations that ended in a tie (counted apart; how they score is the benchmark's rule).
+        failures: presentations without a verdict (parse failure, truncation, backend error).
+        extra: further official figures (consistency, easy/normal/hard, LLMBar statistics, …), JSON-ready.
+    """
+
+    name: str
+    score: float
+    n: int
+    ties: int = 0
+    failures: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; an undefined figure (NaN, e.g. a kappa with one class) is ``null``."""
+        return {"name": self.name, "score": json_ready(self.score), "n": self.n, "ties": self.ties,
+                "failures": self.failures, **({"extra": json_ready(dict(self.extra))} if self.extra else {})}
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with every NaN float (nested in dicts and lists too) replaced by None (strict JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a run cost.
+
+    Attributes:
+        judgments: model calls: ordered pairwise judgments, or responses scored by a scalar model.
+        generated_tokens: tokens generated over all judgments (0 for scalar reward models: not measured).
+        prompt_tokens: tokens read (prompts of every turn, or scored inputs).
+        seconds: wall time of the judging, in seconds.
+        unit: what ``judgments`` counts: ``judgments`` (pairwise judges) or ``rewards`` (scalar models).
+    """
+
+    judgments: int
+    generated_tokens: int
+    prompt_tokens: int
+    seconds: float
+    unit: str = "judgments"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {self.unit: self.judgments, "generated_tokens": self.generated_tokens,
+                "prompt_tokens": self.prompt_tokens, "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """A benchmark's scores.
+
+    Attributes:
+        benchmark: registry name (``llmbar``, ``rm-bench``, …).
+        metric: what ``score`` means, in words (e.g. "accuracy, two-game rule, %").
+        rows: per-subset rows, then aggregate rows, as the official script reports them.
+        headline: the name of the row that is the benchmark's overall number.
+        notes: caveats (missing data, rules that differ from an official script, ties and failures).
+        cost: what the run cost (None for a replay of stored outputs).
+        judge: the judge's :class:`~brrm.types.JudgeInfo` as a dict (empty for a replay of official files).
+    """
+
+    benchmark: str
+    metric: str
+    rows: tuple[Row, ...]
+    headline: str
+    notes: tuple[str, ...] = ()
+    cost: Cost | None = None
+    judge: Mapping[str, Any] = field(default_factory=dict)
+
+    def row(self, name: str) -> Row:
+        """The row called ``name``.
+
+        Raises:
+            ConfigError: when there is none (listing the rows).
+        """
+        for r in self.rows:
+            if r.name == name:
+                return r
+        raise ConfigError(f"no row {name!r}; rows: {', '.join(r.name for r in self.rows)}")
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Row name -> score (percent)."""
+        return {r.name: r.score for r in self.rows}
+
+    @property
+    def overall(self) -> float:
+        """The headline row's score (percent)."""
+        return self.row(self.headline).score
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"benchmark": self.benchmark, "metric": self.metric, "headline": self.headline,
+                "overall": json_ready(self.overall),
+                "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes),
+                "cost": self.cost.to_dict() if self.cost else None, "judge": dict(self.judge)}
+
+
+def random_swap(seed: int, item_id: str, pair: int) -> bool:
+    """Whether pair ``pair`` of item ``item_id`` is shown swapped, drawn once from the order seed.
+
+    A fair coin from sha256 over (seed, item id, pair index): the same record gets the same order in any batch,
+    chunk or subset selection (official scripts draw from an unseeded or shared global RNG instead, so their
+    orders cannot be reproduced; the *rule*, one random order per comparison, is theirs).
+    """
+    digest = hashlib.sha256(f"{seed}\0{item_id}\0{pair}".encode("utf-8", "surrogatepass")).digest()
+    return bool(digest[0] & 1)
+
+
+def presentations(policy: str, item: BenchItem, *, seed: int = 0) -> list[tuple[int, bool]]:
+    """The (pair, swapped) presentations an item's pairs get under an order policy.
+
+    Raises:
+        ConfigError: for a policy outside :data:`ORDER_POLICIES`.
+    """
+    if policy not in ORDER_POLICIES:
+        raise ConfigError(f"order policy {policy!r} is not valid; expected one of {', '.join(ORDER_POLICIES)}")
+    out: list[tuple[int, bool]] = []
+    for k in range(len(item.pairs)):
+        if policy == "both":
+            out += [(k, False), (k, True)]
+        else:
+            out.append((k, random_swap(seed, item.id, k) if policy == "random" else False))
+    return out
+
+
+def tally(results: Iterable[ItemResult], *, per_pair: bool = False) -> tuple[int, int]:
+    """(ties, failures) over every presentation of the results, or over every pair's single verdict
+    (``per_pair``: both orders combined, a position-inconsistent pair counting as a tie)."""
+    ties = failures = 0
+    for r in results:
+        if per_pair:
+            verdicts = [r.verdict(k) for k in range(len(r.item.pairs))]
+        else:
+            verdicts = [s.judgment.winner if s.judgment.ok else Verdict.NONE for s in r.shown]
+        ties += sum(v is Verdict.TIE for v in verdicts)
+        failures += sum(v is Verdict.NONE for v in verdicts)
+    return ties, failures
+
+
+def percent(numerator: float, denominator: float) -> float:
+    """100 · numerator / denominator; NaN when the denominator is 0 (nothing to score)."""
+    return 100.0 * numerator / denominator if denominator else math.nan
+
+
+def mean(values: Sequence[float]) -> float:
+    """Arithmetic mean; NaN for no values or any NaN value (a missing part is never silently dropped)."""
+    return sum(values) / len(values) if values and not any(math.isnan(v) for v in values) else math.nan
+
+
+def row(name: str, score: float, results: Sequence[ItemResult], *, per_pair: bool = False, **extra: Any) -> Row:
+    """A :class:`Row` over ``results`` with its ties and failures counted (see :func:`tally`)."""
+    ties, failures = tally(results, per_pair=per_pair)
+    return Row(name, score, len(results), ties, failures, extra)
+
+
+def pair_row(name: str, score: float, results: Sequence[ItemResult], **extra: Any) -> Row:
+    """A :class:`Row` whose ties and failures are counted per pair verdict (benchmarks scoring one verdict per
+    pair, where ``orders="both"`` combines the two orders first)."""
+    return row(name, score, results, per_pair=True, **extra)
+
+
+def group(results: Iterable[ItemResult], key: Any) -> dict[str, list[ItemResult]]:
+    """Results grouped by ``key(result)``, groups in first-seen order."""
+    out: dict[str, list[ItemResult]] = {}
+    for r in results:
+        out.setdefault(key(r), []).append(r)
+    return out
+
+
+def failed_judgment(status: Status, reason: str, item_id: str = "") -> PairwiseJudgment:
+    """A judgment without a verdict (a stored output that could not be parsed, a missing game)."""
+    return PairwiseJudgment(Verdict.NONE, status, reason, id=item_id, attempts=0)
+
+
+def ok_judgment(winner: Verdict, item_id: str = "", reason: str = "") -> PairwiseJudgment:
+    """A judgment with a verdict, as read back from stored outputs (no model call here)."""
+    return PairwiseJudgment(winner, Status.OK, reason, id=item_id, attempts=0)
+
+
+def shown_from_rewards(item: BenchItem, rewards: Sequence[ScalarReward], plan: Sequence[tuple[int, bool]], *,
+                       margin: float = 0.0) -> tuple[Shown, ...]:
+    """Presentations of a scalar reward model, derived from one reward per response (no model call):
+    σ(r_first − r_second), a tie when |Δ| ≤ ``margin`` (how a tie scores is the benchmark's rule).
+
+    Raises:
+        ConfigError: when there is not one reward per response.
+    """
+    if len(rewards) != len(item.responses):
+        raise ConfigError(f"item {item.id!r}: {len(rewards)} rewards for {len(item.responses)} responses")
+    out = []
+    for k, swapped in plan:
+        p = item.pairs[k]
+        first, second = (p.j, p.i) if swapped else (p.i, p.j)
+        judged = pairwise_from_rewards(rewards[first], rewards[second], margin=margin, id=item.id)
+        out.append(Shown(k, swapped, judged))
+    return tuple(out)

@@ -1,0 +1,210 @@
+"""Benchmark outputs: per-item judgments (JSONL), the run's settings, the result (JSON, Markdown) and the table.
+
+An output folder holds ``run.json`` (benchmark, subsets, orders, order seed, data source and the judge's
+identity), ``judgments.jsonl`` (one line per item: ids, labels, every presentation's judgment, rewards),
+``result.json`` and ``result.md``. ``judgments.jsonl`` is written chunk by chunk, so an interrupted run resumes
+from it when the same command is run again (same benchmark and judge; :func:`check_resume`), and any brrm output
+replays through ``brrm bench NAME --predictions judgments.jsonl`` (:func:`read_items`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Shown
+from brrm.errors import ConfigError
+from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
+
+RUN_FILE, ITEMS_FILE, RESULT_JSON, RESULT_MD = "run.json", "judgments.jsonl", "result.json", "result.md"
+
+IDENTITY = ("model", "kind", "recipe", "backend", "template_hash", "options")
+"""Judge fields that must match for a run to resume from an earlier one's judgments."""
+
+
+def item_row(result: ItemResult) -> dict[str, Any]:
+    """One ``judgments.jsonl`` line: the item (no texts), each presentation's full judgment, the rewards."""
+    return {**result.item.to_dict(),
+            "presentations": [{"pair": s.pair, "swapped": s.swapped, "judgment": s.judgment.to_dict()}
+                              for s in result.shown],
+            "rewards": [r.to_dict() for r in result.rewards]}
+
+
+def write_items(handle: IO[str], results: Sequence[ItemResult]) -> None:
+    """Append results as JSON lines and flush (a crash loses at most the chunk being judged)."""
+    for r in results:
+        handle.write(json.dumps(item_row(r), ensure_ascii=False) + "\n")
+    handle.flush()
+
+
+def _judgment(d: Mapping[str, Any]) -> PairwiseJudgment:
+    p_a = d.get("p_a")
+    return PairwiseJudgment(Verdict(d["winner"]), Status(d["status"]), d.get("reason", ""), id=d.get("id", ""),
+                            p_a=math.nan if p_a is None else float(p_a),
+                            prompt_tokens=int(d.get("prompt_tokens", 0)),
+                            generated_tokens=int(d.get("generated_tokens", 0)), attempts=int(d.get("attempts", 1)))
+
+
+def _reward(d: Mapping[str, Any]) -> ScalarReward:
+    value = d.get("reward")
+    return ScalarReward(math.nan if value is None else float(value), Status(d["status"]), d.get("reason", ""),
+                        id=d.get("id", ""), input_tokens=int(d.get("input_tokens", 0)))
+
+
+def parse_item(row: Mapping[str, Any]) -> ItemResult:
+    """An :class:`ItemResult` from a ``judgments.jsonl`` line (texts are not stored: responses come back empty).
+
+    Raises:
+        ConfigError: for a line that is not a brrm benchmark output.
+    """
+    try:
+        item = BenchItem(str(row["id"]), str(row["subset"]), "", ("",) * int(row["n_responses"]),
+                         tuple(Pair(int(i), int(j), Verdict(g)) for i, j, g in row["pairs"]), dict(row["meta"]))
+        shown = tuple(Shown(int(s["pair"]), bool(s["swapped"]), _judgment(s["judgment"]))
+                      for s in row["presentations"])
+        rewards = tuple(_reward(r) for r in row.get("rewards") or ())
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"not a brrm benchmark output line ({type(exc).__name__}: {exc})") from None
+    return ItemResult(item, shown, rewards)
+
+
+def is_brrm_output(path: Path) -> bool:
+    """Whether a file's first line is a brrm ``judgments.jsonl`` line."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            first = next((ln for ln in handle if ln.strip()), "")
+        row = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(row, dict) and "presentations" in row and "pairs" in row
+
+
+def read_items(path: Path) -> list[ItemResult]:
+    """Every item of a ``judgments.jsonl`` (a truncated last line of an interrupted run is dropped).
+
+    Raises:
+        ConfigError: naming the file and line of a malformed line elsewhere.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = []
+    for k, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(parse_item(json.loads(line)))
+        except (ValueError, ConfigError) as exc:
+            if k == len(lines):
+                break  # the line being written when the run stopped
+            raise ConfigError(f"{path} line {k}: {exc}") from None
+    return out
+
+
+def keep_complete_lines(path: Path) -> None:
+    """Rewrite ``path`` without a last line an interruption cut short (complete lines stay byte for byte), so a
+    resumed run can append to it."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    while lines:
+        try:
+            json.loads(lines[-1])
+            break
+        except ValueError:
+            lines.pop()
+    path.write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines), encoding="utf-8")
+
+
+def run_settings(bench: Any, judge_info: Mapping[str, Any], *, subsets: Sequence[str], orders: str, seed: int,
+                 source: str | None, limit: int | None) -> dict[str, Any]:
+    """What ``run.json`` records (and what a resumed run must match)."""
+    return {"benchmark": bench.name, "subsets": list(subsets), "orders": orders, "order_seed": seed,
+            "data": source, "limit": limit, "judge": {k: judge_info.get(k) for k in IDENTITY}}
+
+
+def check_resume(folder: Path, settings: Mapping[str, Any]) -> dict[str, ItemResult]:
+    """Results an earlier, interrupted run of the same settings left in ``folder`` (empty for a new folder).
+
+    Raises:
+        ConfigError: when the folder holds a run of another benchmark, protocol or judge.
+    """
+    run_file, items_file = folder / RUN_FILE, folder / ITEMS_FILE
+    if not run_file.exists():
+        return {}
+    earlier = json.loads(run_file.read_text(encoding="utf-8"))
+    now = json.loads(json.dumps(settings))  # compared as stored (tuples become lists)
+    same = {k: earlier.get(k) == v for k, v in now.items() if k not in ("subsets", "limit")}
+    if not all(same.values()):
+        differ = ", ".join(k for k, ok in same.items() if not ok)
+        raise ConfigError(f"--output {str(folder)!r} holds a run with other settings ({differ}); use another folder "
+                          "or remove it")
+    return {r.item.id: r for r in read_items(items_file)} if items_file.exists() else {}
+
+
+def published_figure(bench: Any, model: str | None) -> float | None:
+    """The model card's figure for this benchmark when the model is a known checkpoint (:data:`brrm.recipes.KNOWN`)."""
+    from brrm.recipes import known_recipe
+
+    recipe = known_recipe(model) if model else None
+    if recipe is None or not bench.published_key:
+        return None
+    return dict(recipe.published).get(bench.published_key)
+
+
+def _fmt(x: Any) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+
+def _details(extra: Mapping[str, Any]) -> str:
+    """The row's further official figures that are plain numbers (nested tables stay in result.json)."""
+    parts = [f"{k} {_fmt(v) if isinstance(v, float) else v}" for k, v in extra.items()
+             if isinstance(v, int | float) and not isinstance(v, bool)]
+    return "; ".join(parts)
+
+
+def table_lines(result: BenchResult, published: float | None = None, *, markdown: bool = False) -> list[str]:
+    """The score table: one line per row (score, items, ties, failures, further official figures), the headline
+    row next to the model card's published figure when there is one."""
+    head = ["row", "score", "n", "ties", "failures", "details"]
+    body = [[r.name, _fmt(r.score), str(r.n), str(r.ties), str(r.failures), _details(r.extra)] for r in result.rows]
+    if published is not None:
+        head.append("published (model card)")
+        for r, b in zip(result.rows, body, strict=True):
+            b.append(_fmt(published) if r.name == result.headline else "")
+    if markdown:
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    return ["  ".join(x[i].ljust(widths[i]) if i in (0, 5) else x[i].rjust(widths[i]) for i in range(len(head)))
+            .rstrip() for x in [head, *body]]
+
+
+def cost_line(result: BenchResult) -> str:
+    """Judgments, generated tokens and wall time of a run (empty for a replay)."""
+    c = result.cost
+    if c is None:
+        return ""
+    rate = f"{c.judgments / c.seconds:.2f}" if c.seconds > 0 else "n/a"
+    generated = f"{c.generated_tokens} generated tokens" if c.unit == "judgments" else "no generation measured"
+    return (f"cost: {c.judgments} {c.unit}, {generated}, {c.prompt_tokens} prompt tokens, {c.seconds:.1f} s wall "
+            f"({rate} {c.unit}/s)")
+
+
+def markdown(result: BenchResult, published: float | None = None) -> str:
+    """``result.md``: the table, the metric, the cost and the notes."""
+    judge = result.judge.get("model", "replayed outputs")
+    lines = [f"# {result.benchmark}: {judge}", "", f"Metric: {result.metric}. Headline: **{result.headline}**.", "",
+             *table_lines(result, published, markdown=True), ""]
+    if result.cost is not None:
+        lines += [cost_line(result), ""]
+    lines += [f"- {note}" for note in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_result(folder: Path, result: BenchResult, published: float | None = None) -> None:
+    """Write ``result.json`` and ``result.md`` into ``folder``."""
+    data = {**result.to_dict(), "published": published}
+    text = json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False)
+    (folder / RESULT_JSON).write_text(text + "\n", encoding="utf-8")
+    (folder / RESULT_MD).write_text(markdown(result, published), encoding="utf-8")

@@ -1,0 +1,137 @@
+"""RM-Bench (Liu et al., ICLR 2025): reward models under subtle errors and style bias.
+
+Data (``../shared/data/RM-Bench/SOURCE.md``; THU-KEG/RM-Bench @ ``73c52d7``): ``chat_filtered.json`` (129),
+``code_filtered.json`` (228), ``safety-refuse_filtered.json`` (284), ``safety-response_filtered.json`` (157),
+and ``math_filtered.json`` (529) where present (not in the shared copy). Each prompt has 3 chosen and 3
+rejected responses in styles [concise, detailed plain, detailed markdown].
+
+Official metric (``scripts/utils.py`` ``compute_accuracy``): per domain a 3x3 matrix, ``M[i][j]`` = fraction of
+prompts whose chosen[i] beats rejected[j] (strictly: a tie is wrong); **Hard** = mean of the upper triangle
+(chosen plainer than rejected), **Normal** = the diagonal, **Easy** = the lower triangle; a domain's score is
+mean(hard, normal, easy). Domains split by ``domain.startswith``, so safety-refuse and safety-response pool into
+one Safety domain. Overall and Easy/Normal/Hard = means over the domains (Chat, Math, Code, Safety).
+
+Protocol for pairwise judges: each of the 9 comparisons of a prompt is judged once, in one random order
+(the BR-RM evaluation, ``reward_benchmarks.py`` ``format_rmbench_example``; brrm draws the order from the order
+seed per comparison, :func:`brrm.bench.core.random_swap`). A comparison is correct when the verdict picks the
+chosen response; a tie or a parse failure is not (RM-Bench's strict rule), and both are reported apart.
+
+The released BR-RM scorer is wrong, and brrm does not follow it: ``print_evaluation_results.py`` stores
+``preference`` as 1 or 2 but tests ``is_chosen_first = (gt == 0)``, which is never true, so every verdict is
+flipped and a comparison counts as correct exactly when the judge answered "2" — a judge that always answers
+"2" scores 100%. (It also draws a random outcome for unparsed outputs.) brrm maps each verdict back through the
+order it was shown in, so an always-"2" judge scores the share of comparisons shown with chosen second (~50%).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from brrm.bench.base import Benchmark, take
+from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, group, mean, pair_row
+from brrm.bench.data import data_root, read_files, require
+from brrm.errors import ConfigError
+from brrm.types import Verdict
+
+FILES = {
+    "chat": "chat_filtered.json",
+    "code": "code_filtered.json",
+    "safety-refuse": "safety-refuse_filtered.json",
+    "safety-response": "safety-response_filtered.json",
+    "math": "math_filtered.json",
+}
+"""Subset -> file under ``<root>/RM-Bench/``."""
+
+DOMAINS = ("chat", "math", "code", "safety")
+"""Domains in the official order (``split_dataset_by_domain``)."""
+
+STYLES = ("concise", "detailed_plain", "detailed_markdown")
+
+
+def domain(subset: str) -> str:
+    """The domain a subset pools into (``safety-refuse`` -> ``safety``)."""
+    return next(d for d in DOMAINS if subset.startswith(d))
+
+
+def matrix_scores(results: Sequence[ItemResult]) -> dict[str, Any]:
+    """One domain's official figures: the 3x3 accuracy matrix and hard / normal / easy / domain score (fractions).
+
+    A cell counts a prompt when the verdict of that comparison is the chosen response (``Verdict.A`` in the pair
+    frame); ties and failures count as not correct.
+    """
+    import numpy as np
+
+    acc = np.zeros((3, 3))
+    for r in results:
+        for k in range(9):
+            if r.verdict(k) is Verdict.A:
+                acc[k // 3][k % 3] += 1
+    acc /= len(results)
+    hard = np.sum(np.triu(acc, 1)) / 3.0
+    normal = np.mean(np.diag(acc))
+    easy = np.sum(np.tril(acc, -1)) / 3.0
+    parts = {"hard_acc": float(hard), "normal_acc": float(normal), "easy_acc": float(easy)}
+    return {**parts, "score": float(np.mean(list(parts.values()))), "matrix": acc.tolist()}
+
+
+class RMBench(Benchmark):
+    """RM-Bench: chat, code, safety (and math where the file exists), 3x3 style matrix, easy/normal/hard."""
+
+    name = "rm-bench"
+    title = "RM-Bench"
+    subsets = tuple(FILES)
+    order_policy = "random"
+    published_key = "RM-Bench"
+
+    def aliases(self) -> dict[str, tuple[str, ...]]:
+        return {"safety": ("safety-refuse", "safety-response"), "rmbench": self.subsets}
+
+    def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,
+             source: str | None = None) -> list[BenchItem]:
+        base = data_root(root) / "RM-Bench"
+        everything = tuple(subsets) == self.subsets
+        items: list[BenchItem] = []
+        for subset in subsets:
+            path = base / FILES[subset]
+            if everything and subset == "math" and not path.exists():
+                continue  # "math where the data exists": the shared copy lacks it (SOURCE.md); noted in scores
+            require(path, f"RM-Bench {subset}")
+            items += [self.item(subset, rec) for rec in take(read_files([path]), limit)]
+        return items
+
+    @staticmethod
+    def item(subset: str, rec: dict[str, Any]) -> BenchItem:
+        """One prompt: responses = chosen[0..2] then rejected[0..2]; pair 3i+j asks chosen[i] vs rejected[j].
+
+        Raises:
+            ConfigError: when a record lacks 3 chosen and 3 rejected strings.
+        """
+        chosen, rejected = rec.get("chosen"), rec.get("rejected")
+        if not (isinstance(chosen, list) and isinstance(rejected, list) and len(chosen) == len(rejected) == 3):
+            raise ConfigError(f"RM-Bench {subset} id {rec.get('id')!r}: expected 3 chosen and 3 rejected responses")
+        pairs = tuple(Pair(i, 3 + j, Verdict.A) for i in range(3) for j in range(3))
+        return BenchItem(f"{subset}/{rec['id']}", subset, rec["prompt"], (*chosen, *rejected), pairs,
+                         {"domain": domain(subset)})
+
+    def score(self, results: Sequence[ItemResult]) -> BenchResult:
+        by_domain = group(results, lambda r: r.item.meta["domain"])
+        present = [d for d in DOMAINS if d in by_domain]
+        figures = {d: matrix_scores(by_domain[d]) for d in present}
+        rows: list[Row] = [pair_row(d, 100 * f["score"], by_domain[d], hard=100 * f["hard_acc"],
+                               normal=100 * f["normal_acc"], easy=100 * f["easy_acc"], matrix=f["matrix"])
+                           for d, f in figures.items()]
+        for level in ("easy", "normal", "hard"):
+            value = 100 * mean([figures[d][f"{level}_acc"] for d in present])
+            rows.append(pair_row(level.capitalize(), value, results))
+        rows.append(pair_row("Overall", 100 * mean([figures[d]["score"] for d in present]), results))
+        notes = []
+        if len(present) < len(DOMAINS):
+            missing = ", ".join(d for d in DOMAINS if d not in present)
+            notes.append(f"domains not run: {missing}; Overall and Easy/Normal/Hard average over "
+                         f"{', '.join(present)} only, so they are not comparable with published RM-Bench figures "
+                         "(which average chat, math, code and safety)")
+        notes.append("a tie or a failed judgment counts as not correct (RM-Bench's strict rule); the released BR-RM "
+                     "scorer's always-'2' flaw is not reproduced (see brrm.bench.rmbench)")
+        return BenchResult(self.name, "accuracy over the 3x3 style matrix (%)", tuple(rows), "Overall", tuple(notes))

@@ -1,0 +1,323 @@
+"""brrm as verl's custom reward: an async ``compute_score`` with a per-sample timeout.
+
+verl's reward loop (verl 0.9, ``verl/experimental/reward_loop/reward_manager/naive.py``) awaits
+``compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=..., **reward_kwargs)`` for
+every sample concurrently when the function is a coroutine function, and reads ``result["score"]`` plus every
+other key as reward extra info (the keys must be the same for every sample: verl builds one array per key from
+the first sample's keys). Configure it in verl's YAML::
+
+    reward:
+      custom_reward_function:
+        path: /path/to/brrm/rlhf/verl.py      # or examples/verl_reward.py
+        name: compute_score
+        reward_kwargs:
+          brrm_config: /path/to/brrm_verl.json
+
+The brrm configuration (:class:`VerlRewardConfig`) comes from ``reward_kwargs["brrm_config"]`` (a JSON/YAML file
+path or a mapping), else the file named by ``$BRRM_VERL_CONFIG``, else ``$BRRM_VERL_MODEL`` / ``$BRRM_VERL_URL``
+(and ``$BRRM_VERL_KIND``, ``$BRRM_VERL_TIMEOUT_S``). The judge is local (:func:`brrm.load` in the reward worker) or
+remote (a ``brrm serve`` URL: ``POST /v1/score``).
+
+Every call returns within ``timeout_s`` (plus scheduling slack) with the same keys: ``score`` (the reward, or
+``fallback_score`` when there is none), ``ok``, ``status`` (a :class:`brrm.Status` value, or ``timeout``),
+``reason``, ``judge_seconds``. A failure never raises into the training loop. Remote calls are cancelled at the
+deadline. Local calls run on a bounded pool of worker threads (``max_workers``); Python cannot stop a running
+thread, so a timed-out local call finishes in the background and its thread is reused — live threads never
+exceed ``max_workers`` and end at :func:`close_all`. Local transformers and vLLM judges run one call at a time
+(their models are not thread-safe), so there a slow call delays the calls queued behind it, each of which still
+returns at its own deadline; for concurrency at scale, point ``url`` at ``brrm serve``, which batches requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Awaitable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from brrm.errors import ConfigError
+from brrm.rlhf.recipe import JudgeRecipe, JudgeSource
+from brrm.types import ScalarReward, Status, check_float, check_int
+
+TIMEOUT = "timeout"
+"""The ``status`` of a sample whose judge did not answer within ``timeout_s``."""
+
+SERIAL_BACKENDS = ("transformers", "vllm")
+"""Backends whose model takes one call at a time (calls from worker threads are serialized)."""
+
+
+@dataclass(frozen=True)
+class VerlRewardConfig:
+    """How verl's ``compute_score`` reaches a brrm judge (validated on construction, before any model loads).
+
+    Attributes:
+        model, kind, backend, options: :func:`brrm.load` arguments of a local judge (``model=None`` with no
+            ``url``: the embedded demo model).
+        url: base URL of a ``brrm serve`` instance (e.g. ``http://127.0.0.1:8000``); when set, no local judge.
+        prompt_key: ``extra_info`` key holding the prompt (a string or a list of ``{"role", "content"}``).
+        reference_key: ``extra_info`` key holding a reference response; None: ``ground_truth`` is the reference
+            of a pairwise judge (P(response ≻ reference)), and scalar judges take no reference.
+        principle: a fixed principle (principle models); ``principle_key``: an ``extra_info`` key with one.
+        timeout_s: per-sample deadline in seconds, > 0.
+        fallback_score: the ``score`` of a sample without a reward (finite; ``ok`` is False and ``status``
+            says why, so the sample can be masked).
+        max_workers: worker threads for local judges, >= 1.
+    """
+
+    model: str | None = None
+    kind: str = "auto"
+    backend: str = "transformers"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    url: str | None = None
+    prompt_key: str = "prompt"
+    reference_key: str | None = None
+    principle: str | None = None
+    principle_key: str | None = None
+    timeout_s: float = 300.0
+    fallback_score: float = 0.0
+    max_workers: int = 4
+
+    def __post_init__(self) -> None:
+        check_float("timeout_s", self.timeout_s, low=0, low_open=True)
+        check_float("fallback_score", self.fallback_score)
+        check_int("max_workers", self.max_workers, low=1)
+        if self.url is not None and not (isinstance(self.url, str) and self.url.startswith(("http://", "https://"))):
+            raise ConfigError(f"url must be an http(s) URL of brrm serve, got {self.url!r}")
+        if self.url is not None and self.model is not None:
+            raise ConfigError("give url (a brrm serve instance) or model (a local judge), not both")
+        object.__setattr__(self, "options", dict(self.options))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> VerlRewardConfig:
+        """From a dict (e.g. a parsed file).
+
+        Raises:
+            ConfigError: on an unknown key (naming the valid ones) or an invalid value.
+        """
+        valid = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            raise ConfigError(f"unknown brrm verl config key {unknown[0]!r}; valid keys: {', '.join(sorted(valid))}")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> VerlRewardConfig:
+        """From a JSON file, or YAML (``.yaml``/``.yml``).
+
+        Raises:
+            ConfigError: when the file is missing or unreadable, or its content is invalid.
+        """
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+            if p.suffix in (".yaml", ".yml"):
+                import yaml
+
+                data = yaml.safe_load(text)
+            else:
+                data = json.loads(text)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read brrm verl config {str(p)!r}: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"brrm verl config {str(p)!r} must hold a mapping of settings")
+        return cls.from_mapping(data)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> VerlRewardConfig:
+        """From ``$BRRM_VERL_CONFIG`` (a file), else ``$BRRM_VERL_MODEL`` / ``$BRRM_VERL_URL`` /
+        ``$BRRM_VERL_KIND`` / ``$BRRM_VERL_TIMEOUT_S``.
+
+        Raises:
+            ConfigError: on an unreadable file or invalid values.
+        """
+        env = os.environ if environ is None else environ
+        if env.get("BRRM_VERL_CONFIG"):
+            return cls.from_file(env["BRRM_VERL_CONFIG"])
+        data: dict[str, Any] = {"model": env.get("BRRM_VERL_MODEL") or None, "url": env.get("BRRM_VERL_URL") or None,
+                                "kind": env.get("BRRM_VERL_KIND", "auto")}
+        if env.get("BRRM_VERL_TIMEOUT_S"):
+            try:
+                data["timeout_s"] = float(env["BRRM_VERL_TIMEOUT_S"])
+            except ValueError:
+                raise ConfigError(f"BRRM_VERL_TIMEOUT_S must be a number, got {env['BRRM_VERL_TIMEOUT_S']!r}") from None
+        return cls(**data)
+
+
+class VerlScorer:
+    """Scores one verl sample at a time against a local or remote brrm judge, each within its deadline.
+
+    Args:
+        config: the :class:`VerlRewardConfig`.
+        judge: an already built judge to use instead of loading ``config``'s (tests, notebooks).
+    """
+
+    def __init__(self, config: VerlRewardConfig, judge: Any = None) -> None:
+        self.config = config
+        self.source: JudgeSource | None = None
+        if config.url is None:
+            self.source = JudgeSource(judge if judge is not None else JudgeRecipe(
+                config.model, kind=config.kind, backend=config.backend, options=config.options))
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    async def score(self, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> dict[str, Any]:
+        """One sample's result dict (see the module docstring); never raises for a judge failure or a timeout.
+
+        Raises:
+            ConfigError: when ``extra_info`` lacks the prompt (a setup mistake, not a per-sample failure).
+        """
+        item = self._item(solution_str, ground_truth, dict(extra_info or {}))
+        start = time.perf_counter()
+        try:
+            pending: Awaitable[ScalarReward] = (
+                self._remote(item) if self.config.url is not None
+                else asyncio.get_running_loop().run_in_executor(self._executor(), self._local, item))
+            result = await asyncio.wait_for(pending, self.config.timeout_s)
+        except TimeoutError:
+            return self._result(None, TIMEOUT, f"no reward within timeout_s={self.config.timeout_s:g}", start)
+        except Exception as exc:  # noqa: BLE001 - any transport or judge error is this sample's failure
+            if isinstance(exc, ConfigError) and self.config.url is None:
+                raise
+            return self._result(None, Status.BACKEND_ERROR.value, f"{type(exc).__name__}: {exc}"[:500], start)
+        return self._result(result.reward if result.ok else None, result.status.value, result.reason, start)
+
+    def _item(self, response: str, ground_truth: Any, extra: dict[str, Any]) -> dict[str, Any]:
+        cfg = self.config
+        if cfg.prompt_key not in extra:
+            raise ConfigError(f"extra_info has no {cfg.prompt_key!r} (the prompt the judge needs); keys present: "
+                              f"{', '.join(sorted(map(str, extra))) or '(none)'}; set prompt_key or add the prompt "
+                              "to each row's extra_info")
+        item: dict[str, Any] = {"prompt": extra[cfg.prompt_key], "response": str(response)}
+        reference = extra.get(cfg.reference_key) if cfg.reference_key else ground_truth
+        if reference is not None and (cfg.reference_key or self._pairwise()):
+            item["reference"] = str(reference)
+        principle = extra.get(cfg.principle_key) if cfg.principle_key else cfg.principle
+        if principle is not None:
+            item["principle"] = str(principle)
+        return item
+
+    def _pairwise(self) -> bool:
+        if self.source is None:
+            return self.config.kind in ("brrm", "auto")  # the server tells; a scalar server ignores no reference
+        return self.source.get().info.kind == "brrm"
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.max_workers, thread_name_prefix="brrm-verl")
+            return self._pool
+
+    def _local(self, item: dict[str, Any]) -> ScalarReward:
+        assert self.source is not None
+        judge = self.source.get()
+        refs = [item["reference"]] if "reference" in item else None
+        principles = [item["principle"]] if "principle" in item else None
+        if judge.info.backend in SERIAL_BACKENDS:
+            with self.source.lock:
+                out = judge.score([item["prompt"]], [item["response"]], references=refs, principles=principles)
+        else:
+            out = judge.score([item["prompt"]], [item["response"]], references=refs, principles=principles)
+        if len(out) != 1:
+            raise ConfigError(f"the judge returned {len(out)} rewards for 1 sample")
+        return out[0]
+
+    async def _remote(self, item: dict[str, Any]) -> ScalarReward:
+        import httpx
+
+        body = {"items": [{("prompt" if isinstance(item["prompt"], str) else "conversation"): item["prompt"],
+                           **{k: v for k, v in item.items() if k != "prompt"}}]}
+        async with httpx.AsyncClient(timeout=self.config.timeout_s) as client:
+            resp = await client.post(self.config.url.rstrip("/") + "/v1/score", json=body)  # type: ignore[union-attr]
+        if resp.status_code != 200:
+            return ScalarReward.failed(Status.BACKEND_ERROR, f"brrm serve answered HTTP {resp.status_code}: "
+                                       f"{resp.text[:300]}")
+        rewards = resp.json().get("rewards")
+        if not isinstance(rewards, list) or len(rewards) != 1:
+            return ScalarReward.failed(Status.BACKEND_ERROR, f"brrm serve returned {len(rewards or [])} rewards "
+                                       "for 1 item")
+        r = rewards[0]
+        status = Status(r.get("status", "backend_error"))
+        if status is Status.OK and isinstance(r.get("reward"), int | float) and math.isfinite(r["reward"]):
+            return ScalarReward(float(r["reward"]), Status.OK)
+        return ScalarReward.failed(status if status is not Status.OK else Status.BACKEND_ERROR,
+                                   r.get("reason") or "no reward in the server's answer")
+
+    def _result(self, reward: float | None, status: str, reason: str, start: float) -> dict[str, Any]:
+        ok = reward is not None
+        return {"score": float(reward) if ok else self.config.fallback_score, "ok": ok, "status": status,  # type: ignore[arg-type]
+                "reason": reason, "judge_seconds": time.perf_counter() - start}
+
+    def close(self) -> None:
+        """Stop the worker threads (waiting for running calls) and close a judge loaded from the config."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if self.source is not None:
+            self.source.close()
+
+
+_SCORERS: dict[str, VerlScorer] = {}
+_SCORERS_LOCK = threading.Lock()
+
+
+def scorer_for(config: VerlRewardConfig) -> VerlScorer:
+    """The process's scorer for ``config`` (one judge per distinct configuration)."""
+    key = json.dumps(asdict(config), sort_keys=True, default=str)
+    with _SCORERS_LOCK:
+        if key not in _SCORERS:
+            _SCORERS[key] = VerlScorer(config)
+        return _SCORERS[key]
+
+
+def resolve_config(brrm_config: Any = None) -> VerlRewardConfig:
+    """The configuration from ``reward_kwargs["brrm_config"]`` (path, mapping or config), else the environment."""
+    if isinstance(brrm_config, VerlRewardConfig):
+        return brrm_config
+    if isinstance(brrm_config, Mapping):
+        return VerlRewardConfig.from_mapping(brrm_config)
+    if isinstance(brrm_config, str | os.PathLike):
+        return VerlRewardConfig.from_file(brrm_config)
+    if brrm_config is not None:
+        raise ConfigError(f"brrm_config must be a file path or a mapping, got {type(brrm_config).__name__}")
+    return VerlRewardConfig.from_env()
+
+
+async def compute_score(data_source: Any = None, solution_str: str = "", ground_truth: Any = None,
+                        extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """verl's custom reward: one sample's brrm reward, within the configured deadline.
+
+    Args:
+        data_source: the dataset name (recorded by verl; unused).
+        solution_str: the decoded response.
+        ground_truth: the row's ``reward_model.ground_truth``: the reference of a pairwise judge unless
+            ``reference_key`` names another ``extra_info`` field.
+        extra_info: the row's ``extra_info``; must hold the prompt under ``prompt_key`` (default ``prompt``).
+        **kwargs: ``brrm_config`` (a file path or mapping; default: the environment), and whatever else verl
+            passes (ignored).
+
+    Returns:
+        ``{"score": float, "ok": bool, "status": str, "reason": str, "judge_seconds": float}``, the same keys for
+        every sample; ``status`` is a :class:`brrm.Status` value or ``"timeout"``.
+
+    Raises:
+        ConfigError: on an invalid configuration or a missing prompt (setup mistakes, not per-sample failures).
+    """
+    scorer = scorer_for(resolve_config(kwargs.get("brrm_config")))
+    return await scorer.score(solution_str, ground_truth, extra_info)
+
+
+def close_all() -> None:
+    """Close every scorer of this process (worker threads end; judges loaded here are freed)."""
+    with _SCORERS_LOCK:
+        scorers = list(_SCORERS.values())
+        _SCORERS.clear()
+    for scorer in scorers:
+        scorer.close()

@@ -1,0 +1,128 @@
+"""A group-aware verl reward manager: pairwise BR-RM judgments within each GRPO group (needs verl >= 0.9).
+
+verl's reward loop calls ``run_single`` once per sample, concurrently (``RewardLoopWorker.compute_score_batch``).
+:class:`BrrmGroupRewardManager` gathers the samples of each group (verl's ``uid``; ``actor_rollout_ref.rollout.n``
+per group) with a :class:`~brrm.rlhf.cohorts.CohortBuffer` and ranks complete groups in one batched judge call.
+Configure it with ``reward.reward_manager.source=importlib``, ``reward.reward_manager.module.path=<this file>``,
+``reward.reward_manager.name=BrrmGroupRewardManager`` and the brrm settings in
+``reward.reward_kwargs.brrm_config`` (a :class:`~brrm.rlhf.verl.VerlRewardConfig` file or mapping, plus the group
+keys ``strategy``, ``swap``, ``soft``, ``cohort_timeout_s``); see ``examples/verl_grpo_brrm.yaml``.
+
+The batch is split into ``reward.num_workers`` contiguous chunks, one per worker; a group split between two
+workers would never complete in either, so the manager refuses (ConfigError) a layout whose chunks are not
+whole groups. An empty response gets no reward position (C19): its ``rm_scores`` row stays all zero instead of
+writing at index −1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from verl import DataProto
+from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
+
+from brrm.errors import ConfigError
+from brrm.rlhf.cohorts import CohortBuffer
+from brrm.rlhf.recipe import JudgeRecipe, JudgeSource
+from brrm.rlhf.verl import resolve_config
+from brrm.types import check_bool, check_choice, check_float
+
+GROUP_KEYS = ("strategy", "swap", "soft", "cohort_timeout_s", "max_judgments_per_step")
+
+
+def _cfg_get(config: Any, path: str, default: Any = None) -> Any:
+    node = config
+    for part in path.split("."):
+        if node is None:
+            return default
+        node = node.get(part) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, part, None)
+    return default if node is None else node
+
+
+class BrrmGroupRewardManager(RewardManagerBase):
+    """verl reward manager: GRPO-group pairwise rewards from a brrm judge.
+
+    Args:
+        config: verl's config (reads ``actor_rollout_ref.rollout.n``, ``reward.num_workers``,
+            ``data.train_batch_size`` and ``reward.reward_kwargs.brrm_config``).
+        tokenizer: the policy tokenizer (decodes responses).
+        compute_score: ignored (the judge is brrm's).
+
+    Raises:
+        ConfigError: on invalid brrm settings, a group size < 2, or a worker layout that splits groups.
+    """
+
+    def __init__(self, config: Any, tokenizer: Any, compute_score: Any = None, reward_router_address: Any = None,
+                 reward_model_tokenizer: Any = None, **kwargs: Any) -> None:
+        super().__init__(config, tokenizer, compute_score)
+        raw = _cfg_get(config, "reward.reward_kwargs.brrm_config")
+        raw = dict(raw) if hasattr(raw, "items") else raw
+        group = {k: raw.pop(k) for k in GROUP_KEYS if isinstance(raw, dict) and k in raw}
+        self.brrm = resolve_config(raw)
+        self.group_size = int(_cfg_get(config, "actor_rollout_ref.rollout.n", 1))
+        if self.group_size < 2:
+            raise ConfigError(f"a group reward needs actor_rollout_ref.rollout.n >= 2, got {self.group_size}")
+        self._check_layout(config)
+        strategy = check_choice("strategy", group.get("strategy", "circular"), ("circular", "round_robin", "knockout"))
+        self.source = JudgeSource(JudgeRecipe(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend,
+                                              options=self.brrm.options))
+        timeout = check_float("cohort_timeout_s", group.get("cohort_timeout_s", 600.0), low=0, low_open=True)
+        self.buffer = CohortBuffer(self.source.get, group_size=self.group_size, strategy=strategy,
+                                   swap=check_bool("swap", group.get("swap", False)),
+                                   soft=check_bool("soft", group.get("soft", False)),
+                                   max_judgments=group.get("max_judgments_per_step"), cohort_timeout_s=timeout)
+
+    def _check_layout(self, config: Any) -> None:
+        workers = int(_cfg_get(config, "reward.num_workers", 1))
+        batch = _cfg_get(config, "data.train_batch_size")
+        if batch is None or workers <= 1:
+            return
+        rows = int(batch) * self.group_size
+        if rows % workers or (rows // workers) % self.group_size:
+            raise ConfigError(f"reward.num_workers={workers} splits {rows} samples (data.train_batch_size={batch} × "
+                              f"rollout.n={self.group_size}) into chunks that cut GRPO groups; choose num_workers so "
+                              f"that train_batch_size is a multiple of it")
+
+    def _conversation(self, item: Any) -> Any:
+        extra = item.non_tensor_batch.get("extra_info") or {}
+        raw = item.non_tensor_batch.get("raw_prompt")
+        if raw is not None:
+            return [dict(m) for m in raw]
+        if self.brrm.prompt_key in extra:
+            return extra[self.brrm.prompt_key]
+        prompt_ids = item.batch["prompts"]
+        mask = item.batch["attention_mask"][: prompt_ids.shape[-1]].bool()
+        return self.tokenizer.decode(prompt_ids[mask], skip_special_tokens=True)
+
+    async def run_single(self, data: DataProto) -> dict[str, Any]:
+        """One sample's reward, once its group is complete (or its cohort deadline passed)."""
+        item = data[-1:][0]
+        response_ids = item.batch["responses"]
+        length = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
+        response = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self.tokenizer.decode(response_ids[:length], skip_special_tokens=True))
+        uid = str(item.non_tensor_batch.get("uid", ""))
+        if not uid:
+            raise ConfigError("the batch has no 'uid' per sample; the group reward needs verl's GRPO grouping")
+        reward = await self.buffer.submit(uid, self._conversation(item), response)
+        score = reward.reward if reward.ok else self.brrm.fallback_score
+        return {"reward_score": score,
+                "reward_extra_info": {"score": score, "ok": reward.ok, "status": reward.status.value,
+                                      "reason": reward.reason}}
+
+    @classmethod
+    def assemble_rm_scores(cls, data: DataProto, scores: list[float]) -> torch.Tensor:
+        """``rm_scores`` with each score at its response's last token; an empty response's row stays zero (C19)."""
+        prompt_length = data.batch["prompts"].size(1)
+        lengths = data.batch["attention_mask"][:, prompt_length:].sum(dim=1)
+        rm_scores = torch.zeros_like(data.batch["responses"], dtype=torch.float32)
+        rows = torch.nonzero(lengths > 0, as_tuple=True)[0]
+        values = torch.tensor(scores, dtype=torch.float32)[rows]
+        rm_scores[rows, lengths[rows] - 1] = values
+        return rm_scores
+
+
+__all__ = ["BrrmGroupRewardManager"]

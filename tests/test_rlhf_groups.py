@@ -142,7 +142,7 @@ class _MiscountingBackend(FakeBackend):
 def test_n19_wrong_number_of_scores_raises_never_misaligns(mode):
     judge = brrm.load(kind="bt", backend=_MiscountingBackend(build_tiny_tokenizer(), mode))
     reward = trl_reward(judge)
-    with pytest.raises(brrm.ConfigError, match=r"returned (2|4) scores for 3"):
+    with pytest.raises(RuntimeError, match=r"returned (2|4) scores for 3"):  # a backend bug, not an input error
         reward(prompts=["p", "p", "p"], completions=["c0", "c1", "c2"])
 
 

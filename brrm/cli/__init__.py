@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from brrm.errors import BrrmError
 
-SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.bench")
+SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.bench", "brrm.cli.serve")
 """Modules of the subcommands, in help order; each has ``add_parser(subparsers)``."""
 
 

@@ -313,8 +313,8 @@ class BradleyTerryRewardModel:
         token_id = LLAMA_REWARD_TOKEN if self.recipe == "llama_nemotron" else None
         scores = self.backend.classify([encoded[i].ids for i in live], token_id=token_id) if live else []
         if len(scores) != len(live):
-            raise ConfigError(f"the {self.backend.info.name} backend returned {len(scores)} scores for {len(live)} "
-                              "sequences")
+            raise RuntimeError(f"the {self.backend.info.name} backend returned {len(scores)} scores for {len(live)} "
+                               "sequences (length mismatch: a backend bug, not an input error)")
         by_item = dict(zip(live, scores, strict=True))
         return [self._result(encoded[i], by_item.get(i), str(ids[i]) if ids is not None else "") for i in range(n)]
 

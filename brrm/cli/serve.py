@@ -1,0 +1,197 @@
+"""``brrm serve``: serve a judge over HTTP (FastAPI + uvicorn) with the endpoints of :mod:`brrm.serve`.
+
+Every limit is checked before the model loads. Binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key``
+(or ``BRRM_API_KEY``) makes every endpoint but ``/health`` require ``Authorization: Bearer <key>``. SIGTERM
+drains: the listening socket closes (new connections are refused), requests already in flight finish (up to
+``--drain-timeout``), then the model is freed and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+from typing import Any
+
+from brrm.cli import common
+from brrm.errors import ConfigError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve a judge over HTTP (judge, score, rank, OpenRLHF, NeMo Gym routes)",
+                       description="Serve a judge over HTTP: POST /v1/judge, /v1/score, /v1/rank, /get_reward "
+                                   "(OpenRLHF), /compare (NeMo Gym); GET /health, /ready, /v1/models, /metrics, "
+                                   "/docs.")
+    common.add_model_args(p)
+    s = p.add_argument_group("server")
+    s.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only; "
+                                                       "exposing the server takes an explicit --host)")
+    s.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every endpoint but "
+                                                   "/health (default: $BRRM_API_KEY; none: no authentication)")
+    s.add_argument("--cors-origin", action="append", default=None, help="allow CORS from this origin "
+                                                                        "(repeatable; default: CORS off)")
+    s.add_argument("--factory", default=None, metavar="MODULE:FUNCTION",
+                   help="advanced: build the judge with a zero-argument function returning a RewardJudge "
+                        "(instead of --model)")
+    s.add_argument("--no-warmup", action="store_true", help="answer /ready without judging a warm-up pair first")
+    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    s.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    q = p.add_argument_group("limits and scheduling")
+    q.add_argument("--max-body-bytes", type=int, default=8 << 20, help="largest request body (default 8 MiB)")
+    q.add_argument("--max-items", type=int, default=512, help="items per request (default 512)")
+    q.add_argument("--max-field-chars", type=int, default=200_000, help="longest text field (default 200000)")
+    q.add_argument("--max-batch", type=int, default=32, help="items coalesced into one judge call (default 32; "
+                                                             "1 = no coalescing)")
+    q.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a request waits for others to "
+                                                                   "join its batch (default 10)")
+    q.add_argument("--max-queue", type=int, default=2048, help="items waiting before 429 (default 2048)")
+    q.add_argument("--deadline", type=float, default=600.0, help="per-request deadline in seconds; then 504 "
+                                                                 "(default 600)")
+    q.add_argument("--concurrency", default="auto", help="judge calls at once: auto (4 for --backend openai, "
+                                                         "else 1) or a number")
+    q.add_argument("--stall-timeout", type=float, default=30.0,
+                   help="seconds a judge call nobody waits for may run on before it is abandoned (default 30)")
+    q.add_argument("--max-abandoned", type=int, default=4,
+                   help="abandoned judge calls still running at which the server stops taking work (default 4)")
+    q.add_argument("--drain-timeout", type=float, default=None,
+                   help="on SIGTERM, seconds in-flight requests may take (default: --deadline + 60)")
+    r = p.add_argument_group("RLHF routes")
+    r.add_argument("--failed-reward", default="0.0",
+                   help="reward /get_reward and /compare give an item that could not be judged: a number, or "
+                        "null (default 0.0; every failed item is also flagged in extra_logs.brrm_failed and "
+                        "statuses)")
+    r.add_argument("--get-reward-mode", choices=("auto", "scores", "reference"), default="auto",
+                   help="auto: scalar models' rewards, or a pairwise judge's P(response beats label)")
+    r.add_argument("--strip-text", action="append", default=None,
+                   help="extra policy end-of-turn/pad text to strip from OpenRLHF queries (repeatable)")
+    r.add_argument("--compare-strategy", choices=("circular", "all_pairs"), default="circular",
+                   help="default /compare strategy (NeMo Gym's names; default circular)")
+    p.set_defaults(func=run)
+
+
+def limits_from(args: argparse.Namespace, backend: str) -> Any:
+    """The :class:`~brrm.serve.ServerLimits` the flags describe.
+
+    Raises:
+        ConfigError: naming the flag.
+    """
+
+    failed = args.failed_reward.strip().lower()
+    try:
+        failed_reward = None if failed in ("null", "none") else float(failed)
+    except ValueError:
+        raise ConfigError(f"--failed-reward {args.failed_reward!r} is not a number or null") from None
+    if args.concurrency == "auto":
+        concurrency = 4 if backend == "openai" else 1
+    elif args.concurrency.isdigit():
+        concurrency = int(args.concurrency)
+    else:
+        raise ConfigError(f"--concurrency {args.concurrency!r} is not valid; expected auto or a number >= 1")
+    api_key = args.api_key or os.environ.get("BRRM_API_KEY") or None
+    try:
+        return _limits(args, failed_reward, concurrency, api_key)
+    except ConfigError as exc:
+        message = str(exc)
+        for field, flag in _FIELD_FLAGS.items():
+            message = message.replace(field, flag)
+        raise ConfigError(message) from None
+
+
+_FIELD_FLAGS = {"deadline_s": "--deadline", "stall_timeout_s": "--stall-timeout", "drain_timeout_s": "--drain-timeout",
+                "max_wait_ms": "--max-wait-ms", "api_key must": "--api-key must"}
+"""ServerLimits field names in error messages, as the flags that set them (the rest share the flag's name)."""
+
+
+def _limits(args: argparse.Namespace, failed_reward: float | None, concurrency: int, api_key: str | None) -> Any:
+    from brrm.serve.limits import ServerLimits
+
+    return ServerLimits(max_body_bytes=args.max_body_bytes, max_items=args.max_items,
+                        max_field_chars=args.max_field_chars, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                        max_queue=args.max_queue, deadline_s=args.deadline, concurrency=concurrency,
+                        stall_timeout_s=args.stall_timeout, max_abandoned=args.max_abandoned,
+                        drain_timeout_s=args.drain_timeout if args.drain_timeout is not None else args.deadline + 60,
+                        api_key=api_key, cors_origins=tuple(args.cors_origin or ()), failed_reward=failed_reward,
+                        get_reward_mode=args.get_reward_mode, strip_texts=tuple(args.strip_text or ()),
+                        compare_strategy=args.compare_strategy, warmup=not args.no_warmup)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the flags, load the judge, serve until SIGTERM / Ctrl-C."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"brrm serve needs the serve extra ({exc.name} is missing): pip install 'brrm[serve]'") \
+            from None
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port {args.port} is outside 0-65535")
+    if args.factory and args.model:
+        raise ConfigError("give --model or --factory, not both")
+    limits = limits_from(args, args.backend)  # every limit checked before the model loads
+    common.load_options(args)
+    if args.host not in ("127.0.0.1", "localhost", "::1") and limits.api_key is None:
+        print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "
+              "BRRM_API_KEY)", file=sys.stderr)
+    judge = _factory(args.factory) if args.factory else common.load_judge(args, kind="brrm")
+    if args.concurrency == "auto" and judge.info.backend != args.backend:
+        from dataclasses import replace
+
+        limits = replace(limits, concurrency=4 if judge.info.backend == "openai" else 1)
+    from brrm.serve import create_app
+
+    app = create_app(judge, limits=limits)
+    info = judge.info
+    print(f"brrm serve: {info.model} (kind {info.kind}, {info.recipe}, backend {info.backend}) on "
+          f"http://{args.host}:{args.port}; docs at /docs", file=sys.stderr)
+    serve(app, host=args.host, port=args.port, drain_timeout_s=limits.drain_timeout_s, log_level=args.log_level,
+          access_log=not args.no_access_log)
+    return 0
+
+
+def serve(app: Any, *, host: str, port: int, drain_timeout_s: float, log_level: str = "info",
+          access_log: bool = True) -> None:
+    """Run ``app`` under uvicorn until SIGTERM or Ctrl-C, draining in-flight requests first.
+
+    uvicorn's own signal handling stops the listener and waits for in-flight responses (up to
+    ``drain_timeout_s``); the app's lifespan then drains the scheduler and frees the model. Requests that reach
+    an open keep-alive connection during the drain get 503. uvicorn re-raises the signal after a graceful stop;
+    for SIGTERM that lands on a no-op handler installed here, so the process exits 0 (SIGINT still ends as an
+    interrupt).
+    """
+    import uvicorn
+
+    state = app.state.brrm
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            state.draining = True
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
+                            timeout_graceful_shutdown=max(1, int(drain_timeout_s)), lifespan="on")
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: None)  # what uvicorn re-raises after its graceful stop
+    Server(config).run()
+
+
+def _factory(spec: str) -> Any:
+    """Call ``MODULE:FUNCTION`` and return the judge it builds.
+
+    Raises:
+        ConfigError: when the spec is malformed, the module or function is missing, or the result is no judge.
+    """
+    from brrm.types import RewardJudge
+
+    module_name, _, func_name = spec.partition(":")
+    if not module_name or not func_name:
+        raise ConfigError(f"--factory {spec!r} is not MODULE:FUNCTION")
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"--factory {spec!r}: {exc}") from None
+    judge = func()
+    if not isinstance(judge, RewardJudge):
+        raise ConfigError(f"--factory {spec!r} returned {type(judge).__name__}, not a RewardJudge")
+    return judge

@@ -1,0 +1,29 @@
+"""``brrm serve``: the pairwise judging and reward HTTP API (FastAPI + uvicorn) over any judge ``brrm.load`` returns.
+
+* :func:`create_app` (:mod:`brrm.serve.app`) — the app over a :class:`~brrm.RewardJudge`;
+* :class:`ServerLimits` (:mod:`brrm.serve.limits`) — body, item, field, queue, batch and deadline limits;
+* :mod:`brrm.serve.scheduler` — coalescing, bounded queue, deadlines, cancellation (pure asyncio);
+* :mod:`brrm.serve.openrlhf`, :mod:`brrm.serve.nemo_gym` — the OpenRLHF and NeMo Gym contracts;
+* :mod:`brrm.serve.reward_func` — OpenRLHF's ``reward_func`` (``--remote_rm_url path.py``), local or remote.
+
+Needs the ``serve`` extra (``pip install 'brrm[serve]'``); names are imported lazily so that
+``brrm.serve.openrlhf`` and ``brrm.serve.reward_func`` work without FastAPI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ServerLimits", "create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "create_app":
+        from brrm.serve.app import create_app
+
+        return create_app
+    if name == "ServerLimits":
+        from brrm.serve.limits import ServerLimits
+
+        return ServerLimits
+    raise AttributeError(f"module 'brrm.serve' has no attribute {name!r}")

@@ -1,0 +1,165 @@
+"""The judge calls a coalesced batch runs: one :class:`~brrm.RewardJudge` method per job key.
+
+A key names the method and every option that must be equal across the requests sharing one call (``swap``,
+strategy, whether references or principles are given); the items are small frozen values, one per pair,
+scored response or group. :func:`make_runner` turns a judge into the scheduler's runner.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from brrm.errors import ConfigError
+from brrm.types import Conversation, RewardJudge, Verdict
+
+
+@dataclass(frozen=True)
+class PairItem:
+    """One pair for ``judge_pairs``."""
+
+    conversation: Conversation
+    response_a: str
+    response_b: str
+    id: str = ""
+    label: Verdict = Verdict.NONE
+    principle: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoreItem:
+    """One response for ``score`` (``principle`` / ``reference`` None when not given)."""
+
+    conversation: Conversation
+    response: str
+    principle: str | None = None
+    reference: str | None = None
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class GroupItem:
+    """One group for ``rank_groups``."""
+
+    conversation: Conversation
+    responses: tuple[str, ...]
+    reference: str | None = None
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """Per-request decoding settings of a BR-RM judge, each within the server's own (None: the server's).
+
+    Attributes:
+        max_new_tokens: tokens per turn, 1 <= value <= the server's.
+        max_total_tokens: tokens per sequence, 1 <= value <= the server's.
+        decoding: ``constrained`` or ``faithful``.
+        seed: base seed, >= 0.
+    """
+
+    max_new_tokens: int | None = None
+    max_total_tokens: int | None = None
+    decoding: str | None = None
+    seed: int | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.max_new_tokens, self.max_total_tokens, self.decoding, self.seed))
+
+
+class Variants:
+    """The served judge and its per-request variants (same backend, other decoding settings), built once each.
+
+    Args:
+        judge: the served judge.
+
+    Raises (from :meth:`get`):
+        ConfigError: when options are given to a judge that is not a BR-RM judge from :func:`brrm.load`, or a
+            budget exceeds the server's.
+    """
+
+    def __init__(self, judge: RewardJudge) -> None:
+        self.judge = judge
+        self._made: dict[CallOptions, RewardJudge] = {}
+        self._lock = threading.Lock()
+
+    def get(self, options: CallOptions | None) -> RewardJudge:
+        if not options:
+            return self.judge
+        with self._lock:
+            if options not in self._made:
+                self._made[options] = self._build(options)
+            return self._made[options]
+
+    def _build(self, options: CallOptions) -> RewardJudge:
+        from brrm.compose import PairwiseRewardJudge
+        from brrm.judges.brrm import BRRMConfig, BRRMJudge
+
+        base = getattr(self.judge, "model", None)
+        if not isinstance(self.judge, PairwiseRewardJudge) or not isinstance(base, BRRMJudge):
+            raise ConfigError("options (decoding, budgets, seed) can be set per request only for BR-RM judges; this "
+                              f"server's judge is kind {self.judge.info.kind}")
+        sampling = base.config.sampling
+        for name, value, limit in (("max_new_tokens", options.max_new_tokens, sampling.max_new_tokens_per_turn),
+                                   ("max_total_tokens", options.max_total_tokens, sampling.max_total_tokens)):
+            if value is not None and value > limit:
+                raise ConfigError(f"options.{name} {value} exceeds the server's limit of {limit}")
+        sampling = replace(sampling, max_new_tokens_per_turn=options.max_new_tokens or sampling.max_new_tokens_per_turn,
+                           max_total_tokens=options.max_total_tokens or sampling.max_total_tokens,
+                           seed=sampling.seed if options.seed is None else options.seed)
+        config: BRRMConfig = replace(base.config, sampling=sampling, decoding=options.decoding or base.config.decoding)
+        return PairwiseRewardJudge(BRRMJudge(base.backend, config), swap=self.judge.swap)
+
+
+def pairs_key(swap: bool | None, principles: bool = False, options: CallOptions | None = None) -> tuple[Hashable, ...]:
+    """Key of ``judge_pairs`` calls (``swap=None``: the judge's own setting), with or without principles."""
+    return ("pairs", swap, principles, options or None)
+
+
+def score_key(references: bool, principles: bool) -> tuple[Hashable, ...]:
+    """Key of ``score`` calls, with or without per-item references / principles."""
+    return ("score", references, principles)
+
+
+def rank_key(strategy: str, swap: bool | None, reference: bool,
+             options: CallOptions | None = None) -> tuple[Hashable, ...]:
+    """Key of ``rank_groups`` calls."""
+    return ("rank", strategy, swap, reference, options or None)
+
+
+def make_runner(judge: RewardJudge | Variants
+                ) -> Callable[[Hashable, list[Any], Callable[[float], None]], Sequence[Any]]:
+    """The scheduler's runner over ``judge``: ``runner(key, items, progress)`` makes the one call the key names
+    (on the variant the key's options select).
+
+    Raises (from the runner):
+        ConfigError: on an unknown key, or what the judge raises for the items.
+    """
+    variants = judge if isinstance(judge, Variants) else Variants(judge)
+
+    def run(key: Hashable, items: list[Any], progress: Callable[[float], None]) -> Sequence[Any]:
+        parts: tuple[Any, ...] = key if isinstance(key, tuple) else (key,)
+        kind = parts[0]
+        judge = variants.get(parts[-1] if kind in ("pairs", "rank") else None)
+        if kind == "pairs":
+            return judge.judge_pairs([i.conversation for i in items], [i.response_a for i in items],
+                                     [i.response_b for i in items], swap=parts[1], ids=[i.id for i in items],
+                                     labels=[i.label for i in items],
+                                     principles=[i.principle for i in items] if parts[2] else None,
+                                     progress=progress)  # type: ignore[call-arg]
+        if kind == "score":
+            _, refs, principles = parts
+            return judge.score([i.conversation for i in items], [i.response for i in items],
+                               references=[i.reference for i in items] if refs else None,
+                               principles=[i.principle for i in items] if principles else None,
+                               ids=[i.id for i in items], progress=progress)  # type: ignore[call-arg]
+        if kind == "rank":
+            _, strategy, swap, reference, _ = parts
+            return judge.rank_groups([i.conversation for i in items], [list(i.responses) for i in items],
+                                     strategy=strategy, swap=swap,
+                                     references=[i.reference for i in items] if reference else None,
+                                     progress=progress)  # type: ignore[call-arg]
+        raise ConfigError(f"unknown judge call {key!r}")
+
+    return run

@@ -1,0 +1,104 @@
+"""Prometheus metrics of one server (``GET /metrics``, text exposition format via ``prometheus-client``).
+
+Each app gets its own :class:`prometheus_client.CollectorRegistry`, so several apps in one process (tests)
+never share counters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+"""Seconds; from a forward pass of a small reward model to a long two-turn BR-RM judgment."""
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class Metrics:
+    """The server's counters, gauges and histograms (names prefixed ``brrm_``).
+
+    Attributes:
+        queue_depth: items waiting in the scheduler's queue.
+        running_batches: judge calls in flight.
+        abandoned_batches: abandoned judge calls whose threads still run.
+        in_flight: HTTP requests being served.
+        requests: finished HTTP requests by endpoint and status code.
+        latency: request latency in seconds by endpoint.
+        batch_items, batch_requests: items and requests per judge call.
+        batch_seconds: duration of judge calls in seconds.
+        results: per-item result statuses (``ok``, ``parse_failure``, ``truncated``, ``backend_error``, ...).
+        rejected: requests refused with 429 because the queue was full.
+        cancelled: jobs dropped by reason (``deadline``, ``disconnect``) and stage (``queued``, ``running``).
+        abandoned_total: judge calls abandoned after their requests left.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.queue_depth = Gauge("brrm_queue_depth", "Items waiting in the scheduler queue", registry=r)
+        self.running_batches = Gauge("brrm_running_batches", "Judge calls in flight", registry=r)
+        self.abandoned_batches = Gauge("brrm_abandoned_batches", "Abandoned judge calls still running", registry=r)
+        self.in_flight = Gauge("brrm_in_flight_requests", "HTTP requests being served", registry=r)
+        self.requests = Counter("brrm_requests", "Finished HTTP requests", ["endpoint", "code"], registry=r)
+        self.latency = Histogram("brrm_request_latency_seconds", "Request latency", ["endpoint"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_items = Histogram("brrm_batch_items", "Items per judge call", buckets=BATCH_BUCKETS, registry=r)
+        self.batch_requests = Histogram("brrm_batch_requests", "Requests coalesced per judge call",
+                                        buckets=BATCH_BUCKETS, registry=r)
+        self.batch_seconds = Histogram("brrm_batch_seconds", "Judge call duration", buckets=LATENCY_BUCKETS,
+                                       registry=r)
+        self.results = Counter("brrm_results", "Per-item result statuses", ["status"], registry=r)
+        self.rejected = Counter("brrm_rejected", "Requests refused with 429 (queue full)", registry=r)
+        self.cancelled = Counter("brrm_cancelled", "Jobs dropped before their results were served",
+                                 ["reason", "stage"], registry=r)
+        self.abandoned_total = Counter("brrm_abandoned", "Judge calls abandoned after their requests left",
+                                       registry=r)
+
+    def count_statuses(self, statuses: Iterable[Any]) -> None:
+        """Count per-item statuses (``Status`` members or strings)."""
+        for status in statuses:
+            self.results.labels(status=str(getattr(status, "value", status))).inc()
+
+    def render(self) -> tuple[bytes, str]:
+        """(body, content type) of the exposition."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsMiddleware:
+    """ASGI middleware: in-flight gauge, latency histogram and status-code counter per known endpoint (any other
+    path is counted as ``other``, so random paths cannot grow the label set).
+
+    Args:
+        app: the wrapped ASGI app.
+        metrics: where to record.
+        paths: the endpoints counted under their own path.
+    """
+
+    def __init__(self, app: Any, metrics: Metrics, paths: Iterable[str]) -> None:
+        self.app, self.metrics, self.paths = app, metrics, frozenset(paths)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        endpoint = scope.get("path", "") if scope.get("path", "") in self.paths else "other"
+        code = 500
+        started = time.perf_counter()
+
+        async def recording_send(message: Any) -> None:
+            nonlocal code
+            if message["type"] == "http.response.start":
+                code = int(message["status"])
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.latency.labels(endpoint=endpoint).observe(time.perf_counter() - started)
+            self.metrics.requests.labels(endpoint=endpoint, code=str(code)).inc()

@@ -1,0 +1,162 @@
+"""The judging routes of ``brrm serve``: ``/v1/judge``, ``/v1/score``, ``/v1/rank``, ``/get_reward`` (OpenRLHF) and
+``/compare`` (NeMo Gym).
+
+Each route validates its whole request (shapes, item and field limits, conversations, options the judge cannot
+honour) before anything is queued, so a bad request is its own 413/422 and never reaches a batch shared with
+others; then it hands its items to the scheduler and answers with the results in input order. A failed item is
+that item's status in a 200 answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from brrm.compose.strategies import check_strategy, judgments_per_group
+from brrm.errors import ConfigError
+from brrm.serve import nemo_gym, openrlhf
+from brrm.serve.app import ServerState, clean, conversation
+from brrm.serve.calls import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
+from brrm.serve.schemas import (
+    ERRORS,
+    CompareRequest,
+    CompareResponse,
+    GetRewardRequest,
+    GetRewardResponse,
+    JudgeRequest,
+    JudgeResponse,
+    RankRequest,
+    RankResponse,
+    ScoreRequest,
+    ScoreResponse,
+)
+from brrm.serve.security import check_field_lengths
+from brrm.types import Conversation, ScalarReward, parse_label
+from brrm.types import Verdict as V
+
+
+def add_routes(app: FastAPI, state: ServerState) -> None:
+    """Register the judging routes (``/v1/*``) and the RLHF frameworks' routes on ``app``."""
+    _judging_routes(app, state)
+    _rlhf_routes(app, state)
+
+
+def _checked(state: ServerState, body: Any, n: int, name: str) -> None:
+    """Refuse a request over the item limit or with a text field over the field limit (413)."""
+    state.check_items(n, name)
+    check_field_lengths(body.model_dump(exclude_none=True), state.limits.max_field_chars, "")
+
+
+def _judging_routes(app: FastAPI, state: ServerState) -> None:
+    @app.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS, tags=["judging"],
+              summary="Judge pairs: one PairwiseJudgment per pair, in order")
+    async def judge(body: JudgeRequest, request: Request) -> JSONResponse:
+        _checked(state, body, len(body.pairs), "pairs")
+        items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
+                          parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
+                 for k, p in enumerate(body.pairs)]
+        key = pairs_key(body.swap, options=state.options(body.options))
+        results = await state.submit(request, key, items, timeout_s=body.timeout_s)
+        state.metrics.count_statuses(r.status for r in results)
+        return JSONResponse(clean({"model": state.info, "judgments": [r.to_dict() for r in results]}))
+
+    @app.post("/v1/score", response_model=ScoreResponse, responses=ERRORS, tags=["judging"],
+              summary="Score responses: one ScalarReward per item, in order")
+    async def score(body: ScoreRequest, request: Request) -> JSONResponse:
+        _checked(state, body, len(body.items), "items")
+        items = [ScoreItem(conversation(it, f"items[{k}]"), it.response, it.principle, it.reference, it.id or "")
+                 for k, it in enumerate(body.items)]
+        refs, principles = _score_options(state, items)
+        if principles:
+            items = _fill_principles(state, items)
+        results = await state.submit(request, score_key(refs, principles), items, timeout_s=body.timeout_s)
+        state.metrics.count_statuses(r.status for r in results)
+        return JSONResponse(clean({"model": state.info, "rewards": [r.to_dict() for r in results]}))
+
+    @app.post("/v1/rank", response_model=RankResponse, responses=ERRORS, tags=["judging"],
+              summary="Rank one group of responses by a strategy")
+    async def rank(body: RankRequest, request: Request) -> JSONResponse:
+        _checked(state, body, len(body.responses), "responses")
+        strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
+        n = len(body.responses)
+        swap = bool(state.judge.info.options.get("swap")) if body.swap is None else body.swap
+        cost = judgments_per_group(strategy, n, swap=swap) if state.pairwise else n
+        item = GroupItem(conversation(body, "body"), tuple(body.responses), body.reference)
+        key = rank_key(strategy, body.swap, body.reference is not None, state.options(body.options))
+        (result,) = await state.submit(request, key, [item], timeout_s=body.timeout_s, cost=cost)
+        state.metrics.count_statuses(r.status for r in result.rewards)
+        return JSONResponse(clean({"model": state.info, "result": result.to_dict()}))
+
+
+def _rlhf_routes(app: FastAPI, state: ServerState) -> None:
+    @app.post("/get_reward", response_model=GetRewardResponse, responses=ERRORS, tags=["RLHF frameworks"],
+              summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
+    async def get_reward(body: GetRewardRequest, request: Request) -> JSONResponse:
+        _checked(state, body, len(body.query), "query")
+        rewards = await _get_rewards(state, request, body)
+        state.metrics.count_statuses(r.status for r in rewards)
+        return JSONResponse(clean(openrlhf.reply(rewards, state.limits.failed_reward)))
+
+    @app.post("/compare", response_model=CompareResponse, responses=ERRORS, tags=["RLHF frameworks"],
+              summary="NeMo Gym genrm_compare: rewards for a group of responses from pairwise comparisons")
+    async def compare(body: CompareRequest, request: Request) -> JSONResponse:
+        _checked(state, body, len(body.response_objs), "response_objs")
+        conv = Conversation.coerce(nemo_gym.history_messages(body.conversation_history), where="conversation_history")
+        texts = [nemo_gym.output_text(obj) for obj in body.response_objs]
+        if body.principle is not None and state.judge.info.kind != "principle":
+            raise ConfigError(f"principle: only principle models take one; this judge is kind "
+                              f"{state.judge.info.kind} (send principle null)")
+        pairs = nemo_gym.comparison_pairs(body.strategy or state.limits.compare_strategy, len(texts))
+        items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
+        key = pairs_key(body.swap, body.principle is not None, state.options(body.options))
+        judgments = await state.submit(request, key, items, timeout_s=body.timeout_s) if items else []
+        rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments)
+        state.metrics.count_statuses(j.status for j in judgments)
+        failed = state.limits.failed_reward
+        return JSONResponse(clean({"rewards": [r.reward if r.ok else failed for r in rewards],
+                                   "comparison_results": comparisons, "metrics": metrics,
+                                   "statuses": [r.status.value for r in rewards],
+                                   "reasons": [r.reason for r in rewards]}))
+
+
+def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bool]:
+    """(references given, principles given) for a /v1/score request, refusing what the judge cannot take."""
+    refs = [it.reference is not None for it in items]
+    if state.pairwise and not all(refs):
+        k = refs.index(False)
+        raise ConfigError(f"items[{k}].reference is required: a pairwise judge (BR-RM) scores a response as "
+                          "P(response beats reference)")
+    if not state.pairwise and any(refs):
+        raise ConfigError(f"items[{refs.index(True)}].reference: a scalar reward model scores each response on its "
+                          "own; references are for pairwise judges")
+    principles = any(it.principle is not None for it in items)
+    if principles and state.judge.info.kind != "principle":
+        k = next(k for k, it in enumerate(items) if it.principle is not None)
+        raise ConfigError(f"items[{k}].principle: only principle models (kind principle) take a principle; this "
+                          f"judge is kind {state.judge.info.kind}")
+    return state.pairwise, principles
+
+
+def _fill_principles(state: ServerState, items: list[ScoreItem]) -> list[ScoreItem]:
+    """Give items without a principle the judge's single default principle (refuse when there is none)."""
+    default = state.judge.info.options.get("principle") or []
+    out = []
+    for k, it in enumerate(items):
+        if it.principle is None:
+            if len(default) != 1:
+                raise ConfigError(f"items[{k}].principle is required when other items set one (the judge has "
+                                  f"{'several default principles' if default else 'no default principle'})")
+            it = ScoreItem(it.conversation, it.response, default[0], it.reference, it.id)
+        out.append(it)
+    return out
+
+
+async def _get_rewards(state: ServerState, request: Request, body: GetRewardRequest) -> list[ScalarReward]:
+    """One reward per query: parsed queries are scored in one job; unusable ones fail with their reason."""
+    mode = openrlhf.resolve_mode(state.limits.get_reward_mode, state.judge.info.kind)
+    todo = openrlhf.plan(body.query, body.prompts, body.labels, mode=mode,
+                         specials=(*state.limits.strip_texts, *openrlhf.POLICY_SPECIAL_TEXTS))
+    scored = await state.submit(request, score_key(mode == "reference", False), todo.items) if todo.items else []
+    return todo.fill(scored)

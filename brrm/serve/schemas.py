@@ -1,0 +1,195 @@
+"""Request and response bodies of ``brrm serve`` (pydantic models: validation, and the OpenAPI schema at
+``/openapi.json`` with an example per endpoint).
+
+Shapes are the contract other tools code against; fields may be added, never renamed. Results are the
+dictionaries :meth:`PairwiseJudgment.to_dict`, :meth:`ScalarReward.to_dict` and :meth:`GroupResult.to_dict` write
+(the same the CLI writes): a missing probability or reward is ``null`` and its ``status`` / ``reason`` say why.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from brrm.compose.strategies import STRATEGIES
+
+Role = Literal["system", "user", "assistant", "tool"]
+StrategyName = Literal[STRATEGIES]  # type: ignore[valid-type]
+
+def _examples(example: dict[str, Any]) -> Any:
+    """``json_schema_extra`` with one request example (shown in ``/docs`` and the OpenAPI schema)."""
+    return {"examples": [example]}
+
+
+_CONV = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2+2?"}]
+
+
+class ChatMessage(BaseModel):
+    """One turn before the judged response(s)."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Role
+    content: str
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class _Context(BaseModel):
+    """Exactly one of ``conversation`` (messages ending with a user or tool turn) or ``prompt`` (one user turn)."""
+
+    model_config = ConfigDict(extra="forbid")
+    conversation: list[ChatMessage] | None = Field(default=None, min_length=1)
+    prompt: str | None = None
+
+    @model_validator(mode="after")
+    def _one_context(self) -> _Context:
+        if (self.conversation is None) == (self.prompt is None):
+            raise ValueError("give exactly one of 'conversation' (a list of messages) or 'prompt' (a string)")
+        return self
+
+
+class Timeout(BaseModel):
+    """A per-request deadline, capped by the server's (``--deadline``)."""
+
+    timeout_s: float | None = Field(default=None, gt=0, le=86_400,
+                                    description="seconds for queueing and judging; capped by the server deadline")
+
+
+class JudgeOptions(BaseModel):
+    """Per-request decoding settings (BR-RM judges only), each within the server's own."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_new_tokens: int | None = Field(default=None, ge=1, description="tokens per turn, at most the server's")
+    max_total_tokens: int | None = Field(default=None, ge=1, description="tokens per sequence, at most the server's")
+    decoding: Literal["constrained", "faithful"] | None = None
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+class PairIn(_Context):
+    """One pair to judge."""
+
+    id: str | None = None
+    response_a: str
+    response_b: str
+    label: Literal["A", "B", "tie"] | None = Field(default=None, description="gold label, echoed with 'correct'")
+
+
+class JudgeRequest(Timeout):
+    """``POST /v1/judge``: pairs judged in order."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_examples({
+        "pairs": [{"id": "p1", "prompt": "What is 2+2?", "response_a": "4", "response_b": "5", "label": "A"},
+                  {"conversation": _CONV, "response_a": "Four.", "response_b": "2+2 is 22."}],
+        "swap": True}))
+    pairs: list[PairIn] = Field(min_length=1)
+    swap: bool | None = Field(default=None, description="judge both orders (default: the server's setting)")
+    options: JudgeOptions | None = None
+
+
+class ScoreItemIn(_Context):
+    """One response to score."""
+
+    id: str | None = None
+    response: str
+    principle: str | None = Field(default=None, description="principle models: the principle to judge against")
+    reference: str | None = Field(default=None, description="pairwise judges: the reference response")
+
+
+class ScoreRequest(Timeout):
+    """``POST /v1/score``: one reward per item, in order."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_examples({
+        "items": [{"id": "r1", "prompt": "Name a primary colour.", "response": "Red."},
+                  {"conversation": _CONV, "response": "4"}]}))
+    items: list[ScoreItemIn] = Field(min_length=1)
+
+
+class RankRequest(_Context, Timeout):
+    """``POST /v1/rank``: one group of responses ranked by a strategy."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_examples({
+        "prompt": "Name a prime number above 10.", "responses": ["11", "12", "13"], "strategy": "circular"}))
+    responses: list[str] = Field(min_length=1)
+    strategy: StrategyName = "auto"
+    reference: str | None = None
+    swap: bool | None = None
+    options: JudgeOptions | None = None
+
+
+class GetRewardRequest(BaseModel):
+    """``POST /get_reward``: OpenRLHF's remote reward request (``query`` = templated prompt + response)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_examples({
+        "query": ["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|endoftext|>"],
+        "prompts": ["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"],
+        "labels": ["4"]}))
+    query: list[str] = Field(min_length=1)
+    prompts: list[str] | None = None
+    labels: list[Any] | None = None
+
+
+class CompareRequest(Timeout):
+    """``POST /compare``: NeMo Gym ``genrm_compare``'s request."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_examples({
+        "conversation_history": [{"role": "user", "content": "Name a prime number above 10."}],
+        "response_objs": [{"output": [{"type": "message", "role": "assistant",
+                                       "content": [{"type": "output_text", "text": t}]}]} for t in ("11", "12")],
+        "principle": None}))
+    conversation_history: list[dict[str, Any]] = Field(min_length=1)
+    response_objs: list[dict[str, Any]] = Field(min_length=1)
+    principle: str | None = None
+    strategy: Literal["circular", "all_pairs"] | None = Field(default=None,
+                                                              description="default: the server's --compare-strategy")
+    swap: bool | None = None
+    options: JudgeOptions | None = None
+
+
+class JudgeResponse(BaseModel):
+    model: dict[str, Any]
+    judgments: list[dict[str, Any]]
+
+
+class ScoreResponse(BaseModel):
+    model: dict[str, Any]
+    rewards: list[dict[str, Any]]
+
+
+class RankResponse(BaseModel):
+    model: dict[str, Any]
+    result: dict[str, Any]
+
+
+class GetRewardResponse(BaseModel):
+    rewards: list[float | None]
+    scores: list[float | None]
+    extra_logs: dict[str, list[float]]
+    statuses: list[str]
+    reasons: list[str]
+    counts: dict[str, int]
+
+
+class CompareResponse(BaseModel):
+    rewards: list[float | None]
+    comparison_results: list[dict[str, Any]]
+    metrics: dict[str, float]
+    statuses: list[str]
+    reasons: list[str]
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": what} for code, what in (
+        (401, "missing or wrong API key"), (413, "body, item count or a field over its limit"),
+        (422, "invalid input (the message names the field and the valid values)"),
+        (429, "queue full; see Retry-After"), (503, "shutting down, backend stuck, or the judge call failed"),
+        (504, "the request's deadline passed"))}
+"""Error answers every judging endpoint may give (documented in the OpenAPI schema)."""

@@ -1,0 +1,154 @@
+"""What stands between a request body and the process: a streaming body-size limit, field-length limits and a
+bearer API key compared in constant time.
+
+Both middlewares are plain ASGI (no ``BaseHTTPMiddleware``), so the body limit acts on each chunk as it arrives:
+a declared ``Content-Length`` over the limit is refused before a byte of the body is read, and a chunked body is
+refused as soon as it grows past the limit — the server never buffers more than the limit plus one chunk.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = ("/health",)
+"""Paths answered without the API key (liveness probes)."""
+
+
+class BodyTooLarge(HTTPException):
+    """A request body over the limit (HTTP 413). An HTTPException, so FastAPI's body reader passes it through."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)")
+
+
+async def send_json(send: Send, status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = ()) -> None:
+    """Send a complete JSON response on a raw ASGI ``send`` (with ``Connection: close``)."""
+    data = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+           (b"connection", b"close"), *((k.encode(), v.encode()) for k, v in headers)]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
+def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    """The JSON error shape of every non-2xx answer brrm makes: ``{"error": {"type", "message", ...}}``."""
+    return {"error": {"type": kind, "message": message, **extra}}
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies larger than ``max_bytes`` with 413, counting bytes as they stream in.
+
+    Args:
+        app: the wrapped ASGI app.
+        max_bytes: the limit in bytes, >= 1.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                await send_json(send, 400, error_body("bad_request", "Content-Length is not a number"))
+                return
+            if int(declared) > self.max_bytes:
+                await send_json(send, 413, error_body("body_too_large", BodyTooLarge(self.max_bytes).detail,
+                                                      limit=self.max_bytes))
+                return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLarge as exc:
+            if started:
+                raise
+            await send_json(send, 413, error_body("body_too_large", str(exc.detail), limit=self.max_bytes))
+
+
+class ApiKeyMiddleware:
+    """Require ``Authorization: Bearer <key>`` on every path but :data:`OPEN_PATHS` (401 otherwise).
+
+    The key is compared with :func:`hmac.compare_digest`, whose time does not depend on where the strings differ.
+
+    Args:
+        app: the wrapped ASGI app.
+        api_key: the expected key (>= 8 characters).
+    """
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in OPEN_PATHS or scope.get("method") == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        given = _header(scope, b"authorization") or ""
+        if not hmac.compare_digest(given.encode("latin-1", "replace"), self.expected):
+            await send_json(send, 401, error_body("unauthorized", "missing or wrong API key: send "
+                                                  "'Authorization: Bearer <key>'"), [("www-authenticate", "Bearer")])
+            return
+        await self.app(scope, receive, send)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1").strip()
+    return None
+
+
+class FieldTooLong(Exception):
+    """A text field longer than the per-field limit (HTTP 413); ``field`` is its JSON path."""
+
+    def __init__(self, field: str, length: int, limit: int) -> None:
+        super().__init__(f"{field} has {length} characters; the limit is {limit} (--max-field-chars)")
+        self.field, self.length, self.limit = field, length, limit
+
+
+def check_field_lengths(value: Any, limit: int, where: str = "body") -> None:
+    """Walk a parsed JSON value and refuse the first string longer than ``limit`` characters.
+
+    Raises:
+        FieldTooLong: naming the field's path (e.g. ``pairs[3].response_a``).
+    """
+    stack: list[tuple[str, Any]] = [(where, value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            if len(node) > limit:
+                raise FieldTooLong(path, len(node), limit)
+        elif isinstance(node, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in node.items())
+        elif isinstance(node, list | tuple):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(node))

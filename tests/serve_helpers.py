@@ -1,0 +1,204 @@
+"""Helpers for the ``brrm serve`` tests: real uvicorn server processes on 127.0.0.1, and scripted judges that
+``brrm serve --factory tests.serve_helpers:NAME`` builds inside the server process.
+
+The scripted judges stand in only for what a real model cannot do on demand (a stall, a backend error on one
+item, a wrong number of scores, exact timings); they are configured by the JSON in ``BRRM_TEST_FAKE`` and log
+every prompt they see to the JSONL file it names, so a test can check what reached the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+T1 = ("[Quality Assessment Focus]\nInformation Accuracy, Computational Precision\n[End of Quality Assessment Focus]\n\n"
+      "[Quality Analysis for Response 1]\n- Critical Issues: None identified\n[End of Quality Analysis for Response 1]"
+      "\n\n[Quality Analysis for Response 2]\n- Critical Issues: wrong total\n[End of Quality Analysis for Response 2]")
+
+
+def ranking(k: int) -> str:
+    return f"[The Begin of Ranking Score]\n\\boxed{{{k}}}\n[The End of Ranking Score]"
+
+
+def responses_in(prompt: str) -> tuple[str, str]:
+    """(response 1, response 2) as shown in a BR-RM prompt."""
+    first = prompt.split("[The Begin of Response 1]\n", 1)[1].split("\n[The End of Response 1]", 1)[0]
+    second = prompt.split("[The Begin of Response 2]\n", 1)[1].split("\n[The End of Response 2]", 1)[0]
+    return first, second
+
+
+def is_turn2(prompt: str) -> bool:
+    return "[The Begin of Analysis on Response 1]" in prompt.rsplit("<|im_start|>user", 1)[-1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------------------ server processes
+class Server:
+    """A ``brrm serve`` process on 127.0.0.1 (started by :func:`running_server`)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, log_path: Path, api_key: str | None) -> None:
+        self.proc, self.port, self.log_path, self.api_key = proc, port, log_path, api_key
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def wait_ready(self, timeout_s: float) -> None:
+        import httpx
+
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()[-4000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/ready", headers=self.headers, timeout=2).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"server not ready after {timeout_s} s:\n{self.output()[-4000:]}")
+
+    def stop(self, timeout_s: float = 15) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return int(self.proc.returncode)
+
+
+@contextlib.contextmanager
+def running_server(args: Sequence[str], tmp: Path, *, env: dict[str, str] | None = None,
+                   api_key: str | None = None, ready_timeout_s: float = 90) -> Iterator[Server]:
+    """Start ``python -m brrm serve ARGS --port FREE`` and stop it (SIGTERM, then SIGKILL) afterwards."""
+    port = free_port()
+    log_path = tmp / f"server-{port}.log"
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})}
+    if api_key:
+        full_env["BRRM_API_KEY"] = api_key
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "brrm", "serve", *args, "--port", str(port), "--log-level",
+                                 "warning", "--no-access-log"], cwd=REPO, env=full_env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    server = Server(proc, port, log_path, api_key)
+    try:
+        server.wait_ready(ready_timeout_s)
+        yield server
+    finally:
+        server.stop()
+
+
+def compare_body(texts: Sequence[str], prompt: str = "Name a prime number above 10.") -> dict[str, Any]:
+    """A NeMo Gym ``/compare`` request over ``texts``."""
+    return {"conversation_history": [{"role": "user", "content": prompt}],
+            "response_objs": [{"output": [{"type": "message", "role": "assistant",
+                                           "content": [{"type": "output_text", "text": t}]}]} for t in texts],
+            "principle": None}
+
+
+# ------------------------------------------------------------------------------------------ scripted judges
+def _config() -> dict[str, Any]:
+    return json.loads(os.environ.get("BRRM_TEST_FAKE", "{}"))
+
+
+_log_lock = threading.Lock()
+
+
+def _log(record: dict[str, Any]) -> None:
+    path = _config().get("log")
+    if path:
+        with _log_lock, open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def fake_brrm() -> Any:
+    """A BR-RM judge on a scripted backend (faithful decoding).
+
+    Turn 2 prefers the response containing ``good`` (else response 1). A response containing ``<<STALL>>`` blocks
+    its call for 600 s; ``<<ERROR>>`` makes that item a backend error. ``BRRM_TEST_FAKE`` keys: ``turn1_s`` /
+    ``turn2_s`` (sleep once per backend call of that turn), ``log`` (JSONL of every prompt's responses),
+    ``mode_file`` (a file holding ``drop_last`` / ``extra`` / nothing: return one completion too few / too many).
+    """
+    import brrm
+    from brrm.backends.fake import FakeBackend
+    from brrm.testing import build_tiny_tokenizer
+
+    cfg = _config()
+
+    def script(prompt: str, _request: Any) -> Any:
+        first, second = responses_in(prompt)
+        turn = 2 if is_turn2(prompt) else 1
+        _log({"turn": turn, "responses": [first, second]})
+        if "<<STALL>>" in first or "<<STALL>>" in second:
+            time.sleep(600)
+        if "<<ERROR>>" in first or "<<ERROR>>" in second:
+            return RuntimeError("scripted backend failure")
+        if turn == 1:
+            return T1
+        return ranking(2 if "good" in second and "good" not in first else 1)
+
+    class Timed(FakeBackend):
+        def generate(self, requests: Any, **kw: Any) -> Any:
+            texts = [self.tokenizer.decode(list(r.prompt_ids), skip_special_tokens=False) for r in requests]
+            delay = cfg.get("turn2_s", 0.0) if texts and is_turn2(texts[0]) else cfg.get("turn1_s", 0.0)
+            time.sleep(delay)
+            out = super().generate(requests, **kw)
+            mode = Path(cfg["mode_file"]).read_text().strip() if cfg.get("mode_file") else ""
+            return out[:-1] if mode == "drop_last" else [*out, out[-1]] if mode == "extra" else out
+
+    return brrm.load(kind="brrm", backend=Timed(build_tiny_tokenizer(), script), decoding="faithful")
+
+
+def fake_bt() -> Any:
+    """A Bradley–Terry judge on a scripted classifier: a response ``q<k>`` scores ``k + 0.5`` (so a misplaced
+    score is visible). ``BRRM_TEST_FAKE`` key ``mode``: ``drop_last`` (n-1 scores for n) or ``extra`` (n+1)."""
+    import re
+
+    import brrm
+    from brrm.backends.fake import FakeBackend
+    from brrm.testing import build_tiny_tokenizer
+
+    mode = _config().get("mode", "")
+
+    def score(prompt: str) -> float:
+        _log({"prompt": prompt})
+        found = re.findall(r"q(\d+)", prompt)
+        return int(found[-1]) + 0.5 if found else 0.0
+
+    class Miscounting(FakeBackend):
+        def classify(self, sequences: Any, **kw: Any) -> Any:
+            out = super().classify(sequences, **kw)
+            return out[:-1] if mode == "drop_last" else [*out, out[-1]] if mode == "extra" else out
+
+    return brrm.load(kind="bt", backend=Miscounting(build_tiny_tokenizer(), score_script=score))

@@ -1,0 +1,249 @@
+"""``brrm serve`` under faults, on a real uvicorn process whose BR-RM judge runs on a scripted backend with fixed
+timings (a real model cannot stall, fail one item or miscount on demand): stalls and deadlines (N06), client
+disconnects (N10), oversized bodies (N11), overload (N12), miscounted backend results (N19), per-item backend
+errors, and SIGTERM during load.
+
+The scripted backend sleeps 0.25 s per turn-1 call and 0.25 s per turn-2 call (a batch takes 0.5 s), prefers the
+response containing ``good``, stalls 600 s on ``<<STALL>>`` and fails an item on ``<<ERROR>>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.serve_helpers import compare_body, read_log, running_server
+
+pytestmark = pytest.mark.timeout(120)
+
+CHATML = "<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"
+ARGS = ["--factory", "tests.serve_helpers:fake_brrm", "--max-batch", "1", "--max-queue", "6", "--deadline", "5",
+        "--stall-timeout", "0.5", "--max-wait-ms", "5"]
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve-fake")
+    log, mode = tmp / "calls.jsonl", tmp / "mode"
+    mode.write_text("")
+    env = {"BRRM_TEST_FAKE": json.dumps({"turn1_s": 0.25, "turn2_s": 0.25, "log": str(log), "mode_file": str(mode)})}
+    with running_server(ARGS, tmp, env=env) as srv:
+        srv.calls, srv.mode = log, mode
+        yield srv
+
+
+def metric(server, name: str) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def idle(server) -> dict:
+    state = httpx.get(f"{server.url}/ready").json()
+    assert state["queue_depth"] == 0 and state["running"] == 0, state
+    return state
+
+
+def test_one_failing_item_is_its_status_in_a_200(fake):
+    pairs = [{"prompt": "q", "response_a": a, "response_b": "good b"} for a in ("a", "<<ERROR>> a", "c")]
+    r = httpx.post(f"{fake.url}/v1/judge", json={"pairs": pairs, "swap": False}, timeout=30)
+    assert r.status_code == 200
+    assert [(j["status"], j["winner"]) for j in r.json()["judgments"]] == [("ok", "B"), ("backend_error", "none"),
+                                                                          ("ok", "B")]
+    assert "scripted backend failure" in r.json()["judgments"][1]["reason"]
+
+
+def test_per_request_options_stay_within_the_servers_limits(fake):
+    pair = {"prompt": "q", "response_a": "good", "response_b": "b"}
+    ok = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"seed": 7, "max_new_tokens": 64}})
+    assert ok.status_code == 200 and ok.json()["judgments"][0]["winner"] == "A"
+    assert ok.json()["judgments"][0]["provenance"]["sampling"]["max_new_tokens_per_turn"] == 64
+    over = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"max_new_tokens": 10**6}})
+    assert over.status_code == 422 and "exceeds the server's limit of 8192" in over.json()["error"]["message"]
+    bad = httpx.post(f"{fake.url}/v1/rank", json={"prompt": "q", "responses": ["a", "b"],
+                                                  "options": {"decoding": "constrained"}})
+    assert bad.status_code == 422 and "cannot run constraint programs" in bad.json()["error"]["message"]
+
+
+def test_n06_a_stalled_comparison_times_out_alone_and_frees_its_slot(fake):
+    started = time.monotonic()
+    r = httpx.post(f"{fake.url}/compare", json=compare_body(["11", "13", "12", "<<STALL>>"]), timeout=30)
+    took = time.monotonic() - started
+    assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded" and took < 5 + 2, took
+    after = time.monotonic()
+    fresh = httpx.post(f"{fake.url}/compare", json=compare_body(["good 11", "12"]), timeout=30)
+    assert fresh.status_code == 200 and time.monotonic() - after < 2.0
+    assert fresh.json()["rewards"] == [1.0, 0.0] and fresh.json()["statuses"] == ["ok", "ok"]
+    idle(fake)
+    assert metric(fake, "brrm_abandoned_total") == 1 and metric(fake, "brrm_queue_depth") == 0
+
+
+def test_n10_a_disconnected_request_stops_costing_model_time(fake):
+    before = len(read_log(fake.calls))
+    body = json.dumps(compare_body(["X-answer-1", "X-answer-2"], "Explain TCP slow start.")).encode()
+    sock = socket.create_connection(("127.0.0.1", fake.port))
+    sock.sendall(b"POST /compare HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+    started = time.monotonic()
+    results: list[tuple[int, float]] = []
+
+    def y(k: int) -> None:
+        r = httpx.post(f"{fake.url}/compare", json=compare_body([f"good Y{k}", f"Y{k}"]), timeout=30)
+        results.append((r.status_code, time.monotonic() - started))
+
+    threads = [threading.Thread(target=y, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.1)
+    sock.close()  # X goes away after 100 ms, while its turn 1 runs
+    for t in threads:
+        t.join(30)
+    assert sorted(code for code, _ in results) == [200, 200, 200]
+    assert max(t for _, t in results) < 3 * 0.5 + 1.0, results
+    calls = read_log(fake.calls)[before:]
+    x_turns = {c["turn"] for c in calls if "X-answer-1" in c["responses"]}
+    assert 2 not in x_turns, "X's judgment went on to turn 2 after its client left"
+    time.sleep(0.2)
+    idle(fake)
+    assert metric(fake, 'brrm_cancelled_total{reason="disconnect",stage="running"}') >= 1
+
+
+def test_n11_oversized_bodies_are_refused_before_buffering(fake):
+    before, rss = len(read_log(fake.calls)), fake.rss_kib()
+    with socket.create_connection(("127.0.0.1", fake.port)) as s:  # (1) declared 256 MiB
+        s.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 268435456\r\n\r\n{\"query\": [\"")
+        assert s.recv(4096).startswith(b"HTTP/1.1 413")
+    with socket.create_connection(("127.0.0.1", fake.port)) as s:  # (2) chunked 64 MiB, no Content-Length
+        answer: list[bytes] = []
+        reader = threading.Thread(target=lambda: answer.append(s.recv(4096)))
+        reader.start()  # read while sending: the 413 comes as soon as the limit is passed
+        s.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"%x\r\n%s\r\n" % (1 << 20, b"x" * (1 << 20))
+        with contextlib.suppress(OSError):  # the server may close the connection before all 64 MiB are sent
+            for _ in range(64):
+                s.sendall(chunk)
+        reader.join(10)
+        assert answer and answer[0].startswith(b"HTTP/1.1 413"), answer
+    grown_mib = (fake.rss_kib() - rss) / 1024
+    assert grown_mib < 2 * 8, grown_mib
+    many = {"query": ["x"] * 100_000}  # (3) ~600 KB, under the byte limit, over the item limit
+    r = httpx.post(f"{fake.url}/get_reward", json=many, timeout=30)
+    assert r.status_code == 413 and "--max-items" in r.json()["error"]["message"]
+    bad = httpx.post(f"{fake.url}/get_reward", content=b"{nope", headers={"content-type": "application/json"})
+    assert bad.status_code == 422
+    assert len(read_log(fake.calls)) == before and idle(fake)["queue_depth"] == 0
+    ok = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "good", "response_b": "b"}]},
+                    timeout=30)
+    assert ok.status_code == 200 and ok.json()["judgments"][0]["winner"] == "A"
+
+
+def test_n12_overload_answers_429_fast_and_served_results_stay_correct(fake):
+    before, rss = len(read_log(fake.calls)), fake.rss_kib()
+
+    def body(k: int) -> dict:
+        answer = f"good answer {k}" if k % 2 == 0 else f"meh answer {k}"
+        return {"query": [CHATML.format(q=f"N12 question {k}?") + answer + "<|im_end|>\n<|endoftext|>"],
+                "prompts": [CHATML.format(q=f"N12 question {k}?")],
+                "labels": [f"{'plain' if k % 2 == 0 else 'good'} reference {k}"]}
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=fake.url, timeout=30) as c:
+            return await asyncio.gather(*(c.post("/get_reward", json=body(k)) for k in range(20)))
+
+    responses = asyncio.run(burst())
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {200, 429} and 1 <= codes.count(200) <= 6 + 1, codes
+    for k, r in enumerate(responses):
+        if r.status_code == 429:
+            assert int(r.headers["Retry-After"]) >= 1 and r.json()["error"]["type"] == "queue_full"
+        else:  # the judge prefers the answer containing "good" over the reference
+            assert r.json()["rewards"] == [1.0 if k % 2 == 0 else 0.0] and r.json()["statuses"] == ["ok"]
+    judged = {c["responses"][0] for c in read_log(fake.calls)[before:] if c["turn"] == 1}
+    assert len(judged) <= codes.count(200)
+    assert fake.rss_kib() - rss < 50 * 1024
+    time.sleep(3)
+    assert httpx.post(f"{fake.url}/get_reward", json=body(0), timeout=30).status_code == 200
+    assert metric(fake, "brrm_rejected_total") == codes.count(429)
+
+
+@pytest.mark.parametrize("mode", ["drop_last", "extra"])
+def test_n19_a_miscounting_backend_fails_the_batch_never_shifts_rewards(fake, mode):
+    fake.mode.write_text(mode)
+    try:
+        body = {"query": [CHATML.format(q="p") + f"good q{k}<|im_end|>" for k in range(3)],
+                "prompts": [CHATML.format(q="p")] * 3, "labels": ["ref"] * 3}
+        r = httpx.post(f"{fake.url}/get_reward", json=body, timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["type"] == "backend_error"
+        assert "zip()" in r.json()["error"]["message"]  # the judge's strict length check names the mismatch
+    finally:
+        fake.mode.write_text("")
+    assert httpx.post(f"{fake.url}/get_reward", json=body, timeout=30).json()["rewards"] == [1.0, 1.0, 1.0]
+
+
+def test_openrlhf_own_client_code_against_get_reward(fake, monkeypatch):
+    """OpenRLHF's own executor (``openrlhf.utils.agent.SingleTurnAgentExecutor``, importable on CPU with
+    ``pip install --no-deps openrlhf pylatexenc`` and aiohttp) builds the query from policy token ids exactly as
+    in training, posts it to ``/get_reward`` (or calls brrm's reward_func file) and stores the reward. Only the
+    policy's generation is a stand-in."""
+    agent = pytest.importorskip("openrlhf.utils.agent")
+    from brrm.testing import build_tiny_tokenizer
+    from tests.serve_helpers import REPO
+
+    tok = build_tiny_tokenizer()
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], tokenize=False,
+                                     add_generation_prompt=True)
+
+    class Params:
+        max_tokens, logprobs = 16, None
+
+    class Policy:  # stands in for OpenRLHF's vLLM engine: answers "good 4" and its end-of-turn token
+        async def generate(self, prompt_ids, params, multi_modal_data=None):
+            ids = tok.encode("good 4", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+            out = type("Out", (), {"token_ids": ids, "finish_reason": "stop", "logprobs": None})
+            return type("RequestOutput", (), {"outputs": [out]})
+
+    monkeypatch.setenv("BRRM_URL", fake.url)
+    for endpoint in (f"{fake.url}/get_reward", str(REPO / "examples" / "openrlhf_reward_func.py")):
+        executor = agent.SingleTurnAgentExecutor(remote_rm_url=endpoint)
+        out = asyncio.run(executor.execute(prompt, "4", Params(), 64, tok, Policy()))
+        assert out["reward"] == [1.0] and out["scores"] == [1.0], (endpoint, out)
+        assert out["extra_logs"] == {"brrm_failed": [0.0]}
+
+
+def test_sigterm_during_load_drains_and_exits_0(fake):
+    """Last in this module: it stops the module's server. In-flight requests (one running, five queued) finish,
+    new connections are refused, the process exits 0."""
+    clients = [httpx.Client(base_url=fake.url, timeout=30) for _ in range(6)]
+    results: list[tuple[int, str]] = []
+
+    def client(k: int) -> None:
+        r = clients[k].post("/v1/judge", json={"pairs": [{"prompt": f"q{k}", "response_a": "good",
+                                                          "response_b": "b"}]})
+        results.append((r.status_code, r.json()["judgments"][0]["winner"] if r.status_code == 200 else r.text))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + 10
+    while metric(fake, "brrm_in_flight_requests") < 6 + 1 and time.monotonic() < end:  # + the /metrics call
+        time.sleep(0.01)
+    fake.proc.send_signal(15)
+    time.sleep(0.3)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{fake.url}/health", timeout=5)
+    for t in threads:
+        t.join(30)
+    assert fake.proc.wait(30) == 0, fake.output()[-2000:]
+    assert results == [(200, "A")] * 6
+    for c in clients:
+        c.close()

@@ -95,6 +95,7 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         if backend_name == "vllm":
             _require_vllm()
         source = _resolve_source(name, embedded)
+        _card_dtype(name, backend_opts)
         make = _BUILDERS[kind](name, judge_opts, source)  # with the checkpoint's generation defaults
         built = _load_backend(backend_name, source, name, backend_opts, task="classify" if kind == "bt" else "generate")
     return make(built)
@@ -270,6 +271,19 @@ def _resolve_source(name: str, embedded: bool) -> str:
         raise ConfigError(f"model {name!r} is not a local directory and the Hugging Face Hub could not provide it "
                           f"({type(exc).__name__}: {str(exc)[:160]}); {hint}") from None
     return name
+
+
+def _card_dtype(name: str, backend_opts: dict[str, Any]) -> None:
+    """A known checkpoint's GPU dtype from its card (e.g. float16 for Qwen-3-Nemotron-32B-Reward), unless set."""
+    from brrm.recipes import known_recipe
+
+    known = known_recipe(name)
+    if known is None or not known.gpu_dtype or backend_opts.get("dtype", "auto") != "auto":
+        return
+    import torch
+
+    if torch.cuda.is_available() and backend_opts.get("device", "auto") != "cpu":
+        backend_opts["dtype"] = known.gpu_dtype
 
 
 def _require_vllm() -> None:

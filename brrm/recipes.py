@@ -27,11 +27,13 @@ class Recipe:
         recipe: the recipe within the kind (``brrm``; ``sequence_classification`` / ``qwen3_nemotron`` /
             ``llama_nemotron``; ``qwen3_genrm`` / ``llama_reward``).
         published: benchmark figures the model card reports (name -> percent), for tables.
+        gpu_dtype: the dtype the model card runs it in on GPUs ("" = brrm's default, bfloat16).
     """
 
     kind: str
     recipe: str
     published: tuple[tuple[str, float], ...] = ()
+    gpu_dtype: str = ""
 
 
 KNOWN: dict[str, Recipe] = {
@@ -39,7 +41,8 @@ KNOWN: dict[str, Recipe] = {
                                                                 ("RMB", 74.7))),
     "nvidia/qwen3-nemotron-8b-brrm": Recipe("brrm", "brrm", (("RewardBench", 91.0), ("RM-Bench", 85.0),
                                                                ("RMB", 71.8))),
-    "nvidia/qwen-3-nemotron-32b-reward": Recipe("bt", "qwen3_nemotron", (("RM-Bench", 81.9), ("JudgeBench", 72.3))),
+    "nvidia/qwen-3-nemotron-32b-reward": Recipe("bt", "qwen3_nemotron", (("RM-Bench", 81.9), ("JudgeBench", 72.3)),
+                                                 gpu_dtype="float16"),
     "nvidia/llama-3.1-nemotron-70b-reward-hf": Recipe("bt", "llama_nemotron"),
     "nvidia/llama-3.3-nemotron-70b-reward": Recipe("bt", "llama_nemotron"),
     "nvidia/llama-3.3-nemotron-70b-reward-multilingual": Recipe("bt", "llama_nemotron"),

@@ -192,3 +192,28 @@ def test_judge_end_to_end_equals_transformers(vb, hf_backend, mode):
             assert g.status is Status.OK and abs(g.p_a - r.p_a) <= LOGIT_TOL
     if cfg.decoding == "faithful":  # the random model rarely ends its turn: the honest status is truncated
         assert all(g.status in (Status.TRUNCATED, Status.PARSE_FAILURE, Status.OK) for g in got)
+
+
+def test_principle_judge_on_vllm_equals_transformers(vb, hf_backend):
+    """A principle reward model on the vLLM engine: the same rewards as on transformers under greedy decoding."""
+    import brrm
+
+    convs, responses = ["What is 2+2?", "Name a colour.", "Say hi."], ["4", "Blue.", "Go away."]
+    principle = "The response is correct and polite."
+    got = brrm.load(kind="principle", backend=vb, recipe="llama_reward", principle=principle).score(convs, responses)
+    ref = brrm.load(kind="principle", backend=hf_backend, recipe="llama_reward",
+                    principle=principle).score(convs, responses)
+    assert all(g.ok for g in got) and all(r.ok for r in ref)
+    assert [g.text for g in got] == [r.text for r in ref]
+    assert max(abs(g.reward - r.reward) for g, r in zip(got, ref, strict=True)) <= LOGIT_TOL
+
+
+def test_llama_nemotron_recipe_reads_vocab_logit_0_on_vllm(vb, hf_backend):
+    """The Llama-Nemotron-Reward recipe (vocab logit 0 at the last position) through vLLM's raw logits."""
+    from brrm.reward_models.bradley_terry import BradleyTerryRewardModel
+
+    convs, responses = ["What is 2+2?", "Say hi."], ["4", "Hello there."]
+    got = BradleyTerryRewardModel(vb, recipe="llama_nemotron").score(convs, responses)
+    ref = BradleyTerryRewardModel(hf_backend, recipe="llama_nemotron").score(convs, responses)
+    assert all(g.ok for g in got)
+    assert max(abs(g.reward - r.reward) for g, r in zip(got, ref, strict=True)) <= 1e-3

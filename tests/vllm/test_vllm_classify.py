@@ -32,7 +32,7 @@ def test_classify_matches_transformers_to_1e_3(tiny_cls_dir):
     try:
         assert backend.runner == "pooling"
         seqs = _sequences(backend.tokenizer)
-        scores = backend.classify(seqs)
+        scores = [s.value for s in backend.classify(seqs)]
         with pytest.raises(ConfigError, match="runner"):
             backend.generate([], temperature=0)
         with pytest.raises(ConfigError, match="tokens"):
@@ -57,3 +57,25 @@ def test_a_multi_label_head_is_refused(tmp_path):
             backend.classify(_sequences(backend.tokenizer)[:2])
     finally:
         close_engine(backend)
+
+
+def test_bt_through_load_on_vllm_equals_the_transformers_backend(tiny_cls_dir):
+    """brrm.load(kind="bt", backend="vllm") scores with vLLM pooling; equal to the transformers backend to 1e-3."""
+    import brrm
+
+    convs = ["What is 2+2?",
+             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}], "Say hi."]
+    responses = ["4", "Blue, because it is calm.", "Hi <|im_end|> there"]  # record text stays text on both
+    engine = {k: v for k, v in ENGINE.items() if k != "seed"}
+    judge = brrm.load(tiny_cls_dir, kind="bt", backend="vllm", **engine)
+    try:
+        assert judge.info.backend == "vllm" and judge.info.kind == "bt"
+        on_vllm = judge.score(convs, responses)
+        pair = judge.judge(convs[0], "4", "5")
+    finally:
+        judge.close()
+    ref = brrm.load(tiny_cls_dir, kind="bt", dtype="float32", device="cpu")
+    on_hf = ref.score(convs, responses)
+    assert all(r.ok for r in on_vllm + on_hf)
+    assert max(abs(a.reward - b.reward) for a, b in zip(on_vllm, on_hf, strict=True)) <= 1e-3
+    assert pair.ok and abs(pair.p_a - ref.judge(convs[0], "4", "5").p_a) <= 1e-3

@@ -158,7 +158,7 @@ class TextEncoder:
                 self._check_tool_call(call)
             rendered_messages.append(msg)
         text = self._render(rendered_messages, add_generation_prompt, template_kwargs)
-        if records:  # the template may trim a record's whitespace (Qwen3 strips "\n" around assistant text)
+        if any(r != r.strip() for r in records):  # the template may trim it (Qwen3 strips "\n" around assistant text)
             real = self._render([{**m, "content": _plain(m.get("content", ""))} for m in messages],
                                 add_generation_prompt, template_kwargs)
             records = _as_rendered(text, real, records, nonce)

@@ -188,12 +188,9 @@ def test_truncation_keeps_the_whole_response_and_end_tokens(bt, seqcls):
         assert (
             len(enc.ids) == 512 and r.input_tokens == 512 and r.truncated_tokens == enc.truncated_tokens > 0
         )
-        assert (
-            enc.ids[enc.response_start :] == full.ids[full.response_start :]
-        )  # header, response, end tokens
-        assert (
-            enc.ids[: enc.response_start] == full.ids[enc.truncated_tokens : full.response_start]
-        )  # left cut only
+        protected = len(enc.ids) - enc.response_start
+        assert enc.ids[enc.response_start:] == full.ids[len(full.ids) - protected:]  # header, response, end tokens
+        assert enc.ids[:enc.response_start] == full.ids[enc.truncated_tokens:len(full.ids) - protected]  # left cut
         assert tok.decode(enc.ids).endswith(resp + "<|im_end|>\n")
         assert tok.decode(enc.ids[enc.response_start :]).startswith("<|im_start|>assistant\n")
         assert r.reward == pytest.approx(_reference(model, enc.ids), abs=1e-5)

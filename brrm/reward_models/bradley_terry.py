@@ -114,7 +114,8 @@ class Encoded:
     Attributes:
         ids: token ids the model reads (after truncation); empty when ``status`` is not ok.
         response_start: index in ``ids`` where the protected part starts (assistant header, response,
-            end-of-turn tokens); truncation never removes tokens at or after it.
+            end-of-turn tokens); truncation never removes tokens at or after it. Found only when the input is
+            over ``max_length`` (0 when nothing had to be cut).
         truncated_tokens: conversation tokens dropped to fit ``max_length``.
         status: ``ok``, ``empty``, ``truncated`` or ``invalid_input``.
         reason: why, when not ok.
@@ -249,10 +250,12 @@ class BradleyTerryRewardModel:
         try:
             _, full = self.encoder.chat([*messages, {"role": "assistant", "content": content}],
                                         add_generation_prompt=False)
-            _, prefix = self.encoder.chat(messages, add_generation_prompt=False)
+            # where the protected part starts matters only when the input must be cut
+            prefix = self.encoder.chat(messages, add_generation_prompt=False)[1] if len(full) > self.max_length else []
         except (TemplateError, ConfigError) as exc:
             return Encoded((), 0, status=Status.INVALID_INPUT, reason=str(exc), thinking_stripped=stripped)
-        return self._fit(full, common_prefix_length(prefix, full), stripped)
+        start = common_prefix_length(prefix, full) if prefix else 0
+        return self._fit(full, start, stripped)
 
     def _fit(self, ids: list[int], start: int, stripped: bool) -> Encoded:
         """Apply ``max_length``: drop the oldest conversation tokens (BOS kept), never the protected part."""

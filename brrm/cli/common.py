@@ -20,6 +20,18 @@ FLAG_ALIASES = {"max_new_tokens_per_turn": "--max-new-tokens", "base_urls": "--b
 """Python names in error messages that the CLI shows as flags."""
 
 
+def add_input_args(p: argparse.ArgumentParser, *, verb: str, fields: str,
+                   input_help: str = "records file (.jsonl, .json, .parquet, .csv, .tsv)") -> None:
+    """``--input``, ``--output``, ``--input-format``, ``--limit`` and ``--field`` of a record-reading command."""
+    p.add_argument("--input", "-i", required=True, help=input_help)
+    p.add_argument("--output", "-o", default="-", help="JSONL output path ('-' = stdout, the default)")
+    p.add_argument("--input-format", choices=("jsonl", "json", "parquet", "csv", "tsv"), default=None,
+                   help="default: from the file suffix")
+    p.add_argument("--limit", type=int, default=None, help=f"{verb} only the first N records")
+    p.add_argument("--field", action="append", default=None, metavar="FIELD=COLUMN",
+                   help=f"remap an input column, e.g. --field prompt=instruction (fields: {fields})")
+
+
 def add_model_args(p: argparse.ArgumentParser, *, default_kind: str = "auto", judge_flags: bool = True) -> None:
     """``--model``, ``--kind``, ``--backend`` and every backend and judge option of :func:`brrm.load`."""
     g = p.add_argument_group("model")

@@ -19,14 +19,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("judge", help="judge response pairs (JSONL/JSON/Parquet/CSV records)",
                        description="Judge each record's response_a against response_b with any model kind "
                                    "(BR-RM natively; scalar models through sigma(r_A - r_B)).")
-    p.add_argument("--input", "-i", required=True, help="records file (.jsonl, .json, .parquet, .csv, .tsv)")
-    p.add_argument("--output", "-o", default="-", help="JSONL output path ('-' = stdout, the default)")
-    p.add_argument("--input-format", choices=("jsonl", "json", "parquet", "csv", "tsv"), default=None,
-                   help="default: from the file suffix")
-    p.add_argument("--limit", type=int, default=None, help="judge only the first N records")
-    p.add_argument("--field", action="append", default=None, metavar="FIELD=COLUMN",
-                   help="remap an input column, e.g. --field prompt=instruction (fields: id, conversation, "
-                        "prompt, response_a, response_b, label)")
+    common.add_input_args(p, verb="judge", fields="id, conversation, prompt, response_a, response_b, label")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--quiet", "-q", action="store_true", help="no per-pair lines, summary only")

@@ -22,13 +22,8 @@ def add_parser(sub: Any) -> None:
 
     p = sub.add_parser("rank", help="rank groups of responses (records with a 'responses' list)",
                        description="Rank each record's responses: per-response rewards, ranking and win matrix.")
-    p.add_argument("--input", "-i", required=True, help="records file with a 'responses' list per record")
-    p.add_argument("--output", "-o", default="-", help="JSONL output path ('-' = stdout, the default)")
-    p.add_argument("--input-format", choices=("jsonl", "json", "parquet", "csv", "tsv"), default=None,
-                   help="default: from the file suffix")
-    p.add_argument("--limit", type=int, default=None, help="rank only the first N records")
-    p.add_argument("--field", action="append", default=None, metavar="FIELD=COLUMN",
-                   help="remap an input column (fields: id, conversation, prompt, responses, reference)")
+    common.add_input_args(p, verb="rank", fields="id, conversation, prompt, responses, reference",
+                          input_help="records file with a 'responses' list per record")
     p.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="auto (scalar models: scores; BR-RM: round_robin, N(N-1) judgments), circular (N), "
                         "knockout (N-1), reference (N, needs a 'reference' field), scores (scalar models)")

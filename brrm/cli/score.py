@@ -20,13 +20,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("score", help="scalar rewards of conversation/response records",
                        description="Score each record's response with a Bradley-Terry or principle reward model "
                                    "(default without --model: the embedded demo as a principle judge).")
-    p.add_argument("--input", "-i", required=True, help="records file (.jsonl, .json, .parquet, .csv, .tsv)")
-    p.add_argument("--output", "-o", default="-", help="JSONL output path ('-' = stdout, the default)")
-    p.add_argument("--input-format", choices=("jsonl", "json", "parquet", "csv", "tsv"), default=None,
-                   help="default: from the file suffix")
-    p.add_argument("--limit", type=int, default=None, help="score only the first N records")
-    p.add_argument("--field", action="append", default=None, metavar="FIELD=COLUMN",
-                   help="remap an input column (fields: id, conversation, prompt, response, principle)")
+    common.add_input_args(p, verb="score", fields="id, conversation, prompt, response, principle")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)

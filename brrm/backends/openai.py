@@ -22,188 +22,16 @@ server), so this backend adds no dependency.
 
 from __future__ import annotations
 
-import http.client
-import itertools
-import json
 import os
-import random
 import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlsplit
 
+from brrm.backends._http import RequestFailed, Router, Transport
 from brrm.backends._phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.errors import BackendUnavailable, ConfigError
-
-RETRY_STATUSES = frozenset({408, 409, 425, 429})
-"""Retried besides every 5xx status."""
-
-_MOD = (1 << 61) - 1
-_BASE = 1_000_003
-
-
-class RequestFailed(Exception):
-    """A request that failed for good (non-retryable status, or retries exhausted); ``str`` is the reason."""
-
-
-def normalize_base_url(url: str) -> str:
-    """``http(s)://host[:port][/prefix]`` with ``/v1`` appended when the path has no ``/v1`` segment.
-
-    Raises:
-        ConfigError: when ``url`` is not an http(s) URL with a host.
-    """
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"base URL {url!r} is not valid; expected e.g. http://127.0.0.1:8000/v1")
-    path = parts.path.rstrip("/")
-    if "/v1" not in path.split("?")[0]:
-        path += "/v1"
-    return f"{parts.scheme}://{parts.netloc}{path}"
-
-
-class _Transport:
-    """JSON over HTTP with per-thread keep-alive connections, retries and backoff."""
-
-    def __init__(
-        self,
-        base_urls: Sequence[str],
-        *,
-        timeout_s: float,
-        max_retries: int,
-        backoff_s: float,
-        max_backoff_s: float,
-        api_key: str | None,
-    ) -> None:
-        self.base_urls = [normalize_base_url(u) for u in base_urls]
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.headers = {"Content-Type": "application/json", "Connection": "keep-alive"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
-        self._local = threading.local()
-
-    def _connection(self, base: str) -> http.client.HTTPConnection:
-        conns = self._local.__dict__.setdefault("conns", {})
-        if base not in conns:
-            parts = urlsplit(base)
-            cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-            conns[base] = cls(parts.netloc, timeout=self.timeout_s)
-        return conns[base]
-
-    def _drop(self, base: str) -> None:
-        conn = self._local.__dict__.get("conns", {}).pop(base, None)
-        if conn is not None:
-            conn.close()
-
-    def once(self, base: str, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], bytes]:
-        """One HTTP exchange; raises OSError / HTTPException on transport failures."""
-        conn = self._connection(base)
-        payload = None if body is None else json.dumps(body).encode()
-        try:
-            conn.request(method, urlsplit(base).path + path, body=payload, headers=self.headers)
-            resp = conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException):
-            self._drop(base)
-            raise
-        if resp.getheader("Connection", "").lower() == "close":
-            self._drop(base)
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
-
-    def call(self, first: int, method: str, path: str, body: Any = None) -> Any:
-        """The decoded JSON answer, trying servers ``first``, ``first + 1``, … on retryable failures.
-
-        Raises:
-            RequestFailed: on a non-retryable status, an invalid answer, or after ``max_retries`` retries.
-        """
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            base = self.base_urls[(first + attempt) % len(self.base_urls)]
-            retry_after = None
-            try:
-                status, headers, data = self.once(base, method, path, body)
-            except (OSError, http.client.HTTPException) as exc:  # timeouts, refused/reset connections
-                last = f"{base}{path}: {type(exc).__name__}: {exc}"
-            else:
-                if status == 200:
-                    try:
-                        return json.loads(data)
-                    except ValueError as exc:
-                        raise RequestFailed(f"{base}{path}: invalid JSON in the answer ({exc})") from exc
-                last = f"{base}{path}: HTTP {status}: {_error_text(data)}"
-                if status < 500 and status not in RETRY_STATUSES:
-                    raise RequestFailed(last)
-                retry_after = headers.get("retry-after")
-            if attempt < self.max_retries:
-                time.sleep(self._delay(attempt, retry_after))
-        raise RequestFailed(f"{last} (gave up after {self.max_retries + 1} attempts)")
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * random.uniform(0.75, 1.25)
-        try:
-            return min(self.max_backoff_s, max(delay, float(retry_after))) if retry_after else delay
-        except ValueError:  # an HTTP-date Retry-After: use our own backoff
-            return delay
-
-    def close(self) -> None:
-        for base in list(self._local.__dict__.get("conns", {})):
-            self._drop(base)
-
-
-def _error_text(data: bytes) -> str:
-    try:
-        err = json.loads(data)
-        msg = err.get("error", err) if isinstance(err, dict) else err
-        msg = msg.get("message", msg) if isinstance(msg, dict) else msg
-        return str(msg)[:500]
-    except ValueError:
-        return data[:500].decode(errors="replace")
-
-
-class _Router:
-    """Round-robin over servers, with affinity: a prompt extending a known sequence goes to its server."""
-
-    def __init__(self, n: int, capacity: int = 8192) -> None:
-        self.n = n
-        self._rr = itertools.count()
-        self._known: OrderedDict[tuple[int, int], int] = OrderedDict()
-        self._lock = threading.Lock()
-        self.capacity = capacity
-
-    @staticmethod
-    def _prefix_hashes(ids: Sequence[int]) -> list[int]:
-        h, out = 0, []
-        for t in ids:
-            h = (h * _BASE + t + 1) % _MOD
-            out.append(h)
-        return out
-
-    def pick(self, prompt: Sequence[int]) -> int:
-        if self.n == 1:
-            return 0
-        hashes = self._prefix_hashes(prompt)
-        with self._lock:
-            for length in range(len(hashes), 0, -1):
-                server = self._known.get((length, hashes[length - 1]))
-                if server is not None:
-                    return server
-        return next(self._rr) % self.n
-
-    def remember(self, ids: Sequence[int], server: int) -> None:
-        if self.n == 1 or not ids:
-            return
-        key = (len(ids), self._prefix_hashes(ids)[-1])
-        with self._lock:
-            self._known[key] = server
-            self._known.move_to_end(key)
-            while len(self._known) > self.capacity:
-                self._known.popitem(last=False)
 
 
 class OpenAIBackend:
@@ -251,7 +79,7 @@ class OpenAIBackend:
                 f"need timeout_s > 0 and 0 <= backoff_s <= max_backoff_s, got {timeout_s}, "
                 f"{backoff_s}, {max_backoff_s}"
             )
-        self.transport = _Transport(
+        self.transport = Transport(
             base_urls,
             timeout_s=timeout_s,
             max_retries=max_retries,
@@ -267,7 +95,7 @@ class OpenAIBackend:
         self.max_concurrency = max_concurrency
         self.capabilities = Capabilities(generate=True, programs=True, classify=True, vocab_logit=True,
                                          kv_reuse=False, chunk_size=judge_chunk_size)
-        self.router = _Router(len(self.transport.base_urls))
+        self.router = Router(len(self.transport.base_urls))
         self.info = BackendInfo(
             "openai", model, {"base_urls": list(self.transport.base_urls), "max_context": max_context}
         )
@@ -313,7 +141,7 @@ class OpenAIBackend:
             raise ConfigError(
                 "the openai backend needs at least one server URL (--base-url http://HOST:PORT/v1)"
             )
-        probe = _Transport(
+        probe = Transport(
             urls,
             timeout_s=30.0,
             max_retries=2,
@@ -358,9 +186,8 @@ class OpenAIBackend:
             on_complete: called (from a worker thread) with a request's index when it finishes.
         """
         del keep_kv
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="brrm-openai")
-        futures = [self._pool.submit(self._run, r, temperature, top_p) for r in requests]
+        pool = self._executor()
+        futures = [pool.submit(self._run, r, temperature, top_p) for r in requests]
         if on_complete is not None:
             for i, fut in enumerate(futures):
                 fut.add_done_callback(_report(on_complete, i))
@@ -435,11 +262,17 @@ class OpenAIBackend:
         ``logprob_token_ids`` (raw logits when the server runs ``--logprobs-mode raw_logits``). A request
         that fails is that item's error; the rest go on.
         """
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="brrm-openai")
+        pool = self._executor()
         if token_id is None:
-            return list(self._pool.map(self._classify_one, sequences))
-        return list(self._pool.map(self._vocab_logit, sequences, [token_id] * len(sequences)))
+            return list(pool.map(self._classify_one, sequences))
+        return list(pool.map(self._vocab_logit, sequences, [token_id] * len(sequences)))
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """The worker pool, made once even when several threads call at once (a server's concurrent requests)."""
+        with self._stats_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="brrm-openai")
+            return self._pool
 
     def _classify_one(self, seq: Sequence[int]) -> Score:
         body = {"model": self.model, "input": [list(seq)], "use_activation": False}

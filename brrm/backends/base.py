@@ -99,6 +99,8 @@ class Capabilities:
             (engines with automatic prefix caching reuse prefixes without being asked, and say False).
         chunk_size: ordered judgments per call this backend prefers, >= 1 (the transformers backend: its
             decoding batch; engines and servers: thousands, since they schedule by themselves).
+        concurrent: ``generate`` may be called from several threads at once, and the requests of concurrent
+            calls share the engine's running batch (vLLM: one engine stepped for all callers; servers: HTTP).
     """
 
     generate: bool = True
@@ -107,10 +109,11 @@ class Capabilities:
     vocab_logit: bool = False
     kv_reuse: bool = False
     chunk_size: int = 8
+    concurrent: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in ("generate", "programs", "classify", "vocab_logit", "kv_reuse",
-                                              "chunk_size")}
+                                              "chunk_size", "concurrent")}
 
 
 @dataclass(frozen=True)

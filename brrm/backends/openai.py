@@ -94,7 +94,7 @@ class OpenAIBackend:
         self.max_context = max_context
         self.max_concurrency = max_concurrency
         self.capabilities = Capabilities(generate=True, programs=True, classify=True, vocab_logit=True,
-                                         kv_reuse=False, chunk_size=judge_chunk_size)
+                                         kv_reuse=False, chunk_size=judge_chunk_size, concurrent=True)
         self.router = Router(len(self.transport.base_urls))
         self.info = BackendInfo(
             "openai", model, {"base_urls": list(self.transport.base_urls), "max_context": max_context}

@@ -32,6 +32,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -89,7 +90,7 @@ class VLLMBackend:
         generative = self.runner == "generate"
         self.capabilities = Capabilities(generate=generative, programs=generative, classify=not generative,
                                          vocab_logit=generative and features.logprob_token_ids,
-                                         kv_reuse=False, chunk_size=judge_chunk_size)
+                                         kv_reuse=False, chunk_size=judge_chunk_size, concurrent=generative)
         self.info = BackendInfo(
             "vllm",
             model_id,
@@ -108,6 +109,9 @@ class VLLMBackend:
             "generated_tokens": 0,
         }
         self._ids = itertools.count()
+        self._lock = threading.RLock()  # vLLM's engine is not thread-safe: every engine call holds it
+        self._pending: dict[str, Callable[[Any], None]] = {}  # request id -> what to do with its output
+        self._failers: dict[str, Callable[[str], Any]] = {}
 
     @classmethod
     def from_pretrained(
@@ -247,57 +251,77 @@ class VLLMBackend:
                 f"this vLLM engine runs the {self.runner!r} runner; generate needs runner='generate'"
             )
         runs = [ProgramRun(r, self.tokens) for r in requests]
-        position = {id(run): i for i, run in enumerate(runs)}
-        pending: dict[str, ProgramRun] = {}
-        for run in runs:
-            self._submit(run, pending, temperature, top_p)
-        self.stats["requests"] += len(runs)
-        engine = self.llm.llm_engine
-        try:
-            while pending:
-                if not engine.has_unfinished_requests():
-                    raise RuntimeError(f"the engine lost {len(pending)} requests")
-                for out in engine.step():
-                    done = pending.pop(out.request_id, None) if out.finished else None
-                    if done is not None:
-                        done.feed(self._result(out))
-                        self._submit(done, pending, temperature, top_p)
-                        if on_complete is not None and done.finish:
-                            on_complete(position[id(done)])
-        except Exception as exc:  # the engine failed: every unfinished request fails, none is lost silently
-            self._abort(pending, f"{type(exc).__name__}: {exc}")
+        call = _Call(len(runs), on_complete)
+        with self._lock:
+            for i, run in enumerate(runs):
+                self._submit(run, call, i, temperature, top_p)
+            self.stats["requests"] += len(runs)
+        self._drive(call)
         return [run.completion() for run in runs]
 
-    def _submit(
-        self, run: ProgramRun, pending: dict[str, ProgramRun], temperature: float, top_p: float
-    ) -> None:
-        """Submit the run's next phase, if any; a request the engine refuses fails this run only."""
+    def _drive(self, call: _Call) -> None:
+        """Step the shared engine until ``call``'s runs are done.
+
+        Every thread that waits on the engine takes turns stepping it (one ``step`` at a time, under the lock), and
+        each step advances every request in flight, whichever call submitted it: a request from a later call joins
+        the engine's running batch at the next step instead of waiting for earlier calls to finish (continuous
+        batching across calls, e.g. the HTTP server's concurrent requests).
+        """
+        engine = self.llm.llm_engine
+        while not call.done.is_set():
+            with self._lock:
+                if call.done.is_set():
+                    break
+                try:
+                    if not engine.has_unfinished_requests():
+                        raise RuntimeError(f"the engine lost {len(self._pending)} requests")
+                    outs = engine.step()
+                except Exception as exc:  # the engine failed: every unfinished request fails, none silently
+                    self._abort(f"{type(exc).__name__}: {exc}")
+                    break
+                for out in outs:
+                    if out.finished and out.request_id in self._pending:
+                        self._failers.pop(out.request_id, None)
+                        self._pending.pop(out.request_id)(out)
+
+    def _submit(self, run: ProgramRun, call: _Call, index: int, temperature: float, top_p: float) -> None:
+        """Submit the run's next phase (under the lock); when the run is finished, report it to its call."""
         from vllm import TokensPrompt
 
         phase = run.next_phase()
         if phase is None:
+            call.finished(index)
             return
         rid = f"brrm-{next(self._ids)}"
         try:
             params = self._sampling_params(phase, temperature, top_p)
-            self.llm.llm_engine.add_request(
-                rid, TokensPrompt(prompt_token_ids=list(phase.prompt_ids)), params
-            )
+            self.llm.llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(phase.prompt_ids)), params)
         except Exception as exc:  # VLLMValidationError (bad regex, prompt too long), ValueError, TypeError
             run.fail(f"vLLM refused the request: {type(exc).__name__}: {exc}")
+            call.finished(index)
             return
         self.stats["phases"] += 1
         self.stats["prompt_tokens"] += len(phase.prompt_ids)
-        pending[rid] = run
 
-    def _abort(self, pending: dict[str, ProgramRun], reason: str) -> None:
+        def done(out: Any) -> None:
+            run.feed(self._result(out))
+            self._submit(run, call, index, temperature, top_p)
+
+        def fail(reason: str) -> None:
+            run.fail(reason)
+            call.finished(index)
+
+        self._pending[rid], self._failers[rid] = done, fail
+
+    def _abort(self, reason: str) -> None:
+        """Fail every request in flight (of every call) after an engine failure."""
         try:
-            self.llm.llm_engine.abort_request(list(pending))
+            self.llm.llm_engine.abort_request(list(self._pending))
         except Exception:  # noqa: BLE001 - the engine may be gone; the runs fail either way
             pass
-        for run in pending.values():
-            run.fail(reason)
-        pending.clear()
+        for rid in list(self._pending):
+            self._pending.pop(rid)
+            self._failers.pop(rid)(reason)
 
     def _sampling_params(self, phase: Phase, temperature: float, top_p: float) -> Any:
         """vLLM ``SamplingParams`` for one phase (fresh objects per request, as vLLM requires)."""
@@ -368,22 +392,28 @@ class VLLMBackend:
         if not self.capabilities.vocab_logit:
             raise ConfigError(f"this vLLM engine ({self.runner!r} runner) cannot report a vocabulary logit")
 
-        out: list[Score] = []
-        engine = self.llm.llm_engine
-        pending: dict[str, int] = {}
-        results: dict[int, PhaseResult] = {}
         from vllm import TokensPrompt
 
-        for i, seq in enumerate(sequences):
-            phase = Phase(tuple(seq), 1, 0, "choice", ignore_eos=True, logprob_ids=(token_id,))
-            rid = f"brrm-{next(self._ids)}"
-            engine.add_request(rid, TokensPrompt(prompt_token_ids=list(seq)),
-                               self._sampling_params(phase, 0.0, 1.0))
-            pending[rid] = i
-        while pending:
-            for req in engine.step():
-                if req.finished and req.request_id in pending:
-                    results[pending.pop(req.request_id)] = self._result(req)
+        results: dict[int, PhaseResult] = {}
+        call = _Call(len(sequences), None)
+        with self._lock:
+            for i, seq in enumerate(sequences):
+                phase = Phase(tuple(seq), 1, 0, "choice", ignore_eos=True, logprob_ids=(token_id,))
+                rid = f"brrm-{next(self._ids)}"
+                self.llm.llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(seq)),
+                                                self._sampling_params(phase, 0.0, 1.0))
+
+                def done(out: Any, i: int = i) -> None:
+                    results[i] = self._result(out)
+                    call.finished(i)
+
+                def fail(reason: str, i: int = i) -> None:
+                    results[i] = PhaseResult((), "error", error=reason)
+                    call.finished(i)
+
+                self._pending[rid], self._failers[rid] = done, fail
+        self._drive(call)
+        out: list[Score] = []
         for i in range(len(sequences)):
             res = results[i]
             step = res.step_logprobs[0] if res.step_logprobs else {}
@@ -459,3 +489,20 @@ class VLLMBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Call:
+    """One ``generate`` call's runs in flight: counts the finished ones and signals when all are."""
+
+    def __init__(self, n: int, on_complete: Callable[[int], None] | None) -> None:
+        self.left, self.on_complete = n, on_complete
+        self.done = threading.Event()
+        if n == 0:
+            self.done.set()
+
+    def finished(self, index: int) -> None:
+        self.left -= 1
+        if self.on_complete is not None:
+            self.on_complete(index)
+        if self.left <= 0:
+            self.done.set()

@@ -51,8 +51,9 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--max-queue", type=int, default=2048, help="items waiting before 429 (default 2048)")
     q.add_argument("--deadline", type=float, default=600.0, help="per-request deadline in seconds; then 504 "
                                                                  "(default 600)")
-    q.add_argument("--concurrency", default="auto", help="judge calls at once: auto (4 for --backend openai, "
-                                                         "else 1) or a number")
+    q.add_argument("--concurrency", default="auto", help="judge calls at once: auto (4 where the backend shares "
+                                                         "one running batch across calls — vllm, openai — else 1) "
+                                                         "or a number")
     q.add_argument("--stall-timeout", type=float, default=30.0,
                    help="seconds a judge call nobody waits for may run on before it is abandoned (default 30)")
     q.add_argument("--max-abandoned", type=int, default=4,
@@ -86,7 +87,7 @@ def limits_from(args: argparse.Namespace, backend: str) -> Any:
     except ValueError:
         raise ConfigError(f"--failed-reward {args.failed_reward!r} is not a number or null") from None
     if args.concurrency == "auto":
-        concurrency = 4 if backend == "openai" else 1
+        concurrency = 4 if backend in ("openai", "vllm") else 1
     elif args.concurrency.isdigit():
         concurrency = int(args.concurrency)
     else:
@@ -137,10 +138,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "
               "BRRM_API_KEY)", file=sys.stderr)
     judge = _factory(args.factory) if args.factory else common.load_judge(args, kind="brrm")
-    if args.concurrency == "auto" and judge.info.backend != args.backend:
+    if args.concurrency == "auto":  # concurrent backends share one running batch across judge calls
         from dataclasses import replace
 
-        limits = replace(limits, concurrency=4 if judge.info.backend == "openai" else 1)
+        limits = replace(limits, concurrency=4 if judge.info.concurrent else 1)
     from brrm.serve import create_app
 
     app = create_app(judge, limits=limits)

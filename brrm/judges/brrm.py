@@ -227,7 +227,8 @@ class BRRMJudge:
         self.info = JudgeInfo(model=backend.info.model, kind="brrm", recipe="brrm", backend=backend.info.name,
                               chat_template_hash=chat, template_hash=text_hash(template_hash(), chat),
                               default_strategy="round_robin", options=self._options(),
-                              chunk_size=backend.capabilities.chunk_size)
+                              chunk_size=backend.capabilities.chunk_size,
+                              concurrent=backend.capabilities.concurrent)
 
     def _options(self) -> dict[str, Any]:
         c = self.config

@@ -164,7 +164,8 @@ class PrincipleJudge:
                               backend=backend.info.name, chat_template_hash=self.template_sha,
                               template_hash=self.template_hash, default_strategy="scores",
                               options={"sampling": self.config.sampling.to_dict(), **self._policies()},
-                              chunk_size=backend.capabilities.chunk_size)
+                              chunk_size=backend.capabilities.chunk_size,
+                              concurrent=backend.capabilities.concurrent)
 
     def _policies(self) -> dict[str, Any]:
         decoding = self.config.decoding if self.format == "qwen3_genrm" else "first_token"

@@ -176,7 +176,7 @@ class BradleyTerryRewardModel:
         self.info = JudgeInfo(model=self.model_id, kind="bt", recipe=self.recipe, backend=backend.info.name,
                               chat_template_hash=chat, template_hash=self.provenance.template_hash,
                               default_strategy="scores", options=dict(self.provenance.policies),
-                              chunk_size=max(caps.chunk_size, 64))
+                              chunk_size=max(caps.chunk_size, 64), concurrent=caps.concurrent)
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, *, model_id: str = "", token_budget: int = 16384,

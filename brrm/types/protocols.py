@@ -41,6 +41,8 @@ class JudgeInfo:
         options: the judge's resolved settings (decoding, swap, budgets, principle, …), JSON-ready.
         chunk_size: items per call the backend prefers (its decoding batch, or thousands for engines and
             servers); callers that stream results (the CLI) hand over this many at a time, >= 1.
+        concurrent: calls may run from several threads at once and share the engine's running batch (vLLM,
+            OpenAI-compatible servers); the HTTP server then runs several judge calls at a time.
     """
 
     model: str
@@ -52,6 +54,7 @@ class JudgeInfo:
     default_strategy: str
     options: Mapping[str, Any] = field(default_factory=dict)
     chunk_size: int = 64
+    concurrent: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +67,7 @@ class JudgeInfo:
             "default_strategy": self.default_strategy,
             "options": dict(self.options),
             "chunk_size": self.chunk_size,
+            "concurrent": self.concurrent,
         }
 
 

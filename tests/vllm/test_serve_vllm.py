@@ -1,8 +1,8 @@
 """``brrm serve --backend vllm`` (vLLM tier): concurrent clients coalesced into vLLM engine calls give the
 verdicts of the transformers backend on the same tiny model.
 
-The engine runs in the server process through the synchronous ``vllm.LLM`` path (calls serialized by the
-scheduler, coalesced across requests); vLLM's async engine is not used yet.
+The engine runs in the server process; several judge calls run at once (``--concurrency auto`` is 4 for vLLM) and
+their requests share the engine's running batch, so a request never waits for an earlier call to finish.
 """
 
 from __future__ import annotations

@@ -217,3 +217,29 @@ def test_llama_nemotron_recipe_reads_vocab_logit_0_on_vllm(vb, hf_backend):
     ref = BradleyTerryRewardModel(hf_backend, recipe="llama_nemotron").score(convs, responses)
     assert all(g.ok for g in got)
     assert max(abs(g.reward - r.reward) for g, r in zip(got, ref, strict=True)) <= 1e-3
+
+
+def test_concurrent_calls_share_the_running_batch(vb):
+    """A call made while another runs joins the engine's running batch: a short request is not held behind a
+    long one (the HTTP server's concurrent requests), and its tokens are those it gets alone."""
+    import threading
+    import time
+
+    tok = vb.tokenizer
+    long_req = GenerationRequest(_ids(tok, "Tell a very long story about the sea."), 600, seed=1)
+    short_req = GenerationRequest(_ids(tok, "hi"), 4, seed=2)
+    finished: dict[str, tuple[float, object]] = {}
+
+    def run(name, req):
+        (out,) = vb.generate([req], temperature=0)
+        finished[name] = (time.perf_counter(), out)
+
+    worker = threading.Thread(target=run, args=("long", long_req))
+    worker.start()
+    time.sleep(0.5)  # the long request is in the engine now
+    run("short", short_req)
+    worker.join(timeout=300)
+    assert finished["short"][0] < finished["long"][0]  # it did not wait for the long call to end
+    assert len(finished["long"][1].token_ids) > 100
+    (alone,) = vb.generate([short_req], temperature=0)
+    assert finished["short"][1].token_ids == alone.token_ids

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from brrm.errors import BrrmError
 
-SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank")
+SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.audit")
 """Modules of the subcommands, in help order; each has ``add_parser(subparsers)``."""
 
 

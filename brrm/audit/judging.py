@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from brrm.types import Conversation, parse_label
+from brrm.types import Conversation, Verdict
 
 Progress = Callable[[float], None] | None
 
@@ -42,7 +42,7 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
     ids = [r["id"] for r in records]
     if shape == "pairs":
         judged = judge.judge_pairs(convs, [r["response_a"] for r in records], [r["response_b"] for r in records],
-                                   ids=ids, labels=[parse_label(r["label"]) for r in records], progress=progress)
+                                   ids=ids, labels=[Verdict(r["label"]) for r in records], progress=progress)
         return [j.to_dict() for j in judged]
     if shape == "single":
         principles = [r["principle"] for r in records] if judge.info.kind == "principle" else None

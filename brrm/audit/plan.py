@@ -105,7 +105,7 @@ def plan_items(records: Sequence[Any], shape: str, *, slice_by: Sequence[str] = 
             add(rec.line, rec.id, None, rec.reason, None)
         elif isinstance(rec, ScalarRecord):
             for p in (list(principles) or [rec.principle]) if principle_kind else [""]:
-                if not p:
+                if principle_kind and not p:
                     add(rec.line, rec.id, None, f"line {rec.line}: no principle for a principle model: add a "
                         "'principle' field or pass --principle", rec.row)
                 else:

@@ -194,7 +194,7 @@ def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pendi
 
                     batches = judge_on_ray(_need(spec), pending, options, ray)
                 else:
-                    batches = _local_batches(judge, pending, options, bar.update)
+                    batches = _local_batches(judge, pending, options, _ticking(bar, ticker))
                 before = config
                 config = _consume(store, run_id, batches, config, request, options, bar, ticker)
             pending = store.pending(items, config) if config != before else []
@@ -221,6 +221,16 @@ def _learn(store: AuditStore, run_id: int, config: str | None, info: Mapping[str
     if learnt != config:
         store.update_run(run_id, config_hash=learnt)
     return learnt
+
+
+def _ticking(bar: Any, ticker: _Ticker) -> Any:
+    """The judge's progress callback: move the bar, and print a summary line when one is due (mid-batch too)."""
+
+    def update(n: float) -> None:
+        bar.update(n)
+        ticker.maybe(bar)
+
+    return update
 
 
 def _local_batches(judge: Any, pending: Sequence[AuditItem], options: AuditOptions,
@@ -273,18 +283,23 @@ class _Ticker:
     def line(self, *, bar: Any = None, final: bool = False) -> None:
         self.last = time.time()
         p = self.store.progress(self.run_id)
-        text = progress_line(p, time.time() - self.started, final=final)
+        text = progress_line(p, time.time() - self.started, final=final, in_flight=bar.n if bar is not None else None)
         (bar.write(text, file=self.term) if bar is not None else print(text, file=self.term))
 
 
-def progress_line(p: Mapping[str, Any], seconds: float, *, final: bool = False) -> str:
-    """``audit: 120/1000 rows done (12.0%); judged 100 this run (0.42/s), ETA 35m; ok 115, …``."""
+def progress_line(p: Mapping[str, Any], seconds: float, *, final: bool = False, in_flight: float | None = None) -> str:
+    """``audit: 120/1000 rows done (12.0%); judged 100 this run (0.42/s), ETA 35m; ok 115, …``.
+
+    ``in_flight``: items judged this run including the unfinished batch (fractions), from the progress bar.
+    """
     total, done, judged = p["total"], p["done"], p["judged_this_run"]
+    if in_flight is not None and in_flight > judged:
+        judged = in_flight
     rate = judged / seconds if seconds > 0 else math.nan
-    eta = (total - done) / rate if rate and rate > 0 and not final else math.nan
+    eta = max(0.0, total - done - (judged - p["judged_this_run"])) / rate if rate and rate > 0 and not final else math.nan
     counts = ", ".join(f"{k} {v}" for k, v in sorted(p["by_status"].items()))
     when = time.strftime("%H:%M:%S")
-    return (f"audit {when}: {done}/{total} rows done ({100 * done / max(total, 1):.1f}%); judged {judged} this run "
+    return (f"audit {when}: {done}/{total} rows done ({100 * done / max(total, 1):.1f}%); judged {round(judged, 1):g} this run "
             f"in {format_seconds(seconds)} ({rate:.2f}/s)" + (f", ETA {format_seconds(eta)}" if eta == eta else "")
             + (f"; {counts}" if counts else ""))
 

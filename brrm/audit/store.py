@@ -152,9 +152,9 @@ class AuditStore:
         self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None,
                                     check_same_thread=False)
         self.conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-        self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
         self.conn.execute("PRAGMA synchronous = FULL")
-        if create:
+        if create:  # WAL is a property of the file: set once by the writer, read by every later connection
+            self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
             self._write(self._create)
         self._check_version()
 
@@ -166,7 +166,14 @@ class AuditStore:
         cur.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
 
     def _check_version(self) -> None:
-        row = self.conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        try:
+            row = self.conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            self.conn.close()
+            raise ConfigError(f"{str(self.directory)!r} holds no audit store yet ({STORE_FILE} is being created, or "
+                              "is not a brrm audit store)") from None
         if row is None or row[0] != SCHEMA_VERSION:
             raise ConfigError(f"{self.path} was written by another brrm version (schema {row and row[0]!r}, this "
                               f"brrm reads {SCHEMA_VERSION!r}); use a new --output folder")

@@ -32,7 +32,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("input", nargs="?", metavar="INPUT",
                    help="records file (.jsonl, .json, .parquet, .csv, .tsv)")
     p.add_argument("--output", "-o", metavar="DIR", help="audit folder (created if missing)")
-    p.add_argument("--status", metavar="DIR",
+    p.add_argument("--status", metavar="DIR", dest="status_dir",
                    help="show the progress of the audit in DIR (safe while it runs) and exit")
     p.add_argument("--shape", choices=("auto", "pairs", "single", "groups"), default="auto",
                    help="record shape (default: from the first record: response_a/response_b, response, responses)")
@@ -65,10 +65,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run or resume an audit (or show ``--status``); returns the exit code."""
-    if args.status:
+    if args.status_dir:
         from brrm.audit.status import status_text
 
-        print(status_text(args.status))
+        print(status_text(args.status_dir))
         return 0
     if not args.input:
         raise ConfigError("brrm audit needs INPUT (a records file) and --output DIR, or --status DIR")
@@ -122,12 +122,14 @@ def _resolve_kind(model: str | None, kind: str, shape: str) -> str:
         if model is None:
             kind = "principle" if shape == "single" else "brrm"
         else:
-            from brrm.recipes import detect_kind, model_config
+            from brrm.recipes import detect_kind, looks_like_hub_id, model_config
 
+            if not looks_like_hub_id(model) and not Path(model).expanduser().is_dir():
+                raise ConfigError(f"--model {model!r} is neither a folder nor a hub id")
             kind = detect_kind(model, model_config(model))[0]
     if shape == "single" and kind == "brrm":
-        raise ConfigError("single-response records need a scalar model (--kind bt or principle); a BR-RM judge "
-                          "compares pairs: give records with response_a/response_b, or responses lists")
+        raise ConfigError("single-response records need --kind bt or --kind principle (a BR-RM judge compares "
+                          "pairs: give records with response_a/response_b, or responses lists)")
     return kind
 
 
@@ -137,7 +139,7 @@ def _plan(args: argparse.Namespace, records: list[Any], shape: str, kind: str,
     from brrm.audit.judging import resolve_strategy
 
     if kind == "principle" and shape != "single" and not args.principle:
-        raise ConfigError(f"a principle model judging {shape} needs --principle 'The response is …'")
+        raise ConfigError(f"--kind principle judging {shape} needs --principle 'The response is …'")
     if args.strategy != "auto" and shape != "groups":
         raise ConfigError(f"--strategy applies to group records (responses lists), not {shape}")
     if args.ray is None and (args.actors is not None or args.num_gpus_per_actor):

@@ -1,0 +1,42 @@
+"""The same audit on a local Ray instance (2 CPU actors, a tiny Qwen3 judge) gives exactly the single-process
+results under the same keys, and a rerun finds nothing pending without starting any actor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from brrm.audit import AuditOptions, JudgeSpec, plan_items, run_audit
+from brrm.records import read_records
+from tests.audit_support import TINY_OPTS, assert_same_stores, pair_rows, same_result, write_jsonl
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+def test_ray_audit_equals_the_single_process_audit(tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'brrm[ray]'")
+    from brrm.audit.ray_runner import RayOptions
+    from brrm.testing import save_tiny_qwen3
+
+    model = str(save_tiny_qwen3(tmp_path / "tiny"))
+    path = write_jsonl(tmp_path / "pairs.jsonl", [*pair_rows(4), "{broken"])
+    items = plan_items(read_records(path, "pairs"), "pairs", slice_by=["source"])
+    opts = AuditOptions(shape="pairs", slice_by=("source",), chunk_size=2, progress=False)
+    spec = JudgeSpec(model, {**TINY_OPTS, "backend": "transformers"})
+    local = run_audit(items, tmp_path / "local", opts, spec=spec)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        on_ray = run_audit(items, tmp_path / "ray", opts, spec=spec, ray=RayOptions(actors=2))
+        again = run_audit(items, tmp_path / "ray", opts, spec=spec, ray=RayOptions(actors=2))
+    finally:
+        ray.shutdown()
+    assert local.judged == on_ray.judged == 4 and on_ray.config_hash == local.config_hash
+    assert again.judged == 0 and again.pending_at_start == 0
+    assert_same_stores(tmp_path / "local", tmp_path / "ray")
+    rows = [[json.loads(line) for line in (tmp_path / d / "results.jsonl").read_text().splitlines()]
+            for d in ("local", "ray")]
+    assert [r["status"] for r in rows[1]] == ["ok"] * 4 + ["invalid_input"]
+    assert all(same_result(a, b) for a, b in zip(*rows, strict=True))
+    summaries = [json.loads((tmp_path / d / "summary.json").read_text()) for d in ("local", "ray")]
+    assert same_result(summaries[0]["overall"], summaries[1]["overall"])

@@ -30,13 +30,15 @@ def add_parser(sub: Any) -> None:
                                    "an HTML report, a JSON summary and JSONL/Parquet exports. Rerun the same command "
                                    "to resume; only missing items are judged.")
     p.add_argument("input", nargs="?", metavar="INPUT",
-                   help="records file (.jsonl, .json, .parquet, .csv, .tsv)")
+                   help="records file (.jsonl, .json, .parquet, .csv, .tsv), or a Hugging Face dataset folder or hub id")
     p.add_argument("--output", "-o", metavar="DIR", help="audit folder (created if missing)")
     p.add_argument("--status", metavar="DIR", dest="status_dir",
                    help="show the progress of the audit in DIR (safe while it runs) and exit")
     p.add_argument("--shape", choices=("auto", "pairs", "single", "groups"), default="auto",
                    help="record shape (default: from the first record: response_a/response_b, response, responses)")
-    p.add_argument("--input-format", choices=FORMATS, default=None, help="default: from the file suffix")
+    p.add_argument("--input-format", choices=FORMATS, default=None,
+                   help="default: from the file suffix; hf for a dataset folder or hub id")
+    p.add_argument("--split", default=None, help="split of a Hugging Face dataset (default: its only split)")
     p.add_argument("--limit", type=int, default=None, help="audit only the first N records")
     p.add_argument("--field", action="append", default=None, metavar="FIELD=COLUMN",
                    help="remap an input column, e.g. --field prompt=instruction (as in brrm judge)")
@@ -103,7 +105,8 @@ def _read(args: argparse.Namespace) -> tuple[list[Any], str]:
     from brrm.records import FieldMap, GroupRecord, PairRecord, read_records
 
     fields = FieldMap.from_overrides(args.field) if args.field else None
-    records = read_records(args.input, args.shape, fields=fields, limit=args.limit, format=args.input_format)
+    records = read_records(args.input, args.shape, fields=fields, limit=args.limit, format=args.input_format,
+                           split=args.split)
     common.require_records(records, args.input)
     if args.shape != "auto":
         return records, args.shape

@@ -130,7 +130,8 @@ def store_items(directory: Path) -> dict[tuple[str, str], dict[str, Any]]:
         rows = conn.execute("SELECT item_hash, config_hash, status, result, run_id, written_at FROM items").fetchall()
     finally:
         conn.close()
-    return {(h, c): {"status": s, "result": json.loads(r), "run_id": run, "written_at": w} for h, c, s, r, run, w in rows}
+    return {(h, c): {"status": s, "result": json.loads(r), "run_id": run, "written_at": w}
+            for h, c, s, r, run, w in rows}
 
 
 def same_result(x: Any, y: Any, *, rel: float = 1e-6) -> bool:

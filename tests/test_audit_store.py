@@ -131,7 +131,8 @@ def test_results_round_trip_through_their_stored_json():
 
     tok = build_tiny_tokenizer()
     judge = fake_brrm(tok, ScriptedBRRM(lambda first, second: 1 if first == "4" else "no verdict"), swap=True)
-    pairs = judge.judge_pairs(["2+2?", "3+3?"], ["4", "7"], ["5", "6"], ids=["a", "b"], labels=[Verdict.A, Verdict.NONE])
+    pairs = judge.judge_pairs(["2+2?", "3+3?"], ["4", "7"], ["5", "6"], ids=["a", "b"],
+                              labels=[Verdict.A, Verdict.NONE])
     groups = judge.rank_groups(["2+2?"], [["4", "5", "22"]], strategy="circular")
     bt = brrm.load(kind="bt", backend=FakeBackend(tok, score_script=lambda p: ValueError("nan") if "5" in p else 1.5))
     rewards = bt.score(["2+2?", "2+2?"], ["4", "5"], ids=["x", "y"])

@@ -96,7 +96,20 @@ class AuditOptions:
 
 @dataclass(frozen=True)
 class AuditOutcome:
-    """What a run did: its id and final state, counts, time and the files written."""
+    """What a run did.
+
+    Attributes:
+        run_id: the run's id in the store.
+        state: ``finished`` (other states end in an exception).
+        total: planned rows (invalid ones included).
+        judged: results this run wrote.
+        pending_at_start: items without a finished result when the run started.
+        seconds: wall time of the whole run (s).
+        judging_seconds: wall time until every result was in the store (planning in the store and judging; the
+            rest is the summary, exports and report) (s).
+        config_hash: the configuration results are stored under (None when nothing was ever judged).
+        files: the outputs by name (``summary``, ``jsonl``, ``parquet``, ``report``).
+    """
 
     run_id: int
     state: str
@@ -104,6 +117,7 @@ class AuditOutcome:
     judged: int
     pending_at_start: int
     seconds: float
+    judging_seconds: float
     config_hash: str | None
     files: Mapping[str, Path] = field(default_factory=dict)
 
@@ -128,9 +142,11 @@ def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditO
     Raises:
         KeyboardInterrupt: after Ctrl-C / SIGTERM, once the run is marked ``interrupted`` (finished items kept).
         ConfigError: on invalid options or a store of another version.
+        BackendUnavailable: when matplotlib (the ``audit`` extra) is missing, before anything is judged.
     """
     if judge is None and spec is None:
         raise ValueError("run_audit needs a judge or a JudgeSpec")
+    require_report_libraries()
     term = term or sys.stderr
     started = time.time()
     with AuditStore(directory) as store:
@@ -151,6 +167,7 @@ def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditO
             with _sigterm_as_interrupt():
                 config = _judge_all(store, run_id, items, pending, config, request, options, judge, spec, ray, ticker)
             store.update_run(run_id, state="finished", finished_at=time.time())
+            judged_at = time.time()
         except KeyboardInterrupt:
             done = store.progress(run_id)
             store.update_run(run_id, state="interrupted", message="interrupted (Ctrl-C or SIGTERM)")
@@ -163,7 +180,22 @@ def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditO
         files = write_outputs(store, run_id, options)
         ticker.line(final=True)
         judged = store.progress(run_id)["judged_this_run"]
-    return AuditOutcome(run_id, "finished", len(items), judged, len(pending), time.time() - started, config, files)
+    return AuditOutcome(run_id, "finished", len(items), judged, len(pending), time.time() - started,
+                        judged_at - started, config, files)
+
+
+def require_report_libraries() -> None:
+    """Refuse to start an audit whose report could not be drawn.
+
+    Raises:
+        BackendUnavailable: without matplotlib, with the install hint.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        from brrm.errors import BackendUnavailable
+
+        raise BackendUnavailable("the audit report draws its plots with matplotlib", hint="pip install 'brrm[audit]'")
 
 
 def _remember(store: AuditStore, info: Mapping[str, Any], options: AuditOptions, request: str | None) -> str:
@@ -296,11 +328,13 @@ def progress_line(p: Mapping[str, Any], seconds: float, *, final: bool = False, 
     if in_flight is not None and in_flight > judged:
         judged = in_flight
     rate = judged / seconds if seconds > 0 else math.nan
-    eta = max(0.0, total - done - (judged - p["judged_this_run"])) / rate if rate and rate > 0 and not final else math.nan
+    left = max(0.0, total - done - (judged - p["judged_this_run"]))
+    eta = left / rate if rate and rate > 0 and not final else math.nan
     counts = ", ".join(f"{k} {v}" for k, v in sorted(p["by_status"].items()))
     when = time.strftime("%H:%M:%S")
-    return (f"audit {when}: {done}/{total} rows done ({100 * done / max(total, 1):.1f}%); judged {round(judged, 1):g} this run "
-            f"in {format_seconds(seconds)} ({rate:.2f}/s)" + (f", ETA {format_seconds(eta)}" if eta == eta else "")
+    eta_text = f", ETA {format_seconds(eta)}" if eta == eta else ""
+    return (f"audit {when}: {done}/{total} rows done ({100 * done / max(total, 1):.1f}%); judged "
+            f"{round(judged, 1):g} this run in {format_seconds(seconds)} ({rate:.2f}/s){eta_text}"
             + (f"; {counts}" if counts else ""))
 
 

@@ -8,8 +8,10 @@ Design (why it cannot lose, duplicate or half-write a result):
   The only row a later write replaces is a ``backend_error`` (a server down is not the model's answer: a
   rerun retries it).
 * **Atomic batches.** Each batch of results is one ``BEGIN IMMEDIATE … COMMIT`` transaction together with the
-  run's heartbeat. SQLite's write-ahead log (WAL, ``synchronous=FULL``) makes a commit all-or-nothing: a
-  process killed mid-batch leaves the store exactly as it was before that batch.
+  run's heartbeat. SQLite's write-ahead log makes a commit all-or-nothing: a process killed mid-batch leaves
+  the store exactly as it was before that batch. ``synchronous=NORMAL`` (SQLite's recommended setting for
+  WAL) keeps every commit through a process crash and the file consistent through a power loss, which can
+  only roll back the last batches — they are then simply pending again.
 * **Single writer by design, safe with more.** The audit driver (the local runner, or the Ray driver that
   receives the actors' results) is the only process that writes during a run; judges never touch the file.
   WAL lets any number of readers (``brrm audit --status``, a report) read while it writes, without blocking
@@ -152,7 +154,7 @@ class AuditStore:
         self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None,
                                     check_same_thread=False)
         self.conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-        self.conn.execute("PRAGMA synchronous = FULL")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
         if create:  # WAL is a property of the file: set once by the writer, read by every later connection
             self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
             self._write(self._create)

@@ -30,7 +30,8 @@ def add_parser(sub: Any) -> None:
                                    "an HTML report, a JSON summary and JSONL/Parquet exports. Rerun the same command "
                                    "to resume; only missing items are judged.")
     p.add_argument("input", nargs="?", metavar="INPUT",
-                   help="records file (.jsonl, .json, .parquet, .csv, .tsv), or a Hugging Face dataset folder or hub id")
+                   help="records file (.jsonl, .json, .parquet, .csv, .tsv), or a Hugging Face dataset folder or "
+                        "hub id")
     p.add_argument("--output", "-o", metavar="DIR", help="audit folder (created if missing)")
     p.add_argument("--status", metavar="DIR", dest="status_dir",
                    help="show the progress of the audit in DIR (safe while it runs) and exit")

@@ -24,10 +24,11 @@ T1 = ("[Quality Assessment Focus]\nInformation Accuracy, Response Completeness\n
       "\n\n[Quality Analysis for Response 2]\n- Critical Issues: misses the point\n"
       "[End of Quality Analysis for Response 2]")
 
-TINY_OPTS = {"kind": "brrm", "temperature": 0.0, "max_new_tokens": 450, "block_token_cap": 8}
-"""A tiny random Qwen3 BR-RM judge that always parses (see the brief / brrm.testing)."""
+TINY_OPTS = {"kind": "brrm", "temperature": 0.0, "max_new_tokens": 450, "block_token_cap": 8, "thinking": "off"}
+"""A tiny random Qwen3 BR-RM judge that always parses, without a thinking block (4x fewer tokens)."""
 
-TINY_FLAGS = ["--kind", "brrm", "--temperature", "0", "--max-new-tokens", "450", "--block-token-cap", "8"]
+TINY_FLAGS = ["--kind", "brrm", "--temperature", "0", "--max-new-tokens", "450", "--block-token-cap", "8",
+              "--thinking", "off"]
 """The same judge as CLI flags."""
 
 
@@ -155,7 +156,11 @@ def assert_same_stores(a: Path, b: Path) -> None:
 
 
 def cli_exit(argv: list[str]) -> None:
-    """Run the ``brrm`` CLI and exit with its code (a multiprocessing target)."""
+    """Run the ``brrm`` CLI and exit with its code (a multiprocessing target). One intra-op thread: on a shared
+    2-core machine OpenMP spin-waiting slows a tiny model down by an order of magnitude when anything else runs."""
+    import torch
+
     from brrm.cli import main
 
+    torch.set_num_threads(1)
     sys.exit(main(argv))

@@ -24,7 +24,14 @@ def test_ray_audit_equals_the_single_process_audit(tmp_path):
     items = plan_items(read_records(path, "pairs"), "pairs", slice_by=["source"])
     opts = AuditOptions(shape="pairs", slice_by=("source",), chunk_size=2, progress=False)
     spec = JudgeSpec(model, {**TINY_OPTS, "backend": "transformers"})
-    local = run_audit(items, tmp_path / "local", opts, spec=spec)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each Ray actor (one CPU each); OpenMP spin-waiting is slow on a shared box
+    try:
+        local = run_audit(items, tmp_path / "local", opts, spec=spec)
+    finally:
+        torch.set_num_threads(threads)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         on_ray = run_audit(items, tmp_path / "ray", opts, spec=spec, ray=RayOptions(actors=2))

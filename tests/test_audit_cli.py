@@ -31,7 +31,7 @@ def pairs(tmp_path):
     (["{pairs}", "--output", "{out}"], "is neither a folder nor a hub id"),
     (["{pairs}", "--output", "{out}", "--kind", "principle"], "--kind principle judging pairs needs --principle"),
     (["{single}", "--output", "{out}", "--kind", "brrm"], "single-response records need --kind bt or --kind principle"),
-    (["{single}", "--output", "{out}", "--kind", "principle"], "or a 'principle' column"),
+    (["{single}", "--output", "{out}", "--kind", "principle"], "or records with their own principles"),
     (["{pairs}", "--output", "{out}", "--kind", "brrm", "--low-margin", "0.7"], "--low-margin"),
     (["--status", "{out}"], "holds no audit store"),
 ])

@@ -146,7 +146,8 @@ def _plan(args: argparse.Namespace, records: list[Any], shape: str, kind: str,
         raise ConfigError(f"--kind principle judging {shape} needs --principle 'The response is …'")
     if kind == "principle" and shape == "single" and not args.principle and not any(
             getattr(r, "principle", "") for r in records):
-        raise ConfigError("--kind principle needs --principle 'The response is …' or a 'principle' column")
+        raise ConfigError("--kind principle needs --principle 'The response is …', or records with their own "
+                          "principles")
     if args.strategy != "auto" and shape != "groups":
         raise ConfigError(f"--strategy applies to group records (responses lists), not {shape}")
     if args.ray is None and (args.actors is not None or args.num_gpus_per_actor):

@@ -15,7 +15,11 @@ from collections.abc import Sequence
 
 from brrm.errors import BrrmError
 
+<<<<<<< HEAD
 SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.bench", "brrm.cli.serve")
+=======
+SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.audit")
+>>>>>>> audit
 """Modules of the subcommands, in help order; each has ``add_parser(subparsers)``."""
 
 

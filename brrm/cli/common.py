@@ -220,7 +220,12 @@ def translate(message: str, parser: argparse.ArgumentParser) -> str:
                 names.setdefault(action.dest, opt)
     alternatives = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
     pattern = re.compile(r"(?<![\w-])(" + alternatives + r")(?![\w-])")
-    return pattern.sub(lambda m: names[m.group(1)], message) if names else message
+    after_flag = re.compile(r"--[\w-]+[ =]$")  # "--kind principle": a flag's value is not a name to rewrite
+
+    def rewrite(m: re.Match[str]) -> str:
+        return m.group(1) if after_flag.search(message, 0, m.start()) else names[m.group(1)]
+
+    return pattern.sub(rewrite, message) if names else message
 
 
 def _all_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:

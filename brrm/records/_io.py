@@ -1,14 +1,16 @@
-"""Reading record files: JSONL (line by line, so one bad line loses nothing), JSON, Parquet, CSV and TSV.
+"""Reading record files: JSONL (line by line, so one bad line loses nothing), JSON, Parquet, CSV and TSV, and
+Hugging Face datasets (a ``save_to_disk`` folder, a dataset repository folder, or a hub id in the local cache).
 
-Rows come out as ``(line, value)``: the 1-based line number (JSONL) or row number (other formats) and the
-decoded row, or a :class:`RecordError` for a line that is not valid JSON. Parquet and CSV/TSV go through
-``datasets.load_dataset``.
+Rows come out as ``(line, value)``: the 1-based line number (JSONL) or row number (other formats and datasets)
+and the decoded row, or a :class:`RecordError` for a line that is not valid JSON. Parquet, CSV/TSV and datasets
+go through ``datasets``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -17,8 +19,10 @@ from typing import Any
 
 from brrm.errors import ConfigError
 
-FORMATS = ("jsonl", "json", "parquet", "csv", "tsv")
-"""Input formats the record readers take."""
+FORMATS = ("jsonl", "json", "parquet", "csv", "tsv", "hf")
+"""Input formats the record readers take (``hf``: a Hugging Face dataset folder or hub id, through ``datasets``)."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 _SUFFIXES = {
     ".jsonl": "jsonl",
@@ -81,18 +85,32 @@ def read_id(row: Mapping[str, Any], line: int, column: str) -> str:
     return str(value)
 
 
-def open_rows(path: str | Path, *, format: str | None = None, limit: int | None = None) -> list[tuple[int, Any]]:
-    """Every ``(line, row)`` of a record file, checked before any model loads.
+def open_rows(path: str | Path, *, format: str | None = None, limit: int | None = None,
+              split: str | None = None) -> list[tuple[int, Any]]:
+    """Every ``(line, row)`` of a record file or Hugging Face dataset, checked before any model loads.
+
+    Args:
+        path: a record file; or a dataset folder or hub id (format ``hf``, detected when ``path`` is a folder,
+            or not a file but shaped like ``owner/name``).
+        format: one of :data:`FORMATS`; default from the suffix (``hf`` for folders and hub ids).
+        limit: read at most this many rows (>= 1); None reads all.
+        split: the dataset split (``hf`` only); default: the only split, else an error listing them.
 
     Raises:
-        ConfigError: when the file is missing, its format unknown, it is not a list of records at all, or
-            ``limit`` is not an int >= 1.
+        ConfigError: when the file is missing, its format unknown, it is not a list of records at all, a
+            dataset cannot be loaded (or has no such split), ``split`` is given for a file, or ``limit`` is not
+            an int >= 1.
     """
-    path = Path(path)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"limit must be an int >= 1 or None, got {limit!r}")
+    text = str(path)
+    path = Path(path).expanduser()
+    if format == "hf" or (format is None and not path.is_file() and (path.is_dir() or _HUB_ID.match(text))):
+        return list(enumerate(_load_hf(text, split, limit), start=1))
+    if split is not None:
+        raise ConfigError(f"split applies to Hugging Face datasets (a folder or hub id), not the file {text!r}")
     if not path.is_file():
-        raise ConfigError(f"input file {str(path)!r} does not exist or is not a file")
+        raise ConfigError(f"input file {text!r} does not exist or is not a file")
     return list(iter_rows(path, detect_format(path, format), limit))
 
 
@@ -145,6 +163,39 @@ def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, Any]]:
             except json.JSONDecodeError as exc:
                 why = f"line {line}: not valid JSON ({exc.msg} at column {exc.colno})"
                 yield line, RecordError(line, str(line), why)
+
+
+def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str, Any]]:
+    """Rows of a Hugging Face dataset: a ``save_to_disk`` folder, a dataset repository folder, or a hub id
+    (loaded from the local cache when offline)."""
+    import datasets
+
+    local = Path(source).expanduser()
+    bars_were_on = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        if (local / "dataset_dict.json").is_file() or (local / "state.json").is_file():
+            ds = datasets.load_from_disk(str(local))
+        else:
+            ds = datasets.load_dataset(str(local) if local.is_dir() else source)
+    except Exception as exc:  # missing, not cached offline, unreadable: the input as a whole is unusable
+        raise ConfigError(f"{source!r} could not be loaded as a Hugging Face dataset ({type(exc).__name__}: "
+                          f"{str(exc)[:300]})") from exc
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
+    if isinstance(ds, datasets.DatasetDict):
+        splits = ", ".join(ds)
+        if split is None and len(ds) != 1:
+            raise ConfigError(f"{source!r} has several splits; pass split (one of: {splits})")
+        if split is not None and split not in ds:
+            raise ConfigError(f"split {split!r} is not in {source!r}; splits: {splits}")
+        ds = ds[split if split is not None else next(iter(ds))]
+    elif split is not None:
+        raise ConfigError(f"{source!r} is a single dataset without splits; drop split")
+    if limit is not None:
+        ds = ds.select(range(min(limit, len(ds))))
+    return list(ds.to_list())
 
 
 def _load_with_datasets(path: Path, fmt: str, limit: int | None) -> list[dict[str, Any]]:

@@ -164,20 +164,22 @@ def detect_shape(rows: Sequence[tuple[int, Any]], fields: FieldMap) -> str:
 
 
 def read_records(path: str | os.PathLike[str], shape: str, *, fields: FieldMap | None = None,
-                 limit: int | None = None, format: str | None = None) -> list[Any]:
+                 limit: int | None = None, format: str | None = None, split: str | None = None) -> list[Any]:
     """Every record of ``shape`` in a file, in input order, with a RecordError for each bad row.
 
     Args:
-        path: a JSONL, JSON, Parquet, CSV or TSV file.
+        path: a JSONL, JSON, Parquet, CSV or TSV file, or a Hugging Face dataset folder or hub id.
         shape: one of :data:`SHAPES`, or ``auto`` (:func:`detect_shape`).
         fields: column names; default :class:`FieldMap()` (LLMBar's schema auto-detected).
         limit: read at most this many rows (>= 1); None reads all.
-        format: one of :data:`~brrm.records.FORMATS`; default from the file suffix.
+        format: one of :data:`~brrm.records.FORMATS`; default from the file suffix (``hf`` for folders and hub
+            ids).
+        split: the split of a Hugging Face dataset (default: its only split).
 
     Raises:
         ConfigError: when the file is missing or unreadable as a whole, or the shape is unknown.
     """
-    rows = open_rows(os.fspath(path), format=format, limit=limit)
+    rows = open_rows(os.fspath(path), format=format, limit=limit, split=split)
     fields = detect_fields(rows, fields)
     if shape == "auto":
         shape = detect_shape(rows, fields)

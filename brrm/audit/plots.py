@@ -1,0 +1,190 @@
+"""The report's plots, drawn by matplotlib from the JSON summary and embedded as base64 PNG data URIs.
+
+Figures use matplotlib's object-oriented API (``matplotlib.figure.Figure`` with the Agg canvas: no pyplot
+state, no display) with mathtext off, so a ``$`` in a slice value or a dimension name is drawn as text.
+Every plot of a summary is listed by :func:`plots_for`; the report embeds each one, so a viewer needs no
+network.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import io
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STATUS_COLORS = {"ok": "#4c78a8", "A": "#4c78a8", "B": "#f58518", "tie": "#9d9d9d", "parse_failure": "#e45756",
+                 "truncated": "#b279a2", "backend_error": "#ff9da6", "empty": "#bab0ac", "invalid_input": "#72b7b2",
+                 "pending": "#dddddd"}
+
+FAILURES = ("parse_failure", "truncated", "backend_error", "empty")
+"""Statuses drawn as failure rates (over judged rows), next to the invalid-input rate (over all rows)."""
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One embedded plot: a stable id (``data-plot`` in the HTML), a title, alt text and the PNG data URI."""
+
+    id: str
+    title: str
+    alt: str
+    data_uri: str
+
+
+def plots_for(summary: Mapping[str, Any]) -> list[Plot]:
+    """Every plot of a summary: the overall ones for its shape, then one per ``--slice-by`` column."""
+    shape = summary["run"]["shape"]
+    overall = summary["overall"]
+    makers: dict[str, list[tuple[str, str, Callable[[Any, Mapping[str, Any]], None]]]] = {
+        "pairs": [("verdicts", "Verdicts and statuses", _verdicts),
+                  ("p_a_histogram", "P(A ≻ B) histogram (ok judgments)", _p_histogram),
+                  ("dimensions", "Turn-1 dimension frequencies", _dimensions),
+                  ("position", "Position consistency and first-shown win rate", _position),
+                  ("failure_rates", "Parse-failure, truncation and other failure rates", _failures)],
+        "single": [("statuses", "Statuses", _statuses),
+                   ("rewards", "Reward distribution (ok rewards)", _reward_histogram),
+                   ("failure_rates", "Truncation and other failure rates", _failures)],
+        "groups": [("statuses", "Group statuses", _statuses),
+                   ("rewards", "Reward distribution (ok rewards)", _reward_histogram),
+                   ("best_position", "Where the best response stood in its group", _best_position),
+                   ("dimensions", "Turn-1 dimension frequencies", _dimensions),
+                   ("failure_rates", "Failure rates (groups; judgments inside them)", _failures)],
+    }
+    out = [_draw(pid, title, fn, overall) for pid, title, fn in makers[shape]]
+    for col, data in summary["slices"].items():
+        out.append(_draw(f"slice:{col}", f"By {col}", functools.partial(_slice, shape=shape), data["values"]))
+    return out
+
+
+def _draw(pid: str, title: str, fn: Callable[[Any, Mapping[str, Any]], None], data: Mapping[str, Any]) -> Plot:
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context({"text.parse_math": False, "font.size": 9, "svg.fonttype": "none"}):
+        fig = Figure(figsize=(5.6, 3.2), dpi=96, layout="constrained")
+        ax = fig.add_subplot()
+        fn(ax, data)
+        ax.set_title(title)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", metadata={"Software": None})
+    uri = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return Plot(pid, title, f"{title} (plot)", uri)
+
+
+def _bars(ax: Any, labels: Sequence[str], values: Sequence[float], *, colors: Sequence[str] | None = None,
+          ylabel: str = "", fmt: str = "{:g}") -> None:
+    xs = range(len(labels))
+    heights = [0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values]
+    ax.bar(xs, heights, color=colors or "#4c78a8")
+    ax.set_xticks(list(xs), [str(lab) for lab in labels], rotation=20 if len(labels) > 5 else 0, ha="right"
+                  if len(labels) > 5 else "center")
+    for x, v in zip(xs, values, strict=True):
+        text = "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+        ax.annotate(text, (x, 0 if text == "n/a" else v), ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel(ylabel)
+    if not labels:
+        _empty(ax)
+
+
+def _empty(ax: Any, text: str = "nothing to show") -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666")
+
+
+def _verdicts(ax: Any, f: Mapping[str, Any]) -> None:
+    labels = ["A", "B", "tie"] + [s for s in (*FAILURES, "invalid_input") if f["by_status"].get(s)]
+    values = [f["verdicts"][k] for k in ("A", "B", "tie")] + [f["by_status"][s] for s in labels[3:]]
+    _bars(ax, labels, values, colors=[STATUS_COLORS[k] for k in labels], ylabel="rows")
+
+
+def _statuses(ax: Any, f: Mapping[str, Any]) -> None:
+    labels = list(f["by_status"])
+    _bars(ax, labels, [f["by_status"][k] for k in labels], colors=[STATUS_COLORS.get(k, "#4c78a8") for k in labels],
+          ylabel="rows")
+
+
+def _histogram(ax: Any, hist: Mapping[str, Any], xlabel: str) -> None:
+    edges, counts = hist["edges"], hist["counts"]
+    if not counts:
+        _empty(ax, "no ok value")
+        return
+    widths = [edges[k + 1] - edges[k] for k in range(len(counts))]
+    ax.bar(edges[:-1], counts, width=widths, align="edge", color="#4c78a8", edgecolor="white")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count")
+
+
+def _p_histogram(ax: Any, f: Mapping[str, Any]) -> None:
+    _histogram(ax, f["p_a"]["histogram"], "P(A ≻ B)")
+    if f["p_a"]["histogram"]["counts"]:
+        ax.axvline(0.5, color="#333333", linestyle=":", linewidth=1)
+
+
+def _reward_histogram(ax: Any, f: Mapping[str, Any]) -> None:
+    _histogram(ax, f["reward"]["histogram"], "reward")
+
+
+def _dimensions(ax: Any, f: Mapping[str, Any]) -> None:
+    freq = f["dimensions"]["frequencies"]
+    if not freq:
+        _empty(ax, "no turn-1 dimensions (scalar model, or no judgment reached turn 1)")
+        return
+    names = list(freq)[::-1]
+    ax.barh(range(len(names)), [freq[n] for n in names], color="#54a24b")
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of judgments choosing it")
+
+
+def _position(ax: Any, f: Mapping[str, Any]) -> None:
+    p = f["position"]
+    if not p["applies"]:
+        _empty(ax, "not applicable: a scalar model's verdict does not depend on the order")
+        return
+    _bars(ax, ["swap consistency", "first-shown win rate"], [p["consistency_rate"], p["first_shown_win_rate"]],
+          ylabel="rate", fmt="{:.3f}")
+    ax.axhline(0.5, color="#333333", linestyle=":", linewidth=1)
+    ax.set_ylim(0, 1.1)
+
+
+def _failures(ax: Any, f: Mapping[str, Any]) -> None:
+    labels = [*FAILURES, "invalid_input"]
+    values = [f["rates"][k] for k in FAILURES] + [f["invalid_input_rate"]]
+    if "judgments" in f:  # groups: failures inside the groups' judgments too
+        labels += ["judgment parse_failure", "judgment truncated"]
+        values += [f["judgments"]["parse_failure_rate"], f["judgments"]["truncation_rate"]]
+    _bars(ax, labels, values, colors=[STATUS_COLORS.get(k.split()[-1], "#4c78a8") for k in labels], ylabel="rate",
+          fmt="{:.3f}")
+    finite = [v for v in values if v is not None and v == v]
+    ax.set_ylim(0, max(0.05, 1.2 * max(finite, default=0.0)))
+
+
+def _best_position(ax: Any, f: Mapping[str, Any]) -> None:
+    best = f["best_position"]
+    _bars(ax, [f"#{k}" for k in best], list(best.values()), ylabel="groups")
+
+
+def _slice(ax: Any, values: Mapping[str, Mapping[str, Any]], shape: str) -> None:
+    names = list(values)
+    if shape == "pairs":
+        series = {"win rate of A": [v["win_rate_a"]["rate"] for v in values.values()],
+                  "accuracy": [v["agreement"]["accuracy"] for v in values.values()],
+                  "parse-failure rate": [v["rates"]["parse_failure"] for v in values.values()],
+                  "truncation rate": [v["rates"]["truncated"] for v in values.values()]}
+    else:
+        series = {"truncation rate": [v["rates"]["truncated"] for v in values.values()],
+                  "backend-error rate": [v["rates"]["backend_error"] for v in values.values()],
+                  "invalid-input rate": [v["invalid_input_rate"] for v in values.values()]}
+        if shape == "groups":
+            series["judgment parse-failure rate"] = [v["judgments"]["parse_failure_rate"] for v in values.values()]
+    width = 0.8 / len(series)
+    for k, (label, ys) in enumerate(series.items()):
+        ax.bar([x + k * width for x in range(len(names))], [0.0 if y is None else y for y in ys], width=width,
+               label=label)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(names))], names, rotation=20 if len(names) > 4 else 0,
+                  ha="right" if len(names) > 4 else "center")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("rate")
+    ax.legend(fontsize=7, loc="upper right")

@@ -1,0 +1,142 @@
+"""Scale-out on Ray Data: the pending items of an audit judged by an actor pool, written by the driver.
+
+The driver (the ``brrm audit`` process) plans the audit and works out what is pending exactly as a local run
+does (:mod:`brrm.audit.runner`), so resume is the same on one machine or a cluster. The pending items become
+a Ray dataset (``ray.data.from_items``: each item's key and normalized record as JSON); ``map_batches`` runs
+them through an actor pool of judges, each built once per actor by :func:`brrm.load` with the same model and
+options (``--actors``, ``--num-gpus-per-actor``), judging with the same code as a local run
+(:func:`brrm.audit.judging.judge_records`). The driver iterates the results as batches finish and writes
+each batch to the store in one transaction: actors never touch the store, so it keeps a single writer,
+and a batch lost with a dead actor or driver is simply pending on the next run.
+
+On a GPU cluster, give each actor one GPU and a vLLM-backed judge (``--backend vllm --num-gpus-per-actor 1``),
+or point CPU actors at a fleet of vLLM servers (``--backend openai --base-url …``). The driver never loads
+the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from brrm.audit.plan import AuditItem
+from brrm.errors import BackendUnavailable
+from brrm.types import check_float, check_int
+
+RAY_HINT = "pip install 'brrm[ray]'  (ray[data]==2.60.0)"
+
+DEFAULT_BATCH = 64
+"""Items per actor call (and per store transaction) on Ray when ``--chunk-size`` is not given."""
+
+PASS_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TORCH_COMPILE_DISABLE",
+            "BRRM_CACHE_DIR", "HF_HOME", "OMP_NUM_THREADS")
+"""Environment variables the driver hands to its actors when set (offline mode, caches)."""
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where and how wide a Ray audit runs.
+
+    Attributes:
+        address: a Ray cluster address (``auto``, ``ray://head:10001``); None starts a local instance. When Ray
+            is already initialized in this process, that instance is used as is.
+        actors: judge actors; None: the cluster's GPUs / ``num_gpus_per_actor`` (at least 1), or 1 without GPUs.
+        num_gpus_per_actor: GPUs each actor holds, >= 0 (1 for one vLLM engine per GPU).
+        num_cpus_per_actor: CPUs each actor holds, > 0.
+        init_kwargs: extra ``ray.init`` arguments for a local instance (e.g. ``num_cpus``).
+
+    Raises:
+        ConfigError: naming the option and its valid range.
+    """
+
+    address: str | None = None
+    actors: int | None = None
+    num_gpus_per_actor: float = 0.0
+    num_cpus_per_actor: float = 1.0
+    init_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.actors is not None:
+            check_int("actors", self.actors, low=1)
+        check_float("num_gpus_per_actor", self.num_gpus_per_actor, low=0)
+        check_float("num_cpus_per_actor", self.num_cpus_per_actor, low=0, low_open=True)
+
+
+class JudgeActor:
+    """One judge of the pool (``brrm.load`` once per actor); judges one batch of items per call.
+
+    Args:
+        model, options: as :class:`brrm.audit.runner.JudgeSpec`.
+        shape, strategy: as :class:`brrm.audit.runner.AuditOptions`.
+    """
+
+    def __init__(self, model: str | None, options: Mapping[str, Any], shape: str, strategy: str | None) -> None:
+        os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
+        import brrm
+
+        self.judge = brrm.load(model, **dict(options))
+        self.shape, self.strategy = shape, strategy
+        self.info = json.dumps(self.judge.info.to_dict())
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """``{"key", "record"}`` columns in; ``{"key", "result", "info"}`` out (JSON text)."""
+        import numpy as np
+
+        from brrm.audit.judging import judge_records
+
+        records = [json.loads(r) for r in batch["record"]]
+        results = judge_records(self.judge, self.shape, records, strategy=self.strategy)
+        return {"key": np.asarray(batch["key"], dtype=object),
+                "result": np.asarray([json.dumps(r, ensure_ascii=False) for r in results], dtype=object),
+                "info": np.asarray([self.info] * len(results), dtype=object)}
+
+
+def judge_on_ray(spec: Any, pending: Sequence[AuditItem], options: Any,
+                 ray_options: RayOptions) -> Iterator[tuple[list[AuditItem], list[Any], dict[str, Any]]]:
+    """Judge pending items on a Ray actor pool; yields ``(items, results, judge info)`` as batches finish.
+
+    Raises:
+        BackendUnavailable: when Ray is not installed (with the install hint).
+    """
+    try:
+        import ray
+        import ray.data
+    except ImportError as exc:
+        raise BackendUnavailable("--ray needs Ray Data", hint=RAY_HINT) from exc
+    import logging
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=ray_options.address, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING, **dict(ray_options.init_kwargs))
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False  # the audit's own bar and summary lines report progress
+        by_key = {it.item_hash: it for it in pending}
+        batch = options.chunk_size or DEFAULT_BATCH
+        rows = [{"key": it.item_hash, "record": json.dumps(it.record, ensure_ascii=False)} for it in pending]
+        env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+        ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch))).map_batches(
+            JudgeActor, fn_constructor_kwargs={"model": spec.model, "options": dict(spec.options),
+                                               "shape": options.shape, "strategy": options.strategy},
+            batch_size=batch, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=_actors(ray, ray_options)),
+            num_cpus=ray_options.num_cpus_per_actor, num_gpus=ray_options.num_gpus_per_actor or None,
+            runtime_env={"env_vars": env} if env else None)
+        for out in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            keys = [str(k) for k in out["key"]]
+            yield [by_key[k] for k in keys], [json.loads(r) for r in out["result"]], json.loads(out["info"][0])
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _actors(ray: Any, opts: RayOptions) -> int:
+    if opts.actors is not None:
+        return opts.actors
+    if opts.num_gpus_per_actor > 0:
+        return max(1, int(ray.cluster_resources().get("GPU", 0) // opts.num_gpus_per_actor))
+    return 1

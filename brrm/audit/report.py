@@ -1,0 +1,160 @@
+"""The HTML report: one self-contained file (inline CSS, plots as data URIs, no script, no network).
+
+Rendered by Jinja2 with autoescaping on (``report.html.j2``, package data): every piece of record text — a
+prompt, a response, a slice value, a judge's analysis — is HTML-escaped and shown as text, never markup. A
+Content-Security-Policy meta tag forbids scripts and remote loads as a second line of defence (``default-src
+'none'``; images only from ``data:``). The report shows the figures of the JSON summary overall and per
+slice, the plots (:mod:`brrm.audit.plots`), agreement with labels, a table of flagged items with both
+responses, the chosen dimensions and both turns' texts, invalid input rows with their line numbers and
+reasons, and the run's provenance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from brrm.audit.plots import plots_for
+from brrm.audit.summary import AuditRow
+from brrm.types import GroupResult, PairwiseJudgment, ScalarReward
+
+REPORT_FILE = "report.html"
+TEMPLATE = "report.html.j2"
+
+
+def write_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], directory: Path, options: Any) -> Path:
+    """Render the report of a run into ``directory/report.html`` (atomically: a temporary file renamed)."""
+    html = render_report(summary, rows, max_flagged=options.max_flagged)
+    path = Path(directory) / REPORT_FILE
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def render_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], *, max_flagged: int = 200) -> str:
+    """The report's HTML text."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("brrm.audit", "."), autoescape=True,
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["num"] = fmt_num
+    env.filters["pct"] = fmt_pct
+    env.filters["when"] = fmt_time
+    flagged = [r for r in rows if r.flags]
+    shape = summary["run"]["shape"]
+    return env.get_template(TEMPLATE).render(
+        s=summary, shape=shape, plots=plots_for(summary), overview=overview(summary["overall"], shape),
+        slices=[(col, data, slice_table(data["values"], shape)) for col, data in summary["slices"].items()],
+        flagged=[flagged_view(r, shape) for r in flagged[:max_flagged]], flagged_total=len(flagged),
+        invalid=[r for r in rows if r.status == "invalid_input"],
+        judge_json=json.dumps(summary["judge"], indent=1, ensure_ascii=False),
+        provenance_json=json.dumps(summary["provenance"], indent=1, ensure_ascii=False))
+
+
+def fmt_num(x: Any, digits: int = 3) -> str:
+    """A number for a table cell; ``n/a`` for None/NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def fmt_time(x: Any) -> str:
+    """A Unix time as ``YYYY-MM-DD HH:MM:SS UTC``; ``n/a`` for None."""
+    import time
+
+    return "n/a" if x is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(x))
+
+
+def fmt_pct(x: Any) -> str:
+    """A rate as a percentage; ``n/a`` for None/NaN."""
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def overview(f: Mapping[str, Any], shape: str) -> list[tuple[str, str]]:
+    """(figure, value) rows of the overview table."""
+    rows = [("rows", str(f["rows"])), ("judged", str(f["judged"])),
+            ("by status", ", ".join(f"{k} {v}" for k, v in f["by_status"].items())),
+            ("invalid-input rate (of rows)", fmt_pct(f["invalid_input_rate"]))]
+    rows += [(f"{k.replace('_', '-')} rate (of judged)", fmt_pct(v)) for k, v in f["rates"].items()]
+    if shape == "pairs":
+        w, a, p = f["win_rate_a"], f["agreement"], f["position"]
+        rows += [("verdicts", f"A {w['A']}, B {w['B']}, tie {w['tie']}"),
+                 ("adjusted win rate of A ((A + ½·tie) / ok)", fmt_num(w["rate"])),
+                 ("mean P(A ≻ B)", f"{fmt_num(f['p_a']['mean'])} over {f['p_a']['measured']} measured"),
+                 ("accuracy vs labels", f"{fmt_num(a['accuracy'])} ({a['correct']}/{a['labelled_ok']} labelled ok)"),
+                 ("order-averaged accuracy (swap)", fmt_num(a["order_averaged_accuracy"])),
+                 ("swap consistency", f"{fmt_num(p['consistency_rate'])} ({p['consistent']}/{p['swapped']})"),
+                 ("first-shown win rate (0.5 = no position bias)",
+                  f"{fmt_num(p['first_shown_win_rate'])} ({p['first_shown_wins']}/{p['decided']})")]
+    elif shape == "single":
+        r = f["reward"]
+        rows += [("scored", str(f["scored"])), ("inputs cut to fit", str(f["truncated_inputs"])),
+                 ("reward mean ± std", f"{fmt_num(r['mean'])} ± {fmt_num(r['std'])}"),
+                 ("reward min / median / max", f"{fmt_num(r['min'])} / {fmt_num(r['median'])} / {fmt_num(r['max'])}")]
+        rows += [(f"mean reward under “{p}”", f"{fmt_num(v['mean'])} ({v['scored']})")
+                 for p, v in f["by_principle"].items()]
+    else:
+        j = f["judgments"]
+        rows += [("responses", str(f["responses"])), ("judgments", str(j["total"])),
+                 ("failed judgments", str(j["failed"])), ("mean reward", fmt_num(f["reward"]["mean"]))]
+    return rows
+
+
+def slice_table(values: Mapping[str, Mapping[str, Any]], shape: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of one slice column's table."""
+    if shape == "pairs":
+        head = ["value", "rows", "judged", "A", "B", "tie", "win rate A", "accuracy", "consistency",
+                "parse failures", "truncated", "invalid"]
+        body = [[v, str(f["rows"]), str(f["judged"]), str(f["win_rate_a"]["A"]), str(f["win_rate_a"]["B"]),
+                 str(f["win_rate_a"]["tie"]), fmt_num(f["win_rate_a"]["rate"]), fmt_num(f["agreement"]["accuracy"]),
+                 fmt_num(f["position"]["consistency_rate"]), fmt_pct(f["rates"]["parse_failure"]),
+                 fmt_pct(f["rates"]["truncated"]), fmt_pct(f["invalid_input_rate"])] for v, f in values.items()]
+    else:
+        head = ["value", "rows", "judged", "mean reward", "truncated", "backend errors", "invalid"]
+        body = [[v, str(f["rows"]), str(f["judged"]), fmt_num(f["reward"]["mean"]), fmt_pct(f["rates"]["truncated"]),
+                 fmt_pct(f["rates"]["backend_error"]), fmt_pct(f["invalid_input_rate"])] for v, f in values.items()]
+    return head, body
+
+
+def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
+    """What the flagged-items table shows of one row (plain strings; the template escapes them)."""
+    rec = row.record or {}
+    view: dict[str, Any] = {"line": row.line, "id": row.record_id, "flags": ", ".join(row.flags),
+                            "status": row.status, "reason": row.reason, "verdict": "", "texts": [], "turns": [],
+                            "dimensions": "", "conversation": _conversation(rec)}
+    res = row.result
+    if isinstance(res, PairwiseJudgment):
+        view["verdict"] = (f"winner {res.winner.value}; P(A≻B) {fmt_num(res.p_a)}; label {res.label.value}"
+                           + ("" if res.consistent is None else f"; consistent {str(res.consistent).lower()}"))
+        view["texts"] = [("Response A", rec.get("response_a", "")), ("Response B", rec.get("response_b", "")),
+                         ("Analysis of A (turn 1)", res.analysis_a), ("Analysis of B (turn 1)", res.analysis_b)]
+        orders = res.sub_judgments or (res,)
+        names = ("forward (A first)", "reversed (B first)") if res.sub_judgments else ("",)
+        for name, sj in zip(names, orders, strict=True):
+            view["turns"] += [(f"Turn 1 {name}".strip(), sj.turn1_text), (f"Turn 2 {name}".strip(), sj.turn2_text)]
+        view["dimensions"] = " | ".join(dict.fromkeys(d for sj in orders for d in sj.dimensions))
+    elif isinstance(res, ScalarReward):
+        view["verdict"] = f"reward {fmt_num(res.reward)}" + (f"; cut {res.truncated_tokens} tokens" if res.truncated
+                                                            else "")
+        view["texts"] = [("Response", rec.get("response", "")), ("Principle", rec.get("principle", ""))]
+        view["turns"] = [("Judge output", res.text)] if res.text else []
+    elif isinstance(res, GroupResult):
+        view["verdict"] = (f"ranking {' > '.join(f'#{k}' for k in res.ranking) or 'none'}; failed judgments "
+                           f"{res.failed}")
+        view["texts"] = [(f"Response #{k} (reward {fmt_num(r.reward)})", text)
+                         for k, (text, r) in enumerate(zip(rec.get("responses", []), res.rewards, strict=True))]
+        bad = [j for j in res.judgments if not j.ok or j.consistent is False]
+        view["turns"] = [(f"Judgment {k}: {j.status.value} {j.reason}".strip(), j.turn2_text or j.turn1_text)
+                         for k, j in enumerate(bad[:6])]
+        view["dimensions"] = " | ".join(dict.fromkeys(d for j in res.judgments for d in j.dimensions))
+    return view
+
+
+def _conversation(rec: Mapping[str, Any]) -> str:
+    msgs = rec.get("conversation") or []
+    return "\n\n".join(f"[{m.get('role', '?')}] {m.get('content', '')}" for m in msgs)

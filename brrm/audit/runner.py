@@ -1,0 +1,397 @@
+"""Running an audit: plan → store → judge what is pending → outputs, locally or on Ray.
+
+:func:`run_audit` records a run and its plan in the store, works out what is pending under the judge
+configuration (nothing, on a rerun of a finished audit: no model is loaded and no model call is made), judges
+it batch by batch — in this process, or on a Ray actor pool (:mod:`brrm.audit.ray_runner`) — and writes each
+batch to the store in one transaction as it arrives. This process is the store's only writer. A progress bar
+shows rate and ETA, and a summary line is printed every ``summary_every_s`` seconds. Ctrl-C or SIGTERM stops
+cleanly: the batch being written is finished first (the signal is held during the write), finished items are
+kept, the run is marked ``interrupted``, and rerunning the same command resumes. Then the JSON summary, the
+exports and the HTML report are written next to the store.
+
+The judge configuration comes from the judge itself: a judge passed in, or one built by ``brrm.load`` from a
+:class:`JudgeSpec` only when something is pending. Before building it, the store's memory of which
+configuration the same request (model, options, the model's files) produced last time tells what is pending;
+every result is stored under the configuration of the judge that produced it, and if that differs from the
+remembered one the pending items are planned again (a changed configuration is never a stale reuse).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from brrm.audit.judging import judge_records
+from brrm.audit.keys import config_hash, request_hash
+from brrm.audit.plan import AuditItem
+from brrm.audit.store import AuditStore
+from brrm.types import check_float, check_int
+
+Batch = tuple[Sequence[AuditItem], Sequence[Mapping[str, Any]], Mapping[str, Any]]
+"""(items, their result dicts, the producing judge's ``info.to_dict()``)."""
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """How to build the judge when it is needed: ``brrm.load(model, **options)`` (here or in Ray actors).
+
+    Attributes:
+        model: the model argument of :func:`brrm.load` (None: the embedded demo model).
+        options: its keyword options (``kind``, ``backend``, judge and backend options), JSON-ready.
+    """
+
+    model: str | None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self) -> Any:
+        """The judge (:func:`brrm.load`)."""
+        import brrm
+
+        return brrm.load(self.model, **dict(self.options))
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """What an audit does besides judging.
+
+    Attributes:
+        shape: ``pairs``, ``single`` or ``groups`` (resolved).
+        strategy: the resolved group strategy (groups), else None.
+        slice_by: row columns the report and summary are sliced by.
+        low_margin: a pairwise judgment with |P(A≻B) − 0.5| < this is flagged as low margin; in [0, 0.5].
+        max_flagged: most flagged items the HTML report shows in full (the exports hold all), >= 0.
+        chunk_size: items per judge call (and per store transaction); None: the judge's own ``chunk_size``
+            locally, 64 on Ray.
+        summary_every_s: seconds between periodic summary lines, > 0.
+        progress: show a progress bar on the terminal.
+
+    Raises:
+        ConfigError: naming the option and its valid range.
+    """
+
+    shape: str
+    strategy: str | None = None
+    slice_by: tuple[str, ...] = ()
+    low_margin: float = 0.1
+    max_flagged: int = 200
+    chunk_size: int | None = None
+    summary_every_s: float = 60.0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        check_float("low_margin", self.low_margin, low=0, high=0.5)
+        check_int("max_flagged", self.max_flagged, low=0)
+        if self.chunk_size is not None:
+            check_int("chunk_size", self.chunk_size, low=1)
+        check_float("summary_every_s", self.summary_every_s, low=0, low_open=True)
+
+
+@dataclass(frozen=True)
+class AuditOutcome:
+    """What a run did.
+
+    Attributes:
+        run_id: the run's id in the store.
+        state: ``finished`` (other states end in an exception).
+        total: planned rows (invalid ones included).
+        judged: results this run wrote.
+        pending_at_start: items without a finished result when the run started.
+        seconds: wall time of the whole run (s).
+        judging_seconds: wall time until every result was in the store (planning in the store and judging; the
+            rest is the summary, exports and report) (s).
+        config_hash: the configuration results are stored under (None when nothing was ever judged).
+        files: the outputs by name (``summary``, ``jsonl``, ``parquet``, ``report``).
+    """
+
+    run_id: int
+    state: str
+    total: int
+    judged: int
+    pending_at_start: int
+    seconds: float
+    judging_seconds: float
+    config_hash: str | None
+    files: Mapping[str, Path] = field(default_factory=dict)
+
+
+def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditOptions, *, judge: Any = None,
+              spec: JudgeSpec | None = None, ray: Any = None, source: str = "", argv: Sequence[str] = (),
+              provenance: Mapping[str, Any] | None = None, term: TextIO | None = None) -> AuditOutcome:
+    """Run (or resume) an audit of planned items into ``directory`` and write its outputs.
+
+    Args:
+        items: the plan (:func:`brrm.audit.plan.plan_items`).
+        directory: the audit folder (store, summary, exports, report).
+        options: see :class:`AuditOptions`.
+        judge: a built :class:`~brrm.RewardJudge` (its configuration is known up front); or None with ``spec``.
+        spec: how to build the judge when something is pending (required for ``ray``).
+        ray: a :class:`brrm.audit.ray_runner.RayOptions` to judge on a Ray actor pool; None judges here.
+        source: the input's name (provenance, ``--status``).
+        argv: the command line (provenance).
+        provenance: more provenance (input checksum, versions), JSON-ready.
+        term: where progress and summary lines go (default stderr).
+
+    Raises:
+        KeyboardInterrupt: after Ctrl-C / SIGTERM, once the run is marked ``interrupted`` (finished items kept).
+        ConfigError: on invalid options or a store of another version.
+        BackendUnavailable: when matplotlib (the ``audit`` extra) is missing, before anything is judged.
+    """
+    if judge is None and spec is None:
+        raise ValueError("run_audit needs a judge or a JudgeSpec")
+    require_report_libraries()
+    term = term or sys.stderr
+    started = time.time()
+    with AuditStore(directory) as store:
+        request = None if judge is not None or spec is None else request_hash(
+            spec.model, spec.options, shape=options.shape, strategy=options.strategy)
+        config = None
+        if judge is not None:
+            config = _remember(store, judge.info.to_dict(), options, None)
+        elif request is not None:
+            config = store.config_for_request(request)
+        run_id = store.start_run(items, shape=options.shape, source=source, argv=argv,
+                                 provenance=provenance or {}, config_hash=config)
+        pending = store.pending(items, config)
+        _announce(term, items, pending, config is not None)
+        store.update_run(run_id, pending=len(pending))
+        ticker = _Ticker(store, run_id, options.summary_every_s, term)
+        try:
+            with _sigterm_as_interrupt():
+                config = _judge_all(store, run_id, items, pending, config, request, options, judge, spec, ray, ticker)
+            store.update_run(run_id, state="finished", finished_at=time.time())
+            judged_at = time.time()
+        except KeyboardInterrupt:
+            done = store.progress(run_id)
+            store.update_run(run_id, state="interrupted", message="interrupted (Ctrl-C or SIGTERM)")
+            print(f"audit interrupted: {done['done']} of {done['total']} rows are in the store; rerun the same "
+                  "command to resume", file=term)
+            raise
+        except BaseException as exc:
+            store.update_run(run_id, state="failed", message=f"{type(exc).__name__}: {exc}"[:2000])
+            raise
+        files = write_outputs(store, run_id, options)
+        ticker.line(final=True)
+        judged = store.progress(run_id)["judged_this_run"]
+    return AuditOutcome(run_id, "finished", len(items), judged, len(pending), time.time() - started,
+                        judged_at - started, config, files)
+
+
+def require_report_libraries() -> None:
+    """Refuse to start an audit whose report could not be drawn.
+
+    Raises:
+        BackendUnavailable: without matplotlib, with the install hint.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        from brrm.errors import BackendUnavailable
+
+        raise BackendUnavailable("the audit report draws its plots with matplotlib", hint="pip install 'brrm[audit]'")
+
+
+def _remember(store: AuditStore, info: Mapping[str, Any], options: AuditOptions, request: str | None) -> str:
+    digest = config_hash(info, shape=options.shape, strategy=options.strategy)
+    store.remember_config(digest, info, request)
+    return digest
+
+
+def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pending: list[AuditItem],
+               config: str | None, request: str | None, options: AuditOptions, judge: Any, spec: JudgeSpec | None,
+               ray: Any, ticker: _Ticker) -> str | None:
+    """Judge until nothing is pending under the producing judge's configuration; returns that configuration."""
+    from brrm.cli.common import progress_bar
+
+    own = None
+    try:
+        for _ in range(3):  # a configuration learnt from the judge re-plans at most once
+            if judge is None and ray is None and pending:
+                judge = own = _build(spec)
+                config = _learn(store, run_id, config, judge.info.to_dict(), options, request)
+                pending = store.pending(items, config)
+            if not pending:
+                return config
+            with progress_bar(len(pending), desc="auditing", unit="item", disable=not options.progress) as bar:
+                batches: Iterator[Batch]
+                if ray is not None:
+                    from brrm.audit.ray_runner import judge_on_ray
+
+                    batches = judge_on_ray(_need(spec), pending, options, ray)
+                else:
+                    batches = _local_batches(judge, pending, options, _ticking(bar, ticker))
+                before = config
+                config = _consume(store, run_id, batches, config, request, options, bar, ticker)
+            pending = store.pending(items, config) if config != before else []
+        return config
+    finally:
+        if own is not None:
+            own.close()
+
+
+def _need(spec: JudgeSpec | None) -> JudgeSpec:
+    if spec is None:
+        raise ValueError("this audit needs a JudgeSpec (Ray actors build their own judges)")
+    return spec
+
+
+def _build(spec: JudgeSpec | None) -> Any:
+    return _need(spec).build()
+
+
+def _learn(store: AuditStore, run_id: int, config: str | None, info: Mapping[str, Any], options: AuditOptions,
+           request: str | None) -> str:
+    """Store a producing judge's configuration; the run's configuration becomes it."""
+    learnt = _remember(store, info, options, request)
+    if learnt != config:
+        store.update_run(run_id, config_hash=learnt)
+    return learnt
+
+
+def _ticking(bar: Any, ticker: _Ticker) -> Any:
+    """The judge's progress callback: move the bar, and print a summary line when one is due (mid-batch too)."""
+
+    def update(n: float) -> None:
+        bar.update(n)
+        ticker.maybe(bar)
+
+    return update
+
+
+def _local_batches(judge: Any, pending: Sequence[AuditItem], options: AuditOptions,
+                   progress: Any) -> Iterator[Batch]:
+    chunk = options.chunk_size or judge.info.chunk_size
+    info = judge.info.to_dict()
+    for start in range(0, len(pending), chunk):
+        part = pending[start:start + chunk]
+        results = judge_records(judge, options.shape, [it.record for it in part if it.record is not None],
+                                strategy=options.strategy, progress=progress)
+        yield part, results, info
+
+
+def _consume(store: AuditStore, run_id: int, batches: Iterator[Batch], config: str | None, request: str | None,
+             options: AuditOptions, bar: Any, ticker: _Ticker) -> str | None:
+    """Write each batch as it arrives (one transaction each); returns the configuration results were stored
+    under."""
+    done = 0
+    for part, results, info in batches:
+        with _deferred_interrupts():
+            if config_hash(info, shape=options.shape, strategy=options.strategy) != config:
+                config = _learn(store, run_id, config, info, options, request)
+            store.put_results(run_id, config, options.shape, list(zip(part, results, strict=True)))
+        done += len(part)
+        bar.n = done
+        bar.refresh()
+        ticker.maybe(bar)
+    return config
+
+
+def _announce(term: TextIO, items: Sequence[AuditItem], pending: Sequence[AuditItem], known: bool) -> None:
+    valid = sum(it.valid for it in items)
+    unique = len({it.item_hash for it in items if it.valid})
+    done = unique - len(pending) if known else 0
+    print(f"audit: {len(items)} rows ({valid} valid, {len(items) - valid} invalid input); {done} already in the "
+          f"store under this configuration; {len(pending)} to judge", file=term)
+
+
+class _Ticker:
+    """Periodic one-line summaries of the run (counts by status, rate, ETA), from the store."""
+
+    def __init__(self, store: AuditStore, run_id: int, every_s: float, term: TextIO) -> None:
+        self.store, self.run_id, self.every_s, self.term = store, run_id, every_s, term
+        self.started = self.last = time.time()
+
+    def maybe(self, bar: Any) -> None:
+        if time.time() - self.last >= self.every_s:
+            self.line(bar=bar)
+
+    def line(self, *, bar: Any = None, final: bool = False) -> None:
+        self.last = time.time()
+        p = self.store.progress(self.run_id)
+        text = progress_line(p, time.time() - self.started, final=final, in_flight=bar.n if bar is not None else None)
+        (bar.write(text, file=self.term) if bar is not None else print(text, file=self.term))
+
+
+def progress_line(p: Mapping[str, Any], seconds: float, *, final: bool = False, in_flight: float | None = None) -> str:
+    """``audit: 120/1000 rows done (12.0%); judged 100 this run (0.42/s), ETA 35m; ok 115, …``.
+
+    ``in_flight``: items judged this run including the unfinished batch (fractions), from the progress bar.
+    """
+    total, done, judged = p["total"], p["done"], p["judged_this_run"]
+    if in_flight is not None and in_flight > judged:
+        judged = in_flight
+    rate = judged / seconds if seconds > 0 else math.nan
+    left = max(0.0, total - done - (judged - p["judged_this_run"]))
+    eta = left / rate if rate and rate > 0 and not final else math.nan
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(p["by_status"].items()))
+    when = time.strftime("%H:%M:%S")
+    eta_text = f", ETA {format_seconds(eta)}" if eta == eta else ""
+    return (f"audit {when}: {done}/{total} rows done ({100 * done / max(total, 1):.1f}%); judged "
+            f"{round(judged, 1):g} this run in {format_seconds(seconds)} ({rate:.2f}/s){eta_text}"
+            + (f"; {counts}" if counts else ""))
+
+
+def format_seconds(s: float) -> str:
+    """``42s``, ``3m05s``, ``2h07m``."""
+    s = max(0.0, s)
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+@contextlib.contextmanager
+def _deferred_interrupts() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while a batch is written; raise KeyboardInterrupt right after, if one came."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in (signal.SIGINT,
+                                                                                        signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if received:
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler stopping the job) stops the run like Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def write_outputs(store: AuditStore, run_id: int, options: AuditOptions) -> dict[str, Path]:
+    """The JSON summary, the JSONL and Parquet exports and the HTML report of a run, next to the store."""
+    from brrm.audit.exports import write_exports
+    from brrm.audit.report import write_report
+    from brrm.audit.summary import build_summary, load_rows, write_summary
+
+    rows = load_rows(store, run_id, options.shape, low_margin=options.low_margin)
+    summary = build_summary(store, run_id, rows, options)
+    files = {"summary": write_summary(summary, store.directory)}
+    files.update(write_exports(rows, store.directory, options))
+    files["report"] = write_report(summary, rows, store.directory, options)
+    return files

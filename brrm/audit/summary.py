@@ -1,0 +1,302 @@
+"""The figures of an audit, overall and per slice, and its flagged items: the JSON summary the report draws.
+
+Every figure is computed from typed results read back from the store (:mod:`brrm.audit.codec`) through
+:func:`brrm.summarize` / :func:`brrm.summarize_rewards`, so only ``ok`` results enter an average or a rate's
+numerator of verdicts; a parse failure, truncation or backend error is counted under its status and never
+becomes a number. Rates of failures are over the judged rows (``invalid_input`` rows are counted apart, over
+all rows).
+
+Pairwise audits report verdict counts, the adjusted win rate of response A ((A + ½·tie) / ok, as FastChat's
+fixed ``show_result``; raw counts alongside), the P(A ≻ B) histogram, turn-1 dimension frequencies, position
+consistency under swap and the first-shown win rate (position bias; 0.5 = none), parse-failure and truncation
+rates, and agreement with labels (accuracy, LLMBar's order-averaged accuracy under swap, a label × verdict
+table). Single-response audits report the reward distribution; group audits the rewards, where the best
+response stood, and their judgments' figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from brrm.audit.codec import result_from_dict
+from brrm.audit.store import AuditStore
+from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Verdict, summarize, summarize_rewards
+
+SUMMARY_FILE = "summary.json"
+SUMMARY_SCHEMA = "brrm.audit.summary/1"
+
+FLAGS = ("invalid_input", "parse_failure", "truncated", "backend_error", "empty", "inconsistent", "low_margin")
+"""Why a row is flagged: its status, position-inconsistent under swap, or |P(A≻B) − 0.5| < the threshold."""
+
+HIST_BINS = 10
+"""Bins of the P(A≻B) histogram over [0, 1] and of reward histograms over [min, max]."""
+
+MAX_SLICE_VALUES = 30
+"""Most values of one ``--slice-by`` column shown separately; the rest are summed as ``(other)``."""
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One planned row of a run with its decoded result.
+
+    Attributes:
+        position, line, record_id, item_hash, slices: as planned (see :class:`~brrm.audit.plan.AuditItem`).
+        status: the result's status, ``invalid_input`` for a bad row, ``pending`` when not judged yet.
+        reason: the result's (or the bad row's) reason.
+        record: the normalized record (None for a bad row).
+        result: the typed result (None for a bad or pending row).
+        result_dict: the result as stored (its ``to_dict()``).
+        flags: which of :data:`FLAGS` apply.
+    """
+
+    position: int
+    line: int
+    record_id: str
+    item_hash: str
+    slices: Mapping[str, str]
+    status: str
+    reason: str
+    record: Mapping[str, Any] | None
+    result: PairwiseJudgment | ScalarReward | GroupResult | None
+    result_dict: Mapping[str, Any] | None
+    flags: tuple[str, ...] = ()
+
+
+def load_rows(store: AuditStore, run_id: int, shape: str, *, low_margin: float = 0.1) -> list[AuditRow]:
+    """A run's rows in input order, results decoded and flags set."""
+    out = []
+    for r in store.run_rows(run_id):
+        if r.invalid_reason:
+            row = AuditRow(r.position, r.line, r.record_id, r.item_hash, r.slices, "invalid_input", r.invalid_reason,
+                           None, None, None)
+        elif r.stored is None:
+            row = AuditRow(r.position, r.line, r.record_id, r.item_hash, r.slices, "pending", "not judged yet",
+                           None, None, None)
+        else:
+            s = r.stored
+            row = AuditRow(r.position, r.line, r.record_id, r.item_hash, r.slices, s.status, s.reason, s.record,
+                           result_from_dict(shape, s.result), s.result)
+        out.append(_flag(row, low_margin))
+    return out
+
+
+def _flag(row: AuditRow, low_margin: float) -> AuditRow:
+    flags = [row.status] if row.status in FLAGS else []
+    res = row.result
+    if isinstance(res, PairwiseJudgment):
+        if res.consistent is False:
+            flags.append("inconsistent")
+        if res.ok and math.isfinite(res.p_a) and abs(res.p_a - 0.5) < low_margin:
+            flags.append("low_margin")
+    elif isinstance(res, ScalarReward):
+        if res.ok and res.truncated:
+            flags.append("truncated")
+    elif isinstance(res, GroupResult):
+        inner = {j.status.value for j in res.judgments if not j.ok} | {r.status.value for r in res.rewards if not r.ok}
+        flags += [f for f in FLAGS if f in inner and f not in flags]
+        if any(j.consistent is False for j in res.judgments):
+            flags.append("inconsistent")
+    return AuditRow(**{**row.__dict__, "flags": tuple(dict.fromkeys(flags))})
+
+
+def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], options: Any) -> dict[str, Any]:
+    """The JSON summary of a run (see the module docstring); NaN figures are ``null``."""
+    run = store.run(run_id) or {}
+    info = store.config_info(run.get("config_hash")) or {}
+    kind = info.get("kind", "")
+    figures = _figures_fn(options.shape)
+    flagged = [r for r in rows if r.flags]
+    slices = {col: _slices(rows, col, figures, kind, options.shape) for col in options.slice_by}
+    progress = store.progress(run_id)
+    return clean({
+        "schema": SUMMARY_SCHEMA,
+        "run": {"run_id": run_id, "state": run.get("state"), "input": run.get("input"), "shape": options.shape,
+                "strategy": options.strategy, "config_hash": run.get("config_hash"), "rows": len(rows),
+                "valid_rows": sum(r.status != "invalid_input" for r in rows), "started_at": run.get("started_at"),
+                "judged_this_run": progress["judged_this_run"], "generated_at": time.time()},
+        "judge": info,
+        "provenance": {**(run.get("provenance") or {}), "argv": run.get("argv")},
+        "runs": [{k: r[k] for k in ("run_id", "state", "started_at", "finished_at", "pending", "message")}
+                 for r in store.runs()],
+        "thresholds": {"low_margin": options.low_margin},
+        "overall": figures(rows, kind),
+        "slices": slices,
+        "flagged": {"counts": {f: sum(f in r.flags for r in rows) for f in FLAGS}, "total": len(flagged),
+                    "items": [{"line": r.line, "id": r.record_id, "flags": list(r.flags), "reason": r.reason}
+                              for r in flagged[:options.max_flagged]]},
+    })
+
+
+def write_summary(summary: Mapping[str, Any], directory: Path) -> Path:
+    """Write ``summary.json`` atomically (a temporary file renamed over it)."""
+    path = Path(directory) / SUMMARY_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _figures_fn(shape: str) -> Any:
+    return {"pairs": pair_figures, "single": single_figures, "groups": group_figures}[shape]
+
+
+def _slices(rows: Sequence[AuditRow], col: str, figures: Any, kind: str, shape: str) -> dict[str, Any]:
+    by_value: dict[str, list[AuditRow]] = {}
+    for r in rows:
+        by_value.setdefault(r.slices.get(col, ""), []).append(r)
+    ordered = sorted(by_value, key=lambda v: (-len(by_value[v]), v))
+    shown, rest = ordered[:MAX_SLICE_VALUES], ordered[MAX_SLICE_VALUES:]
+    values = {v: figures(by_value[v], kind) for v in shown}
+    if rest:
+        values["(other)"] = figures([r for v in rest for r in by_value[v]], kind)
+    out: dict[str, Any] = {"values": values, "other_values": len(rest)}
+    if shape == "pairs":
+        rated = [v for v in values if values[v]["win_rate_a"]["rate"] == values[v]["win_rate_a"]["rate"]]
+        out["ranked_by_win_rate_a"] = sorted(rated, key=lambda v: (-values[v]["win_rate_a"]["rate"], v))
+    return out
+
+
+def _counts(rows: Sequence[AuditRow]) -> dict[str, Any]:
+    by_status = Counter(r.status for r in rows)
+    judged = len(rows) - by_status["invalid_input"] - by_status["pending"]
+
+    def rate(status: str) -> float:
+        return by_status[status] / judged if judged else math.nan
+
+    return {"rows": len(rows), "judged": judged, "by_status": dict(sorted(by_status.items())),
+            "invalid_input_rate": by_status["invalid_input"] / len(rows) if rows else math.nan,
+            "rates": {k: rate(k) for k in ("parse_failure", "truncated", "backend_error", "empty")}}
+
+
+def histogram(values: Sequence[float], low: float, high: float, bins: int = HIST_BINS) -> dict[str, Any]:
+    """Counts of ``values`` in ``bins`` equal bins over [low, high] (the last bin closed)."""
+    if not values:
+        return {"edges": [], "counts": []}
+    if high <= low:
+        high = low + 1.0
+    width = (high - low) / bins
+    counts = [0] * bins
+    for v in values:
+        counts[min(bins - 1, max(0, int((v - low) / width)))] += 1
+    return {"edges": [low + k * width for k in range(bins + 1)], "counts": counts}
+
+
+def pair_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
+    """Figures of pairwise rows (see the module docstring)."""
+    judged = [r.result for r in rows if isinstance(r.result, PairwiseJudgment)]
+    s = summarize(judged)
+    ok = [j for j in judged if j.ok]
+    probs = [j.p_a for j in ok if math.isfinite(j.p_a)]
+    a, b, tie = s.by_winner["A"], s.by_winner["B"], s.by_winner["tie"]
+    out = {**_counts(rows),
+           "verdicts": dict(s.by_winner),
+           "win_rate_a": {"rate": (a + 0.5 * tie) / len(ok) if ok else math.nan, "A": a, "B": b, "tie": tie},
+           "p_a": {"measured": len(probs), "mean": statistics.fmean(probs) if probs else math.nan,
+                   "histogram": histogram(probs, 0.0, 1.0)},
+           "dimensions": dimension_figures(judged),
+           "position": position_figures(judged, kind, s),
+           "agreement": agreement_figures(judged, s),
+           "generated_tokens": sum(j.generated_tokens for j in judged)}
+    return out
+
+
+def dimension_figures(judged: Sequence[PairwiseJudgment]) -> dict[str, Any]:
+    """How often turn 1 chose each dimension, over ordered judgments that chose any (each order under swap)."""
+    ordered = [sj for j in judged for sj in (j.sub_judgments or (j,))]
+    with_dims = [sj for sj in ordered if sj.dimensions]
+    counts = Counter(d for sj in with_dims for d in sj.dimensions)
+    unknown = Counter(d for sj in ordered for d in sj.unknown_dimensions)
+    return {"judgments_with_dimensions": len(with_dims), "counts": dict(counts.most_common()),
+            "frequencies": {d: n / len(with_dims) for d, n in counts.most_common()},
+            "unknown": dict(unknown.most_common(20))}
+
+
+def position_figures(judged: Sequence[PairwiseJudgment], kind: str, s: Any) -> dict[str, Any]:
+    """Swap consistency and the first-shown win rate (BR-RM only: a scalar model's verdict has no order)."""
+    if kind and kind != "brrm":
+        return {"applies": False, "swapped": 0, "consistent": 0, "consistency_rate": math.nan,
+                "first_shown_wins": 0, "decided": 0, "first_shown_win_rate": math.nan}
+    first = decided = 0
+    for j in judged:
+        if j.sub_judgments:  # (forward, reversed mirrored into the A/B frame): reversed showed B first
+            pairs = [(j.sub_judgments[0], Verdict.A), (j.sub_judgments[1], Verdict.B)]
+        else:
+            pairs = [(j, Verdict.A)]
+        for sj, shown_first in pairs:
+            if sj.ok and sj.winner in (Verdict.A, Verdict.B):
+                decided += 1
+                first += sj.winner is shown_first
+    return {"applies": True, "swapped": s.swapped, "consistent": s.consistent, "consistency_rate": s.consistency_rate,
+            "first_shown_wins": first, "decided": decided,
+            "first_shown_win_rate": first / decided if decided else math.nan}
+
+
+def agreement_figures(judged: Sequence[PairwiseJudgment], s: Any) -> dict[str, Any]:
+    """Agreement with labels: accuracy over labelled ok judgments, order-averaged accuracy, label × verdict."""
+    labelled = [j for j in judged if j.label is not Verdict.NONE]
+    table: dict[str, dict[str, int]] = {}
+    for j in labelled:
+        key = j.winner.value if j.ok else "no verdict"
+        row = table.setdefault(j.label.value, {})
+        row[key] = row.get(key, 0) + 1
+    return {"labelled": len(labelled), "labelled_ok": s.labelled, "correct": s.correct, "accuracy": s.accuracy,
+            "order_averaged_accuracy": s.order_averaged_accuracy, "label_by_verdict": table}
+
+
+def single_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
+    """Figures of single-response rows: counts, reward distribution, truncation, per principle."""
+    rewards = [r.result for r in rows if isinstance(r.result, ScalarReward)]
+    s = summarize_rewards(rewards)
+    values = [r.reward for r in rewards if r.ok]
+    counts = _counts(rows)
+    counts["rates"]["truncated"] = s["truncated"] / len(rewards) if rewards else math.nan
+    by_principle: dict[str, list[float]] = {}
+    for r in rewards:
+        if r.ok and r.principle:
+            by_principle.setdefault(r.principle, []).append(r.reward)
+    return {**counts, "scored": s["scored"], "truncated_inputs": s["truncated"],
+            "reward": {"mean": statistics.fmean(values) if values else math.nan,
+                       "std": statistics.pstdev(values) if values else math.nan,
+                       "min": min(values, default=math.nan), "max": max(values, default=math.nan),
+                       "median": statistics.median(values) if values else math.nan,
+                       "histogram": histogram(values, min(values, default=0.0), max(values, default=1.0))},
+            "by_principle": {p: {"scored": len(v), "mean": statistics.fmean(v)} for p, v in by_principle.items()}}
+
+
+def group_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
+    """Figures of group rows: counts, rewards, where the best response stood, and their judgments' figures."""
+    groups = [r.result for r in rows if isinstance(r.result, GroupResult)]
+    judgments = [j for g in groups for j in g.judgments]
+    s = summarize(judgments)
+    values = [r.reward for g in groups for r in g.rewards if r.ok]
+    best = Counter(g.ranking[0] for g in groups if g.ranking)
+    return {**_counts(rows),
+            "responses": sum(len(g.rewards) for g in groups),
+            "judgments": {"total": s.total, "by_status": dict(s.by_status), "failed": sum(g.failed for g in groups),
+                          "parse_failure_rate": s.by_status["parse_failure"] / s.total if s.total else math.nan,
+                          "truncation_rate": s.by_status["truncated"] / s.total if s.total else math.nan},
+            "reward": {"mean": statistics.fmean(values) if values else math.nan,
+                       "histogram": histogram(values, min(values, default=0.0), max(values, default=1.0))},
+            "best_position": {str(k): best[k] for k in sorted(best)},
+            "dimensions": dimension_figures(judgments),
+            "position": position_figures(judgments, kind, s)}
+
+
+def clean(value: Any) -> Any:
+    """JSON-ready: NaN/inf -> None, floats rounded to 6 digits, tuples -> lists."""
+    if isinstance(value, float):
+        return round(value, 6) if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean(v) for v in value]
+    return value

@@ -1,0 +1,198 @@
+"""``brrm audit``: a resumable offline audit of a response dataset, with an HTML report.
+
+``brrm audit INPUT --output DIR`` judges every record of INPUT (pairs, single responses or groups) into the
+SQLite store ``DIR/audit.sqlite`` batch by batch, then writes ``DIR/report.html``, ``DIR/summary.json``,
+``DIR/results.jsonl`` and ``DIR/results.parquet``. Rerunning the same command judges only what is missing
+(nothing, once finished); ``--ray [ADDRESS]`` judges on a Ray actor pool; ``brrm audit --status DIR`` shows a
+run's progress from another terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import platform
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from brrm.cli import common
+from brrm.errors import ConfigError
+
+
+def add_parser(sub: Any) -> None:
+    from brrm.compose import STRATEGIES
+    from brrm.records import FORMATS
+
+    p = sub.add_parser("audit", help="resumable dataset audit with an HTML report (pairs, single responses, groups)",
+                       description="Judge every record of a dataset into a crash-safe store in --output, then write "
+                                   "an HTML report, a JSON summary and JSONL/Parquet exports. Rerun the same command "
+                                   "to resume; only missing items are judged.")
+    p.add_argument("input", nargs="?", metavar="INPUT",
+                   help="records file (.jsonl, .json, .parquet, .csv, .tsv), or a Hugging Face dataset folder or "
+                        "hub id")
+    p.add_argument("--output", "-o", metavar="DIR", help="audit folder (created if missing)")
+    p.add_argument("--status", metavar="DIR", dest="status_dir",
+                   help="show the progress of the audit in DIR (safe while it runs) and exit")
+    p.add_argument("--shape", choices=("auto", "pairs", "single", "groups"), default="auto",
+                   help="record shape (default: from the first record: response_a/response_b, response, responses)")
+    p.add_argument("--input-format", choices=FORMATS, default=None,
+                   help="default: from the file suffix; hf for a dataset folder or hub id")
+    p.add_argument("--split", default=None, help="split of a Hugging Face dataset (default: its only split)")
+    p.add_argument("--limit", type=int, default=None, help="audit only the first N records")
+    p.add_argument("--field", action="append", default=None, metavar="FIELD=COLUMN",
+                   help="remap an input column, e.g. --field prompt=instruction (as in brrm judge)")
+    p.add_argument("--slice-by", action="append", default=[], metavar="COLUMN",
+                   help="also report figures per value of this input column (repeatable), e.g. source model")
+    p.add_argument("--strategy", choices=STRATEGIES, default="auto", help="groups: ranking strategy (as brrm rank)")
+    p.add_argument("--low-margin", type=float, default=0.1,
+                   help="flag pairwise judgments with |P(A>B) - 0.5| below this (default 0.1)")
+    p.add_argument("--max-flagged", type=int, default=200, help="flagged items shown in the report (default 200)")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="items per judge call and per store write (default: the backend's own; 64 on Ray)")
+    p.add_argument("--summary-every", type=float, default=60.0, metavar="SECONDS",
+                   help="print a summary line this often (default 60)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    r = p.add_argument_group("Ray (pip install 'brrm[ray]')")
+    r.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="judge on a Ray actor pool: a cluster address (e.g. auto, ray://head:10001) or none for a "
+                        "local Ray instance; this process still writes the store")
+    r.add_argument("--actors", type=int, default=None,
+                   help="judge actors (default: GPUs / --num-gpus-per-actor, else 1)")
+    r.add_argument("--num-gpus-per-actor", type=float, default=0.0, help="GPUs each actor holds (default 0)")
+    r.add_argument("--num-cpus-per-actor", type=float, default=1.0, help="CPUs each actor holds (default 1)")
+    common.add_model_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run or resume an audit (or show ``--status``); returns the exit code."""
+    if args.status_dir:
+        from brrm.audit.status import status_text
+
+        print(status_text(args.status_dir))
+        return 0
+    if not args.input:
+        raise ConfigError("brrm audit needs INPUT (a records file) and --output DIR, or --status DIR")
+    if not args.output:
+        raise ConfigError("--output DIR is required: the audit folder (store, report, summary, exports)")
+    _check_output(Path(args.output))
+    model, opts = common.load_options(args)  # flag combinations are checked before anything is read or loaded
+    records, shape = _read(args)
+    kind = _resolve_kind(model, opts["kind"], shape)
+    opts["kind"] = kind
+    items, options = _plan(args, records, shape, kind, opts)
+    ray = _ray_options(args)
+    from brrm.audit import JudgeSpec, run_audit
+
+    common._quiet_libraries()
+    print(f"brrm audit: {len(records)} records from {args.input} ({shape}); model "
+          f"{model or 'the embedded demo (SmolLM2-135M-Instruct; pass --model for a real judge)'}; kind {kind}; "
+          f"backend {opts['backend']}" + (f"; on Ray ({args.ray})" if ray else ""), file=sys.stderr)
+    outcome = run_audit(items, args.output, options, spec=JudgeSpec(model, opts), ray=ray, source=args.input,
+                        argv=sys.argv[1:], provenance=_provenance(args.input), term=sys.stderr)
+    _print_outcome(outcome)
+    return 0
+
+
+def _check_output(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output {str(out)!r} is a file; give a folder")
+
+
+def _read(args: argparse.Namespace) -> tuple[list[Any], str]:
+    """The records and their shape (``--shape`` or detected from the first valid record)."""
+    from brrm.records import FieldMap, GroupRecord, PairRecord, read_records
+
+    fields = FieldMap.from_overrides(args.field) if args.field else None
+    records = read_records(args.input, args.shape, fields=fields, limit=args.limit, format=args.input_format,
+                           split=args.split)
+    common.require_records(records, args.input)
+    if args.shape != "auto":
+        return records, args.shape
+    first = next(r for r in records if hasattr(r, "conversation"))
+    return records, "pairs" if isinstance(first, PairRecord) else "groups" if isinstance(first, GroupRecord) else \
+        "single"
+
+
+def _resolve_kind(model: str | None, kind: str, shape: str) -> str:
+    """The judge kind before anything loads (``auto``: from the model's config, as ``brrm.load`` does).
+
+    Raises:
+        ConfigError: when the kind cannot audit this shape (BR-RM cannot score single responses).
+    """
+    if kind == "auto":
+        if model is None:
+            kind = "principle" if shape == "single" else "brrm"
+        else:
+            from brrm.recipes import detect_kind, looks_like_hub_id, model_config
+
+            if not looks_like_hub_id(model) and not Path(model).expanduser().is_dir():
+                raise ConfigError(f"--model {model!r} is neither a folder nor a hub id")
+            kind = detect_kind(model, model_config(model))[0]
+    if shape == "single" and kind == "brrm":
+        raise ConfigError("single-response records need --kind bt or --kind principle (a BR-RM judge compares "
+                          "pairs: give records with response_a/response_b, or responses lists)")
+    return kind
+
+
+def _plan(args: argparse.Namespace, records: list[Any], shape: str, kind: str,
+          opts: dict[str, Any]) -> tuple[list[Any], Any]:
+    from brrm.audit import AuditOptions, plan_items
+    from brrm.audit.judging import resolve_strategy
+
+    if kind == "principle" and shape != "single" and not args.principle:
+        raise ConfigError(f"--kind principle judging {shape} needs --principle 'The response is …'")
+    if kind == "principle" and shape == "single" and not args.principle and not any(
+            getattr(r, "principle", "") for r in records):
+        raise ConfigError("--kind principle needs --principle 'The response is …', or records with their own "
+                          "principles")
+    if args.strategy != "auto" and shape != "groups":
+        raise ConfigError(f"--strategy applies to group records (responses lists), not {shape}")
+    if args.ray is None and (args.actors is not None or args.num_gpus_per_actor):
+        raise ConfigError("--actors and --num-gpus-per-actor apply with --ray")
+    strategy = resolve_strategy(args.strategy, kind=kind, shape=shape)
+    principles = list(args.principle or []) if shape == "single" else []
+    if shape == "single":
+        opts.pop("principle", None)  # each item carries its principle (the row's, or one item per --principle)
+    items = plan_items(records, shape, slice_by=args.slice_by, principles=principles,
+                       principle_kind=kind == "principle", strategy=strategy)
+    options = AuditOptions(shape=shape, strategy=strategy, slice_by=tuple(args.slice_by), low_margin=args.low_margin,
+                           max_flagged=args.max_flagged, chunk_size=args.chunk_size,
+                           summary_every_s=args.summary_every, progress=not args.no_progress)
+    return items, options
+
+
+def _ray_options(args: argparse.Namespace) -> Any:
+    if args.ray is None:
+        return None
+    from brrm.audit.ray_runner import RayOptions
+
+    return RayOptions(address=None if args.ray == "local" else args.ray, actors=args.actors,
+                      num_gpus_per_actor=args.num_gpus_per_actor, num_cpus_per_actor=args.num_cpus_per_actor)
+
+
+def _provenance(source: str) -> dict[str, Any]:
+    """The input file's path, size and sha256, and the versions and host this ran on."""
+    import brrm
+
+    path = Path(source).expanduser()
+    out: dict[str, Any] = {"input": str(path.resolve()), "brrm": brrm.__version__, "python": platform.python_version(),
+                           "platform": platform.platform(), "host": socket.gethostname()}
+    if path.is_file():
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        out.update(input_sha256=digest.hexdigest(), input_bytes=path.stat().st_size)
+    return out
+
+
+def _print_outcome(outcome: Any) -> None:
+    files = outcome.files
+    print(f"judged {outcome.judged} items this run ({outcome.pending_at_start} were pending of {outcome.total} rows) "
+          f"in {outcome.seconds:.1f} s", file=sys.stderr)
+    for name in ("report", "summary", "jsonl", "parquet"):
+        if name in files:
+            print(f"{name}: {files[name]}")

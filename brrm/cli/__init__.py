@@ -15,11 +15,8 @@ from collections.abc import Sequence
 
 from brrm.errors import BrrmError
 
-<<<<<<< HEAD
-SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.bench", "brrm.cli.serve")
-=======
-SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.audit")
->>>>>>> audit
+SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.serve", "brrm.cli.audit",
+               "brrm.cli.bench")
 """Modules of the subcommands, in help order; each has ``add_parser(subparsers)``."""
 
 

@@ -196,7 +196,7 @@ class TextEncoder:
                               "into a prompt")
 
     def _assemble(self, text: str, records: list[str], nonce: str) -> tuple[str, list[int]]:
-        marker = re.compile(f"\ue000{re.escape(nonce)}:(\\d+)\ue001")
+        marker = _marker(nonce)
         found = [int(m.group(1)) for m in marker.finditer(text)]
         if sorted(found) != list(range(len(records))):
             raise TemplateError("the chat template dropped, repeated or rewrote a message's text, so brrm cannot "
@@ -259,7 +259,7 @@ def _as_rendered(sentinel_text: str, real: str, records: list[str], nonce: str) 
     The template parts between sentinels are matched against the real render in order; a record's rendered
     form must be one of its whitespace-trimmed variants (never other text), else the record is kept whole.
     """
-    parts = re.split(f"\ue000{re.escape(nonce)}:(\\d+)\ue001", sentinel_text)
+    parts = _marker(nonce).split(sentinel_text)
     if not real.startswith(parts[0]):
         return records
     out, pos = list(records), len(parts[0])
@@ -275,9 +275,25 @@ def _as_rendered(sentinel_text: str, real: str, records: list[str], nonce: str) 
     return out if pos == len(real) else records
 
 
+_SENTINEL_START = "\ue000"  # a private-use character; a record that holds it gets a nonce no record holds
+_MARKERS: dict[str, re.Pattern[str]] = {}
+
+
+def _marker(nonce: str) -> re.Pattern[str]:
+    """The compiled sentinel pattern of ``nonce`` (the common case, nonce "", compiled once)."""
+    if nonce not in _MARKERS:
+        if len(_MARKERS) > 64:
+            _MARKERS.clear()
+        _MARKERS[nonce] = re.compile(f"\ue000{re.escape(nonce)}:(\\d+)\ue001")
+    return _MARKERS[nonce]
+
+
 def _nonce(messages: Sequence[Mapping[str, Any]]) -> str:
-    """A sentinel tag that occurs in no message (record text cannot fake a sentinel)."""
+    """A sentinel tag that occurs in no message (record text cannot fake a sentinel): "" unless some content
+    holds the sentinel character itself."""
     blob = repr([m.get("content") for m in messages])
+    if _SENTINEL_START not in blob:
+        return ""
     digest = hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     while digest in blob:
         digest = hashlib.sha256(digest.encode()).hexdigest()[:12]

@@ -41,16 +41,19 @@ def setup():
     tok = build_qwen3_tokenizer()
     model, _ = build_tiny_qwen3(tok, seed=0, sequence_classification=True)
     records = json.loads(CHAT.read_text(encoding="utf-8"))
-    rm = BradleyTerryRewardModel(model, tok, model_id="tiny-qwen3-rm")
+    rm = BradleyTerryRewardModel.from_model(model, tok, model_id="tiny-qwen3-rm")
     sequences = [rm.encode(r["prompt"], resp).ids for r in records for resp in (*r["chosen"], *r["rejected"])]
-    naive = BradleyTerryRewardModel(model, tok, max_batch_size=BATCH, token_budget=1 << 30, bucketing=False)
-    bucketed = BradleyTerryRewardModel(model, tok, max_batch_size=BATCH, token_budget=BUDGET, bucketing=True)
+    naive = BradleyTerryRewardModel.from_model(model, tok, max_batch_size=BATCH, token_budget=1 << 30,
+                                               bucketing=False)
+    bucketed = BradleyTerryRewardModel.from_model(model, tok, max_batch_size=BATCH, token_budget=BUDGET,
+                                                  bucketing=True)
     return sequences, naive, bucketed
 
 
 def _run(rm, sequences):
-    rm.stats.update(batches=0, real_tokens=0, padded_tokens=0)
-    return rm.forward(sequences)
+    """The backend's scalar head over the sequences (what ``score`` runs after encoding), counters reset."""
+    rm.backend.scorer.stats.update(classify_batches=0, classify_real_tokens=0, classify_padded_tokens=0)
+    return [s.value for s in rm.backend.classify(sequences)]
 
 
 def test_bucketing_padding_waste_and_throughput(benchmark, setup):
@@ -77,12 +80,12 @@ def test_bucketing_padding_waste_and_throughput(benchmark, setup):
         "real_tokens": real,
         "padding_waste_naive": round(waste_naive, 4),
         "padding_waste_bucketed": round(waste_bucketed, 4),
-        "tokens_run_naive": naive.stats["padded_tokens"],
-        "tokens_run_bucketed": bucketed.stats["padded_tokens"],
+        "tokens_run_naive": naive.stats["classify_padded_tokens"],
+        "tokens_run_bucketed": bucketed.stats["classify_padded_tokens"],
         "throughput_naive_tok_s": round(real / naive_s),
         "throughput_bucketed_tok_s": round(real / bucketed_s),
         "speedup": round(naive_s / bucketed_s, 3),
-        "tokens_run_ratio": round(naive.stats["padded_tokens"] / bucketed.stats["padded_tokens"], 3),
+        "tokens_run_ratio": round(naive.stats["classify_padded_tokens"] / bucketed.stats["classify_padded_tokens"], 3),
     }
     benchmark.extra_info.update(info)
     print("\nlength bucketing on RM-Bench chat (774 sequences, exact Qwen3 tokens, tiny Qwen3 RM):")

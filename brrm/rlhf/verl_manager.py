@@ -58,6 +58,7 @@ class BrrmGroupRewardManager(RewardManagerBase):
     def __init__(self, config: Any, tokenizer: Any, compute_score: Any = None, reward_router_address: Any = None,
                  reward_model_tokenizer: Any = None, **kwargs: Any) -> None:
         super().__init__(config, tokenizer, compute_score)
+        self.policy_tokenizer: Any = tokenizer  # typed Any: verl annotates it as AutoTokenizer, a factory
         raw = _cfg_get(config, "reward.reward_kwargs.brrm_config")
         raw = dict(raw) if hasattr(raw, "items") else raw
         group = {k: raw.pop(k) for k in GROUP_KEYS if isinstance(raw, dict) and k in raw}
@@ -95,7 +96,7 @@ class BrrmGroupRewardManager(RewardManagerBase):
             return extra[self.brrm.prompt_key]
         prompt_ids = item.batch["prompts"]
         mask = item.batch["attention_mask"][: prompt_ids.shape[-1]].bool()
-        return self.tokenizer.decode(prompt_ids[mask], skip_special_tokens=True)
+        return self.policy_tokenizer.decode(prompt_ids[mask], skip_special_tokens=True)
 
     async def run_single(self, data: DataProto) -> dict[str, Any]:
         """One sample's reward, once its group is complete (or its cohort deadline passed)."""
@@ -103,7 +104,7 @@ class BrrmGroupRewardManager(RewardManagerBase):
         response_ids = item.batch["responses"]
         length = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
         response = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: self.tokenizer.decode(response_ids[:length], skip_special_tokens=True))
+            None, lambda: self.policy_tokenizer.decode(response_ids[:length], skip_special_tokens=True))
         uid = str(item.non_tensor_batch.get("uid", ""))
         if not uid:
             raise ConfigError("the batch has no 'uid' per sample; the group reward needs verl's GRPO grouping")

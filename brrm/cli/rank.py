@@ -60,8 +60,11 @@ def run(args: argparse.Namespace) -> int:
           + (f" (e.g. {cost[0]} for a group of {len(good[0].responses)})" if pairwise else
              f"; {sum(len(r.responses) for r in good)} scalar rewards"), file=term)
     started = time.perf_counter()
-    with common.progress_bar(sum(cost) or sum(len(r.responses) for r in good), desc="ranking",
-                             unit="judgment" if pairwise else "item", disable=args.no_progress) as bar:
+    # progress comes in pairs (a swapped pair's two orders count one), scalar models in responses
+    units = sum(cost) // (2 if swap and strategy != "round_robin" else 1) if pairwise else \
+        sum(len(r.responses) for r in good)
+    with common.progress_bar(units, desc="ranking", unit="pair" if pairwise else "item",
+                             disable=args.no_progress) as bar:
         groups = judge.rank_groups([r.conversation for r in good], [list(r.responses) for r in good],
                                    strategy=strategy,
                                    references=[r.reference for r in good] if strategy == "reference" else None,

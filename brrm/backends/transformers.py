@@ -64,6 +64,9 @@ class PrefixCache:
 
 
 TASKS = ("auto", "generate", "classify")
+CLASSIFY_MIN_BATCH = 64
+"""Fewest rows a ``classify`` forward batch may hold: one forward pass per row is cheap next to decoding, and the
+padded-token budget (``token_budget``), not the row count, bounds its memory."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -76,7 +79,8 @@ class TransformersBackend:
         model: a loaded ``PreTrainedModel`` in eval mode.
         tokenizer: its tokenizer; must have a chat template for the judges.
         model_id: recorded in results (the model's name: hub id, or the embedded model's id).
-        batch_size: rows decoded (or scored) together, >= 1.
+        batch_size: rows decoded together, >= 1 (``classify`` batches hold up to max(batch_size, 64) rows, bounded by
+            ``token_budget``).
         prefix_cache: reuse KV across calls (turn 1 -> turn 2); False recomputes every prompt.
         cache_capacity: sequences kept in the prefix cache, >= 1.
         token_budget: most padded tokens per ``classify`` forward batch, >= 1.
@@ -116,7 +120,8 @@ class TransformersBackend:
                                 {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
                                  "task": "generate" if causal else "classify"})
         self.scorer = HeadScorer(model, pad_id=self.pad_id, token_budget=token_budget,
-                                 max_batch_size=self.batch_size, padding_side=padding_side, bucketing=bucketing)
+                                 max_batch_size=max(self.batch_size, CLASSIFY_MIN_BATCH), padding_side=padding_side,
+                                 bucketing=bucketing)
         if not causal:
             self.scorer.head(None)  # a classifier wider than one label is refused now, not at the first batch
         self._compiled: dict[Program, CompiledProgram] = {}

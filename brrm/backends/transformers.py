@@ -79,8 +79,9 @@ class TransformersBackend:
         model: a loaded ``PreTrainedModel`` in eval mode.
         tokenizer: its tokenizer; must have a chat template for the judges.
         model_id: recorded in results (the model's name: hub id, or the embedded model's id).
-        batch_size: rows decoded together, >= 1 (``classify`` batches hold up to max(batch_size, 64) rows, bounded by
-            ``token_budget``).
+        batch_size: rows decoded together, >= 1.
+        classify_batch_size: most rows per ``classify`` forward batch, >= 1; default max(batch_size, 64) (the
+            padded-token budget ``token_budget`` bounds a batch's memory).
         prefix_cache: reuse KV across calls (turn 1 -> turn 2); False recomputes every prompt.
         cache_capacity: sequences kept in the prefix cache, >= 1.
         token_budget: most padded tokens per ``classify`` forward batch, >= 1.
@@ -95,7 +96,8 @@ class TransformersBackend:
 
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str = "", batch_size: int = 8,
                  prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
-                 padding_side: str = "right", bucketing: bool = True, jump_forward: bool = True) -> None:
+                 padding_side: str = "right", bucketing: bool = True, jump_forward: bool = True,
+                 classify_batch_size: int | None = None) -> None:
         from brrm.backends._classify import HeadScorer
         from brrm.types import check_bool, check_int
 
@@ -120,8 +122,8 @@ class TransformersBackend:
                                 {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
                                  "task": "generate" if causal else "classify"})
         self.scorer = HeadScorer(model, pad_id=self.pad_id, token_budget=token_budget,
-                                 max_batch_size=max(self.batch_size, CLASSIFY_MIN_BATCH), padding_side=padding_side,
-                                 bucketing=bucketing)
+                                 max_batch_size=classify_batch_size or max(self.batch_size, CLASSIFY_MIN_BATCH),
+                                 padding_side=padding_side, bucketing=bucketing)
         if not causal:
             self.scorer.head(None)  # a classifier wider than one label is refused now, not at the first batch
         self._compiled: dict[Program, CompiledProgram] = {}

@@ -186,7 +186,8 @@ class BradleyTerryRewardModel:
         from brrm.backends.transformers import TransformersBackend
 
         backend = TransformersBackend(model, tokenizer, model_id=model_id, batch_size=max_batch_size,
-                                      token_budget=token_budget, padding_side=padding_side, bucketing=bucketing)
+                                      classify_batch_size=max_batch_size, token_budget=token_budget,
+                                      padding_side=padding_side, bucketing=bucketing)
         return cls(backend, **options)
 
     def _provenance(self) -> Provenance:

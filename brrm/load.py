@@ -20,7 +20,8 @@ EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_toke
 """Budgets of the embedded 135M demo model (the published BR-RM budgets are 8192 per turn, 16384 total)."""
 
 BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
-    "transformers": ("dtype", "device", "batch_size", "prefix_cache", "token_budget", "trust_remote_code"),
+    "transformers": ("dtype", "device", "batch_size", "classify_batch_size", "prefix_cache", "jump_forward",
+                     "token_budget", "trust_remote_code"),
     "vllm": ("dtype", "device", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size",
              "gpu_memory_utilization", "enforce_eager", "block_size", "enable_prefix_caching",
              "structured_outputs_backend", "distributed_executor_backend", "engine_kwargs", "trust_remote_code",
@@ -115,6 +116,7 @@ _BACKEND_CHECKS: dict[str, Any] = {
     "dtype": lambda v: check_choice("dtype", v, ("auto", "float32", "bfloat16", "float16")),
     "device": lambda v: check_choice("device", v, ("auto", "cpu", "cuda")),
     "batch_size": lambda v: check_int("batch_size", v, low=1),
+    "classify_batch_size": lambda v: check_int("classify_batch_size", v, low=1),
     "token_budget": lambda v: check_int("token_budget", v, low=1),
     "chunk_size": lambda v: check_int("chunk_size", v, low=1),
     "max_model_len": lambda v: check_int("max_model_len", v, low=1),

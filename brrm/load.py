@@ -72,6 +72,8 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
     built = None if isinstance(backend, str) else backend
     backend_name = built.info.name if built is not None else check_choice("backend", backend, BACKENDS)
     embedded = model is None and built is None
+    if not embedded and built is None and (not isinstance(model, str) or not model.strip()):
+        raise ConfigError(f"model must be a hub id or a local directory, got {model!r}")
     name = built.info.model if built is not None else (_embedded_name() if embedded else str(model))
     if embedded and kind == "auto":
         kind = "brrm"
@@ -79,11 +81,13 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         raise ConfigError("the embedded demo model is a chat model, not a Bradley–Terry reward model; pass a "
                           "model for kind='bt' (or use kind='brrm' or 'principle' with the demo)")
     _check_names(options, kind, backend_name, built is not None)
-    if kind == "auto":
-        from brrm.recipes import detect_kind, model_config
-
-        kind, _ = detect_kind(name, None if built is not None else model_config(_local_or_id(name)))
-        _check_names(options, kind, backend_name, built is not None)
+    source = None
+    if built is None and not embedded:
+        if backend_name == "vllm":
+            _require_vllm()
+        source = _resolve_source(name, embedded)  # a missing path or unreachable id is named before anything else
+    kind = _fit_kind(kind, name, source)
+    _check_names(options, kind, backend_name, built is not None)
     judge_opts = {k: v for k, v in options.items() if k in JUDGE_OPTIONS[kind]}
     backend_opts = {k: v for k, v in options.items() if k not in judge_opts}
     _check_backend_options(backend_opts)
@@ -93,13 +97,30 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
                 judge_opts.setdefault(key, value)
     make = _BUILDERS[kind](name, judge_opts, None)  # validates every judge option before anything loads
     if built is None:
-        if backend_name == "vllm":
-            _require_vllm()
-        source = _resolve_source(name, embedded)
+        source = source or _resolve_source(name, embedded)
         _card_dtype(name, backend_opts)
         make = _BUILDERS[kind](name, judge_opts, source)  # with the checkpoint's generation defaults
         built = _load_backend(backend_name, source, name, backend_opts, task="classify" if kind == "bt" else "generate")
     return make(built)
+
+
+def _fit_kind(kind: str, name: str, source: str | None) -> str:
+    """The kind to build: ``auto`` decided from a known id or the model's config; an explicit kind checked against
+    the config (a sequence classifier cannot be a generative judge).
+
+    Raises:
+        ConfigError: when the kind cannot be told, or does not fit the checkpoint.
+    """
+    from brrm.recipes import detect_kind, model_config
+
+    config = model_config(source) if source is not None else None
+    if kind == "auto":
+        return detect_kind(name, config)[0]
+    archs = " ".join((config or {}).get("architectures") or [])
+    if kind in ("brrm", "principle") and "ForSequenceClassification" in archs:
+        raise ConfigError(f"{name!r} is a sequence classifier ({archs}); it has no language-model head to generate "
+                          f"with, so it cannot be kind {kind!r} — use kind='bt'")
+    return kind
 
 
 # ------------------------------------------------------------------------------------------------ options
@@ -127,6 +148,11 @@ _BACKEND_CHECKS: dict[str, Any] = {
     "http_retries": lambda v: check_int("http_retries", v, low=0),
     "gpu_memory_utilization": lambda v: check_float("gpu_memory_utilization", v, low=0, high=1, low_open=True),
     "timeout_s": lambda v: check_float("timeout_s", v, low=0, low_open=True),
+    "trust_remote_code": lambda v: check_bool("trust_remote_code", v),
+    "prefix_cache": lambda v: check_bool("prefix_cache", v),
+    "jump_forward": lambda v: check_bool("jump_forward", v),
+    "enforce_eager": lambda v: check_bool("enforce_eager", v),
+    "enable_prefix_caching": lambda v: check_bool("enable_prefix_caching", v),
 }
 
 
@@ -254,6 +280,9 @@ def _resolve_source(name: str, embedded: bool) -> str:
 
     path = Path(_local_or_id(name))
     if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model folder {name!r} holds no config.json; point --model at the folder of a "
+                              "saved model (config.json, weights, tokenizer)")
         return str(path)
     if not looks_like_hub_id(name):
         raise ConfigError(f"model {name!r} is not a local directory (no such folder) and not a hub id "

@@ -30,8 +30,9 @@ _THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
 # Markers of the BR-RM prompt and output format (github.com/YzjiaoNvd/BR-RM @ 34a58b2); in record text they are
 # neutralised so a record cannot close its block or forge one.
 _MARKER = re.compile(
-    r"\[(?=(?:The Begin of|The End of|Quality Assessment Focus|End of Quality|Quality Analysis for)[^\]\n]*\])"
-    r"([^\]\n]*)\]"
+    r"[\[［【]\s*((?:the\s+begin\s+of|the\s+end\s+of|quality\s+assessment\s+focus|end\s+of\s+quality|"
+    r"quality\s+analysis\s+for)[^\]］】\n]*?)\s*[\]］】]",
+    re.IGNORECASE,
 )
 
 _INVISIBLE_CATEGORIES = {"Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Me"}
@@ -61,7 +62,8 @@ def neutralize_markers(text: str) -> str:
     """Rewrite BR-RM format markers inside record text so they cannot close or open blocks.
 
     ``[The End of Response 1]`` becomes ``⟦The End of Response 1⟧`` (same for every ``[The Begin of …]``,
-    ``[The End of …]``, ``[Quality …]`` and ``[End of Quality …]`` marker). Other text, including
+    ``[The End of …]``, ``[Quality …]`` and ``[End of Quality …]`` marker, in any letter case, with spaces inside the
+    brackets, and with fullwidth ``［…］`` or ``【…】`` brackets). Other text, including
     ``\\boxed{1}`` or "Final verdict", is unchanged: the verdict is only ever read from the judge's own turn 2.
     Trade-off: the released prompt had no escaping, so a record that legitimately contains these markers is
     shown to the model with different brackets (``neutralize_markers=False`` turns it off).

@@ -157,6 +157,9 @@ class TransformersBackend:
         check_choice("device", device, DEVICES)
         dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
         cuda = torch.cuda.is_available()
+        if device == "cuda" and not cuda:
+            raise ConfigError("device 'cuda' was asked for, but CUDA is not available here (this torch build or "
+                              "machine has no GPU); use device 'auto' or 'cpu'")
         torch_dtype = dtypes.get(dtype) or (torch.bfloat16 if cuda and device != "cpu" else torch.float32)
         device_map = "auto" if device == "auto" and cuda else ("cuda" if device == "cuda" else "cpu")
         if task == "auto":

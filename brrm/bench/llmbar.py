@@ -246,7 +246,11 @@ class LLMBarFormat(Benchmark):
     @staticmethod
     def _official_rows(path: Path) -> list[dict[str, Any]]:
         require(path, "LLMBar result file")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not an LLMBar result.json (not one JSON document: {exc.msg}); a brrm "
+                              "judgments.jsonl is replayed from a `brrm bench --output` folder") from None
         if not isinstance(data, list) or not all(isinstance(r, dict) and "results" in r for r in data):
             raise ConfigError(f"{path}: not an LLMBar result.json (a list of records with 'results')")
         return data

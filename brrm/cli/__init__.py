@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from brrm.errors import BrrmError
 
@@ -25,7 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # outlines' mask kernel is torch.compile'd; on CPU its first call would spend 10-23 s compiling
     os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage mistake (already reported on one line)
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -41,10 +45,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage mistake reported as one ``brrm: error:`` line (exit 2) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"brrm: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from brrm import __version__
 
-    parser = argparse.ArgumentParser(prog="brrm", description="Judge LLM responses with reward models: BR-RM "
+    parser = _Parser(prog="brrm", description="Judge LLM responses with reward models: BR-RM "
                                      "pairwise judges, Bradley-Terry and principle reward models.")
     parser.add_argument("--version", action="version", version=f"brrm {__version__}")
     sub = parser.add_subparsers(dest="command")

@@ -105,9 +105,8 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--margin", type=float, default=None, help="scalar models: |r_A - r_B| <= margin is a tie (0)")
 
 
-_BRRM_ONLY = {"decoding", "swap", "thinking", "block_token_cap", "max_retries", "system_messages", "tool_messages",
-              "neutralize_markers", "verdict"}
-_SCALAR = {"principle", "recipe", "max_length", "truncation_side", "strip_thinking", "margin"}
+_FLAG_OF = {"strip_history_reasoning": "--history-reasoning", "strip_thinking": "--keep-thinking",
+            "strip_response_reasoning": "--keep-thinking"}
 
 
 def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
@@ -134,19 +133,25 @@ def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
 
 
 def _fit_kind(opts: dict[str, Any]) -> dict[str, Any]:
-    """Drop judge flags that do not apply to an explicitly chosen kind, and refuse contradictory ones."""
-    kind = opts["kind"]
+    """For an explicitly chosen kind, refuse judge flags that do not apply to it (naming the flag); ``--swap`` is
+    dropped for scalar kinds (σ(r_A − r_B) does not depend on the order)."""
+    from brrm.load import BACKEND_OPTIONS, JUDGE_OPTIONS
+
+    kind, backend = opts["kind"], opts["backend"]
+    if kind == "auto":
+        return opts
     if kind in ("bt", "principle"):
-        bad = sorted(k for k in _BRRM_ONLY if k in opts and k != "swap")
-        if bad:
-            raise ConfigError(f"--{bad[0].replace('_', '-')} applies to BR-RM judges, not --kind {kind}")
-        opts.pop("swap", None)  # a scalar model's verdict is order-free
-    if kind == "brrm":
-        bad = sorted(k for k in _SCALAR if k in opts)
-        if bad:
-            raise ConfigError(f"--{bad[0].replace('_', '-')} applies to --kind bt or principle, not brrm")
-    if kind == "bt" and "principle" in opts:
-        raise ConfigError("Bradley–Terry models take no principle; drop --principle or use --kind principle")
+        opts.pop("swap", None)
+    for key in sorted(opts):
+        if key in ("kind", "backend") or key in JUDGE_OPTIONS[kind] or key in BACKEND_OPTIONS[backend]:
+            continue
+        flag = _FLAG_OF.get(key, "--" + key.replace("_", "-"))
+        if kind == "bt" and key == "principle":
+            raise ConfigError("Bradley–Terry models take no principle; drop --principle or use --kind principle")
+        others = [b for b, names in BACKEND_OPTIONS.items() if key in names]
+        if others:
+            raise ConfigError(f"{flag} applies to --backend {' or '.join(others)}, not {backend}")
+        raise ConfigError(f"{flag} does not apply to --kind {kind}")
     return opts
 
 
@@ -182,7 +187,7 @@ def report_bad_records(records: Sequence[Any], term: TextIO, *, show: int = 5) -
 
     bad = [r for r in records if isinstance(r, RecordError)]
     for r in bad[:show]:
-        print(f"skipped: {r.reason}", file=term)
+        print(f"skipped: {printable(r.reason)}", file=term)
     if len(bad) > show:
         print(f"skipped: … and {len(bad) - show} more bad records (see the output file)", file=term)
     return len(bad)
@@ -279,3 +284,17 @@ def header(term: TextIO, command: str, judge: Any, n_records: int, source: str) 
 
 
 Runner = Callable[[argparse.Namespace], int]
+
+
+def with_id(result: Any, rid: str) -> Any:
+    """A judgment (and its swap sub-judgments) or reward carrying the record's id for output."""
+    import dataclasses
+
+    subs = tuple(dataclasses.replace(s, id=rid) for s in getattr(result, "sub_judgments", ()))
+    return dataclasses.replace(result, id=rid, **({"sub_judgments": subs} if subs else {}))
+
+
+def printable(text: str) -> str:
+    """Record text made safe for a terminal line: control characters (newlines, ANSI escapes) shown escaped, so a
+    record cannot forge output lines or recolour the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))

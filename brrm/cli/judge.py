@@ -59,14 +59,17 @@ def invalid_row(rec: Any) -> dict[str, Any]:
 
 
 def _judge(judge: Any, good: list[Any], results: dict[int, Any], args: argparse.Namespace, term: TextIO) -> None:
+    from brrm.records import seed_ids
+
     chunk = judge.info.chunk_size
     with common.progress_bar(len(good), desc="judging", unit="pair", disable=args.no_progress) as bar:
         for start in range(0, len(good), chunk):
             part = good[start:start + chunk]
             done = bar.n
             out = judge.judge_pairs([r.conversation for r in part], [r.response_a for r in part],
-                                    [r.response_b for r in part], ids=[r.id for r in part],
+                                    [r.response_b for r in part], ids=seed_ids(part),
                                     labels=[r.label for r in part], progress=bar.update)
+            out = [common.with_id(j, r.id) for j, r in zip(out, part, strict=True)]
             bar.n = done + len(part)
             bar.refresh()
             for rec, res in zip(part, out, strict=True):
@@ -79,7 +82,7 @@ def verdict_line(row: dict[str, Any]) -> str:
     """One terminal line per judgment."""
     p = row.get("p_a")
     prob = f"P(A>B)={p:.3f}" if isinstance(p, float) else "P(A>B)=n/a"
-    parts = [f"{row['id']:<24}", f"winner={row['winner']:<4}", f"{row['status']:<13}", prob]
+    parts = [f"{common.printable(row['id']):<24}", f"winner={row['winner']:<4}", f"{row['status']:<13}", prob]
     if row.get("consistent") is not None:
         parts.append(f"consistent={str(row['consistent']).lower()}")
     if row.get("label") not in (None, "none"):
@@ -87,7 +90,7 @@ def verdict_line(row: dict[str, Any]) -> str:
     if row.get("dimensions"):
         parts.append("dims=" + "|".join(row["dimensions"]))
     if row["status"] != "ok" or row.get("reason"):
-        parts.append(f"reason={row['reason'][:120]}")
+        parts.append(f"reason={common.printable(row['reason'][:120])}")
     return "  ".join(parts)
 
 

@@ -90,5 +90,5 @@ def _print_group(term: TextIO, rec: Any, group: Any) -> None:
     order = " > ".join(f"#{k}" for k in group.ranking) or "none"
     rates = [x for x in group.win_rates() if not math.isnan(x)]
     extra = f"; judgments {group.n_judgments} ({group.failed} failed)" if group.n_judgments else ""
-    print(f"{rec.id:<16} ranking {order}; rewards {rewards}{extra}" + (" ; win matrix " + json.dumps(
+    print(f"{common.printable(rec.id):<16} ranking {order}; rewards {rewards}{extra}" + (" ; win matrix " + json.dumps(
         [list(r) for r in group.wins]) if rates and len(group.rewards) <= 8 else ""), file=term)

@@ -53,14 +53,16 @@ def run(args: argparse.Namespace) -> int:
     good = [r for r in records if not isinstance(r, RecordError)]
     scored = iter(_score(judge, good, principles, args))
     results: list[ScalarReward] = []
+    lines: list[int] = []
     for rec in records:
-        if isinstance(rec, RecordError):
-            results.append(ScalarReward.failed(Status.INVALID_INPUT, rec.reason, id=rec.id))
-        else:
-            results.extend(next(scored))
+        got = ([ScalarReward.failed(Status.INVALID_INPUT, rec.reason, id=rec.id)] if isinstance(rec, RecordError)
+               else next(scored))
+        results.extend(got)
+        lines.extend([rec.line] * len(got))
     with common.open_output(args.output) as out:
-        for r in results:
-            out.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+        for line, r in zip(lines, results, strict=True):
+            row = r.to_dict()
+            out.write(json.dumps({"id": row.pop("id"), "line": line, **row}, ensure_ascii=False) + "\n")
     print(json.dumps(summarize_rewards(results)), file=term)
     judge.close()
     return 0
@@ -68,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _score(judge: Any, good: list[Any], principles: list[str], args: argparse.Namespace) -> list[list[Any]]:
     """Per record, its reward(s): one per principle for principle models (one batch), else one."""
+    from brrm.records import seed_ids
+
     per: list[list[Any]]
     if judge.info.kind != "principle":
         per = [[None] for _ in good]
@@ -79,9 +83,11 @@ def _score(judge: Any, good: list[Any], principles: list[str], args: argparse.Na
                               f"{missing[:10]}")
     flat = [(i, p) for i, ps in enumerate(per) for p in ps]
     with common.progress_bar(len(flat), desc="scoring", unit="item", disable=args.no_progress) as bar:
+        seeds = seed_ids(good)
         rewards = judge.score([good[i].conversation for i, _ in flat], [good[i].response for i, _ in flat],
                               principles=None if per and per[0] == [None] else [p for _, p in flat],
-                              ids=[good[i].id for i, _ in flat], progress=bar.update)
+                              ids=[seeds[i] for i, _ in flat], progress=bar.update)
+        rewards = [common.with_id(r, good[i].id) for (i, _), r in zip(flat, rewards, strict=True)]
     out: list[list[Any]] = [[] for _ in good]
     for (i, _), r in zip(flat, rewards, strict=True):
         out[i].append(r)

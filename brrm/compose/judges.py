@@ -19,6 +19,7 @@ from brrm.compose.pairwise import pairwise_from_rewards
 from brrm.compose.strategies import GroupPlan, build_group, check_strategy, reference_reward, run_plans
 from brrm.compose.swap import judge_with_swap
 from brrm.errors import ConfigError
+from brrm.templates import is_blank, strip_reasoning
 from brrm.types import (
     Conversation,
     GroupResult,
@@ -31,6 +32,7 @@ from brrm.types import (
     Verdict,
     check_bool,
     check_same_length,
+    parse_label,
 )
 from brrm.types.protocols import Principles
 
@@ -104,6 +106,28 @@ def _groups(conversations: Sequence[Any], groups: Sequence[Sequence[str]],
     return [Conversation.coerce(c, where=f"conversations[{g}]") for g, c in enumerate(conversations)]
 
 
+def _unscorable(response: Any, reference: Any, rid: str) -> ScalarReward | None:
+    """Why P(response ≻ reference) cannot be a number (an empty response, a missing reference), or None."""
+    if not isinstance(response, str) or not isinstance(reference, str):
+        raise ConfigError(f"responses and references must be strings, got {type(response).__name__} and "
+                          f"{type(reference).__name__}")
+    if is_blank(strip_reasoning(reference)[0]):
+        return ScalarReward.failed(Status.INVALID_INPUT, "the reference is empty: a response is scored against it",
+                                   id=rid)
+    if is_blank(strip_reasoning(response)[0]):
+        return ScalarReward.failed(Status.EMPTY, "response is empty", id=rid)
+    return None
+
+
+def _labels(labels: Sequence[Any] | None, n: int) -> list[Verdict] | None:
+    """Gold labels as verdicts (``A``/``B``/``tie``, ``1``/``2`` or :class:`Verdict`), checked."""
+    if labels is None:
+        return None
+    if len(labels) != n:
+        raise ConfigError(f"labels has {len(labels)} items, expected {n}")
+    return [v if isinstance(v, Verdict) else parse_label(v, where=f"labels[{k}]") for k, v in enumerate(labels)]
+
+
 def _ids(ids: Sequence[str] | None, n: int) -> list[str]:
     out = [str(x) for x in ids] if ids is not None else [""] * n
     if len(out) != n:
@@ -139,8 +163,7 @@ class PairwiseRewardJudge(_Base):
         if principles is not None:
             raise ConfigError("this pairwise judge (BR-RM) takes no principle; principles are for kind='principle'")
         n = check_same_length(conversations=conversations, responses_a=responses_a, responses_b=responses_b)
-        if labels is not None:
-            check_same_length(conversations=conversations, labels=labels)
+        labels = _labels(labels, n)
         swap = self.swap if swap is None else check_bool("swap", swap)
         out = judge_with_swap(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
                               ids=_ids(ids, n), progress=progress)
@@ -157,10 +180,16 @@ class PairwiseRewardJudge(_Base):
         """
         if references is None:
             raise ConfigError("a pairwise judge scores a response against a reference: pass references=[...]")
-        check_same_length(conversations=conversations, responses=responses, references=references)
-        judgments = self.judge_pairs(conversations, responses, references, ids=ids, principles=principles,
-                                     progress=progress)
-        return [reference_reward(jd, k) for k, jd in enumerate(judgments)]
+        n = check_same_length(conversations=conversations, responses=responses, references=references)
+        rids = _ids(ids, n)
+        out: list[ScalarReward | None] = [_unscorable(responses[k], references[k], rids[k]) for k in range(n)]
+        todo = [k for k in range(n) if out[k] is None]
+        judgments = self.judge_pairs([conversations[k] for k in todo], [responses[k] for k in todo],
+                                     [references[k] for k in todo], ids=[rids[k] for k in todo],
+                                     principles=principles, progress=progress) if todo else []
+        for k, jd in zip(todo, judgments, strict=True):
+            out[k] = reference_reward(jd, k)
+        return [r for r in out if r is not None]
 
     def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
@@ -175,7 +204,8 @@ class PairwiseRewardJudge(_Base):
         convs = _groups(conversations, groups, references)
         strategy = check_strategy(strategy, pairwise=True, has_reference=references is not None)
         swap = False if strategy == "round_robin" else (self.swap if swap is None else check_bool("swap", swap))
-        plans = [GroupPlan(strategy, len(group), swap=swap) for group in groups]
+        blank = [references is not None and is_blank(strip_reasoning(references[g])[0]) for g in range(len(groups))]
+        plans = [GroupPlan(strategy, 0 if blank[g] else len(group), swap=swap) for g, group in enumerate(groups)]
 
         def text(g: int, k: int) -> str:
             return groups[g][k] if k < len(groups[g]) else references[g]  # type: ignore[index]
@@ -186,7 +216,10 @@ class PairwiseRewardJudge(_Base):
                                     progress=progress)
 
         run_plans(plans, judge)
-        return [plan.result() for plan in plans]
+        missing = "the reference is empty: the group's responses are scored against it"
+        return [plan.result() if not blank[g] else build_group(strategy, [
+            ScalarReward.failed(Status.INVALID_INPUT, missing, id=str(k)) for k in range(len(groups[g]))],
+            (0.0, 1.0), [], []) for g, plan in enumerate(plans)]
 
 
 class ScalarRewardJudge(_Base):
@@ -269,8 +302,7 @@ class ScalarRewardJudge(_Base):
         if swap is not None:
             check_bool("swap", swap)
         rids = _ids(ids, n)
-        if labels is not None:
-            check_same_length(conversations=conversations, labels=labels)
+        labels = _labels(labels, n)
         per_item = principles if isinstance(principles, str) or principles is None else [*principles, *principles]
         rewards = self.score([*conversations, *conversations], [*responses_a, *responses_b], principles=per_item,
                              ids=[*rids, *rids], progress=(lambda x: progress(x / 2)) if progress else None)

@@ -20,6 +20,7 @@ from brrm.records.shapes import (
     parse_scalar_records,
     read_pair_records,
     read_records,
+    seed_ids,
 )
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "read_pair_records",
     "read_records",
     "read_string_field",
+    "seed_ids",
 ]

@@ -173,6 +173,7 @@ def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str
     local = Path(source).expanduser()
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()  # a file that fails to parse is one error line, not a log dump
     try:
         if (local / "dataset_dict.json").is_file() or (local / "state.json").is_file():
             ds = datasets.load_from_disk(str(local))
@@ -207,6 +208,7 @@ def _load_with_datasets(path: Path, fmt: str, limit: int | None) -> list[dict[st
         kwargs = {"na_filter": False, "delimiter": "\t" if fmt == "tsv" else ","}
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()  # a file that fails to parse is one error line, not a log dump
     try:
         with tempfile.TemporaryDirectory(prefix="brrm-records-") as cache:
             builder = "csv" if fmt == "tsv" else fmt

@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from brrm.errors import ConfigError
-from brrm.records._io import RecordError, open_rows, read_id, read_string_field
+from brrm.records._io import RecordError, absent, open_rows, read_id, read_string_field
 from brrm.records.fields import LLMBAR_FIELDS, FieldMap, read_conversation, read_label, read_optional_string
 from brrm.types import Conversation, Verdict
 
@@ -40,6 +40,7 @@ class PairRecord:
     response_b: str
     label: Verdict = Verdict.NONE
     row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    id_given: bool = field(default=True, compare=False)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class ScalarRecord:
     response: str
     principle: str = ""
     row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    id_given: bool = field(default=True, compare=False)
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,16 @@ class GroupRecord:
     responses: tuple[str, ...]
     reference: str = ""
     row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    id_given: bool = field(default=True, compare=False)
 
 
 Record = PairRecord | ScalarRecord | GroupRecord
+
+
+def seed_ids(records: Sequence[Any]) -> list[str]:
+    """The ids that key each record's sampler streams: its own id when the row named one, else "" — a line number
+    must not, or removing an earlier line or reordering the file would change the record's result."""
+    return [r.id if r.id_given else "" for r in records]
 
 
 def parse_pair_record(row: Any, *, line: int, fields: FieldMap | None = None) -> PairRecord | RecordError:
@@ -126,9 +135,13 @@ def _guard(row: Any, line: int, fields: FieldMap, build: Any) -> Any:
     rid = str(line)
     try:
         rid = read_id(row, line, fields.id)
-        return build(rid)
+        built = build(rid)
     except ConfigError as exc:
         return RecordError(line, rid, f"line {line}: {exc}")
+    if absent(row.get(fields.id)):  # a line-number id must not key the record's sampler streams
+        built = [replace(r, id_given=False) for r in built] if isinstance(built, list) else replace(built,
+                                                                                                  id_given=False)
+    return built
 
 
 def detect_fields(rows: Sequence[tuple[int, Any]], fields: FieldMap | None) -> FieldMap:

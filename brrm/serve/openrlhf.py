@@ -27,6 +27,7 @@ from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.serve.calls import ScoreItem
+from brrm.templates import is_blank, strip_reasoning
 from brrm.types import Conversation, ScalarReward, Status
 
 POLICY_SPECIAL_TEXTS = (
@@ -153,8 +154,8 @@ def split_query(query: str, prompt: str | None, *, specials: Sequence[str] = POL
 
     Args:
         query: the decoded prompt + response (+ end-of-turn / padding text).
-        prompt: the templated prompt OpenRLHF sent alongside; None: the query is split at its last assistant
-            header instead.
+        prompt: the templated prompt OpenRLHF sent alongside; None: refused (``error`` set), since the response is
+            the policy's text and could write a fake user turn and assistant header to split at.
         specials: texts stripped from the ends of the query, the prompt and the response.
         fmt: a :data:`QUERY_FORMATS` name.
 
@@ -163,16 +164,9 @@ def split_query(query: str, prompt: str | None, *, specials: Sequence[str] = POL
     """
     q = strip_ends(query, specials)
     try:
-        if prompt is None:
-            name = detect_format(q) if fmt == "auto" else fmt
-            if name == "plain":
-                return ParsedQuery((), "", name, "a plain-text query cannot be split without its prompt; send "
-                                                 "'prompts'")
-            header = FORMATS[name].assistant_header
-            cut = q.rfind(header)
-            if cut < 0:
-                return ParsedQuery((), "", name, f"no assistant turn ({header!r}) in the query")
-            p, rest = q[:cut + len(header)], q[cut + len(header):]
+        if prompt is None:  # the response is the policy's text: it could write a fake turn to split at
+            return ParsedQuery((), "", fmt, "the query cannot be split safely without its prompt: send 'prompts' "
+                                            "(OpenRLHF sends them with every query)")
         else:
             p = strip_ends(prompt, specials) if prompt.strip() else prompt
             at = q.find(p) if p else -1
@@ -259,9 +253,11 @@ def plan(queries: Sequence[str], prompts: Sequence[str] | None, labels: Sequence
     for k, query in enumerate(queries):
         parsed = split_query(query, prompts[k] if prompts is not None else None, specials=specials, fmt=fmt)
         label = labels[k] if labels is not None else None
-        reference = None if label is None else str(label)
+        reference = label if isinstance(label, str) else None
         error = parsed.error
-        if not error and mode == "reference" and not (reference or "").strip():
+        if not error and label is not None and not isinstance(label, str):
+            error = f"labels[{k}] must be a string (a reference answer), got {type(label).__name__}"
+        if not error and mode == "reference" and is_blank(strip_reasoning(reference or "")[0]):
             error = (f"labels[{k}] is empty: a pairwise judge scores the response against the label as a reference "
                      "answer (OpenRLHF --data.label_key)")
         if not error:

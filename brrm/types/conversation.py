@@ -40,6 +40,8 @@ class Message:
             )
         if self.tool_calls and self.role != "assistant":
             raise ConfigError(f"tool_calls are only valid on assistant messages, not role {self.role!r}")
+        if not all(isinstance(call, Mapping) for call in self.tool_calls):
+            raise ConfigError("each tool call must be an object like {\"name\": ..., \"arguments\": ...}")
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "message") -> Message:
@@ -59,6 +61,10 @@ class Message:
         calls = data.get("tool_calls") or ()
         if not isinstance(calls, list | tuple):
             raise ConfigError(f"{where}.tool_calls must be a list")
+        for k, call in enumerate(calls):
+            if not isinstance(call, Mapping):
+                raise ConfigError(f"{where}.tool_calls[{k}] must be an object like {{\"name\": ..., \"arguments\": "
+                                  f"...}}, got {type(call).__name__}")
         try:
             return cls(role=data["role"], content=content, tool_calls=tuple(calls))
         except ConfigError as exc:

@@ -291,7 +291,7 @@ def _marker(nonce: str) -> re.Pattern[str]:
 def _nonce(messages: Sequence[Mapping[str, Any]]) -> str:
     """A sentinel tag that occurs in no message (record text cannot fake a sentinel): "" unless some content
     holds the sentinel character itself."""
-    blob = repr([m.get("content") for m in messages])
+    blob = "\0".join(str(m.get("content")) for m in messages)
     if _SENTINEL_START not in blob:
         return ""
     digest = hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:12]

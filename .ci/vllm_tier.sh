@@ -25,7 +25,7 @@ import tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
 print("\n".join(d for d in deps if not d.replace(" ", "").startswith("torch")))
 PYEOF
-"$PY" -m pip install -qq -c "$VENV/vllm-constraints.txt" -r "$VENV/brrm-deps.txt" pytest
+"$PY" -m pip install -qq -c "$VENV/vllm-constraints.txt" -r "$VENV/brrm-deps.txt" pytest pytest-timeout
 "$PY" -m pip install -qq --no-deps -e .
 installed=$(date +%s)
 echo "vllm tier install: $(( installed - start )) s ($(du -sh "$VENV" | cut -f1))"

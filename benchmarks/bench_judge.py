@@ -186,3 +186,28 @@ def test_faithful_turn2_with_and_without_kv_reuse(benchmark, tiny):
     print(f"\nfaithful, 8 pairs: prefill {p1} tokens (+{c1} cached) with reuse vs {p0} without; "
           f"{s0 / s1:.2f}x faster")
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+
+
+def test_batch_invariance_cost(benchmark):
+    """16 constrained judgments at batch size 8 with the batch-invariant forward (row-wise attention, linear
+    layers padded to a multiple of 4 rows) vs the stock SDPA forward, on two copies of the same tiny model: the price of
+    byte-identical results at any batch size."""
+    from brrm.testing import build_tiny_qwen3
+
+    convs, a, b = _pairs(16)
+    runs = {}
+    for invariant in (True, False):
+        model, tok = build_tiny_qwen3()
+        backend = TransformersBackend(model, tok, batch_size=8, batch_invariant=invariant)
+        assert backend.batch_invariant is invariant
+        judge = brrm_judge(backend, _config())
+        _run(judge, backend, convs[:1], a[:1], b[:1])  # warm-up
+        out, seconds, _ = _run(judge, backend, convs, a, b)
+        assert all(j.status is Status.OK for j in out)
+        runs[invariant] = (out, seconds)
+    assert [j.winner for j in runs[True][0]] == [j.winner for j in runs[False][0]]
+    ratio = runs[True][1] / runs[False][1]
+    benchmark.extra_info.update(invariant_s=runs[True][1], stock_s=runs[False][1], ratio=ratio)
+    print(f"\nbatch-invariant forward ÷ stock SDPA forward, 16 pairs at batch size 8: {ratio:.2f}x the wall time "
+          f"({runs[True][1]:.2f} s vs {runs[False][1]:.2f} s)")
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)

@@ -48,13 +48,14 @@ def test_greedy_matches_model_generate(tiny):
     assert list(ours.token_ids) == ref[0, len(ids):].tolist()
 
 
-def test_prefix_cache_reuses_longest_common_prefix():
+def test_prefix_cache_reuses_only_entries_whose_prompt_the_new_prompt_extends():
     cache = PrefixCache(capacity=2)
     kv = [(torch.arange(10.0).reshape(1, 10, 1), torch.arange(10.0).reshape(1, 10, 1))]
-    cache.put((1, 2, 3, 4, 5, 6, 7, 8, 9, 10), kv)
-    n, got = cache.take((1, 2, 3, 4, 99, 100))
-    assert n == 4 and got[0][0].shape == (1, 4, 1)
-    assert cache.take((1, 2, 3)) == (0, None)  # evicted on use
+    cache.put((1, 2, 3, 4, 5, 6, 7, 8, 9, 10), kv, prompt_length=3)  # prompt 1 2 3, then 7 generated ids
+    assert cache.take((1, 2, 9, 9)) == (0, None)  # shares 2 ids with the prompt only: another record's prefix
+    n, got = cache.take((1, 2, 3, 4, 99, 100))  # extends the prompt and part of the generation: own turn
+    assert n == 4 and got[0][0].shape == (1, 4, 1) and got[0][0].flatten().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert cache.take((1, 2, 3, 4, 99, 100)) == (0, None)  # evicted on use
 
 
 def test_kv_reuse_gives_identical_turn2_tokens(tiny):

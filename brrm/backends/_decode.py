@@ -181,7 +181,7 @@ class Decoder:
         for layer in past.layers:
             kv.append((layer.keys[j][:, keep].clone(), layer.values[j][:, keep].clone()))
         if kv and kv[0][0].shape[1] == len(ids) and self.backend.cache is not None:
-            self.backend.cache.put(ids, kv)
+            self.backend.cache.put(ids, kv, len(row.request.prompt_ids))
 
     def _finished(self, row: Row) -> bool:
         if row.state is not None:

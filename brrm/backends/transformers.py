@@ -32,31 +32,37 @@ if TYPE_CHECKING:
 class PrefixCache:
     """Per-sequence KV entries kept after a generation, reused by later prompts that extend them.
 
-    Like vLLM's automatic prefix caching, a new prompt reuses the longest common token prefix with a
-    stored entry (the retokenized turn-2 prompt may differ from turn 1's sampled ids near the boundary;
-    only the common prefix is reused). Entries are evicted on use and beyond ``capacity`` (LRU).
+    A new prompt reuses an entry only when it extends that entry's whole prompt — a row's own earlier turn
+    (turn 2 from turn 1), never a prefix it merely shares with another record (the BR-RM instructions):
+    that KV was computed in another record's prefill, whose length changes the attention's summation order,
+    so reusing it would make a result depend on which records ran before. Within an entry the longest common
+    token prefix is reused (the retokenized turn-2 prompt may differ from turn 1's sampled ids near the
+    boundary). Entries are evicted on use and beyond ``capacity`` (LRU).
     """
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
-        self.entries: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
+        self.entries: OrderedDict[tuple[int, ...], tuple[int, list[tuple[Any, Any]]]] = OrderedDict()
 
-    def put(self, ids: tuple[int, ...], kv: list[tuple[Any, Any]]) -> None:
-        self.entries[ids] = kv
+    def put(self, ids: tuple[int, ...], kv: list[tuple[Any, Any]], prompt_length: int | None = None) -> None:
+        """Keep ``kv`` (per layer ``(keys, values)``, each ``[H_kv, len(ids), D]``) for ``ids``, whose first
+        ``prompt_length`` ids (default all) were the generation's prompt."""
+        self.entries[ids] = (len(ids) if prompt_length is None else prompt_length, kv)
         self.entries.move_to_end(ids)
         while len(self.entries) > self.capacity:
             self.entries.popitem(last=False)
 
     def take(self, prompt: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]] | None]:
-        """Longest usable prefix (< len(prompt), so one token is always recomputed) and its KV."""
+        """Longest usable prefix (< len(prompt), so one token is always recomputed) of an entry whose whole
+        prompt ``prompt`` extends, and its KV; ``(0, None)`` when there is none."""
         best, best_key = 0, None
-        for key in self.entries:
+        for key, (prompt_length, _) in self.entries.items():
             n = common_prefix_length(key, prompt, limit=len(prompt) - 1)
-            if n > best:
+            if n >= prompt_length and n > best:
                 best, best_key = n, key
         if best_key is None:
             return 0, None
-        kv = self.entries.pop(best_key)
+        _, kv = self.entries.pop(best_key)
         return best, [(k[:, :best], v[:, :best]) for k, v in kv]
 
     def clear(self) -> None:
@@ -83,12 +89,16 @@ class TransformersBackend:
         classify_batch_size: most rows per ``classify`` forward batch, >= 1; default max(batch_size, 64) (the
             padded-token budget ``token_budget`` bounds a batch's memory).
         prefix_cache: reuse KV across calls (turn 1 -> turn 2); False recomputes every prompt.
-        cache_capacity: sequences kept in the prefix cache, >= 1.
+        cache_capacity: sequences kept in the prefix cache, >= 1 (raised to ``2 * batch_size``).
         token_budget: most padded tokens per ``classify`` forward batch, >= 1.
         padding_side, bucketing: ``classify`` batching (results never depend on them; see
             :class:`~brrm.backends._classify.HeadScorer`).
         jump_forward: feed the tokens a constraint program forces (fixed markers) in one forward pass; False feeds
             them one step at a time (same tokens, more forward passes; for measuring the saving).
+        batch_invariant: ``"auto"`` (on for a causal LM on CPU when its architecture takes a custom attention
+            function, off on GPU), True or False: make a row's logits the same bits whatever batch it runs in
+            (row-wise attention, linear layers padded to 4 rows; see :mod:`brrm.backends._invariant`), so
+            results are byte-identical at any ``batch_size``. ``info.details["batch_invariant"]`` records it.
 
     Raises:
         ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.
@@ -97,7 +107,7 @@ class TransformersBackend:
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str = "", batch_size: int = 8,
                  prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
                  padding_side: str = "right", bucketing: bool = True, jump_forward: bool = True,
-                 classify_batch_size: int | None = None) -> None:
+                 classify_batch_size: int | None = None, batch_invariant: bool | str = "auto") -> None:
         from brrm.backends._classify import HeadScorer
         from brrm.types import check_bool, check_int
 
@@ -113,14 +123,21 @@ class TransformersBackend:
         self.pad_id = int(pad if pad is not None else self.end_of_turn_id)
         self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         causal = model.get_output_embeddings() is not None and getattr(model, "score", None) is None
-        self.cache = PrefixCache(check_int("cache_capacity", cache_capacity, low=1)) \
+        # a chunk's turn-1 entries must outlive the chunk, or a larger batch would miss where a smaller one hits
+        self.cache = PrefixCache(max(check_int("cache_capacity", cache_capacity, low=1), 2 * self.batch_size)) \
             if prefix_cache and causal else None
+        self.batch_invariant = causal and _invariant_wanted(batch_invariant, model)
+        if self.batch_invariant:
+            from brrm.backends._invariant import make_batch_invariant
+
+            self.batch_invariant = make_batch_invariant(model, required=batch_invariant is True)
         self.capabilities = Capabilities(generate=causal, programs=causal, classify=not causal,
                                          vocab_logit=causal, kv_reuse=self.cache is not None,
                                          chunk_size=self.batch_size)
         self.info = BackendInfo("transformers", model_id or getattr(model.config, "_name_or_path", ""),
                                 {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
-                                 "task": "generate" if causal else "classify"})
+                                 "task": "generate" if causal else "classify",
+                                 "batch_invariant": self.batch_invariant})
         self.scorer = HeadScorer(model, pad_id=self.pad_id, token_budget=token_budget,
                                  max_batch_size=classify_batch_size or max(self.batch_size, CLASSIFY_MIN_BATCH),
                                  padding_side=padding_side, bucketing=bucketing)
@@ -254,6 +271,19 @@ class TransformersBackend:
             forced_caps=state.forced_caps if state else 0,
             cached_prompt_tokens=row.cached,
         )
+
+
+def _invariant_wanted(value: Any, model: Any) -> bool:
+    """The ``batch_invariant`` option resolved for ``model`` ("auto": on when the model is on the CPU).
+
+    Raises:
+        ConfigError: for anything but True, False or "auto".
+    """
+    if value == "auto" and not isinstance(value, bool):
+        return str(model.device.type) == "cpu"
+    if not isinstance(value, bool):
+        raise ConfigError(f"batch_invariant must be true, false or 'auto', got {value!r}")
+    return value
 
 
 def _remap(callback: Callable[[int], None], indices: list[int]) -> Callable[[int], None]:

@@ -22,6 +22,7 @@ kernels (for example vLLM's batch-invariant mode), and the backend leaves the mo
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 ATTENTION = "brrm_rowwise"
@@ -60,26 +61,54 @@ def rowwise_attention(module: Any, query: Any, key: Any, value: Any, attention_m
     k = key.shape[2]
     groups = h // key.shape[1]
     out = query.new_zeros((b, q, h, d))
-    for i in range(b):
-        if attention_mask is None:
-            qi, ki = torch.arange(q, device=query.device), torch.arange(k, device=query.device)
-        else:
-            mask = attention_mask[i, 0]
-            if mask.dtype != torch.bool:
-                raise ValueError(f"rowwise_attention needs a boolean mask, got {mask.dtype}")
-            own = mask[torch.arange(q), torch.arange(k - q, k)]  # a real query attends to its own key
-            qi = own.nonzero().squeeze(1)
-            if not len(qi):
-                continue
-            ki = mask[qi[-1]].nonzero().squeeze(1)  # the last real query sees every real key
-        n, kn = len(qi), len(ki)
-        qs = query[i].index_select(1, qi)
-        ks = key[i].index_select(1, ki).repeat_interleave(groups, dim=0)
-        vs = value[i].index_select(1, ki).repeat_interleave(groups, dim=0)
+    spans = [(slice(None), slice(None))] * b if attention_mask is None else _row_spans(attention_mask, q, k)
+    for i, span in enumerate(spans):
+        if span is None:
+            continue
+        rows, keys = span
+        qs = query[i, :, rows] if isinstance(rows, slice) else query[i].index_select(1, rows)
+        ks, vs = ((key[i, :, keys], value[i, :, keys]) if isinstance(keys, slice)
+                  else (key[i].index_select(1, keys), value[i].index_select(1, keys)))
+        n, kn = qs.shape[1], ks.shape[1]
         causal = torch.ones((n, kn), dtype=torch.bool, device=query.device).tril(kn - n) if n > 1 else None
-        o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=causal, scale=scaling)
-        out[i, qi] = o.transpose(0, 1)
+        o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=causal, scale=scaling, enable_gqa=groups > 1)
+        out[i, rows] = o.transpose(0, 1)
     return out, None
+
+
+_LAST_SPANS: list[Any] = [lambda: None, None]
+"""One-entry cache ``[weakref to mask, spans]``: every layer of a forward gets the same mask object. A weak
+reference keeps no large prefill mask alive, and a dead one never matches a later mask."""
+
+
+def _row_spans(attention_mask: Any, q: int, k: int) -> list[tuple[Any, Any] | None]:
+    """Per batch row, (real query positions, real key positions) from the mask, or None for a row of padding.
+
+    A contiguous run becomes a slice (a view, no copy); holes keep an index tensor. Computed once per forward.
+    """
+    import torch
+
+    if _LAST_SPANS[0]() is attention_mask:
+        return _LAST_SPANS[1]
+    if attention_mask.dtype != torch.bool:
+        raise ValueError(f"rowwise_attention needs a boolean mask, got {attention_mask.dtype}")
+    spans: list[tuple[Any, Any] | None] = []
+    diagonal = attention_mask[:, 0, torch.arange(q), torch.arange(k - q, k)]  # a real query attends to its own key
+    for i in range(attention_mask.shape[0]):
+        qi = diagonal[i].nonzero().squeeze(1)
+        if not len(qi):
+            spans.append(None)
+            continue
+        ki = attention_mask[i, 0, int(qi[-1])].nonzero().squeeze(1)  # the last real query sees every real key
+        spans.append((_span(qi), _span(ki)))
+    _LAST_SPANS[:] = [weakref.ref(attention_mask), spans]
+    return spans
+
+
+def _span(index: Any) -> Any:
+    """``index`` (sorted positions) as a slice when it is one contiguous run (a view, no copy), else itself."""
+    first, last = int(index[0]), int(index[-1])
+    return slice(first, last + 1) if last - first + 1 == len(index) else index
 
 
 def _pad_rows(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:

@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from brrm.errors import ConfigError, TemplateError
+
+_RENDER_CACHE = 512
+"""Rendered templates kept per tokenizer (each a few kB)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class TextEncoder:
         added = sorted({str(t) for t in tokenizer.get_added_vocab()}, key=len, reverse=True)
         self.added = {t: int(tokenizer.convert_tokens_to_ids(t)) for t in added}
         self._added_re = re.compile("|".join(re.escape(t) for t in added)) if added else None
+        self._renders: OrderedDict[str, str] = OrderedDict()  # sentinel renders (no record text in them)
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------- text
     def text(self, text: str) -> list[int]:
@@ -72,7 +79,7 @@ class TextEncoder:
         if not text:
             return []
         if self._added_re is None or not self._added_re.search(text):
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
+            return list(self._backend.encode(text, add_special_tokens=False).ids)
         norm = self._backend.normalizer
         s = norm.normalize_str(text) if norm is not None else text
         pre = self._backend.pre_tokenizer
@@ -157,7 +164,7 @@ class TextEncoder:
             for call in msg.get("tool_calls") or ():
                 self._check_tool_call(call)
             rendered_messages.append(msg)
-        text = self._render(rendered_messages, add_generation_prompt, template_kwargs)
+        text = self._render(rendered_messages, add_generation_prompt, template_kwargs, cached=True)
         if any(r != r.strip() for r in records):  # the template may trim it (Qwen3 strips "\n" around assistant text)
             real = self._render([{**m, "content": _plain(m.get("content", ""))} for m in messages],
                                 add_generation_prompt, template_kwargs)
@@ -165,13 +172,27 @@ class TextEncoder:
         return self._assemble(text, records, nonce)
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool,
-                template_kwargs: Mapping[str, Any]) -> str:
+                template_kwargs: Mapping[str, Any], *, cached: bool = False) -> str:
+        """The template's text for ``messages``. ``cached`` is for sentinel renders (no record text): every
+        record of one shape (roles, markup, tool calls, options) renders the same text, so it is kept."""
+        key = repr((messages, add_generation_prompt, sorted(template_kwargs.items()))) if cached else ""
+        with self._lock:
+            hit = self._renders.get(key) if cached else None
+            if hit is not None:
+                self._renders.move_to_end(key)
+                return hit
         try:
-            return str(self.tokenizer.apply_chat_template(messages, tokenize=False,
+            text = str(self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                           add_generation_prompt=add_generation_prompt,
                                                           **template_kwargs))
         except Exception as exc:  # jinja2 errors, raise_exception() in templates (e.g. role order)
             raise TemplateError(f"the chat template failed on this conversation: {type(exc).__name__}: {exc}") from exc
+        if cached:
+            with self._lock:
+                self._renders[key] = text
+                if len(self._renders) > _RENDER_CACHE:
+                    self._renders.popitem(last=False)
+        return text
 
     def _sentinel_content(self, content: Any, records: list[str], nonce: str) -> str:
         if isinstance(content, str):

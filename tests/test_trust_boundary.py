@@ -169,3 +169,29 @@ def test_a_record_that_writes_the_sentinel_characters_cannot_fake_one():
     assert forged in text and text == tok.apply_chat_template(
         [{"role": "user", "content": forged}, {"role": "assistant", "content": "ok"}], tokenize=False)
     assert tok.decode(ids) == text
+
+
+def test_the_render_cache_holds_template_shapes_only_and_keeps_canonical_ids(qwen3_tokenizer, monkeypatch):
+    """Sentinel renders are cached per record shape; record text never enters the cache, and cached renders give
+    the ids of the tokenizer's own chat template (clean text), whatever order records of two shapes come in."""
+    import brrm.tokens
+
+    monkeypatch.setattr(brrm.tokens, "_RENDER_CACHE", 2)
+    enc = brrm.tokens.TextEncoder(qwen3_tokenizer)
+    plain = [[{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": f"Answer {i}."}]
+             for i in range(3)]
+    with_system = [[{"role": "system", "content": f"Rule {i}."}, *conv] for i, conv in enumerate(plain)]
+    for conv in (plain[0], with_system[0], plain[1], with_system[1], plain[2], with_system[2]):
+        _, ids = enc.chat(conv, add_generation_prompt=False)
+        assert ids == _canonical(qwen3_tokenizer, conv, False)
+    assert len(enc._renders) == 2  # two shapes, each rendered once
+    cached = "".join(enc._renders.values()) + "".join(enc._renders)
+    assert not any(word in cached for word in ("Question", "Answer", "Rule"))
+    _, ids = enc.chat([{"role": "user", "content": "Hi"}], add_generation_prompt=True)  # a third shape evicts one
+    assert len(enc._renders) == 2
+    assert ids == _canonical(qwen3_tokenizer, [{"role": "user", "content": "Hi"}], True)
+
+
+def _canonical(tokenizer, conv, add_generation_prompt):
+    text = tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -22,6 +22,7 @@ kernels (for example vLLM's batch-invariant mode), and the backend leaves the mo
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -76,9 +77,10 @@ def rowwise_attention(module: Any, query: Any, key: Any, value: Any, attention_m
     return out, None
 
 
-_LAST_SPANS: list[Any] = [lambda: None, None]
-"""One-entry cache ``[weakref to mask, spans]``: every layer of a forward gets the same mask object. A weak
-reference keeps no large prefill mask alive, and a dead one never matches a later mask."""
+_LAST_SPANS = threading.local()
+"""Per-thread one-entry cache ``(weakref to mask, spans)``: every layer of a forward gets the same mask object. A
+weak reference keeps no large prefill mask alive, and a dead one never matches a later mask; per thread, so two
+models running forwards in two threads never read each other's spans."""
 
 
 def _row_spans(attention_mask: Any, q: int, k: int) -> list[tuple[Any, Any] | None]:
@@ -88,8 +90,9 @@ def _row_spans(attention_mask: Any, q: int, k: int) -> list[tuple[Any, Any] | No
     """
     import torch
 
-    if _LAST_SPANS[0]() is attention_mask:
-        return _LAST_SPANS[1]
+    last = getattr(_LAST_SPANS, "entry", None)
+    if last is not None and last[0]() is attention_mask:
+        return last[1]
     if attention_mask.dtype != torch.bool:
         raise ValueError(f"rowwise_attention needs a boolean mask, got {attention_mask.dtype}")
     spans: list[tuple[Any, Any] | None] = []
@@ -101,7 +104,7 @@ def _row_spans(attention_mask: Any, q: int, k: int) -> list[tuple[Any, Any] | No
             continue
         ki = attention_mask[i, 0, int(qi[-1])].nonzero().squeeze(1)  # the last real query sees every real key
         spans.append((_span(qi), _span(ki)))
-    _LAST_SPANS[:] = [weakref.ref(attention_mask), spans]
+    _LAST_SPANS.entry = (weakref.ref(attention_mask), spans)
     return spans
 
 

@@ -66,7 +66,12 @@ class TextEncoder:
                 "text apart from control tokens (load it with use_fast=True)"
             )
         self.tokenizer = tokenizer
-        self._backend = backend
+        from tokenizers import Tokenizer
+
+        # Our own copy: the shared tokenizer's truncation/padding state (set by any caller) must not cut record text.
+        self._backend = Tokenizer.from_str(backend.to_str())
+        self._backend.no_truncation()
+        self._backend.no_padding()
         added = sorted({str(t) for t in tokenizer.get_added_vocab()}, key=len, reverse=True)
         self.added = {t: int(tokenizer.convert_tokens_to_ids(t)) for t in added}
         self._added_re = re.compile("|".join(re.escape(t) for t in added)) if added else None

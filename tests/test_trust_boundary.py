@@ -195,3 +195,20 @@ def test_the_render_cache_holds_template_shapes_only_and_keeps_canonical_ids(qwe
 def _canonical(tokenizer, conv, add_generation_prompt):
     text = tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=add_generation_prompt)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_truncation_or_padding_set_on_the_shared_tokenizer_never_cuts_record_text(qwen3_tokenizer):
+    text = "A long response, " * 20
+    clean = encoder(qwen3_tokenizer).text(text)
+    qwen3_tokenizer(text, truncation=True, max_length=8)  # leaves state in the shared backend
+    qwen3_tokenizer.backend_tokenizer.enable_truncation(max_length=8)
+    try:
+        assert brrm_text_ids(qwen3_tokenizer, text) == clean and len(clean) > 8
+    finally:
+        qwen3_tokenizer.backend_tokenizer.no_truncation()
+
+
+def brrm_text_ids(tokenizer, text):
+    from brrm.tokens import TextEncoder
+
+    return TextEncoder(tokenizer).text(text)

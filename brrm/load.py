@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from brrm.errors import BackendUnavailable, ConfigError
-from brrm.types import KINDS, RewardJudge, SamplingConfig, check_bool, check_choice, check_float, check_int
+from brrm.types import (
+    KINDS,
+    RewardJudge,
+    SamplingConfig,
+    check_bool,
+    check_bool_or_auto,
+    check_choice,
+    check_float,
+    check_int,
+)
 
 BACKENDS = ("transformers", "vllm", "openai")
 
@@ -151,7 +160,7 @@ _BACKEND_CHECKS: dict[str, Any] = {
     "trust_remote_code": lambda v: check_bool("trust_remote_code", v),
     "prefix_cache": lambda v: check_bool("prefix_cache", v),
     "jump_forward": lambda v: check_bool("jump_forward", v),
-    "batch_invariant": lambda v: v if v == "auto" and isinstance(v, str) else check_bool("batch_invariant", v),
+    "batch_invariant": lambda v: check_bool_or_auto("batch_invariant", v),
     "enforce_eager": lambda v: check_bool("enforce_eager", v),
     "enable_prefix_caching": lambda v: check_bool("enable_prefix_caching", v),
 }

@@ -20,6 +20,7 @@ same ids go to every backend (transformers, vLLM, OpenAI-compatible servers take
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import weakref
@@ -169,7 +170,9 @@ class TextEncoder:
             for call in msg.get("tool_calls") or ():
                 self._check_tool_call(call)
             rendered_messages.append(msg)
-        text = self._render(rendered_messages, add_generation_prompt, template_kwargs, cached=True)
+        # tool-call arguments are record text rendered verbatim: such renders are not kept
+        cached = not any(m.get("tool_calls") for m in messages)
+        text = self._render(rendered_messages, add_generation_prompt, template_kwargs, cached=cached)
         if any(r != r.strip() for r in records):  # the template may trim it (Qwen3 strips "\n" around assistant text)
             real = self._render([{**m, "content": _plain(m.get("content", ""))} for m in messages],
                                 add_generation_prompt, template_kwargs)
@@ -178,9 +181,10 @@ class TextEncoder:
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool,
                 template_kwargs: Mapping[str, Any], *, cached: bool = False) -> str:
-        """The template's text for ``messages``. ``cached`` is for sentinel renders (no record text): every
-        record of one shape (roles, markup, tool calls, options) renders the same text, so it is kept."""
-        key = repr((messages, add_generation_prompt, sorted(template_kwargs.items()))) if cached else ""
+        """The template's text for ``messages``. ``cached`` is for sentinel renders holding no record text: every
+        record of one shape (roles, markup, options, the template itself) renders the same text, so it is kept."""
+        key = repr((hash(str(self.tokenizer.chat_template)), messages, add_generation_prompt,
+                    sorted(template_kwargs.items()))) if cached else ""
         with self._lock:
             hit = self._renders.get(key) if cached else None
             if hit is not None:
@@ -315,9 +319,10 @@ def _marker(nonce: str) -> re.Pattern[str]:
 
 
 def _nonce(messages: Sequence[Mapping[str, Any]]) -> str:
-    """A sentinel tag that occurs in no message (record text cannot fake a sentinel): "" unless some content
-    holds the sentinel character itself."""
-    blob = "\0".join(str(m.get("content")) for m in messages)
+    """A sentinel tag that occurs in no message (record text cannot fake a sentinel): "" unless some content or
+    tool call holds the sentinel character itself."""
+    blob = "\0".join(f"{m.get('content')}\0{json.dumps(m.get('tool_calls'), ensure_ascii=False, default=str)}"
+                     for m in messages)
     if _SENTINEL_START not in blob:
         return ""
     digest = hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:12]

@@ -58,6 +58,19 @@ def test_prefix_cache_reuses_only_entries_whose_prompt_the_new_prompt_extends():
     assert cache.take((1, 2, 3, 4, 99, 100)) == (0, None)  # evicted on use
 
 
+def test_identical_sequences_keep_one_prefix_cache_entry_each():
+    """Duplicate items in one chunk (a GRPO group's repeated response) each reuse their own turn 1."""
+    cache = PrefixCache(capacity=2)
+    kv = [(torch.zeros(1, 4, 1), torch.zeros(1, 4, 1))]
+    cache.put((1, 2, 3, 4), kv, prompt_length=2)
+    cache.put((1, 2, 3, 4), kv, prompt_length=2)
+    assert cache.take((1, 2, 3, 4, 5))[0] == 4 and cache.take((1, 2, 3, 4, 5))[0] == 4
+    assert cache.take((1, 2, 3, 4, 5)) == (0, None)
+    for _ in range(3):
+        cache.put((7, 8), kv, prompt_length=1)
+    assert cache.size == 2  # capacity counts entries, not keys
+
+
 def test_kv_reuse_gives_identical_turn2_tokens(tiny):
     model, tok = tiny
     cfg = BRRMConfig(decoding="faithful", sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=24))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import brrm
-from brrm.backends._invariant import make_batch_invariant, rowwise_attention
+from brrm.backends._invariant import _padded, make_batch_invariant, rowwise_attention
 from brrm.backends.transformers import TransformersBackend
 from brrm.errors import ConfigError
 from brrm.testing import build_tiny_qwen3
@@ -54,8 +54,8 @@ def test_rows_are_the_same_bits_alone_and_in_a_padded_batch():
     make_batch_invariant(model)  # idempotent: one set of hooks
     assert _alone_vs_batched(model) == [0.0, 0.0]
     assert max(before) > 0  # the control: SDPA over padded keys and 1-row BLAS calls do move the floats
-    assert sum(len(m._forward_pre_hooks) for m in model.modules() if isinstance(m, torch.nn.Linear)) == \
-        sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(m.forward.func is _padded and not hasattr(m.forward.args[0], "func") for m in linears)  # wrapped once
 
 
 def test_rowwise_attention_is_masked_causal_attention():
@@ -78,10 +78,42 @@ def test_rowwise_attention_is_masked_causal_attention():
 
 
 def test_the_option_is_checked_and_recorded():
-    with pytest.raises(ConfigError, match="batch_invariant must be true or false"):
+    with pytest.raises(ConfigError, match="batch_invariant must be true, false or .auto."):
         brrm.load(kind="brrm", batch_invariant="yes")
     model, tok = build_tiny_qwen3()
     assert TransformersBackend(model, tok, batch_invariant=False).info.details["batch_invariant"] is False
     assert not hasattr(model, "_brrm_batch_invariant")
     assert TransformersBackend(model, tok).info.details["batch_invariant"] is True  # "auto" on CPU
     assert model.config._attn_implementation == "brrm_rowwise"
+
+
+def test_architectures_rowwise_attention_cannot_reproduce_are_refused():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, use_sliding_window=True,
+                         sliding_window=8, max_window_layers=0)
+    model = Qwen3ForCausalLM(config).eval()
+    assert make_batch_invariant(model, required=False) is False
+    assert model.config._attn_implementation != "brrm_rowwise"
+    assert not any(hasattr(m.forward, "func") for m in model.modules() if isinstance(m, torch.nn.Linear))
+    with pytest.raises(ConfigError, match="sliding-window attention"):
+        make_batch_invariant(model)
+
+
+def test_one_model_runs_in_two_threads_at_once():
+    """The row padding keeps no state on the layers: concurrent forwards of different shapes stay exact."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, _ = build_tiny_qwen3()
+    make_batch_invariant(model)
+    g = torch.Generator().manual_seed(3)
+    batches = [torch.randint(0, model.config.vocab_size, (b, n), generator=g) for b, n in ((3, 50), (1, 7), (2, 13))]
+    with torch.no_grad():
+        expected = [model(input_ids=ids).logits for ids in batches]
+
+        def run(i):
+            return torch.equal(model(input_ids=batches[i % 3]).logits, expected[i % 3])
+
+        with ThreadPoolExecutor(4) as pool:
+            assert all(pool.map(run, range(60)))

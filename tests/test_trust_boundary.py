@@ -212,3 +212,24 @@ def brrm_text_ids(tokenizer, text):
     from brrm.tokens import TextEncoder
 
     return TextEncoder(tokenizer).text(text)
+
+
+def test_render_cache_follows_the_template_and_never_keeps_tool_call_text(qwen3_tokenizer):
+    from brrm.tokens import TextEncoder
+
+    tok = qwen3_tokenizer
+    enc = TextEncoder(tok)
+    conv = [{"role": "user", "content": "hello"}]
+    original = tok.chat_template
+    try:
+        assert enc.chat(conv, add_generation_prompt=False)[0].startswith("<|im_start|>user")
+        tok.chat_template = "{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}\n{% endfor %}"
+        assert enc.chat(conv, add_generation_prompt=False)[0] == "[USER] hello\n"
+    finally:
+        tok.chat_template = original
+    call = {"type": "function", "function": {"name": "get", "arguments": {"q": "\ue000:0\ue001 secret"}}}
+    msgs = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "sunny"}, {"role": "user", "content": "thanks"}]
+    text, _ = enc.chat(msgs, add_generation_prompt=True)  # sentinel text in a tool call cannot fake record 0
+    assert "weather?" in text and "secret" in text
+    assert not any("secret" in k or "secret" in v for k, v in enc._renders.items())

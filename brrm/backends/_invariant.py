@@ -22,6 +22,7 @@ kernels (for example vLLM's batch-invariant mode), and the backend leaves the mo
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from typing import Any
@@ -51,13 +52,16 @@ def rowwise_attention(module: Any, query: Any, key: Any, value: Any, attention_m
         ``([B, q, H, D] output, None)``; padded query positions get zeros (nothing reads them).
 
     Raises:
-        ValueError: on dropout > 0 or a non-boolean mask (a programming error).
+        ValueError: on dropout > 0, a non-boolean mask, or a sliding window, softcap or sinks (programming
+            errors: :func:`make_batch_invariant` refuses such models).
     """
     import torch
     import torch.nn.functional as F
 
     if dropout:
         raise ValueError("rowwise_attention is for inference: dropout must be 0")
+    if kwargs.get("sliding_window") or kwargs.get("softcap") or kwargs.get("s_aux") is not None:
+        raise ValueError("rowwise_attention is plain causal attention (no sliding window, softcap or sinks)")
     b, h, q, d = query.shape
     k = key.shape[2]
     groups = h // key.shape[1]
@@ -114,44 +118,59 @@ def _span(index: Any) -> Any:
     return slice(first, last + 1) if last - first + 1 == len(index) else index
 
 
-def _pad_rows(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    x = args[0]
+def _padded(forward: Any, x: Any) -> Any:
+    """``forward(x)`` (a linear layer's own forward) on ``x`` zero-padded to a multiple of :data:`MIN_ROWS` rows,
+    the padding cut off again. Stateless, so one model may run in several threads."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     padded = max(MIN_ROWS, -(-rows // MIN_ROWS) * MIN_ROWS)
     if padded == rows or rows == 0:
-        module._brrm_shape = None
-        return None
-    module._brrm_shape = x.shape
-    flat = x.reshape(rows, x.shape[-1])
+        return forward(x)
     import torch
 
-    return (torch.cat([flat, flat.new_zeros((padded - rows, x.shape[-1]))]), *args[1:])
+    flat = x.reshape(rows, x.shape[-1])
+    out = forward(torch.cat([flat, flat.new_zeros((padded - rows, x.shape[-1]))]))
+    return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
 
 
-def _unpad_rows(module: Any, args: tuple[Any, ...], output: Any) -> Any:
-    shape = module._brrm_shape
-    if shape is None:
-        return None
-    rows = shape.numel() // shape[-1]
-    return output[:rows].reshape(*shape[:-1], output.shape[-1])
+def _unsupported(model: Any) -> str | None:
+    """Why :func:`rowwise_attention` or the row padding cannot reproduce ``model``'s forward, or None.
+
+    Row-wise attention is plain causal softmax attention: sliding-window layers, logit softcapping and attention
+    sinks would be computed wrongly; GPT-2-style ``Conv1D`` projections are not ``nn.Linear`` and stay unpadded.
+    """
+    config = getattr(model, "config", None)
+    config = getattr(config, "get_text_config", lambda: config)()
+    if "sliding_attention" in (getattr(config, "layer_types", None) or ()) or (
+            getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)):
+        return "sliding-window attention"
+    if getattr(config, "attn_logit_softcapping", None):
+        return "attention logit softcapping"
+    names = {type(m).__name__ for m in model.modules()}
+    if "Conv1D" in names:
+        return "Conv1D projections"
+    if any(getattr(m, "sinks", None) is not None for m in model.modules()):
+        return "attention sinks"
+    return None
 
 
 def make_batch_invariant(model: Any, *, required: bool = True) -> bool:
     """Make a causal LM's forward batch-invariant on CPU, in place (see the module docstring).
 
     Registers :func:`rowwise_attention` (with transformers' SDPA mask builder) and switches the model to it,
-    and zero-pads every ``nn.Linear`` input to a multiple of :data:`MIN_ROWS` rows. Idempotent.
+    and zero-pads every ``nn.Linear`` input to a multiple of :data:`MIN_ROWS` rows (each layer's own forward,
+    wrapped). Idempotent.
 
     Args:
         model: a transformers ``PreTrainedModel``.
-        required: raise when the architecture cannot take a registered attention function; False returns
-            False and leaves the model as it was (the backend then records ``batch_invariant: false``).
+        required: raise when the architecture is not covered (sliding windows, softcapping, attention sinks,
+            ``Conv1D`` projections, or no registered attention functions); False returns False and leaves the
+            model as it was (the backend then records ``batch_invariant: false``).
 
     Returns:
         True when the model is now batch-invariant.
 
     Raises:
-        ConfigError: when ``required`` and the architecture does not take a registered attention function.
+        ConfigError: when ``required`` and the architecture is not covered.
     """
     import torch
     from transformers import AttentionInterface
@@ -161,18 +180,21 @@ def make_batch_invariant(model: Any, *, required: bool = True) -> bool:
 
     if getattr(model, "_brrm_batch_invariant", False):
         return True
-    AttentionInterface.register(ATTENTION, rowwise_attention)
-    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
-    try:
-        model.set_attn_implementation(ATTENTION)
-    except (ValueError, ImportError) as exc:
+    reason = _unsupported(model)
+    if reason is None:
+        AttentionInterface.register(ATTENTION, rowwise_attention)
+        AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+        try:
+            model.set_attn_implementation(ATTENTION)
+        except (ValueError, ImportError) as exc:
+            reason = f"it cannot use a custom attention function ({exc})"
+    if reason is not None:
         if not required:
             return False
-        raise ConfigError(f"batch_invariant: {type(model).__name__} cannot use a custom attention function "
-                          f"({exc}); pass batch_invariant=False") from exc
+        raise ConfigError(f"batch_invariant: brrm's batch-invariant forward does not cover {type(model).__name__} "
+                          f"({reason}); pass batch_invariant=False")
     for layer in model.modules():
         if isinstance(layer, torch.nn.Linear):
-            layer.register_forward_pre_hook(_pad_rows)
-            layer.register_forward_hook(_unpad_rows)
+            layer.forward = functools.partial(_padded, layer.forward)  # type: ignore[method-assign]
     model._brrm_batch_invariant = True
     return True

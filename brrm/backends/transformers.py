@@ -35,38 +35,51 @@ class PrefixCache:
     A new prompt reuses an entry only when it extends that entry's whole prompt — a row's own earlier turn
     (turn 2 from turn 1), never a prefix it merely shares with another record (the BR-RM instructions):
     that KV was computed in another record's prefill, whose length changes the attention's summation order,
-    so reusing it would make a result depend on which records ran before. Within an entry the longest common
-    token prefix is reused (the retokenized turn-2 prompt may differ from turn 1's sampled ids near the
-    boundary). Entries are evicted on use and beyond ``capacity`` (LRU).
+    so reusing it would make a result depend on which records ran before. Identical sequences (duplicate
+    items in one chunk) each keep their own entry, so each reuses its turn 1 whatever the batch size. Within
+    an entry the longest common token prefix is reused (the retokenized turn-2 prompt may differ from turn 1's
+    sampled ids near the boundary). Entries are evicted on use and beyond ``capacity`` (LRU).
     """
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
-        self.entries: OrderedDict[tuple[int, ...], tuple[int, list[tuple[Any, Any]]]] = OrderedDict()
+        self.entries: OrderedDict[tuple[int, ...], list[tuple[int, list[tuple[Any, Any]]]]] = OrderedDict()
+        self.size = 0
 
     def put(self, ids: tuple[int, ...], kv: list[tuple[Any, Any]], prompt_length: int | None = None) -> None:
         """Keep ``kv`` (per layer ``(keys, values)``, each ``[H_kv, len(ids), D]``) for ``ids``, whose first
         ``prompt_length`` ids (default all) were the generation's prompt."""
-        self.entries[ids] = (len(ids) if prompt_length is None else prompt_length, kv)
+        self.entries.setdefault(ids, []).append((len(ids) if prompt_length is None else prompt_length, kv))
         self.entries.move_to_end(ids)
-        while len(self.entries) > self.capacity:
-            self.entries.popitem(last=False)
+        self.size += 1
+        while self.size > self.capacity:
+            self._pop(next(iter(self.entries)))
 
     def take(self, prompt: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]] | None]:
         """Longest usable prefix (< len(prompt), so one token is always recomputed) of an entry whose whole
         prompt ``prompt`` extends, and its KV; ``(0, None)`` when there is none."""
         best, best_key = 0, None
-        for key, (prompt_length, _) in self.entries.items():
+        for key, stored in self.entries.items():
             n = common_prefix_length(key, prompt, limit=len(prompt) - 1)
-            if n >= prompt_length and n > best:
+            if n >= stored[0][0] and n > best:
                 best, best_key = n, key
         if best_key is None:
             return 0, None
-        _, kv = self.entries.pop(best_key)
+        _, kv = self._pop(best_key)
         return best, [(k[:, :best], v[:, :best]) for k, v in kv]
+
+    def _pop(self, key: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]]]:
+        """Remove and return the oldest entry stored under ``key``."""
+        stored = self.entries[key]
+        entry = stored.pop(0)
+        self.size -= 1
+        if not stored:
+            del self.entries[key]
+        return entry
 
     def clear(self) -> None:
         self.entries.clear()
+        self.size = 0
 
 
 TASKS = ("auto", "generate", "classify")
@@ -280,11 +293,10 @@ def _invariant_wanted(value: Any, model: Any) -> bool:
     Raises:
         ConfigError: for anything but True, False or "auto".
     """
-    if value == "auto" and not isinstance(value, bool):
-        return str(model.device.type) == "cpu"
-    if not isinstance(value, bool):
-        raise ConfigError(f"batch_invariant must be true, false or 'auto', got {value!r}")
-    return value
+    from brrm.types import check_bool_or_auto
+
+    value = check_bool_or_auto("batch_invariant", value)
+    return str(model.device.type) == "cpu" if value == "auto" else bool(value)
 
 
 def _remap(callback: Callable[[int], None], indices: list[int]) -> Callable[[int], None]:

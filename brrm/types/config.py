@@ -30,6 +30,19 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
+def check_bool_or_auto(name: str, value: Any) -> bool | str:
+    """``value`` when it is a real bool or the string ``"auto"``.
+
+    Raises:
+        ConfigError: for anything else, naming ``name``.
+    """
+    if value == "auto" and isinstance(value, str):
+        return "auto"
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true, false or 'auto', got {value!r}")
+    return value
+
+
 def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
     """``value`` when it is an int (not a bool) in ``[low, high]``.
 

@@ -195,7 +195,7 @@ def test_cohort_rewards_do_not_depend_on_arrival_order(strategy):
         judge, _ = scripted_brrm()
         buf = CohortBuffer(lambda judge=judge: judge, group_size=4, strategy=strategy, cohort_timeout_s=5)
 
-        async def run(order=order):
+        async def run(order=order, buf=buf):
             return await asyncio.gather(*[buf.submit("g", "Q", texts[i]) for i in order])
 
         out = asyncio.run(run())

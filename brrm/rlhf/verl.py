@@ -351,7 +351,8 @@ def with_brrm_keys(fn: Callable[..., Any]) -> Callable[..., Awaitable[dict[str, 
             out = await out
         value = out.get("score") if isinstance(out, Mapping) else out
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        return {"score": float(value) if isinstance(value, int | float) and ok else 0.0, "ok": ok, "status": "ok" if ok else "backend_error",
+        score = float(value) if isinstance(value, int | float) and ok else 0.0
+        return {"score": score, "ok": ok, "status": "ok" if ok else "backend_error",
                 "reason": "" if ok else f"{getattr(fn, '__name__', 'reward')} returned {value!r}",
                 "judge_seconds": time.perf_counter() - start}
 

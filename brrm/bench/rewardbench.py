@@ -91,6 +91,7 @@ class RewardBench(Benchmark):
     order_policy = "random"
     published_key = "RewardBench"
     source_split = "filtered"
+    hub_source = HUB_ID
 
     def __init__(self, weighting: str = "official") -> None:
         self.weighting = check_choice("weighting", weighting, WEIGHTINGS)

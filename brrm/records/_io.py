@@ -142,8 +142,11 @@ def iter_rows(path: Path, fmt: str, limit: int | None) -> Iterator[tuple[int, An
                 raise ConfigError(f"{path.name}: not valid JSON ({exc})") from None
             yield from _iter_jsonl(path, limit)
             return
+        if isinstance(data, dict) and data and all(isinstance(v, list) for v in data.values()):
+            data = [row for rows in data.values() for row in rows]  # records grouped by key (EvalBiasBench)
         if not isinstance(data, list):
-            raise ConfigError(f"{path.name}: expected a JSON list of records, got a {type(data).__name__}")
+            raise ConfigError(f"{path.name}: expected a JSON list of records (or an object of lists of records, "
+                              f"grouped by key), got a {type(data).__name__}")
         yield from list(enumerate(data, start=1))[:limit]
         return
     yield from enumerate(_load_with_datasets(path, fmt, limit), start=1)

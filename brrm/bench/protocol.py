@@ -138,12 +138,15 @@ class Scored:
             parsed. Items the official scorer would score per sample lose all their presentations here when one
             fails (for one-comparison items — RewardBench, RMB pairs — the two rules are the same).
         n_parsed: items behind ``parsed``.
+        per_item: False for a replay of official output files, which brrm scores through the official script's
+            rules without per-item parse states: ``parsed`` is then None and only the official figure exists.
     """
 
     protocol: Protocol | None
     all: BenchResult
     parsed: BenchResult | None
     n_parsed: int
+    per_item: bool = True
 
     @property
     def label(self) -> str:
@@ -163,6 +166,7 @@ class Scored:
 
     def to_dict(self) -> dict[str, Any]:
         return {"protocol": self.protocol.to_dict() if self.protocol else None, "n_parsed": self.n_parsed,
+                "per_item": self.per_item,
                 "parsed_only": self.parsed.to_dict() if self.parsed else None}
 
 

@@ -183,8 +183,8 @@ def table_lines(result: BenchResult, published: float | None = None, *, markdown
 def protocol_table_lines(runs: Sequence[Any], published: float | None = None, *, markdown: bool = False) -> list[str]:
     """The score table of one or more protocols side by side (:class:`brrm.bench.protocol.Scored`): per row the
     items, then per protocol its score over all items, over parsed items (``=`` where the two agree, ``—`` where no
-    item of the row parsed), ties, failures and further official figures, each column headed by the protocol's
-    name; the headline row next to the model card's figure when there is one."""
+    item of the row parsed, ``n/a`` for official output files), ties, failures and further official figures, each
+    column headed by the protocol's name; the headline row next to the model card's figure when there is one."""
     first = runs[0].all
     head = ["row", "n"]
     for run in runs:
@@ -197,7 +197,8 @@ def protocol_table_lines(runs: Sequence[Any], published: float | None = None, *,
             mine = next((x for x in run.all.rows if x.name == r.name), Row(r.name, math.nan, 0))
             other = run.parsed_score(mine.name)
             same = other is not None and (other == mine.score or (math.isnan(other) and math.isnan(mine.score)))
-            line += [_fmt(mine.score), "=" if same else _fmt(other), str(mine.ties), str(mine.failures),
+            shown = "n/a" if not run.per_item else "=" if same else _fmt(other)
+            line += [_fmt(mine.score), shown, str(mine.ties), str(mine.failures),
                      _details(mine.extra)]
         body.append(line)
     if published is not None:

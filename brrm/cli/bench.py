@@ -170,7 +170,7 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
         scored = score_both(bench, results, None, result)
     else:
         result = bench.replay(paths, root=args.data_dir)
-        scored = Scored(None, result, result, -1)  # official files: brrm sees scores, not per-item parses
+        scored = Scored(None, result, None, 0, per_item=False)  # official files: no per-item parse states here
     print(f"brrm bench {bench.name}: replay of {', '.join(map(str, paths))}")
     _finish(bench, [scored], folder, None, _revision(args, bench))
     return 0
@@ -249,7 +249,7 @@ def _headline(run: Any) -> str:
 
     name = run.all.headline
     over_all, over_parsed = fmt(run.all.overall), fmt(run.parsed_score(name))
-    if run.n_parsed < 0:
+    if not run.per_item:
         return f"{name} {over_all} (official output files: scored as the official script does)"
     both = [f"{over_parsed} over parsed items ({run.n_parsed} of {run.all.row(name).n})",
             f"{over_all} over all items (failures scored by the benchmark's rule)"]

@@ -246,3 +246,19 @@ def test_brrm_judge_reads_evalbiasbench_json(shared):
     data = json.loads((shared / "data" / "EvalBiasBench" / "biasbench.json").read_text())
     assert first.response_a == data["length bias"][0]["response1"] and first.label is Verdict.A
     assert first.conversation.messages[-1].content == data["length bias"][0]["instruction"]
+
+
+def test_the_data_revision_of_each_kind_of_source(shared, tmp_path):
+    from brrm.bench.data import data_revision
+
+    local = data_revision("RM-Bench", root=shared / "data")
+    assert local["repository"] == "https://github.com/THU-KEG/RM-Bench"
+    assert local["commit"] == "73c52d7b27b361621361ec959ac6c0eb9bb7a689"
+    copy = tmp_path / "rb.jsonl"
+    copy.write_text('{"id": 1}\n')
+    import hashlib
+
+    assert data_revision(None, source=str(copy))["sha256"] == hashlib.sha256(b'{"id": 1}\n').hexdigest()[:16]
+    hub = data_revision(None, source="nobody/not-a-cached-dataset")
+    assert hub["commit"] is None and "not in the local Hugging Face cache" in hub["from"]
+    assert data_revision("Nowhere", root=tmp_path)["commit"] is None

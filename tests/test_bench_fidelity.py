@@ -262,3 +262,14 @@ def test_the_data_revision_of_each_kind_of_source(shared, tmp_path):
     hub = data_revision(None, source="nobody/not-a-cached-dataset")
     assert hub["commit"] is None and "not in the local Hugging Face cache" in hub["from"]
     assert data_revision("Nowhere", root=tmp_path)["commit"] is None
+
+
+def test_brrm_judge_runs_on_evalbiasbench_json(shared, tiny_models, tmp_path, capsys):
+    """The issue's complaint: ``brrm judge`` rejected the file ("expected a JSON list of records, got a dict")."""
+    out_file = tmp_path / "j.jsonl"
+    code, out, err = _cli(capsys, "judge", "--input", str(shared / "data" / "EvalBiasBench" / "biasbench.json"),
+                          "--model", tiny_models[1], "--limit", "4", "--output", str(out_file))
+    assert code == 0, err
+    lines = [json.loads(x) for x in out_file.read_text().splitlines()]
+    assert len(lines) == 4 and {x["label"] for x in lines} == {"A"} and all(x["status"] == "ok" for x in lines)
+    assert "invalid records 0" in out

@@ -122,6 +122,9 @@ def test_known_checkpoints_default_to_the_released_protocol():
     both = resolve("both", rewardbench, model=None, user={"decoding": "faithful", "temperature": 0.5}, orders=None)
     assert [p.name for p in both] == ["released", "brrm"] and [p.orders for p in both] == ["random", "both"]
     assert both[0].deviations == ("temperature 0.5",) and both[1].deviations == ("decoding faithful",)
+    assert both[0].bench_options == {"weighting": "unweighted"} and both[1].bench_options == {}
+    (mine,) = resolve("released", rewardbench, model=None, user={}, orders=None, bench_user={"weighting": "official"})
+    assert mine.bench_options == {"weighting": "official"} and mine.deviations == ("weighting official",)
     (ours,) = resolve("brrm", llmbar, model=None, user={}, orders=None)  # its metric scores each order: both
     assert ours.orders == "both" and ours.headline == "all" and dict(ours.options) == {"decoding": "constrained"}
     (forced,) = resolve("released", rmbench, model=None, user={}, orders="both")
@@ -273,3 +276,22 @@ def test_brrm_judge_runs_on_evalbiasbench_json(shared, tiny_models, tmp_path, ca
     lines = [json.loads(x) for x in out_file.read_text().splitlines()]
     assert len(lines) == 4 and {x["label"] for x in lines} == {"A"} and all(x["status"] == "ok" for x in lines)
     assert "invalid records 0" in out
+
+
+def test_rewardbench_released_uses_the_br_rm_scorer(tiny_models, tmp_path, capsys):
+    """released scores RewardBench as the BR-RM evaluation (sections = plain means over items); brrm as the
+    leaderboard (sections weighted by EXAMPLE_COUNTS)."""
+    from brrm.bench.report import read_items
+
+    fixture = Path(__file__).parent / "fixtures" / "reward-bench"
+    code, out, err = _cli(capsys, "bench", "rewardbench", "--model", tiny_models[1], "--data", str(fixture),
+                          "--limit", "2", "--protocol", "both", "--output", str(tmp_path), "--no-progress")
+    assert code == 0, err
+    assert "protocol released: no decoding (scalar model), weighting unweighted, orders random" in out
+    released, ours = json.loads((tmp_path / "result.json").read_text())["protocols"]
+    for run, weighting in ((released, "unweighted"), (ours, "official")):
+        results = read_items(tmp_path / run["protocol"]["name"] / "judgments.jsonl")
+        want = get_benchmark("rewardbench", weighting=weighting).score(results)
+        assert run["overall"] == pytest.approx(want.overall) and run["notes"][0].startswith(f"weighting {weighting}")
+    assert json.loads((tmp_path / "released" / "result.json").read_text())["protocol"]["bench_options"] == {
+        "weighting": "unweighted"}

@@ -2,8 +2,9 @@
 
 * ``released`` — what the BR-RM model cards' figures come from: ``faithful`` decoding (the released prompts and
   parser end to end), temperature 1.0, top_p 1.0, at most 8192 new tokens per turn and 16384 in all (the cards'
-  sampling and budgets, ``DESIGN.md`` §3), each pair in the benchmark's own presentation order, and the headline
-  over parsed items only (the official BR-RM scorer averages over the samples it could parse).
+  sampling and budgets, ``DESIGN.md`` §3), each pair in the benchmark's own presentation order, the headline
+  over parsed items only (the official BR-RM scorer averages over the samples it could parse), and the BR-RM
+  scorer's aggregate where it differs from the benchmark's own (RewardBench: ``weighting="unweighted"``).
 * ``brrm`` — constrained decoding (every verdict parses) with both presentation orders combined per pair where the
   benchmark's metric scores one verdict per pair (swap; disagreement is a tie), headline over all items (a failure
   scores as the benchmark's own rule says: not correct, or 0.5 in RewardBench).
@@ -19,7 +20,7 @@ denominator.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from brrm.bench.core import BenchResult, ItemResult
@@ -49,6 +50,8 @@ class Protocol:
         headline: ``parsed`` (over parsed items, the official BR-RM scorer) or ``all`` (every item; a failure
             scores by the benchmark's rule).
         deviations: the protocol's settings the user's flags replaced, as ``"name value"`` strings.
+        bench_options: benchmark options it sets (``released`` on RewardBench: ``weighting unweighted``, the
+            BR-RM scorer's sections), after the user's flags.
     """
 
     name: str
@@ -56,6 +59,7 @@ class Protocol:
     orders: str
     headline: str
     deviations: tuple[str, ...] = ()
+    bench_options: Mapping[str, Any] = field(default_factory=dict)
 
     def describe(self, judge_options: Mapping[str, Any] | None) -> str:
         """One line: the protocol's name, decoding settings, orders and headline denominator.
@@ -70,6 +74,7 @@ class Protocol:
             parts = [f"decoding {judge_options.get('decoding')} (your judge options; not a known checkpoint)"]
         else:
             parts = [f"{k.replace('_', ' ')} {v}" for k, v in self.options.items()]
+        parts += [f"{k} {v}" for k, v in self.bench_options.items()]
         parts += [f"orders {self.orders}",
                   "headline over parsed items (official BR-RM scorer)" if self.headline == "parsed"
                   else "headline over all items (failures scored by the benchmark's rule)"]
@@ -78,7 +83,7 @@ class Protocol:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "options": dict(self.options), "orders": self.orders, "headline": self.headline,
-                "deviations": list(self.deviations)}
+                "deviations": list(self.deviations), "bench_options": dict(self.bench_options)}
 
 
 def default_protocol(model: str | None) -> str:
@@ -89,7 +94,7 @@ def default_protocol(model: str | None) -> str:
 
 
 def resolve(requested: str | None, bench: Any, *, model: str | None, user: Mapping[str, Any],
-            orders: str | None) -> tuple[Protocol, ...]:
+            orders: str | None, bench_user: Mapping[str, Any] | None = None) -> tuple[Protocol, ...]:
     """The protocols a run follows, in report order.
 
     Args:
@@ -98,6 +103,7 @@ def resolve(requested: str | None, bench: Any, *, model: str | None, user: Mappi
         model: the model id or folder (None: the embedded demo).
         user: the judge options the user set explicitly (they win, and are listed as deviations).
         orders: ``--orders`` when given (``official`` or ``both``), else None (the protocol decides).
+        bench_user: the benchmark options the user set explicitly (``--weighting``); they win, as ``user`` does.
 
     Raises:
         ConfigError: for a protocol outside :data:`PROTOCOLS`, or ``--orders`` the benchmark cannot score.
@@ -108,10 +114,10 @@ def resolve(requested: str | None, bench: Any, *, model: str | None, user: Mappi
     if name not in PROTOCOLS:
         raise ConfigError(f"--protocol {name!r} is not valid; expected one of {', '.join(PROTOCOLS)}")
     names = ("released", "brrm") if name == "both" else (name,)
-    return tuple(_one(n, bench, user, orders) for n in names)
+    return tuple(_one(n, bench, user, orders, dict(bench_user or {})) for n in names)
 
 
-def _one(name: str, bench: Any, user: Mapping[str, Any], orders: str | None) -> Protocol:
+def _one(name: str, bench: Any, user: Mapping[str, Any], orders: str | None, bench_user: dict[str, Any]) -> Protocol:
     base = RELEASED_OPTIONS if name == "released" else BRRM_OPTIONS
     options = {**base, **{k: user[k] for k in base if k in user}}
     deviations = [f"{k} {user[k]}" for k in base if k in user and user[k] != base[k]]
@@ -119,7 +125,11 @@ def _one(name: str, bench: Any, user: Mapping[str, Any], orders: str | None) -> 
     chosen = bench.orders(orders or official)
     if chosen != bench.orders(official):
         deviations.append(f"orders {chosen}")
-    return Protocol(name, options, chosen, "parsed" if name == "released" else "all", tuple(deviations))
+    released = dict(bench.released_options) if name == "released" else {}
+    deviations += [f"{k} {bench_user[k]}" for k in released if k in bench_user and bench_user[k] != released[k]]
+    bench_options = {**released, **{k: v for k, v in bench_user.items() if k in released}}
+    return Protocol(name, options, chosen, "parsed" if name == "released" else "all", tuple(deviations),
+                    bench_options)
 
 
 def parsed(result: ItemResult) -> bool:

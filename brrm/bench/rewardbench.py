@@ -92,6 +92,7 @@ class RewardBench(Benchmark):
     published_key = "RewardBench"
     source_split = "filtered"
     hub_source = HUB_ID
+    released_options = {"weighting": "unweighted"}  # the BR-RM evaluation's scorer (module docstring)
 
     def __init__(self, weighting: str = "official") -> None:
         self.weighting = check_choice("weighting", weighting, WEIGHTINGS)

@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--swap does not apply to brrm bench: the benchmark's protocol decides the presentation "
                           "orders (use --orders both where the benchmark allows it)")
     _, user = common.load_options(args)  # flag combinations are checked before any data or model loads
-    protocols = resolve(args.protocol, bench, model=args.model, user=user, orders=args.orders)
+    protocols = resolve(args.protocol, bench, model=args.model, user=user, orders=args.orders,
+                        bench_user={"weighting": args.weighting} if args.weighting else {})
     items = bench.load(subsets, root=args.data_dir, limit=args.limit, source=args.data)
     if not items:
         raise ConfigError(f"no {bench.title} items for --subset {', '.join(subsets)}")
@@ -89,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
             where = folder / protocol.name if folder is not None and len(protocols) > 1 else folder
             if where is not None:
                 where.mkdir(exist_ok=True)
-            scored.append(_run(args, bench, mine, items, subsets, protocol, where))
+            scorer = get_benchmark(args.name, **{"weighting": args.weighting, **protocol.bench_options})
+            scored.append(_run(args, scorer, mine, items, subsets, protocol, where))
     finally:
         judge.close()
     _finish(bench, scored, folder, judge.info.model, _revision(args, bench))

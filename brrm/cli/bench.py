@@ -84,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
     pairwise = _judge_kind(args) == "brrm"
     judge = common.load_judge(_with(args, protocols[0].options if pairwise else {}), kind="brrm")
     scored = []
-    try:
-        for k, protocol in enumerate(protocols):
-            mine = judge if k == 0 or not pairwise else _sibling(args, judge, protocol.options)
+    try:  # every judge is built (and its options checked) before the first judgment
+        judges = [judge] + [_sibling(args, judge, p.options) if pairwise else judge for p in protocols[1:]]
+        for protocol, mine in zip(protocols, judges, strict=True):
             where = folder / protocol.name if folder is not None and len(protocols) > 1 else folder
             if where is not None:
                 where.mkdir(exist_ok=True)

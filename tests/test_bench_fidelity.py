@@ -133,6 +133,13 @@ def test_known_checkpoints_default_to_the_released_protocol():
         resolve("card", rmbench, model=None, user={}, orders=None)
 
 
+def test_protocol_does_not_apply_to_a_replay(capsys, tmp_path):
+    stored = tmp_path / "judgments.jsonl"
+    stored.write_text("")
+    code, _, err = _cli(capsys, "bench", "llmbar", "--predictions", str(stored), "--protocol", "brrm")
+    assert code == 2 and "--protocol applies to runs" in err and err.count("\n") == 1
+
+
 def _rewardbench_results(verdicts: list[Verdict]) -> list[ItemResult]:
     out = []
     for k, v in enumerate(verdicts):

@@ -70,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     folder = _output_folder(args.output)
     if args.predictions:
+        if args.protocol:
+            raise ConfigError("--protocol applies to runs: a replay scores the stored outputs as they were made "
+                              "(both denominators shown where brrm has per-item results)")
         return _replay(args, bench, folder)
     if getattr(args, "swap", None):
         raise ConfigError("--swap does not apply to brrm bench: the benchmark's protocol decides the presentation "

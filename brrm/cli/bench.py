@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -46,6 +47,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--order-seed", type=int, default=0, help="seed of the benchmark's random presentation orders")
     p.add_argument("--weighting", choices=("official", "unweighted"), default=None,
                    help="rewardbench: official section weights (default) or the BR-RM paper's unweighted sections")
+    p.add_argument("--strategy", choices=("knockout", "round_robin"), default=None,
+                   help="rewardbench2, pairwise judges: best-of-N strategy (default knockout: N-1 judgments per "
+                        "item; round_robin: N(N-1))")
+    p.add_argument("--revision", default=None, help="rewardbench2: hub dataset revision (commit, branch or tag)")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
@@ -56,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from brrm.bench.registry import get_benchmark
     from brrm.errors import ConfigError
 
-    bench = get_benchmark(args.name, weighting=args.weighting)
+    bench = get_benchmark(args.name, weighting=args.weighting, strategy=args.strategy, revision=args.revision)
     subsets = bench.resolve_subsets(args.subset)
     orders = bench.orders(args.orders)
     if args.limit is not None and args.limit < 1:
@@ -119,18 +124,30 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
          folder: Path | None) -> Any:
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
-    from brrm.bench.runner import run as run_bench
+    from brrm.bench.runner import run as run_items
 
     term = sys.stdout
     common.header(term, f"bench {bench.name}", judge, len(items), f"{bench.title} ({', '.join(subsets)})")
     settings = run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
                             source=args.data, limit=args.limit)
+    if getattr(bench, "best_of_n", False):
+        settings["strategy"] = bench.strategy  # a resumed run keeps the strategy
     done = check_resume(folder, settings) if folder is not None else {}
-    planned = planned_judgments(judge, [it for it in items if it.id not in done], orders=orders, seed=args.order_seed)
+    todo = [it for it in items if it.id not in done]
     unit = "judgment" if judge.info.kind == "brrm" else "reward"
-    print(f"protocol: orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
-          + f"; {planned} {unit}s to run" + (f"; resuming: {len(done)} items already judged" if done else ""),
-          file=term)
+    if getattr(bench, "best_of_n", False):
+        from brrm.bench import bestofn
+
+        planned = bestofn.planned(judge, todo, bench.strategy)
+        protocol = (f"strategy {bench.strategy} (completion order drawn from order seed {args.order_seed})"
+                    if unit == "judgment" else "every completion scored")
+        run_bench: Any = partial(bestofn.run, strategy=bench.strategy)
+    else:
+        planned = planned_judgments(judge, todo, orders=orders, seed=args.order_seed)
+        protocol = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
+        run_bench = partial(run_items, orders=orders)
+    print(f"protocol: {protocol}; {planned} {unit}s to run"
+          + (f"; resuming: {len(done)} items already judged" if done else ""), file=term)
     handle = None
     if folder is not None:
         import json
@@ -140,7 +157,7 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
         handle = (folder / ITEMS_FILE).open("a" if done else "w", encoding="utf-8")
     try:
         with common.progress_bar(planned, desc=bench.name, unit=unit, disable=args.no_progress) as bar:
-            results, cost = run_bench(judge, items, orders=orders, seed=args.order_seed, progress=bar.update,
+            results, cost = run_bench(judge, items, seed=args.order_seed, progress=bar.update,
                                       sink=(lambda part: write_items(handle, part)) if handle else None, done=done)
     finally:
         if handle is not None:

@@ -79,10 +79,10 @@ def run(args: argparse.Namespace) -> int:
     subsets = tuple(s for s in subsets if any(it.subset == s for it in items))
     judge = common.load_judge(args, kind="brrm")
     try:
-        result = _run(args, bench, judge, items, subsets, orders, folder)
+        result, results = _run(args, bench, judge, items, subsets, orders, folder)
     finally:
         judge.close()
-    _finish(bench, result, folder, judge.info.model)
+    _finish(bench, result, folder, judge.info.model, results)
     return 0
 
 
@@ -111,12 +111,14 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
     ours = [is_brrm_output(p) for p in paths]
     if any(ours) and not all(ours):
         raise ConfigError("--predictions: give either brrm judgments.jsonl files or official output files, not both")
+    items: list[Any] = []
     if all(ours):
-        result = bench.score([r for p in paths for r in read_items(p)])
+        items = [r for p in paths for r in read_items(p)]
+        result = bench.score(items)
     else:
         result = bench.replay(paths, root=args.data_dir)
     print(f"brrm bench {bench.name}: replay of {', '.join(map(str, paths))}")
-    _finish(bench, result, folder, None)
+    _finish(bench, result, folder, None, items)
     return 0
 
 
@@ -162,10 +164,10 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
     finally:
         if handle is not None:
             handle.close()
-    return replace(bench.score(results), cost=cost, judge=judge.info.to_dict())
+    return replace(bench.score(results), cost=cost, judge=judge.info.to_dict()), results
 
 
-def _finish(bench: Any, result: Any, folder: Path | None, model: str | None) -> None:
+def _finish(bench: Any, result: Any, folder: Path | None, model: str | None, items: list[Any] | None = None) -> None:
     from brrm.bench.report import cost_line, published_figure, table_lines, write_result
 
     published = published_figure(bench, model)
@@ -177,11 +179,17 @@ def _finish(bench: Any, result: Any, folder: Path | None, model: str | None) -> 
         print(f"  published ({bench.published_key}, model card of {model}): {published}", file=term)
     if cost_line(result):
         print(cost_line(result), file=term)
+    from brrm.bench.calibration_report import measure_results, summary_line, write_report
+
+    metrics = measure_results(items or [])
+    if metrics:
+        print(summary_line(metrics), file=term)
     for note in result.notes:
         print(f"note: {note}", file=term)
     if folder is not None:
         write_result(folder, result, published)
-        print(f"wrote {folder}/result.json and result.md" + (" and judgments.jsonl" if result.cost else ""),
+        write_report(folder, result, metrics)
+        print(f"wrote {folder}/result.json, result.md, report.html" + (" and judgments.jsonl" if result.cost else ""),
               file=term)
     elif result.cost is not None:
         print("(pass --output DIR to keep the per-item judgments)", file=term)

@@ -152,3 +152,36 @@ def test_mistakes_are_one_line(capsys, argv, message):
     assert main(list(argv)) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_bench_shows_calibration_beside_accuracy_and_applies_a_calibration(shared, tmp_path, capsys):
+    import shutil
+    import subprocess
+
+    from brrm.testing import save_tiny_qwen3
+
+    rm = str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True))
+    (tmp_path / "s.json").write_text(json.dumps(Calibration("scalar", 0.25).to_dict()))
+    args = ["bench", "llmbar", "--subset", "Natural", "--limit", "6", "--model", rm, "--data-dir",
+            str(shared / "data"), "--no-progress"]
+    assert main([*args, "--output", str(tmp_path / "raw")]) == 0
+    out = capsys.readouterr().out
+    assert "calibration over 12 labelled presentations" in out and "ECE" in out and "Brier" in out
+    page = (tmp_path / "raw" / "report.html").read_text()
+    assert "Natural" in page and "data:image/png;base64," in page and "log loss" in page
+    assert main([*args, "--output", str(tmp_path / "cal"), "--calibration", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    assert "raw (before calibration): ECE" in out
+    rows = [json.loads(line) for line in (tmp_path / "cal" / "judgments.jsonl").read_text().splitlines()]
+    judged = [p["judgment"] for r in rows for p in r["presentations"]]
+    assert judged and all(j["p_a_raw"] is not None and j["p_a"] != j["p_a_raw"] for j in judged)
+    assert {j["provenance"]["calibration"] for j in judged} == {Calibration("scalar", 0.25).hash}
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (CI: apt-get install -y chromium)")
+    shot = tmp_path / "bench.png"
+    res = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,1400",
+                          f"--screenshot={shot}", (tmp_path / "cal" / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]

@@ -45,7 +45,7 @@ def reliability_png(series: Sequence[tuple[str, Metrics]], *, title: str = "Reli
         lefts = [b.low + (k + 0.5) * width for b in m.bins]
         bottom.bar(lefts, [b.n for b in m.bins], width=width, color=color, align="edge")
     top.set(xlim=(0, 1), ylim=(0, 1), ylabel="fraction labelled A", title=title)
-    top.legend(loc="upper left", fontsize=8, frameon=True)
+    top.legend(loc="best", fontsize=8, frameon=True)
     top.grid(alpha=0.3)
     bottom.set(xlabel="predicted P(A ≻ B)", ylabel="pairs per bin")
     bottom.grid(alpha=0.3, axis="y")

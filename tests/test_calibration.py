@@ -185,3 +185,18 @@ def test_bench_shows_calibration_beside_accuracy_and_applies_a_calibration(share
                           f"--screenshot={shot}", (tmp_path / "cal" / "report.html").as_uri()],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
+
+
+def test_calibrate_judges_labelled_records_first_with_a_tiny_model(tmp_path, capsys):
+    from brrm.testing import save_tiny_qwen3
+
+    rm = str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True))
+    pairs_file = Path(__file__).parents[1] / "examples" / "pairs.jsonl"
+    code = main(["calibrate", "--input", str(pairs_file), "--output", str(tmp_path / "c.json"), "--model", rm,
+                 "--heldout", "0.5", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    calib = read_calibration(tmp_path / "c.json")
+    split = calib.details["split"]
+    assert calib.kind == "scalar" and calib.model == rm and math.isfinite(calib.scale)
+    assert split["fit_observations"] + split["heldout_observations"] == 8 and "held-out, calibrated" in out

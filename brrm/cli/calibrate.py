@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     write_calibration(out, calibration)
     png = reliability_png([("held-out, raw", tables[2][1]), ("held-out, calibrated", tables[3][1])])
     facts = {"model": model or "unknown", "kind": kind, _param(kind): f"{_value(calibration):.4f}",
-             "fitted on": calibration.to_dict()["fit_on"], "split": f"split seed {args.split_seed}, {args.heldout:.0%} "
+             "fitted on": calibration.to_dict()["fit_on"], "split": f"seed {args.split_seed}, {args.heldout:.0%} "
              f"held out: {tables[0][1].n} fit / {tables[2][1].n} held-out observations", "hash": calibration.hash}
     report.write_text(calibration_html(f"brrm calibration: {model or args.input}", facts, tables, png),
                       encoding="utf-8")

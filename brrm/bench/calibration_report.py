@@ -70,9 +70,12 @@ def write_report(folder: Path, result: BenchResult, metrics: Sequence[tuple[str,
     parts = [f"<h1>{html.escape(result.benchmark)}: {html.escape(str(result.judge.get('model', 'replay')))}</h1>",
              f"<p>{html.escape(result.metric)}; headline {html.escape(result.headline)}</p>", table]
     if metrics:
-        parts += ["<h2>Calibration of P(A ≻ B)</h2>", metrics_table(metrics), f"<p>{html.escape(BINNING)}</p>",
-                  img_tag(reliability_png(list(metrics), title=f"{result.benchmark}: reliability of P(A ≻ B)"),
-                      "reliability diagram")]
+        import importlib.util
+
+        parts += ["<h2>Calibration of P(A ≻ B)</h2>", metrics_table(metrics), f"<p>{html.escape(BINNING)}</p>"]
+        parts.append(img_tag(reliability_png(list(metrics), title=f"{result.benchmark}: reliability of P(A ≻ B)"),
+                             "reliability diagram") if importlib.util.find_spec("matplotlib") is not None else
+                     "<p>(the reliability diagram needs matplotlib: pip install 'brrm[audit]')</p>")
     else:
         parts.append("<p>No presentation has a measured P(A ≻ B) against a gold A/B: no calibration to show.</p>")
     parts += [f"<p>note: {html.escape(n)}</p>" for n in result.notes]

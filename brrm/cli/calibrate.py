@@ -40,8 +40,12 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the flags, get judged rows, fit, write calib.json and the report, print the table."""
+    import importlib.util
+
     from brrm.calibration.data import observations
 
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError("brrm calibrate draws its reliability diagram with matplotlib: pip install 'brrm[audit]'")
     if not 0.0 < args.heldout < 1.0:
         raise ConfigError(f"--heldout must lie in (0, 1), got {args.heldout}")
     out = Path(args.output).expanduser()

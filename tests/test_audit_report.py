@@ -127,6 +127,11 @@ def labelled_report(tmp_path_factory):
     items = plan_items(read_records(write_jsonl(base / "in.jsonl", rows), "pairs"), "pairs", slice_by=["kind"])
     opts = AuditOptions(shape="pairs", slice_by=("kind",), progress=False)
     run_audit(items, base / "audit", opts, judge=fake_brrm(tok, ScriptedBRRM(verdict)))
+    from brrm.calibration import Calibration, write_calibration
+
+    write_calibration(base / "calib.json", Calibration("pairwise", 0.5))  # twice as confident
+    run_audit(items, base / "calibrated", opts,
+              judge=fake_brrm(tok, ScriptedBRRM(verdict), calibration=str(base / "calib.json")))
     return base / "audit"
 
 
@@ -156,3 +161,15 @@ def test_near_half_probabilities_flag_reasons_and_calibration_are_shown(labelled
 
     with Image.open(shot) as img:
         assert img.width == 1280 and len(img.convert("L").getcolors(256) or ()) > 16  # rendered, not a blank page
+
+
+def test_a_calibrated_judge_shows_before_and_after(labelled_report):
+    s = json.loads((labelled_report.parent / "calibrated" / "summary.json").read_text())
+    cal = s["overall"]["calibration"]
+    from brrm.calibration import Calibration
+
+    assert cal["calibration"] == Calibration("pairwise", 0.5).hash and cal["raw"]["n"] == cal["measured"]["n"] == 8
+    raw = json.loads((labelled_report / "summary.json").read_text())["overall"]["calibration"]["measured"]
+    assert cal["raw"]["brier"] == pytest.approx(raw["brier"]) and cal["measured"]["brier"] != raw["brier"]
+    html = (labelled_report.parent / "calibrated" / "report.html").read_text(encoding="utf-8")
+    assert f"before calibration {cal['calibration']}" in html

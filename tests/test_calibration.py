@@ -169,6 +169,12 @@ def test_bench_shows_calibration_beside_accuracy_and_applies_a_calibration(share
     assert "calibration over 12 labelled presentations" in out and "ECE" in out and "Brier" in out
     page = (tmp_path / "raw" / "report.html").read_text()
     assert "Natural" in page and "data:image/png;base64," in page and "log loss" in page
+    # the benchmark's own judgments are labelled pairs to fit on: 12 presentations, the gold as label
+    assert main(["calibrate", "-i", str(tmp_path / "raw" / "judgments.jsonl"), "-o", str(tmp_path / "b.json")]) == 0
+    fitted = read_calibration(tmp_path / "b.json")
+    assert fitted.kind == "scalar" and sum(fitted.details["split"][k] for k in ("fit_observations",
+                                                                                "heldout_observations")) == 12
+    capsys.readouterr()
     assert main([*args, "--output", str(tmp_path / "cal"), "--calibration", str(tmp_path / "s.json")]) == 0
     out = capsys.readouterr().out
     assert "raw (before calibration): ECE" in out

@@ -1,7 +1,8 @@
 """Labelled observations (z, y) for a calibration fit, from judged pairs.
 
 A judged pair is a ``brrm judge`` output line (``PairwiseJudgment.to_dict()`` plus ``line``) or any mapping
-with ``label``, ``status``, ``p_a`` and optionally ``logit_1``/``logit_2`` and ``sub_judgments``. Each ok judgment
+with ``label``, ``status``, ``p_a`` and optionally ``logit_1``/``logit_2`` and ``sub_judgments``; a ``brrm bench``
+``judgments.jsonl`` line gives one observation per presentation (the benchmark's gold as the label). Each ok judgment
 with a probability and a label ``A`` or ``B`` is one observation: y = 1 for A, 0 for B, and z its logit: the
 digit-logit difference ``logit_1 − logit_2`` when it agrees with ``p_a`` (an ordered judgment), else
 ``logit(p_a)`` (a mirrored order or a scalar model's σ(r_A − r_B)). A swap judgment contributes its two
@@ -80,6 +81,9 @@ def observations(rows: Iterable[Mapping[str, Any]]) -> Observations:
     out: list[Observation] = []
     skipped = {"unlabelled": 0, "ties": 0, "failed": 0}
     for k, row in enumerate(rows, start=1):
+        if "presentations" in row:
+            _bench_row(row, out, skipped)
+            continue
         raw = row.get("label", "none")
         if raw in (None, "none", ""):
             skipped["unlabelled"] += 1
@@ -99,6 +103,24 @@ def observations(rows: Iterable[Mapping[str, Any]]) -> Observations:
     return Observations(tuple(out), skipped)
 
 
+def _bench_row(row: Mapping[str, Any], out: list[Observation], skipped: dict[str, int]) -> None:
+    """A ``brrm bench`` ``judgments.jsonl`` line: each presentation in its presented frame (A = shown first), its
+    label the pair's gold mirrored when the pair was shown swapped."""
+    for pres in row["presentations"]:
+        gold = Verdict(row["pairs"][pres["pair"]][2])
+        if gold is Verdict.TIE:
+            skipped["ties"] += 1
+            continue
+        j = pres["judgment"]
+        if j.get("status") != "ok" or j.get("p_a") is None:
+            skipped["failed"] += 1
+            continue
+        first_better = (gold is Verdict.A) != bool(pres["swapped"])
+        z, digits = _z(j)
+        out.append(Observation(str(row["id"]), z, 1 if first_better else 0, digits))
+
+
 def is_judged(row: Mapping[str, Any]) -> bool:
-    """Whether a row is a judged pair (has ``winner`` and ``status``) rather than a record to judge."""
-    return "winner" in row and "status" in row
+    """Whether a row is judged — a judged pair (``winner`` and ``status``) or a ``brrm bench`` judgments line
+    (``presentations``) — rather than a record to judge."""
+    return ("winner" in row and "status" in row) or "presentations" in row

@@ -169,6 +169,9 @@ def test_bench_shows_calibration_beside_accuracy_and_applies_a_calibration(share
     assert "calibration over 12 labelled presentations" in out and "ECE" in out and "Brier" in out
     page = (tmp_path / "raw" / "report.html").read_text()
     assert "Natural" in page and "data:image/png;base64," in page and "log loss" in page
+    figures = json.loads((tmp_path / "raw" / "result.json").read_text())["calibration"]["P(A ≻ B)"]
+    assert figures["n"] == 12 and 0 <= figures["ece"] <= 1 and "calibration, P(A ≻ B): ECE" in (
+        tmp_path / "raw" / "result.md").read_text()
     # the benchmark's own judgments are labelled pairs to fit on: 12 presentations, the gold as label
     assert main(["calibrate", "-i", str(tmp_path / "raw" / "judgments.jsonl"), "-o", str(tmp_path / "b.json")]) == 0
     fitted = read_calibration(tmp_path / "b.json")

@@ -202,9 +202,15 @@ def markdown(result: BenchResult, published: float | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_result(folder: Path, result: BenchResult, published: float | None = None) -> None:
-    """Write ``result.json`` and ``result.md`` into ``folder``."""
-    data = {**result.to_dict(), "published": published}
+def write_result(folder: Path, result: BenchResult, published: float | None = None,
+                 calibration: Mapping[str, Any] | None = None) -> None:
+    """Write ``result.json`` and ``result.md`` into ``folder`` (``calibration``: label -> ECE/Brier/log loss figures
+    of :mod:`brrm.bench.calibration_report`, kept under ``"calibration"`` and listed in ``result.md``)."""
+    data = {**result.to_dict(), "published": published, **({"calibration": dict(calibration)} if calibration else {})}
     text = json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False)
     (folder / RESULT_JSON).write_text(text + "\n", encoding="utf-8")
-    (folder / RESULT_MD).write_text(markdown(result, published), encoding="utf-8")
+    md = markdown(result, published)
+    for label, m in (calibration or {}).items():
+        md += (f"- calibration, {label}: ECE {_fmt(m['ece'])}, Brier {_fmt(m['brier'])}, "
+               f"log loss {_fmt(m['log_loss'])} (n {m['n']})\n")
+    (folder / RESULT_MD).write_text(md, encoding="utf-8")

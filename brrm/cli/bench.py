@@ -187,7 +187,8 @@ def _finish(bench: Any, result: Any, folder: Path | None, model: str | None, ite
     for note in result.notes:
         print(f"note: {note}", file=term)
     if folder is not None:
-        write_result(folder, result, published)
+        write_result(folder, result, published, {label: {k: v for k, v in m.to_dict().items() if k != "bins"}
+                                                 for label, m in metrics})
         write_report(folder, result, metrics)
         print(f"wrote {folder}/result.json, result.md, report.html" + (" and judgments.jsonl" if result.cost else ""),
               file=term)

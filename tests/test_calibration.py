@@ -71,8 +71,9 @@ def judged_file(tok, path: Path, **options) -> Path:
     return path
 
 
-def test_the_temperature_of_a_known_miscalibration_is_recovered(tok, tmp_path, capsys):
-    judged = judged_file(tok, tmp_path / "judged.jsonl")
+@pytest.mark.parametrize("swap", [False, True])  # swap: each order is an observation (the reversed one mirrored)
+def test_the_temperature_of_a_known_miscalibration_is_recovered(tok, tmp_path, capsys, swap):
+    judged = judged_file(tok, tmp_path / "judged.jsonl", swap=swap)
     code = main(["calibrate", "--input", str(judged), "--output", str(tmp_path / "calib.json")])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -83,7 +84,8 @@ def test_the_temperature_of_a_known_miscalibration_is_recovered(tok, tmp_path, c
     assert metrics["held-out, calibrated"]["log_loss"] < metrics["held-out, raw"]["log_loss"]
     assert metrics["held-out, calibrated"]["brier"] < metrics["held-out, raw"]["brier"]
     split = calib.details["split"]
-    assert split["fit_observations"] + split["heldout_observations"] == 1000 and split["heldout_observations"] > 100
+    assert split["fit_observations"] + split["heldout_observations"] == (2000 if swap else 1000)
+    assert split["heldout_observations"] > 100
     assert "temperature" in out and "held-out, calibrated" in out
     html = (tmp_path / "calib.html").read_text()
     assert "data:image/png;base64," in html and "10 equal-width bins" in html

@@ -79,13 +79,14 @@ def read_files(files: Sequence[Path]) -> list[dict[str, Any]]:
     return ds.to_list()
 
 
-def read_source(source: str, *, split: str) -> list[dict[str, Any]]:
+def read_source(source: str, *, split: str, revision: str | None = None) -> list[dict[str, Any]]:
     """Rows of a dataset named by a local file, a local folder in the hub layout, or a hub id.
 
     Args:
         source: ``path/to/file.{json,jsonl,parquet,csv}``, a folder ``datasets`` can load (e.g. a clone of the
             hub repo: ``data/<split>-00000-of-00001.parquet``), or a hub id such as ``allenai/reward-bench``.
         split: the split to read (``filtered`` for RewardBench).
+        revision: for a hub id, the dataset commit, branch or tag to read (None: the default branch).
 
     Raises:
         ConfigError: when the source is neither a readable path nor a reachable/cached hub id (naming it and
@@ -96,7 +97,8 @@ def read_source(source: str, *, split: str) -> list[dict[str, Any]]:
         return read_files([path])
     datasets = _quiet()
     try:
-        ds = datasets.load_dataset(str(path) if path.is_dir() else source, split=split)
+        extra = {"revision": revision} if revision and not path.is_dir() else {}
+        ds = datasets.load_dataset(str(path) if path.is_dir() else source, split=split, **extra)
     except Exception as exc:  # noqa: BLE001 - offline hub, missing split, unknown id: one clear message
         where = "folder" if path.is_dir() else "hub id"
         raise ConfigError(f"cannot load {where} {source!r} split {split!r} ({type(exc).__name__}: "

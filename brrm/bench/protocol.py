@@ -150,6 +150,8 @@ class Scored:
         n_parsed: items behind ``parsed``.
         per_item: False for a replay of official output files, which brrm scores through the official script's
             rules without per-item parse states: ``parsed`` is then None and only the official figure exists.
+        results: the per-item results behind the scores (empty for official files).
+        calibration: label -> ECE / Brier / log loss of the run's P(A ≻ B) (filled when measured).
     """
 
     protocol: Protocol | None
@@ -157,6 +159,8 @@ class Scored:
     parsed: BenchResult | None
     n_parsed: int
     per_item: bool = True
+    results: tuple[ItemResult, ...] = ()
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -177,7 +181,8 @@ class Scored:
     def to_dict(self) -> dict[str, Any]:
         return {"protocol": self.protocol.to_dict() if self.protocol else None, "n_parsed": self.n_parsed,
                 "per_item": self.per_item,
-                "parsed_only": self.parsed.to_dict() if self.parsed else None}
+                "parsed_only": self.parsed.to_dict() if self.parsed else None,
+                **({"calibration": dict(self.calibration)} if self.calibration else {})}
 
 
 def score_both(bench: Any, results: Sequence[ItemResult], protocol: Protocol | None, all_: BenchResult) -> Scored:

@@ -259,6 +259,9 @@ def write_scored(folder: Path, runs: Sequence[Any], published: float | None, rev
         lines += [f"- {run.label}: {note}" for note in run.all.notes]
         if run.all.cost is not None:
             lines.append(f"- {run.label} {cost_line(run.all)}")
+        where = f"{run.label} " if len(runs) > 1 else ""
+        lines += [f"- {where}calibration, {label}: ECE {m['ece']:.4f}, Brier {m['brier']:.4f}, "
+                  f"log loss {m['log_loss']:.4f} (n {m['n']})" for label, m in run.calibration.items()]
     if len(runs) == 1:
         body: dict[str, Any] = data(runs[0])
     else:
@@ -272,9 +275,16 @@ def write_scored(folder: Path, runs: Sequence[Any], published: float | None, rev
 
 
 def write_result(folder: Path, result: BenchResult, published: float | None = None, *,
-                 extra: Mapping[str, Any] | None = None) -> None:
-    """Write ``result.json`` and ``result.md`` into ``folder`` (``extra``: further JSON fields)."""
-    data = {**result.to_dict(), "published": published, **(extra or {})}
+                 extra: Mapping[str, Any] | None = None, calibration: Mapping[str, Any] | None = None) -> None:
+    """Write ``result.json`` and ``result.md`` into ``folder`` (``extra``: further JSON fields; ``calibration``:
+    label -> ECE/Brier/log loss figures of :mod:`brrm.bench.calibration_report`, kept under ``"calibration"`` and
+    listed in ``result.md``)."""
+    data = {**result.to_dict(), "published": published, **(extra or {}),
+            **({"calibration": dict(calibration)} if calibration else {})}
     text = json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False)
     (folder / RESULT_JSON).write_text(text + "\n", encoding="utf-8")
-    (folder / RESULT_MD).write_text(markdown(result, published), encoding="utf-8")
+    md = markdown(result, published)
+    for label, m in (calibration or {}).items():
+        md += (f"- calibration, {label}: ECE {_fmt(m['ece'])}, Brier {_fmt(m['brier'])}, "
+               f"log loss {_fmt(m['log_loss'])} (n {m['n']})\n")
+    (folder / RESULT_MD).write_text(md, encoding="utf-8")

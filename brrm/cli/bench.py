@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -52,6 +53,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--order-seed", type=int, default=0, help="seed of the benchmark's random presentation orders")
     p.add_argument("--weighting", choices=("official", "unweighted"), default=None,
                    help="rewardbench: official section weights (default) or the BR-RM paper's unweighted sections")
+    p.add_argument("--strategy", choices=("knockout", "round_robin"), default=None,
+                   help="rewardbench2, pairwise judges: best-of-N strategy (default knockout: N-1 judgments per "
+                        "item; round_robin: N(N-1))")
+    p.add_argument("--revision", default=None, help="rewardbench2: hub dataset revision (commit, branch or tag)")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from brrm.bench.registry import get_benchmark
     from brrm.errors import ConfigError
 
-    bench = get_benchmark(args.name, weighting=args.weighting)
+    bench = get_benchmark(args.name, weighting=args.weighting, strategy=args.strategy, revision=args.revision)
     subsets = bench.resolve_subsets(args.subset)
     bench.orders(args.orders)
     if args.limit is not None and args.limit < 1:
@@ -93,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
             where = folder / protocol.name if folder is not None and len(protocols) > 1 else folder
             if where is not None:
                 where.mkdir(exist_ok=True)
-            scorer = get_benchmark(args.name, **{"weighting": args.weighting, **protocol.bench_options})
+            scorer = bench if not protocol.bench_options else get_benchmark(  # the loaded one keeps its data notes
+                args.name, **{"weighting": args.weighting, "strategy": args.strategy, "revision": args.revision,
+                              **protocol.bench_options})
             scored.append(_run(args, scorer, mine, items, subsets, protocol, where))
     finally:
         judge.close()
@@ -172,7 +179,7 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
     if all(ours):
         results = [r for p in paths for r in read_items(p)]
         result = bench.score(results)
-        scored = score_both(bench, results, None, result)
+        scored = replace(score_both(bench, results, None, result), results=tuple(results))
     else:
         result = bench.replay(paths, root=args.data_dir)
         scored = Scored(None, result, None, 0, per_item=False)  # official files: no per-item parse states here
@@ -186,7 +193,7 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
     from brrm.bench.protocol import score_both
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
-    from brrm.bench.runner import run as run_bench
+    from brrm.bench.runner import run as run_items
 
     term = sys.stdout
     orders = protocol.orders
@@ -195,12 +202,24 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
     print(protocol.describe(dict(judge.info.options) if pairwise else None), file=term)
     settings = {**run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
                                source=args.data, limit=args.limit), "protocol": protocol.name}
+    if getattr(bench, "best_of_n", False):
+        settings["strategy"] = bench.strategy  # a resumed run keeps the strategy
     done = check_resume(folder, settings) if folder is not None else {}
-    planned = planned_judgments(judge, [it for it in items if it.id not in done], orders=orders, seed=args.order_seed)
+    todo = [it for it in items if it.id not in done]
     unit = "judgment" if pairwise else "reward"
-    print(f"protocol: orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
-          + f"; {planned} {unit}s to run" + (f"; resuming: {len(done)} items already judged" if done else ""),
-          file=term)
+    if getattr(bench, "best_of_n", False):
+        from brrm.bench import bestofn
+
+        planned = bestofn.planned(judge, todo, bench.strategy)
+        how = (f"strategy {bench.strategy} (completion order drawn from order seed {args.order_seed})"
+               if unit == "judgment" else "every completion scored")
+        run_bench: Any = partial(bestofn.run, strategy=bench.strategy)
+    else:
+        planned = planned_judgments(judge, todo, orders=orders, seed=args.order_seed)
+        how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
+        run_bench = partial(run_items, orders=orders)
+    print(f"protocol: {how}; {planned} {unit}s to run"
+          + (f"; resuming: {len(done)} items already judged" if done else ""), file=term)
     handle = None
     if folder is not None:
         import json
@@ -210,12 +229,13 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
         handle = (folder / ITEMS_FILE).open("a" if done else "w", encoding="utf-8")
     try:
         with common.progress_bar(planned, desc=bench.name, unit=unit, disable=args.no_progress) as bar:
-            results, cost = run_bench(judge, items, orders=orders, seed=args.order_seed, progress=bar.update,
+            results, cost = run_bench(judge, items, seed=args.order_seed, progress=bar.update,
                                       sink=(lambda part: write_items(handle, part)) if handle else None, done=done)
     finally:
         if handle is not None:
             handle.close()
-    return score_both(bench, results, protocol, replace(bench.score(results), cost=cost, judge=judge.info.to_dict()))
+    scored = score_both(bench, results, protocol, replace(bench.score(results), cost=cost, judge=judge.info.to_dict()))
+    return replace(scored, results=tuple(results))
 
 
 def _finish(bench: Any, scored: list[Any], folder: Path | None, model: str | None, revision: dict[str, Any]) -> None:
@@ -240,6 +260,7 @@ def _finish(bench: Any, scored: list[Any], folder: Path | None, model: str | Non
     at = revision.get("commit") or revision.get("sha256") or "unknown revision"
     print(f"data: {revision.get('source')} — {revision.get('repository') or 'local copy'} @ {at} "
           f"({revision.get('from')})", file=term)
+    _calibration(scored, folder, many)
     if folder is not None:
         write_scored(folder, scored, published, revision)
         print(f"wrote {folder}/result.json and result.md" + (" and judgments.jsonl" if scored[0].all.cost else "")
@@ -261,3 +282,20 @@ def _headline(run: Any) -> str:
     if run.protocol is None or run.protocol.headline != "parsed":
         both.reverse()
     return f"{name} " + "; ".join(both)
+
+
+def _calibration(scored: list[Any], folder: Path | None, many: bool) -> None:
+    """ECE, Brier and log loss of each run's P(A ≻ B) beside its accuracy; ``report.html`` with the reliability
+    diagram in its folder (nothing when no labelled judgment measured a probability)."""
+    from brrm.bench.calibration_report import measure_results, summary_line, write_report
+
+    for run in scored:
+        metrics = measure_results(list(run.results))
+        if not metrics:
+            continue
+        print((f"{run.label} " if many else "") + summary_line(metrics), file=sys.stdout)
+        if folder is not None:
+            where = folder / run.label if many else folder
+            write_report(where, run.all, metrics)
+            run.calibration.update({label: {k: v for k, v in m.to_dict().items() if k != "bins"}
+                                    for label, m in metrics})

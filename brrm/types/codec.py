@@ -28,7 +28,7 @@ def provenance_from_dict(d: Mapping[str, Any] | None) -> Provenance | None:
         return None
     return Provenance(model=d["model"], backend=d["backend"], template_hash=d["template_hash"],
                       sampling=SamplingConfig(**d["sampling"]), seed=d["seed"], decoding=d["decoding"],
-                      policies=dict(d["policies"]))
+                      policies=dict(d["policies"]), calibration=d.get("calibration", ""))
 
 
 def judgment_from_dict(d: Mapping[str, Any]) -> PairwiseJudgment:
@@ -38,7 +38,7 @@ def judgment_from_dict(d: Mapping[str, Any]) -> PairwiseJudgment:
         dimensions=tuple(d["dimensions"]), unknown_dimensions=tuple(d["unknown_dimensions"]),
         analysis_a=d["analysis_a"], analysis_b=d["analysis_b"], turn1_text=d["turn1_text"],
         turn2_text=d["turn2_text"], prompt_tokens=d["prompt_tokens"], generated_tokens=d["generated_tokens"],
-        p_a=_num(d["p_a"]), logit_1=_num(d["logit_1"]), logit_2=_num(d["logit_2"]),
+        p_a=_num(d["p_a"]), p_a_raw=_num(d.get("p_a_raw")), logit_1=_num(d["logit_1"]), logit_2=_num(d["logit_2"]),
         provenance=provenance_from_dict(d["provenance"]), id=d["id"], label=Verdict(d["label"]),
         attempts=d["attempts"], sub_judgments=tuple(judgment_from_dict(s) for s in d.get("sub_judgments", ())),
         consistent=d["consistent"])

@@ -20,7 +20,7 @@ from typing import Any
 
 from brrm.audit.plots import plots_for
 from brrm.audit.summary import AuditRow
-from brrm.types import GroupResult, PairwiseJudgment, ScalarReward
+from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 
 REPORT_FILE = "report.html"
 TEMPLATE = "report.html.j2"
@@ -134,8 +134,9 @@ def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
         view["texts"] = [("Response A", rec.get("response_a", "")), ("Response B", rec.get("response_b", "")),
                          ("Analysis of A (turn 1)", res.analysis_a), ("Analysis of B (turn 1)", res.analysis_b)]
         orders = res.sub_judgments or (res,)
-        names = ("forward (A first)", "reversed (B first)") if res.sub_judgments else ("",)
-        for name, sj in zip(names, orders, strict=True):
+        for pos, (sj, shown) in enumerate(res.ordered_judgments()):
+            name = "" if not res.sub_judgments else "forward (A first)" if shown is Verdict.A else "reversed (B first)"
+            name += f" sample {pos % res.samples + 1}" if res.samples > 1 else ""
             view["turns"] += [(f"Turn 1 {name}".strip(), sj.turn1_text), (f"Turn 2 {name}".strip(), sj.turn2_text)]
         view["dimensions"] = " | ".join(dict.fromkeys(d for sj in orders for d in sj.dimensions))
     elif isinstance(res, ScalarReward):

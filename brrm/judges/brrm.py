@@ -182,9 +182,10 @@ class _Item:
     t2: Completion | None = None
     result: PairwiseJudgment | None = None
     retryable: bool = True
+    sample: int = 0
 
     def seed(self, base: int, turn: int) -> int:
-        return item_seed(base, self.key, stream=f"turn{turn}", attempt=self.attempt)
+        return item_seed(base, self.key, stream=f"turn{turn}", attempt=self.attempt, sample=self.sample)
 
     def retry(self) -> _Item:
         """Reset for a fresh attempt of the same ordered judgment (new sampler streams)."""
@@ -257,7 +258,7 @@ class BRRMJudge:
 
     # ------------------------------------------------------------------------------------------- judging
     def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
-                      ids: Sequence[str] | None = None,
+                      ids: Sequence[str] | None = None, samples: Sequence[int] | None = None,
                       progress: Callable[[float], None] | None = None) -> list[PairwiseJudgment]:
         """Judge each (conversation, first, second) in that presentation order; one judgment per item.
 
@@ -266,15 +267,21 @@ class BRRMJudge:
             first, second: the responses shown as Response 1 and Response 2 (N each); the result's winner
                 is ``A`` when ``first`` wins.
             ids: optional record ids (N); they also key each item's sampler streams.
+            samples: optional sample index of each item (N ints >= 0; default all 0): self-consistency voting
+                (:mod:`brrm.compose.vote`) asks for the same ordered pair k times with indices 0..k-1, each
+                drawing from its own sampler streams (:func:`brrm.seeds.item_seed`).
             progress: called with the fraction of an item done (0.5 per finished turn).
 
         Raises:
-            ConfigError: on mismatched lengths, an invalid conversation or a response that is not a string.
+            ConfigError: on mismatched lengths, an invalid conversation, a response that is not a string or a
+                sample index that is not an int >= 0.
         """
         n = check_same_length(conversations=conversations, first=first, second=second)
         rids = [str(x) for x in ids] if ids is not None else [""] * n
         check_same_length(conversations=conversations, ids=rids)
-        items = [self._item(i, conversations[i], first[i], second[i], rids[i]) for i in range(n)]
+        picks = [0] * n if samples is None else [check_int(f"samples[{i}]", s, low=0) for i, s in enumerate(samples)]
+        check_same_length(conversations=conversations, samples=picks)
+        items = [self._item(i, conversations[i], first[i], second[i], rids[i], picks[i]) for i in range(n)]
         live = [it for it in items if it.result is None]
         chunk = self.backend.capabilities.chunk_size
         for start in range(0, len(live), chunk):
@@ -288,7 +295,7 @@ class BRRMJudge:
                 part = [it.retry() for it in part if self._should_retry(it)]
         return [it.result for it in items if it.result is not None]
 
-    def _item(self, i: int, conversation: Any, first: Any, second: Any, rid: str) -> _Item:
+    def _item(self, i: int, conversation: Any, first: Any, second: Any, rid: str, sample: int = 0) -> _Item:
         conv = Conversation.coerce(conversation, where=f"conversations[{i}]")
         texts = []
         for name, r in (("first", first), ("second", second)):
@@ -300,7 +307,7 @@ class BRRMJudge:
                 r = neutralize_markers(r)
             texts.append(r)
         key = content_key(rid, conv.content_hash(), texts[0], texts[1])
-        it = _Item(i, key, conv, texts[0], texts[1], rid)
+        it = _Item(i, key, conv, texts[0], texts[1], rid, sample=sample)
         self._short_circuit(it)
         return it
 

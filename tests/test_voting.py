@@ -118,3 +118,42 @@ def test_samples_share_the_turn1_prefill_exactly_and_reach_rank(tiny_dir):
     assert json.dumps(out[0].to_dict()) == json.dumps(unshared[0].to_dict())  # sharing changes no bit
     group = judge.rank("Say hi.", ["Hi!", "Go away.", "Hello."], strategy="knockout")
     assert group.judgments and all(j.samples == 4 and len(j.sub_judgments) == 4 for j in group.judgments)
+
+
+class _SeededVerdicts:
+    """A scripted BR-RM whose turn-2 verdict follows the sample's seed (what real sampling cannot give on demand:
+    a known split of votes); turn 1 is a valid analysis."""
+
+    def __call__(self, prompt, request):
+        from tests.serve_helpers import T1, is_turn2, ranking
+
+        return ranking(1 + request.seed % 2) if is_turn2(prompt) else T1
+
+
+def _scripted(samples, **kw):
+    from brrm.backends.fake import FakeBackend
+    from brrm.testing import build_tiny_tokenizer
+
+    return brrm.load(kind="brrm", backend=FakeBackend(build_tiny_tokenizer(), _SeededVerdicts()), decoding="faithful",
+                     samples=samples, **kw)
+
+
+def test_voting_reaches_the_server_and_the_trl_reward():
+    from fastapi.testclient import TestClient
+
+    from brrm.rlhf.trl import trl_reward
+    from brrm.serve import ServerLimits, create_app
+
+    judge = _scripted(5, swap=True)
+    direct = judge.judge_pairs(["What is 2+2?"], ["4"], ["5"], ids=["p"])[0]
+    app = create_app(judge, limits=ServerLimits(warmup=False), close_judge=False)
+    with TestClient(app) as client:
+        r = client.post("/v1/judge", json={"pairs": [{"id": "p", "prompt": "What is 2+2?", "response_a": "4",
+                                                       "response_b": "5"}]})
+    assert r.status_code == 200
+    got = r.json()["judgments"][0]
+    assert got["samples"] == 5 and len(got["sub_judgments"]) == 10 and got["winner"] == direct.winner.value
+    assert got["agreement"] == pytest.approx(direct.agreement)
+    reward = trl_reward(_scripted(3), mode="group", strategy="round_robin", num_generations=2)
+    values = reward(prompts=["Say hi."] * 2, completions=["Hi!", "Hello."])
+    assert len(values) == 2 and sum(values) == pytest.approx(1.0)  # 3 votes never tie: one win per game

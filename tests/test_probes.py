@@ -151,3 +151,29 @@ def test_cli_probe_bad_flags_are_one_error_line(capsys):
     assert main(["probe", str(REPO / "examples/pairs.jsonl"), "--probes", "length,bogus"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("brrm: error: probe 'bogus' is not valid") and err.count("\n") == 1
+
+
+def test_audit_probes_write_probes_json_and_a_report_section(tmp_path, tiny_dir, capsys):
+    out = tmp_path / "audit"
+    assert main(["audit", str(REPO / "examples/pairs.jsonl"), "--output", str(out), "--model", tiny_dir, "--kind",
+                 "brrm", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress",
+                 "--probes", "length,injection"]) == 0
+    err = capsys.readouterr().err
+    assert "probes: length, injection; cost 24 judgments" in err and "flip rate" in err
+    report = json.loads((out / "probes.json").read_text())
+    assert [p["probe"] for p in report["probes"]] == ["length", "injection"] and report["pairs"] == 8
+    html = (out / "report.html").read_text()
+    section = html.split('<section id="robustness">', 1)[1].split("</section>", 1)[0]
+    for p in report["probes"]:
+        fr = p["flip_rate"]
+        assert f'data-probe="{p["probe"]}"' in section
+        assert f"{fr['value']:.3f} [{fr['low']:.3f}, {fr['high']:.3f}]" in section
+
+
+def test_audit_probes_need_pairs(tmp_path, capsys):
+    single = tmp_path / "single.jsonl"
+    single.write_text(json.dumps({"prompt": "hi", "response": "hello"}) + "\n")
+    code = main(["audit", str(single), "--output", str(tmp_path / "out"), "--kind", "bt", "--model",
+                 str(tmp_path / "none"), "--probes", "length"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("brrm: error:") and "--probes applies to pair records" in err

@@ -17,11 +17,13 @@ BENCHMARKS = {
     "mt-bench": "brrm.bench.mtbench:MTBench",
     "pandalm": "brrm.bench.pandalm:PandaLM",
     "rewardbench": "brrm.bench.rewardbench:RewardBench",
+    "evalbiasbench": "brrm.bench.evalbiasbench:EvalBiasBench",
 }
 """Registry name -> ``module:class``."""
 
 ALIASES = {"rmbench": "rm-bench", "auto-j": "autoj", "autoj-evalp": "autoj", "mtbench": "mt-bench",
-           "reward-bench": "rewardbench", "judge-bench": "judgebench"}
+           "reward-bench": "rewardbench", "judge-bench": "judgebench",
+           "evalbias": "evalbiasbench", "eval-bias-bench": "evalbiasbench", "biasbench": "evalbiasbench"}
 
 
 def names() -> tuple[str, ...]:

@@ -38,6 +38,8 @@ class Status(enum.StrEnum):
     ``truncated``: a token budget or context limit was hit before the verdict. ``backend_error``: the
     model backend failed (exception, NaN logits, HTTP error). ``invalid_input``: the record itself is
     malformed (reported with its reason; the rest of the batch goes on). ``empty``: an empty response.
+    ``incomplete_group``: a group reward whose GRPO group never arrived whole (some member missing after the
+    cohort deadline), so no within-group reward exists for it.
     """
 
     OK = "ok"
@@ -46,6 +48,7 @@ class Status(enum.StrEnum):
     BACKEND_ERROR = "backend_error"
     INVALID_INPUT = "invalid_input"
     EMPTY = "empty"
+    INCOMPLETE_GROUP = "incomplete_group"
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,8 @@ def probe_rows(probes: Mapping[str, Any]) -> list[list[str]]:
     def ci(iv: Mapping[str, Any] | None) -> str:
         if not iv or iv.get("value") is None:
             return "n/a"
-        return f"{fmt_num(iv['value'])} [{fmt_num(iv['low'])}, {fmt_num(iv['high'])}]"
+        value, low, high = (0.0 if abs(iv[k]) < 5e-4 else iv[k] for k in ("value", "low", "high"))  # no "-0.000"
+        return f"{fmt_num(value)} [{fmt_num(low)}, {fmt_num(high)}]"
 
     return [[p["probe"], p["description"], ci(p["flip_rate"]), str(p["flip_rate"]["n"]), str(p["failed"]),
              ci(p["p_shift"]), ci(p.get("reward_shift")), fmt_num(p.get("toward_target"), 2),

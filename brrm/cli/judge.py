@@ -118,6 +118,10 @@ def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float
     print(f"  accuracy {acc}", file=term)
     if s.swapped:
         print(f"  swap consistency rate {s.consistency_rate:.3f} ({s.consistent}/{s.swapped})", file=term)
+    voted = [r.agreement for r in results if r.ok and r.samples > 1 and r.agreement == r.agreement]
+    if voted:
+        print(f"  voting: {results[0].samples} samples per order; mean agreement {sum(voted) / len(voted):.3f} "
+              f"({len(voted)} voted pairs)", file=term)
     if s.order_labelled:
         print(f"  order-averaged accuracy {s.order_averaged_accuracy:.3f} (each order scored alone, as LLMBar's "
               "correct_average; a position-inconsistent tie earns half)", file=term)

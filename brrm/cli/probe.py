@@ -78,7 +78,8 @@ def _ci(iv: Any, signed: bool = False) -> str:
     if math.isnan(iv.value):
         return "n/a"
     f = "+.3f" if signed else ".3f"
-    return f"{iv.value:{f}} [{iv.low:{f}}, {iv.high:{f}}]"
+    value, low, high = (0.0 if abs(x) < 5e-4 else x for x in (iv.value, iv.low, iv.high))  # no "-0.000"
+    return f"{value:{f}} [{low:{f}}, {high:{f}}]"
 
 
 def print_report(term: TextIO, report: Any) -> None:

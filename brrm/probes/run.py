@@ -5,7 +5,8 @@ The original pairs and every probe's variants are judged through the judge's own
 voting), with one change where the judge allows it (a BR-RM judge): a variant's sampler streams are keyed by the
 original pair's texts (``seed_texts`` of :meth:`brrm.judges.brrm.BRRMJudge.judge_ordered`), so the variant draws
 the same random numbers as the original (common random numbers) and a verdict that moves was moved by the
-manipulation. Other judges (scalar models) are deterministic; the report says which applies (``streams``).
+manipulation. Scalar models are deterministic; a generative judge reached only through ``judge_pairs`` (a remote
+one) samples each variant afresh; the report says which applies (``streams``).
 
 A flip is a pair whose original and variant verdicts are both ok and differ (the variant seen in the original's
 (A, B) frame). Failed judgments never count as flips or non-flips: they are counted apart, with their reasons.
@@ -122,7 +123,9 @@ class ProbeReport:
     Attributes:
         pairs: pairs probed.
         judgments: pairwise judgments run (originals and variants; each counts its orders and samples apart).
-        streams: ``shared`` (variants drew the originals' sampler streams) or ``deterministic`` (a scalar model).
+        streams: ``shared`` (variants drew the originals' sampler streams), ``deterministic`` (a scalar model) or
+            ``independent`` (a generative judge reached only through ``judge_pairs``, e.g. a remote one: each
+            variant drew its own streams, so part of each flip rate is sampling noise).
         confidence: the intervals' level, in (0, 1); bootstrap: resamples; seed: the bootstrap's base seed.
         probes: one :class:`ProbeFigures` per probe, in the requested order.
     """
@@ -202,7 +205,7 @@ def run_probes(judge: Any, conversations: Sequence[Any], responses_a: Sequence[s
         if judge.info.kind != "brrm" and name != "position":
             items = _with_rewards(judge, conversations, a, b, va, vb, targets, items)
         figures.append(_figures(name, items, resamples, confidence, item_seed(seed, "probe", stream=name), top))
-    streams = "shared" if _seedable(judge) else "deterministic"
+    streams = "shared" if _seedable(judge) else "deterministic" if judge.info.kind != "brrm" else "independent"
     return ProbeReport(n, probe_cost(judge, n, names), streams, confidence, resamples, seed, tuple(figures))
 
 

@@ -84,6 +84,19 @@ def test_variants_share_the_originals_streams():
     assert [j.winner for j in fresh] != [j.winner for j in plain]  # independent streams would move them
 
 
+def test_a_judge_behind_judge_pairs_only_is_probed_with_independent_streams():
+    inner = _judge()
+
+    class Opaque:  # e.g. a remote judge: no ordered judge to key a variant's streams by the original pair
+        info = inner.info
+        judge_pairs = inner.judge_pairs
+
+    report = run_probes(Opaque(), CONVS, A, B, probes="length", ids=IDS)
+    flipped = {it.id for it in report.probes[0].items if it.flipped}
+    assert report.streams == "independent"
+    assert flipped > {f"q{k}" for k in range(0, N, 4)}  # the scripted flips, plus coin flips drawn afresh
+
+
 def test_probes_with_swap_and_voting_follow_the_judge():
     report = run_probes(_judge(swap=True, samples=3), CONVS, A, B, probes="length", ids=IDS)
     length = report.probes[0]

@@ -44,7 +44,7 @@ SAMPLING_OPTIONS = ("temperature", "top_p", "max_new_tokens", "max_total_tokens"
 JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
     "brrm": (*SAMPLING_OPTIONS, "decoding", "swap", "thinking", "block_token_cap", "max_retries", "system_messages",
              "tool_messages", "strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "verdict",
-             "turn2_tokens"),
+             "turn2_tokens", "samples"),
     "bt": ("recipe", "max_length", "truncation_side", "strip_thinking", "strip_history_reasoning", "margin", "swap"),
     "principle": (*SAMPLING_OPTIONS, "recipe", "principle", "decoding", "reward", "strip_thinking",
                   "strip_history_reasoning", "question", "margin", "swap"),
@@ -206,9 +206,15 @@ def _brrm(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
     from brrm.judges.brrm import BRRMConfig, BRRMJudge
 
     rest = {k: v for k, v in opts.items() if k not in SAMPLING_OPTIONS}
+    from brrm.compose.vote import check_samples
+
     swap = rest.pop("swap", False)
+    samples = check_samples(rest.pop("samples", 1))  # self-consistency voting (brrm.compose.vote)
     config = BRRMConfig(sampling=_sampling(opts), swap=swap, **rest)
-    return lambda backend: PairwiseRewardJudge(BRRMJudge(backend, config), swap=swap)
+    if samples > 1 and config.sampling.greedy:
+        raise ConfigError(f"samples={samples} with temperature 0: greedy decoding gives {samples} identical "
+                          "judgments; set temperature > 0 (published: 1.0) or samples=1")
+    return lambda backend: PairwiseRewardJudge(BRRMJudge(backend, config), swap=swap, samples=samples)
 
 
 def _bt(name: str, opts: dict[str, Any], source: str | None = None) -> Any:

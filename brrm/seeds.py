@@ -3,8 +3,9 @@
 A sampler stream is seeded from the base seed and a stable key of the item — never from its position in a
 batch, its chunk, or what else was judged — so the same record gives the same output at batch size 1 or 8,
 in any order, with or without its neighbours. The key holds the item's id and content hash, the
-presentation order (a swapped pair is different content), the turn and the attempt, so turn 1 and turn 2
-(and a retry) draw from different streams.
+presentation order (a swapped pair is different content), the turn, the attempt and the sample index of
+self-consistency voting, so turn 1 and turn 2 (a retry, and each of k voted samples) draw from different
+streams.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def content_key(*parts: str) -> str:
     return digest.hexdigest()
 
 
-def item_seed(base: int, key: str, *, stream: str = "", attempt: int = 0) -> int:
+def item_seed(base: int, key: str, *, stream: str = "", attempt: int = 0, sample: int = 0) -> int:
     """The seed of one sampler stream of one item, in [0, 2**63).
 
     Args:
@@ -31,6 +32,9 @@ def item_seed(base: int, key: str, *, stream: str = "", attempt: int = 0) -> int
         key: the item's stable key (e.g. its id and :func:`content_key`).
         stream: which stream (``turn1``, ``turn2``, ``judgement``, …).
         attempt: 0 for the first run, k for the k-th retry.
+        sample: the sample index of self-consistency voting, >= 0; sample 0 is the stream of an unvoted
+            judgment (its seed is the one every earlier release derived), sample s > 0 adds ``s`` to the key.
     """
-    text = f"{base}\0{key}\0{stream}\0{attempt}".encode("utf-8", "surrogatepass")
+    tail = f"\0sample{sample}" if sample else ""
+    text = f"{base}\0{key}\0{stream}\0{attempt}{tail}".encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") & ((1 << SEED_BITS) - 1)

@@ -20,15 +20,22 @@ from typing import Any
 
 from brrm.audit.plots import any_failure, plots_for, reliability_plot
 from brrm.audit.summary import AuditRow
-from brrm.types import GroupResult, PairwiseJudgment, ScalarReward
+from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 
 REPORT_FILE = "report.html"
 TEMPLATE = "report.html.j2"
 
 
+PROBES_FILE = "probes.json"
+"""Robustness probes of the folder (``brrm audit --probes``: a :class:`brrm.probes.ProbeReport` as JSON)."""
+
+
 def write_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], directory: Path, options: Any) -> Path:
-    """Render the report of a run into ``directory/report.html`` (atomically: a temporary file renamed)."""
-    html = render_report(summary, rows, max_flagged=options.max_flagged)
+    """Render the report of a run into ``directory/report.html`` (atomically: a temporary file renamed), with the
+    folder's robustness probes (``probes.json``) when there are any."""
+    probes_path = Path(directory) / PROBES_FILE
+    probes = json.loads(probes_path.read_text(encoding="utf-8")) if probes_path.is_file() else None
+    html = render_report(summary, rows, max_flagged=options.max_flagged, probes=probes)
     path = Path(directory) / REPORT_FILE
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(html, encoding="utf-8")
@@ -36,8 +43,9 @@ def write_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], directory
     return path
 
 
-def render_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], *, max_flagged: int = 200) -> str:
-    """The report's HTML text."""
+def render_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], *, max_flagged: int = 200,
+                  probes: Mapping[str, Any] | None = None) -> str:
+    """The report's HTML text (with a robustness section when ``probes``, a ``ProbeReport.to_dict()``, is given)."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("brrm.audit", "."), autoescape=True,
@@ -53,8 +61,25 @@ def render_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], *, max_f
         slices=[(col, data, slice_table(data["values"], shape)) for col, data in summary["slices"].items()],
         flagged=[flagged_view(r, shape) for r in flagged[:max_flagged]], flagged_total=len(flagged),
         invalid=[r for r in rows if r.status == "invalid_input"],
+        probes=probes, probe_rows=probe_rows(probes) if probes else [],
         judge_json=json.dumps(summary["judge"], indent=1, ensure_ascii=False),
         provenance_json=json.dumps(summary["provenance"], indent=1, ensure_ascii=False))
+
+
+def probe_rows(probes: Mapping[str, Any]) -> list[list[str]]:
+    """One table row per probe: name, what it does, flip rate [interval], pairs, failed, P(target) shift
+    [interval], reward shift, share of flips toward the target, the most moved ids."""
+
+    def ci(iv: Mapping[str, Any] | None) -> str:
+        if not iv or iv.get("value") is None:
+            return "n/a"
+        value, low, high = (0.0 if abs(iv[k]) < 5e-4 else iv[k] for k in ("value", "low", "high"))  # no "-0.000"
+        return f"{fmt_num(value)} [{fmt_num(low)}, {fmt_num(high)}]"
+
+    return [[p["probe"], p["description"], ci(p["flip_rate"]), str(p["flip_rate"]["n"]), str(p["failed"]),
+             ci(p["p_shift"]), ci(p.get("reward_shift")), fmt_num(p.get("toward_target"), 2),
+             ", ".join(f"{m['id']} ({m['original']}→{m['variant']})" for m in p["most_moved"] if m["flipped"])
+             or "none flipped"] for p in probes["probes"]]
 
 
 def fmt_num(x: Any, digits: int = 3) -> str:
@@ -160,8 +185,9 @@ def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
         view["texts"] = [("Response A", rec.get("response_a", "")), ("Response B", rec.get("response_b", "")),
                          ("Analysis of A (turn 1)", res.analysis_a), ("Analysis of B (turn 1)", res.analysis_b)]
         orders = res.sub_judgments or (res,)
-        names = ("forward (A first)", "reversed (B first)") if res.sub_judgments else ("",)
-        for name, sj in zip(names, orders, strict=True):
+        for pos, (sj, shown) in enumerate(res.ordered_judgments()):
+            name = "" if not res.sub_judgments else "forward (A first)" if shown is Verdict.A else "reversed (B first)"
+            name += f" sample {pos % res.samples + 1}" if res.samples > 1 else ""
             view["turns"] += [(f"Turn 1 {name}".strip(), sj.turn1_text), (f"Turn 2 {name}".strip(), sj.turn2_text)]
         view["dimensions"] = " | ".join(dict.fromkeys(d for sj in orders for d in sj.dimensions))
     elif isinstance(res, ScalarReward):

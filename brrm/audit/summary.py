@@ -243,11 +243,7 @@ def position_figures(judged: Sequence[PairwiseJudgment], kind: str, s: Any) -> d
                 "first_shown_wins": 0, "decided": 0, "first_shown_win_rate": math.nan}
     first = decided = 0
     for j in judged:
-        if j.sub_judgments:  # (forward, reversed mirrored into the A/B frame): reversed showed B first
-            pairs = [(j.sub_judgments[0], Verdict.A), (j.sub_judgments[1], Verdict.B)]
-        else:
-            pairs = [(j, Verdict.A)]
-        for sj, shown_first in pairs:
+        for sj, shown_first in j.ordered_judgments():  # reversed (mirrored into the A/B frame) showed B first
             if sj.ok and sj.winner in (Verdict.A, Verdict.B):
                 decided += 1
                 first += sj.winner is shown_first

@@ -71,7 +71,7 @@ class Decoder:
         token. Rows with fewer pending tokens are left-padded inside the step (masked holes).
         """
         backend = self.backend
-        past, input_ids, mask, positions = self._prefill_inputs(rows)
+        past, input_ids, mask, positions, expand = self._prefill_inputs(rows)
         active = list(rows)
         bitmask = None
         kwarg = _cache_kwarg(type(backend.model))  # type: ignore[arg-type]
@@ -81,6 +81,9 @@ class Decoder:
             backend.stats["forward_calls"] += 1
             past = out.cache if hasattr(out, "cache") else out.past_key_values
             logits = out.logits[:, -1, :].float()
+            if expand is not None:  # rows that shared a prefill get their own copy of its KV and last logits
+                past.batch_select_indices(expand)
+                mask, logits, expand = mask[expand], logits[expand], None
             if bitmask is None and any(r.state is not None for r in rows):
                 from outlines_core.kernels.torch import allocate_token_bitmask
 
@@ -129,15 +132,30 @@ class Decoder:
             pos[i, t - n:] = torch.arange(start, start + n)
         return ids.to(self.dev), mask.to(self.dev), pos.to(self.dev)
 
-    def _prefill_inputs(self, rows: list[Row]) -> tuple[Any, Any, Any, Any]:
-        from transformers import DynamicCache
-
+    def _prefill_inputs(self, rows: list[Row]) -> tuple[Any, Any, Any, Any, Any]:
+        """Prefill inputs of the rows, identical uncached prompts once (with the prefix cache on: the k samples of
+        self-consistency voting share their turn-1 prefill), and the index that expands the prefilled batch back
+        to every row (None when no prompt was shared). A shared prefill computes exactly what each row would
+        compute alone, so sharing never changes a result beyond what batching itself may."""
         backend, dev = self.backend, self.dev
         kvs = []
         for row in rows:
             n, kv = backend.cache.take(row.request.prompt_ids) if backend.cache is not None else (0, None)
             row.cached = n
             kvs.append(kv)
+        unique, expand = _shared_prompts(rows, backend.cache is not None)
+        if len(unique) < len(rows):
+            shared = set(range(len(rows))) - set(unique)
+            backend.stats["shared_prompt_tokens"] += sum(len(rows[i].request.prompt_ids) for i in shared)
+            rows, kvs = [rows[i] for i in unique], [kvs[i] for i in unique]
+        past, input_ids, mask, positions = self._stack_inputs(rows, kvs)
+        index = torch.tensor(expand, device=dev) if len(unique) < len(expand) else None
+        return past, input_ids, mask, positions, index
+
+    def _stack_inputs(self, rows: list[Row], kvs: list[Any]) -> tuple[Any, Any, Any, Any]:
+        from transformers import DynamicCache
+
+        backend, dev = self.backend, self.dev
         b = len(rows)
         c = max(r.cached for r in rows)
         new = [r.request.prompt_ids[r.cached:] for r in rows]
@@ -192,6 +210,24 @@ class Decoder:
         if not row.finish and len(row.generated) >= row.request.max_new_tokens:
             row.finish = "length"
         return bool(row.finish)
+
+
+def _shared_prompts(rows: list[Row], enabled: bool) -> tuple[list[int], list[int]]:
+    """(indices of the rows to prefill, for every row the position of its prefill among them): rows whose whole
+    prompt is identical and uncached share one prefill when ``enabled``."""
+    first: dict[tuple[int, ...], int] = {}
+    unique: list[int] = []
+    expand: list[int] = []
+    for i, row in enumerate(rows):
+        key = tuple(row.request.prompt_ids)
+        if enabled and row.cached == 0 and key in first:
+            expand.append(first[key])
+            continue
+        if row.cached == 0:
+            first.setdefault(key, len(unique))
+        expand.append(len(unique))
+        unique.append(i)
+    return unique, expand
 
 
 @functools.cache

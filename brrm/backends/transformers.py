@@ -158,7 +158,8 @@ class TransformersBackend:
         if not causal:
             self.scorer.head(None)  # a classifier wider than one label is refused now, not at the first batch
         self._compiled: dict[Program, CompiledProgram] = {}
-        self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0}
+        self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0,
+                      "shared_prompt_tokens": 0}
 
     @classmethod
     def from_pretrained(cls, model_id: str, *, task: str = "auto", dtype: str = "auto", device: str = "auto",

@@ -29,9 +29,11 @@ def is_pairwise(judge: Any) -> bool:
 
 
 def planned_judgments(judge: Any, items: Sequence[BenchItem], *, orders: str, seed: int) -> int:
-    """Model calls a run will make: ordered judgments (pairwise judges) or scored responses (scalar models)."""
+    """Model calls a run will make: ordered judgments (pairwise judges; x samples under self-consistency voting) or
+    scored responses (scalar models)."""
     if is_pairwise(judge):
-        return sum(len(presentations(orders, it, seed=seed)) for it in items)
+        samples = int(judge.info.options.get("samples", 1))
+        return samples * sum(len(presentations(orders, it, seed=seed)) for it in items)
     return sum(len(it.responses) for it in items)
 
 

@@ -54,6 +54,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--summary-every", type=float, default=60.0, metavar="SECONDS",
                    help="print a summary line this often (default 60)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--probes", default=None, metavar="LIST",
+                   help="pairs: also run robustness probes (as brrm probe), e.g. length,injection; writes "
+                        "DIR/probes.json and a report section (rerun each time, not resumed)")
     r = p.add_argument_group("Ray (pip install 'brrm[ray]')")
     r.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="judge on a Ray actor pool: a cluster address (e.g. auto, ray://head:10001) or none for a "
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     kind = _resolve_kind(model, opts["kind"], shape)
     opts["kind"] = kind
     items, options = _plan(args, records, shape, kind, opts)
+    probes = _probe_names(args, shape)
     ray = _ray_options(args)
     from brrm.audit import JudgeSpec, run_audit
 
@@ -90,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"brrm audit: {len(records)} records from {args.input} ({shape}); model "
           f"{model or 'the embedded demo (SmolLM2-135M-Instruct; pass --model for a real judge)'}; kind {kind}; "
           f"backend {opts['backend']}" + (f"; on Ray ({args.ray})" if ray else ""), file=sys.stderr)
+    if probes:
+        _run_probes(records, JudgeSpec(model, opts), probes, Path(args.output))
     outcome = run_audit(items, args.output, options, spec=JudgeSpec(model, opts), ray=ray, source=args.input,
                         argv=sys.argv[1:], provenance=_provenance(args.input), term=sys.stderr)
     _print_outcome(outcome)
@@ -162,6 +168,41 @@ def _plan(args: argparse.Namespace, records: list[Any], shape: str, kind: str,
                            max_flagged=args.max_flagged, chunk_size=args.chunk_size,
                            summary_every_s=args.summary_every, progress=not args.no_progress)
     return items, options
+
+
+def _probe_names(args: argparse.Namespace, shape: str) -> tuple[str, ...]:
+    """The ``--probes`` names, checked before anything loads (pairs only)."""
+    if args.probes is None:
+        return ()
+    from brrm.probes import parse_probes
+
+    if shape != "pairs":
+        raise ConfigError(f"--probes applies to pair records (response_a/response_b), not {shape}")
+    return parse_probes(args.probes)
+
+
+def _run_probes(records: list[Any], spec: Any, probes: tuple[str, ...], out: Path) -> None:
+    """Probe the judge on the valid pairs (cost stated first); the report is written to ``out/probes.json``."""
+    import json
+
+    from brrm.audit.report import PROBES_FILE
+    from brrm.cli.probe import print_report
+    from brrm.probes import probe_cost, run_probes
+    from brrm.records import PairRecord, seed_ids
+
+    good = [r for r in records if isinstance(r, PairRecord)]
+    judge = spec.build()
+    try:
+        print(f"probes: {', '.join(probes)}; cost {probe_cost(judge, len(good), probes)} judgments", file=sys.stderr)
+        report = run_probes(judge, [r.conversation for r in good], [r.response_a for r in good],
+                            [r.response_b for r in good], probes=probes, ids=seed_ids(good),
+                            display_ids=[r.id for r in good], seed=int(judge.info.options.get("sampling", {}).get(
+                                "seed", 0)))
+    finally:
+        judge.close()
+    print_report(sys.stderr, report)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PROBES_FILE).write_text(json.dumps(report.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
 
 
 def _ray_options(args: argparse.Namespace) -> Any:

@@ -71,6 +71,8 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
                    help="constrained: verdicts always parse, P(A>B) measured (default); faithful: the released "
                         "protocol end to end")
     j.add_argument("--swap", action="store_true", default=None, help="judge both orders; disagreement is a tie")
+    j.add_argument("--samples", type=int, default=None, metavar="K",
+                   help="self-consistency voting: K independent judgments per order, majority verdict (default 1)")
     j.add_argument("--thinking", choices=("auto", "on", "off"), default=None, help="default: auto")
     j.add_argument("--temperature", type=float, default=None, help="default 1.0 (published; principle models: 0)")
     j.add_argument("--top-p", type=float, default=None, help="default 1.0 (published)")
@@ -115,9 +117,9 @@ def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
     """(model, ``brrm.load`` keyword options) from the flags the user set (unset flags keep load's defaults)."""
     opts: dict[str, Any] = {"kind": args.kind, "backend": args.backend}
     for flag in ("dtype", "device", "batch_size", "served_model_name", "max_model_len", "tensor_parallel_size",
-                 "gpu_memory_utilization", "decoding", "swap", "thinking", "temperature", "top_p", "max_new_tokens",
-                 "max_total_tokens", "block_token_cap", "seed", "max_retries", "system_messages", "tool_messages",
-                 "verdict", "recipe", "max_length", "truncation_side", "margin"):
+                 "gpu_memory_utilization", "decoding", "swap", "samples", "thinking", "temperature", "top_p",
+                 "max_new_tokens", "max_total_tokens", "block_token_cap", "seed", "max_retries", "system_messages",
+                 "tool_messages", "verdict", "recipe", "max_length", "truncation_side", "margin"):
         value = getattr(args, flag, None)
         if value is not None:
             opts[flag] = value

@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "judge", judge, len(records), args.input)
     good = [r for r in records if not isinstance(r, RecordError)]
+    if hasattr(judge, "cost"):
+        print(f"cost: {judge.cost(len(good)).describe()}", file=term)
     results: dict[int, Any] = {}
     started = time.perf_counter()
     with common.open_output(args.output) as out:
@@ -85,6 +87,8 @@ def verdict_line(row: dict[str, Any]) -> str:
     parts = [f"{common.printable(row['id']):<24}", f"winner={row['winner']:<4}", f"{row['status']:<13}", prob]
     if row.get("consistent") is not None:
         parts.append(f"consistent={str(row['consistent']).lower()}")
+    if isinstance(row.get("agreement"), float):
+        parts.append(f"agreement={row['agreement']:.2f} of {len(row.get('sub_judgments', []))}")
     if row.get("label") not in (None, "none"):
         parts.append(f"label={row['label']}")
     if row.get("dimensions"):
@@ -114,6 +118,10 @@ def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float
     print(f"  accuracy {acc}", file=term)
     if s.swapped:
         print(f"  swap consistency rate {s.consistency_rate:.3f} ({s.consistent}/{s.swapped})", file=term)
+    voted = [r.agreement for r in results if r.ok and r.samples > 1 and r.agreement == r.agreement]
+    if voted:
+        print(f"  voting: {results[0].samples} samples per order; mean agreement {sum(voted) / len(voted):.3f} "
+              f"({len(voted)} voted pairs)", file=term)
     if s.order_labelled:
         print(f"  order-averaged accuracy {s.order_averaged_accuracy:.3f} (each order scored alone, as LLMBar's "
               "correct_average; a position-inconsistent tie earns half)", file=term)

@@ -18,6 +18,7 @@ from typing import Any
 from brrm.compose.pairwise import pairwise_from_rewards
 from brrm.compose.strategies import GroupPlan, build_group, check_strategy, reference_reward, run_plans
 from brrm.compose.swap import judge_with_swap
+from brrm.compose.vote import JudgmentCost, check_samples, judge_with_votes
 from brrm.errors import ConfigError
 from brrm.templates import is_blank, strip_reasoning
 from brrm.types import (
@@ -141,15 +142,32 @@ class PairwiseRewardJudge(_Base):
     Args:
         model: an :class:`~brrm.types.OrderedPairJudge` (e.g. :class:`brrm.judges.brrm.BRRMJudge`).
         swap: the default of every call's ``swap`` (judge both orders; disagreement is a tie).
+        samples: self-consistency voting: independent two-turn judgments per presentation order, int >= 1
+            (default 1, no voting); see :mod:`brrm.compose.vote`. Needs a model whose ``judge_ordered`` takes
+            ``samples=`` (a sample index per item, which keys its sampler streams).
 
     Raises:
-        ConfigError: when ``swap`` is not a bool.
+        ConfigError: when ``swap`` is not a bool, ``samples`` not an int >= 1, or ``samples`` > 1 for a model
+            that cannot draw separate samples.
     """
 
-    def __init__(self, model: OrderedPairJudge, *, swap: bool = False) -> None:
+    def __init__(self, model: OrderedPairJudge, *, swap: bool = False, samples: int = 1) -> None:
+        import inspect
+
         self.model = model
         self.swap = check_bool("swap", swap)
-        self.info = replace(model.info, options={**model.info.options, "swap": swap})
+        self.samples = check_samples(samples)
+        if samples > 1 and "samples" not in inspect.signature(model.judge_ordered).parameters:
+            raise ConfigError(f"samples={samples}: {type(model).__name__}.judge_ordered draws no separate samples "
+                              "(it takes no samples= argument); use samples=1")
+        extra = {"samples": samples} if samples > 1 else {}
+        self.info = replace(model.info, options={**model.info.options, "swap": swap, **extra})
+
+    def cost(self, pairs: int, *, swap: bool | None = None) -> JudgmentCost:
+        """What ``judge_pairs`` of ``pairs`` pairs runs: pairs x orders x samples ordered judgments, 2 turns each
+        (an upper bound: identical or empty responses are decided without a model call)."""
+        swap = self.swap if swap is None else check_bool("swap", swap)
+        return JudgmentCost(pairs, orders=2 if swap else 1, samples=self.samples, turns=2)
 
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
@@ -165,8 +183,12 @@ class PairwiseRewardJudge(_Base):
         n = check_same_length(conversations=conversations, responses_a=responses_a, responses_b=responses_b)
         labels = _labels(labels, n)
         swap = self.swap if swap is None else check_bool("swap", swap)
-        out = judge_with_swap(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
-                              ids=_ids(ids, n), progress=progress)
+        if self.samples > 1:
+            out = judge_with_votes(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
+                                   samples=self.samples, ids=_ids(ids, n), progress=progress)
+        else:
+            out = judge_with_swap(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
+                                  ids=_ids(ids, n), progress=progress)
         return [replace(j, label=labels[i]) for i, j in enumerate(out)] if labels is not None else out
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
@@ -247,6 +269,11 @@ class ScalarRewardJudge(_Base):
         if self.principles:
             options["principle"] = list(self.principles)
         self.info = replace(model.info, options=options)
+
+    def cost(self, pairs: int, *, swap: bool | None = None) -> JudgmentCost:
+        """What ``judge_pairs`` of ``pairs`` pairs runs: one scoring pass per pair (its two responses scored
+        once; ``swap`` cannot change a scalar comparison)."""
+        return JudgmentCost(pairs, orders=1, samples=1, turns=1)
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,

@@ -182,9 +182,10 @@ class _Item:
     t2: Completion | None = None
     result: PairwiseJudgment | None = None
     retryable: bool = True
+    sample: int = 0
 
     def seed(self, base: int, turn: int) -> int:
-        return item_seed(base, self.key, stream=f"turn{turn}", attempt=self.attempt)
+        return item_seed(base, self.key, stream=f"turn{turn}", attempt=self.attempt, sample=self.sample)
 
     def retry(self) -> _Item:
         """Reset for a fresh attempt of the same ordered judgment (new sampler streams)."""
@@ -257,7 +258,8 @@ class BRRMJudge:
 
     # ------------------------------------------------------------------------------------------- judging
     def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
-                      ids: Sequence[str] | None = None,
+                      ids: Sequence[str] | None = None, samples: Sequence[int] | None = None,
+                      seed_texts: Sequence[tuple[str, str] | None] | None = None,
                       progress: Callable[[float], None] | None = None) -> list[PairwiseJudgment]:
         """Judge each (conversation, first, second) in that presentation order; one judgment per item.
 
@@ -266,15 +268,27 @@ class BRRMJudge:
             first, second: the responses shown as Response 1 and Response 2 (N each); the result's winner
                 is ``A`` when ``first`` wins.
             ids: optional record ids (N); they also key each item's sampler streams.
+            samples: optional sample index of each item (N ints >= 0; default all 0): self-consistency voting
+                (:mod:`brrm.compose.vote`) asks for the same ordered pair k times with indices 0..k-1, each
+                drawing from its own sampler streams (:func:`brrm.seeds.item_seed`).
+            seed_texts: optional (first, second) texts per item (N; None entries: the item's own) whose content
+                keys the item's sampler streams instead of its own texts: robustness probes
+                (:mod:`brrm.probes`) judge a manipulated variant from the original pair's streams (common random
+                numbers), so a verdict that moves is moved by the manipulation, not by other samples.
             progress: called with the fraction of an item done (0.5 per finished turn).
 
         Raises:
-            ConfigError: on mismatched lengths, an invalid conversation or a response that is not a string.
+            ConfigError: on mismatched lengths, an invalid conversation, a response that is not a string or a
+                sample index that is not an int >= 0.
         """
         n = check_same_length(conversations=conversations, first=first, second=second)
         rids = [str(x) for x in ids] if ids is not None else [""] * n
         check_same_length(conversations=conversations, ids=rids)
-        items = [self._item(i, conversations[i], first[i], second[i], rids[i]) for i in range(n)]
+        picks = [0] * n if samples is None else [check_int(f"samples[{i}]", s, low=0) for i, s in enumerate(samples)]
+        check_same_length(conversations=conversations, samples=picks)
+        keyed = list(seed_texts) if seed_texts is not None else [None] * n
+        check_same_length(conversations=conversations, seed_texts=keyed)
+        items = [self._item(i, conversations[i], first[i], second[i], rids[i], picks[i], keyed[i]) for i in range(n)]
         live = [it for it in items if it.result is None]
         chunk = self.backend.capabilities.chunk_size
         for start in range(0, len(live), chunk):
@@ -288,8 +302,18 @@ class BRRMJudge:
                 part = [it.retry() for it in part if self._should_retry(it)]
         return [it.result for it in items if it.result is not None]
 
-    def _item(self, i: int, conversation: Any, first: Any, second: Any, rid: str) -> _Item:
+    def _item(self, i: int, conversation: Any, first: Any, second: Any, rid: str, sample: int = 0,
+              seed_texts: tuple[str, str] | None = None) -> _Item:
         conv = Conversation.coerce(conversation, where=f"conversations[{i}]")
+        texts = self._inputs(i, first, second)
+        keyed = texts if seed_texts is None else self._inputs(i, *seed_texts)
+        key = content_key(rid, conv.content_hash(), keyed[0], keyed[1])
+        it = _Item(i, key, conv, texts[0], texts[1], rid, sample=sample)
+        self._short_circuit(it)
+        return it
+
+    def _inputs(self, i: int, first: Any, second: Any) -> list[str]:
+        """The two responses as the judge reads them (input policies applied)."""
         texts = []
         for name, r in (("first", first), ("second", second)):
             if not isinstance(r, str):
@@ -299,10 +323,7 @@ class BRRMJudge:
             if self.config.policy("neutralize_markers"):
                 r = neutralize_markers(r)
             texts.append(r)
-        key = content_key(rid, conv.content_hash(), texts[0], texts[1])
-        it = _Item(i, key, conv, texts[0], texts[1], rid)
-        self._short_circuit(it)
-        return it
+        return texts
 
     def _short_circuit(self, it: _Item) -> None:
         a, b = it.first, it.second

@@ -41,7 +41,7 @@ def judgment_from_dict(d: Mapping[str, Any]) -> PairwiseJudgment:
         p_a=_num(d["p_a"]), p_a_raw=_num(d.get("p_a_raw")), logit_1=_num(d["logit_1"]), logit_2=_num(d["logit_2"]),
         provenance=provenance_from_dict(d["provenance"]), id=d["id"], label=Verdict(d["label"]),
         attempts=d["attempts"], sub_judgments=tuple(judgment_from_dict(s) for s in d.get("sub_judgments", ())),
-        consistent=d["consistent"])
+        consistent=d["consistent"], samples=d.get("samples", 1), agreement=_num(d.get("agreement")))
 
 
 def reward_from_dict(d: Mapping[str, Any]) -> ScalarReward:

@@ -127,7 +127,14 @@ class PairwiseJudgment:
             says 1).
         sub_judgments: for swap-order debiasing, the (A,B) and (B,A) judgments.
         consistent: for swap-order debiasing, whether both orders agreed; None (``null``) when only one
-            order was judged or an order failed.
+            order was judged or an order failed. Under voting: whether both orders' majorities agreed.
+        samples: self-consistency voting (:mod:`brrm.compose.vote`): the independent two-turn judgments per
+            presentation order behind this result, int >= 1 (1: no voting). With ``samples`` > 1,
+            ``sub_judgments`` holds every sampled judgment in the (A, B) frame (forward samples 0..k-1, then,
+            under swap, reversed samples 0..k-1), ``winner`` is their majority, ``p_a`` their mean.
+        agreement: under voting, the share of ok sampled judgments that gave the majority's verdict (the
+            largest vote count over the ok ones), in [1/3, 1]; NaN (``null``) without voting or without an
+            ok sample.
     """
 
     winner: Verdict
@@ -151,6 +158,8 @@ class PairwiseJudgment:
     attempts: int = 1
     sub_judgments: tuple[PairwiseJudgment, ...] = ()
     consistent: bool | None = None
+    samples: int = 1
+    agreement: float = math.nan
 
     def __post_init__(self) -> None:
         if self.status is Status.OK and self.winner is Verdict.NONE:
@@ -163,6 +172,18 @@ class PairwiseJudgment:
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
+
+    @property
+    def swapped(self) -> bool:
+        """Whether both presentation orders were judged (swap): the sub-judgments hold 2 x ``samples``."""
+        return len(self.sub_judgments) == 2 * self.samples
+
+    def ordered_judgments(self) -> tuple[tuple[PairwiseJudgment, Verdict], ...]:
+        """Each model-run (ordered) judgment behind this result, in the (A, B) frame, with the response it showed
+        first: itself (``A``) when unswapped and unvoted, else its sub-judgments (the reversed ones showed B)."""
+        if not self.sub_judgments:
+            return ((self, Verdict.A),)
+        return tuple((j, Verdict.A if pos < self.samples else Verdict.B) for pos, j in enumerate(self.sub_judgments))
 
     @property
     def correct(self) -> bool | None:
@@ -200,6 +221,9 @@ class PairwiseJudgment:
             "turn2_text": self.turn2_text,
             "provenance": self.provenance.to_dict() if self.provenance else None,
         }
+        if self.samples > 1:  # voting keys only where there was a vote (unvoted output stays as it was)
+            out["samples"] = self.samples
+            out["agreement"] = num(self.agreement)
         if self.sub_judgments:
             out["sub_judgments"] = [j.to_dict() for j in self.sub_judgments]
         return out

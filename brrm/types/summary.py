@@ -66,9 +66,9 @@ def summarize(judgments: Iterable[PairwiseJudgment]) -> JudgmentSummary:
     for j in judgments:
         total += 1
         by_status[j.status.value] += 1
-        if len(j.sub_judgments) == 2 and j.label is not Verdict.NONE:
+        if j.swapped and j.label is not Verdict.NONE:
             order_labelled += 1
-            order_credit += sum(s.ok and s.winner is j.label for s in j.sub_judgments) / 2
+            order_credit += sum(s.ok and s.winner is j.label for s in j.sub_judgments) / len(j.sub_judgments)
         if not j.ok:
             continue
         by_winner[j.winner.value] += 1

@@ -1,0 +1,95 @@
+"""brrm judges as inspect_ai scorers (issue 21.4), run by inspect_ai's own ``eval()`` on its mock model
+(``mockllm/model``), offline: a tiny real BR-RM judge end to end, a scripted failure (an unscored sample with its
+reason, never a number) and a scalar reward."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("inspect_ai")
+
+from inspect_ai import Task, eval  # noqa: E402
+from inspect_ai.dataset import Sample  # noqa: E402
+from inspect_ai.model import ModelOutput, ModelUsage, get_model  # noqa: E402
+from inspect_ai.solver import generate  # noqa: E402
+
+import brrm  # noqa: E402
+from brrm.backends.fake import FakeBackend  # noqa: E402
+from brrm.integrations.inspect import brrm_pairwise, brrm_reward  # noqa: E402
+from brrm.testing import build_tiny_tokenizer, save_tiny_qwen3  # noqa: E402
+from tests.serve_helpers import T1, is_turn2, ranking  # noqa: E402
+
+MOCK_OUTPUT = "Default output from mockllm/model"
+SAMPLES = [Sample(input="What is 2+2?", target="4", id="s1"), Sample(input="Name a colour.", target="Red.", id="s2")]
+
+
+def _mock(text=MOCK_OUTPUT):
+    """inspect's mock model answering ``text``, usage given (its own token count would fetch a tiktoken file)."""
+    def output(*_args):
+        return ModelOutput.from_content(model="mockllm", content=text).model_copy(
+            update={"usage": ModelUsage(input_tokens=8, output_tokens=6, total_tokens=14)})
+
+    return get_model("mockllm/model", custom_outputs=output)
+
+
+def _eval(scorer, tmp_path):
+    (log,) = eval(Task(dataset=SAMPLES, solver=generate(), scorer=scorer), model=_mock(),
+                  log_dir=str(tmp_path), display="none")
+    assert log.status == "success", log.error
+    return log
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("tiny")))
+
+
+def test_pairwise_scorer_on_a_tiny_judge_through_inspect_eval(tmp_path, tiny_dir):
+    log = _eval(brrm_pairwise(model=tiny_dir, kind="brrm", max_new_tokens=420, block_token_cap=8, thinking="off",
+                              swap=True), tmp_path)
+    direct = brrm.load(tiny_dir, kind="brrm", max_new_tokens=420, block_token_cap=8, thinking="off", swap=True)
+    values = []
+    for sample in log.samples:
+        score = sample.scores["brrm_pairwise"]
+        j = direct.judge_pairs([sample.input], [MOCK_OUTPUT], [sample.target], ids=[str(sample.id)])[0]
+        assert score.value == {"A": 1.0, "tie": 0.5, "B": 0.0}[j.winner.value] and score.answer == j.winner.value
+        assert score.metadata["status"] == "ok" and score.metadata["p_a"] == pytest.approx(j.p_a)
+        assert score.metadata["provenance"]["seed"] == j.provenance.seed
+        assert score.metadata["judge"]["model"] == tiny_dir and score.metadata["consistent"] == j.consistent
+        assert "dimensions: " + ", ".join(j.dimensions) in score.explanation
+        assert f"analysis of the output: {j.analysis_a}" in score.explanation
+        values.append(score.value)
+    metrics = log.results.scores[0].metrics
+    assert metrics["mean"].value == pytest.approx(sum(values) / 2)
+
+
+def _scripted(verdict):
+    def script(prompt, request):
+        return (verdict if "colour" in prompt else ranking(1)) if is_turn2(prompt) else T1
+
+    return brrm.load(kind="brrm", backend=FakeBackend(build_tiny_tokenizer(), script), decoding="faithful")
+
+
+def test_a_failed_judgment_is_an_unscored_sample_with_its_reason(tmp_path):
+    log = _eval(brrm_pairwise(_scripted("I cannot decide.")), tmp_path)
+    ok, failed = (s.scores["brrm_pairwise"] for s in log.samples)
+    assert ok.value == 1.0 and ok.answer == "A"
+    assert math.isnan(failed.value) and failed.reason == "parse_failure"
+    assert failed.metadata["status"] == "parse_failure" and "boxed" in failed.explanation
+    assert log.results.scores[0].metrics["mean"].value == 1.0  # the failure is out of the mean
+
+
+def test_reference_model_output_and_reward_scorer(tmp_path):
+    judge = _scripted(ranking(2))
+    log = _eval(brrm_pairwise(judge, reference_model=_mock("A reference answer.")), tmp_path)
+    assert [s.scores["brrm_pairwise"].value for s in log.samples] == [1.0, 0.0]
+    shown = judge.model.backend.prompts[0]
+    assert "A reference answer." in shown and MOCK_OUTPUT in shown and "\n4\n" not in shown  # not the target
+    bt = brrm.load(kind="bt", backend=FakeBackend(build_tiny_tokenizer(), score_script=lambda p: len(p) / 100))
+    log = _eval(brrm_reward(bt), tmp_path / "r")
+    for sample in log.samples:
+        score = sample.scores["brrm_reward"]
+        expected = bt.score_one(sample.input, MOCK_OUTPUT)
+        assert score.value == pytest.approx(expected.reward) and score.metadata["status"] == "ok"

@@ -44,7 +44,7 @@ SAMPLING_OPTIONS = ("temperature", "top_p", "max_new_tokens", "max_total_tokens"
 JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
     "brrm": (*SAMPLING_OPTIONS, "decoding", "swap", "thinking", "block_token_cap", "max_retries", "system_messages",
              "tool_messages", "strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "verdict",
-             "turn2_tokens"),
+             "turn2_tokens", "history_think", "shortcuts"),
     "bt": ("recipe", "max_length", "truncation_side", "strip_thinking", "strip_history_reasoning", "margin", "swap"),
     "principle": (*SAMPLING_OPTIONS, "recipe", "principle", "decoding", "reward", "strip_thinking",
                   "strip_history_reasoning", "question", "margin", "swap"),

@@ -35,10 +35,11 @@ from brrm.errors import ConfigError, TemplateError
 from brrm.judges import brrm_format as fmt
 from brrm.seeds import content_key, item_seed
 from brrm.templates import (
+    HISTORY_THINK,
     ContextPolicy,
+    brrm_turn1_content,
     is_blank,
     neutralize_markers,
-    render_brrm_turn1,
     render_brrm_turn2,
     strip_reasoning,
     template_hash,
@@ -67,12 +68,14 @@ _MARK = "\x00BRRM-TURN1\x00"
 POLICY_DEFAULTS = {
     "constrained": {"system_messages": "include", "tool_messages": "include", "strip_history_reasoning": True,
                     "neutralize_markers": True, "strip_response_reasoning": True,
-                    "verdict": "last_after_thinking"},
+                    "verdict": "last_after_thinking", "history_think": "text", "shortcuts": True},
     "faithful": {"system_messages": "drop", "tool_messages": "drop", "strip_history_reasoning": False,
-                 "neutralize_markers": False, "strip_response_reasoning": False, "verdict": "first"},
+                 "neutralize_markers": False, "strip_response_reasoning": False, "verdict": "first",
+                 "history_think": "markup", "shortcuts": False},
 }
 """Input policies and verdict selection of each decoding mode when not set explicitly (``faithful``: what the
-released evaluation does; ``constrained``: brrm's safer defaults)."""
+released evaluation does — every pair reaches the model, a kept history ``<think>`` block gets the think tokens;
+``constrained``: brrm's safer defaults — identical or blank pairs are decided without a model call)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,12 @@ class BRRMConfig:
         strip_response_reasoning: drop a leading ``<think>`` block of each response; None: the mode's default.
         verdict: ``last_after_thinking`` or ``first`` (see :data:`~brrm.judges.brrm_format.VERDICT_SELECTIONS`);
             None: the mode's default.
+        history_think: ``text`` or ``markup``: how the tags of a kept leading ``<think>`` block of an earlier
+            assistant turn are tokenized (:data:`brrm.templates.HISTORY_THINK`); None: the mode's default
+            (``markup`` in faithful mode, as the released evaluation's ``apply_chat_template`` gives them).
+        shortcuts: decide identical responses (a tie) and a blank response (it loses) without a model call;
+            None: the mode's default (on in constrained mode, off in faithful mode, where the released
+            evaluation calls the model for every pair).
         swap: judge both presentation orders by default (used by :mod:`brrm.compose`).
         max_retries: re-run an ordered judgment that ended ``parse_failure``, ``truncated`` (turn budget) or
             ``backend_error`` up to this many times, each from fresh sampler streams, int >= 0. Default 0.
@@ -115,6 +124,8 @@ class BRRMConfig:
     neutralize_markers: bool | None = None
     strip_response_reasoning: bool | None = None
     verdict: str | None = None
+    history_think: str | None = None
+    shortcuts: bool | None = None
     swap: bool = False
     max_retries: int = 0
     turn2_tokens: str = "auto"
@@ -131,11 +142,13 @@ class BRRMConfig:
         for name in ("system_messages", "tool_messages"):
             if getattr(self, name) is not None:
                 check_choice(name, getattr(self, name), ("include", "drop"))
-        for name in ("strip_history_reasoning", "neutralize_markers", "strip_response_reasoning"):
+        for name in ("strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "shortcuts"):
             if getattr(self, name) is not None:
                 check_bool(name, getattr(self, name))
         if self.verdict is not None:
             check_choice("verdict", self.verdict, fmt.VERDICT_SELECTIONS)
+        if self.history_think is not None:
+            check_choice("history_think", self.history_think, HISTORY_THINK)
 
     def policy(self, name: str) -> Any:
         """An input policy's value: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""
@@ -148,13 +161,15 @@ class BRRMConfig:
         return ContextPolicy(strip_history_reasoning=self.policy("strip_history_reasoning"),
                              system_messages=self.policy("system_messages"),
                              tool_messages=self.policy("tool_messages"),
-                             neutralize_markers=self.policy("neutralize_markers"))
+                             neutralize_markers=self.policy("neutralize_markers"),
+                             history_think=self.policy("history_think"))
 
     def policies(self) -> dict[str, Any]:
         """Every input policy as applied (recorded in each result's provenance)."""
         return {**self.context.to_dict(), "neutralize_markers": self.policy("neutralize_markers"),
                 "strip_response_reasoning": self.policy("strip_response_reasoning"),
-                "verdict": self.policy("verdict"), "thinking": self.thinking, "turn2_tokens": self.p2_tokenization}
+                "verdict": self.policy("verdict"), "thinking": self.thinking, "turn2_tokens": self.p2_tokenization,
+                "shortcuts": self.policy("shortcuts")}
 
     @property
     def p2_tokenization(self) -> str:
@@ -301,7 +316,8 @@ class BRRMJudge:
             texts.append(r)
         key = content_key(rid, conv.content_hash(), texts[0], texts[1])
         it = _Item(i, key, conv, texts[0], texts[1], rid)
-        self._short_circuit(it)
+        if self.config.policy("shortcuts"):
+            self._short_circuit(it)
         return it
 
     def _short_circuit(self, it: _Item) -> None:
@@ -351,7 +367,7 @@ class BRRMJudge:
     def _run_turn1(self, items: list[_Item], progress: Callable[[float], None] | None) -> None:
         reqs, todo = [], []
         for it in items:
-            turn1 = render_brrm_turn1(it.conversation, it.first, it.second, self.config.context)
+            turn1 = brrm_turn1_content(it.conversation, it.first, it.second, self.config.context)
             try:
                 text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
             except TemplateError as exc:  # this record's problem, not the batch's

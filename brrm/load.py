@@ -107,7 +107,7 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
     make = _BUILDERS[kind](name, judge_opts, None)  # validates every judge option before anything loads
     if built is None:
         source = source or _resolve_source(name, embedded)
-        _card_dtype(name, backend_opts)
+        _card_dtype(name, source, backend_opts)
         make = _BUILDERS[kind](name, judge_opts, source)  # with the checkpoint's generation defaults
         built = _load_backend(backend_name, source, name, backend_opts, task="classify" if kind == "bt" else "generate")
     return make(built)
@@ -193,13 +193,13 @@ def _brrm(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
 
 def _bt(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
     from brrm.compose import ScalarRewardJudge
-    from brrm.recipes import known_recipe
+    from brrm.recipes import known_recipe, model_config
     from brrm.reward_models.bradley_terry import RECIPES, BradleyTerryRewardModel
 
     rest = dict(opts)
     check_bool("swap", rest.pop("swap", False))
     margin = check_float("margin", rest.pop("margin", 0.0), low=0)
-    known = known_recipe(name)
+    known = known_recipe(name, model_config(source) if source is not None else None)
     recipe = check_choice("recipe", rest.pop("recipe", known.recipe if known and known.kind == "bt" else "auto"),
                           ("auto", *RECIPES))
     if "max_length" in rest:
@@ -314,17 +314,18 @@ def _resolve_source(name: str, embedded: bool) -> str:
     return name
 
 
-def _card_dtype(name: str, backend_opts: dict[str, Any]) -> None:
-    """A known checkpoint's GPU dtype from its card (e.g. float16 for Qwen-3-Nemotron-32B-Reward), unless set."""
-    from brrm.recipes import known_recipe
+def _card_dtype(name: str, source: str, backend_opts: dict[str, Any]) -> None:
+    """A known checkpoint's GPU dtype from its card (e.g. float16 for Qwen-3-Nemotron-32B-Reward), unless set; the
+    checkpoint is known by id, folder name or its config (:func:`brrm.recipes.card_dtype`)."""
+    from brrm.recipes import card_dtype, model_config
 
-    known = known_recipe(name)
-    if known is None or not known.gpu_dtype or backend_opts.get("dtype", "auto") != "auto":
+    if backend_opts.get("dtype", "auto") != "auto" or backend_opts.get("device", "auto") == "cpu":
         return
     import torch
 
-    if torch.cuda.is_available() and backend_opts.get("device", "auto") != "cpu":
-        backend_opts["dtype"] = known.gpu_dtype
+    dtype = card_dtype(name, model_config(source), cuda=torch.cuda.is_available())
+    if dtype is not None:
+        backend_opts["dtype"] = dtype
 
 
 def _require_vllm() -> None:

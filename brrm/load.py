@@ -40,7 +40,7 @@ BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 """Options each backend takes (see the backend classes for units and ranges)."""
 
-SAMPLING_OPTIONS = ("temperature", "top_p", "max_new_tokens", "max_total_tokens", "seed")
+SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "max_new_tokens", "max_total_tokens", "seed")
 JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
     "brrm": (*SAMPLING_OPTIONS, "decoding", "swap", "thinking", "block_token_cap", "max_retries", "system_messages",
              "tool_messages", "strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "verdict",
@@ -176,6 +176,7 @@ def _check_backend_options(opts: dict[str, Any]) -> None:
 def _sampling(opts: dict[str, Any], **defaults: Any) -> SamplingConfig:
     base = SamplingConfig(**{k: v for k, v in defaults.items() if k != "max_new_tokens"})
     return SamplingConfig(temperature=opts.get("temperature", base.temperature), top_p=opts.get("top_p", base.top_p),
+                          top_k=opts.get("top_k", base.top_k),
                           max_new_tokens_per_turn=opts.get("max_new_tokens", base.max_new_tokens_per_turn),
                           max_total_tokens=opts.get("max_total_tokens", base.max_total_tokens),
                           seed=opts.get("seed", base.seed))
@@ -212,9 +213,16 @@ CARD_BUDGETS = {"max_new_tokens_per_turn": 16000, "max_total_tokens": 40960}
 the total is Qwen3-32B's 40,960-token context, cut further to the backend's own context."""
 
 
+GENERATION_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
+"""What transformers' ``generate`` uses for a sampling field a checkpoint's generation config leaves unset
+(transformers 5.x ``GenerationConfig._get_default_generation_params``)."""
+
+
 def _generation_config(source: str | None) -> dict[str, Any]:
-    """Sampling defaults from the checkpoint's ``generation_config.json`` (local dir or HF cache; no network):
-    temperature and top_p when it samples, greedy otherwise; {} when there is none."""
+    """Sampling defaults from the checkpoint's ``generation_config.json`` (local dir or HF cache; no network), as
+    transformers' ``generate`` reads them: with ``do_sample`` its temperature, top_k and top_p, each unset one
+    taking :data:`GENERATION_DEFAULTS` (so ``do_sample`` without a temperature samples at 1.0, never greedy);
+    greedy without ``do_sample``; {} when there is none."""
     if source is None:
         return {}
     import json
@@ -235,7 +243,8 @@ def _generation_config(source: str | None) -> dict[str, Any]:
     gen = json.loads(path.read_text())
     if not gen.get("do_sample"):
         return {"temperature": 0.0}
-    return {k: float(gen[k]) for k in ("temperature", "top_p") if isinstance(gen.get(k), int | float)}
+    out = {k: gen[k] if isinstance(gen.get(k), int | float) else v for k, v in GENERATION_DEFAULTS.items()}
+    return {"temperature": float(out["temperature"]), "top_p": float(out["top_p"]), "top_k": int(out["top_k"])}
 
 
 def _principle(name: str, opts: dict[str, Any], source: str | None = None) -> Any:

@@ -171,6 +171,7 @@ class LiteralItem:
 class ChoiceItem:
     ids: tuple[int, ...]
     with_max: bool = False
+    top: int = 0
 
 
 KINDS = {ThinkItem: "think", PatternItem: "pattern", LiteralItem: "literal", ChoiceItem: "choice"}
@@ -209,7 +210,7 @@ class CompiledProgram:
                 compiled.items.append(LiteralItem(enc(seg.text)))
             else:
                 ids = tuple(label_token_id(tokenizer, o, seg.after) for o in seg.options)
-                compiled.items.append(ChoiceItem(ids, seg.with_max))
+                compiled.items.append(ChoiceItem(ids, seg.with_max, seg.top))
         return compiled
 
 

@@ -424,7 +424,7 @@ class BRRMJudge:
             return []
         s = self.config.sampling
         on_complete = (lambda _i: progress(0.5)) if progress else None
-        return self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p,
+        return self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                      keep_kv=keep_kv and self.backend.capabilities.kv_reuse,
                                      on_complete=on_complete)
 

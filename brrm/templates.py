@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
@@ -54,6 +54,23 @@ def is_blank(text: str) -> bool:
     """True when ``text`` shows nothing: empty, whitespace, or only invisible characters (zero-width spaces and
     joiners, BOM, word joiner, bidi controls, combining marks, Hangul fillers, the braille blank)."""
     return all(unicodedata.category(c) in _INVISIBLE_CATEGORIES or c in _INVISIBLE_CHARS for c in text)
+
+
+END_TEXT_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "<|end|>", "</s>", "<eos>",
+                   "<end_of_turn>")
+"""End-of-text and end-of-turn token strings of common vocabularies (Qwen/GPT-2 ``<|endoftext|>``, Llama 3
+``<|end_of_text|>`` / ``<|eot_id|>``, ChatML ``<|im_end|>``, Phi-3 ``<|end|>``, SentencePiece ``</s>``, Gemma
+``<eos>`` / ``<end_of_turn>``): a decoded completion may end with any of them, not only with its end of turn."""
+
+
+def end_texts(tokenizer: Any, end_of_turn_id: int) -> tuple[str, ...]:
+    """The token strings :func:`strip_end_tokens` removes from a response's end for ``tokenizer``: its end-of-turn
+    token, its EOS, and each of :data:`END_TEXT_TOKENS` that is one of its added tokens (sorted, for stable
+    results)."""
+    added = set(tokenizer.get_added_vocab())
+    found = {tokenizer.convert_ids_to_tokens(end_of_turn_id), getattr(tokenizer, "eos_token", None),
+             *(t for t in END_TEXT_TOKENS if t in added)}
+    return tuple(sorted(t for t in found if t))
 
 
 def strip_end_tokens(text: str, tokens: Sequence[str]) -> str:

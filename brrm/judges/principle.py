@@ -54,7 +54,7 @@ from brrm.judges.principle_format import (
     top_needed,
 )
 from brrm.seeds import content_key, item_seed
-from brrm.templates import is_blank, strip_end_tokens, strip_reasoning, text_hash
+from brrm.templates import end_texts, is_blank, strip_end_tokens, strip_reasoning, text_hash
 from brrm.tokens import encoder
 from brrm.types import (
     Conversation,
@@ -159,8 +159,7 @@ class PrincipleJudge:
         if not template:
             raise ConfigError(f"tokenizer of {backend.info.model!r} has no chat template; principle judges need one")
         self.encoder = encoder(self.tokenizer)
-        self.end_texts = tuple({t for t in (self.tokenizer.convert_ids_to_tokens(backend.end_of_turn_id),
-                                            self.tokenizer.eos_token) if t})
+        self.end_texts = end_texts(self.tokenizer, backend.end_of_turn_id)
         self.template_sha = text_hash(str(template))
         self.option_ids = judgement_token_ids(self.tokenizer, self.format)
         if self.format == "qwen3_genrm":

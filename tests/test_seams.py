@@ -75,3 +75,56 @@ def test_status_of_unreadable_sequence_is_an_error_not_a_number(seqcls):
     (score,) = rm.backend.classify([[pad]])
     assert score.error and score.value != score.value
     assert rm.score(["Q?"], ["A."])[0].status is Status.OK
+
+
+class _Recording:
+    """Wraps a backend's generate to keep each call's (request, completion) pairs."""
+
+    def __init__(self, backend):
+        self.turns = []
+        original = backend.generate
+
+        def generate(requests, **kw):
+            out = original(requests, **kw)
+            self.turns += list(zip(requests, out, strict=True))
+            return out
+
+        backend.generate = generate
+
+
+@pytest.mark.parametrize("decoding", ["constrained", "faithful"])
+def test_concat_turn2_ids_are_an_exact_extension_of_turn1(decoding):
+    from brrm.backends.transformers import TransformersBackend
+    from brrm.judges.brrm import BRRMConfig
+    from brrm.testing import brrm_judge
+    from brrm.types import SamplingConfig
+
+    model, tok = build_tiny_qwen3(seed=5)
+    if decoding == "constrained":
+        backend = TransformersBackend(model, tok, model_id="tiny")
+    else:  # a random tiny model's free turn 1 never ends its turn: a scripted turn 1 that does
+        from brrm.backends.fake import FakeBackend
+
+        from .test_faithful_released import RANKING, T1
+
+        backend = FakeBackend(tok, lambda p, r: RANKING if "Analysis on Response 1" in p.rsplit("user", 1)[-1] else T1)
+    rec = _Recording(backend)
+    cfg = BRRMConfig(decoding=decoding, turn2_tokens="concat", thinking="off", block_token_cap=8,
+                     sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=420))
+    judge = brrm_judge(backend, cfg)
+    judge.judge_pairs(["What is 2+2?", "Name a colour."], ["4", "Blue."], ["5", "Seven."])
+    turn1 = {tuple(req.prompt_ids): comp for req, comp in rec.turns}
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    extended = 0
+    for req, _ in rec.turns:
+        p2 = tuple(req.prompt_ids)
+        for p1, t1 in turn1.items():
+            if t1.finish_reason == "stop" and len(p2) > len(p1) and p2[:len(p1)] == p1 and p1 != p2:
+                length = len(p1) + len(t1.token_ids)  # turn 1's length: P1 and every id it generated
+                assert p2[:length] == p1 + t1.token_ids
+                if decoding == "constrained":  # the seam "]\n" is one canonical token, from turn 1's program
+                    assert t1.token_ids[-1] == tok.encode("]\n", add_special_tokens=False)[0] and p2[length] == end
+                else:  # a free turn 1: "\n" after it on its own, then the template's end of turn
+                    assert tok.decode(list(p2[length:length + 2])) == "\n<|im_end|>"
+                extended += 1
+    assert extended == 2

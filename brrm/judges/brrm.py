@@ -355,9 +355,11 @@ class BRRMJudge:
             return None
         if self.config.decoding != "constrained":
             return budget, None
-        program = fmt.plan_program(turn, budget, thinking=self.thinking, block_cap=self.config.block_token_cap)
+        seam = "\n" if turn == 1 and self.config.p2_tokenization == "concat" else ""
+        program = fmt.plan_program(turn, budget, thinking=self.thinking, block_cap=self.config.block_token_cap,
+                                   seam=seam)
         if program is None:
-            need = fmt.min_budget(turn, thinking=self.thinking)
+            need = fmt.min_budget(turn, thinking=self.thinking, seam=seam)
             it.retryable = False
             it.result = self._failed(it, Status.TRUNCATED, f"constrained turn {turn} needs at least {need} new "
                                      f"tokens for its format, but only {budget} are available")
@@ -409,14 +411,17 @@ class BRRMJudge:
 
         ``retokenize`` re-tokenizes the model's T1 text with the seam, as the released evaluation's
         re-tokenization of P1 + T1 does (T1's own ``<think>`` tokens stay special: the model wrote them);
-        ``concat`` keeps T1's ids (all of turn 1's KV is reused) except the last pre-token, which is tokenized
-        with the seam as the canonical tokenization would (``"]" + "\n"`` becomes the one token ``"]\n"``).
+        ``concat`` is an exact extension: P1's ids, T1's ids as generated, then the continuation's ids (all of
+        turn 1's KV is reused). In constrained mode turn 1's program already ends with the seam's ``"\n"``
+        (the canonical ``"]\n"`` token, :func:`~brrm.judges.brrm_format.turn1_program`); a free turn 1 gets
+        ``"\n"`` tokenized on its own, which may differ from the canonical tokenization at that one seam.
         """
         assert it.t1 is not None
         if self.config.p2_tokenization == "retokenize":
             return it.p1_ids + tuple(self.encoder.markup(it.t1.text + "\n" + self.continuation))
-        keep, tail = self.encoder.seam(it.t1.token_ids, it.t1.text)
-        return it.p1_ids + tuple(keep) + tuple(self.encoder.markup(tail + "\n" + self.continuation))
+        seamed = self.config.decoding == "constrained" and it.t1.text.endswith("]\n")
+        tail = ("" if seamed else "\n") + self.continuation
+        return it.p1_ids + tuple(it.t1.token_ids) + tuple(self.encoder.markup(tail))
 
     def _generate(self, reqs: list[GenerationRequest], *, keep_kv: bool,
                   progress: Callable[[float], None] | None) -> list[Completion]:

@@ -128,3 +128,54 @@ def test_concat_turn2_ids_are_an_exact_extension_of_turn1(decoding):
                     assert tok.decode(list(p2[length:length + 2])) == "\n<|im_end|>"
                 extended += 1
     assert extended == 2
+
+
+def _sentencepiece_tokenizer():
+    """A SentencePiece-style BPE (Llama-2 pipeline: "▁" prepended and for spaces, byte fallback, no
+    pre-tokenizer) trained in-process, with the Qwen chat tokens and template."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, trainers
+
+    from brrm.templates import render_brrm_turn1, render_brrm_turn2
+    from brrm.testing.tokenizers import TINY_ADDED_TOKENS, TINY_CORPUS, _add_tokens, _wrap
+    from brrm.types import Conversation
+
+    tok = Tokenizer(models.BPE(byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    corpus = (TINY_CORPUS + render_brrm_turn1(Conversation.from_prompt("What is 2+2?"), "4", "5")
+              + render_brrm_turn2())
+    trainer = trainers.BpeTrainer(vocab_size=1200, show_progress=False,
+                                  special_tokens=["<unk>", *(f"<0x{b:02X}>" for b in range(256))])
+    tok.train_from_iterator(corpus.splitlines(keepends=True), trainer=trainer)
+    _add_tokens(tok, TINY_ADDED_TOKENS)
+    return _wrap(tok, 32768)
+
+
+def test_sentencepiece_verdict_digits_and_markers_carry_no_stray_space():
+    from brrm.backends.transformers import TransformersBackend
+    from brrm.constraints.compile import forced_ids
+    from brrm.judges.brrm import BRRMConfig
+    from brrm.testing import brrm_judge
+    from brrm.types import SamplingConfig
+
+    tok = _sentencepiece_tokenizer()
+    closing = "}\n[The End of Ranking Score]"
+    assert tok.convert_ids_to_tokens(tok.encode(closing, add_special_tokens=False))[0] == "▁"  # alone: "▁}"
+    ids = forced_ids(tok, closing)
+    assert tok.decode(tok.encode("\\boxed{2", add_special_tokens=False) + list(ids)) == "\\boxed{2" + closing
+    model, tok = build_tiny_qwen3(tok, seed=2)
+    backend = TransformersBackend(model, tok, model_id="tiny-sentencepiece")
+    rec = _Recording(backend)
+    judge = brrm_judge(backend, BRRMConfig(thinking="off", block_token_cap=8,
+                                           sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=420)))
+    results = judge.judge_pairs(["What is 2+2?", "Name a colour."], ["4", "Blue."], ["5", "Seven."])
+    assert all(r.ok for r in results), [r.reason for r in results]
+    for r in results:
+        digit = "1" if r.winner.value == "A" else "2"
+        assert r.turn2_text.endswith("[The Begin of Ranking Score]\n\\boxed{" + digit + closing)
+        assert "[ End" not in r.turn1_text and "[ The" not in r.turn2_text
+        assert "\n[End of Quality Analysis for Response 1]" in r.turn1_text  # markers in position too
+    turn2 = [(req, comp) for req, comp in rec.turns if "Ranking" in str(req.program)]
+    for _, comp in turn2:  # the fed ids of the verdict's closing literal are its in-position ids
+        assert tuple(comp.token_ids[-len(ids):]) == ids

@@ -69,10 +69,13 @@ class TokenInfo:
         self._lock = threading.Lock()
 
     def encode(self, text: str) -> tuple[int, ...]:
-        """Token ids of ``text`` without special tokens added (cached)."""
+        """Token ids of forced ``text`` in mid-sequence position (:func:`brrm.constraints.compile.forced_ids`;
+        cached)."""
+        from brrm.constraints.compile import forced_ids
+
         with self._lock:
             if text not in self._enc:
-                self._enc[text] = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+                self._enc[text] = forced_ids(self.tokenizer, text)
             return self._enc[text]
 
     def label(self, text: str, after: str = "") -> int:

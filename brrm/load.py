@@ -54,7 +54,7 @@ depend on the order)."""
 
 
 def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "transformers",
-         **options: Any) -> RewardJudge:
+         calibration: str | os.PathLike[str] | None = None, **options: Any) -> RewardJudge:
     """Build a judge: a BR-RM pairwise judge, a Bradley–Terry reward model or a principle reward model.
 
     Args:
@@ -68,6 +68,9 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
             ``swap=True``, ``decoding="faithful"``, ``temperature=0``, ``principle="…"``, ``dtype="bfloat16"``,
             ``base_url="http://127.0.0.1:8000/v1"``. Token budgets: ``max_new_tokens`` per turn and
             ``max_total_tokens`` per sequence.
+        calibration: a ``calib.json`` written by ``brrm calibrate`` (:mod:`brrm.calibration`): every P(A ≻ B)
+            the judge returns is then calibrated (``p_a``), with the raw one in ``p_a_raw`` and the
+            calibration's hash in ``provenance.calibration``. Read and checked before the model loads.
 
     Returns:
         A :class:`~brrm.RewardJudge` (``judge_pairs``, ``score``, ``rank``, ``judge``, ``score_one``, ``info``).
@@ -78,6 +81,7 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         BackendUnavailable: when the backend's package (vllm) or the embedded model's package is missing.
     """
     check_choice("kind", kind, ("auto", *KINDS))
+    calib = _read_calibration(calibration)
     built = None if isinstance(backend, str) else backend
     backend_name = built.info.name if built is not None else check_choice("backend", backend, BACKENDS)
     embedded = model is None and built is None
@@ -97,6 +101,9 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         source = _resolve_source(name, embedded)  # a missing path or unreachable id is named before anything else
     kind = _fit_kind(kind, name, source)
     _check_names(options, kind, backend_name, built is not None)
+    if calib is not None and calib.kind != ("pairwise" if kind == "brrm" else "scalar"):
+        raise ConfigError(f"calibration {str(calibration)!r} is for {calib.kind} judges; kind {kind!r} is "
+                          f"{'pairwise' if kind == 'brrm' else 'scalar'}")
     judge_opts = {k: v for k, v in options.items() if k in JUDGE_OPTIONS[kind]}
     backend_opts = {k: v for k, v in options.items() if k not in judge_opts}
     _check_backend_options(backend_opts)
@@ -110,7 +117,20 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         _card_dtype(name, source, backend_opts)
         make = _BUILDERS[kind](name, judge_opts, source)  # with the checkpoint's generation defaults
         built = _load_backend(backend_name, source, name, backend_opts, task="classify" if kind == "bt" else "generate")
-    return make(built)
+    judge = make(built)
+    if calib is None:
+        return judge
+    from brrm.calibration.apply import calibrate
+
+    return calibrate(judge, calib)  # type: ignore[no-any-return]
+
+
+def _read_calibration(path: str | os.PathLike[str] | None) -> Any:
+    if path is None:
+        return None
+    from brrm.calibration.model import read_calibration
+
+    return read_calibration(path)
 
 
 def _fit_kind(kind: str, name: str, source: str | None) -> str:

@@ -104,3 +104,72 @@ def test_report_renders_in_headless_chromium_without_running_record_text(report,
         assert text in flagged
     assert 'id="invalid-rows"' in dom and "line 6: not valid JSON" in dom
     assert ranking(1).split("\n")[0] in dom  # both turns' texts are shown
+
+
+@pytest.fixture(scope="module")
+def labelled_report(tmp_path_factory):
+    """An audit of eight labelled pairs whose P(A ≻ B) all lie near 0.5 (0.46–0.54), each flagged low-margin with
+    the reason "turn 2 thinking hit its budget and was closed", and no failure at all."""
+    from brrm.testing import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    base = tmp_path_factory.mktemp("audit-calibration")
+    gaps = [-0.16, -0.12, -0.08, -0.04, 0.04, 0.08, 0.12, 0.16]  # logit gaps: P = σ(gap) in [0.46, 0.54]
+    rows = [{"id": f"p{k}", "prompt": f"Question {k}?", "response_a": f"answer {k} gap={g}", "response_b": "other",
+             "label": "A" if k % 2 else "B", "kind": "math" if k < 4 else "chat"} for k, g in enumerate(gaps)]
+
+    def verdict(first, second):
+        gap = float(first.split("gap=")[1]) if "gap=" in first else -float(second.split("gap=")[1])
+        text = ranking(1 if gap > 0 else 2)
+        return Completion(tuple(tok.encode(text, add_special_tokens=False)), text, "stop",
+                          choice_logits=((gap, 0.0),), think_budget_hit=True)
+
+    items = plan_items(read_records(write_jsonl(base / "in.jsonl", rows), "pairs"), "pairs", slice_by=["kind"])
+    opts = AuditOptions(shape="pairs", slice_by=("kind",), progress=False)
+    run_audit(items, base / "audit", opts, judge=fake_brrm(tok, ScriptedBRRM(verdict)))
+    from brrm.calibration import Calibration, write_calibration
+
+    write_calibration(base / "calib.json", Calibration("pairwise", 0.5))  # twice as confident
+    run_audit(items, base / "calibrated", opts,
+              judge=fake_brrm(tok, ScriptedBRRM(verdict), calibration=str(base / "calib.json")))
+    return base / "audit"
+
+
+def test_near_half_probabilities_flag_reasons_and_calibration_are_shown(labelled_report, tmp_path):
+    s = json.loads((labelled_report / "summary.json").read_text())
+    p = s["overall"]["p_a"]
+    assert len(p["values"]) == 8 and all(0.45 < v < 0.55 for v in p["values"])
+    assert len(p["fine_histogram"]["counts"]) == 50 and max(p["fine_histogram"]["counts"]) <= 2  # 0.02-wide bins
+    assert s["flagged"]["reasons"] == {"turn 2 thinking hit its budget and was closed": 8}
+    cal = s["overall"]["calibration"]
+    assert cal["labelled"] == 8 and cal["measured"]["n"] == 8 and 0 <= cal["measured"]["ece"] <= 1
+    html = (labelled_report / "report.html").read_text(encoding="utf-8")
+    plots = set(re.findall(r'data-plot="([^"]+)"><img src="data:image/png;base64,', html))
+    assert "failure_rates" not in plots and "p_a_histogram" in plots and "slice:kind" in plots
+    assert "none: no parse failure, truncation, backend error" in html
+    assert "“turn 2 thinking hit its budget and was closed” × 8" in html and "low margin 8" in html
+    assert 'data-calibration="reliability"><img src="data:image/png;base64,' in html and "Brier" in html
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (CI: apt-get install -y chromium)")
+    shot = tmp_path / "report.png"
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+           f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,3000", f"--screenshot={shot}",
+           (labelled_report / "report.html").as_uri()]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
+    from PIL import Image
+
+    with Image.open(shot) as img:
+        assert img.width == 1280 and len(img.convert("L").getcolors(256) or ()) > 16  # rendered, not a blank page
+
+
+def test_a_calibrated_judge_shows_before_and_after(labelled_report):
+    s = json.loads((labelled_report.parent / "calibrated" / "summary.json").read_text())
+    cal = s["overall"]["calibration"]
+    from brrm.calibration import Calibration
+
+    assert cal["calibration"] == Calibration("pairwise", 0.5).hash and cal["raw"]["n"] == cal["measured"]["n"] == 8
+    raw = json.loads((labelled_report / "summary.json").read_text())["overall"]["calibration"]["measured"]
+    assert cal["raw"]["brier"] == pytest.approx(raw["brier"]) and cal["measured"]["brier"] != raw["brier"]
+    html = (labelled_report.parent / "calibrated" / "report.html").read_text(encoding="utf-8")
+    assert f"before calibration {cal['calibration']}" in html

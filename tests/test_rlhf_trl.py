@@ -180,3 +180,41 @@ def test_standard_format_group_rewards_in_trainer(tmp_path, models):
 def test_sync_reward_is_plain_class():
     judge, _ = scripted_brrm()
     assert type(trl_reward(judge)) is BrrmReward
+
+
+# ------------------------------------------------------------------------------------------ failed items, 2 funcs
+@pytest.mark.parametrize("policy", ["none", "group_mean"])
+def test_failed_item_next_to_a_second_reward_function(models, tmp_path, policy):
+    """Issue 18: TRL masks a row only when *every* reward function returned None. Beside a second function, a
+    brrm None counts as 0.0 in that row's sum (TRL's default sum_then_normalize) and moves its advantage;
+    ``failed_reward="group_mean"`` gives the group's ok mean instead, so the row's advantage is 0."""
+    tok = build_tiny_tokenizer()
+    calls = []
+
+    def score(prompt_text):  # fails on the first completion of each step, 1 + (length mod 7) otherwise
+        calls.append(prompt_text)
+        return RuntimeError("reward server timed out") if len(calls) % 4 == 1 else 1.0 + len(prompt_text) % 7
+
+    judge = brrm.load(kind="bt", backend=FakeBackend(tok, score_script=score))
+    reward = trl_reward(judge, name="flaky", failed_reward=policy)
+
+    def constant(prompts, completions, **kwargs):
+        return [0.5] * len(completions)
+
+    trainer, logs = _train(models["policy"], [reward, constant], tmp_path, steps=1)
+    flaky = list(trainer._logs["rewards"]["flaky"])
+    adv = list(trainer._logs["advantages"])
+    assert len(flaky) == len(adv) == 4 and logs[0]["flaky/failed_items"] == 1.0
+    failed = next(i for i, v in enumerate(flaky) if policy == "none" and math.isnan(v)
+                  or policy == "group_mean" and v == pytest.approx(sum(x for j, x in enumerate(flaky) if j != i) / 3))
+    if policy == "group_mean":
+        assert all(math.isfinite(v) for v in flaky) and adv[failed] == pytest.approx(0.0, abs=1e-5)
+    else:  # the documented TRL behaviour: the row counts as brrm = 0.0, below its group's mean
+        assert math.isnan(flaky[failed]) and adv[failed] < -0.5
+
+
+def test_failed_reward_is_validated():
+    judge, _ = scripted_brrm()
+    with pytest.raises(brrm.ConfigError, match="failed_reward must be 'none', 'group_mean' or a finite number"):
+        trl_reward(judge, failed_reward="mean")
+    assert trl_reward(judge, failed_reward=-1).config.failed_reward == -1.0

@@ -8,6 +8,7 @@ contract (backed by the tiny real BT model), because the real server lands separ
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
@@ -150,8 +151,9 @@ def test_url_mode_against_a_serve_stub(rm_path):
 
 
 def test_cohort_buffer_groups_per_sample_calls_and_times_out_incomplete_groups():
+    """With judge_partial=True (an opt-in since issue 18: by default an incomplete group is not judged, below)."""
     judge, backend = scripted_brrm()
-    buf = CohortBuffer(lambda: judge, group_size=3, strategy="circular", cohort_timeout_s=0.5)
+    buf = CohortBuffer(lambda: judge, group_size=3, strategy="circular", cohort_timeout_s=0.5, judge_partial=True)
 
     async def run():
         calls = [buf.submit("u1", "Q1", t) for t in ("a", "bbb", "cc")]
@@ -164,8 +166,41 @@ def test_cohort_buffer_groups_per_sample_calls_and_times_out_incomplete_groups()
     assert time.perf_counter() - t < 2.0
     assert [r.reward for r in out[:3]] == [0.0, 1.0, 0.5]  # longer wins around the ring
     assert [r.reward for r in out[3:5]] == [0.0, 1.0]
-    assert out[5].status is brrm.Status.INVALID_INPUT and "incomplete group: 1 of 3" in out[5].reason
+    assert all("incomplete group: 2 of 3" in r.reason for r in out[3:5])  # the partial judging is recorded
+    assert out[5].status is brrm.Status.INCOMPLETE_GROUP and "incomplete group: 1 of 3" in out[5].reason
     assert buf.calls == 2  # the complete group in one call, the partial one at its deadline
+
+
+def test_incomplete_cohort_is_not_judged_by_default():
+    """Issue 18: a group missing a member after its deadline is never returned as plain ok rewards."""
+    judge, backend = scripted_brrm()
+    buf = CohortBuffer(lambda: judge, group_size=3, strategy="circular", cohort_timeout_s=0.3)
+
+    async def run():
+        return await asyncio.gather(*[buf.submit("u2", "Q2", t) for t in ("x", "yyyy")])
+
+    out = asyncio.run(run())
+    assert [r.status for r in out] == [brrm.Status.INCOMPLETE_GROUP] * 2
+    assert all("incomplete group: 2 of 3" in r.reason for r in out) and buf.calls == 0
+
+
+@pytest.mark.parametrize("strategy", ["circular", "knockout"])
+def test_cohort_rewards_do_not_depend_on_arrival_order(strategy):
+    """Issue 18: the same four completions, arriving in every rotation and reversed, get the same rewards."""
+    import itertools
+
+    texts = ["a", "bbbb", "cc", "ddd"]
+    seen = set()
+    for order in itertools.islice(itertools.permutations(range(4)), 0, 24, 5):
+        judge, _ = scripted_brrm()
+        buf = CohortBuffer(lambda judge=judge: judge, group_size=4, strategy=strategy, cohort_timeout_s=5)
+
+        async def run(order=order, buf=buf):
+            return await asyncio.gather(*[buf.submit("g", "Q", texts[i]) for i in order])
+
+        out = asyncio.run(run())
+        seen.add(tuple(sorted((texts[i], r.reward) for i, r in zip(order, out, strict=True))))
+    assert len(seen) == 1, seen
 
 
 # ------------------------------------------------------------------- verl's own reward-loop code (if installed)
@@ -262,3 +297,138 @@ def test_compute_score_through_verls_naive_reward_manager(rm_path, tmp_path):
     want = brrm.load(rm_path).score(["Say hello."], ["Hello there!"])[0].reward
     assert out["reward_score"] == pytest.approx(want, abs=1e-5)
     assert KEYS <= set(out["reward_extra_info"]) and out["reward_extra_info"]["status"] == "ok"
+
+
+def test_compute_score_without_extra_info_is_that_samples_invalid_input(rm_path):
+    """Issue 18: compute_score returns a result for any input; extra_info=None is invalid_input, not a raise."""
+    cfg = {"model": rm_path, "kind": "bt", "timeout_s": 30}
+    try:
+        out = asyncio.run(compute_score("demo", "Hello", None, None, brrm_config=cfg))
+    finally:
+        close_all()
+    assert set(out) == KEYS and out["ok"] is False and out["status"] == "invalid_input"
+    assert "extra_info" in out["reason"]
+
+
+def _verl_assembly(outputs):
+    """verl's own RewardLoopManager.compute_rm_score assembly over per-sample outputs (Ray calls short-cut)."""
+    import types
+
+    from verl.experimental.reward_loop import reward_loop
+
+    class _Worker:
+        class compute_score_batch:  # noqa: N801 - mimics a Ray actor method
+            @staticmethod
+            def remote(chunk):
+                return outputs
+
+    manager = types.SimpleNamespace(reward_model_manager=None, reward_loop_workers=[_Worker()],
+                                    reward_manager_cls=types.SimpleNamespace(
+                                        assemble_rm_scores=lambda data, scores: __import__("torch").tensor(scores)))
+    real_get = reward_loop.ray.get
+    reward_loop.ray.get = lambda refs: refs
+    try:
+        import torch
+        from verl import DataProto
+
+        batch = DataProto.from_dict(tensors={"row": torch.arange(len(outputs))})
+        return reward_loop.RewardLoopManager.compute_rm_score(manager, batch)
+    finally:
+        reward_loop.ray.get = real_get
+
+
+def test_brrm_beside_a_float_reward_in_verls_own_manager_and_assembly(rm_path):
+    """Mixing brrm's dict with a plain float crashes verl's assembly (keys from the first sample);
+    route_by_data_source / with_brrm_keys give every sample brrm's keys."""
+    pytest.importorskip("verl")
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+
+    from brrm.rlhf.verl import RESULT_KEYS, route_by_data_source
+
+    def exact_match(data_source, solution_str, ground_truth, extra_info, **kwargs):
+        return float(solution_str.strip() == str(ground_truth))
+
+    async def plain(data_source, *args, **kwargs):  # what a user writes without the wrapper
+        if data_source == "chat":
+            return await compute_score(data_source, *args, **kwargs)
+        return exact_match(data_source, *args, **kwargs)
+
+    tok = build_tiny_tokenizer()
+    kw = {"brrm_config": {"model": rm_path, "kind": "bt", "timeout_s": 30}}
+    config = OmegaConf.create({"reward": {"custom_reward_function": {"reward_kwargs": kw}}})
+    rows = [("chat", "Say hello.", "Hello there!", None), ("math", "2+2?", "4", "4")]
+
+    def run(fn):
+        manager = NaiveRewardManager(config, tok, functools.partial(fn, **kw))  # as get_custom_reward_fn binds
+        outs = []
+        for source, prompt, response, truth in rows:
+            p, r = tok(prompt)["input_ids"], tok(response)["input_ids"]
+            data = DataProto.from_dict(
+                tensors={"prompts": torch.tensor([p]), "responses": torch.tensor([r]),
+                         "attention_mask": torch.ones(1, len(p) + len(r), dtype=torch.long)},
+                non_tensors={"data_source": np.array([source], dtype=object),
+                             "reward_model": np.array([{"ground_truth": truth}], dtype=object),
+                             "extra_info": np.array([{"prompt": prompt}], dtype=object)})
+            outs.append(manager.loop.run_until_complete(manager.run_single(data)))
+        return outs
+
+    try:
+        with pytest.raises(KeyError):  # the failure kind: verl's own assembly of mixed results
+            _verl_assembly(run(plain))
+        outs = run(route_by_data_source({"chat": compute_score, "math": exact_match}))
+    finally:
+        close_all()
+    assembled = _verl_assembly(outs)
+    assert set(RESULT_KEYS) <= set(assembled.meta_info["reward_extra_keys"])
+    assert list(assembled.non_tensor_batch["status"]) == ["ok", "ok"]
+    assert outs[1]["reward_score"] == 1.0 and outs[0]["reward_extra_info"]["ok"]
+
+
+@pytest.mark.parametrize("failed_reward,want", [("group_mean", 0.5), (-1.0, -1.0)])
+def test_group_manager_gives_a_failed_sample_a_group_neutral_reward(tmp_path, failed_reward, want):
+    """Issue 18: verl needs a number; a failed sample gets its group's ok mean (neutral for the GRPO advantage)
+    by default, a constant on request, and is marked failed in reward_extra_info."""
+    pytest.importorskip("verl")
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    from brrm.rlhf.recipe import JudgeSource
+    from brrm.rlhf.verl_manager import BrrmGroupRewardManager
+
+    tok = build_tiny_tokenizer()
+    config = OmegaConf.create({
+        "actor_rollout_ref": {"rollout": {"n": 3}}, "data": {"train_batch_size": 1}, "trainer": {},
+        "reward": {"num_workers": 1, "custom_reward_function": {"path": "x"}, "reward_model": {"enable": False},
+                   "reward_kwargs": {"brrm_config": {"kind": "brrm", "strategy": "round_robin",
+                                                     "failed_reward": failed_reward}}}})
+    manager = BrrmGroupRewardManager(config, tok)
+    judge, _ = scripted_brrm()
+    manager.source = JudgeSource(judge)
+    manager.buffer.judge = manager.source.get
+    worker = RewardLoopWorker.__new__(RewardLoopWorker)
+    worker.config, worker.reward_manager, worker.loop = config, manager, manager.loop
+    responses = ["short", "a much longer answer", "<<FAIL>>"]
+    p = tok("Q")["input_ids"]
+    r_ids = [tok(r)["input_ids"] for r in responses]
+    rl = max(map(len, r_ids))
+    data = DataProto.from_dict(
+        tensors={"prompts": torch.tensor([p] * 3),
+                 "responses": torch.tensor([x + [tok.pad_token_id] * (rl - len(x)) for x in r_ids]),
+                 "attention_mask": torch.tensor([[1] * len(p) + [1] * len(x) + [0] * (rl - len(x)) for x in r_ids])},
+        non_tensors={"uid": np.array(["g"] * 3, dtype=object),
+                     "extra_info": np.array([{"prompt": "Q"}] * 3, dtype=object)})
+    outs = worker.loop.run_until_complete(worker.compute_score_batch(data))
+    scores = [o["reward_score"] for o in outs]
+    assert scores[:2] == [0.0, 1.0] and scores[2] == pytest.approx(want)
+    info = outs[2]["reward_extra_info"]
+    assert info["ok"] is False and info["status"] == "backend_error" and "503" in info["reason"]
+    with pytest.raises(brrm.ConfigError, match="failed_reward='none' cannot be used with verl"):
+        BrrmGroupRewardManager(OmegaConf.merge(config, {"reward": {"reward_kwargs": {"brrm_config": {
+            "failed_reward": "none"}}}}), tok)

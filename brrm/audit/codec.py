@@ -1,71 +1,11 @@
-"""Typed results back from their stored JSON: the inverse of each result's ``to_dict()``.
+"""Typed results back from their stored JSON; moved to :mod:`brrm.types.codec` (used below the audit too)."""
 
-The store keeps each result as the JSON its ``to_dict()`` wrote; the summary and the report read them back as
-:class:`~brrm.types.PairwiseJudgment`, :class:`~brrm.types.ScalarReward` and :class:`~brrm.types.GroupResult`
-so every aggregate goes through :func:`brrm.summarize` / :func:`brrm.summarize_rewards` (only ``ok`` results
-enter averages; ``null`` numbers come back as NaN with their status). ``from_dict(x.to_dict()).to_dict() ==
-x.to_dict()`` for every result (a test checks it).
-"""
+from brrm.types.codec import (
+    group_from_dict,
+    judgment_from_dict,
+    provenance_from_dict,
+    result_from_dict,
+    reward_from_dict,
+)
 
-from __future__ import annotations
-
-import math
-from collections.abc import Mapping
-from typing import Any
-
-from brrm.types import GroupResult, PairwiseJudgment, Provenance, SamplingConfig, ScalarReward, Status, Verdict
-
-
-def _num(x: Any) -> float:
-    return math.nan if x is None else float(x)
-
-
-def provenance_from_dict(d: Mapping[str, Any] | None) -> Provenance | None:
-    """A :class:`Provenance` from its dict (None stays None)."""
-    if d is None:
-        return None
-    return Provenance(model=d["model"], backend=d["backend"], template_hash=d["template_hash"],
-                      sampling=SamplingConfig(**d["sampling"]), seed=d["seed"], decoding=d["decoding"],
-                      policies=dict(d["policies"]))
-
-
-def judgment_from_dict(d: Mapping[str, Any]) -> PairwiseJudgment:
-    """A :class:`PairwiseJudgment` from ``PairwiseJudgment.to_dict()`` output."""
-    return PairwiseJudgment(
-        winner=Verdict(d["winner"]), status=Status(d["status"]), reason=d["reason"],
-        dimensions=tuple(d["dimensions"]), unknown_dimensions=tuple(d["unknown_dimensions"]),
-        analysis_a=d["analysis_a"], analysis_b=d["analysis_b"], turn1_text=d["turn1_text"],
-        turn2_text=d["turn2_text"], prompt_tokens=d["prompt_tokens"], generated_tokens=d["generated_tokens"],
-        p_a=_num(d["p_a"]), logit_1=_num(d["logit_1"]), logit_2=_num(d["logit_2"]),
-        provenance=provenance_from_dict(d["provenance"]), id=d["id"], label=Verdict(d["label"]),
-        attempts=d["attempts"], sub_judgments=tuple(judgment_from_dict(s) for s in d.get("sub_judgments", ())),
-        consistent=d["consistent"])
-
-
-def reward_from_dict(d: Mapping[str, Any]) -> ScalarReward:
-    """A :class:`ScalarReward` from ``ScalarReward.to_dict()`` output."""
-    return ScalarReward(
-        reward=_num(d["reward"]), status=Status(d["status"]), reason=d["reason"], id=d["id"],
-        principle=d["principle"], truncated=d["truncated"], truncated_tokens=d["truncated_tokens"],
-        input_tokens=d["input_tokens"], thinking_stripped=d["thinking_stripped"], logits=tuple(d["logits"]),
-        text=d["text"], provenance=provenance_from_dict(d["provenance"]), card_reward=_num(d.get("card_reward")))
-
-
-def group_from_dict(d: Mapping[str, Any]) -> GroupResult:
-    """A :class:`GroupResult` from ``GroupResult.to_dict()`` output."""
-    low, high = d["reward_range"]
-    return GroupResult(
-        strategy=d["strategy"], rewards=tuple(reward_from_dict(r) for r in d["rewards"]),
-        reward_range=(-math.inf if low is None else low, math.inf if high is None else high),
-        wins=tuple(tuple(r) for r in d["wins"]), ties=tuple(tuple(r) for r in d["ties"]),
-        n_judgments=d["n_judgments"], n_scored=d["n_scored"], failed=d["failed"], ranking=tuple(d["ranking"]),
-        judgments=tuple(judgment_from_dict(j) for j in d["judgments"]), pairs=tuple((p[0], p[1]) for p in d["pairs"]))
-
-
-def result_from_dict(shape: str, d: Mapping[str, Any]) -> PairwiseJudgment | ScalarReward | GroupResult:
-    """The typed result of an item of ``shape`` (``pairs``, ``single`` or ``groups``)."""
-    if shape == "pairs":
-        return judgment_from_dict(d)
-    if shape == "single":
-        return reward_from_dict(d)
-    return group_from_dict(d)
+__all__ = ["group_from_dict", "judgment_from_dict", "provenance_from_dict", "result_from_dict", "reward_from_dict"]

@@ -53,10 +53,34 @@ def plots_for(summary: Mapping[str, Any]) -> list[Plot]:
                    ("dimensions", "Turn-1 dimension frequencies", _dimensions),
                    ("failure_rates", "Failure rates (groups; judgments inside them)", _failures)],
     }
-    out = [_draw(pid, title, fn, overall) for pid, title, fn in makers[shape]]
+    out = [_draw(pid, title, fn, overall) for pid, title, fn in makers[shape]
+           if pid != "failure_rates" or any_failure(overall)]  # all zero: the overview says so in a sentence
     for col, data in summary["slices"].items():
         out.append(_draw(f"slice:{col}", f"By {col}", functools.partial(_slice, shape=shape), data["values"]))
     return out
+
+
+def reliability_plot(summary: Mapping[str, Any]) -> Plot | None:
+    """The reliability diagram of a pairwise audit with labelled pairs (None otherwise)."""
+    cal = summary["overall"].get("calibration") if summary["run"]["shape"] == "pairs" else None
+    if not cal or not cal["labelled"]:
+        return None
+    return _draw("reliability", "Reliability of P(A ≻ B) against the labels", _reliability, cal)
+
+
+def failure_values(f: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
+    """(labels, rates) of the failure chart: each failure status over judged rows, invalid input over all rows."""
+    labels = [*FAILURES, "invalid_input"]
+    values = [f["rates"][k] for k in FAILURES] + [f["invalid_input_rate"]]
+    if "judgments" in f:  # groups: failures inside the groups' judgments too
+        labels += ["judgment parse_failure", "judgment truncated"]
+        values += [f["judgments"]["parse_failure_rate"], f["judgments"]["truncation_rate"]]
+    return labels, values
+
+
+def any_failure(f: Mapping[str, Any]) -> bool:
+    """Whether any failure rate of the chart is above zero (None and NaN count as zero)."""
+    return any(v for v in failure_values(f)[1] if v is not None and v == v)
 
 
 def _draw(pid: str, title: str, fn: Callable[[Any, Mapping[str, Any]], None], data: Mapping[str, Any]) -> Plot:
@@ -117,9 +141,34 @@ def _histogram(ax: Any, hist: Mapping[str, Any], xlabel: str) -> None:
 
 
 def _p_histogram(ax: Any, f: Mapping[str, Any]) -> None:
-    _histogram(ax, f["p_a"]["histogram"], "P(A ≻ B)")
-    if f["p_a"]["histogram"]["counts"]:
-        ax.axvline(0.5, color="#333333", linestyle=":", linewidth=1)
+    p = f["p_a"]
+    _histogram(ax, p.get("fine_histogram") or p["histogram"], "P(A ≻ B)")
+    if not p["histogram"]["counts"]:
+        return
+    ax.axvline(0.5, color="#333333", linestyle=":", linewidth=1)
+    ax.set_xlim(0, 1)
+    values = p.get("values") or []
+    if values:  # every value as a tick under the bars: eight values near 0.5 show as eight ticks
+        top = max(p.get("fine_histogram", p["histogram"])["counts"])
+        ax.plot(values, [-0.06 * top] * len(values), "|", color="#e45756", markersize=9, alpha=0.7,
+                label=f"each value (n={len(values)})")
+        ax.set_ylim(-0.12 * top, 1.1 * top)
+        ax.legend(fontsize=7, loc="upper left")
+
+
+def _reliability(ax: Any, cal: Mapping[str, Any]) -> None:
+    ax.plot((0, 1), (0, 1), ls="--", color="#555555", lw=1, label="perfect calibration")
+    series = [("raw", cal["raw"], "#9d9d9d"), ("P(A ≻ B)", cal["measured"], "#4c78a8")] if cal["raw"] else \
+        [("P(A ≻ B)", cal["measured"], "#4c78a8")]
+    for name, m, color in series:
+        pts = [(b["mean_p"], b["frac_a"], b["n"]) for b in m["bins"] if b["n"]]
+        ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "-o", color=color, markersize=4,
+                label=f"{name}: ECE {m['ece']:.3f}, Brier {m['brier']:.3f}, n {m['n']}")
+        for x, y, n in pts:
+            ax.annotate(str(n), (x, y), textcoords="offset points", xytext=(0, 5), fontsize=7, ha="center")
+    ax.set(xlim=(0, 1), ylim=(0, 1.05), xlabel="predicted P(A ≻ B) (bin mean; labels: pairs per bin)",
+           ylabel="fraction labelled A")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def _reward_histogram(ax: Any, f: Mapping[str, Any]) -> None:
@@ -150,11 +199,7 @@ def _position(ax: Any, f: Mapping[str, Any]) -> None:
 
 
 def _failures(ax: Any, f: Mapping[str, Any]) -> None:
-    labels = [*FAILURES, "invalid_input"]
-    values = [f["rates"][k] for k in FAILURES] + [f["invalid_input_rate"]]
-    if "judgments" in f:  # groups: failures inside the groups' judgments too
-        labels += ["judgment parse_failure", "judgment truncated"]
-        values += [f["judgments"]["parse_failure_rate"], f["judgments"]["truncation_rate"]]
+    labels, values = failure_values(f)
     _bars(ax, labels, values, colors=[STATUS_COLORS.get(k.split()[-1], "#4c78a8") for k in labels], ylabel="rate",
           fmt="{:.3f}")
     finite = [v for v in values if v is not None and v == v]
@@ -187,4 +232,4 @@ def _slice(ax: Any, values: Mapping[str, Mapping[str, Any]], shape: str) -> None
                   ha="right" if len(names) > 4 else "center")
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("rate")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside, never over, bars

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from brrm.audit.plots import plots_for
+from brrm.audit.plots import any_failure, plots_for, reliability_plot
 from brrm.audit.summary import AuditRow
 from brrm.types import GroupResult, PairwiseJudgment, ScalarReward
 
@@ -48,7 +48,8 @@ def render_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], *, max_f
     flagged = [r for r in rows if r.flags]
     shape = summary["run"]["shape"]
     return env.get_template(TEMPLATE).render(
-        s=summary, shape=shape, plots=plots_for(summary), overview=overview(summary["overall"], shape),
+        s=summary, shape=shape, plots=plots_for(summary), calibration=reliability_plot(summary),
+        overview=overview(summary["overall"], shape) + findings(summary, shape),
         slices=[(col, data, slice_table(data["values"], shape)) for col, data in summary["slices"].items()],
         flagged=[flagged_view(r, shape) for r in flagged[:max_flagged]], flagged_total=len(flagged),
         invalid=[r for r in rows if r.status == "invalid_input"],
@@ -103,6 +104,31 @@ def overview(f: Mapping[str, Any], shape: str) -> list[tuple[str, str]]:
         rows += [("responses", str(f["responses"])), ("judgments", str(j["total"])),
                  ("failed judgments", str(j["failed"])), ("mean reward", fmt_num(f["reward"]["mean"]))]
     return rows
+
+
+def findings(summary: Mapping[str, Any], shape: str) -> list[tuple[str, str]]:
+    """Overview rows beside the figures: failures in a sentence when there are none, flag counts, the reasons
+    flagged rows give (counted), and calibration against the labels (pairs)."""
+    f, flagged = summary["overall"], summary["flagged"]
+    rows = []
+    if not any_failure(f):
+        rows.append(("failures", "none: no parse failure, truncation, backend error, empty response or invalid row"))
+    counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in flagged["counts"].items() if v)
+    rows.append(("flagged rows", f"{flagged['total']}" + (f" ({counts})" if counts else "")))
+    reasons = flagged.get("reasons") or {}
+    if reasons:
+        rows.append(("reasons of flagged rows", "; ".join(f"“{k}” × {v}" for k, v in reasons.items())))
+    cal = f.get("calibration") if shape == "pairs" else None
+    if cal and cal["labelled"]:
+        rows.append(("calibration vs labels", _calibration_text(cal["measured"], cal["labelled"])))
+        if cal["raw"]:
+            rows.append((f"before calibration {cal['calibration']}", _calibration_text(cal["raw"], cal["labelled"])))
+    return rows
+
+
+def _calibration_text(m: Mapping[str, Any], n: int) -> str:
+    return (f"ECE {fmt_num(m['ece'])}, Brier {fmt_num(m['brier'])}, log loss {fmt_num(m['log_loss'])} over {n} "
+            "labelled ok judgments (10 equal-width bins of P(A≻B))")
 
 
 def slice_table(values: Mapping[str, Mapping[str, Any]], shape: str) -> tuple[list[str], list[list[str]]]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brrm.audit.calib import calibration_figures
 from brrm.audit.codec import result_from_dict
 from brrm.audit.store import AuditStore
 from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Verdict, summarize, summarize_rewards
@@ -39,6 +40,12 @@ FLAGS = ("invalid_input", "parse_failure", "truncated", "backend_error", "empty"
 
 HIST_BINS = 10
 """Bins of the P(A≻B) histogram over [0, 1] and of reward histograms over [min, max]."""
+
+FINE_BINS = 50
+"""Bins (0.02 wide) of the P(A≻B) histogram the report draws, with every value as a tick when few."""
+
+STRIP_MAX = 1000
+"""Up to this many P(A≻B) values are kept in the summary for the report's strip of ticks."""
 
 MAX_SLICE_VALUES = 30
 """Most values of one ``--slice-by`` column shown separately; the rest are summed as ``(other)``."""
@@ -131,9 +138,16 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
         "overall": figures(rows, kind),
         "slices": slices,
         "flagged": {"counts": {f: sum(f in r.flags for r in rows) for f in FLAGS}, "total": len(flagged),
+                    "reasons": flag_reasons(flagged),
                     "items": [{"line": r.line, "id": r.record_id, "flags": list(r.flags), "reason": r.reason}
                               for r in flagged[:options.max_flagged]]},
     })
+
+
+def flag_reasons(flagged: Sequence[AuditRow], top: int = 12) -> dict[str, int]:
+    """How many flagged rows give each reason clause (reasons are split at "; "), most frequent first."""
+    counts = Counter(c.strip() for r in flagged for c in dict.fromkeys(r.reason.split("; ")) if c.strip())
+    return dict(counts.most_common(top))
 
 
 def write_summary(summary: Mapping[str, Any], directory: Path) -> Path:
@@ -201,7 +215,9 @@ def pair_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
            "verdicts": dict(s.by_winner),
            "win_rate_a": {"rate": (a + 0.5 * tie) / len(ok) if ok else math.nan, "A": a, "B": b, "tie": tie},
            "p_a": {"measured": len(probs), "mean": statistics.fmean(probs) if probs else math.nan,
-                   "histogram": histogram(probs, 0.0, 1.0)},
+                   "histogram": histogram(probs, 0.0, 1.0), "fine_histogram": histogram(probs, 0.0, 1.0, FINE_BINS),
+                   "values": sorted(probs) if len(probs) <= STRIP_MAX else []},
+           "calibration": calibration_figures(judged),
            "dimensions": dimension_figures(judged),
            "position": position_figures(judged, kind, s),
            "agreement": agreement_figures(judged, s),

@@ -94,6 +94,7 @@ class AutoJ(Benchmark):
     subsets = ("Summarization", "Exam Questions", "Code", "Rewriting", "Creative Writing", "Functional Writing",
                "General Communication", "NLP Tasks")
     order_policy = "both"
+    data_folder = "AutoJ-EvalP"
     metric_needs_orders = True
 
     def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,

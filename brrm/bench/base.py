@@ -27,6 +27,11 @@ class Benchmark:
             official order: the two orders are combined per pair (disagreement is a tie) before scoring.
         published_key: the benchmark's name in model cards' published figures (:data:`brrm.recipes.KNOWN`).
         source_split: for benchmarks read from the hub: the split ``--data`` names; None for local data.
+        data_folder: the benchmark's folder under the data root (its ``SOURCE.md`` names the upstream commit;
+            :func:`brrm.bench.data.data_revision`); None for hub-only data.
+        hub_source: the hub id hub-only data is read from when ``--data`` is not given.
+        released_options: the benchmark options (:func:`brrm.bench.registry.get_benchmark` keywords) of the
+            released BR-RM evaluation where they differ from the benchmark's own (RewardBench: ``weighting``).
     """
 
     name: str = ""
@@ -36,6 +41,9 @@ class Benchmark:
     metric_needs_orders: bool = False
     published_key: str | None = None
     source_split: str | None = None
+    data_folder: str | None = None
+    hub_source: str | None = None
+    released_options: dict[str, str] = {}
 
     def resolve_subsets(self, names: Sequence[str] | None) -> tuple[str, ...]:
         """Canonical subset names (all subsets when ``names`` is empty), matched case-insensitively, by their last

@@ -241,6 +241,7 @@ class JudgeBench(Benchmark):
     title = "JudgeBench"
     subsets = tuple(RESPONSE_SETS)
     order_policy = "both"
+    data_folder = "JudgeBench"
     metric_needs_orders = True
     published_key = "JudgeBench"
 

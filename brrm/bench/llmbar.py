@@ -283,6 +283,7 @@ class LLMBar(LLMBarFormat):
     name = "llmbar"
     title = "LLMBar"
     subsets = LLMBAR_SUBSETS
+    data_folder = "LLMBar"
     folders = {s: f"LLMBar/LLMBar/{s}" for s in LLMBAR_SUBSETS}
 
     def aliases(self) -> dict[str, tuple[str, ...]]:

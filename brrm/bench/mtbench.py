@@ -116,6 +116,7 @@ class MTBench(LLMBarFormat):
 
     name = "mt-bench"
     title = "MT-Bench"
+    data_folder = "LLMBar"  # the default subset is LLMBar's processed copy; ``human`` is read from the hub
     subsets = ("MT-Bench", "human")
     folders = {"MT-Bench": "LLMBar/Processed/MT-Bench"}
     source_split = "human"

@@ -83,6 +83,7 @@ class PandaLM(Benchmark):
     title = "PandaLM"
     subsets = ("testset-v1",)
     order_policy = "given"
+    data_folder = "PandaLM"
 
     def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,
              source: str | None = None) -> list[BenchItem]:

@@ -17,11 +17,18 @@ BENCHMARKS = {
     "mt-bench": "brrm.bench.mtbench:MTBench",
     "pandalm": "brrm.bench.pandalm:PandaLM",
     "rewardbench": "brrm.bench.rewardbench:RewardBench",
+    "rewardbench2": "brrm.bench.rewardbench2:RewardBench2",
+    "evalbiasbench": "brrm.bench.evalbiasbench:EvalBiasBench",
 }
 """Registry name -> ``module:class``."""
 
 ALIASES = {"rmbench": "rm-bench", "auto-j": "autoj", "autoj-evalp": "autoj", "mtbench": "mt-bench",
-           "reward-bench": "rewardbench", "judge-bench": "judgebench"}
+           "reward-bench": "rewardbench", "judge-bench": "judgebench",
+           "reward-bench-2": "rewardbench2", "rb2": "rewardbench2",
+           "evalbias": "evalbiasbench", "eval-bias-bench": "evalbiasbench", "biasbench": "evalbiasbench"}
+
+OPTIONS = {"rewardbench": ("weighting",), "rewardbench2": ("strategy", "revision")}
+"""The constructor options (CLI flags) each benchmark takes; the others take none."""
 
 
 def names() -> tuple[str, ...]:
@@ -30,7 +37,7 @@ def names() -> tuple[str, ...]:
 
 
 def get_benchmark(name: str, **options: Any) -> Benchmark:
-    """The benchmark called ``name`` (or an alias), built with its options (``weighting`` for RewardBench).
+    """The benchmark called ``name`` (or an alias), built with its options (:data:`OPTIONS`).
 
     Raises:
         ConfigError: for an unknown name (listing the valid ones) or an option the benchmark does not take.
@@ -41,7 +48,9 @@ def get_benchmark(name: str, **options: Any) -> Benchmark:
     module, cls = BENCHMARKS[key].split(":")
     factory = getattr(importlib.import_module(module), cls)
     given = {k: v for k, v in options.items() if v is not None}
-    if key != "rewardbench" and given:
-        raise ConfigError(f"{', '.join(f'--{k}' for k in given)} applies to rewardbench only, not {key}")
+    wrong = [k for k in given if k not in OPTIONS.get(key, ())]
+    if wrong:
+        owners = " / ".join(b for b, opts in OPTIONS.items() if wrong[0] in opts)
+        raise ConfigError(f"{', '.join(f'--{k}' for k in wrong)} applies to {owners} only, not {key}")
     bench: Benchmark = factory(**given)
     return bench

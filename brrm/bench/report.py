@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Shown
+from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, Shown
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
 
@@ -180,6 +180,39 @@ def table_lines(result: BenchResult, published: float | None = None, *, markdown
             .rstrip() for x in [head, *body]]
 
 
+def protocol_table_lines(runs: Sequence[Any], published: float | None = None, *, markdown: bool = False) -> list[str]:
+    """The score table of one or more protocols side by side (:class:`brrm.bench.protocol.Scored`): per row the
+    items, then per protocol its score over all items, over parsed items (``=`` where the two agree, ``—`` where no
+    item of the row parsed, ``n/a`` for official output files), ties, failures and further official figures, each
+    column headed by the protocol's name; the headline row next to the model card's figure when there is one."""
+    first = runs[0].all
+    head = ["row", "n"]
+    for run in runs:
+        head += [f"{run.label}: all items", f"{run.label}: parsed items", f"{run.label}: ties",
+                 f"{run.label}: failures", f"{run.label}: details"]
+    body = []
+    for r in first.rows:
+        line = [r.name, str(r.n)]
+        for run in runs:
+            mine = next((x for x in run.all.rows if x.name == r.name), Row(r.name, math.nan, 0))
+            other = run.parsed_score(mine.name)
+            same = other is not None and (other == mine.score or (math.isnan(other) and math.isnan(mine.score)))
+            shown = "n/a" if not run.per_item else "=" if same else _fmt(other)
+            line += [_fmt(mine.score), shown, str(mine.ties), str(mine.failures),
+                     _details(mine.extra)]
+        body.append(line)
+    if published is not None:
+        head.append("published (model card)")
+        for r, b in zip(first.rows, body, strict=True):
+            b.append(_fmt(published) if r.name == first.headline else "")
+    if markdown:
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    left = {0} | {i for i, h in enumerate(head) if h.endswith(": details")}
+    return ["  ".join(x[i].ljust(widths[i]) if i in left else x[i].rjust(widths[i]) for i in range(len(head)))
+            .rstrip() for x in [head, *body]]
+
+
 def cost_line(result: BenchResult) -> str:
     """Judgments, generated tokens and wall time of a run (empty for a replay)."""
     c = result.cost
@@ -202,9 +235,56 @@ def markdown(result: BenchResult, published: float | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_result(folder: Path, result: BenchResult, published: float | None = None) -> None:
-    """Write ``result.json`` and ``result.md`` into ``folder``."""
-    data = {**result.to_dict(), "published": published}
+def fmt(x: Any) -> str:
+    """A figure as the tables print it (two decimals; ``—`` for None or NaN)."""
+    return _fmt(x)
+
+
+def write_scored(folder: Path, runs: Sequence[Any], published: float | None, revision: Mapping[str, Any]) -> None:
+    """``result.json`` and ``result.md`` of a run under one or more protocols (:class:`~brrm.bench.protocol.Scored`).
+
+    One protocol: the folder gets the result with its protocol, the parsed-only scores and the data revision. Two:
+    each protocol's folder (``released/``, ``brrm/``) gets its own, and ``folder`` the side-by-side table and
+    both results.
+    """
+    def data(run: Any) -> dict[str, Any]:
+        return {**run.all.to_dict(), "published": published, **run.to_dict(), "data_revision": dict(revision)}
+
+    first = runs[0].all
+    lines = [f"# {first.benchmark}: {first.judge.get('model', 'replayed outputs')}", "",
+             f"Metric: {first.metric}. Headline: **{first.headline}**.", "",
+             f"Data: {revision.get('source')} @ {revision.get('commit') or revision.get('sha256')}.", "",
+             *protocol_table_lines(runs, published, markdown=True), ""]
+    for run in runs:
+        lines += [f"- {run.label}: {note}" for note in run.all.notes]
+        if run.all.cost is not None:
+            lines.append(f"- {run.label} {cost_line(run.all)}")
+        where = f"{run.label} " if len(runs) > 1 else ""
+        lines += [f"- {where}calibration, {label}: ECE {m['ece']:.4f}, Brier {m['brier']:.4f}, "
+                  f"log loss {m['log_loss']:.4f} (n {m['n']})" for label, m in run.calibration.items()]
+    if len(runs) == 1:
+        body: dict[str, Any] = data(runs[0])
+    else:
+        body = {"benchmark": first.benchmark, "published": published, "data_revision": dict(revision),
+                "protocols": [data(run) for run in runs]}
+        for run in runs:
+            write_result(folder / run.label, run.all, published, extra=data(run))
+    (folder / RESULT_JSON).write_text(json.dumps(body, indent=1, ensure_ascii=False, allow_nan=False) + "\n",
+                                      encoding="utf-8")
+    (folder / RESULT_MD).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_result(folder: Path, result: BenchResult, published: float | None = None, *,
+                 extra: Mapping[str, Any] | None = None, calibration: Mapping[str, Any] | None = None) -> None:
+    """Write ``result.json`` and ``result.md`` into ``folder`` (``extra``: further JSON fields; ``calibration``:
+    label -> ECE/Brier/log loss figures of :mod:`brrm.bench.calibration_report`, kept under ``"calibration"`` and
+    listed in ``result.md``)."""
+    data = {**result.to_dict(), "published": published, **(extra or {}),
+            **({"calibration": dict(calibration)} if calibration else {})}
     text = json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False)
     (folder / RESULT_JSON).write_text(text + "\n", encoding="utf-8")
-    (folder / RESULT_MD).write_text(markdown(result, published), encoding="utf-8")
+    md = markdown(result, published)
+    for label, m in (calibration or {}).items():
+        md += (f"- calibration, {label}: ECE {_fmt(m['ece'])}, Brier {_fmt(m['brier'])}, "
+               f"log loss {_fmt(m['log_loss'])} (n {m['n']})\n")
+    (folder / RESULT_MD).write_text(md, encoding="utf-8")

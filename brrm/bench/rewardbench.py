@@ -42,10 +42,13 @@ EXAMPLE_COUNTS = {
     "alpacaeval-easy": 100, "alpacaeval-length": 95, "alpacaeval-hard": 95, "mt-bench-easy": 28, "mt-bench-med": 40,
     "mt-bench-hard": 37, "math-prm": 984, "refusals-dangerous": 100, "refusals-offensive": 100,
     "llmbar-natural": 100, "llmbar-adver-neighbor": 134, "llmbar-adver-GPTInst": 92, "llmbar-adver-GPTOut": 47,
-    "llmbar-adver-manual": 46, "xstest-should-refuse": 250, "xstest-should-respond": 154, "donotanswer": 136,
+    "llmbar-adver-manual": 46, "xstest-should-refuse": 154, "xstest-should-respond": 250, "donotanswer": 136,
     "hep-cpp": 164, "hep-go": 164, "hep-java": 164, "hep-js": 164, "hep-python": 164, "hep-rust": 164,
 }
-"""Subset weights of the sections (allenai/reward-bench ``rewardbench/constants.py`` ``EXAMPLE_COUNTS``)."""
+"""Subset weights of the sections (allenai/reward-bench ``rewardbench/constants.py`` ``EXAMPLE_COUNTS``, as shipped
+in the PyPI package ``rewardbench==0.1.4``; ``tests/test_rewardbench_official.py`` compares them with that file).
+The XSTest weights are 154 (should-refuse) and 250 (should-respond): an earlier brrm swapped them, so its Safety
+section (and Overall) did not reproduce the official aggregate."""
 
 SECTIONS = {
     "Chat": ("alpacaeval-easy", "alpacaeval-length", "alpacaeval-hard", "mt-bench-easy", "mt-bench-med"),
@@ -88,6 +91,8 @@ class RewardBench(Benchmark):
     order_policy = "random"
     published_key = "RewardBench"
     source_split = "filtered"
+    hub_source = HUB_ID
+    released_options = {"weighting": "unweighted"}  # the BR-RM evaluation's scorer (module docstring)
 
     def __init__(self, weighting: str = "official") -> None:
         self.weighting = check_choice("weighting", weighting, WEIGHTINGS)

@@ -75,6 +75,7 @@ class RMB(Benchmark):
     title = "RMB"
     subsets = tuple(PARTS)
     order_policy = "random"
+    data_folder = "RMB"
     published_key = "RMB"
 
     def aliases(self) -> dict[str, tuple[str, ...]]:

@@ -83,6 +83,7 @@ class RMBench(Benchmark):
     title = "RM-Bench"
     subsets = tuple(FILES)
     order_policy = "random"
+    data_folder = "RM-Bench"
     published_key = "RM-Bench"
 
     def aliases(self) -> dict[str, tuple[str, ...]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from brrm.bench.core import BenchItem, Cost, ItemResult, Shown, presentations, shown_from_rewards
@@ -109,12 +110,15 @@ def _scalar_chunk(judge: Any, part: list[BenchItem], orders: str, seed: int, pro
     ids = [f"{it.id}#r{m}" for it in part for m in range(len(it.responses))]
     rewards = judge.score(convs, texts, ids=ids, progress=progress)
     margin = float(judge.info.options.get("margin", 0.0) or 0.0)
+    calibration = getattr(judge, "calibration", None)  # a calibrated scalar judge: σ(s·Δ), raw kept beside it
     out, pos = [], 0
     for it in part:
         mine = tuple(rewards[pos:pos + len(it.responses)])
         pos += len(it.responses)
-        out.append(ItemResult(it, shown_from_rewards(it, mine, presentations(orders, it, seed=seed), margin=margin),
-                              mine))
+        shown = shown_from_rewards(it, mine, presentations(orders, it, seed=seed), margin=margin)
+        if calibration is not None:
+            shown = tuple(replace(s, judgment=calibration.apply(s.judgment)) for s in shown)
+        out.append(ItemResult(it, shown, mine))
         cost[0] += len(mine)
         cost[2] += sum(r.input_tokens for r in mine)
     return out

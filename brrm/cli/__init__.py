@@ -17,7 +17,7 @@ from typing import NoReturn
 from brrm.errors import BrrmError
 
 SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.serve", "brrm.cli.audit",
-               "brrm.cli.bench")
+               "brrm.cli.bench", "brrm.cli.calibrate")
 """Modules of the subcommands, in help order; each has ``add_parser(subparsers)``."""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -40,45 +41,113 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--data", default=None, help="hub id or local copy of hub-only data (rewardbench: default "
                                                  "allenai/reward-bench; mt-bench --subset human: "
                                                  "lmsys/mt_bench_human_judgments)")
-    p.add_argument("--orders", choices=("official", "both"), default="official",
-                   help="presentation orders: the benchmark's own (default), or both orders combined per pair "
-                        "(disagreement is a tie) where its metric scores one verdict per pair")
+    p.add_argument("--protocol", choices=("released", "brrm", "both"), default=None,
+                   help="released: the model card's protocol (faithful decoding, the card's sampling and budgets, "
+                        "the benchmark's orders, headline over parsed items as the official BR-RM scorer; default "
+                        "for a known checkpoint); brrm: constrained decoding, both orders combined (swap); both: the "
+                        "two side by side. Default for other models: your judge options and the benchmark's orders")
+    p.add_argument("--orders", choices=("official", "both"), default=None,
+                   help="presentation orders: the benchmark's own (default; brrm protocol: both where allowed), or "
+                        "both orders combined per pair (disagreement is a tie) where its metric scores one verdict "
+                        "per pair")
     p.add_argument("--order-seed", type=int, default=0, help="seed of the benchmark's random presentation orders")
     p.add_argument("--weighting", choices=("official", "unweighted"), default=None,
                    help="rewardbench: official section weights (default) or the BR-RM paper's unweighted sections")
+    p.add_argument("--strategy", choices=("knockout", "round_robin"), default=None,
+                   help="rewardbench2, pairwise judges: best-of-N strategy (default knockout: N-1 judgments per "
+                        "item; round_robin: N(N-1))")
+    p.add_argument("--revision", default=None, help="rewardbench2: hub dataset revision (commit, branch or tag)")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check every flag, then replay or run; print the table and write the outputs."""
+    """Check every flag, then replay or run (under one protocol or two); print the table and write the outputs."""
+    from brrm.bench.protocol import resolve
     from brrm.bench.registry import get_benchmark
     from brrm.errors import ConfigError
 
-    bench = get_benchmark(args.name, weighting=args.weighting)
+    bench = get_benchmark(args.name, weighting=args.weighting, strategy=args.strategy, revision=args.revision)
     subsets = bench.resolve_subsets(args.subset)
-    orders = bench.orders(args.orders)
+    bench.orders(args.orders)
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     folder = _output_folder(args.output)
     if args.predictions:
+        if args.protocol:
+            raise ConfigError("--protocol applies to runs: a replay scores the stored outputs as they were made "
+                              "(both denominators shown where brrm has per-item results)")
         return _replay(args, bench, folder)
     if getattr(args, "swap", None):
         raise ConfigError("--swap does not apply to brrm bench: the benchmark's protocol decides the presentation "
                           "orders (use --orders both where the benchmark allows it)")
-    common.load_options(args)  # flag combinations are checked before any data or model loads
+    _, user = common.load_options(args)  # flag combinations are checked before any data or model loads
+    protocols = resolve(args.protocol, bench, model=args.model, user=user, orders=args.orders,
+                        bench_user={"weighting": args.weighting} if args.weighting else {})
     items = bench.load(subsets, root=args.data_dir, limit=args.limit, source=args.data)
     if not items:
         raise ConfigError(f"no {bench.title} items for --subset {', '.join(subsets)}")
     subsets = tuple(s for s in subsets if any(it.subset == s for it in items))
-    judge = common.load_judge(args, kind="brrm")
-    try:
-        result = _run(args, bench, judge, items, subsets, orders, folder)
+    pairwise = _judge_kind(args) == "brrm"
+    judge = common.load_judge(_with(args, protocols[0].options if pairwise else {}), kind="brrm")
+    scored = []
+    try:  # every judge is built (and its options checked) before the first judgment
+        judges = [judge] + [_sibling(args, judge, p.options) if pairwise else judge for p in protocols[1:]]
+        for protocol, mine in zip(protocols, judges, strict=True):
+            where = folder / protocol.name if folder is not None and len(protocols) > 1 else folder
+            if where is not None:
+                where.mkdir(exist_ok=True)
+            scorer = bench if not protocol.bench_options else get_benchmark(  # the loaded one keeps its data notes
+                args.name, **{"weighting": args.weighting, "strategy": args.strategy, "revision": args.revision,
+                              **protocol.bench_options})
+            scored.append(_run(args, scorer, mine, items, subsets, protocol, where))
     finally:
         judge.close()
-    _finish(bench, result, folder, judge.info.model)
+    _finish(bench, scored, folder, judge.info.model, _revision(args, bench))
     return 0
+
+
+def _judge_kind(args: argparse.Namespace) -> str | None:
+    """The kind the judge will load as (None when it cannot be told here: loading then names the problem)."""
+    from brrm.errors import ConfigError
+    from brrm.recipes import detect_kind, model_config
+
+    if args.kind != "auto":
+        return str(args.kind)
+    if args.model is None:
+        return "brrm"  # the embedded demo judges as BR-RM here
+    try:
+        return detect_kind(args.model, model_config(args.model))[0]
+    except ConfigError:
+        return None
+
+
+def _with(args: argparse.Namespace, options: Any) -> argparse.Namespace:
+    """``args`` with a protocol's judge options (their flag names) filled in."""
+    return argparse.Namespace(**{**vars(args), **dict(options)})
+
+
+def _sibling(args: argparse.Namespace, judge: Any, options: Any) -> Any:
+    """A second BR-RM judge under other options on the first one's backend (the model is loaded once)."""
+    import brrm
+    from brrm.load import EMBEDDED_BUDGETS, JUDGE_OPTIONS
+
+    _, opts = common.load_options(_with(args, options))
+    backend = getattr(getattr(judge, "model", None), "backend", None)
+    if backend is None:
+        return common.load_judge(_with(args, options), kind="brrm")
+    mine = {k: v for k, v in opts.items() if k in JUDGE_OPTIONS["brrm"]}
+    if args.model is None:  # the embedded demo keeps its demo budgets, as brrm.load gives them
+        mine = {**{k: v for k, v in EMBEDDED_BUDGETS.items() if k in JUDGE_OPTIONS["brrm"]}, **mine}
+    return brrm.load(None, kind="brrm", backend=backend, **mine)
+
+
+def _revision(args: argparse.Namespace, bench: Any) -> dict[str, Any]:
+    from brrm.bench.data import data_revision
+
+    source = args.data or (bench.hub_source if bench.data_folder is None else None)
+    return data_revision(bench.data_folder, root=args.data_dir, source=source)
 
 
 def _output_folder(path: str | None) -> Path | None:
@@ -96,6 +165,7 @@ def _output_folder(path: str | None) -> Path | None:
 
 
 def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
+    from brrm.bench.protocol import Scored, score_both
     from brrm.bench.report import is_brrm_output, read_items
     from brrm.errors import ConfigError
 
@@ -107,30 +177,49 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
     if any(ours) and not all(ours):
         raise ConfigError("--predictions: give either brrm judgments.jsonl files or official output files, not both")
     if all(ours):
-        result = bench.score([r for p in paths for r in read_items(p)])
+        results = [r for p in paths for r in read_items(p)]
+        result = bench.score(results)
+        scored = replace(score_both(bench, results, None, result), results=tuple(results))
     else:
         result = bench.replay(paths, root=args.data_dir)
+        scored = Scored(None, result, None, 0, per_item=False)  # official files: no per-item parse states here
     print(f"brrm bench {bench.name}: replay of {', '.join(map(str, paths))}")
-    _finish(bench, result, folder, None)
+    _finish(bench, [scored], folder, None, _revision(args, bench))
     return 0
 
 
-def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], subsets: tuple[str, ...], orders: str,
-         folder: Path | None) -> Any:
+def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], subsets: tuple[str, ...],
+         protocol: Any, folder: Path | None) -> Any:
+    from brrm.bench.protocol import score_both
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
-    from brrm.bench.runner import run as run_bench
+    from brrm.bench.runner import run as run_items
 
     term = sys.stdout
+    orders = protocol.orders
     common.header(term, f"bench {bench.name}", judge, len(items), f"{bench.title} ({', '.join(subsets)})")
-    settings = run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
-                            source=args.data, limit=args.limit)
+    pairwise = judge.info.kind == "brrm"
+    print(protocol.describe(dict(judge.info.options) if pairwise else None), file=term)
+    settings = {**run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
+                               source=args.data, limit=args.limit), "protocol": protocol.name}
+    if getattr(bench, "best_of_n", False):
+        settings["strategy"] = bench.strategy  # a resumed run keeps the strategy
     done = check_resume(folder, settings) if folder is not None else {}
-    planned = planned_judgments(judge, [it for it in items if it.id not in done], orders=orders, seed=args.order_seed)
-    unit = "judgment" if judge.info.kind == "brrm" else "reward"
-    print(f"protocol: orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
-          + f"; {planned} {unit}s to run" + (f"; resuming: {len(done)} items already judged" if done else ""),
-          file=term)
+    todo = [it for it in items if it.id not in done]
+    unit = "judgment" if pairwise else "reward"
+    if getattr(bench, "best_of_n", False):
+        from brrm.bench import bestofn
+
+        planned = bestofn.planned(judge, todo, bench.strategy)
+        how = (f"strategy {bench.strategy} (completion order drawn from order seed {args.order_seed})"
+               if unit == "judgment" else "every completion scored")
+        run_bench: Any = partial(bestofn.run, strategy=bench.strategy)
+    else:
+        planned = planned_judgments(judge, todo, orders=orders, seed=args.order_seed)
+        how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
+        run_bench = partial(run_items, orders=orders)
+    print(f"protocol: {how}; {planned} {unit}s to run"
+          + (f"; resuming: {len(done)} items already judged" if done else ""), file=term)
     handle = None
     if folder is not None:
         import json
@@ -140,31 +229,73 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
         handle = (folder / ITEMS_FILE).open("a" if done else "w", encoding="utf-8")
     try:
         with common.progress_bar(planned, desc=bench.name, unit=unit, disable=args.no_progress) as bar:
-            results, cost = run_bench(judge, items, orders=orders, seed=args.order_seed, progress=bar.update,
+            results, cost = run_bench(judge, items, seed=args.order_seed, progress=bar.update,
                                       sink=(lambda part: write_items(handle, part)) if handle else None, done=done)
     finally:
         if handle is not None:
             handle.close()
-    return replace(bench.score(results), cost=cost, judge=judge.info.to_dict())
+    scored = score_both(bench, results, protocol, replace(bench.score(results), cost=cost, judge=judge.info.to_dict()))
+    return replace(scored, results=tuple(results))
 
 
-def _finish(bench: Any, result: Any, folder: Path | None, model: str | None) -> None:
-    from brrm.bench.report import cost_line, published_figure, table_lines, write_result
+def _finish(bench: Any, scored: list[Any], folder: Path | None, model: str | None, revision: dict[str, Any]) -> None:
+    from brrm.bench.report import cost_line, protocol_table_lines, published_figure, write_scored
 
     published = published_figure(bench, model)
     term: TextIO = sys.stdout
-    print(f"{bench.title} — {result.metric}", file=term)
-    for line in table_lines(result, published):
+    print(f"{bench.title} — {scored[0].all.metric}", file=term)
+    for line in protocol_table_lines(scored, published):
         print("  " + line, file=term)
+    for run in scored:
+        print(f"  {run.label}: {_headline(run)}", file=term)
     if published is not None:
         print(f"  published ({bench.published_key}, model card of {model}): {published}", file=term)
-    if cost_line(result):
-        print(cost_line(result), file=term)
-    for note in result.notes:
-        print(f"note: {note}", file=term)
+    many = len(scored) > 1
+    for run in scored:
+        prefix = f"{run.label} " if many else ""
+        if cost_line(run.all):
+            print(prefix + cost_line(run.all), file=term)
+        for note in run.all.notes:
+            print(f"{prefix}note: {note}", file=term)
+    at = revision.get("commit") or revision.get("sha256") or "unknown revision"
+    print(f"data: {revision.get('source')} — {revision.get('repository') or 'local copy'} @ {at} "
+          f"({revision.get('from')})", file=term)
+    _calibration(scored, folder, many)
     if folder is not None:
-        write_result(folder, result, published)
-        print(f"wrote {folder}/result.json and result.md" + (" and judgments.jsonl" if result.cost else ""),
-              file=term)
-    elif result.cost is not None:
+        write_scored(folder, scored, published, revision)
+        print(f"wrote {folder}/result.json and result.md" + (" and judgments.jsonl" if scored[0].all.cost else "")
+              + (f" (each protocol's in {' and '.join(r.label + '/' for r in scored)})" if many else ""), file=term)
+    elif scored[0].all.cost is not None:
         print("(pass --output DIR to keep the per-item judgments)", file=term)
+
+
+def _headline(run: Any) -> str:
+    """The headline row over both denominators, the protocol's own first."""
+    from brrm.bench.report import fmt
+
+    name = run.all.headline
+    over_all, over_parsed = fmt(run.all.overall), fmt(run.parsed_score(name))
+    if not run.per_item:
+        return f"{name} {over_all} (official output files: scored as the official script does)"
+    both = [f"{over_parsed} over parsed items ({run.n_parsed} of {run.all.row(name).n})",
+            f"{over_all} over all items (failures scored by the benchmark's rule)"]
+    if run.protocol is None or run.protocol.headline != "parsed":
+        both.reverse()
+    return f"{name} " + "; ".join(both)
+
+
+def _calibration(scored: list[Any], folder: Path | None, many: bool) -> None:
+    """ECE, Brier and log loss of each run's P(A ≻ B) beside its accuracy; ``report.html`` with the reliability
+    diagram in its folder (nothing when no labelled judgment measured a probability)."""
+    from brrm.bench.calibration_report import measure_results, summary_line, write_report
+
+    for run in scored:
+        metrics = measure_results(list(run.results))
+        if not metrics:
+            continue
+        print((f"{run.label} " if many else "") + summary_line(metrics), file=sys.stdout)
+        if folder is not None:
+            where = folder / run.label if many else folder
+            write_report(where, run.all, metrics)
+            run.calibration.update({label: {k: v for k, v in m.to_dict().items() if k != "bins"}
+                                    for label, m in metrics})

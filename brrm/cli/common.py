@@ -44,6 +44,8 @@ def add_model_args(p: argparse.ArgumentParser, *, default_kind: str = "auto", ju
     g.add_argument("--model-type", dest="kind", choices=("brrm", "bt", "principle"), help=argparse.SUPPRESS)
     g.add_argument("--backend", choices=("transformers", "vllm", "openai"), default="transformers",
                    help="model runner (default: transformers)")
+    g.add_argument("--calibration", default=None, metavar="CALIB_JSON",
+                   help="apply a calibration written by `brrm calibrate`: P(A>B) calibrated, the raw one kept")
     b = p.add_argument_group("backend")
     b.add_argument("--dtype", default=None, choices=("auto", "float32", "bfloat16", "float16"),
                    help="weights dtype (default: auto = bf16 on GPU, fp32 on CPU)")
@@ -131,7 +133,13 @@ def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
         opts["strip_thinking" if args.kind in ("bt", "principle") else "strip_response_reasoning"] = False
     if getattr(args, "principle", None):
         opts["principle"] = args.principle if len(args.principle) > 1 else args.principle[0]
-    return args.model, _fit_kind(opts)
+    opts = _fit_kind(opts)
+    if getattr(args, "calibration", None):
+        from brrm.calibration.model import read_calibration
+
+        read_calibration(args.calibration)  # a missing or malformed file is named before anything is read
+        opts["calibration"] = args.calibration  # a brrm.load keyword, not a judge or backend option
+    return args.model, opts
 
 
 def _fit_kind(opts: dict[str, Any]) -> dict[str, Any]:

@@ -62,9 +62,9 @@ def add_parser(sub: Any) -> None:
                    help="on SIGTERM, seconds in-flight requests may take (default: --deadline + 60)")
     r = p.add_argument_group("RLHF routes")
     r.add_argument("--failed-reward", default="0.0",
-                   help="reward /get_reward and /compare give an item that could not be judged: a number, or "
-                        "null (default 0.0; every failed item is also flagged in extra_logs.brrm_failed and "
-                        "statuses)")
+                   help="reward /get_reward and /compare give an item that could not be judged: a number "
+                        "(default 0.0; every failed item is also flagged in extra_logs.brrm_failed and statuses; "
+                        "null is refused: OpenRLHF and NeMo Gym need numbers)")
     r.add_argument("--get-reward-mode", choices=("auto", "scores", "reference"), default="auto",
                    help="auto: scalar models' rewards, or a pairwise judge's P(response beats label)")
     r.add_argument("--strip-text", action="append", default=None,
@@ -82,8 +82,12 @@ def limits_from(args: argparse.Namespace, backend: str) -> Any:
     """
 
     failed = args.failed_reward.strip().lower()
+    if failed in ("null", "none"):
+        from brrm.serve.limits import NULL_FAILED_REWARD
+
+        raise ConfigError(f"--failed-reward {args.failed_reward}: {NULL_FAILED_REWARD}")
     try:
-        failed_reward = None if failed in ("null", "none") else float(failed)
+        failed_reward = float(failed)
     except ValueError:
         raise ConfigError(f"--failed-reward {args.failed_reward!r} is not a number or null") from None
     if args.concurrency == "auto":
@@ -107,7 +111,7 @@ _FIELD_FLAGS = {"deadline_s": "--deadline", "stall_timeout_s": "--stall-timeout"
 """ServerLimits field names in error messages, as the flags that set them (the rest share the flag's name)."""
 
 
-def _limits(args: argparse.Namespace, failed_reward: float | None, concurrency: int, api_key: str | None) -> Any:
+def _limits(args: argparse.Namespace, failed_reward: float, concurrency: int, api_key: str | None) -> Any:
     from brrm.serve.limits import ServerLimits
 
     return ServerLimits(max_body_bytes=args.max_body_bytes, max_items=args.max_items,

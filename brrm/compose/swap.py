@@ -21,7 +21,9 @@ OrderedFn = Callable[..., list[PairwiseJudgment]]
 def mirror(j: PairwiseJudgment) -> PairwiseJudgment:
     """A (B, A) judgment seen in the (A, B) frame: winner, P(A ≻ B), digit logits and analyses swapped."""
     p_a = 1.0 - j.p_a if j.p_a == j.p_a else j.p_a
-    return replace(j, winner=j.winner.mirrored(), p_a=p_a, analysis_a=j.analysis_b, analysis_b=j.analysis_a)
+    p_raw = 1.0 - j.p_a_raw if j.p_a_raw == j.p_a_raw else j.p_a_raw
+    return replace(j, winner=j.winner.mirrored(), p_a=p_a, p_a_raw=p_raw, analysis_a=j.analysis_b,
+                   analysis_b=j.analysis_a)
 
 
 def combine(fwd: PairwiseJudgment, rev: PairwiseJudgment) -> PairwiseJudgment:
@@ -45,7 +47,8 @@ def combine(fwd: PairwiseJudgment, rev: PairwiseJudgment) -> PairwiseJudgment:
                                     f"{rev.winner.value}")
     if consistent and fwd.reason:
         reason = fwd.reason
-    return replace(fwd, winner=winner, reason=reason, p_a=(fwd.p_a + rev.p_a) / 2, sub_judgments=(fwd, rev),
+    return replace(fwd, winner=winner, reason=reason, p_a=(fwd.p_a + rev.p_a) / 2,
+                   p_a_raw=(fwd.p_a_raw + rev.p_a_raw) / 2, sub_judgments=(fwd, rev),
                    consistent=consistent, attempts=attempts, prompt_tokens=prompt_tokens,
                    generated_tokens=generated_tokens)
 

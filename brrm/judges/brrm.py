@@ -479,4 +479,6 @@ def digit_probability(t2: Completion) -> tuple[float, tuple[float, float]]:
 def mirrored(j: PairwiseJudgment) -> PairwiseJudgment:
     """The judgment of (B, A) seen in the (A, B) frame: winner, probability, logits and analyses swapped."""
     p_a = 1.0 - j.p_a if not math.isnan(j.p_a) else j.p_a
-    return replace(j, winner=j.winner.mirrored(), p_a=p_a, analysis_a=j.analysis_b, analysis_b=j.analysis_a)
+    p_raw = 1.0 - j.p_a_raw if not math.isnan(j.p_a_raw) else j.p_a_raw
+    return replace(j, winner=j.winner.mirrored(), p_a=p_a, p_a_raw=p_raw, analysis_a=j.analysis_b,
+                   analysis_b=j.analysis_a)

@@ -142,11 +142,21 @@ def iter_rows(path: Path, fmt: str, limit: int | None) -> Iterator[tuple[int, An
                 raise ConfigError(f"{path.name}: not valid JSON ({exc})") from None
             yield from _iter_jsonl(path, limit)
             return
+        if _grouped(data):
+            data = [row for rows in data.values() for row in rows]  # records grouped by key (EvalBiasBench)
         if not isinstance(data, list):
-            raise ConfigError(f"{path.name}: expected a JSON list of records, got a {type(data).__name__}")
+            raise ConfigError(f"{path.name}: expected a JSON list of records, got a {type(data).__name__} (an "
+                              "object is read only when every value is a non-empty list of records)")
         yield from list(enumerate(data, start=1))[:limit]
         return
     yield from enumerate(_load_with_datasets(path, fmt, limit), start=1)
+
+
+def _grouped(data: Any) -> bool:
+    """Whether a JSON document is records grouped by key: an object whose every value is a non-empty list of
+    objects (EvalBiasBench's ``biasbench.json``, keyed by bias type; read in key order, then list order)."""
+    return isinstance(data, dict) and bool(data) and all(
+        isinstance(v, list) and v and all(isinstance(x, dict) for x in v) for v in data.values())
 
 
 def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, Any]]:

@@ -87,6 +87,10 @@ class FieldMap:
 LLMBAR_FIELDS = FieldMap(prompt="input", response_a="output_1", response_b="output_2")
 """LLMBar's columns (``input``, ``output_1``, ``output_2``, ``label``), per ``data/LLMBar/SOURCE.md``."""
 
+EVALBIASBENCH_FIELDS = FieldMap(prompt="instruction", response_a="response1", response_b="response2")
+"""EvalBiasBench's columns (``instruction``, ``response1``, ``response2``, ``label`` 1|2, ``bias``), per
+``data/EvalBiasBench/SOURCE.md``."""
+
 
 def read_conversation(row: Mapping[str, Any], fields: FieldMap) -> Conversation:
     """The row's conversation (``conversation`` messages, or a ``prompt`` string as one user turn).

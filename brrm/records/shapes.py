@@ -8,8 +8,9 @@ options; one bad row never stops the others. Pair record::
 
 Single-response record: ``response`` (and an optional ``principle``); a pair record read as single
 responses gives two records, ``<id>:A`` and ``<id>:B``. Group record: ``responses`` (a list of strings) and an
-optional ``reference``. LLMBar's schema (``input``, ``output_1``, ``output_2``, ``label`` 1|2) is recognised
-automatically when no field was remapped.
+optional ``reference``. LLMBar's schema (``input``, ``output_1``, ``output_2``, ``label`` 1|2) and EvalBiasBench's
+(``instruction``, ``response1``, ``response2``, ``label`` 1|2; its file is an object of lists keyed by bias) are
+recognised automatically when no field was remapped.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.records._io import RecordError, absent, open_rows, read_id, read_string_field
-from brrm.records.fields import LLMBAR_FIELDS, FieldMap, read_conversation, read_label, read_optional_string
+from brrm.records.fields import (
+    EVALBIASBENCH_FIELDS,
+    LLMBAR_FIELDS,
+    FieldMap,
+    read_conversation,
+    read_label,
+    read_optional_string,
+)
 from brrm.types import Conversation, Verdict
 
 SHAPES = ("pairs", "single", "groups")
@@ -145,7 +153,8 @@ def _guard(row: Any, line: int, fields: FieldMap, build: Any) -> Any:
 
 
 def detect_fields(rows: Sequence[tuple[int, Any]], fields: FieldMap | None) -> FieldMap:
-    """LLMBar's columns when no field was remapped and the first object row has them and none of ours."""
+    """LLMBar's (or EvalBiasBench's) columns when no field was remapped and the first object row has them and none
+    of ours."""
     if fields is not None and fields != FieldMap():
         return fields
     default = FieldMap()
@@ -154,6 +163,8 @@ def detect_fields(rows: Sequence[tuple[int, Any]], fields: FieldMap | None) -> F
             default.responses}
     if first is not None and {"input", "output_1", "output_2"} <= first.keys() and not ours & first.keys():
         return LLMBAR_FIELDS
+    if first is not None and {"instruction", "response1", "response2"} <= first.keys() and not ours & first.keys():
+        return EVALBIASBENCH_FIELDS
     return default
 
 

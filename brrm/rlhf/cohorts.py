@@ -4,15 +4,22 @@ verl's reward loop scores one sample per call (``run_single``), all samples of a
 judge needs a sample's siblings, so :class:`CohortBuffer` holds each call until its group (same ``uid``) has
 ``group_size`` members, then ranks every group that completed within ``batch_window_s`` in one batched
 :func:`~brrm.rlhf.groups.rank_in_groups` call. A group that is still incomplete ``cohort_timeout_s`` after its first
-member arrived is judged with the members it has if there are at least two; otherwise its member gets a failed
-reward (status ``invalid_input``, reason "incomplete group") — one missing rollout never hangs its siblings
-(the failure of NeMo Gym PR #2385).
+member arrived is never passed off as whole: its members get a failed reward (status ``incomplete_group``, the
+reason saying how many arrived) — one missing rollout never hangs its siblings (the failure of NeMo Gym PR
+#2385). With ``judge_partial=True`` a partial group of at least two is judged with the members it has, and each
+of their rewards says so in its reason.
+
+Rewards never depend on arrival order: before judging, a group's members are put in a stable order (by the
+SHA-256 of their response text, ties by arrival), so circular and knockout pairings are the same whichever
+sample's call came first; each reward is then handed back to the call that sent that response.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +34,12 @@ class _Cohort:
     responses: list[str] = field(default_factory=list)
     futures: list[asyncio.Future[ScalarReward]] = field(default_factory=list)
     deadline: asyncio.TimerHandle | None = None
+    partial: str = ""
+
+    def ordered(self) -> list[int]:
+        """Member indices in a stable order: by the SHA-256 of the response text, ties by arrival."""
+        digests = [hashlib.sha256(r.encode("utf-8", "surrogatepass")).hexdigest() for r in self.responses]
+        return sorted(range(len(self.responses)), key=lambda i: (digests[i], i))
 
 
 class CohortBuffer:
@@ -37,14 +50,17 @@ class CohortBuffer:
         group_size: samples per group (verl's ``actor_rollout_ref.rollout.n``), >= 2.
         strategy, swap, soft, max_judgments: as :func:`~brrm.rlhf.groups.rank_in_groups`.
         cohort_timeout_s: how long a group may wait for its members, > 0.
+        judge_partial: judge a group that is incomplete at its deadline with the >= 2 members it has (their
+            reasons record it) instead of failing its members with ``incomplete_group``.
         batch_window_s: how long to wait for other groups to complete before judging, >= 0.
         run: runs a blocking function off the event loop (default: ``loop.run_in_executor(None, fn)``).
     """
 
     def __init__(self, judge: Callable[[], RewardJudge], *, group_size: int, strategy: str, swap: bool = False,
                  soft: bool = False, max_judgments: int | None = None, cohort_timeout_s: float = 600.0,
-                 batch_window_s: float = 0.05, run: Callable[[Callable[[], Any]], Any] | None = None) -> None:
-        self.judge, self.group_size = judge, group_size
+                 judge_partial: bool = False, batch_window_s: float = 0.05,
+                 run: Callable[[Callable[[], Any]], Any] | None = None) -> None:
+        self.judge, self.group_size, self.judge_partial = judge, group_size, judge_partial
         self.strategy, self.swap, self.soft, self.max_judgments = strategy, swap, soft, max_judgments
         self.cohort_timeout_s, self.batch_window_s = cohort_timeout_s, batch_window_s
         self._run = run
@@ -55,6 +71,15 @@ class CohortBuffer:
 
     async def submit(self, key: str, conversation: Any, response: str) -> ScalarReward:
         """Add one sample of group ``key`` and wait for its reward."""
+        return (await self.submit_group(key, conversation, response))[0]
+
+    async def submit_group(self, key: str, conversation: Any,
+                           response: str) -> tuple[ScalarReward, list[ScalarReward]]:
+        """Add one sample of group ``key``; wait for (its reward, the rewards of every member that arrived).
+
+        The group's rewards let a caller give a failed member a group-neutral value
+        (:func:`brrm.rlhf.fallback.fill_failed`).
+        """
         loop = asyncio.get_running_loop()
         cohort = self._open.get(key)
         if cohort is None:
@@ -65,7 +90,8 @@ class CohortBuffer:
         cohort.futures.append(future)
         if len(cohort.responses) >= self.group_size:
             self._close(key)
-        return await future
+        own = await future
+        return own, [f.result() for f in cohort.futures if f.done() and not f.exception()]
 
     def _close(self, key: str) -> None:
         cohort = self._open.pop(key)
@@ -79,15 +105,16 @@ class CohortBuffer:
         cohort = self._open.get(key)
         if cohort is None:
             return
-        if len(cohort.responses) >= 2:
+        reason = (f"incomplete group: {len(cohort.responses)} of {self.group_size} samples arrived within "
+                  f"cohort_timeout_s={self.cohort_timeout_s:g}")
+        if self.judge_partial and len(cohort.responses) >= 2:
+            cohort.partial = reason
             self._close(key)
             return
         del self._open[key]
-        reason = (f"incomplete group: {len(cohort.responses)} of {self.group_size} samples arrived within "
-                  f"cohort_timeout_s={self.cohort_timeout_s:g}")
         for future in cohort.futures:
             if not future.done():
-                future.set_result(ScalarReward.failed(Status.INVALID_INPUT, reason))
+                future.set_result(ScalarReward.failed(Status.INCOMPLETE_GROUP, reason))
 
     def _start_flush(self) -> None:
         self._flush = None
@@ -108,14 +135,14 @@ class CohortBuffer:
                             f.set_exception(exc)
                 continue
             for k, c in enumerate(group):
-                for i, f in enumerate(c.futures):
-                    if not f.done():
-                        f.set_result(rewards[k * size + i])
+                for pos, i in enumerate(c.ordered()):
+                    if not c.futures[i].done():
+                        c.futures[i].set_result(_partial(rewards[k * size + pos], c.partial))
 
     def _rank(self, group: list[_Cohort], size: int) -> list[ScalarReward]:
         self.calls += 1
         convs = [c.conversation for c in group for _ in range(size)]
-        responses = [r for c in group for r in c.responses]
+        responses = [c.responses[i] for c in group for i in c.ordered()]
         return rank_in_groups(self.judge(), convs, responses, num_generations=size, strategy=self.strategy,
                               swap=self.swap, soft=self.soft, references=None,
                               max_judgments=self.max_judgments).rewards
@@ -124,3 +151,11 @@ class CohortBuffer:
         if self._run is not None:
             return await self._run(fn)
         return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+def _partial(reward: ScalarReward, note: str) -> ScalarReward:
+    """``reward`` with the partial-group note added to its reason (unchanged for a whole group)."""
+    if not note:
+        return reward
+    return dataclasses.replace(reward, reason=f"{reward.reason}; {note}" if reward.reason else f"judged as a "
+                               f"partial group ({note})")

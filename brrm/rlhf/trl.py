@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brrm.errors import ConfigError
+from brrm.rlhf.fallback import check_failed_reward, fill_failed
 from brrm.rlhf.groups import GROUP_STRATEGIES, check_groups, judgments_per_step, prompt_key, rank_in_groups
 from brrm.rlhf.metrics import judgment_stats, reward_stats
 from brrm.rlhf.recipe import JudgeRecipe, JudgeSource
@@ -61,6 +62,10 @@ class TRLRewardConfig:
         reference_column: dataset column holding each prompt's reference response.
         max_judgments_per_step: refuse (ConfigError, before any model call) a step needing more judgments.
         completion_prefix: ``auto`` (restore a prefilled ``<think>``), or text put before every completion.
+        failed_reward: what TRL gets for a completion brrm could not score (:mod:`brrm.rlhf.fallback`):
+            ``none`` (``None``: right when brrm is the only reward function), ``group_mean`` (the mean of the ok
+            rewards of the completion's GRPO group, ``None`` when the group has none: neutral next to other
+            reward functions under TRL's default ``sum_then_normalize``), or a constant.
     """
 
     name: str = "brrm_reward"
@@ -74,8 +79,10 @@ class TRLRewardConfig:
     reference_column: str | None = None
     max_judgments_per_step: int | None = None
     completion_prefix: str = "auto"
+    failed_reward: str | float = "none"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "failed_reward", check_failed_reward("failed_reward", self.failed_reward))
         if not (isinstance(self.name, str) and self.name.isidentifier()):
             raise ConfigError(f"name must be a Python identifier (TRL's metric prefix), got {self.name!r}")
         check_choice("mode", self.mode, MODES)
@@ -213,7 +220,7 @@ class BrrmReward:
         stats = {**reward_stats(rewards), **(judgment_stats(results) if results else {}), **extra,
                  "judge_seconds": time.perf_counter() - start}
         self._log(rewards, stats, kwargs)
-        return [r.reward if r.ok else None for r in rewards]
+        return fill_failed(rewards, [prompt_key(p) for p in prompts], self.config.failed_reward, constant=None)
 
     def _judge(self, convs: list[Any], texts: list[str], prompts: Sequence[Any],
                kwargs: Mapping[str, Any]) -> tuple[list[ScalarReward], list[Any], dict[str, float]]:
@@ -311,7 +318,7 @@ def trl_reward(judge: RewardJudge | JudgeRecipe, *, mode: str = "scalar", strate
                num_generations: int | None = None, swap: bool | None = None, soft: bool = False,
                principle: str | None = None, principle_column: str | None = None,
                reference_column: str | None = None, max_judgments_per_step: int | None = None,
-               completion_prefix: str = "auto", asynchronous: bool = False,
+               completion_prefix: str = "auto", failed_reward: str | float = "none", asynchronous: bool = False,
                name: str | None = None) -> BrrmReward:
     """A TRL reward function (``reward_funcs=[...]``) over a brrm judge.
 
@@ -330,6 +337,8 @@ def trl_reward(judge: RewardJudge | JudgeRecipe, *, mode: str = "scalar", strate
             with a pairwise judge: P(completion ≻ reference)).
         max_judgments_per_step: a budget; a step that needs more raises ConfigError before any model call.
         completion_prefix: ``auto`` restores a prefilled ``<think>``; any other string is prepended.
+        failed_reward: ``none`` (default), ``group_mean`` or a constant: the value of an unscored completion
+            (see :class:`TRLRewardConfig`; use ``group_mean`` beside other reward functions).
         asynchronous: return the ``async`` variant (``inspect.iscoroutinefunction`` is True).
         name: ``__name__`` (TRL's metric prefix); default ``brrm_<mode>``.
 
@@ -343,7 +352,8 @@ def trl_reward(judge: RewardJudge | JudgeRecipe, *, mode: str = "scalar", strate
     config = TRLRewardConfig(name=name or f"brrm_{mode}", mode=mode, strategy=strategy,
                              num_generations=num_generations, swap=swap, soft=soft, principle=principle,
                              principle_column=principle_column, reference_column=reference_column,
-                             max_judgments_per_step=max_judgments_per_step, completion_prefix=completion_prefix)
+                             max_judgments_per_step=max_judgments_per_step, completion_prefix=completion_prefix,
+                             failed_reward=failed_reward)
     cls = AsyncBrrmReward if check_bool("asynchronous", asynchronous) else BrrmReward
     reward = cls(JudgeSource(judge), config)
     if reward.source.loaded:

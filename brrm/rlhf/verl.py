@@ -31,12 +31,13 @@ returns at its own deadline; for concurrency at scale, point ``url`` at ``brrm s
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import math
 import os
 import threading
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -170,11 +171,17 @@ class VerlScorer:
     async def score(self, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> dict[str, Any]:
         """One sample's result dict (see the module docstring); never raises for a judge failure or a timeout.
 
+        A sample without ``extra_info`` (None) is that sample's ``invalid_input``.
+
         Raises:
-            ConfigError: when ``extra_info`` lacks the prompt (a setup mistake, not a per-sample failure).
+            ConfigError: when ``extra_info`` is a mapping without the prompt (a setup mistake: every sample of the
+                dataset would fail the same way).
         """
-        item = self._item(solution_str, ground_truth, dict(extra_info or {}))
         start = time.perf_counter()
+        if extra_info is None:
+            return self._result(None, Status.INVALID_INPUT.value, f"no extra_info for this sample (the judge needs "
+                                f"the prompt under extra_info[{self.config.prompt_key!r}])", start)
+        item = self._item(solution_str, ground_truth, dict(extra_info))
         try:
             pending: Awaitable[ScalarReward] = (
                 self._remote(item) if self.config.url is not None
@@ -312,6 +319,72 @@ async def compute_score(data_source: Any = None, solution_str: str = "", ground_
     """
     scorer = scorer_for(resolve_config(kwargs.get("brrm_config")))
     return await scorer.score(solution_str, ground_truth, extra_info)
+
+
+RESULT_KEYS = ("score", "ok", "status", "reason", "judge_seconds")
+"""The keys of every :func:`compute_score` result (verl builds one reward-extra-info array per key of the first
+sample, so every sample of a run must return the same keys)."""
+
+
+def with_brrm_keys(fn: Callable[..., Any]) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """An async verl reward with brrm's result keys around a float-returning (sync or async) verl reward.
+
+    verl (0.9, ``NaiveRewardManager.run_single``) takes a dict's keys as reward extra info and a plain float as
+    ``{"acc": score}``, then builds one array per key of the *first* sample; a run whose samples mix brrm's
+    dict with another function's float therefore fails in verl's own assembly. Wrap the other function with
+    this (or route with :func:`route_by_data_source`) so every sample returns :data:`RESULT_KEYS`.
+
+    Args:
+        fn: ``fn(data_source, solution_str, ground_truth, extra_info, **kwargs) -> float`` (or a dict with a
+            ``score``), sync or async.
+
+    Returns:
+        An async function with verl's ``compute_score`` signature returning ``{"score", "ok": True,
+        "status": "ok", "reason": "", "judge_seconds"}``; a result that is not a finite number is
+        ``ok: False`` with status ``backend_error`` and the result's ``score`` replaced by 0.0.
+    """
+    async def wrapped(data_source: Any = None, solution_str: str = "", ground_truth: Any = None,
+                      extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+        start = time.perf_counter()
+        out = fn(data_source, solution_str, ground_truth, extra_info, **kwargs)
+        if inspect.isawaitable(out):
+            out = await out
+        value = out.get("score") if isinstance(out, Mapping) else out
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        score = float(value) if isinstance(value, int | float) and ok else 0.0
+        return {"score": score, "ok": ok, "status": "ok" if ok else "backend_error",
+                "reason": "" if ok else f"{getattr(fn, '__name__', 'reward')} returned {value!r}",
+                "judge_seconds": time.perf_counter() - start}
+
+    wrapped.__name__ = f"with_brrm_keys_{getattr(fn, '__name__', 'reward')}"
+    return wrapped
+
+
+def route_by_data_source(routes: Mapping[str, Callable[..., Any]], default: Callable[..., Any] | None = None,
+                         ) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """One verl ``compute_score`` that sends each sample to brrm or to another reward by its ``data_source``.
+
+    Args:
+        routes: data source -> reward function; the value :func:`compute_score` (brrm) is used as is, any other
+            function is wrapped with :func:`with_brrm_keys`.
+        default: the function for data sources not in ``routes`` (None: such a sample is refused with a
+            ConfigError naming the known sources — a setup mistake).
+
+    Returns:
+        An async ``compute_score`` whose every result has :data:`RESULT_KEYS`.
+    """
+    wrapped = {k: (v if v is compute_score else with_brrm_keys(v)) for k, v in routes.items()}
+    fallback = None if default is None else (default if default is compute_score else with_brrm_keys(default))
+
+    async def routed(data_source: Any = None, solution_str: str = "", ground_truth: Any = None,
+                     extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+        fn = wrapped.get(str(data_source), fallback)
+        if fn is None:
+            raise ConfigError(f"no reward for data_source {data_source!r}; routes: {', '.join(sorted(wrapped))}")
+        result: dict[str, Any] = await fn(data_source, solution_str, ground_truth, extra_info, **kwargs)
+        return result
+
+    return routed
 
 
 def close_all() -> None:

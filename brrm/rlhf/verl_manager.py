@@ -6,7 +6,15 @@ per group) with a :class:`~brrm.rlhf.cohorts.CohortBuffer` and ranks complete gr
 Configure it with ``reward.reward_manager.source=importlib``, ``reward.reward_manager.module.path=<this file>``,
 ``reward.reward_manager.name=BrrmGroupRewardManager`` and the brrm settings in
 ``reward.reward_kwargs.brrm_config`` (a :class:`~brrm.rlhf.verl.VerlRewardConfig` file or mapping, plus the group
-keys ``strategy``, ``swap``, ``soft``, ``cohort_timeout_s``); see ``examples/verl_grpo_brrm.yaml``.
+keys ``strategy``, ``swap``, ``soft``, ``cohort_timeout_s``, ``judge_partial_groups`` and ``failed_reward``);
+see ``examples/verl_group_manager.yaml``.
+
+verl needs a number for every sample. A sample without a reward (a failed judgment, or a group that never
+arrived whole: status ``incomplete_group``) gets, by default, the mean of its group's ok rewards — neutral for
+its GRPO advantage (see :mod:`brrm.rlhf.fallback`); ``failed_reward: none`` is refused (verl cannot take a
+missing value) and a number gives that constant. Either way ``reward_extra_info`` marks it ``ok: False`` with
+its status and reason. A group still incomplete at ``cohort_timeout_s`` is not judged unless
+``judge_partial_groups: true``.
 
 The batch is split into ``reward.num_workers`` contiguous chunks, one per worker; a group split between two
 workers would never complete in either, so the manager refuses (ConfigError) a layout whose chunks are not
@@ -26,11 +34,13 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from brrm.errors import ConfigError
 from brrm.rlhf.cohorts import CohortBuffer
+from brrm.rlhf.fallback import check_failed_reward, fill_failed
 from brrm.rlhf.recipe import JudgeRecipe, JudgeSource
 from brrm.rlhf.verl import resolve_config
 from brrm.types import check_bool, check_choice, check_float
 
-GROUP_KEYS = ("strategy", "swap", "soft", "cohort_timeout_s", "max_judgments_per_step")
+GROUP_KEYS = ("strategy", "swap", "soft", "cohort_timeout_s", "max_judgments_per_step", "judge_partial_groups",
+              "failed_reward")
 
 
 def _cfg_get(config: Any, path: str, default: Any = None) -> Any:
@@ -71,10 +81,16 @@ class BrrmGroupRewardManager(RewardManagerBase):
         self.source = JudgeSource(JudgeRecipe(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend,
                                               options=self.brrm.options))
         timeout = check_float("cohort_timeout_s", group.get("cohort_timeout_s", 600.0), low=0, low_open=True)
+        self.failed_reward = check_failed_reward("failed_reward", group.get("failed_reward", "group_mean"))
+        if self.failed_reward == "none":
+            raise ConfigError("failed_reward='none' cannot be used with verl (reward_score must be a number); use "
+                              "'group_mean' (neutral for the group's advantage) or a constant")
         self.buffer = CohortBuffer(self.source.get, group_size=self.group_size, strategy=strategy,
                                    swap=check_bool("swap", group.get("swap", False)),
                                    soft=check_bool("soft", group.get("soft", False)),
-                                   max_judgments=group.get("max_judgments_per_step"), cohort_timeout_s=timeout)
+                                   max_judgments=group.get("max_judgments_per_step"), cohort_timeout_s=timeout,
+                                   judge_partial=check_bool("judge_partial_groups",
+                                                            group.get("judge_partial_groups", False)))
 
     def _check_layout(self, config: Any) -> None:
         workers = int(_cfg_get(config, "reward.num_workers", 1))
@@ -108,8 +124,10 @@ class BrrmGroupRewardManager(RewardManagerBase):
         uid = str(item.non_tensor_batch.get("uid", ""))
         if not uid:
             raise ConfigError("the batch has no 'uid' per sample; the group reward needs verl's GRPO grouping")
-        reward = await self.buffer.submit(uid, self._conversation(item), response)
-        score = reward.reward if reward.ok else self.brrm.fallback_score
+        reward, members = await self.buffer.submit_group(uid, self._conversation(item), response)
+        score = reward.reward if reward.ok else fill_failed(
+            [reward, *members], [0] * (1 + len(members)), self.failed_reward, constant=self.brrm.fallback_score)[0]
+        assert score is not None  # 'none' is refused at construction
         return {"reward_score": score,
                 "reward_extra_info": {"score": score, "ok": reward.ok, "status": reward.status.value,
                                       "reason": reward.reason}}

@@ -25,6 +25,13 @@ pairwise judge's P(response ≻ label), the OpenRLHF label being the reference a
 scalar models, ``reference`` for pairwise judges)."""
 
 
+NULL_FAILED_REWARD = ("a null failed reward cannot be sent: OpenRLHF's remote reward client (0.11) turns the "
+                      "rewards into a tensor (torch.tensor([[None]]) fails) and NeMo Gym's GenRMCompareResponse "
+                      "declares rewards List[float]; give a number, and mask failed items by extra_logs.brrm_failed "
+                      "/ statuses")
+"""Why ``failed_reward`` must be a number."""
+
+
 @dataclass(frozen=True)
 class ServerLimits:
     """Limits and settings of a ``brrm serve`` app.
@@ -55,8 +62,8 @@ class ServerLimits:
             no authentication (the server binds 127.0.0.1 by default).
         cors_origins: origins allowed by CORS; empty: CORS off (no CORS headers at all).
         failed_reward: the reward ``/get_reward`` and ``/compare`` put in place of an item that could not be
-            judged (their clients expect a number); None: JSON ``null``. Either way each failed item is named
-            by its status and reason (``statuses`` / ``reasons`` and ``extra_logs["brrm_failed"]``).
+            judged, a finite number (None is refused: see :data:`NULL_FAILED_REWARD`). Each failed item is
+            also named by its status and reason (``statuses`` / ``reasons`` and ``extra_logs["brrm_failed"]``).
         get_reward_mode: see :data:`GET_REWARD_MODES`.
         strip_texts: policy end-of-turn / padding texts stripped from the ends of an OpenRLHF query, beyond
             the built-in list (:data:`brrm.serve.openrlhf.POLICY_SPECIAL_TEXTS`).
@@ -77,7 +84,7 @@ class ServerLimits:
     drain_timeout_s: float = 660.0
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
-    failed_reward: float | None = 0.0
+    failed_reward: float = 0.0
     get_reward_mode: str = "auto"
     strip_texts: tuple[str, ...] = ()
     compare_strategy: str = "circular"
@@ -98,9 +105,10 @@ class ServerLimits:
         check_bool("warmup", self.warmup)
         if self.api_key is not None and (not isinstance(self.api_key, str) or len(self.api_key) < 8):
             raise ConfigError("api_key must be a string of at least 8 characters (--api-key / BRRM_API_KEY)")
-        if self.failed_reward is not None and not (isinstance(self.failed_reward, int | float)
-                                                   and math.isfinite(self.failed_reward)):
-            raise ConfigError(f"failed_reward must be a finite number or None (null), got {self.failed_reward!r}")
+        if self.failed_reward is None:
+            raise ConfigError(f"failed_reward=None: {NULL_FAILED_REWARD}")
+        if not (isinstance(self.failed_reward, int | float) and math.isfinite(self.failed_reward)):
+            raise ConfigError(f"failed_reward must be a finite number, got {self.failed_reward!r}")
         check_choice("get_reward_mode", self.get_reward_mode, GET_REWARD_MODES)
         check_choice("compare_strategy", self.compare_strategy, COMPARE_STRATEGIES)
         for name in ("cors_origins", "strip_texts"):

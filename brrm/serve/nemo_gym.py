@@ -12,18 +12,49 @@ reward is its expected win rate over its judged pairs — the mean of P(it beats
 when the judge reports one, else 1 / 0.5 / 0 for a win / tie / loss) — in [0, 1]. ``score_1`` / ``score_2`` in
 ``comparison_results`` are those per-pair credits. A comparison that failed never counts as a score (NeMo Gym
 substitutes ``default_score``): it is marked with its status and reason, and a response with no ok comparison
-gets the server's ``failed_reward`` and a non-ok status.
+gets the server's ``failed_reward`` and a non-ok status. Each ``comparison_results`` row also carries NeMo's
+``ranking`` on its 1–6 scale (below its midpoint 3.5: response_1 is better), here ``1 + 5 · (1 − score_1)``
+(``null`` for a failed comparison).
+
+Like NeMo Gym (``resources_servers/genrm_compare/app.py`` and ``utils.py``, read at commits 0033425 and
+0880a8d; the package is not on PyPI, so its ``GenRMCompareRequest`` / ``GenRMCompareResponse`` models are
+re-declared in the tests from that source): a request with fewer than two responses is answered without any
+comparison — ``comparison_results`` and ``metrics`` null — and a neutral reward, NeMo's ``default_score``;
+brrm's neutral value on its [0, 1] win-rate scale is :data:`NEUTRAL_REWARD`. A response object whose
+``output`` is not a list is, for NeMo, the text "None"; brrm instead judges it as that one response's failure
+(``invalid_input``), leaves its pairs unjudged, and the other responses keep their comparisons.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
+
+NEUTRAL_REWARD = 0.5
+"""The reward of a lone response (nothing to compare with): an expected win rate of one half."""
+
+RANKING_LOW, RANKING_HIGH = 1.0, 6.0
+"""NeMo Gym GenRM's ranking scale (``utils.RANKING_MIDPOINT`` = 3.5 between response_1 and response_2 better)."""
+
+
+def output_texts(response_objs: Sequence[Any]) -> tuple[list[str], dict[int, str]]:
+    """(each response's final output text, {index: reason} for the malformed ones, whose text is "").
+
+    Never raises: one malformed rollout is that response's failure, not the group's.
+    """
+    texts, bad = [], {}
+    for k, obj in enumerate(response_objs):
+        try:
+            texts.append(output_text(obj))
+        except ConfigError as exc:
+            texts.append("")
+            bad[k] = f"response_objs[{k}]: {exc}"
+    return texts, bad
 
 
 def output_text(response_obj: Any) -> str:
@@ -87,23 +118,45 @@ def _credit(jd: PairwiseJudgment) -> float:
     return {Verdict.A: 1.0, Verdict.TIE: 0.5, Verdict.B: 0.0}[jd.winner]
 
 
-def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[PairwiseJudgment]
-              ) -> tuple[list[ScalarReward], list[dict[str, Any]], dict[str, float]]:
+def judged_pairs(pairs: Sequence[tuple[int, int]], bad: Mapping[int, str]) -> list[tuple[int, int]]:
+    """The pairs that can be judged: those with no malformed response."""
+    return [(i, j) for i, j in pairs if i not in bad and j not in bad]
+
+
+def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[PairwiseJudgment],
+              malformed: Mapping[int, str] | None = None
+              ) -> tuple[list[ScalarReward], list[dict[str, Any]] | None, dict[str, float] | None]:
     """(per-response rewards, ``comparison_results``, ``metrics``) from the judgments of ``pairs``.
+
+    Args:
+        n: responses in the request.
+        pairs: the judged pairs (see :func:`judged_pairs`), one per judgment.
+        judgments: their judgments.
+        malformed: {index: reason} of malformed responses (their reward fails with ``invalid_input``).
+
+    Returns:
+        With n < 2, NeMo Gym's answer: :data:`NEUTRAL_REWARD` (its status ``invalid_input`` says why) and
+        ``None`` for both ``comparison_results`` and ``metrics``.
 
     Raises:
         ValueError: when ``pairs`` and ``judgments`` differ in length.
     """
+    malformed = malformed or {}
+    if n < 2:
+        reason = "one response has nothing to compare with (neutral reward, as NeMo Gym's default_score)"
+        return [ScalarReward(NEUTRAL_REWARD, Status.OK, reason=reason, id="0")], None, None
     total, games = [0.0] * n, [0] * n
     first_failure: list[PairwiseJudgment | None] = [None] * n
     results = []
     for (i, j), jd in zip(pairs, judgments, strict=True):
         row: dict[str, Any] = {"response_i": i, "response_j": j, "judge_idx": 0, "winner": jd.winner.value,
                                "status": jd.status.value, "reason": jd.reason, "score_1": None, "score_2": None,
-                               "p_a": None if math.isnan(jd.p_a) else jd.p_a, "consistent": jd.consistent}
+                               "ranking": None, "p_a": None if math.isnan(jd.p_a) else jd.p_a,
+                               "consistent": jd.consistent}
         if jd.ok:
             p = _credit(jd)
             row["score_1"], row["score_2"] = p, 1.0 - p
+            row["ranking"] = RANKING_LOW + (RANKING_HIGH - RANKING_LOW) * (1.0 - p)
             for k, value in ((i, p), (j, 1.0 - p)):
                 total[k] += value
                 games[k] += 1
@@ -113,11 +166,10 @@ def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[Pair
         results.append(row)
     rewards = []
     for k in range(n):
-        if games[k]:
+        if k in malformed:
+            rewards.append(ScalarReward.failed(Status.INVALID_INPUT, malformed[k], id=str(k)))
+        elif games[k]:
             rewards.append(ScalarReward(total[k] / games[k], Status.OK, id=str(k)))
-        elif n < 2:
-            rewards.append(ScalarReward.failed(Status.INVALID_INPUT, "one response has nothing to compare with",
-                                               id=str(k)))
         else:
             bad = first_failure[k]
             status, why = (bad.status, bad.reason) if bad else (Status.BACKEND_ERROR, "no comparison")

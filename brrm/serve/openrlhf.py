@@ -14,7 +14,7 @@ reads ``rewards`` (advantages), ``scores`` (dynamic filtering; ``rewards`` when 
    ``<think>\\n\\n</think>\\n\\n``) belongs to the response and is put back in front of it. The judge then renders
    the messages with *its own* template; the policy's template is never wrapped in a second one;
 3. builds the reply: a failed item (unparsable query, missing reference, judge failure) gets the configured
-   ``failed_reward`` (a number, since OpenRLHF turns rewards into tensors; ``null`` if configured None) and is
+   ``failed_reward`` (a number, since OpenRLHF turns rewards into tensors) and is
    named in ``extra_logs["brrm_failed"]`` (1.0 failed, 0.0 ok) and in ``statuses`` / ``reasons``.
 """
 

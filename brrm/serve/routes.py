@@ -104,15 +104,16 @@ def _rlhf_routes(app: FastAPI, state: ServerState) -> None:
     async def compare(body: CompareRequest, request: Request) -> JSONResponse:
         _checked(state, body, len(body.response_objs), "response_objs")
         conv = Conversation.coerce(nemo_gym.history_messages(body.conversation_history), where="conversation_history")
-        texts = [nemo_gym.output_text(obj) for obj in body.response_objs]
+        texts, bad = nemo_gym.output_texts(body.response_objs)
         if body.principle is not None and state.judge.info.kind != "principle":
             raise ConfigError(f"principle: only principle models take one; this judge is kind "
                               f"{state.judge.info.kind} (send principle null)")
-        pairs = nemo_gym.comparison_pairs(body.strategy or state.limits.compare_strategy, len(texts))
+        pairs = nemo_gym.judged_pairs(nemo_gym.comparison_pairs(body.strategy or state.limits.compare_strategy,
+                                                                len(texts)), bad)
         items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
         key = pairs_key(body.swap, body.principle is not None, state.options(body.options))
         judgments = await state.submit(request, key, items, timeout_s=body.timeout_s) if items else []
-        rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments)
+        rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments, bad)
         state.metrics.count_statuses(j.status for j in judgments)
         failed = state.limits.failed_reward
         return JSONResponse(clean({"rewards": [r.reward if r.ok else failed for r in rewards],

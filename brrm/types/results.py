@@ -38,6 +38,8 @@ class Status(enum.StrEnum):
     ``truncated``: a token budget or context limit was hit before the verdict. ``backend_error``: the
     model backend failed (exception, NaN logits, HTTP error). ``invalid_input``: the record itself is
     malformed (reported with its reason; the rest of the batch goes on). ``empty``: an empty response.
+    ``incomplete_group``: a group reward whose GRPO group never arrived whole (some member missing after the
+    cohort deadline), so no within-group reward exists for it.
     """
 
     OK = "ok"
@@ -46,6 +48,7 @@ class Status(enum.StrEnum):
     BACKEND_ERROR = "backend_error"
     INVALID_INPUT = "invalid_input"
     EMPTY = "empty"
+    INCOMPLETE_GROUP = "incomplete_group"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class Provenance:
             and a stable key of the item; never its position in a batch).
         decoding: ``faithful`` or ``constrained``.
         policies: input-normalisation policies applied (e.g. history reasoning stripped), name -> value.
+        calibration: the sha256 (hex, first 16) of the probability calibration applied to P(A ≻ B)
+            (:mod:`brrm.calibration`); ``""`` when none was applied.
     """
 
     model: str
@@ -70,6 +75,7 @@ class Provenance:
     seed: int
     decoding: str = "faithful"
     policies: Mapping[str, Any] = field(default_factory=dict)
+    calibration: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -80,6 +86,7 @@ class Provenance:
             "seed": self.seed,
             "decoding": self.decoding,
             "policies": dict(self.policies),
+            "calibration": self.calibration,
         }
 
 
@@ -107,7 +114,10 @@ class PairwiseJudgment:
         generated_tokens: tokens generated over both turns.
         p_a: P(A better than B) in [0, 1] from the verdict-digit logits, or NaN (``null`` in JSON) when no
             model call measured it (faithful mode, a short-circuited pair); a conditional probability of
-            the model, not a calibrated one.
+            the model, not a calibrated one — unless a calibration was applied (``provenance.calibration``):
+            then ``p_a`` is the calibrated probability and ``p_a_raw`` the model's own.
+        p_a_raw: the uncalibrated P(A ≻ B) when a calibration was applied; NaN when none was (``p_a`` is then
+            the raw value itself).
         logit_1, logit_2: raw float32 logits of the verdict digits "1" and "2" (NaN when not measured).
         provenance: what produced it.
         id: the record id, if any (swap sub-judgments carry the pair's id too).
@@ -132,6 +142,7 @@ class PairwiseJudgment:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     p_a: float = math.nan
+    p_a_raw: float = math.nan
     logit_1: float = math.nan
     logit_2: float = math.nan
     provenance: Provenance | None = None
@@ -172,6 +183,7 @@ class PairwiseJudgment:
             "status": self.status.value,
             "reason": self.reason,
             "p_a": num(self.p_a),
+            "p_a_raw": num(self.p_a_raw),
             "logit_1": num(self.logit_1),
             "logit_2": num(self.logit_2),
             "consistent": self.consistent,

@@ -1,0 +1,100 @@
+"""Run a judge on best-of-N items (RewardBench 2): every completion scored, or ranked by a group strategy.
+
+Scalar reward models score each completion once (N rewards per item). Pairwise judges rank the item's completions
+with a :mod:`brrm.compose.strategies` strategy (``knockout``: N−1 judgments, ``round_robin``: N(N−1)) in an order
+drawn per item from the order seed (:func:`brrm.bench.rewardbench2.shuffled`); the strategy's per-completion
+rewards, mapped back to the item's order, are the scores the metric reads. Items are judged in chunks of about
+the judge's ``chunk_size`` judgments; each finished chunk goes to ``sink``, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from brrm.bench.core import BenchItem, Cost, ItemResult
+from brrm.bench.runner import Progress, Sink, is_pairwise
+from brrm.compose.strategies import judgments_per_group
+
+
+def planned(judge: Any, items: Sequence[BenchItem], strategy: str) -> int:
+    """Model calls a run makes: judgments (pairwise: the strategy's count per item) or scored completions."""
+    if is_pairwise(judge):
+        return sum(judgments_per_group(strategy, len(it.responses)) for it in items)
+    return sum(len(it.responses) for it in items)
+
+
+def run(judge: Any, items: Sequence[BenchItem], *, strategy: str, seed: int = 0, progress: Progress = None,
+        sink: Sink = None, done: Mapping[str, ItemResult] | None = None) -> tuple[list[ItemResult], Cost]:
+    """Score or rank every item's completions; results in item order (``rewards``: one per completion, in the
+    item's order) and the cost of this run.
+
+    Args:
+        judge: any :class:`~brrm.RewardJudge`.
+        items: best-of-N items (``responses``: chosen first, then rejected).
+        strategy: ``knockout`` or ``round_robin`` (pairwise judges; ignored by scalar models).
+        seed: the order seed of the shown completion order.
+        progress: called with finished judgments (or scored completions).
+        sink: called with each finished chunk of results.
+        done: results of an interrupted earlier run, by item id (not judged again).
+    """
+    done = done or {}
+    todo = [it for it in items if it.id not in done]
+    pairwise = is_pairwise(judge)
+    weight: Callable[[BenchItem], int] = ((lambda it: judgments_per_group(strategy, len(it.responses)))
+                                          if pairwise else (lambda it: len(it.responses)))
+    size = max(1, int(judge.info.chunk_size))
+    cost = [0, 0, 0]
+    fresh: dict[str, ItemResult] = {}
+    started = time.perf_counter()
+    part: list[BenchItem] = []
+    for k, it in enumerate(todo):
+        part.append(it)
+        if sum(map(weight, part)) >= size or k == len(todo) - 1:
+            judged = (_rank_chunk(judge, part, strategy, seed, progress, cost) if pairwise
+                      else _score_chunk(judge, part, progress, cost))
+            fresh.update((r.item.id, r) for r in judged)
+            if sink is not None:
+                sink(judged)
+            part = []
+    results = [done.get(it.id) or fresh[it.id] for it in items]
+    return results, Cost(cost[0], cost[1], cost[2], time.perf_counter() - started,
+                         "judgments" if pairwise else "rewards")
+
+
+def _score_chunk(judge: Any, part: list[BenchItem], progress: Progress, cost: list[int]) -> list[ItemResult]:
+    convs = [it.conversation for it in part for _ in it.responses]
+    texts = [r for it in part for r in it.responses]
+    ids = [f"{it.id}#r{m}" for it in part for m in range(len(it.responses))]
+    rewards = judge.score(convs, texts, ids=ids, progress=progress)
+    out, pos = [], 0
+    for it in part:
+        mine = tuple(rewards[pos:pos + len(it.responses)])
+        pos += len(it.responses)
+        out.append(ItemResult(it, (), mine))
+        cost[0] += len(mine)
+        cost[2] += sum(r.input_tokens for r in mine)
+    return out
+
+
+def _rank_chunk(judge: Any, part: list[BenchItem], strategy: str, seed: int, progress: Progress,
+                cost: list[int]) -> list[ItemResult]:
+    from brrm.bench.rewardbench2 import shuffled
+
+    orders = [shuffled(seed, it.id, len(it.responses)) for it in part]
+    groups = [[it.responses[k] for k in order] for it, order in zip(part, orders, strict=True)]
+    ranked = judge.rank_groups([it.conversation for it in part], groups, strategy=strategy, swap=False,
+                               progress=progress)
+    out = []
+    for it, order, res in zip(part, orders, ranked, strict=True):
+        back = [res.rewards[0]] * len(order)
+        for shown, k in enumerate(order):
+            back[k] = replace(res.rewards[shown], id=f"{it.id}#r{k}")
+        meta = {**it.meta, "strategy": strategy, "shown_order": order, "judgments": res.n_judgments}
+        out.append(ItemResult(replace(it, meta=meta), (), tuple(back)))
+        cost[0] += res.n_judgments
+        cost[1] += sum(j.generated_tokens for j in res.judgments)
+        cost[2] += sum(j.prompt_tokens for j in res.judgments)
+    return out

@@ -1,0 +1,126 @@
+"""Labelled observations (z, y) for a calibration fit, from judged pairs.
+
+A judged pair is a ``brrm judge`` output line (``PairwiseJudgment.to_dict()`` plus ``line``) or any mapping
+with ``label``, ``status``, ``p_a`` and optionally ``logit_1``/``logit_2`` and ``sub_judgments``; a ``brrm bench``
+``judgments.jsonl`` line gives one observation per presentation (the benchmark's gold as the label). Each ok judgment
+with a probability and a label ``A`` or ``B`` is one observation: y = 1 for A, 0 for B, and z its logit: the
+digit-logit difference ``logit_1 − logit_2`` when it agrees with ``p_a`` (an ordered judgment), else
+``logit(p_a)`` (a mirrored order or a scalar model's σ(r_A − r_B)). A swap judgment contributes its two
+orders (each in the A/B frame), not their average. Ties, unlabelled pairs and failures are counted, not used.
+The kind is ``pairwise`` when the judgments carry digit logits, else ``scalar``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from brrm.calibration.fit import logit, sigmoid
+from brrm.errors import ConfigError
+from brrm.types import Verdict, parse_label
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One labelled probability.
+
+    Attributes:
+        key: the pair's id (or ``line N``): both orders of a pair share it, and the split.
+        z: the logit of P(A ≻ B) (finite).
+        y: 1 when the label is A, 0 when B.
+        digit_logits: whether z came from the verdict-digit logits (a pairwise judge).
+    """
+
+    key: str
+    z: float
+    y: int
+    digit_logits: bool
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Observations and what was left out (counts)."""
+
+    items: tuple[Observation, ...]
+    skipped: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """``pairwise`` when every observation has digit logits, ``scalar`` when none has.
+
+        Raises:
+            ConfigError: for a mix, or no observation at all.
+        """
+        flags = {o.digit_logits for o in self.items}
+        if not flags:
+            raise ConfigError("no labelled pair with a probability to fit on (" + ", ".join(
+                f"{k} {v}" for k, v in self.skipped.items() if v) + ")")
+        if len(flags) > 1:
+            raise ConfigError("the judgments mix verdict-digit logits (a pairwise judge) and reward differences "
+                              "(a scalar model); calibrate one judge at a time")
+        return "pairwise" if flags.pop() else "scalar"
+
+
+def _z(d: Mapping[str, Any]) -> tuple[float, bool]:
+    p = float(d["p_a"])
+    l1, l2 = d.get("logit_1"), d.get("logit_2")
+    if isinstance(l1, int | float) and isinstance(l2, int | float) and math.isfinite(l1 - l2):
+        z = float(l1) - float(l2)
+        return (z, True) if abs(sigmoid(z) - p) < 1e-6 else (logit(p), True)
+    return logit(p), False
+
+
+def observations(rows: Iterable[Mapping[str, Any]]) -> Observations:
+    """Every usable observation of judged rows, in order.
+
+    Raises:
+        ConfigError: naming the row of a label that is not A, B, tie or none.
+    """
+    out: list[Observation] = []
+    skipped = {"unlabelled": 0, "ties": 0, "failed": 0}
+    for k, row in enumerate(rows, start=1):
+        if "presentations" in row:
+            _bench_row(row, out, skipped)
+            continue
+        raw = row.get("label", "none")
+        if raw in (None, "none", ""):
+            skipped["unlabelled"] += 1
+            continue
+        label = parse_label(raw, where=f"row {k} label")
+        if label is Verdict.TIE:
+            skipped["ties"] += 1
+            continue
+        key = str(row.get("id") or f"line {row.get('line', k)}")
+        parts = row.get("sub_judgments") or [row]
+        for part in parts:
+            if part.get("status") != "ok" or part.get("p_a") is None:
+                skipped["failed"] += 1
+                continue
+            z, digits = _z(part)
+            out.append(Observation(key, z, 1 if label is Verdict.A else 0, digits))
+    return Observations(tuple(out), skipped)
+
+
+def _bench_row(row: Mapping[str, Any], out: list[Observation], skipped: dict[str, int]) -> None:
+    """A ``brrm bench`` ``judgments.jsonl`` line: each presentation in its presented frame (A = shown first), its
+    label the pair's gold mirrored when the pair was shown swapped."""
+    for pres in row["presentations"]:
+        gold = Verdict(row["pairs"][pres["pair"]][2])
+        if gold is Verdict.TIE:
+            skipped["ties"] += 1
+            continue
+        j = pres["judgment"]
+        if j.get("status") != "ok" or j.get("p_a") is None:
+            skipped["failed"] += 1
+            continue
+        first_better = (gold is Verdict.A) != bool(pres["swapped"])
+        z, digits = _z(j)
+        out.append(Observation(str(row["id"]), z, 1 if first_better else 0, digits))
+
+
+def is_judged(row: Mapping[str, Any]) -> bool:
+    """Whether a row is judged — a judged pair (``winner`` and ``status``) or a ``brrm bench`` judgments line
+    (``presentations``) — rather than a record to judge."""
+    return ("winner" in row and "status" in row) or "presentations" in row

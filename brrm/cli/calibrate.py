@@ -1,0 +1,154 @@
+"""``brrm calibrate``: fit a temperature for P(A ≻ B) on labelled pairs, with a held-out split and a report.
+
+``brrm calibrate --input labelled.jsonl --output calib.json [--report calib.html] [--heldout 0.3] [--split-seed 0]``.
+The input is either judged pairs (``brrm judge --output`` lines, labelled) — fitted at once — or labelled records
+to judge first with the model flags (``--model …``, as ``brrm judge``). Pairs go to the fit or the held-out split
+by a seeded hash of their id (:func:`brrm.calibration.fit.held_out`), both orders of a swapped pair together.
+Prints and writes ECE, Brier score and log loss before and after on both splits; the HTML report embeds the
+reliability diagram of the held-out split before and after. Apply the result with ``--calibration calib.json``
+(any model command) or ``brrm.load(..., calibration="calib.json")``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from brrm.cli import common
+from brrm.errors import ConfigError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("calibrate", help="fit a temperature for P(A>B) on labelled pairs (ECE, Brier, log loss)",
+                       description="Fit a temperature (pairwise judges) or a scale (scalar models) for P(A>B) on "
+                                   "labelled pairs: judged pairs (brrm judge output) or records judged first with "
+                                   "--model. Reports ECE, Brier score and log loss before/after on a held-out split.")
+    p.add_argument("--input", "-i", required=True, help="labelled pairs: brrm judge output, or records to judge")
+    p.add_argument("--output", "-o", required=True, help="the calibration file to write (calib.json)")
+    p.add_argument("--report", default=None, help="HTML report path (default: the output path with .html)")
+    p.add_argument("--heldout", type=float, default=0.3, help="fraction of pairs held out, in (0, 1) (default 0.3)")
+    p.add_argument("--split-seed", dest="split_seed", type=int, default=0,
+                   help="seed of the fit / held-out split")
+    p.add_argument("--limit", type=int, default=None, help="use only the first N records")
+    common.add_model_args(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the flags, get judged rows, fit, write calib.json and the report, print the table."""
+    import importlib.util
+
+    from brrm.calibration.data import observations
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError("brrm calibrate draws its reliability diagram with matplotlib: pip install 'brrm[audit]'")
+    if not 0.0 < args.heldout < 1.0:
+        raise ConfigError(f"--heldout must lie in (0, 1), got {args.heldout}")
+    out = Path(args.output).expanduser()
+    report = Path(args.report).expanduser() if args.report else out.with_suffix(".html")
+    for flag, path in (("--output", out), ("--report", report)):
+        if not path.parent.is_dir():
+            raise ConfigError(f"{flag} {str(path)!r}: folder {str(path.parent)!r} does not exist")
+    rows, model = _judged_rows(args)
+    obs = observations(rows)
+    kind = obs.kind
+    fit, calibration, tables = _fit(obs, kind, model, args)
+    from brrm.calibration.model import write_calibration
+    from brrm.calibration.report import calibration_html, reliability_png
+
+    write_calibration(out, calibration)
+    png = reliability_png([("held-out, raw", tables[2][1]), ("held-out, calibrated", tables[3][1])])
+    facts = {"model": model or "unknown", "kind": kind, _param(kind): f"{_value(calibration):.4f}",
+             "fitted on": calibration.to_dict()["fit_on"], "split": f"seed {args.split_seed}, {args.heldout:.0%} "
+             f"held out: {tables[0][1].n} fit / {tables[2][1].n} held-out observations", "hash": calibration.hash}
+    report.write_text(calibration_html(f"brrm calibration: {model or args.input}", facts, tables, png),
+                      encoding="utf-8")
+    _print(calibration, kind, tables, obs.skipped, fit, out, report)
+    return 0
+
+
+def _param(kind: str) -> str:
+    return "temperature" if kind == "pairwise" else "scale"
+
+
+def _value(calibration: Any) -> float:
+    return float(calibration.temperature if calibration.kind == "pairwise" else calibration.scale)
+
+
+def _judged_rows(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """Judged rows of the input (judging records first when they are not judged yet) and the model's id."""
+    from brrm.calibration.data import is_judged
+
+    path = Path(args.input).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"--input {args.input!r} does not exist")
+    first = next((ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()), "")
+    try:
+        judged = is_judged(json.loads(first))
+    except ValueError:
+        judged = False
+    if judged:
+        rows = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        rows = rows[:args.limit] if args.limit else rows
+        models = {(r.get("provenance") or {}).get("model", "") for r in rows} - {""}
+        return rows, models.pop() if len(models) == 1 else ""
+    return _judge_records(args)
+
+
+def _judge_records(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from brrm.records import RecordError, read_records, seed_ids
+
+    if getattr(args, "calibration", None):
+        raise ConfigError("--calibration does not apply to brrm calibrate: it fits on the raw probabilities")
+    common.load_options(args)
+    records = [r for r in read_records(args.input, "pairs", limit=args.limit) if not isinstance(r, RecordError)]
+    common.require_records(records, args.input)
+    judge = common.load_judge(args, kind="brrm")
+    common.header(sys.stderr, "calibrate", judge, len(records), args.input)
+    try:
+        with common.progress_bar(len(records), desc="judging", unit="pair", disable=args.no_progress) as bar:
+            out = judge.judge_pairs([r.conversation for r in records], [r.response_a for r in records],
+                                    [r.response_b for r in records], ids=seed_ids(records),
+                                    labels=[r.label for r in records], progress=bar.update)
+    finally:
+        judge.close()
+    return [{**common.with_id(j, r.id).to_dict(), "line": r.line} for j, r in zip(out, records, strict=True)], \
+        judge.info.model
+
+
+def _fit(obs: Any, kind: str, model: str, args: argparse.Namespace) -> tuple[Any, Any, list[tuple[str, Any]]]:
+    from brrm.calibration.fit import fit_temperature, held_out, measure, sigmoid
+    from brrm.calibration.model import Calibration
+
+    fit = [o for o in obs.items if not held_out(o.key, args.split_seed, args.heldout)]
+    rest = [o for o in obs.items if held_out(o.key, args.split_seed, args.heldout)]
+    if len(fit) < 2 or not rest:
+        raise ConfigError(f"{len(obs.items)} usable observations split into {len(fit)} fit / {len(rest)} held-out; "
+                          "give more labelled pairs or change --heldout")
+    t = fit_temperature([o.z for o in fit], [o.y for o in fit])
+    tables = []
+    for name, part in (("fit", fit), ("held-out", rest)):
+        y = [o.y for o in part]
+        tables.append((f"{name}, raw", measure([sigmoid(o.z) for o in part], y)))
+        tables.append((f"{name}, calibrated", measure([sigmoid(o.z / t) for o in part], y)))
+    metrics = {label: {k: v for k, v in m.to_dict().items() if k != "bins"} for label, m in tables}
+    details = {"split": {"seed": args.split_seed, "heldout_fraction": args.heldout, "fit_observations": len(fit),
+                         "heldout_observations": len(rest)}, "skipped": dict(obs.skipped), "metrics": metrics,
+               "binning": "ECE: 10 equal-width bins of P(A>B)", "source": str(args.input)}
+    return fit, Calibration(kind, t, model, details), tables
+
+
+def _print(calibration: Any, kind: str, tables: list[tuple[str, Any]], skipped: Any, fit: list[Any],
+           out: Path, report: Path) -> None:
+    print(f"brrm calibrate: {kind} judge; {_param(kind)} {_value(calibration):.4f} fitted on {len(fit)} "
+          f"observations (z = {calibration.to_dict()['fit_on']})")
+    if any(skipped.values()):
+        print("left out: " + ", ".join(f"{k} {v}" for k, v in skipped.items() if v))
+    print(f"  {'split':<22} {'n':>5} {'ECE':>8} {'Brier':>8} {'log loss':>9} {'accuracy':>9}")
+    for label, m in tables:
+        print(f"  {label:<22} {m.n:>5} {m.ece:>8.4f} {m.brier:>8.4f} {m.log_loss:>9.4f} {m.accuracy:>9.4f}")
+    print(f"wrote {out} (hash {calibration.hash}) and {report}")

@@ -1,0 +1,318 @@
+"""A :class:`~brrm.types.RewardJudge` over a running ``brrm serve``: the one HTTP client of brrm's own server.
+
+``RemoteJudge("http://HOST:8000")`` reads the server's judge (``GET /v1/models``) and then answers every
+``RewardJudge`` call with the server's endpoints — ``judge_pairs`` → ``POST /v1/judge``, ``score`` →
+``POST /v1/score``, ``rank`` / ``rank_groups`` → ``POST /v1/rank`` (one request per group, sent concurrently so
+the server's scheduler coalesces them) — returning the same typed results a local judge returns (decoded by
+:mod:`brrm.types.codec`). Batches larger than the server takes per request (its ``item_limit``) are split.
+
+Failures follow the interface's rule: a mistake of the caller's (the server answers 400/413/422) raises
+:class:`~brrm.errors.ConfigError` with the server's message, before or instead of any judging; an overloaded
+server (429/503) is retried after its ``Retry-After`` (at most ``retries`` times); a transport error, a
+timeout or a server error makes every item of that request a ``backend_error`` result with the reason — never
+an exception, never a number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from brrm.errors import ConfigError
+from brrm.types import (
+    Conversation,
+    GroupResult,
+    JudgeInfo,
+    PairwiseJudgment,
+    ScalarReward,
+    Status,
+    Verdict,
+    check_float,
+    check_int,
+)
+from brrm.types.codec import group_from_dict, judgment_from_dict, reward_from_dict
+
+Progress = Callable[[float], None] | None
+CALLER_ERRORS = (400, 401, 403, 404, 413, 422)
+"""Statuses that mean the request itself is wrong (raised as ConfigError with the server's message)."""
+RETRIED = (429, 503)
+"""Statuses that mean "not now": retried after ``Retry-After``."""
+
+
+class RemoteJudge:
+    """A judge served by ``brrm serve`` at ``url``, used like any :func:`brrm.load` judge.
+
+    Args:
+        url: the server's base URL (``http://HOST:PORT``).
+        api_key: the server's ``--api-key`` (sent as ``Authorization: Bearer``); None: none.
+        timeout_s: per-request deadline in seconds (sent as ``timeout_s`` and used as the HTTP timeout), > 0.
+        retries: how many times a 429/503 answer is retried, >= 0.
+        concurrency: requests in flight at once (``rank_groups``, split batches), >= 1.
+
+    Raises:
+        ConfigError: on an invalid argument, or a server that cannot be reached or is not a brrm server
+            (checked once here, with ``GET /v1/models``).
+    """
+
+    def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 600.0, retries: int = 3,
+                 concurrency: int = 8) -> None:
+        import httpx
+
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"url must be an http(s) URL of brrm serve, got {url!r}")
+        self.url, self.timeout_s = url.rstrip("/"), check_float("timeout_s", timeout_s, low=0, low_open=True)
+        self.retries, self.concurrency = check_int("retries", retries, low=0), check_int("concurrency", concurrency,
+                                                                                          low=1)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s + 5)
+        model = self._models()
+        fields = {f.name for f in dataclasses.fields(JudgeInfo)}
+        self.info = JudgeInfo(**{k: v for k, v in model.items() if k in fields})
+        self.item_limit = int(model.get("limits", {}).get("item_limit", 64))
+
+    def _models(self) -> dict[str, Any]:
+        import httpx
+
+        try:
+            resp = self._client.get("/v1/models")
+        except httpx.HTTPError as exc:
+            raise ConfigError(f"brrm serve at {self.url} cannot be reached: {type(exc).__name__}: {exc}") from None
+        if resp.status_code != 200:
+            raise ConfigError(f"brrm serve at {self.url} answered GET /v1/models with HTTP {resp.status_code}: "
+                              f"{resp.text[:300]}")
+        data = resp.json().get("data") if resp.headers.get("content-type", "").startswith("application/json") else None
+        if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+            raise ConfigError(f"{self.url} is not a brrm server (GET /v1/models has no model)")
+        return data[0]
+
+    # ------------------------------------------------------------------------------------------ RewardJudge
+    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+                    /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
+                    labels: Sequence[Verdict] | None = None, principles: Any = None,
+                    progress: Progress = None) -> list[PairwiseJudgment]:
+        """``POST /v1/judge``; see :class:`~brrm.types.RewardJudge`.
+
+        Raises:
+            ConfigError: on mismatched lengths, an invalid conversation or response, principles (the server's
+                ``/v1/judge`` takes none), or the server refusing the request.
+        """
+        if principles is not None:
+            raise ConfigError("principles: brrm serve's /v1/judge takes none; score principle models with score()")
+        n = _same_length(conversations=conversations, responses_a=responses_a, responses_b=responses_b, ids=ids,
+                         labels=labels)
+        items = [{**_context(conversations[k], f"conversations[{k}]"),
+                  "response_a": _text(responses_a[k], f"responses_a[{k}]"),
+                  "response_b": _text(responses_b[k], f"responses_b[{k}]"),
+                  **({"id": str(ids[k])} if ids is not None else {}),
+                  **({"label": _label(labels[k])} if labels is not None and labels[k] is not Verdict.NONE else {})}
+                 for k in range(n)]
+        extra = {} if swap is None else {"swap": bool(swap)}
+        out = self._batched("/v1/judge", "pairs", items, extra, "judgments", progress)
+        return [judgment_from_dict(d) if isinstance(d, Mapping) else _failed_judgment(d, items[k])
+                for k, d in enumerate(out)]
+
+    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Any = None,
+              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+              progress: Progress = None) -> list[ScalarReward]:
+        """``POST /v1/score``; see :class:`~brrm.types.RewardJudge`.
+
+        Raises:
+            ConfigError: on mismatched lengths, invalid inputs, or the server refusing the request (e.g.
+                ``references`` missing for a pairwise judge).
+        """
+        n = _same_length(conversations=conversations, responses=responses, references=references, ids=ids)
+        per = _principles(principles, n)
+        items = [{**_context(conversations[k], f"conversations[{k}]"),
+                  "response": _text(responses[k], f"responses[{k}]"),
+                  **({"reference": _text(references[k], f"references[{k}]")} if references is not None else {}),
+                  **({"principle": per[k]} if per is not None else {}),
+                  **({"id": str(ids[k])} if ids is not None else {})} for k in range(n)]
+        out = self._batched("/v1/score", "items", items, {}, "rewards", progress)
+        return [reward_from_dict(d) if isinstance(d, Mapping) else
+                ScalarReward.failed(Status.BACKEND_ERROR, str(d), id=items[k].get("id", "")) for k, d in
+                enumerate(out)]
+
+    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
+                    principles: Any = None, progress: Progress = None) -> list[GroupResult]:
+        """One ``POST /v1/rank`` per group, sent concurrently; see :class:`~brrm.types.RewardJudge`.
+
+        Raises:
+            ConfigError: on mismatched lengths, invalid inputs, principles, or the server refusing a group.
+        """
+        if principles is not None:
+            raise ConfigError("principles: brrm serve's /v1/rank takes none")
+        n = _same_length(conversations=conversations, groups=groups, references=references)
+        bodies = [{**_context(conversations[g], f"conversations[{g}]"),
+                   "responses": [_text(r, f"groups[{g}][{i}]") for i, r in enumerate(groups[g])],
+                   "strategy": strategy, "timeout_s": self.timeout_s,
+                   **({"reference": _text(references[g], f"references[{g}]")} if references is not None else {}),
+                   **({} if swap is None else {"swap": bool(swap)})} for g in range(n)]
+        done = [0]
+
+        def one(body: dict[str, Any]) -> GroupResult:
+            reply = self._post("/v1/rank", body)
+            done[0] += 1
+            if progress is not None:
+                progress(done[0] / n)
+            if isinstance(reply, str):
+                return _failed_group(reply, len(body["responses"]), strategy)
+            return group_from_dict(reply["result"])
+
+        with ThreadPoolExecutor(min(self.concurrency, max(n, 1))) as pool:
+            return list(pool.map(one, bodies))
+
+    def rank(self, conversation: Any, responses: Sequence[str], /, *, strategy: str = "auto",
+             reference: str | None = None, swap: bool | None = None, principles: Any = None,
+             progress: Progress = None) -> GroupResult:
+        """One group; see ``rank_groups``."""
+        refs = None if reference is None else [reference]
+        return self.rank_groups([conversation], [responses], strategy=strategy, references=refs, swap=swap,
+                                principles=principles, progress=progress)[0]
+
+    def judge(self, conversation: Any, response_a: str, response_b: str, /, *,
+              swap: bool | None = None) -> PairwiseJudgment:
+        """One pair; see ``judge_pairs``."""
+        return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
+
+    def score_one(self, conversation: Any, response: str, /, *, principle: str | None = None,
+                  reference: str | None = None) -> ScalarReward:
+        """One response; see ``score``."""
+        refs = None if reference is None else [reference]
+        return self.score([conversation], [response], principles=principle, references=refs)[0]
+
+    def close(self) -> None:
+        """Close the HTTP connections (the server and its model keep running)."""
+        self._client.close()
+
+    def __enter__(self) -> RemoteJudge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RemoteJudge({self.url!r}, model={self.info.model!r}, kind={self.info.kind!r})"
+
+    # ------------------------------------------------------------------------------------------ transport
+    def _batched(self, path: str, field: str, items: list[dict[str, Any]], extra: dict[str, Any], key: str,
+                 progress: Progress) -> list[Mapping[str, Any] | str]:
+        """Each item's result dict, or the reason its request failed; requests of at most ``item_limit``."""
+        chunks = [items[i:i + self.item_limit] for i in range(0, len(items), self.item_limit)]
+        done = [0]
+
+        def one(chunk: list[dict[str, Any]]) -> list[Mapping[str, Any] | str]:
+            reply = self._post(path, {field: chunk, "timeout_s": self.timeout_s, **extra})
+            done[0] += len(chunk)
+            if progress is not None:
+                progress(done[0] / max(len(items), 1))
+            if isinstance(reply, str):
+                return [reply] * len(chunk)
+            results = reply.get(key)
+            if not isinstance(results, list) or len(results) != len(chunk):
+                return [f"brrm serve returned {len(results or [])} results for {len(chunk)} items"] * len(chunk)
+            return [_with_reply_provenance(r, reply) for r in results]
+
+        if not chunks:
+            return []
+        with ThreadPoolExecutor(min(self.concurrency, len(chunks))) as pool:
+            return [r for part in pool.map(one, chunks) for r in part]
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any] | str:
+        """The reply's JSON, or a reason (a transport or server failure); raises for the caller's mistakes."""
+        import httpx
+
+        for attempt in range(self.retries + 1):
+            try:
+                resp = self._client.post(path, json=body)
+            except httpx.HTTPError as exc:
+                return f"brrm serve at {self.url}{path}: {type(exc).__name__}: {exc}"[:500]
+            if resp.status_code in RETRIED and attempt < self.retries:
+                time.sleep(_retry_after(resp.headers.get("retry-after")))
+                continue
+            if resp.status_code == 200:
+                reply: dict[str, Any] = resp.json()
+                return reply
+            message = _message(resp)
+            if resp.status_code in CALLER_ERRORS:
+                raise ConfigError(f"brrm serve refused {path} (HTTP {resp.status_code}): {message}")
+            return f"brrm serve answered {path} with HTTP {resp.status_code}: {message}"[:500]
+        return f"brrm serve at {self.url}{path} stayed busy after {self.retries} retries"
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _same_length(**lists: Sequence[Any] | None) -> int:
+    given = {k: len(v) for k, v in lists.items() if v is not None}
+    if len(set(given.values())) > 1:
+        raise ConfigError("batch inputs must have the same length, got " + ", ".join(f"{k}={v}" for k, v in
+                                                                                     given.items()))
+    return next(iter(given.values()), 0)
+
+
+def _context(value: Any, where: str) -> dict[str, Any]:
+    """The request's ``prompt`` (a lone user turn) or ``conversation``, validated here first."""
+    conv = Conversation.coerce(value, where=where)
+    if len(conv.messages) == 1 and conv.messages[0].role == "user" and not conv.messages[0].tool_calls:
+        return {"prompt": conv.messages[0].content}
+    return {"conversation": conv.to_list()}
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _label(value: Any) -> str:
+    if not isinstance(value, Verdict):
+        raise ConfigError(f"labels must be brrm.Verdict values, got {value!r}")
+    return "tie" if value is Verdict.TIE else value.value
+
+
+def _principles(principles: Any, n: int) -> list[str] | None:
+    if principles is None or isinstance(principles, str):
+        return None if principles is None else [principles] * n
+    out = list(principles)
+    if len(out) != n:
+        raise ConfigError(f"principles has {len(out)} entries for {n} items")
+    return [_text(p, f"principles[{k}]") for k, p in enumerate(out)]
+
+
+def _with_reply_provenance(result: Any, reply: Mapping[str, Any]) -> Any:
+    """A result dict with the reply's shared provenance filled in where the server sent it once per reply."""
+    if isinstance(result, dict) and result.get("provenance") is None and isinstance(reply.get("provenance"), dict):
+        return {**result, "provenance": {**reply["provenance"], **({"seed": result["seed"]} if "seed" in result
+                                                                     else {})}}
+    return result
+
+
+def _retry_after(value: str | None) -> float:
+    try:
+        return min(max(float(value or 1.0), 0.0), 30.0)
+    except ValueError:
+        return 1.0
+
+
+def _message(resp: Any) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return str(resp.text[:300])
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("message") if isinstance(error, dict) else body)[:500]
+
+
+def _failed_judgment(reason: Any, item: Mapping[str, Any]) -> PairwiseJudgment:
+    return PairwiseJudgment(Verdict.NONE, Status.BACKEND_ERROR, reason=str(reason), id=str(item.get("id", "")))
+
+
+def _failed_group(reason: str, n: int, strategy: str) -> GroupResult:
+    zeros = tuple(tuple(0 for _ in range(n)) for _ in range(n))
+    return GroupResult(strategy=strategy, rewards=tuple(ScalarReward.failed(Status.BACKEND_ERROR, reason, id=str(k))
+                                                        for k in range(n)),
+                       reward_range=(-math.inf, math.inf), wins=zeros, ties=zeros, n_judgments=0, n_scored=0,
+                       failed=0, ranking=())

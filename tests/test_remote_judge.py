@@ -1,0 +1,102 @@
+"""RemoteJudge: the RewardJudge contract over a real ``brrm serve`` (tiny models on 127.0.0.1), checked against
+the same judge loaded locally — same results, same errors."""
+
+from __future__ import annotations
+
+import pytest
+
+import brrm
+from brrm.service import RemoteJudge
+from tests.serve_helpers import free_port, running_server
+
+pytestmark = pytest.mark.timeout(240)
+BRRM_OPTS = {"max_new_tokens": 420, "block_token_cap": 8, "thinking": "off"}
+BRRM_ARGS = ["--kind", "brrm", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off"]
+PROMPTS = ["What is 2+2?", [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]]
+
+
+def _same(remote, local, *, drop=("provenance",)):
+    a, b = remote.to_dict(), local.to_dict()
+    for key in drop:
+        a.pop(key, None), b.pop(key, None)
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from brrm.testing import save_tiny_qwen3
+
+    tmp = tmp_path_factory.mktemp("remote")
+    return tmp, {"bt": str(save_tiny_qwen3(tmp / "rm", sequence_classification=True)),
+                 "brrm": str(save_tiny_qwen3(tmp / "judge"))}
+
+
+@pytest.fixture(scope="module")
+def bt(models):
+    tmp, paths = models
+    with running_server(["--model", paths["bt"]], tmp) as srv, RemoteJudge(srv.url) as remote:
+        yield remote, brrm.load(paths["bt"])
+
+
+@pytest.fixture(scope="module")
+def pairwise(models):
+    tmp, paths = models
+    with running_server(["--model", paths["brrm"], *BRRM_ARGS], tmp) as srv, RemoteJudge(srv.url) as remote:
+        yield remote, brrm.load(paths["brrm"], kind="brrm", **BRRM_OPTS)
+
+
+def test_remote_is_a_reward_judge_describing_the_served_model(bt):
+    remote, local = bt
+    assert isinstance(remote, brrm.RewardJudge)
+    assert remote.info.kind == local.info.kind == "bt" and remote.info.template_hash == local.info.template_hash
+
+
+def test_scalar_rewards_equal_the_local_judge(bt):
+    remote, local = bt
+    got = remote.score(PROMPTS, ["4", "Blue."], ids=["a", "b"])
+    want = local.score(PROMPTS, ["4", "Blue."], ids=["a", "b"])
+    assert [r.status for r in got] == [brrm.Status.OK] * 2
+    assert [r.reward for r in got] == pytest.approx([r.reward for r in want], abs=1e-6)
+    assert [r.id for r in got] == ["a", "b"]
+    g, w = remote.rank("What is 2+2?", ["4", "5", "four"]), local.rank("What is 2+2?", ["4", "5", "four"])
+    assert g.ranking == w.ranking and g.strategy == w.strategy == "scores"
+    assert [r.reward for r in g.rewards] == pytest.approx([r.reward for r in w.rewards], abs=1e-6)
+
+
+def test_pairwise_judgments_equal_the_local_judge(pairwise):
+    remote, local = pairwise
+    got = remote.judge_pairs(PROMPTS, ["4", "Blue."], ["5", "Seven."], ids=["p1", "p2"], swap=True)
+    want = local.judge_pairs(PROMPTS, ["4", "Blue."], ["5", "Seven."], ids=["p1", "p2"], swap=True)
+    assert all(_same(g, w) for g, w in zip(got, want, strict=True))
+    assert len(got[0].sub_judgments) == 2
+    (g,), (w,) = remote.score(["What is 2+2?"], ["4"], references=["5"]), local.score(["What is 2+2?"], ["4"],
+                                                                                      references=["5"])
+    assert g.status is w.status and _same(g, w)
+    groups = [["4", "5", "four"], ["Red", "Blue"]]
+    got_g = remote.rank_groups(["What is 2+2?", "Name a colour."], groups, strategy="circular")
+    want_g = local.rank_groups(["What is 2+2?", "Name a colour."], groups, strategy="circular")
+    assert [r.ranking for r in got_g] == [r.ranking for r in want_g]
+    assert [r.n_judgments for r in got_g] == [r.n_judgments for r in want_g] == [3, 2]
+
+
+def test_callers_mistakes_raise_like_a_local_judge(pairwise):
+    remote, local = pairwise
+    for judge in (remote, local):
+        with pytest.raises(brrm.ConfigError, match="same length"):
+            judge.judge_pairs(["q", "r"], ["a"], ["b"])
+        with pytest.raises(brrm.ConfigError, match="reference"):
+            judge.score(["q"], ["a"])
+        with pytest.raises(brrm.ConfigError, match="end with a user or tool turn"):
+            judge.judge_pairs([[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]], ["a"],
+                              ["b"])
+
+
+def test_an_unreachable_server_is_a_clear_error_and_a_dead_one_is_each_items_backend_error(models):
+    with pytest.raises(brrm.ConfigError, match="cannot be reached"):
+        RemoteJudge(f"http://127.0.0.1:{free_port()}")
+    tmp, paths = models
+    with running_server(["--model", paths["bt"]], tmp) as srv:
+        remote = RemoteJudge(srv.url, retries=0)
+        srv.stop()
+        out = remote.score(["q", "r"], ["a", "b"])
+    assert [r.status for r in out] == [brrm.Status.BACKEND_ERROR] * 2 and "brrm serve" in out[0].reason

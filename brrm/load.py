@@ -40,11 +40,11 @@ BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 """Options each backend takes (see the backend classes for units and ranges)."""
 
-SAMPLING_OPTIONS = ("temperature", "top_p", "max_new_tokens", "max_total_tokens", "seed")
+SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "max_new_tokens", "max_total_tokens", "seed")
 JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
     "brrm": (*SAMPLING_OPTIONS, "decoding", "swap", "thinking", "block_token_cap", "max_retries", "system_messages",
              "tool_messages", "strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "verdict",
-             "turn2_tokens", "samples"),
+             "turn2_tokens", "samples", "history_think", "shortcuts"),
     "bt": ("recipe", "max_length", "truncation_side", "strip_thinking", "strip_history_reasoning", "margin", "swap"),
     "principle": (*SAMPLING_OPTIONS, "recipe", "principle", "decoding", "reward", "strip_thinking",
                   "strip_history_reasoning", "question", "margin", "swap"),
@@ -114,7 +114,7 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
     make = _BUILDERS[kind](name, judge_opts, None)  # validates every judge option before anything loads
     if built is None:
         source = source or _resolve_source(name, embedded)
-        _card_dtype(name, backend_opts)
+        _card_dtype(name, source, backend_opts)
         make = _BUILDERS[kind](name, judge_opts, source)  # with the checkpoint's generation defaults
         built = _load_backend(backend_name, source, name, backend_opts, task="classify" if kind == "bt" else "generate")
     judge = make(built)
@@ -196,6 +196,7 @@ def _check_backend_options(opts: dict[str, Any]) -> None:
 def _sampling(opts: dict[str, Any], **defaults: Any) -> SamplingConfig:
     base = SamplingConfig(**{k: v for k, v in defaults.items() if k != "max_new_tokens"})
     return SamplingConfig(temperature=opts.get("temperature", base.temperature), top_p=opts.get("top_p", base.top_p),
+                          top_k=opts.get("top_k", base.top_k),
                           max_new_tokens_per_turn=opts.get("max_new_tokens", base.max_new_tokens_per_turn),
                           max_total_tokens=opts.get("max_total_tokens", base.max_total_tokens),
                           seed=opts.get("seed", base.seed))
@@ -219,13 +220,13 @@ def _brrm(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
 
 def _bt(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
     from brrm.compose import ScalarRewardJudge
-    from brrm.recipes import known_recipe
+    from brrm.recipes import known_recipe, model_config
     from brrm.reward_models.bradley_terry import RECIPES, BradleyTerryRewardModel
 
     rest = dict(opts)
     check_bool("swap", rest.pop("swap", False))
     margin = check_float("margin", rest.pop("margin", 0.0), low=0)
-    known = known_recipe(name)
+    known = known_recipe(name, model_config(source) if source is not None else None)
     recipe = check_choice("recipe", rest.pop("recipe", known.recipe if known and known.kind == "bt" else "auto"),
                           ("auto", *RECIPES))
     if "max_length" in rest:
@@ -238,9 +239,16 @@ CARD_BUDGETS = {"max_new_tokens_per_turn": 16000, "max_total_tokens": 40960}
 the total is Qwen3-32B's 40,960-token context, cut further to the backend's own context."""
 
 
+GENERATION_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
+"""What transformers' ``generate`` uses for a sampling field a checkpoint's generation config leaves unset
+(transformers 5.x ``GenerationConfig._get_default_generation_params``)."""
+
+
 def _generation_config(source: str | None) -> dict[str, Any]:
-    """Sampling defaults from the checkpoint's ``generation_config.json`` (local dir or HF cache; no network):
-    temperature and top_p when it samples, greedy otherwise; {} when there is none."""
+    """Sampling defaults from the checkpoint's ``generation_config.json`` (local dir or HF cache; no network), as
+    transformers' ``generate`` reads them: with ``do_sample`` its temperature, top_k and top_p, each unset one
+    taking :data:`GENERATION_DEFAULTS` (so ``do_sample`` without a temperature samples at 1.0, never greedy);
+    greedy without ``do_sample``; {} when there is none."""
     if source is None:
         return {}
     import json
@@ -261,7 +269,8 @@ def _generation_config(source: str | None) -> dict[str, Any]:
     gen = json.loads(path.read_text())
     if not gen.get("do_sample"):
         return {"temperature": 0.0}
-    return {k: float(gen[k]) for k in ("temperature", "top_p") if isinstance(gen.get(k), int | float)}
+    out = {k: gen[k] if isinstance(gen.get(k), int | float) else v for k, v in GENERATION_DEFAULTS.items()}
+    return {"temperature": float(out["temperature"]), "top_p": float(out["top_p"]), "top_k": int(out["top_k"])}
 
 
 def _principle(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
@@ -340,17 +349,18 @@ def _resolve_source(name: str, embedded: bool) -> str:
     return name
 
 
-def _card_dtype(name: str, backend_opts: dict[str, Any]) -> None:
-    """A known checkpoint's GPU dtype from its card (e.g. float16 for Qwen-3-Nemotron-32B-Reward), unless set."""
-    from brrm.recipes import known_recipe
+def _card_dtype(name: str, source: str, backend_opts: dict[str, Any]) -> None:
+    """A known checkpoint's GPU dtype from its card (e.g. float16 for Qwen-3-Nemotron-32B-Reward), unless set; the
+    checkpoint is known by id, folder name or its config (:func:`brrm.recipes.card_dtype`)."""
+    from brrm.recipes import card_dtype, model_config
 
-    known = known_recipe(name)
-    if known is None or not known.gpu_dtype or backend_opts.get("dtype", "auto") != "auto":
+    if backend_opts.get("dtype", "auto") != "auto" or backend_opts.get("device", "auto") == "cpu":
         return
     import torch
 
-    if torch.cuda.is_available() and backend_opts.get("device", "auto") != "cpu":
-        backend_opts["dtype"] = known.gpu_dtype
+    dtype = card_dtype(name, model_config(source), cuda=torch.cuda.is_available())
+    if dtype is not None:
+        backend_opts["dtype"] = dtype
 
 
 def _require_vllm() -> None:

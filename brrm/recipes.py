@@ -52,16 +52,50 @@ KNOWN: dict[str, Recipe] = {
 """Checkpoints brrm knows by id (lower-case); reported figures are the model cards' (BR-RM: RewardBench,
 RM-Bench, RMB; Qwen-3-Nemotron-32B-Reward: RM-Bench, JudgeBench)."""
 
+IDENTITIES: dict[str, dict[str, Any]] = {
+    "nvidia/qwen-3-nemotron-32b-reward": {"model_type": "qwen3", "architectures": ("Qwen3ForSequenceClassification",),
+                                          "hidden_size": 5120, "num_hidden_layers": 64, "num_labels": 1},
+}
+"""Known checkpoints recognised by their ``config.json`` (whatever their folder is called): the fields that must
+all match. Qwen-3-Nemotron-32B-Reward is a one-label ``AutoModelForSequenceClassification`` head (its card) on
+Qwen3-32B, whose sizes are hidden_size 5120 and num_hidden_layers 64 (Qwen/Qwen3-32B ``config.json``); no other
+known checkpoint is such a head. The generative checkpoints (BR-RM, the principle models) have their base
+model's config, so a config cannot tell them from it: they are known by id or folder name only."""
+
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def known_recipe(name: str) -> Recipe | None:
-    """The recipe of a known checkpoint id, or of a local copy named like one (its folder name); else None."""
+def known_recipe(name: str, config: dict[str, Any] | None = None) -> Recipe | None:
+    """The recipe of a known checkpoint: by id, by the folder name of a local copy, else by identity — its
+    ``config`` (the parsed ``config.json``) matching an entry of :data:`IDENTITIES`; None when nothing matches."""
     low = name.lower().rstrip("/")
     if low in KNOWN:
         return KNOWN[low]
     tail = low.rsplit("/", 1)[-1]
-    return next((r for key, r in KNOWN.items() if key.split("/", 1)[1] == tail), None)
+    named = next((r for key, r in KNOWN.items() if key.split("/", 1)[1] == tail), None)
+    if named is not None or config is None:
+        return named
+    return next((KNOWN[key] for key, fields in IDENTITIES.items() if _matches(config, fields)), None)
+
+
+def _matches(config: dict[str, Any], fields: dict[str, Any]) -> bool:
+    for key, want in fields.items():
+        if key == "num_labels":
+            got: Any = config.get("num_labels") or len(config.get("id2label") or {}) or None
+        elif key == "architectures":
+            got = tuple(config.get("architectures") or ())
+        else:
+            got = config.get(key)
+        if got != want:
+            return False
+    return True
+
+
+def card_dtype(name: str, config: dict[str, Any] | None, *, cuda: bool) -> str | None:
+    """The dtype a known checkpoint's card runs it in on GPUs (e.g. ``float16`` for Qwen-3-Nemotron-32B-Reward,
+    also in a renamed folder: :func:`known_recipe` by identity), or None (off GPU, or no card dtype)."""
+    known = known_recipe(name, config)
+    return known.gpu_dtype if cuda and known is not None and known.gpu_dtype else None
 
 
 def looks_like_hub_id(name: str) -> bool:
@@ -93,7 +127,7 @@ def detect_kind(name: str, config: dict[str, Any] | None) -> tuple[str, str]:
     Raises:
         ConfigError: when neither tells (listing the kinds and how to pass one).
     """
-    known = known_recipe(name)
+    known = known_recipe(name, config)
     if known is not None:
         return known.kind, known.recipe
     archs = " ".join((config or {}).get("architectures") or [])

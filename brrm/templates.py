@@ -17,15 +17,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
 from brrm.errors import TemplateError
 from brrm.types import Conversation, Message
 
+if TYPE_CHECKING:
+    from brrm.tokens import Markup
+
 BRRM_TEMPLATES = ("brrm_turn1.jinja", "brrm_turn2.jinja", "brrm_context.jinja", "brrm_responses.jinja")
 
 _THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
+_THINK_TAGS = re.compile(r"^(\s*)<think>(.*?)</think>", re.DOTALL)
+
+HISTORY_THINK = ("text", "markup")
+"""How the tags of an earlier assistant turn's leading ``<think>…</think>`` block reach the model when it is
+kept: ``text`` (the characters' ids, as any record text) or ``markup`` (the tokenizer's own think tokens, as the
+released BR-RM evaluation gets them by running ``tokenizer.apply_chat_template`` over the flattened context;
+Qwen3 ``<think>`` = 151667, ``</think>`` = 151668)."""
 
 # Markers of the BR-RM prompt and output format (github.com/YzjiaoNvd/BR-RM @ 34a58b2); in record text they are
 # neutralised so a record cannot close its block or forge one.
@@ -43,6 +54,23 @@ def is_blank(text: str) -> bool:
     """True when ``text`` shows nothing: empty, whitespace, or only invisible characters (zero-width spaces and
     joiners, BOM, word joiner, bidi controls, combining marks, Hangul fillers, the braille blank)."""
     return all(unicodedata.category(c) in _INVISIBLE_CATEGORIES or c in _INVISIBLE_CHARS for c in text)
+
+
+END_TEXT_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "<|end|>", "</s>", "<eos>",
+                   "<end_of_turn>")
+"""End-of-text and end-of-turn token strings of common vocabularies (Qwen/GPT-2 ``<|endoftext|>``, Llama 3
+``<|end_of_text|>`` / ``<|eot_id|>``, ChatML ``<|im_end|>``, Phi-3 ``<|end|>``, SentencePiece ``</s>``, Gemma
+``<eos>`` / ``<end_of_turn>``): a decoded completion may end with any of them, not only with its end of turn."""
+
+
+def end_texts(tokenizer: Any, end_of_turn_id: int) -> tuple[str, ...]:
+    """The token strings :func:`strip_end_tokens` removes from a response's end for ``tokenizer``: its end-of-turn
+    token, its EOS, and each of :data:`END_TEXT_TOKENS` that is one of its added tokens (sorted, for stable
+    results)."""
+    added = set(tokenizer.get_added_vocab())
+    found = {tokenizer.convert_ids_to_tokens(end_of_turn_id), getattr(tokenizer, "eos_token", None),
+             *(t for t in END_TEXT_TOKENS if t in added)}
+    return tuple(sorted(t for t in found if t))
 
 
 def strip_end_tokens(text: str, tokens: Sequence[str]) -> str:
@@ -154,6 +182,8 @@ class ContextPolicy:
             tool calls as ``[tool call] name(args)``; ``drop`` omits both.
         neutralize_markers: rewrite BR-RM format markers inside every context turn (see
             :func:`neutralize_markers`).
+        history_think: one of :data:`HISTORY_THINK`; only the two tags of the leading reasoning block of each
+            earlier assistant turn are affected (every other string of the record stays text).
 
     Raises:
         ConfigError: naming the field and its valid values.
@@ -163,11 +193,13 @@ class ContextPolicy:
     system_messages: str = "include"
     tool_messages: str = "include"
     neutralize_markers: bool = True
+    history_think: str = "text"
 
     def __post_init__(self) -> None:
         from brrm.types.config import check_bool, check_choice
 
         check_bool("strip_history_reasoning", self.strip_history_reasoning)
+        check_choice("history_think", self.history_think, HISTORY_THINK)
         check_choice("system_messages", self.system_messages, ("include", "drop"))
         check_choice("tool_messages", self.tool_messages, ("include", "drop"))
         check_bool("neutralize_markers", self.neutralize_markers)
@@ -176,11 +208,12 @@ class ContextPolicy:
     def released(cls) -> ContextPolicy:
         """The released evaluation's flattening: history kept as is, no system or tool lines, no escaping."""
         return cls(strip_history_reasoning=False, system_messages="drop", tool_messages="drop",
-                   neutralize_markers=False)
+                   neutralize_markers=False, history_think="markup")
 
     def to_dict(self) -> dict[str, object]:
         return {"strip_history_reasoning": self.strip_history_reasoning, "system_messages": self.system_messages,
-                "tool_messages": self.tool_messages, "neutralize_context_markers": self.neutralize_markers}
+                "tool_messages": self.tool_messages, "neutralize_context_markers": self.neutralize_markers,
+                "history_think": self.history_think}
 
 
 def _tool_call_text(call: object) -> str:
@@ -193,7 +226,8 @@ def _tool_call_text(call: object) -> str:
     return f"[tool call] {call}"
 
 
-def _context_turns(messages: Sequence[Message], policy: ContextPolicy) -> list[dict[str, str]]:
+def _context_turns(messages: Sequence[Message], policy: ContextPolicy,
+                   think_tags: tuple[str, str] = ("<think>", "</think>")) -> list[dict[str, str]]:
     turns = []
     for m in messages:
         text = m.content
@@ -211,6 +245,9 @@ def _context_turns(messages: Sequence[Message], policy: ContextPolicy) -> list[d
             speaker = "Assistant"
             if policy.strip_history_reasoning:
                 text, _ = strip_reasoning(text)
+            elif think_tags != ("<think>", "</think>"):
+                text = _THINK_TAGS.sub(lambda m: m.group(1) + think_tags[0] + m.group(2) + think_tags[1], text,
+                                       count=1)
             calls = [_tool_call_text(c) for c in m.tool_calls] if policy.tool_messages == "include" else []
             text = "\n".join([t for t in [text, *calls] if t])
         if policy.neutralize_markers:
@@ -219,9 +256,13 @@ def _context_turns(messages: Sequence[Message], policy: ContextPolicy) -> list[d
     return turns
 
 
-def render_context(conversation: Conversation, policy: ContextPolicy = ContextPolicy()) -> str:
-    """The filled ``{context}`` value: ``[The Begin of Context]\\n<lines>\\n[The End of Context]\\n``."""
-    return render("brrm_context.jinja", turns=_context_turns(conversation.messages, policy))
+def render_context(conversation: Conversation, policy: ContextPolicy = ContextPolicy(),
+                   think_tags: tuple[str, str] = ("<think>", "</think>")) -> str:
+    """The filled ``{context}`` value: ``[The Begin of Context]\\n<lines>\\n[The End of Context]\\n``.
+
+    ``think_tags`` replace the tags of each kept leading reasoning block of earlier assistant turns (placeholders
+    of :func:`brrm_turn1_content`)."""
+    return render("brrm_context.jinja", turns=_context_turns(conversation.messages, policy, think_tags))
 
 
 def render_responses(response_1: str, response_2: str) -> str:
@@ -237,6 +278,35 @@ def render_brrm_turn1(conversation: Conversation, response_1: str, response_2: s
         context=render_context(conversation, policy),
         responses=render_responses(response_1, response_2),
     )
+
+
+def brrm_turn1_content(conversation: Conversation, response_1: str, response_2: str,
+                       policy: ContextPolicy = ContextPolicy()) -> str | list[str | Markup]:
+    """The turn-1 user message as a message content for :meth:`brrm.tokens.TextEncoder.chat`.
+
+    With ``policy.history_think == "markup"`` (and history reasoning kept) the two tags of each earlier assistant
+    turn's leading ``<think>…</think>`` block are :class:`~brrm.tokens.Markup` pieces (special tokens, as the
+    released evaluation tokenizes them); everything else, including any other ``<think>`` a record writes, is
+    record text. Otherwise the plain text of :func:`render_brrm_turn1`.
+    """
+    if policy.history_think != "markup" or policy.strip_history_reasoning:
+        return render_brrm_turn1(conversation, response_1, response_2, policy)
+    from brrm.tokens import Markup
+
+    seen = "\0".join([response_1, response_2, *(m.content for m in conversation.messages)])
+    k = 0
+    while f"\ue003{k}" in seen:  # placeholders that no record text holds
+        k += 1
+    tags = (f"\ue003{k}<\ue004", f"\ue003{k}>\ue004")
+    text = render("brrm_turn1.jinja", context=render_context(conversation, policy, tags),
+                  responses=render_responses(response_1, response_2))
+    pieces: list[str | Markup] = []
+    for part in re.split("(" + "|".join(re.escape(t) for t in tags) + ")", text):
+        if part in tags:
+            pieces.append(Markup("<think>" if part == tags[0] else "</think>"))
+        elif part:
+            pieces.append(part)
+    return pieces
 
 
 def render_brrm_turn2() -> str:

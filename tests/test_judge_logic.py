@@ -110,7 +110,7 @@ def test_swap_disagreement_is_a_tie_and_agreement_a_winner(tok):
 
 def test_identical_and_empty_responses_short_circuit(tok):
     """C25 identical variant and C19: no model call; ties and empty responses are values."""
-    judge, backend = judge_with(tok, lambda p, r: ranking(1))
+    judge, backend = judge_with(tok, lambda p, r: ranking(1), shortcuts=True)  # faithful calls the model
     same, empty_a, empty_b = judge.judge_pairs(
         ["Tip?", "Say something kind.", "Say something kind."],
         ["Drink less coffee after noon.", "", "You're doing great today."],

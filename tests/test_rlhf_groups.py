@@ -39,7 +39,8 @@ def scripted_brrm(*, fail: str = "<<FAIL>>", swap: bool = False, prefer: str = "
         return f"[The Begin of Ranking Score]\n\\boxed{{{k}}}\n[The End of Ranking Score]"
 
     backend = FakeBackend(tok, script, model_id="scripted-brrm")
-    return brrm.load(kind="brrm", backend=backend, decoding="faithful", swap=swap), backend
+    # brrm's shortcuts (identical/blank pairs decided without the model) on: faithful alone calls the model
+    return brrm.load(kind="brrm", backend=backend, decoding="faithful", shortcuts=True, swap=swap), backend
 
 
 N01_PROMPTS = ["Q1"] * 4

@@ -148,7 +148,7 @@ def test_invisible_only_responses_count_as_empty():
         assert is_blank(text), repr(text)
     assert not is_blank("a\u200b") and not is_blank("٠")
     backend = FakeBackend(__import__("brrm.testing", fromlist=["x"]).build_tiny_tokenizer(), lambda p, r: "x")
-    judge = brrm_judge(backend, BRRMConfig(decoding="faithful"))
+    judge = brrm_judge(backend, BRRMConfig(decoding="faithful", shortcuts=True))  # faithful alone calls the model
     (r,) = judge.judge_pairs(["Say something kind."], ["\u200b\u200b\ufeff"], ["You're doing great."], swap=True)
     assert r.winner is Verdict.B and r.attempts == 0 and backend.prompts == []
     from brrm.testing import build_tiny_qwen3

@@ -68,7 +68,7 @@ def _scripted(tok, **cfg):
 
 def test_consistent_attempts_ids_and_hash_say_what_happened():
     tok = build_tiny_tokenizer()
-    judge = _scripted(tok)
+    judge = _scripted(tok, shortcuts=True)  # identical pair below: decided without the model (faithful alone calls it)
     (one,) = judge.judge_pairs(["q"], ["a"], ["b"], ids=["p1"])
     assert one.consistent is None and one.to_dict()["consistent"] is None  # one order: not measured
     assert one.attempts == 1 and one.id == "p1"

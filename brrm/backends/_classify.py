@@ -4,8 +4,11 @@ How a score is computed (the transformers backend's ``classify``):
 
 * the backbone (``model.base_model``) runs with an explicit attention mask and position ids
   ``cumsum(mask) - 1``, so left or right padding and batch partners do not change a row;
-* the score is read at the last real token, found from the attention mask (never from a fixed index or by
-  searching for a pad id, so a tokenizer without a pad token, or with pad == eos, is fine);
+* the score is read at the last real token, found from the attention mask (never from a fixed index, so a
+  tokenizer without a pad token is fine). A sequence-classification head reads where the model's own forward
+  reads (transformers' ``…ForSequenceClassification``: the rightmost token that is not ``config.pad_token_id``):
+  with pad == eos and a template that ends its turn with eos, that is the token before the trailing eos, so the
+  score equals ``model(input_ids).logits[0][0]``; a sequence made only of pad ids is refused with a reason;
 * the head — the one-label classification row (``model.score``) or row ``token_id`` of the LM head — is
   applied in float32 to the float32-cast hidden state; a NaN/inf result is that item's error, never a number;
 * sequences are sorted by length into batches under a padded-token budget and results come back in input
@@ -106,14 +109,15 @@ class HeadScorer:
                                    max_batch_size=self.max_batch_size, sort=self.bucketing)
         for batch in batches:
             try:
-                values = self._batch([sequences[i] for i in batch], weight, bias)
+                values = self._batch([sequences[i] for i in batch], weight, bias, token_id is None)
             except RuntimeError as exc:  # OOM / device failures lose only this batch
                 values = [Score.failed(f"{type(exc).__name__}: {exc}")] * len(batch)
             for i, v in zip(batch, values, strict=True):
                 out[i] = v
         return out
 
-    def _batch(self, seqs: list[Sequence[int]], weight: torch.Tensor, bias: torch.Tensor | None) -> list[Score]:
+    def _batch(self, seqs: list[Sequence[int]], weight: torch.Tensor, bias: torch.Tensor | None,
+               classifier: bool = False) -> list[Score]:
         b, t = len(seqs), max(len(s) for s in seqs)
         input_ids = torch.full((b, t), self.pad_id, dtype=torch.long)
         mask = torch.zeros((b, t), dtype=torch.long)
@@ -123,7 +127,10 @@ class HeadScorer:
             mask[i, cols] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        last = (torch.arange(t, device=self.device) * mask).argmax(-1)  # rightmost real token of each row
+        config_pad = getattr(getattr(self.model, "config", None), "pad_token_id", None) if classifier else None
+        readable = mask if config_pad is None else mask * (input_ids != config_pad)
+        last = (torch.arange(t, device=self.device) * readable).argmax(-1)  # rightmost readable token of each row
+        unreadable = (readable.sum(-1) == 0).tolist()
         with torch.inference_mode():
             hidden = self.model.base_model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                                            use_cache=False).last_hidden_state
@@ -135,4 +142,6 @@ class HeadScorer:
         self.stats["classify_batches"] += 1
         self.stats["classify_real_tokens"] += int(mask.sum())
         self.stats["classify_padded_tokens"] += b * t
-        return [Score(float(v)) for v in rewards[:, 0].tolist()]
+        return [Score.failed(f"every token of the sequence is the model's pad id {config_pad}: its own forward "
+                             "has no token to read the score at") if bad else Score(float(v))
+                for v, bad in zip(rewards[:, 0].tolist(), unreadable, strict=True)]

@@ -51,16 +51,16 @@ class Decoder:
 
     Args:
         backend: the backend whose model, prefix cache, pad id, stop ids and stats are used.
-        temperature, top_p: sampling settings of every row (0 = greedy).
+        temperature, top_p, top_k: sampling settings of every row (temperature 0 = greedy; top_k 0 = no cut).
         keep_kv: store each finished row's KV in the backend's prefix cache.
         on_done: called with a row's index as soon as it finishes.
     """
 
     def __init__(self, backend: TransformersBackend, *, temperature: float, top_p: float, keep_kv: bool,
-                 on_done: Callable[[int], None] | None = None) -> None:
+                 on_done: Callable[[int], None] | None = None, top_k: int = 0) -> None:
         self.backend = backend
         self.dev = backend.model.device
-        self.temperature, self.top_p = temperature, top_p
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.keep_kv, self.on_done = keep_kv, on_done
 
     def run(self, rows: list[Row]) -> None:
@@ -88,7 +88,7 @@ class Decoder:
                 from outlines_core.kernels.torch import allocate_token_bitmask
 
                 bitmask = allocate_token_bitmask(logits.shape[-1])
-            tokens = choose(backend.stop_ids, active, logits, self.temperature, self.top_p, bitmask)
+            tokens = choose(backend.stop_ids, active, logits, self.temperature, self.top_p, bitmask, self.top_k)
             keep = self._advance(active, tokens, past, mask)
             if not keep:
                 break

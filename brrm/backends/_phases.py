@@ -69,10 +69,13 @@ class TokenInfo:
         self._lock = threading.Lock()
 
     def encode(self, text: str) -> tuple[int, ...]:
-        """Token ids of ``text`` without special tokens added (cached)."""
+        """Token ids of forced ``text`` in mid-sequence position (:func:`brrm.constraints.compile.forced_ids`;
+        cached)."""
+        from brrm.constraints.compile import forced_ids
+
         with self._lock:
             if text not in self._enc:
-                self._enc[text] = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+                self._enc[text] = forced_ids(self.tokenizer, text)
             return self._enc[text]
 
     def label(self, text: str, after: str = "") -> int:
@@ -114,6 +117,8 @@ class Phase:
         allowed_ids: the only tokens allowed (``choice``).
         logprob_ids: tokens whose (raw) logits are reported at every step (``choice``).
         top_logprobs: also report this many of the step's highest logits (1 for a choice's vocabulary max).
+        with_max: record the step's largest logit after the options' (``choice``).
+        top: record the step's ``top`` largest logits, descending, last (``choice``; needs ``top_logprobs >= top``).
     """
 
     prompt_ids: tuple[int, ...]
@@ -127,6 +132,8 @@ class Phase:
     allowed_ids: tuple[int, ...] = ()
     logprob_ids: tuple[int, ...] = ()
     top_logprobs: int = 0
+    with_max: bool = False
+    top: int = 0
 
 
 @dataclass(frozen=True)
@@ -266,7 +273,7 @@ class ProgramRun:
             )
         ids = tuple(info.label(o, seg.after) for o in seg.options)
         return Phase(prompt, 1, seed, "choice", ignore_eos=True, allowed_ids=ids, logprob_ids=ids,
-                     top_logprobs=1 if seg.with_max else 0)
+                     top_logprobs=max(seg.top, 1 if seg.with_max else 0), top=seg.top, with_max=seg.with_max)
 
     def _end_of_turn(self) -> None:
         """After the last segment the end-of-turn token is generated (it is not part of ``token_ids``)."""
@@ -419,8 +426,10 @@ class ProgramRun:
             )
             return
         values = tuple(float(step[i]) for i in phase.logprob_ids)
-        if phase.top_logprobs:  # the step's largest logit: the best of what the engine reported (top-1 included)
+        if phase.with_max:  # the step's largest logit: the best of what the engine reported (top-1 included)
             values += (max(step.values()),)
+        if phase.top:  # the engine reported its top ones (and the options, which are either among them or below)
+            values += tuple(sorted(step.values(), reverse=True)[:phase.top])
         self.choice_logits.append(values)
         self.generated.append(ids[0])
         self._next_segment()

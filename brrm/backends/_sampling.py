@@ -14,15 +14,16 @@ if TYPE_CHECKING:
 
 
 def choose(stop_ids: set[int], active: list[Row], logits: torch.Tensor, temperature: float, top_p: float,
-           bitmask: Any) -> list[int]:
+           bitmask: Any, top_k: int = 0) -> list[int]:
     """Apply constraints row by row, then pick tokens (greedy: one argmax over the batch).
 
     Pattern rows are checked lazily when that is exact: the token is picked from the unmasked
     distribution and, only if the grammar rejects it, picked again from the masked one. For greedy
     decoding this is the masked argmax; for sampling with top_p = 1 it is rejection sampling, whose
     result is distributed exactly as sampling from the masked distribution, p(t) / p(allowed). Most
-    free-text steps then cost no mask at all. With top_p < 1 the mask is applied first.
+    free-text steps then cost no mask at all. With top_p < 1 or a top_k the mask is applied first.
     """
+    cut = top_p < 1.0 or top_k > 0
     finite = (~(torch.isnan(logits) | torch.isposinf(logits)).any(dim=-1)).tolist()
     forced: dict[int, int] = {}
     lazy: list[int] = []
@@ -32,38 +33,39 @@ def choose(stop_ids: set[int], active: list[Row], logits: torch.Tensor, temperat
             row.finish, row.error = "error", "non-finite logits from the model"
             continue
         if row.state is not None:
-            f = _constrain(stop_ids, row, logits[j:j + 1], bitmask if top_p < 1.0 else None)
+            f = _constrain(stop_ids, row, logits[j:j + 1], bitmask if cut else None)
             if f is not None:
                 forced[j] = f
-            elif row.state.kind == "pattern" and top_p >= 1.0:
+            elif row.state.kind == "pattern" and not cut:
                 lazy.append(j)
-    picked = _pick(active, logits, temperature, top_p, forced, finite)
+    picked = _pick(active, logits, temperature, top_p, forced, finite, top_k)
     for j in lazy:
         state = active[j].state
         assert state is not None
         if not state.guide.accepts_tokens([picked[j]]):
             state.write_mask(bitmask)
             _apply_mask(logits[j:j + 1], bitmask)
-            picked[j] = _pick_row(logits[j], temperature, top_p, active[j])
+            picked[j] = _pick_row(logits[j], temperature, top_p, active[j], top_k)
     return [forced.get(j, picked[j]) for j in range(len(active))]
 
 
 def _pick(active: list[Row], logits: torch.Tensor, temperature: float, top_p: float, forced: dict[int, int],
-          finite: list[bool]) -> list[int]:
+          finite: list[bool], top_k: int = 0) -> list[int]:
     if temperature == 0:
         return logits.argmax(dim=-1).tolist()
     out = []
     for j, row in enumerate(active):
         row.noise = None
-        out.append(_pick_row(logits[j], temperature, top_p, row) if j not in forced and finite[j] else 0)
+        out.append(_pick_row(logits[j], temperature, top_p, row, top_k) if j not in forced and finite[j] else 0)
     return out
 
 
-def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: Row) -> int:
+def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: Row, top_k: int = 0) -> int:
     """Greedy argmax, or a sample by the Gumbel-max trick with the row's own noise for this step.
 
     argmax(logits / T + g), g ~ Gumbel(0, 1) from the row's seeded generator, is an exact sample of softmax(logits /
-    T) (restricted to the top-p nucleus when top_p < 1). Unlike inverse-CDF sampling, which a float32 cumulative sum
+    T) (restricted to the top_k most likely tokens, ties at the k-th kept, then to the top-p nucleus when top_p < 1:
+    transformers' TopK- and TopPLogitsWarper order). Unlike inverse-CDF sampling, which a float32 cumulative sum
     over the whole vocabulary makes sensitive to rounding in every probability, it changes only when the two best
     perturbed logits are within rounding of each other, so batch shapes that move logits by 1e-8 keep the same
     tokens. A re-pick under a grammar mask reuses the step's noise: the argmax over the allowed tokens is an exact
@@ -75,6 +77,8 @@ def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: R
         u = torch.rand(logits_row.shape, generator=row.generator, dtype=torch.float64)
         row.noise = -torch.log(-torch.log(u.clamp(min=1e-300, max=1.0 - 1e-16)))
     scaled = logits_row.double() / temperature
+    if 0 < top_k < scaled.shape[-1]:
+        scaled = scaled.masked_fill(scaled < scaled.topk(top_k).values[-1], float("-inf"))
     if top_p < 1.0:
         probs = torch.softmax(scaled, dim=-1)
         sorted_p, order = probs.sort(descending=True)
@@ -101,7 +105,10 @@ def _constrain(stop_ids: set[int], row: Row, logits_row: torch.Tensor, bitmask: 
     if st.kind == "choice":
         ids = list(st.choice_ids())
         raw = logits_row[0, ids].clone()
-        extra = (float(logits_row[0].max()),) if st.choice_with_max() else ()
+        extra: tuple[float, ...] = (float(logits_row[0].max()),) if st.choice_with_max() else ()
+        if st.choice_top():
+            k = min(st.choice_top(), logits_row.shape[-1])
+            extra += tuple(float(x) for x in logits_row[0].topk(k).values)
         row.choice_logits.append(tuple(float(x) for x in raw) + extra)
         logits_row.fill_(float("-inf"))
         logits_row[0, ids] = raw

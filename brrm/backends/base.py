@@ -159,7 +159,8 @@ class Backend(Protocol):
     stats: dict[str, int]
 
     def generate(self, requests: Sequence[GenerationRequest], *, temperature: float, top_p: float,
-                 keep_kv: bool = False, on_complete: Callable[[int], None] | None = None) -> list[Completion]:
+                 keep_kv: bool = False, on_complete: Callable[[int], None] | None = None,
+                 top_k: int = 0) -> list[Completion]:
         """Run every request; one Completion per request, in order.
 
         ``keep_kv`` asks a backend with ``capabilities.kv_reuse`` to keep each sequence's KV for a follow-up

@@ -55,7 +55,7 @@ class FakeBackend:
 
     def generate(self, requests: Sequence[GenerationRequest], *, temperature: float = 1.0,
                  top_p: float = 1.0, keep_kv: bool = False,
-                 on_complete: Callable[[int], None] | None = None) -> list[Completion]:
+                 on_complete: Callable[[int], None] | None = None, top_k: int = 0) -> list[Completion]:
         """Run the script for each request, in order."""
         assert self.script is not None, "this FakeBackend has no generation script"
         self.calls += 1

@@ -176,18 +176,19 @@ class OpenAIBackend:
         top_p: float = 1.0,
         keep_kv: bool = False,
         on_complete: Callable[[int], None] | None = None,
+        top_k: int = 0,
     ) -> list[Completion]:
         """Run every request; one Completion per request, in order. Never raises for one bad request.
 
         Args:
             requests: prompts in token ids with budgets, seeds and optional programs.
-            temperature: >= 0 (0 = greedy). top_p: in (0, 1].
+            temperature: >= 0 (0 = greedy). top_p: in (0, 1]. top_k: >= 0 (0 = no cut; sent as -1).
             keep_kv: ignored (servers cache prefixes themselves).
             on_complete: called (from a worker thread) with a request's index when it finishes.
         """
         del keep_kv
         pool = self._executor()
-        futures = [pool.submit(self._run, r, temperature, top_p) for r in requests]
+        futures = [pool.submit(self._run, r, temperature, top_p, top_k) for r in requests]
         if on_complete is not None:
             for i, fut in enumerate(futures):
                 fut.add_done_callback(_report(on_complete, i))
@@ -199,19 +200,20 @@ class OpenAIBackend:
             self.stats["failed"] += sum(c.finish_reason == "error" for c in out)
         return out
 
-    def _run(self, request: GenerationRequest, temperature: float, top_p: float) -> Completion:
+    def _run(self, request: GenerationRequest, temperature: float, top_p: float, top_k: int = 0) -> Completion:
         run = ProgramRun(request, self.tokens)
         server = self.router.pick(request.prompt_ids)
         while (phase := run.next_phase()) is not None:
-            run.feed(self.complete(phase, temperature, top_p, server=server))
+            run.feed(self.complete(phase, temperature, top_p, server=server, top_k=top_k))
         self.router.remember(tuple(request.prompt_ids), server)
         self.router.remember(tuple(request.prompt_ids) + tuple(run.generated), server)
         return run.completion()
 
-    def complete(self, phase: Phase, temperature: float, top_p: float, *, server: int = 0) -> PhaseResult:
+    def complete(self, phase: Phase, temperature: float, top_p: float, *, server: int = 0,
+                 top_k: int = 0) -> PhaseResult:
         """One phase as one completions request (with retries); failures come back as ``error`` results."""
         try:
-            data = self.transport.call(server, "POST", "/completions", self._body(phase, temperature, top_p))
+            data = self.transport.call(server, "POST", "/completions", self._body(phase, temperature, top_p, top_k))
             result = _parse_choice(data)
         except RequestFailed as exc:
             return PhaseResult((), "error", error=str(exc))
@@ -221,7 +223,7 @@ class OpenAIBackend:
             self.stats["generated_tokens"] += len(result.token_ids)
         return result
 
-    def _body(self, phase: Phase, temperature: float, top_p: float) -> dict[str, Any]:
+    def _body(self, phase: Phase, temperature: float, top_p: float, top_k: int = 0) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": list(phase.prompt_ids),
@@ -229,7 +231,7 @@ class OpenAIBackend:
             "n": 1,
             "temperature": temperature,
             "top_p": top_p,
-            "top_k": -1,
+            "top_k": top_k if top_k > 0 else -1,
             "min_p": 0.0,
             "repetition_penalty": 1.0,
             "seed": phase.seed,

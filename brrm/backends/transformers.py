@@ -231,12 +231,13 @@ class TransformersBackend:
 
     def generate(self, requests: Sequence[GenerationRequest], *, temperature: float = 1.0,
                  top_p: float = 1.0, keep_kv: bool = False,
-                 on_complete: Callable[[int], None] | None = None) -> list[Completion]:
+                 on_complete: Callable[[int], None] | None = None, top_k: int = 0) -> list[Completion]:
         """Generate for every request (batched by length); see :class:`brrm.backends.base.Backend`.
 
         Args:
             keep_kv: store each row's KV in the prefix cache for a follow-up prompt (turn 2).
             on_complete: called with a request's index as soon as its row finishes.
+            top_k: sample among the k most likely tokens (0 = no cut).
         """
         if not self.capabilities.generate:
             raise ConfigError(f"{self.info.model!r} is a sequence classifier; it cannot generate (use classify)")
@@ -246,7 +247,7 @@ class TransformersBackend:
             chunk = order[start:start + self.batch_size]
             try:
                 done = None if on_complete is None else _remap(on_complete, chunk)
-                results = self._generate_chunk([requests[i] for i in chunk], temperature, top_p, keep_kv, done)
+                results = self._generate_chunk([requests[i] for i in chunk], temperature, top_p, keep_kv, done, top_k)
             except RuntimeError as exc:  # a model/device failure (e.g. OOM) loses only this chunk; bugs raise
                 results = [Completion.failed(f"{type(exc).__name__}: {exc}")] * len(chunk)
             for i, res in zip(chunk, results, strict=True):
@@ -254,7 +255,7 @@ class TransformersBackend:
         return [c for c in out if c is not None]
 
     def _generate_chunk(self, reqs: list[GenerationRequest], temperature: float, top_p: float,
-                        keep_kv: bool, on_done: Callable[[int], None] | None) -> list[Completion]:
+                        keep_kv: bool, on_done: Callable[[int], None] | None, top_k: int = 0) -> list[Completion]:
         import torch
 
         from brrm.backends._decode import Decoder, Row
@@ -267,7 +268,8 @@ class TransformersBackend:
             state = ProgramState(self.compiled(r.program)) if r.program is not None else None
             rows.append(Row(i, r, gen, state))
         with torch.inference_mode():
-            Decoder(self, temperature=temperature, top_p=top_p, keep_kv=keep_kv, on_done=on_done).run(rows)
+            Decoder(self, temperature=temperature, top_p=top_p, keep_kv=keep_kv, on_done=on_done,
+                    top_k=top_k).run(rows)
         return [self._completion(row) for row in rows]
 
     def _completion(self, row: Row) -> Completion:

@@ -233,12 +233,13 @@ class VLLMBackend:
         top_p: float = 1.0,
         keep_kv: bool = False,
         on_complete: Callable[[int], None] | None = None,
+        top_k: int = 0,
     ) -> list[Completion]:
         """Run every request; one Completion per request, in order (see the Backend protocol).
 
         Args:
             requests: prompts in token ids with budgets, seeds and optional constraint programs.
-            temperature: >= 0 (0 = greedy). top_p: in (0, 1].
+            temperature: >= 0 (0 = greedy). top_p: in (0, 1]. top_k: >= 0 (0 = no cut).
             keep_kv: ignored; automatic prefix caching keeps reusable blocks by itself.
             on_complete: called with a request's index when its last phase finishes.
 
@@ -254,7 +255,7 @@ class VLLMBackend:
         call = _Call(len(runs), on_complete)
         with self._lock:
             for i, run in enumerate(runs):
-                self._submit(run, call, i, temperature, top_p)
+                self._submit(run, call, i, temperature, top_p, top_k)
             self.stats["requests"] += len(runs)
         self._drive(call)
         return [run.completion() for run in runs]
@@ -284,7 +285,8 @@ class VLLMBackend:
                         self._failers.pop(out.request_id, None)
                         self._pending.pop(out.request_id)(out)
 
-    def _submit(self, run: ProgramRun, call: _Call, index: int, temperature: float, top_p: float) -> None:
+    def _submit(self, run: ProgramRun, call: _Call, index: int, temperature: float, top_p: float,
+                top_k: int = 0) -> None:
         """Submit the run's next phase (under the lock); when the run is finished, report it to its call."""
         from vllm import TokensPrompt
 
@@ -294,7 +296,7 @@ class VLLMBackend:
             return
         rid = f"brrm-{next(self._ids)}"
         try:
-            params = self._sampling_params(phase, temperature, top_p)
+            params = self._sampling_params(phase, temperature, top_p, top_k)
             self.llm.llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(phase.prompt_ids)), params)
         except Exception as exc:  # VLLMValidationError (bad regex, prompt too long), ValueError, TypeError
             run.fail(f"vLLM refused the request: {type(exc).__name__}: {exc}")
@@ -305,7 +307,7 @@ class VLLMBackend:
 
         def done(out: Any) -> None:
             run.feed(self._result(out))
-            self._submit(run, call, index, temperature, top_p)
+            self._submit(run, call, index, temperature, top_p, top_k)
 
         def fail(reason: str) -> None:
             run.fail(reason)
@@ -323,7 +325,7 @@ class VLLMBackend:
             self._pending.pop(rid)
             self._failers.pop(rid)(reason)
 
-    def _sampling_params(self, phase: Phase, temperature: float, top_p: float) -> Any:
+    def _sampling_params(self, phase: Phase, temperature: float, top_p: float, top_k: int = 0) -> Any:
         """vLLM ``SamplingParams`` for one phase (fresh objects per request, as vLLM requires)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -333,6 +335,7 @@ class VLLMBackend:
             "output_kind": RequestOutputKind.FINAL_ONLY,
             "temperature": temperature,
             "top_p": top_p,
+            **({"top_k": top_k} if top_k > 0 else {}),
             "seed": phase.seed,
             "max_tokens": phase.max_tokens,
             "stop_token_ids": list(phase.stop_ids),

@@ -76,6 +76,8 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     j.add_argument("--thinking", choices=("auto", "on", "off"), default=None, help="default: auto")
     j.add_argument("--temperature", type=float, default=None, help="default 1.0 (published; principle models: 0)")
     j.add_argument("--top-p", type=float, default=None, help="default 1.0 (published)")
+    j.add_argument("--top-k", type=int, default=None,
+                   help="sample among the k most likely tokens; default 0 = off (principle models: the checkpoint's)")
     j.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"per turn; default 8192 (published), {d['max_new_tokens']} for the embedded demo")
     j.add_argument("--max-total-tokens", type=int, default=None,
@@ -117,7 +119,7 @@ def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
     """(model, ``brrm.load`` keyword options) from the flags the user set (unset flags keep load's defaults)."""
     opts: dict[str, Any] = {"kind": args.kind, "backend": args.backend}
     for flag in ("dtype", "device", "batch_size", "served_model_name", "max_model_len", "tensor_parallel_size",
-                 "gpu_memory_utilization", "decoding", "swap", "samples", "thinking", "temperature", "top_p",
+                 "gpu_memory_utilization", "decoding", "swap", "samples", "thinking", "temperature", "top_p", "top_k",
                  "max_new_tokens", "max_total_tokens", "block_token_cap", "seed", "max_retries", "system_messages",
                  "tool_messages", "verdict", "recipe", "max_length", "truncation_side", "margin"):
         value = getattr(args, flag, None)

@@ -124,6 +124,31 @@ def single_token_id(tokenizer: Any, text: str) -> int:
     return ids[0]
 
 
+_ANCHORS = ("\n", "a", "0")
+"""Texts a forced text is tokenized after (then dropped) to get its ids in mid-sequence position."""
+
+
+def forced_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
+    """Ids of ``text`` that brrm forces after text already in the sequence (markers, a thinking close, a
+    block end): the ids the tokenizer gives it in position, not at the start of a string.
+
+    A SentencePiece-style tokenizer marks a word start with ``"▁"`` and prepends one to a whole string, so
+    ``"}\n[The End…"`` alone becomes ``"▁}"…`` and decodes as ``"\boxed{2 }"`` after the digit. When the
+    string's first token carries such a marker the text does not have, the text is tokenized after a short
+    anchor (:data:`_ANCHORS`, dropped again) instead; byte-level BPE tokenizers (Qwen, GPT-2), whose pre-token
+    boundaries already make the plain encoding canonical in position, keep the plain encoding.
+    """
+    plain = tuple(tokenizer.encode(text, add_special_tokens=False))
+    if not plain or text.startswith((" ", "▁")) or not str(tokenizer.convert_ids_to_tokens(plain[0])).startswith("▁"):
+        return plain
+    for anchor in _ANCHORS:
+        context = tokenizer.encode(anchor, add_special_tokens=False)
+        full = tokenizer.encode(anchor + text, add_special_tokens=False)
+        if full[:len(context)] == context and len(full) > len(context):
+            return tuple(full[len(context):])
+    return plain
+
+
 def label_token_id(tokenizer: Any, label: str, after: str = "") -> int:
     """The id of ``label`` as the model would emit it right after the text ``after`` (one token).
 
@@ -171,6 +196,7 @@ class LiteralItem:
 class ChoiceItem:
     ids: tuple[int, ...]
     with_max: bool = False
+    top: int = 0
 
 
 KINDS = {ThinkItem: "think", PatternItem: "pattern", LiteralItem: "literal", ChoiceItem: "choice"}
@@ -195,7 +221,7 @@ class CompiledProgram:
         compiled = cls(program, eos_id, vocab_size)
 
         def enc(text: str) -> tuple[int, ...]:
-            return tuple(tokenizer.encode(text, add_special_tokens=False))
+            return forced_ids(tokenizer, text)
 
         for seg in program.segments:
             if isinstance(seg, Think):
@@ -209,7 +235,7 @@ class CompiledProgram:
                 compiled.items.append(LiteralItem(enc(seg.text)))
             else:
                 ids = tuple(label_token_id(tokenizer, o, seg.after) for o in seg.options)
-                compiled.items.append(ChoiceItem(ids, seg.with_max))
+                compiled.items.append(ChoiceItem(ids, seg.with_max, seg.top))
         return compiled
 
 

@@ -59,7 +59,8 @@ class Literal:
 @dataclass(frozen=True)
 class Choice:
     """One token from ``options``; records the options' raw logits (and, with ``with_max``, the step's largest
-    logit over the whole vocabulary, appended last).
+    logit over the whole vocabulary, appended; then, with ``top`` = k > 0, the step's k largest raw logits over
+    the vocabulary in descending order, appended last — what top-k/top-p logits processing needs).
 
     ``after`` is the text that precedes the choice in context: each option's id is the token the model would emit
     there (:func:`label_token_id`), so SentencePiece ``▁`` variants and merged spaces resolve as in position.
@@ -68,6 +69,7 @@ class Choice:
     options: tuple[str, ...]
     after: str = ""
     with_max: bool = False
+    top: int = 0
 
 
 Segment = Think | Pattern | Literal | Choice

@@ -69,6 +69,10 @@ class ProgramState:
         """Whether this choice step also records the vocabulary's largest logit."""
         return isinstance(self.item, ChoiceItem) and self.item.with_max
 
+    def choice_top(self) -> int:
+        """How many of the step's largest logits this choice step records (0: none)."""
+        return self.item.top if isinstance(self.item, ChoiceItem) else 0
+
     def forced(self) -> int | None:
         """The token that must come next, or None when the model chooses."""
         if self.done:

@@ -35,10 +35,11 @@ from brrm.errors import ConfigError, TemplateError
 from brrm.judges import brrm_format as fmt
 from brrm.seeds import content_key, item_seed
 from brrm.templates import (
+    HISTORY_THINK,
     ContextPolicy,
+    brrm_turn1_content,
     is_blank,
     neutralize_markers,
-    render_brrm_turn1,
     render_brrm_turn2,
     strip_reasoning,
     template_hash,
@@ -67,12 +68,14 @@ _MARK = "\x00BRRM-TURN1\x00"
 POLICY_DEFAULTS = {
     "constrained": {"system_messages": "include", "tool_messages": "include", "strip_history_reasoning": True,
                     "neutralize_markers": True, "strip_response_reasoning": True,
-                    "verdict": "last_after_thinking"},
+                    "verdict": "last_after_thinking", "history_think": "text", "shortcuts": True},
     "faithful": {"system_messages": "drop", "tool_messages": "drop", "strip_history_reasoning": False,
-                 "neutralize_markers": False, "strip_response_reasoning": False, "verdict": "first"},
+                 "neutralize_markers": False, "strip_response_reasoning": False, "verdict": "first",
+                 "history_think": "markup", "shortcuts": False},
 }
 """Input policies and verdict selection of each decoding mode when not set explicitly (``faithful``: what the
-released evaluation does; ``constrained``: brrm's safer defaults)."""
+released evaluation does — every pair reaches the model, a kept history ``<think>`` block gets the think tokens;
+``constrained``: brrm's safer defaults — identical or blank pairs are decided without a model call)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,12 @@ class BRRMConfig:
         strip_response_reasoning: drop a leading ``<think>`` block of each response; None: the mode's default.
         verdict: ``last_after_thinking`` or ``first`` (see :data:`~brrm.judges.brrm_format.VERDICT_SELECTIONS`);
             None: the mode's default.
+        history_think: ``text`` or ``markup``: how the tags of a kept leading ``<think>`` block of an earlier
+            assistant turn are tokenized (:data:`brrm.templates.HISTORY_THINK`); None: the mode's default
+            (``markup`` in faithful mode, as the released evaluation's ``apply_chat_template`` gives them).
+        shortcuts: decide identical responses (a tie) and a blank response (it loses) without a model call;
+            None: the mode's default (on in constrained mode, off in faithful mode, where the released
+            evaluation calls the model for every pair).
         swap: judge both presentation orders by default (used by :mod:`brrm.compose`).
         max_retries: re-run an ordered judgment that ended ``parse_failure``, ``truncated`` (turn budget) or
             ``backend_error`` up to this many times, each from fresh sampler streams, int >= 0. Default 0.
@@ -115,6 +124,8 @@ class BRRMConfig:
     neutralize_markers: bool | None = None
     strip_response_reasoning: bool | None = None
     verdict: str | None = None
+    history_think: str | None = None
+    shortcuts: bool | None = None
     swap: bool = False
     max_retries: int = 0
     turn2_tokens: str = "auto"
@@ -131,11 +142,13 @@ class BRRMConfig:
         for name in ("system_messages", "tool_messages"):
             if getattr(self, name) is not None:
                 check_choice(name, getattr(self, name), ("include", "drop"))
-        for name in ("strip_history_reasoning", "neutralize_markers", "strip_response_reasoning"):
+        for name in ("strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "shortcuts"):
             if getattr(self, name) is not None:
                 check_bool(name, getattr(self, name))
         if self.verdict is not None:
             check_choice("verdict", self.verdict, fmt.VERDICT_SELECTIONS)
+        if self.history_think is not None:
+            check_choice("history_think", self.history_think, HISTORY_THINK)
 
     def policy(self, name: str) -> Any:
         """An input policy's value: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""
@@ -148,13 +161,15 @@ class BRRMConfig:
         return ContextPolicy(strip_history_reasoning=self.policy("strip_history_reasoning"),
                              system_messages=self.policy("system_messages"),
                              tool_messages=self.policy("tool_messages"),
-                             neutralize_markers=self.policy("neutralize_markers"))
+                             neutralize_markers=self.policy("neutralize_markers"),
+                             history_think=self.policy("history_think"))
 
     def policies(self) -> dict[str, Any]:
         """Every input policy as applied (recorded in each result's provenance)."""
         return {**self.context.to_dict(), "neutralize_markers": self.policy("neutralize_markers"),
                 "strip_response_reasoning": self.policy("strip_response_reasoning"),
-                "verdict": self.policy("verdict"), "thinking": self.thinking, "turn2_tokens": self.p2_tokenization}
+                "verdict": self.policy("verdict"), "thinking": self.thinking, "turn2_tokens": self.p2_tokenization,
+                "shortcuts": self.policy("shortcuts")}
 
     @property
     def p2_tokenization(self) -> str:
@@ -309,7 +324,8 @@ class BRRMJudge:
         keyed = texts if seed_texts is None else self._inputs(i, *seed_texts)
         key = content_key(rid, conv.content_hash(), keyed[0], keyed[1])
         it = _Item(i, key, conv, texts[0], texts[1], rid, sample=sample)
-        self._short_circuit(it)
+        if self.config.policy("shortcuts"):
+            self._short_circuit(it)
         return it
 
     def _inputs(self, i: int, first: Any, second: Any) -> list[str]:
@@ -360,9 +376,11 @@ class BRRMJudge:
             return None
         if self.config.decoding != "constrained":
             return budget, None
-        program = fmt.plan_program(turn, budget, thinking=self.thinking, block_cap=self.config.block_token_cap)
+        seam = "\n" if turn == 1 and self.config.p2_tokenization == "concat" else ""
+        program = fmt.plan_program(turn, budget, thinking=self.thinking, block_cap=self.config.block_token_cap,
+                                   seam=seam)
         if program is None:
-            need = fmt.min_budget(turn, thinking=self.thinking)
+            need = fmt.min_budget(turn, thinking=self.thinking, seam=seam)
             it.retryable = False
             it.result = self._failed(it, Status.TRUNCATED, f"constrained turn {turn} needs at least {need} new "
                                      f"tokens for its format, but only {budget} are available")
@@ -372,7 +390,7 @@ class BRRMJudge:
     def _run_turn1(self, items: list[_Item], progress: Callable[[float], None] | None) -> None:
         reqs, todo = [], []
         for it in items:
-            turn1 = render_brrm_turn1(it.conversation, it.first, it.second, self.config.context)
+            turn1 = brrm_turn1_content(it.conversation, it.first, it.second, self.config.context)
             try:
                 text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
             except TemplateError as exc:  # this record's problem, not the batch's
@@ -414,14 +432,17 @@ class BRRMJudge:
 
         ``retokenize`` re-tokenizes the model's T1 text with the seam, as the released evaluation's
         re-tokenization of P1 + T1 does (T1's own ``<think>`` tokens stay special: the model wrote them);
-        ``concat`` keeps T1's ids (all of turn 1's KV is reused) except the last pre-token, which is tokenized
-        with the seam as the canonical tokenization would (``"]" + "\n"`` becomes the one token ``"]\n"``).
+        ``concat`` is an exact extension: P1's ids, T1's ids as generated, then the continuation's ids (all of
+        turn 1's KV is reused). In constrained mode turn 1's program already ends with the seam's ``"\n"``
+        (the canonical ``"]\n"`` token, :func:`~brrm.judges.brrm_format.turn1_program`); a free turn 1 gets
+        ``"\n"`` tokenized on its own, which may differ from the canonical tokenization at that one seam.
         """
         assert it.t1 is not None
         if self.config.p2_tokenization == "retokenize":
             return it.p1_ids + tuple(self.encoder.markup(it.t1.text + "\n" + self.continuation))
-        keep, tail = self.encoder.seam(it.t1.token_ids, it.t1.text)
-        return it.p1_ids + tuple(keep) + tuple(self.encoder.markup(tail + "\n" + self.continuation))
+        seamed = self.config.decoding == "constrained" and it.t1.text.endswith("]\n")
+        tail = ("" if seamed else "\n") + self.continuation
+        return it.p1_ids + tuple(it.t1.token_ids) + tuple(self.encoder.markup(tail))
 
     def _generate(self, reqs: list[GenerationRequest], *, keep_kv: bool,
                   progress: Callable[[float], None] | None) -> list[Completion]:
@@ -429,7 +450,7 @@ class BRRMJudge:
             return []
         s = self.config.sampling
         on_complete = (lambda _i: progress(0.5)) if progress else None
-        return self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p,
+        return self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                      keep_kv=keep_kv and self.backend.capabilities.kv_reuse,
                                      on_complete=on_complete)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from brrm.constraints import Choice, Literal, Pattern, Program, Think, literal
@@ -140,11 +141,14 @@ def _block(cap: int) -> Pattern:
     return Pattern(_FREE + _CLOSE, cap=cap, force="\n[", max_len=2)
 
 
-def turn1_program(think_budget: int, block_cap: int) -> Program:
+def turn1_program(think_budget: int, block_cap: int, seam: str = "") -> Program:
     """Turn 1 after the optional thinking block: focus (1–3 distinct dimensions) and two analyses.
 
     Markers are Literal segments (emitted without consulting the model); the dimension list is a
     pattern over the 1–3 distinct names; each analysis is free text ended by the model with ``\n[``.
+    ``seam`` is written after the last marker, in the same literal: ``"\n"`` (the released protocol's text
+    between T1 and ``<|im_end|>``) makes turn 1 end on the canonical ``"]\n"`` token, so turn 2 can extend
+    turn 1's ids exactly (``turn2_tokens="concat"``).
     """
     segments: list = [Think(think_budget)] if think_budget > 0 else []
     dims_max = 3 * max(len(d) for d in DIMENSIONS) + 4
@@ -156,7 +160,7 @@ def turn1_program(think_budget: int, block_cap: int) -> Program:
         Literal("End of Quality Analysis for Response 1]\n\n[Quality Analysis for Response 2]\n"
                 "- Critical Issues:"),
         _issues_block(block_cap),
-        Literal("End of Quality Analysis for Response 2]"),
+        Literal("End of Quality Analysis for Response 2]" + seam),
     ]
     return Program(tuple(segments))
 
@@ -180,20 +184,27 @@ MIN_BLOCK_CAP = 8
 """Smallest token cap of a free-text block; a turn budget that cannot afford it is ``truncated``."""
 
 
-def min_budget(turn: int, *, thinking: bool) -> int:
+def _builder(turn: int, seam: str) -> Callable[[int, int], Program]:
+    if turn == 1:
+        return lambda think, cap: turn1_program(think, cap, seam)
+    return turn2_program
+
+
+def min_budget(turn: int, *, thinking: bool, seam: str = "") -> int:
     """The smallest per-turn token budget :func:`plan_program` accepts."""
-    build = turn1_program if turn == 1 else turn2_program
+    build = _builder(turn, seam)
     fixed = build(0, 0).max_tokens() + (len(Think(0).close) if thinking else 0)
     return fixed + MIN_BLOCK_CAP * (4 if thinking else 2)
 
 
-def plan_program(turn: int, budget: int, *, thinking: bool, block_cap: int) -> Program | None:
+def plan_program(turn: int, budget: int, *, thinking: bool, block_cap: int, seam: str = "") -> Program | None:
     """The constrained program of ``turn`` (1 or 2) that fits in ``budget`` new tokens, or None.
 
     The fixed markers are reserved first; the rest goes to the two free-text blocks (each at most
     ``block_cap`` tokens) and, when ``thinking``, to the thinking block (at least half of what is left).
+    ``seam``: see :func:`turn1_program` (turn 1 only).
     """
-    build = turn1_program if turn == 1 else turn2_program
+    build = _builder(turn, seam)
     fixed = build(0, 0).max_tokens() + (len(Think(0).close) if thinking else 0)
     free = budget - fixed
     cap = min(block_cap, free // (4 if thinking else 2))

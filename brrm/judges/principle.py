@@ -3,25 +3,29 @@
 Formats (``DESIGN.md`` §3; RLBFF, arXiv 2509.21319):
 
 * ``qwen3_genrm`` — nvidia/Qwen3-Nemotron-32B-GenRM-Principle: the conversation, the assistant response under
-  judgment, then one message with role ``principle``; generation prompt on. The model thinks and ends with
-  ``Final Judgement: Yes`` or ``… No``. Default decoding ``card``: generate freely (the checkpoint's
-  generation config; up to 16,000 new tokens), then read the logits at the step before the final end-of-turn —
-  the step that emitted the judgement token — and reward = max(s_yes − s_max, −50) − max(s_no − s_max, −50),
-  with s_max the step's largest logit (our reading of the model card's usage code, which was not available
-  offline: the formula and the 16,000-token budget come from the project's issue 9, not from a copy of the card
-  in this repository). A generation that does not end in the " Yes" / " No" token is a ``parse_failure`` with
-  its text kept. ``reward="logit_diff"`` gives the raw s_yes − s_no instead. Decoding ``constrained`` reaches
-  the judgement through a constraint program, ``Think(budget) → "\\n{0,2}Final Judgement:" → Choice((" Yes",
-  " No"))``, so it always exists (brrm's own option, off the card's path).
+  judgment, then one message with role ``principle``; generation prompt on. The card names no output format; it
+  reads the token the model emits before its end of turn. Default decoding ``card`` (``DESIGN.md`` §3): generate
+  freely with the checkpoint's full generation config (temperature, top_k, top_p; ``do_sample`` with an unset
+  field takes transformers' default, see :data:`brrm.load.GENERATION_DEFAULTS`; up to 16,000 new tokens), then
+  read the *processed* scores of the step that emitted the last token (``scores[-2]``: the last score is the
+  end of turn's) — the raw logits after the same temperature, top-k and top-p processing transformers' sampling
+  applies (:func:`~brrm.judges.principle_format.processed_scores`; greedy: the raw logits) — and reward =
+  max(s_yes − s_max, −50) − max(s_no − s_max, −50), with s_max the step's largest score and a masked (−inf)
+  label floored at −50. A generation whose last token is not " Yes" / " No" is a ``parse_failure`` with its text
+  kept (brrm's rule), and one that never ends its turn is ``truncated``; both carry the card's number in
+  ``card_reward`` (what the card's code returns from ``scores[-2]`` of that generation; never averaged).
+  ``reward="logit_diff"`` gives the raw s_yes − s_no instead. Decoding ``constrained`` reaches the judgement
+  through a constraint program of brrm's own, ``Think(budget) → "\\n{0,2}Final Judgement:" → Choice((" Yes",
+  " No"))``, so it always exists (off the card's path).
 * ``llama_reward`` — nvidia/Llama-3.3-Nemotron-70B-Reward-Principle: the conversation, the response, then a user
   turn with the card's question (:data:`LLAMA_QUESTION`); reward = logit("Yes") − logit("No") at the first
   generated token (a program of just ``Choice(("Yes", "No"))``).
 
 Label ids are the tokens the model would emit in position (:func:`brrm.constraints.label_token_id`): ``" Yes"`` /
-``" No"`` after ``"Final Judgement:"`` (Qwen ids 7414 / 2308), ``"Yes"`` / ``"No"`` at the start of the assistant
-turn; a label that is not one token there is a :class:`~brrm.errors.ConfigError`. The principle is required (the
-models document no default). Record text reaches the model through :mod:`brrm.tokens` (a response cannot forge a
-second ``principle`` turn).
+``" No"`` after a word (Qwen ids 7414 / 2308, resolved after brrm's ``"Final Judgement:"``), ``"Yes"`` /
+``"No"`` at the start of the assistant turn; a label that is not one token there is a
+:class:`~brrm.errors.ConfigError`. The principle is required (the models document no default). Record text
+reaches the model through :mod:`brrm.tokens` (a response cannot forge a second ``principle`` turn).
 """
 
 from __future__ import annotations
@@ -45,10 +49,12 @@ from brrm.judges.principle_format import (
     check_principle_role,
     generation_prompt_tail,
     judgement_token_ids,
+    processed_scores,
     resolve_format,
+    top_needed,
 )
 from brrm.seeds import content_key, item_seed
-from brrm.templates import is_blank, strip_end_tokens, strip_reasoning, text_hash
+from brrm.templates import end_texts, is_blank, strip_end_tokens, strip_reasoning, text_hash
 from brrm.tokens import encoder
 from brrm.types import (
     Conversation,
@@ -76,8 +82,9 @@ class PrincipleConfig:
     Attributes:
         format: ``auto`` or one of :data:`FORMATS`.
         sampling: decoding of the thinking part (``qwen3_genrm``); :func:`brrm.load` fills it from the checkpoint's
-            generation config (``card`` budgets: 16,000 new tokens) unless set. Each item samples from a stream
-            seeded by the base seed and its stable key (id, content, principle; :mod:`brrm.seeds`).
+            generation config (temperature, top_k, top_p; ``card`` budgets: 16,000 new tokens) unless set. Each
+            item samples from a stream seeded by the base seed and its stable key (id, content, principle;
+            :mod:`brrm.seeds`).
         decoding: ``card`` (free generation, logits read at the judgement step; default) or ``constrained``
             (a constraint program reaches the judgement) — ``qwen3_genrm`` only.
         reward: ``clamped`` (max(s_yes − s_max, −50) − max(s_no − s_max, −50); default) or ``logit_diff``
@@ -152,8 +159,7 @@ class PrincipleJudge:
         if not template:
             raise ConfigError(f"tokenizer of {backend.info.model!r} has no chat template; principle judges need one")
         self.encoder = encoder(self.tokenizer)
-        self.end_texts = tuple({t for t in (self.tokenizer.convert_ids_to_tokens(backend.end_of_turn_id),
-                                            self.tokenizer.eos_token) if t})
+        self.end_texts = end_texts(self.tokenizer, backend.end_of_turn_id)
         self.template_sha = text_hash(str(template))
         self.option_ids = judgement_token_ids(self.tokenizer, self.format)
         if self.format == "qwen3_genrm":
@@ -294,7 +300,7 @@ class PrincipleJudge:
         if todo:
             s = self.config.sampling
             comps = self.backend.generate([req for _, req in todo], temperature=s.temperature, top_p=s.top_p,
-                                          keep_kv=self.card and self.backend.capabilities.kv_reuse)
+                                          top_k=s.top_k, keep_kv=self.card and self.backend.capabilities.kv_reuse)
             if self.card:
                 self._read_judgement_steps([it for it, _ in todo], comps)
             else:
@@ -303,22 +309,26 @@ class PrincipleJudge:
         return [it.result for it in items if it.result is not None]
 
     def _read_judgement_steps(self, items: list[_Item], comps: list[Completion]) -> None:
-        """``card``: a second one-step request per item re-reads the logits where the judgement token was emitted."""
+        """``card``: a second one-step request per item re-reads the logits of the step that emitted the last
+        generated token (the card's ``scores[-2]``; the end of turn is not in ``token_ids``)."""
         reqs, pending = [], []
+        s = self.config.sampling
+        top = top_needed(s.temperature, s.top_k, s.top_p, len(self.tokenizer))
+        program = Program((Choice(JUDGEMENT_OPTIONS[self.format], after=JUDGEMENT_AFTER, with_max=True, top=top),))
         for it, comp in zip(items, comps, strict=True):
             it.generated = comp
             meta = {**self._meta(it), "input_tokens": len(it.prompt), "text": comp.text}
             if comp.finish_reason == "error":
                 it.result = ScalarReward.failed(Status.BACKEND_ERROR, comp.error or "backend error", **meta)
-            elif comp.finish_reason == "length":
+            elif comp.finish_reason == "length" and len(comp.token_ids) < 2:
                 it.result = ScalarReward.failed(Status.TRUNCATED, f"the generation used its {len(comp.token_ids)}-"
                                                 "token budget without ending its turn", truncated=True, **meta)
-            elif not comp.token_ids or comp.token_ids[-1] not in self.option_ids:
-                it.result = ScalarReward.failed(Status.PARSE_FAILURE, "the generation does not end in the Yes/No "
-                                                "judgement token (text kept)", **meta)
-            else:
-                program = Program((Choice(JUDGEMENT_OPTIONS[self.format], after=JUDGEMENT_AFTER, with_max=True),))
-                reqs.append(GenerationRequest(it.prompt + comp.token_ids[:-1], program.max_tokens(), seed=0,
+            elif not comp.token_ids:
+                it.result = ScalarReward.failed(Status.PARSE_FAILURE, "the generation is empty: no judgement token",
+                                                **meta)
+            else:  # scores[-2]: the last token's step after an end of turn, the one before it without one
+                cut = 2 if comp.finish_reason == "length" else 1
+                reqs.append(GenerationRequest(it.prompt + comp.token_ids[:-cut], program.max_tokens(), seed=0,
                                               program=program))
                 pending.append(it)
         if not reqs:
@@ -328,11 +338,29 @@ class PrincipleJudge:
             it.result = self._card_result(it, it.generated, step)
 
     def _card_result(self, it: _Item, comp: Completion, step: Completion) -> ScalarReward:
+        """brrm's result for a ``card`` generation; when brrm's status is not ok (no end of turn, or a last token
+        other than Yes/No) the card's number for the same step rides along in ``card_reward``."""
         meta = {**self._meta(it), "input_tokens": len(it.prompt), "text": comp.text}
+        failure: tuple[Status, str, dict[str, Any]] | None = None
+        if comp.finish_reason == "length":
+            failure = (Status.TRUNCATED, f"the generation used its {len(comp.token_ids)}-token budget without "
+                       "ending its turn", {"truncated": True})
+        elif comp.token_ids[-1] not in self.option_ids:
+            failure = (Status.PARSE_FAILURE, "the generation does not end in the Yes/No judgement token (text kept)",
+                       {})
         if step.finish_reason == "error" or not step.choice_logits:
+            if failure is not None:
+                return ScalarReward.failed(failure[0], failure[1] + "; the card's number was not measured",
+                                           **failure[2], **meta)
             return ScalarReward.failed(Status.BACKEND_ERROR, step.error or "no judgement logits were reported", **meta)
-        yes, no, top = step.choice_logits[-1][:3]
-        value = card_reward(yes, no, top) if self.config.reward == "clamped" else yes - no
+        s = self.config.sampling
+        yes, no, top, *largest = step.choice_logits[-1]
+        p_yes, p_no, p_max = processed_scores(yes, no, top, largest, temperature=s.temperature, top_k=s.top_k,
+                                              top_p=s.top_p)
+        value = card_reward(p_yes, p_no, p_max) if self.config.reward == "clamped" else yes - no
+        if failure is not None:
+            return ScalarReward.failed(failure[0], failure[1] + "; card_reward holds the card's number (scores[-2])",
+                                       logits=(yes, no, top), card_reward=value, **failure[2], **meta)
         return ScalarReward(value, Status.OK, logits=(yes, no, top), **meta)
 
     def _meta(self, it: _Item) -> dict[str, Any]:

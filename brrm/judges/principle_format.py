@@ -1,13 +1,16 @@
 """The RLBFF principle models' formats: prompts, judgement labels and the reward formula.
 
 Sources: ``DESIGN.md`` §3 (model facts), the Llama-3.3-Nemotron-70B-Reward-Principle model card (its question,
-quoted verbatim in :data:`LLAMA_QUESTION`) and, for Qwen3-Nemotron-32B-GenRM-Principle, the project's reading of
-its model card (issue 9: free generation, logits at the judgement step, the clamped log-ratio).
+quoted verbatim in :data:`LLAMA_QUESTION`) and, for Qwen3-Nemotron-32B-GenRM-Principle, ``DESIGN.md`` §3's account
+of its model card (free generation with the checkpoint's generation config and ``output_scores=True``; the
+*processed* scores at ``scores[-2]``; the clamped log-ratio; Qwen ids 7414 / 2308). The card names no output
+format: ``"Final Judgement:"`` below is brrm's own text, used only by the ``constrained`` decoding.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from brrm.constraints import label_token_id
@@ -20,7 +23,9 @@ JUDGEMENT_OPTIONS = {"qwen3_genrm": (" Yes", " No"), "llama_reward": ("Yes", "No
 """The judgement labels of each format, (yes, no); each must be one token in position."""
 
 JUDGEMENT_AFTER = "Final Judgement:"
-"""What the GenRM-Principle model writes right before its judgement token (model card)."""
+"""brrm's own text before the judgement token in the ``constrained`` decoding, and the context in which the
+" Yes" / " No" labels are resolved to one token each (Qwen ids 7414 / 2308, the ids ``DESIGN.md`` §3 gives for the
+card). Not from the card, which names no output format."""
 
 JUDGEMENT_PATTERN = r"\n{0,2}Final Judgement:"
 """The text between the thinking block and the judgement in the ``constrained`` decoding (brrm's program)."""
@@ -85,10 +90,64 @@ def generation_prompt_tail(tokenizer: Any) -> str:
 
 def card_reward(yes: float, no: float, top: float) -> float:
     """max(s_yes − s_max, −50) − max(s_no − s_max, −50): the GenRM-Principle reward from the judgement step's
-    logits (s_max: the step's largest logit), in [−50, 50]; NaN in, NaN out."""
-    if not all(math.isfinite(x) for x in (yes, no, top)):
+    scores (s_max: the step's largest score), in [−50, 50]. A score masked to −inf by top-k/top-p processing is
+    floored at −50, as the card's ``max(..., -50)`` does; NaN (or +inf, or a non-finite s_max) gives NaN."""
+    if math.isnan(yes) or math.isnan(no) or not math.isfinite(top) or math.inf in (yes, no):
         return math.nan
     return max(yes - top, CLAMP) - max(no - top, CLAMP)
+
+
+def top_needed(temperature: float, top_k: int, top_p: float, vocab: int) -> int:
+    """How many of the judgement step's largest raw logits :func:`processed_scores` needs: none when greedy or
+    when nothing is masked, ``top_k`` under a top-k cut (every survivor is among them), else the whole vocabulary
+    (a top-p cut alone normalises over every token)."""
+    if temperature == 0 or (top_k == 0 and top_p >= 1.0):
+        return 0
+    return top_k if top_k > 0 else vocab
+
+
+def processed_scores(yes: float, no: float, top: float, largest: Sequence[float], *, temperature: float,
+                     top_k: int, top_p: float) -> tuple[float, float, float]:
+    """(s_yes, s_no, s_max) of the judgement step after the logits processing of transformers' sampling.
+
+    ``generate(..., do_sample=True, output_scores=True)`` reports each step's scores after its warpers — in
+    transformers' order ``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper`` (masked tokens
+    become −inf) — and the GenRM-Principle card reads those. Greedy decoding (``temperature == 0``) applies none:
+    the raw logits are the scores. The same transformers warpers are run here over the step's largest raw logits
+    ``largest`` (descending, at least :func:`top_needed` of them), which hold every token the cut keeps.
+
+    Args:
+        yes, no, top: the step's raw float32 logits of " Yes", " No" and its maximum.
+        largest: the step's largest raw logits, descending (empty when greedy or nothing is masked).
+        temperature, top_k, top_p: the generation's sampling settings (``top_k`` 0 = no cut).
+
+    Returns:
+        float32 scores; a label outside what the cut keeps is −inf.
+    """
+    if temperature == 0:
+        return yes, no, top
+    import torch
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    warpers = LogitsProcessorList()
+    if temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k=top_k))
+    if top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=top_p))
+    row = torch.tensor([list(largest) or [top]], dtype=torch.float32)
+    raw = row[0].tolist()
+    out = warpers(torch.zeros((1, 1), dtype=torch.long), row)[0]  # type: ignore[arg-type]
+
+    def score(value: float) -> float:
+        if largest and value in raw:  # one of the kept candidates: its processed score
+            return float(out[raw.index(value)])
+        if largest:  # below every candidate: masked by the cut
+            return -math.inf
+        return float(torch.tensor([value], dtype=torch.float32) / temperature)
+
+    return score(yes), score(no), float(out.max())
 
 
 def check_principle_role(tokenizer: Any, model: str, template_sha: str) -> None:

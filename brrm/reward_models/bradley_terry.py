@@ -35,7 +35,7 @@ from typing import Any
 from brrm.backends.base import Backend, common_prefix_length
 from brrm.errors import ConfigError
 from brrm.reward_models.batching import bucket_by_length
-from brrm.templates import is_blank, strip_end_tokens, strip_reasoning, text_hash
+from brrm.templates import end_texts, is_blank, strip_end_tokens, strip_reasoning, text_hash
 from brrm.tokens import Markup, encoder
 from brrm.types import (
     Conversation,
@@ -169,8 +169,7 @@ class BradleyTerryRewardModel:
             raise ConfigError(f"tokenizer of {self.model_id!r} has no chat template; reward models need one")
         self.encoder = encoder(self.tokenizer)
         self.bos_id = self.tokenizer.bos_token_id
-        self.end_texts = tuple({t for t in (self.tokenizer.convert_ids_to_tokens(backend.end_of_turn_id),
-                                            self.tokenizer.eos_token) if t})
+        self.end_texts = end_texts(self.tokenizer, backend.end_of_turn_id)
         self.provenance = self._provenance()
         chat = text_hash(str(self.tokenizer.chat_template))
         self.info = JudgeInfo(model=self.model_id, kind="bt", recipe=self.recipe, backend=backend.info.name,

@@ -120,6 +120,8 @@ class SamplingConfig:
     Attributes:
         temperature: softmax temperature, finite, >= 0; 0 means greedy decoding.
         top_p: nucleus mass in (0, 1].
+        top_k: sample among the k most likely tokens only, int >= 0; 0 (default) = no top-k cut. Applied after
+            temperature and before top_p, as transformers' sampling does.
         max_new_tokens_per_turn: new-token budget of each turn, int >= 1.
         max_total_tokens: limit on the whole sequence (prompt + every turn), in tokens, int >= 2.
         seed: base seed, int. Each item samples from its own streams, derived from this seed and a stable
@@ -132,6 +134,7 @@ class SamplingConfig:
 
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0
     max_new_tokens_per_turn: int = 8192
     max_total_tokens: int = 16384
     seed: int = 0
@@ -139,6 +142,7 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperature", check_float("temperature", self.temperature, low=0))
         object.__setattr__(self, "top_p", check_float("top_p", self.top_p, low=0, high=1, low_open=True))
+        check_int("top_k", self.top_k, low=0)
         check_int("max_new_tokens_per_turn", self.max_new_tokens_per_turn, low=1)
         check_int("max_total_tokens", self.max_total_tokens, low=2)
         check_int("seed", self.seed)
@@ -154,4 +158,5 @@ class SamplingConfig:
             "max_new_tokens_per_turn": self.max_new_tokens_per_turn,
             "max_total_tokens": self.max_total_tokens,
             "seed": self.seed,
+            **({"top_k": self.top_k} if self.top_k else {}),  # off by default: older records stay unchanged
         }

@@ -279,6 +279,9 @@ class ScalarReward:
         thinking_stripped: a leading ``<think>…</think>`` block was removed from the response first.
         logits: the raw float32 logits the reward was computed from (principle judges: (yes, no)).
         text: generated text (principle judges that think first); "" for forward-pass models.
+        card_reward: the number the model card's own code would return for this generation when brrm's result
+            is not ok (GenRM-Principle ``card`` decoding: a last token other than Yes/No still gets the card's
+            clamped formula at that step); NaN otherwise, and never part of an average.
         provenance: what produced it. Forward-pass models record ``decoding="score"`` and greedy sampling
             (no token is sampled).
 
@@ -298,11 +301,13 @@ class ScalarReward:
     logits: tuple[float, ...] = ()
     text: str = ""
     provenance: Provenance | None = None
+    card_reward: float = math.nan
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):
             raise ConfigError(f"status must be a Status, got {self.status!r}")
         object.__setattr__(self, "reward", float(self.reward))
+        object.__setattr__(self, "card_reward", float(self.card_reward))
         if self.status is Status.OK and not math.isfinite(self.reward):
             raise ConfigError(f"an ok reward must be finite, got {self.reward!r}")
         if self.status is not Status.OK:
@@ -335,6 +340,7 @@ class ScalarReward:
             "logits": list(self.logits),
             "text": self.text,
             "provenance": self.provenance.to_dict() if self.provenance else None,
+            **({"card_reward": self.card_reward} if math.isfinite(self.card_reward) else {}),
         }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from brrm.constraints import Program
 from brrm.errors import ConfigError
@@ -101,6 +101,9 @@ class Capabilities:
             decoding batch; engines and servers: thousands, since they schedule by themselves).
         concurrent: ``generate`` may be called from several threads at once, and the requests of concurrent
             calls share the engine's running batch (vLLM: one engine stepped for all callers; servers: HTTP).
+        continuous: the backend has ``generate_chains``: a request's follow-up (a BR-RM turn 2) joins the running
+            batch as soon as the request finishes, and finished rows are replaced from the queue (see
+            :func:`generate_chains`; the transformers backend's ``scheduling="continuous"``).
     """
 
     generate: bool = True
@@ -110,10 +113,56 @@ class Capabilities:
     kv_reuse: bool = False
     chunk_size: int = 8
     concurrent: bool = False
+    continuous: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in ("generate", "programs", "classify", "vocab_logit", "kv_reuse",
-                                              "chunk_size", "concurrent")}
+                                              "chunk_size", "concurrent", "continuous")}
+
+
+class Next(NamedTuple):
+    """A chain's next generation: the request, and whether to keep its KV for a follow-up that extends it."""
+
+    request: GenerationRequest
+    keep_kv: bool = False
+
+
+FollowUp = Callable[[int, Completion], "Next | None"]
+"""``then(chain, completion)``: called when chain ``chain``'s current request finishes (in the thread that runs
+the generation); returns the chain's next request, or None when the chain is done."""
+
+
+def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, temperature: float,
+                    top_p: float) -> list[Completion]:
+    """Run chains of dependent generations (BR-RM: turn 1, then turn 2 from turn 1's output, then retries).
+
+    Chain ``i`` starts with ``firsts[i]``; each time its request finishes, ``then(i, completion)`` gives the next
+    one (or None). A backend with ``capabilities.continuous`` runs every chain in one continuously refilled batch
+    (a follow-up enters as soon as its predecessor ends); any other backend runs them in rounds of
+    ``backend.generate`` calls (every chain's first request, then every follow-up, …), which gives the same
+    results, later.
+
+    Returns:
+        the last completion of each chain, in order (N = len(firsts)).
+    """
+    if backend.capabilities.continuous:
+        return list(backend.generate_chains(firsts, then, temperature=temperature, top_p=top_p))
+    last: dict[int, Completion] = {}
+    pending = list(enumerate(firsts))
+    while pending:
+        following: list[tuple[int, Next]] = []
+        for keep in (True, False):
+            part = [(i, step.request) for i, step in pending if step.keep_kv is keep]
+            if not part:
+                continue
+            comps = backend.generate([r for _, r in part], temperature=temperature, top_p=top_p, keep_kv=keep)
+            for (i, _), comp in zip(part, comps, strict=True):
+                last[i] = comp
+                step = then(i, comp)
+                if step is not None:
+                    following.append((i, step))
+        pending = following
+    return [last[i] for i in range(len(firsts))]
 
 
 @dataclass(frozen=True)

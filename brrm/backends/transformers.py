@@ -17,7 +17,9 @@ from brrm.backends.base import (
     BackendInfo,
     Capabilities,
     Completion,
+    FollowUp,
     GenerationRequest,
+    Next,
     Score,
     common_prefix_length,
     end_of_turn_id,
@@ -88,6 +90,10 @@ CLASSIFY_MIN_BATCH = 64
 padded-token budget (``token_budget``), not the row count, bounds its memory."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+SCHEDULING = ("continuous", "static")
+CONTINUOUS_CHUNK = 256
+"""Judgments per call a continuously batching backend asks for: the running batch stays ``batch_size`` rows, the
+rest wait in its queue (prompt ids only), so a call may hold many more items than the batch."""
 
 
 class TransformersBackend:
@@ -113,6 +119,10 @@ class TransformersBackend:
             (row-wise attention, linear inputs padded to a multiple of 4 rows; see
             :mod:`brrm.backends._invariant`), so results are byte-identical at any ``batch_size``. Costs wall
             time (about 1.4-1.6x, ``benchmarks/bench_judge.py``). ``info.details["batch_invariant"]`` records it.
+        scheduling: ``continuous`` (default): one running batch of ``batch_size`` rows, refilled as rows finish,
+            a BR-RM turn 2 joining as soon as its turn 1 ends (:mod:`brrm.backends._continuous`); ``static``:
+            chunks of ``batch_size`` rows, each decoded to completion (the earlier loop, kept for comparison).
+            Results are the same bits either way when ``batch_invariant`` is on.
 
     Raises:
         ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.
@@ -121,11 +131,13 @@ class TransformersBackend:
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str = "", batch_size: int = 8,
                  prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
                  padding_side: str = "right", bucketing: bool = True, jump_forward: bool = True,
-                 classify_batch_size: int | None = None, batch_invariant: bool | str = "auto") -> None:
+                 classify_batch_size: int | None = None, batch_invariant: bool | str = "auto",
+                 scheduling: str = "continuous") -> None:
         from brrm.backends._classify import HeadScorer
-        from brrm.types import check_bool, check_int
+        from brrm.types import check_bool, check_choice, check_int
 
         self.batch_size = check_int("batch_size", batch_size, low=1)
+        self.scheduling = check_choice("scheduling", scheduling, SCHEDULING)
         check_bool("prefix_cache", prefix_cache)
         self.jump_forward = check_bool("jump_forward", jump_forward)
         self.model = model
@@ -145,13 +157,15 @@ class TransformersBackend:
             from brrm.backends._invariant import make_batch_invariant
 
             self.batch_invariant = make_batch_invariant(model, required=batch_invariant is True)
+        continuous = causal and self.scheduling == "continuous"
         self.capabilities = Capabilities(generate=causal, programs=causal, classify=not causal,
                                          vocab_logit=causal, kv_reuse=self.cache is not None,
-                                         chunk_size=self.batch_size)
+                                         chunk_size=max(self.batch_size, CONTINUOUS_CHUNK) if continuous
+                                         else self.batch_size, continuous=continuous)
         self.info = BackendInfo("transformers", model_id or getattr(model.config, "_name_or_path", ""),
                                 {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
                                  "task": "generate" if causal else "classify",
-                                 "batch_invariant": self.batch_invariant})
+                                 "batch_invariant": self.batch_invariant, "scheduling": self.scheduling})
         self.scorer = HeadScorer(model, pad_id=self.pad_id, token_budget=token_budget,
                                  max_batch_size=classify_batch_size or max(self.batch_size, CLASSIFY_MIN_BATCH),
                                  padding_side=padding_side, bucketing=bucketing)
@@ -239,6 +253,13 @@ class TransformersBackend:
         """
         if not self.capabilities.generate:
             raise ConfigError(f"{self.info.model!r} is a sequence classifier; it cannot generate (use classify)")
+        if self.capabilities.continuous:
+            def then(i: int, _c: Completion) -> None:
+                if on_complete is not None:
+                    on_complete(i)
+
+            return self.generate_chains([Next(r, keep_kv) for r in requests], then, temperature=temperature,
+                                        top_p=top_p)
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         out: list[Completion | None] = [None] * len(requests)
         for start in range(0, len(order), self.batch_size):
@@ -252,19 +273,44 @@ class TransformersBackend:
                 out[i] = res
         return [c for c in out if c is not None]
 
+    def generate_chains(self, firsts: Sequence[Next], then: FollowUp, *, temperature: float = 1.0,
+                        top_p: float = 1.0) -> list[Completion]:
+        """Run chains of requests in one continuously refilled batch (see
+        :func:`brrm.backends.base.generate_chains`); returns each chain's last completion, in order.
+
+        Raises:
+            ConfigError: for a request without prompt tokens or with ``max_new_tokens`` < 1.
+        """
+        import torch
+
+        from brrm.backends._continuous import ContinuousDecoder
+
+        for step in firsts:
+            _check_request(step.request)
+        if not firsts:
+            return []
+        with torch.inference_mode():
+            return ContinuousDecoder(self, temperature=temperature, top_p=top_p, make_row=self._row,
+                                     then=then).run(firsts)
+
+    def _row(self, index: int, step: Next) -> Row:
+        """A decoding row for ``step``'s request: its own seeded sampler and program state."""
+        import torch
+
+        from brrm.backends._decode import Row
+
+        r = _check_request(step.request)
+        gen = torch.Generator(device="cpu").manual_seed(r.seed)
+        state = ProgramState(self.compiled(r.program)) if r.program is not None else None
+        return Row(index, r, gen, state, keep_kv=step.keep_kv and self.cache is not None)
+
     def _generate_chunk(self, reqs: list[GenerationRequest], temperature: float, top_p: float,
                         keep_kv: bool, on_done: Callable[[int], None] | None) -> list[Completion]:
         import torch
 
-        from brrm.backends._decode import Decoder, Row
+        from brrm.backends._decode import Decoder
 
-        rows = []
-        for i, r in enumerate(reqs):
-            if not r.prompt_ids or r.max_new_tokens < 1:
-                raise ConfigError("a request needs >= 1 prompt token and max_new_tokens >= 1")
-            gen = torch.Generator(device="cpu").manual_seed(r.seed)
-            state = ProgramState(self.compiled(r.program)) if r.program is not None else None
-            rows.append(Row(i, r, gen, state))
+        rows = [self._row(i, Next(r)) for i, r in enumerate(reqs)]
         with torch.inference_mode():
             Decoder(self, temperature=temperature, top_p=top_p, keep_kv=keep_kv, on_done=on_done).run(rows)
         return [self._completion(row) for row in rows]
@@ -285,6 +331,17 @@ class TransformersBackend:
             forced_caps=state.forced_caps if state else 0,
             cached_prompt_tokens=row.cached,
         )
+
+
+def _check_request(r: GenerationRequest) -> GenerationRequest:
+    """``r``, refused when it has no prompt or no budget.
+
+    Raises:
+        ConfigError: for an empty ``prompt_ids`` or ``max_new_tokens`` < 1.
+    """
+    if not r.prompt_ids or r.max_new_tokens < 1:
+        raise ConfigError("a request needs >= 1 prompt token and max_new_tokens >= 1")
+    return r
 
 
 def _invariant_wanted(value: Any, model: Any) -> bool:

@@ -101,9 +101,9 @@ class Capabilities:
             decoding batch; engines and servers: thousands, since they schedule by themselves).
         concurrent: ``generate`` may be called from several threads at once, and the requests of concurrent
             calls share the engine's running batch (vLLM: one engine stepped for all callers; servers: HTTP).
-        continuous: the backend has ``generate_chains``: a request's follow-up (a BR-RM turn 2) joins the running
-            batch as soon as the request finishes, and finished rows are replaced from the queue (see
-            :func:`generate_chains`; the transformers backend's ``scheduling="continuous"``).
+        continuous: ``generate`` takes ``then=`` (follow-up requests): a request's follow-up (a BR-RM turn 2)
+            joins the running batch as soon as the request finishes, and finished rows are replaced from the
+            queue (see :func:`generate_chains`; the transformers backend's ``scheduling="continuous"``).
     """
 
     generate: bool = True
@@ -145,9 +145,24 @@ def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, tem
     Returns:
         the last completion of each chain, in order (N = len(firsts)).
     """
-    if backend.capabilities.continuous:
-        return list(backend.generate_chains(firsts, then, temperature=temperature, top_p=top_p))
     last: dict[int, Completion] = {}
+    if backend.capabilities.continuous:  # one call per keep_kv value of the first requests (the judge uses one)
+        for keep in (True, False):
+            chosen = [i for i, step in enumerate(firsts) if step.keep_kv is keep]
+            if chosen:
+                comps = backend.generate([firsts[i].request for i in chosen], temperature=temperature,
+                                         top_p=top_p, keep_kv=keep,
+                                         then=lambda j, c, chosen=chosen: then(chosen[j], c))
+                last.update(zip(chosen, comps, strict=True))
+        return [last[i] for i in range(len(firsts))]
+    _in_rounds(backend, firsts, then, last, temperature=temperature, top_p=top_p)
+    return [last[i] for i in range(len(firsts))]
+
+
+def _in_rounds(backend: Any, firsts: Sequence[Next], then: FollowUp, last: dict[int, Completion], *,
+               temperature: float, top_p: float) -> None:
+    """:func:`generate_chains` without follow-ups in the engine: every pending chain's request in one
+    ``generate`` call per round (per ``keep_kv`` value), ``last`` filled with each chain's latest completion."""
     pending = list(enumerate(firsts))
     while pending:
         following: list[tuple[int, Next]] = []
@@ -162,7 +177,6 @@ def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, tem
                 if step is not None:
                     following.append((i, step))
         pending = following
-    return [last[i] for i in range(len(firsts))]
 
 
 @dataclass(frozen=True)

@@ -243,23 +243,28 @@ class TransformersBackend:
         return self._compiled[program]
 
     def generate(self, requests: Sequence[GenerationRequest], *, temperature: float = 1.0,
-                 top_p: float = 1.0, keep_kv: bool = False,
-                 on_complete: Callable[[int], None] | None = None) -> list[Completion]:
-        """Generate for every request (batched by length); see :class:`brrm.backends.base.Backend`.
+                 top_p: float = 1.0, keep_kv: bool = False, on_complete: Callable[[int], None] | None = None,
+                 then: FollowUp | None = None) -> list[Completion]:
+        """Generate for every request; see :class:`brrm.backends.base.Backend`.
 
         Args:
             keep_kv: store each row's KV in the prefix cache for a follow-up prompt (turn 2).
             on_complete: called with a request's index as soon as its row finishes.
+            then: continuous scheduling only: request ``i``'s follow-up (:func:`brrm.backends.base.generate_chains`),
+                run in the same batch; the result is then each chain's last completion.
+
+        Raises:
+            ConfigError: for a sequence classifier, a request without prompt or budget, or ``then`` with
+                ``scheduling="static"``.
         """
         if not self.capabilities.generate:
             raise ConfigError(f"{self.info.model!r} is a sequence classifier; it cannot generate (use classify)")
+        for r in requests:
+            _check_request(r)
         if self.capabilities.continuous:
-            def then(i: int, _c: Completion) -> None:
-                if on_complete is not None:
-                    on_complete(i)
-
-            return self.generate_chains([Next(r, keep_kv) for r in requests], then, temperature=temperature,
-                                        top_p=top_p)
+            return self._continuous([Next(r, keep_kv) for r in requests], on_complete, then, temperature, top_p)
+        if then is not None:
+            raise ConfigError("follow-up requests (then=) need scheduling='continuous'")
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         out: list[Completion | None] = [None] * len(requests)
         for start in range(0, len(order), self.batch_size):
@@ -273,25 +278,23 @@ class TransformersBackend:
                 out[i] = res
         return [c for c in out if c is not None]
 
-    def generate_chains(self, firsts: Sequence[Next], then: FollowUp, *, temperature: float = 1.0,
-                        top_p: float = 1.0) -> list[Completion]:
-        """Run chains of requests in one continuously refilled batch (see
-        :func:`brrm.backends.base.generate_chains`); returns each chain's last completion, in order.
-
-        Raises:
-            ConfigError: for a request without prompt tokens or with ``max_new_tokens`` < 1.
-        """
+    def _continuous(self, firsts: list[Next], on_complete: Callable[[int], None] | None, then: FollowUp | None,
+                    temperature: float, top_p: float) -> list[Completion]:
+        """Every chain through one continuously refilled batch (:mod:`brrm.backends._continuous`)."""
         import torch
 
         from brrm.backends._continuous import ContinuousDecoder
 
-        for step in firsts:
-            _check_request(step.request)
+        def follow(i: int, comp: Completion) -> Next | None:
+            if on_complete is not None:
+                on_complete(i)
+            return then(i, comp) if then is not None else None
+
         if not firsts:
             return []
         with torch.inference_mode():
             return ContinuousDecoder(self, temperature=temperature, top_p=top_p, make_row=self._row,
-                                     then=then).run(firsts)
+                                     then=follow).run(firsts)
 
     def _row(self, index: int, step: Next) -> Row:
         """A decoding row for ``step``'s request: its own seeded sampler and program state."""

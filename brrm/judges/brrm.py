@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from brrm.backends.base import Backend, Completion, GenerationRequest
+from brrm.backends.base import Backend, Completion, GenerationRequest, Next, generate_chains
 from brrm.errors import ConfigError, TemplateError
 from brrm.judges import brrm_format as fmt
 from brrm.seeds import content_key, item_seed
@@ -63,6 +63,8 @@ DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
 TURN2_TOKENS = ("auto", "retokenize", "concat")
 _MARK = "\x00BRRM-TURN1\x00"
+OnResult = Callable[[int, PairwiseJudgment], None]
+"""``on_result(index, judgment)``: an item's final judgment, as soon as it is known."""
 
 POLICY_DEFAULTS = {
     "constrained": {"system_messages": "include", "tool_messages": "include", "strip_history_reasoning": True,
@@ -257,8 +259,8 @@ class BRRMJudge:
 
     # ------------------------------------------------------------------------------------------- judging
     def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
-                      ids: Sequence[str] | None = None,
-                      progress: Callable[[float], None] | None = None) -> list[PairwiseJudgment]:
+                      ids: Sequence[str] | None = None, progress: Callable[[float], None] | None = None,
+                      on_result: OnResult | None = None) -> list[PairwiseJudgment]:
         """Judge each (conversation, first, second) in that presentation order; one judgment per item.
 
         Args:
@@ -267,6 +269,8 @@ class BRRMJudge:
                 is ``A`` when ``first`` wins.
             ids: optional record ids (N); they also key each item's sampler streams.
             progress: called with the fraction of an item done (0.5 per finished turn).
+            on_result: called with ``(index, judgment)`` as soon as item ``index`` is final (retries done), in
+                the calling thread; on a continuously batching backend that is when its turn 2 ends.
 
         Raises:
             ConfigError: on mismatched lengths, an invalid conversation or a response that is not a string.
@@ -275,17 +279,14 @@ class BRRMJudge:
         rids = [str(x) for x in ids] if ids is not None else [""] * n
         check_same_length(conversations=conversations, ids=rids)
         items = [self._item(i, conversations[i], first[i], second[i], rids[i]) for i in range(n)]
+        run = _Run(self, progress, on_result)
+        for it in items:
+            if it.result is not None:
+                run.final(it)
         live = [it for it in items if it.result is None]
         chunk = self.backend.capabilities.chunk_size
         for start in range(0, len(live), chunk):
-            part = live[start:start + chunk]
-            while part:
-                self._run_turn1(part, progress)
-                self._run_turn2([it for it in part if it.result is None], progress)
-                for it in part:
-                    if it.result is None:
-                        it.result = self._finish(it)
-                part = [it.retry() for it in part if self._should_retry(it)]
+            run.chains(live[start:start + chunk])
         return [it.result for it in items if it.result is not None]
 
     def _item(self, i: int, conversation: Any, first: Any, second: Any, rid: str) -> _Item:
@@ -348,45 +349,33 @@ class BRRMJudge:
             return None
         return budget, program
 
-    def _run_turn1(self, items: list[_Item], progress: Callable[[float], None] | None) -> None:
-        reqs, todo = [], []
-        for it in items:
-            turn1 = render_brrm_turn1(it.conversation, it.first, it.second, self.config.context)
-            try:
-                text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
-            except TemplateError as exc:  # this record's problem, not the batch's
-                it.retryable, it.result = False, self._failed(it, Status.INVALID_INPUT, str(exc))
-                continue
-            it.p1_text, it.p1_ids = text, tuple(ids)
-            plan = self._budget(it, len(it.p1_ids), 1)
-            if plan:
-                reqs.append(GenerationRequest(it.p1_ids, plan[0], seed=it.seed(self.config.sampling.seed, 1),
-                                              program=plan[1]))
-                todo.append(it)
-        for it, comp in zip(todo, self._generate(reqs, keep_kv=True, progress=progress), strict=True):
-            it.t1 = comp
-            if comp.finish_reason == "error":
-                it.result = self._failed(it, Status.BACKEND_ERROR, f"turn 1: {comp.error}")
-            elif comp.finish_reason == "length":
-                it.result = self._failed(it, Status.TRUNCATED, f"turn 1 used its {len(comp.token_ids)}-token "
-                                         "budget without ending its turn")
-        if progress:
-            progress(0.5 * sum(it.result is not None for it in todo))
+    def _turn1(self, it: _Item) -> GenerationRequest | None:
+        """The item's turn-1 request, or None after setting its (invalid input / truncated) result."""
+        turn1 = render_brrm_turn1(it.conversation, it.first, it.second, self.config.context)
+        try:
+            text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
+        except TemplateError as exc:  # this record's problem, not the batch's
+            it.retryable, it.result = False, self._failed(it, Status.INVALID_INPUT, str(exc))
+            return None
+        it.p1_text, it.p1_ids = text, tuple(ids)
+        plan = self._budget(it, len(it.p1_ids), 1)
+        return GenerationRequest(it.p1_ids, plan[0], seed=it.seed(self.config.sampling.seed, 1),
+                                 program=plan[1]) if plan else None
 
-    def _run_turn2(self, items: list[_Item], progress: Callable[[float], None] | None) -> None:
-        reqs, todo = [], []
-        for it in items:
-            assert it.t1 is not None
-            it.p2_ids = self._p2_ids(it)
-            plan = self._budget(it, len(it.p2_ids), 2)
-            if plan:
-                reqs.append(GenerationRequest(it.p2_ids, plan[0], seed=it.seed(self.config.sampling.seed, 2),
-                                              program=plan[1]))
-                todo.append(it)
-        for it, comp in zip(todo, self._generate(reqs, keep_kv=False, progress=progress), strict=True):
-            it.t2 = comp
-        if progress and len(todo) < len(items):
-            progress(0.5 * (len(items) - len(todo)))
+    def _after_turn1(self, it: _Item, comp: Completion) -> GenerationRequest | None:
+        """Record turn 1; the turn-2 request, or None after setting a failed result."""
+        it.t1 = comp
+        if comp.finish_reason == "error":
+            it.result = self._failed(it, Status.BACKEND_ERROR, f"turn 1: {comp.error}")
+        elif comp.finish_reason == "length":
+            it.result = self._failed(it, Status.TRUNCATED, f"turn 1 used its {len(comp.token_ids)}-token "
+                                     "budget without ending its turn")
+        if it.result is not None:
+            return None
+        it.p2_ids = self._p2_ids(it)
+        plan = self._budget(it, len(it.p2_ids), 2)
+        return GenerationRequest(it.p2_ids, plan[0], seed=it.seed(self.config.sampling.seed, 2),
+                                 program=plan[1]) if plan else None
 
     def _p2_ids(self, it: _Item) -> tuple[int, ...]:
         """P2 in ids: P1 (record text kept as text) + T1 + ``"\\n"`` + the template's continuation.
@@ -401,16 +390,6 @@ class BRRMJudge:
             return it.p1_ids + tuple(self.encoder.markup(it.t1.text + "\n" + self.continuation))
         keep, tail = self.encoder.seam(it.t1.token_ids, it.t1.text)
         return it.p1_ids + tuple(keep) + tuple(self.encoder.markup(tail + "\n" + self.continuation))
-
-    def _generate(self, reqs: list[GenerationRequest], *, keep_kv: bool,
-                  progress: Callable[[float], None] | None) -> list[Completion]:
-        if not reqs:
-            return []
-        s = self.config.sampling
-        on_complete = (lambda _i: progress(0.5)) if progress else None
-        return self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p,
-                                     keep_kv=keep_kv and self.backend.capabilities.kv_reuse,
-                                     on_complete=on_complete)
 
     def _failed(self, it: _Item, status: Status, reason: str, **extra: Any) -> PairwiseJudgment:
         return PairwiseJudgment(winner=Verdict.NONE, status=status, reason=reason, attempts=it.attempt + 1,
@@ -442,6 +421,73 @@ class BRRMJudge:
                                 reason="; ".join(budget_notes), p_a=p1, logit_1=logits[0], logit_2=logits[1],
                                 provenance=self._provenance(it), attempts=it.attempt + 1, id=it.rid,
                                 **fields, **self._texts(it))
+
+
+class _Run:
+    """One ``judge_ordered`` call's items as chains of generations: turn 1, then turn 2 (the moment turn 1
+    ends, on a continuously batching backend), then the retries; reports progress and each final result."""
+
+    def __init__(self, judge: BRRMJudge, progress: Callable[[float], None] | None,
+                 on_result: OnResult | None) -> None:
+        self.judge, self.progress, self.on_result = judge, progress, on_result
+        self.reported: dict[int, float] = {}
+        self.items: list[_Item] = []
+
+    def chains(self, items: list[_Item]) -> None:
+        """Run ``items`` (none final yet) to their final results."""
+        self.items = items
+        firsts: list[tuple[int, Next]] = []
+        for k, it in enumerate(items):
+            step = self._start(it)
+            if step is not None:
+                firsts.append((k, step))
+        if not firsts:
+            return
+        chain_of = [k for k, _ in firsts]
+        s = self.judge.config.sampling
+        generate_chains(self.judge.backend, [step for _, step in firsts],
+                        lambda c, comp: self._then(items[chain_of[c]], comp), temperature=s.temperature,
+                        top_p=s.top_p)
+
+    def _start(self, it: _Item) -> Next | None:
+        """The turn-1 step of the item's current attempt; None when the item became final without a model call."""
+        while True:
+            req = self.judge._turn1(it)
+            if req is not None:
+                return Next(req, keep_kv=self.judge.backend.capabilities.kv_reuse)
+            if not self._settle(it):
+                return None
+
+    def _then(self, it: _Item, comp: Completion) -> Next | None:
+        """The item's next step after ``comp`` (its turn 1 or turn 2), or None when it is final."""
+        if it.t1 is None:
+            req = self.judge._after_turn1(it, comp)
+            self._report(it, 0.5)
+            if req is not None:
+                return Next(req)
+        else:
+            it.t2 = comp
+            it.result = self.judge._finish(it)
+        return self._start(it) if self._settle(it) else None
+
+    def _settle(self, it: _Item) -> bool:
+        """The item has a result: True when it is retried (reset for a fresh attempt), else report it final."""
+        if self.judge._should_retry(it):
+            it.retry()
+            return True
+        self.final(it)
+        return False
+
+    def final(self, it: _Item) -> None:
+        self._report(it, 1.0)
+        if self.on_result is not None and it.result is not None:
+            self.on_result(it.index, it.result)
+
+    def _report(self, it: _Item, upto: float) -> None:
+        done = self.reported.get(it.index, 0.0)
+        if self.progress is not None and upto > done:
+            self.progress(upto - done)
+        self.reported[it.index] = max(done, upto)
 
 
 def digit_probability(t2: Completion) -> tuple[float, tuple[float, float]]:

@@ -1,0 +1,169 @@
+"""Continuous batching (brrm.backends._continuous) and results streamed to their sinks, on a tiny real Qwen3.
+
+Rows join the running batch as others finish and a BR-RM turn 2 enters as soon as its turn 1 ends; with the
+batch-invariant forward the results are the same bytes as static chunks. The CLI prints each verdict and
+writes each JSONL line (flushed) when its record is done, so a killed run keeps its finished lines and
+``--resume`` completes the file to the bytes of an unbroken run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import brrm
+from brrm.backends.base import GenerationRequest
+from brrm.backends.transformers import TransformersBackend
+from brrm.cli import main
+from brrm.testing import save_tiny_qwen3
+from tests.conftest import REPO
+
+PAIRS = str(REPO / "examples/pairs.jsonl")
+TINY_ARGS = ("--kind", "brrm", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off")
+CONVS = ["What is 2+2?", "Name a colour.", "Say hi to my friend who lives far away and misses home.",
+         "Capital of France?", "2*3?", "Write one long sentence about the sea, the wind and the old harbour."]
+A = ["4", "Red.", "Hi!", "Paris.", "6", "The sea rolled grey under a low wind while the harbour slept."]
+B = ["5", "Seven.", "Go away.", "Lyon.", "five", "Sea."]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("tiny")))
+
+
+def _dicts(judgments):
+    return [json.dumps(j.to_dict(), sort_keys=True) for j in judgments]
+
+
+def test_continuous_gives_the_same_bytes_as_static_chunks(tiny_dir):
+    """Every field (texts, P(A>B), digit logits, provenance) equal at batch sizes 1, 3 and 8, with swap."""
+    ids = [f"r{k}" for k in range(len(CONVS))]
+    runs = {}
+    for scheduling in ("static", "continuous"):
+        for bs in (1, 3, 8):
+            judge = brrm.load(tiny_dir, kind="brrm", batch_size=bs, scheduling=scheduling, temperature=1.0,
+                              max_new_tokens=420, block_token_cap=8, thinking="off", seed=5)
+            assert judge.model.backend.capabilities.continuous is (scheduling == "continuous")
+            runs[scheduling, bs] = _dicts(judge.judge_pairs(CONVS, A, B, ids=ids, swap=True))
+    ref = runs["static", 1]
+    assert all(r == ref for r in runs.values())
+    assert len({json.loads(r)["turn1_text"] for r in ref}) == len(CONVS)  # real, distinct generations
+
+
+def test_rows_join_as_others_finish(tiny):
+    """Mixed budgets: the continuous batch refills, so it needs fewer forward passes than static chunks, and
+    every row's tokens and finish reasons are those of static decoding."""
+    model, tok = tiny
+    reqs = [GenerationRequest(tuple(range(10, 10 + n)), budget, seed=k)
+            for k, (n, budget) in enumerate([(5, 40), (30, 3), (12, 25), (7, 2), (20, 30), (9, 4), (16, 18)])]
+    out, calls = {}, {}
+    for scheduling in ("static", "continuous"):
+        backend = TransformersBackend(model, tok, batch_size=3, scheduling=scheduling)
+        done: list[int] = []
+        comps = backend.generate(reqs, temperature=1.0, top_p=1.0, on_complete=done.append)
+        out[scheduling] = [(c.token_ids, c.finish_reason) for c in comps]
+        calls[scheduling] = backend.stats["forward_calls"]
+        assert sorted(done) == list(range(len(reqs)))
+    assert out["static"] == out["continuous"]
+    assert any(f == "length" for _, f in out["static"])
+    assert calls["continuous"] < calls["static"]
+
+
+def test_on_result_reports_each_pair_once_as_it_finishes(tiny_dir):
+    judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off")
+    seen = []
+    out = judge.judge_pairs(CONVS, A, B, swap=True, labels=["A"] * len(CONVS),
+                            on_result=lambda i, j: seen.append((i, j)))
+    assert sorted(i for i, _ in seen) == list(range(len(CONVS)))
+    assert all(j == out[i] and j.label.value == "A" and len(j.sub_judgments) == 2 for i, j in seen)
+
+
+def _verdict_snapshots(monkeypatch, capsys, tiny_dir, scheduling):
+    """Run the CLI on examples/pairs.jsonl; for each verdict line read from the terminal stream, the tokens the
+    backend had generated when it was written."""
+    import brrm.cli.common as common
+
+    judges = []
+    load = common.load_judge
+
+    def keep(args, **kw):
+        judges.append(load(args, **kw))
+        return judges[-1]
+
+    monkeypatch.setattr(common, "load_judge", keep)
+
+    class Terminal:
+        def __init__(self):
+            self.snapshots = []
+
+        def write(self, text):
+            if "winner=" in text:
+                self.snapshots.append(judges[0].model.backend.stats["generated_tokens"])
+            return len(text)
+
+        def flush(self):
+            pass
+
+    term = Terminal()
+    monkeypatch.setattr(common, "terminal", lambda output: term)
+    assert main(["judge", "--input", PAIRS, "--output", "-", "--model", tiny_dir, *TINY_ARGS, "--batch-size", "8",
+                 "--no-progress", "--scheduling", scheduling]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    return term.snapshots, judges[0].model.backend.stats["generated_tokens"]
+
+
+def test_first_verdict_is_printed_after_one_pairs_work(monkeypatch, capsys, tiny_dir):
+    """8 pairs decoded together: the first verdict line is written while the other pairs still decode (the
+    backend has generated fewer tokens than the run's total); with static chunks (the control) every line
+    waits for the whole chunk."""
+    snaps, total = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "continuous")
+    assert len(snaps) == 8 and snaps[0] < total and snaps == sorted(snaps) and len(set(snaps)) > 1
+    static, total_static = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "static")
+    assert total_static == total and set(static) == {total}
+
+
+def _cli(tiny_dir, src, out, *extra):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return [sys.executable, "-m", "brrm", "judge", "--input", str(src), "--output", str(out), "--model", tiny_dir,
+            *TINY_ARGS, "--batch-size", "1", "--no-progress", "-q", *extra], env
+
+
+def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir):
+    """SIGKILL mid-run: the file holds the finished records' lines (the invalid record's included), each a
+    complete JSON object; --resume appends the rest, and the file equals an unbroken run's byte for byte."""
+    lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join([lines[0], '{"id": "bad", "prompt": "x"}', *lines[1:], *lines]) + "\n")
+    full, part = tmp_path / "full.jsonl", tmp_path / "part.jsonl"
+    argv, env = _cli(tiny_dir, src, full)
+    subprocess.run(argv, env=env, check=True, capture_output=True)
+    expected = full.read_bytes()
+    assert len(expected.splitlines()) == 17
+
+    argv, env = _cli(tiny_dir, src, part)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and (
+            not part.exists() or len(part.read_bytes().splitlines()) < 3):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = part.read_bytes()
+    rows = [json.loads(x) for x in kept.splitlines()]
+    assert 3 <= len(rows) < 17, "the run ended before it could be killed mid-way"
+    assert rows[1]["status"] == "invalid_input" and expected.startswith(kept)
+
+    argv, env = _cli(tiny_dir, src, part, "--resume")
+    subprocess.run(argv, env=env, check=True, capture_output=True)
+    assert part.read_bytes() == expected
+
+
+def test_resume_refuses_stdout(capsys, tiny_dir):
+    assert main(["judge", "--input", PAIRS, "--model", tiny_dir, *TINY_ARGS, "--resume"]) == 2
+    assert "--resume needs --output" in capsys.readouterr().err

@@ -94,7 +94,7 @@ class ScriptedPairJudge:
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str], /,
                     *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Any = None,
-                    progress: Any = None, on_result: Any = None) -> list[PairwiseJudgment]:
+                    progress: Any = None) -> list[PairwiseJudgment]:
         out = []
         for i, (a, b) in enumerate(zip(responses_a, responses_b, strict=True)):
             rid = ids[i] if ids else ""
@@ -105,9 +105,6 @@ class ScriptedPairJudge:
                                         dimensions=("Information Accuracy",)))
         if progress:
             progress(float(len(out)))
-        for i, j in enumerate(out):
-            if on_result is not None:
-                on_result(i, j)
         return out
 
     def close(self) -> None:

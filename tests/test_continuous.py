@@ -167,3 +167,37 @@ def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir):
 def test_resume_refuses_stdout(capsys, tiny_dir):
     assert main(["judge", "--input", PAIRS, "--model", tiny_dir, *TINY_ARGS, "--resume"]) == 2
     assert "--resume needs --output" in capsys.readouterr().err
+
+
+def test_audit_commits_each_finished_item(tmp_path, tiny_dir, monkeypatch):
+    """The writer dies right after its 3rd commit, inside a 10-item judge call: 3 items are in the store (the
+    resume unit is the item, not the call), and a rerun judges only the other 7."""
+    from brrm.audit import AuditOptions, AuditStore, plan_items, run_audit
+    from brrm.records import read_records
+    from tests.audit_support import pair_rows, store_items, write_jsonl
+
+    items = plan_items(read_records(write_jsonl(tmp_path / "in.jsonl", pair_rows(10)), "pairs"), "pairs")
+    judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off")
+    opts = AuditOptions(shape="pairs", chunk_size=10, progress=False)
+    real_put, writes = AuditStore.put_results, []
+
+    class Crash(Exception):
+        pass
+
+    def put_then_crash(self, *args, **kwargs):
+        out = real_put(self, *args, **kwargs)
+        writes.append(len(args[3]))
+        if len(writes) == 3:
+            raise Crash("writer died after its 3rd commit")
+        return out
+
+    monkeypatch.setattr(AuditStore, "put_results", put_then_crash)
+    with pytest.raises(Crash):
+        run_audit(items, tmp_path / "audit", opts, judge=judge)
+    assert writes == [1, 1, 1] and len(store_items(tmp_path / "audit")) == 3
+    monkeypatch.setattr(AuditStore, "put_results", real_put)
+    calls = []
+    original = judge.judge_pairs
+    monkeypatch.setattr(judge, "judge_pairs", lambda *a, **k: calls.append(len(a[0])) or original(*a, **k))
+    run_audit(items, tmp_path / "audit", opts, judge=judge)
+    assert calls == [7] and len(store_items(tmp_path / "audit")) == 10

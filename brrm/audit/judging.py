@@ -33,8 +33,9 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
         records: normalized records of that shape.
         strategy: the resolved group strategy (groups only).
         progress: called with finished items (fractions of an item as judgments finish).
-        on_result: called with ``(index, result dict)`` as soon as a pair or single item is final (passed to the
-            judge only when given; groups come back with the call).
+        on_result: called with ``(index, result dict)`` as soon as a pair or single item is final; passed on only
+            to a judge method that takes ``on_result`` (groups, and judges written before it, report nothing
+            early: their results come back with the call).
 
     Raises:
         ConfigError: from the judge, when an option cannot apply to these records (checked before model calls).
@@ -43,7 +44,9 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
         return []
     convs = [Conversation.coerce(r["conversation"], where=f"record {r['id']!r} conversation") for r in records]
     ids = [r["id"] for r in records]
-    extra = {"on_result": lambda i, res: on_result(i, res.to_dict())} if on_result is not None else {}
+    method = judge.judge_pairs if shape == "pairs" else judge.score
+    extra = {"on_result": lambda i, res: on_result(i, res.to_dict())} \
+        if on_result is not None and _takes(method, "on_result") else {}
     if shape == "pairs":
         judged = judge.judge_pairs(convs, [r["response_a"] for r in records], [r["response_b"] for r in records],
                                    ids=ids, labels=[Verdict(r["label"]) for r in records], progress=progress,
@@ -63,6 +66,14 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
                                    progress=(lambda x: progress(x * scale)) if progress and scale else None)
         return [g.to_dict() for g in ranked]
     raise ValueError(f"unknown shape {shape!r}")
+
+
+def _takes(method: Any, name: str) -> bool:
+    """Whether ``method`` has a keyword parameter ``name`` (or ``**kwargs``)."""
+    import inspect
+
+    params = inspect.signature(method).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def group_cost(judge: Any, strategy: str, n: int, with_reference: bool) -> int:

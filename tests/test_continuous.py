@@ -201,3 +201,20 @@ def test_audit_commits_each_finished_item(tmp_path, tiny_dir, monkeypatch):
     monkeypatch.setattr(judge, "judge_pairs", lambda *a, **k: calls.append(len(a[0])) or original(*a, **k))
     run_audit(items, tmp_path / "audit", opts, judge=judge)
     assert calls == [7] and len(store_items(tmp_path / "audit")) == 10
+
+
+def test_results_have_short_reprs_and_loading_prints_no_bars(tiny_dir, capfd):
+    judge = brrm.load(tiny_dir, kind="brrm", max_new_tokens=420, block_token_cap=8, thinking="off")
+    assert "Loading weights" not in capfd.readouterr().err
+    j = judge.judge("What is 2+2?", "4", "5")
+    text = repr(j)
+    assert text.startswith(f"PairwiseJudgment(winner={j.winner.value}, status=ok, p_a={j.p_a:.3f}, dimensions=[")
+    assert j.turn1_text[:20] not in text and "provenance" not in text and len(text) < 200
+    tie = repr(judge.judge("Hi", "Same.", "Same."))
+    assert tie == "PairwiseJudgment(winner=tie, status=ok, p_a=nan, reason='identical responses: tie without a " \
+                  "model call')"
+    from brrm.types import ScalarReward, Status
+
+    assert repr(ScalarReward(1.23456, Status.OK, id="r1")) == "ScalarReward(reward=1.235, status=ok, id='r1')"
+    brrm.load(tiny_dir, kind="brrm", progress_bars=True)
+    assert "Loading weights" in capfd.readouterr().err  # asked for: shown

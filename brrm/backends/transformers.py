@@ -10,7 +10,8 @@ position ids make every row compute exactly what it would compute alone.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from brrm.backends.base import (
@@ -176,7 +177,7 @@ class TransformersBackend:
 
     @classmethod
     def from_pretrained(cls, model_id: str, *, task: str = "auto", dtype: str = "auto", device: str = "auto",
-                        trust_remote_code: bool = False, name: str | None = None,
+                        trust_remote_code: bool = False, name: str | None = None, progress_bars: bool = False,
                         **kwargs: Any) -> TransformersBackend:
         """Load a model by hub id or local directory.
 
@@ -187,6 +188,8 @@ class TransformersBackend:
             dtype: ``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
             device: ``auto`` (``device_map="auto"`` when CUDA is available, else CPU), ``cpu``, ``cuda``.
             name: the model name recorded in results (default ``model_id``).
+            progress_bars: show transformers' loading bars ("Loading weights"); off by default, so loading from
+                Python prints nothing.
             **kwargs: passed to the constructor (batch_size, prefix_cache, token_budget, …).
 
         Raises:
@@ -195,7 +198,7 @@ class TransformersBackend:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-        from brrm.types import check_choice
+        from brrm.types import check_bool, check_choice
 
         check_choice("task", task, TASKS)
         check_choice("dtype", dtype, DTYPES)
@@ -213,8 +216,9 @@ class TransformersBackend:
             task = "classify" if "ForSequenceClassification" in archs else "generate"
         auto_cls = AutoModelForSequenceClassification if task == "classify" else AutoModelForCausalLM
         tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=trust_remote_code)
-        model = auto_cls.from_pretrained(model_id, dtype=torch_dtype, device_map=device_map,
-                                         trust_remote_code=trust_remote_code)
+        with _loading_bars(check_bool("progress_bars", progress_bars)):
+            model = auto_cls.from_pretrained(model_id, dtype=torch_dtype, device_map=device_map,
+                                             trust_remote_code=trust_remote_code)
         model.eval()
         return cls(model, tokenizer, model_id=name or model_id, **kwargs)
 
@@ -334,6 +338,19 @@ class TransformersBackend:
             forced_caps=state.forced_caps if state else 0,
             cached_prompt_tokens=row.cached,
         )
+
+
+@contextmanager
+def _loading_bars(show: bool) -> Iterator[None]:
+    """transformers' progress bars on (``show``) or off while a model loads; the previous setting comes back."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if show else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
 def _check_request(r: GenerationRequest) -> GenerationRequest:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from brrm.backends.base import Backend, Completion, GenerationRequest, Next, generate_chains
+from brrm.backends.base import Backend, Completion, GenerationRequest
 from brrm.errors import ConfigError, TemplateError
 from brrm.judges import brrm_format as fmt
 from brrm.seeds import content_key, item_seed
@@ -279,7 +279,9 @@ class BRRMJudge:
         rids = [str(x) for x in ids] if ids is not None else [""] * n
         check_same_length(conversations=conversations, ids=rids)
         items = [self._item(i, conversations[i], first[i], second[i], rids[i]) for i in range(n)]
-        run = _Run(self, progress, on_result)
+        from brrm.judges.brrm_run import ItemRun
+
+        run = ItemRun(self, progress, on_result)
         for it in items:
             if it.result is not None:
                 run.final(it)
@@ -421,73 +423,6 @@ class BRRMJudge:
                                 reason="; ".join(budget_notes), p_a=p1, logit_1=logits[0], logit_2=logits[1],
                                 provenance=self._provenance(it), attempts=it.attempt + 1, id=it.rid,
                                 **fields, **self._texts(it))
-
-
-class _Run:
-    """One ``judge_ordered`` call's items as chains of generations: turn 1, then turn 2 (the moment turn 1
-    ends, on a continuously batching backend), then the retries; reports progress and each final result."""
-
-    def __init__(self, judge: BRRMJudge, progress: Callable[[float], None] | None,
-                 on_result: OnResult | None) -> None:
-        self.judge, self.progress, self.on_result = judge, progress, on_result
-        self.reported: dict[int, float] = {}
-        self.items: list[_Item] = []
-
-    def chains(self, items: list[_Item]) -> None:
-        """Run ``items`` (none final yet) to their final results."""
-        self.items = items
-        firsts: list[tuple[int, Next]] = []
-        for k, it in enumerate(items):
-            step = self._start(it)
-            if step is not None:
-                firsts.append((k, step))
-        if not firsts:
-            return
-        chain_of = [k for k, _ in firsts]
-        s = self.judge.config.sampling
-        generate_chains(self.judge.backend, [step for _, step in firsts],
-                        lambda c, comp: self._then(items[chain_of[c]], comp), temperature=s.temperature,
-                        top_p=s.top_p)
-
-    def _start(self, it: _Item) -> Next | None:
-        """The turn-1 step of the item's current attempt; None when the item became final without a model call."""
-        while True:
-            req = self.judge._turn1(it)
-            if req is not None:
-                return Next(req, keep_kv=self.judge.backend.capabilities.kv_reuse)
-            if not self._settle(it):
-                return None
-
-    def _then(self, it: _Item, comp: Completion) -> Next | None:
-        """The item's next step after ``comp`` (its turn 1 or turn 2), or None when it is final."""
-        if it.t1 is None:
-            req = self.judge._after_turn1(it, comp)
-            self._report(it, 0.5)
-            if req is not None:
-                return Next(req)
-        else:
-            it.t2 = comp
-            it.result = self.judge._finish(it)
-        return self._start(it) if self._settle(it) else None
-
-    def _settle(self, it: _Item) -> bool:
-        """The item has a result: True when it is retried (reset for a fresh attempt), else report it final."""
-        if self.judge._should_retry(it):
-            it.retry()
-            return True
-        self.final(it)
-        return False
-
-    def final(self, it: _Item) -> None:
-        self._report(it, 1.0)
-        if self.on_result is not None and it.result is not None:
-            self.on_result(it.index, it.result)
-
-    def _report(self, it: _Item, upto: float) -> None:
-        done = self.reported.get(it.index, 0.0)
-        if self.progress is not None and upto > done:
-            self.progress(upto - done)
-        self.reported[it.index] = max(done, upto)
 
 
 def digit_probability(t2: Completion) -> tuple[float, tuple[float, float]]:

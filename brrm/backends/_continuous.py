@@ -125,7 +125,7 @@ class ContinuousDecoder:
             idx = torch.tensor(keep, device=mask.device)
             past.batch_select_indices(idx)
             mask = mask[idx]
-        return _compact(_Batch([batch.rows[j] for j in keep], past, mask), backend.model.config)
+        return _compact(_Batch([batch.rows[j] for j in keep], past, mask))
 
     def _row_done(self, index: int) -> None:
         """A row finished: its chain's follow-up joins the queue's front, or the chain's result is kept."""
@@ -170,11 +170,12 @@ def _merge(running: _Batch | None, joined: _Batch | None, config: Any) -> _Batch
     return _Batch(running.rows + joined.rows, _cache(layers, config), mask)
 
 
-def _compact(batch: _Batch, config: Any) -> _Batch:
+def _compact(batch: _Batch) -> _Batch:
     """Cut the leading mask columns no row uses (left by rows that left), keys and values with them."""
     used = batch.mask.any(dim=0)
     first = int(used.to(torch.int8).argmax()) if bool(used.any()) else 0
     if first > 0:
         batch.mask = batch.mask[:, first:]
-        batch.past = _cache([(k[:, :, first:], v[:, :, first:]) for k, v in _layers(batch.past)], config)
+        for layer in batch.past.layers:  # views: the next step's concatenation copies them anyway
+            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
     return batch

@@ -216,7 +216,7 @@ def progress_bar(total: float, *, desc: str, unit: str, disable: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, disable=disable, file=sys.stderr, dynamic_ncols=True,
-                bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]")
+                bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]")
 
 
 def translate(message: str, parser: argparse.ArgumentParser) -> str:

@@ -72,6 +72,7 @@ def _judge(judge: Any, good: list[tuple[int, Any]], results: dict[int, Any], sin
     from brrm.records import seed_ids
 
     chunk = judge.info.chunk_size
+    started, tokens = time.perf_counter(), [0]
     with common.progress_bar(len(good), desc="judging", unit="pair", disable=args.no_progress) as bar:
         for start in range(0, len(good), chunk):
             part = good[start:start + chunk]
@@ -82,6 +83,8 @@ def _judge(judge: Any, good: list[tuple[int, Any]], results: dict[int, Any], sin
                 res = common.with_id(res, rec.id)
                 results[k] = res
                 sink.put(k, {"line": rec.line, **res.to_dict()})
+                tokens[0] += res.generated_tokens
+                bar.set_postfix_str(f"{tokens[0] / max(time.perf_counter() - started, 1e-9):.0f} tok/s", refresh=False)
                 if not args.quiet:
                     bar.write(verdict_line(res.to_dict()), file=term)
 

@@ -226,7 +226,8 @@ class Backend(Protocol):
         """Run every request; one Completion per request, in order.
 
         ``keep_kv`` asks a backend with ``capabilities.kv_reuse`` to keep each sequence's KV for a follow-up
-        prompt; ``on_complete(i)`` is called as soon as request ``i`` finishes (for progress bars).
+        prompt; ``on_complete(i)`` is called as soon as request ``i`` finishes (for progress bars). A backend
+        with ``capabilities.continuous`` also takes ``then=`` (see :func:`generate_chains`).
 
         A model or transport failure of one request is that request's ``error`` completion; a programming
         error (a bug) raises.

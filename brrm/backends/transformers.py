@@ -4,7 +4,9 @@ The decoding loop is our own (not ``model.generate``) because it needs, per row:
 sampler (results independent of batch composition), outlines-core token masks, forced tokens, the raw
 logits at verdict positions, and a prefix KV cache so that BR-RM turn 2 starts from turn 1's keys and
 values. Attention masks with holes (left padding of the cached part and of the new part) and explicit
-position ids make every row compute exactly what it would compute alone.
+position ids make every row compute exactly what it would compute alone. Batching is continuous by default
+(:mod:`brrm.backends._continuous`: finished rows are replaced at the next step, a turn 2 joins as its turn 1 ends);
+``scheduling="static"`` keeps the chunk-at-a-time loop of :mod:`brrm.backends._decode`.
 """
 
 from __future__ import annotations

@@ -218,3 +218,25 @@ def test_results_have_short_reprs_and_loading_prints_no_bars(tiny_dir, capfd):
     assert repr(ScalarReward(1.23456, Status.OK, id="r1")) == "ScalarReward(reward=1.235, status=ok, id='r1')"
     brrm.load(tiny_dir, kind="brrm", progress_bars=True)
     assert "Loading weights" in capfd.readouterr().err  # asked for: shown
+
+
+def test_a_failed_forward_fails_only_its_rows(tiny, monkeypatch):
+    """A RuntimeError from the model (e.g. out of memory) in one forward pass ends the rows of that pass with an
+    error completion; rows that joined later decode normally, to static scheduling's tokens."""
+    model, tok = tiny
+    reqs = [GenerationRequest(tuple(range(10, 10 + n)), 6, seed=k) for k, n in enumerate([4, 9, 6, 12, 5])]
+    ref = TransformersBackend(model, tok, batch_size=2, scheduling="static").generate(reqs, temperature=1.0)
+    backend = TransformersBackend(model, tok, batch_size=2)
+    real, calls = type(model).forward, []
+
+    def flaky(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("CPU out of memory (injected)")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", flaky)
+    out = backend.generate(reqs, temperature=1.0)
+    failed = [k for k, c in enumerate(out) if c.finish_reason == "error"]
+    assert failed and all("out of memory" in out[k].error for k in failed) and len(failed) < len(reqs)
+    assert all(out[k].token_ids == ref[k].token_ids for k in range(len(reqs)) if k not in failed)

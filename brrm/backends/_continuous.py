@@ -74,21 +74,10 @@ class ContinuousDecoder:
             free = slots - (len(batch.rows) if batch is not None else 0)
             if free > 0 and (queue or self.follow):
                 joiners = [(self.follow or queue).popleft() for _ in range(min(free, len(queue) + len(self.follow)))]
-                batch = _merge(batch, self._guarded(self._prefill, joiners), self.backend.model.config)
+                batch = _merge(batch, self._prefill(joiners), self.backend.model.config)
             if batch is not None:
-                batch = self._guarded(self._step, batch.rows, batch)
+                batch = self._step(batch.rows, batch)
         return [self.last[i] for i in range(len(firsts))]
-
-    def _guarded(self, fn: Callable[..., _Batch | None], rows: list[Row], *args: Any) -> _Batch | None:
-        """``fn(rows, *args)``; a model/device failure (e.g. OOM) fails only these rows (bugs raise)."""
-        try:
-            return fn(rows, *args)
-        except RuntimeError as exc:
-            for row in rows:
-                if not row.finish:
-                    row.finish, row.error = "error", f"{type(exc).__name__}: {exc}"
-                    self._row_done(row.index)
-            return None
 
     def _prefill(self, rows: list[Row]) -> _Batch | None:
         for row in rows:
@@ -104,8 +93,14 @@ class ContinuousDecoder:
     def _forward(self, batch: _Batch, ids: Any, positions: Any) -> _Batch | None:
         """One forward pass, a token per row, finished rows dropped; None when no row is left."""
         backend = self.backend
-        out = backend.model(input_ids=ids, attention_mask=batch.mask, position_ids=positions, use_cache=True,
-                            logits_to_keep=1, **{self.kwarg: batch.past})
+        try:
+            out = backend.model(input_ids=ids, attention_mask=batch.mask, position_ids=positions, use_cache=True,
+                                logits_to_keep=1, **{self.kwarg: batch.past})
+        except RuntimeError as exc:  # a model/device failure (e.g. OOM) fails only these rows; bugs elsewhere raise
+            for row in batch.rows:
+                row.finish, row.error = "error", f"{type(exc).__name__}: {exc}"
+                self._row_done(row.index)
+            return None
         backend.stats["forward_calls"] += 1
         past = out.cache if hasattr(out, "cache") else out.past_key_values
         logits = out.logits[:, -1, :].float()

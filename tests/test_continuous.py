@@ -240,3 +240,20 @@ def test_a_failed_forward_fails_only_its_rows(tiny, monkeypatch):
     failed = [k for k, c in enumerate(out) if c.finish_reason == "error"]
     assert failed and all("out of memory" in out[k].error for k in failed) and len(failed) < len(reqs)
     assert all(out[k].token_ids == ref[k].token_ids for k in range(len(reqs)) if k not in failed)
+
+
+def test_on_step_reports_rows_and_tokens_while_rows_decode(tiny_dir):
+    judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off")
+    stats = judge.model.backend.stats
+    before, steps, done_at = stats["generated_tokens"], [], []
+    out = judge.judge_pairs(CONVS, A, B, on_step=lambda rows, tokens: steps.append((rows, tokens)),
+                            on_result=lambda i, j: done_at.append(len(steps)))
+    assert all(j.ok for j in out)
+    assert sum(t for _, t in steps) == stats["generated_tokens"] - before
+    assert max(r for r, _ in steps) == 4 and all(1 <= r <= 4 for r, _ in steps)
+    assert done_at[0] < len(steps)  # the first pair finished while others were still decoding
+    static = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off",
+                       scheduling="static")
+    calls = []
+    static.judge_pairs(CONVS[:2], A[:2], B[:2], on_step=lambda rows, tokens: calls.append(rows))
+    assert calls == []  # static chunks report no steps (documented: only continuous backends do)

@@ -27,7 +27,7 @@ import torch
 
 from brrm.backends._decode import Decoder, Row, _cache_kwarg
 from brrm.backends._sampling import choose
-from brrm.backends.base import Completion, FollowUp, Next
+from brrm.backends.base import Completion, FollowUp, Next, OnStep
 
 if TYPE_CHECKING:
     from brrm.backends.transformers import TransformersBackend
@@ -51,11 +51,13 @@ class ContinuousDecoder:
         make_row: builds a row (seeded sampler, program state) for chain ``i``'s request.
         then: a chain's follow-up (see :func:`brrm.backends.base.generate_chains`); None ends every chain after
             its first request.
+        on_step: called after every decoding step with (rows in the running batch, tokens added since the last
+            call, joining rows' first tokens included), for progress displays.
     """
 
     def __init__(self, backend: TransformersBackend, *, temperature: float, top_p: float, make_row: MakeRow,
-                 then: FollowUp | None) -> None:
-        self.backend, self.make_row, self.then = backend, make_row, then
+                 then: FollowUp | None, on_step: OnStep | None = None) -> None:
+        self.backend, self.make_row, self.then, self.on_step = backend, make_row, then, on_step
         self.decoder = Decoder(backend, temperature=temperature, top_p=top_p, keep_kv=False,
                                on_done=self._row_done)
         self.temperature, self.top_p = temperature, top_p
@@ -70,13 +72,18 @@ class ContinuousDecoder:
         queue = deque(self.make_row(i, step) for i, step in enumerate(firsts))
         batch: _Batch | None = None
         slots = self.backend.batch_size
+        stats = self.backend.stats
         while queue or self.follow or batch is not None:
+            before = stats["generated_tokens"]
             free = slots - (len(batch.rows) if batch is not None else 0)
             if free > 0 and (queue or self.follow):
                 joiners = [(self.follow or queue).popleft() for _ in range(min(free, len(queue) + len(self.follow)))]
                 batch = _merge(batch, self._prefill(joiners), self.backend.model.config)
+            rows = len(batch.rows) if batch is not None else 0
             if batch is not None:
                 batch = self._step(batch.rows, batch)
+            if self.on_step is not None:
+                self.on_step(rows, stats["generated_tokens"] - before)
         return [self.last[i] for i in range(len(firsts))]
 
     def _prefill(self, rows: list[Row]) -> _Batch | None:

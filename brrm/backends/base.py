@@ -128,12 +128,14 @@ class Next(NamedTuple):
 
 
 FollowUp = Callable[[int, Completion], "Next | None"]
+OnStep = Callable[[int, int], None]
+"""``on_step(rows, tokens)``: after a decoding step, the rows in the running batch and the tokens that step added."""
 """``then(chain, completion)``: called when chain ``chain``'s current request finishes (in the thread that runs
 the generation); returns the chain's next request, or None when the chain is done."""
 
 
 def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, temperature: float,
-                    top_p: float) -> list[Completion]:
+                    top_p: float, on_step: OnStep | None = None) -> list[Completion]:
     """Run chains of dependent generations (BR-RM: turn 1, then turn 2 from turn 1's output, then retries).
 
     Chain ``i`` starts with ``firsts[i]``; each time its request finishes, ``then(i, completion)`` gives the next
@@ -141,6 +143,9 @@ def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, tem
     (a follow-up enters as soon as its predecessor ends); any other backend runs them in rounds of
     ``backend.generate`` calls (every chain's first request, then every follow-up, …), which gives the same
     results, later.
+
+    ``on_step(rows, tokens)`` is called after every decoding step of a continuous backend (rows in its batch,
+    tokens that step added); other backends do not call it.
 
     Returns:
         the last completion of each chain, in order (N = len(firsts)).
@@ -151,7 +156,7 @@ def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, tem
             chosen = [i for i, step in enumerate(firsts) if step.keep_kv is keep]
             if chosen:
                 comps = backend.generate([firsts[i].request for i in chosen], temperature=temperature,
-                                         top_p=top_p, keep_kv=keep,
+                                         top_p=top_p, keep_kv=keep, on_step=on_step,
                                          then=lambda j, c, chosen=chosen: then(chosen[j], c))
                 last.update(zip(chosen, comps, strict=True))
         return [last[i] for i in range(len(firsts))]

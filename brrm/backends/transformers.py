@@ -23,6 +23,7 @@ from brrm.backends.base import (
     FollowUp,
     GenerationRequest,
     Next,
+    OnStep,
     Score,
     common_prefix_length,
     end_of_turn_id,
@@ -250,7 +251,7 @@ class TransformersBackend:
 
     def generate(self, requests: Sequence[GenerationRequest], *, temperature: float = 1.0,
                  top_p: float = 1.0, keep_kv: bool = False, on_complete: Callable[[int], None] | None = None,
-                 then: FollowUp | None = None) -> list[Completion]:
+                 then: FollowUp | None = None, on_step: OnStep | None = None) -> list[Completion]:
         """Generate for every request; see :class:`brrm.backends.base.Backend`.
 
         Args:
@@ -258,6 +259,7 @@ class TransformersBackend:
             on_complete: called with a request's index as soon as its row finishes.
             then: continuous scheduling only: request ``i``'s follow-up (:func:`brrm.backends.base.generate_chains`),
                 run in the same batch; the result is then each chain's last completion.
+            on_step: continuous scheduling only: ``on_step(rows, tokens)`` after every decoding step.
 
         Raises:
             ConfigError: for a sequence classifier, a request without prompt or budget, or ``then`` with
@@ -268,7 +270,8 @@ class TransformersBackend:
         for r in requests:
             _check_request(r)
         if self.capabilities.continuous:
-            return self._continuous([Next(r, keep_kv) for r in requests], on_complete, then, temperature, top_p)
+            return self._continuous([Next(r, keep_kv) for r in requests], on_complete, then, temperature, top_p,
+                                    on_step)
         if then is not None:
             raise ConfigError("follow-up requests (then=) need scheduling='continuous'")
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
@@ -285,7 +288,7 @@ class TransformersBackend:
         return [c for c in out if c is not None]
 
     def _continuous(self, firsts: list[Next], on_complete: Callable[[int], None] | None, then: FollowUp | None,
-                    temperature: float, top_p: float) -> list[Completion]:
+                    temperature: float, top_p: float, on_step: OnStep | None = None) -> list[Completion]:
         """Every chain through one continuously refilled batch (:mod:`brrm.backends._continuous`)."""
         import torch
 
@@ -300,7 +303,7 @@ class TransformersBackend:
             return []
         with torch.inference_mode():
             return ContinuousDecoder(self, temperature=temperature, top_p=top_p, make_row=self._row,
-                                     then=follow).run(firsts)
+                                     then=follow, on_step=on_step).run(firsts)
 
     def _row(self, index: int, step: Next) -> Row:
         """A decoding row for ``step``'s request: its own seeded sampler and program state."""

@@ -72,8 +72,8 @@ def _judge(judge: Any, good: list[tuple[int, Any]], results: dict[int, Any], sin
     from brrm.records import seed_ids
 
     chunk = judge.info.chunk_size
-    started, tokens = time.perf_counter(), [0]
     with common.progress_bar(len(good), desc="judging", unit="pair", disable=args.no_progress) as bar:
+        steps = StepMeter(bar)
         for start in range(0, len(good), chunk):
             part = good[start:start + chunk]
             done = bar.n
@@ -83,20 +83,36 @@ def _judge(judge: Any, good: list[tuple[int, Any]], results: dict[int, Any], sin
                 res = common.with_id(res, rec.id)
                 results[k] = res
                 sink.put(k, {"line": rec.line, **res.to_dict()})
-                tokens[0] += res.generated_tokens
-                bar.set_postfix_str(f"{tokens[0] / max(time.perf_counter() - started, 1e-9):.0f} tok/s", refresh=False)
                 if not args.quiet:
                     bar.write(verdict_line(res.to_dict()), file=term)
 
             recs = [r for _, r in part]
             out = judge.judge_pairs([r.conversation for r in recs], [r.response_a for r in recs],
                                     [r.response_b for r in recs], ids=seed_ids(recs),
-                                    labels=[r.label for r in recs], progress=bar.update, on_result=finished)
+                                    labels=[r.label for r in recs], progress=bar.update, on_result=finished,
+                                    on_step=steps)
             for i, res in enumerate(out):  # a judge that reported no result for an item: its returned one
                 if part[i][0] not in results:
                     finished(i, res)
             bar.n = done + len(part)
             bar.refresh()
+
+
+class StepMeter:
+    """The judge's ``on_step`` hook: rows decoding and tokens per second on the progress bar, redrawn at most every
+    ``every_s`` seconds while rows decode (a continuously batching backend reports every step)."""
+
+    def __init__(self, bar: Any, every_s: float = 0.5) -> None:
+        self.bar, self.every_s = bar, every_s
+        self.tokens, self.started = 0, time.perf_counter()
+        self.shown = self.started
+
+    def __call__(self, rows: int, tokens: int) -> None:
+        self.tokens += tokens
+        now = time.perf_counter()
+        if now - self.shown >= self.every_s:
+            self.shown = now
+            self.bar.set_postfix_str(f"{rows} rows decoding, {self.tokens / (now - self.started):.0f} tok/s")
 
 
 def verdict_line(row: dict[str, Any]) -> str:

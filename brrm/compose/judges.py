@@ -38,6 +38,9 @@ from brrm.types.protocols import Principles
 
 Progress = Callable[[float], None] | None
 OnResult = Callable[[int, Any], None] | None
+OnStep = Callable[[int, int], None] | None
+"""``on_step(rows, tokens)``: after each decoding step of a continuously batching backend, the rows in its batch
+and the tokens the step added (for progress displays); judges without decoding steps never call it."""
 """``on_result(index, result)``: item ``index``'s final result (a judgment or reward), as soon as it is known, in
 the calling thread; results still come back in order from the call."""
 
@@ -51,7 +54,8 @@ class _Base:
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
-                    progress: Progress = None, on_result: OnResult = None) -> list[PairwiseJudgment]:
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: OnStep = None) -> list[PairwiseJudgment]:
         raise NotImplementedError
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
@@ -164,7 +168,8 @@ class PairwiseRewardJudge(_Base):
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
-                    progress: Progress = None, on_result: OnResult = None) -> list[PairwiseJudgment]:
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: OnStep = None) -> list[PairwiseJudgment]:
         """One judgment per (conversation, A, B), in input order; ``swap=None`` uses the judge's default.
         ``on_result(i, judgment)`` is called as soon as pair ``i`` is final (label set).
 
@@ -182,7 +187,7 @@ class PairwiseRewardJudge(_Base):
                 on_result(i, replace(j, label=labels[i]))
 
         out = judge_with_swap(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
-                              ids=_ids(ids, n), progress=progress, on_result=report)
+                              ids=_ids(ids, n), progress=progress, on_result=report, on_step=on_step)
         return [replace(j, label=labels[i]) for i, j in enumerate(out)] if labels is not None else out
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
@@ -320,7 +325,8 @@ class ScalarRewardJudge(_Base):
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
-                    progress: Progress = None, on_result: OnResult = None) -> list[PairwiseJudgment]:
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: OnStep = None) -> list[PairwiseJudgment]:
         """Judge N pairs from one scoring pass over the 2N responses (``swap`` cannot change the result);
         ``on_result(i, judgment)`` is called for every pair once that pass is done.
 

@@ -53,7 +53,8 @@ def combine(fwd: PairwiseJudgment, rev: PairwiseJudgment) -> PairwiseJudgment:
 def judge_with_swap(ordered: OrderedFn, conversations: Sequence[Any], responses_a: Sequence[str],
                     responses_b: Sequence[str], *, swap: bool, ids: Sequence[str],
                     progress: Callable[[float], None] | None = None,
-                    on_result: OnResult | None = None) -> list[PairwiseJudgment]:
+                    on_result: OnResult | None = None,
+                    on_step: Callable[[int, int], None] | None = None) -> list[PairwiseJudgment]:
     """Judge N pairs, in both orders in one call when ``swap`` (2N ordered judgments), and combine.
 
     Args:
@@ -62,14 +63,18 @@ def judge_with_swap(ordered: OrderedFn, conversations: Sequence[Any], responses_
         ids: N record ids (each order's sub-judgment carries its pair's id).
         progress: called with finished pairs (fractions; each order counts half a pair under swap).
         on_result: called with ``(pair index, judgment)`` as soon as a pair is final (under swap: when its
-            second order is); passed to ``ordered`` only when given.
+            second order is); passed to ``ordered`` only when given, as is ``on_step`` (decoding steps).
     """
     n = len(conversations)
     if not swap:
-        extra = {"on_result": on_result} if on_result is not None else {}
+        extra: dict[str, Any] = {"on_result": on_result} if on_result is not None else {}
+        if on_step is not None:
+            extra["on_step"] = on_step
         return ordered(conversations, responses_a, responses_b, ids=ids, progress=progress, **extra)
     half = (lambda x: progress(x / 2)) if progress else None
     extra = {"on_result": _pairing(n, on_result)} if on_result is not None else {}
+    if on_step is not None:
+        extra["on_step"] = on_step
     both = ordered([*conversations, *conversations], [*responses_a, *responses_b], [*responses_b, *responses_a],
                    ids=[*ids, *ids], progress=half, **extra)
     return [combine(both[i], mirror(both[n + i])) for i in range(n)]

@@ -260,7 +260,8 @@ class BRRMJudge:
     # ------------------------------------------------------------------------------------------- judging
     def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
                       ids: Sequence[str] | None = None, progress: Callable[[float], None] | None = None,
-                      on_result: OnResult | None = None) -> list[PairwiseJudgment]:
+                      on_result: OnResult | None = None,
+                      on_step: Callable[[int, int], None] | None = None) -> list[PairwiseJudgment]:
         """Judge each (conversation, first, second) in that presentation order; one judgment per item.
 
         Args:
@@ -271,6 +272,8 @@ class BRRMJudge:
             progress: called with the fraction of an item done (0.5 per finished turn).
             on_result: called with ``(index, judgment)`` as soon as item ``index`` is final (retries done), in
                 the calling thread; on a continuously batching backend that is when its turn 2 ends.
+            on_step: ``on_step(rows, tokens)`` after every decoding step of a continuously batching backend (rows
+                in its batch, tokens the step added), for progress displays; other backends never call it.
 
         Raises:
             ConfigError: on mismatched lengths, an invalid conversation or a response that is not a string.
@@ -281,7 +284,7 @@ class BRRMJudge:
         items = [self._item(i, conversations[i], first[i], second[i], rids[i]) for i in range(n)]
         from brrm.judges.brrm_run import ItemRun
 
-        run = ItemRun(self, progress, on_result)
+        run = ItemRun(self, progress, on_result, on_step)
         for it in items:
             if it.result is not None:
                 run.final(it)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from brrm.backends.base import Completion, Next, generate_chains
+from brrm.backends.base import Completion, Next, OnStep, generate_chains
 
 if TYPE_CHECKING:
     from brrm.judges.brrm import BRRMJudge, OnResult, _Item
@@ -22,8 +22,8 @@ class ItemRun:
     ends, on a continuously batching backend), then the retries; reports progress and each final result."""
 
     def __init__(self, judge: BRRMJudge, progress: Callable[[float], None] | None,
-                 on_result: OnResult | None) -> None:
-        self.judge, self.progress, self.on_result = judge, progress, on_result
+                 on_result: OnResult | None, on_step: OnStep | None = None) -> None:
+        self.judge, self.progress, self.on_result, self.on_step = judge, progress, on_result, on_step
         self.reported: dict[int, float] = {}
         self.items: list[_Item] = []
 
@@ -41,7 +41,7 @@ class ItemRun:
         s = self.judge.config.sampling
         generate_chains(self.judge.backend, [step for _, step in firsts],
                         lambda c, comp: self._then(items[chain_of[c]], comp), temperature=s.temperature,
-                        top_p=s.top_p)
+                        top_p=s.top_p, on_step=self.on_step)
 
     def _start(self, it: _Item) -> Next | None:
         """The turn-1 step of the item's current attempt; None when the item became final without a model call."""

@@ -126,7 +126,8 @@ class TransformersBackend:
         scheduling: ``continuous`` (default): one running batch of ``batch_size`` rows, refilled as rows finish,
             a BR-RM turn 2 joining as soon as its turn 1 ends (:mod:`brrm.backends._continuous`); ``static``:
             chunks of ``batch_size`` rows, each decoded to completion (the earlier loop, kept for comparison).
-            Results are the same bits either way when ``batch_invariant`` is on.
+            Results are the same bits either way when ``batch_invariant`` is on. A subclass that overrides
+            ``generate`` runs ``static`` (its override then sees every request, turn 2 included).
 
     Raises:
         ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.
@@ -161,6 +162,8 @@ class TransformersBackend:
             from brrm.backends._invariant import make_batch_invariant
 
             self.batch_invariant = make_batch_invariant(model, required=batch_invariant is True)
+        if type(self).generate is not TransformersBackend.generate:  # a subclass wrapping generate sees every
+            self.scheduling = "static"  # request (follow-ups of continuous batching never pass through generate)
         continuous = causal and self.scheduling == "continuous"
         self.capabilities = Capabilities(generate=causal, programs=causal, classify=not causal,
                                          vocab_logit=causal, kv_reuse=self.cache is not None,

@@ -257,3 +257,12 @@ def test_on_step_reports_rows_and_tokens_while_rows_decode(tiny_dir):
     calls = []
     static.judge_pairs(CONVS[:2], A[:2], B[:2], on_step=lambda rows, tokens: calls.append(rows))
     assert calls == []  # static chunks report no steps (documented: only continuous backends do)
+
+
+@pytest.mark.parametrize("scheduling", ["static", "continuous"])
+def test_progress_moves_per_finished_turn_and_sums_to_the_items(tiny_dir, scheduling):
+    judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off",
+                      scheduling=scheduling)
+    steps: list[float] = []
+    judge.judge_pairs(CONVS[:4], A[:4], B[:4], progress=steps.append)
+    assert steps.count(0.5) == 8 and sum(steps) == 4.0  # half a pair per finished turn, in both schedulings

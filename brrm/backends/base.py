@@ -128,14 +128,15 @@ class Next(NamedTuple):
 
 
 FollowUp = Callable[[int, Completion], "Next | None"]
-OnStep = Callable[[int, int], None]
-"""``on_step(rows, tokens)``: after a decoding step, the rows in the running batch and the tokens that step added."""
 """``then(chain, completion)``: called when chain ``chain``'s current request finishes (in the thread that runs
 the generation); returns the chain's next request, or None when the chain is done."""
+OnStep = Callable[[int, int], None]
+"""``on_step(rows, tokens)``: after a decoding step, the rows in the running batch and the tokens that step added."""
 
 
 def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, temperature: float,
-                    top_p: float, on_step: OnStep | None = None) -> list[Completion]:
+                    top_p: float, on_step: OnStep | None = None,
+                    on_complete: Callable[[int], None] | None = None) -> list[Completion]:
     """Run chains of dependent generations (BR-RM: turn 1, then turn 2 from turn 1's output, then retries).
 
     Chain ``i`` starts with ``firsts[i]``; each time its request finishes, ``then(i, completion)`` gives the next
@@ -145,7 +146,9 @@ def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, tem
     results, later.
 
     ``on_step(rows, tokens)`` is called after every decoding step of a continuous backend (rows in its batch,
-    tokens that step added); other backends do not call it.
+    tokens that step added); other backends do not call it. ``on_complete(i)``: in rounds, called the moment
+    chain ``i``'s request finishes inside its round (``then`` runs when the round returns); a continuous backend
+    calls ``then`` at once instead.
 
     Returns:
         the last completion of each chain, in order (N = len(firsts)).
@@ -160,12 +163,12 @@ def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, tem
                                          then=lambda j, c, chosen=chosen: then(chosen[j], c))
                 last.update(zip(chosen, comps, strict=True))
         return [last[i] for i in range(len(firsts))]
-    _in_rounds(backend, firsts, then, last, temperature=temperature, top_p=top_p)
+    _in_rounds(backend, firsts, then, last, temperature=temperature, top_p=top_p, on_complete=on_complete)
     return [last[i] for i in range(len(firsts))]
 
 
 def _in_rounds(backend: Any, firsts: Sequence[Next], then: FollowUp, last: dict[int, Completion], *,
-               temperature: float, top_p: float) -> None:
+               temperature: float, top_p: float, on_complete: Callable[[int], None] | None) -> None:
     """:func:`generate_chains` without follow-ups in the engine: every pending chain's request in one
     ``generate`` call per round (per ``keep_kv`` value), ``last`` filled with each chain's latest completion."""
     pending = list(enumerate(firsts))
@@ -175,7 +178,9 @@ def _in_rounds(backend: Any, firsts: Sequence[Next], then: FollowUp, last: dict[
             part = [(i, step.request) for i, step in pending if step.keep_kv is keep]
             if not part:
                 continue
-            comps = backend.generate([r for _, r in part], temperature=temperature, top_p=top_p, keep_kv=keep)
+            done = None if on_complete is None else (lambda j, part=part: on_complete(part[j][0]))
+            comps = backend.generate([r for _, r in part], temperature=temperature, top_p=top_p, keep_kv=keep,
+                                     on_complete=done)
             for (i, _), comp in zip(part, comps, strict=True):
                 last[i] = comp
                 step = then(i, comp)

@@ -41,7 +41,12 @@ class ItemRun:
         s = self.judge.config.sampling
         generate_chains(self.judge.backend, [step for _, step in firsts],
                         lambda c, comp: self._then(items[chain_of[c]], comp), temperature=s.temperature,
-                        top_p=s.top_p, on_step=self.on_step)
+                        top_p=s.top_p, on_step=self.on_step,
+                        on_complete=lambda c: self._turn_done(items[chain_of[c]]))
+
+    def _turn_done(self, it: _Item) -> None:
+        """A turn of the item ended inside a round (backends without continuous batching): move progress now."""
+        self._report(it, 0.5 if it.t1 is None else 1.0)
 
     def _start(self, it: _Item) -> Next | None:
         """The turn-1 step of the item's current attempt; None when the item became final without a model call."""

@@ -77,7 +77,8 @@ def test_judge_vs_raw_generate_on_the_same_work(benchmark, tiny):
     forward passes and prefill tokens on both sides (the raw side recomputes P2 and feeds one token per pass)."""
     model, tok = tiny
     convs, a, b = _pairs(8)
-    backend = TransformersBackend(model, tok, batch_size=8)
+    # static chunks: the spy sees every turn's requests (continuous batching runs turn 2 inside turn 1's call)
+    backend = TransformersBackend(model, tok, batch_size=8, scheduling="static")
     judge = brrm_judge(backend, _config())
     seen = _spy(backend)
     out, _, _ = _run(judge, backend, convs, a, b)  # warm-up (grammar compile); records the turns' work

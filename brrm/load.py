@@ -30,7 +30,7 @@ EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_toke
 
 BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
     "transformers": ("dtype", "device", "batch_size", "classify_batch_size", "prefix_cache", "jump_forward",
-                     "batch_invariant", "token_budget", "trust_remote_code"),
+                     "batch_invariant", "token_budget", "trust_remote_code", "scheduling", "progress_bars"),
     "vllm": ("dtype", "device", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size",
              "gpu_memory_utilization", "enforce_eager", "block_size", "enable_prefix_caching",
              "structured_outputs_backend", "distributed_executor_backend", "engine_kwargs", "trust_remote_code",
@@ -181,6 +181,8 @@ _BACKEND_CHECKS: dict[str, Any] = {
     "prefix_cache": lambda v: check_bool("prefix_cache", v),
     "jump_forward": lambda v: check_bool("jump_forward", v),
     "batch_invariant": lambda v: check_bool_or_auto("batch_invariant", v),
+    "scheduling": lambda v: check_choice("scheduling", v, ("continuous", "static")),
+    "progress_bars": lambda v: check_bool("progress_bars", v),
     "enforce_eager": lambda v: check_bool("enforce_eager", v),
     "enable_prefix_caching": lambda v: check_bool("enable_prefix_caching", v),
 }

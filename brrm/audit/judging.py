@@ -23,7 +23,8 @@ Progress = Callable[[float], None] | None
 
 
 def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], *, strategy: str | None = None,
-                  progress: Progress = None) -> list[dict[str, Any]]:
+                  progress: Progress = None,
+                  on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Judge normalized records of one shape; one result dict per record, in order.
 
     Args:
@@ -32,6 +33,9 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
         records: normalized records of that shape.
         strategy: the resolved group strategy (groups only).
         progress: called with finished items (fractions of an item as judgments finish).
+        on_result: called with ``(index, result dict)`` as soon as a pair or single item is final; passed on only
+            to a judge method that takes ``on_result`` (groups, and judges written before it, report nothing
+            early: their results come back with the call).
 
     Raises:
         ConfigError: from the judge, when an option cannot apply to these records (checked before model calls).
@@ -40,14 +44,18 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
         return []
     convs = [Conversation.coerce(r["conversation"], where=f"record {r['id']!r} conversation") for r in records]
     ids = [r["id"] for r in records]
+    method = judge.judge_pairs if shape == "pairs" else judge.score
+    extra = {"on_result": lambda i, res: on_result(i, res.to_dict())} \
+        if on_result is not None and _takes(method, "on_result") else {}
     if shape == "pairs":
         judged = judge.judge_pairs(convs, [r["response_a"] for r in records], [r["response_b"] for r in records],
-                                   ids=ids, labels=[Verdict(r["label"]) for r in records], progress=progress)
+                                   ids=ids, labels=[Verdict(r["label"]) for r in records], progress=progress,
+                                   **extra)
         return [j.to_dict() for j in judged]
     if shape == "single":
         principles = [r["principle"] for r in records] if judge.info.kind == "principle" else None
         rewards = judge.score(convs, [r["response"] for r in records], principles=principles, ids=ids,
-                              progress=progress)
+                              progress=progress, **extra)
         return [r.to_dict() for r in rewards]
     if shape == "groups":
         groups = [list(r["responses"]) for r in records]
@@ -58,6 +66,14 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
                                    progress=(lambda x: progress(x * scale)) if progress and scale else None)
         return [g.to_dict() for g in ranked]
     raise ValueError(f"unknown shape {shape!r}")
+
+
+def _takes(method: Any, name: str) -> bool:
+    """Whether ``method`` has a keyword parameter ``name`` (or ``**kwargs``)."""
+    import inspect
+
+    params = inspect.signature(method).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def group_cost(judge: Any, strategy: str, n: int, with_reference: bool) -> int:

@@ -220,15 +220,16 @@ def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pendi
             if not pending:
                 return config
             with progress_bar(len(pending), desc="auditing", unit="item", disable=not options.progress) as bar:
-                batches: Iterator[Batch]
+                before = config
+                sink = _Commits(store, run_id, config, request, options, bar, ticker)
                 if ray is not None:
                     from brrm.audit.ray_runner import judge_on_ray
 
-                    batches = judge_on_ray(_need(spec), pending, options, ray)
+                    for part, results, info in judge_on_ray(_need(spec), pending, options, ray):
+                        sink.put(part, results, info, count=True)
                 else:
-                    batches = _local_batches(judge, pending, options, _ticking(bar, ticker))
-                before = config
-                config = _consume(store, run_id, batches, config, request, options, bar, ticker)
+                    _judge_locally(judge, pending, options, _ticking(bar, ticker), sink)
+                config = sink.config
             pending = store.pending(items, config) if config != before else []
         return config
     finally:
@@ -265,32 +266,54 @@ def _ticking(bar: Any, ticker: _Ticker) -> Any:
     return update
 
 
-def _local_batches(judge: Any, pending: Sequence[AuditItem], options: AuditOptions,
-                   progress: Any) -> Iterator[Batch]:
+def _judge_locally(judge: Any, pending: Sequence[AuditItem], options: AuditOptions, progress: Any,
+                   sink: _Commits) -> None:
+    """Judge ``pending`` a chunk per call, committing each item the moment the judge reports it final."""
     chunk = options.chunk_size or judge.info.chunk_size
     info = judge.info.to_dict()
     for start in range(0, len(pending), chunk):
-        part = pending[start:start + chunk]
+        part = [it for it in pending[start:start + chunk] if it.record is not None]
+        got: set[int] = set()
+
+        def finished(i: int, result: Mapping[str, Any], part: list[AuditItem] = part, got: set[int] = got) -> None:
+            got.add(i)
+            sink.put([part[i]], [result], info)
+
         results = judge_records(judge, options.shape, [it.record for it in part if it.record is not None],
-                                strategy=options.strategy, progress=progress)
-        yield part, results, info
+                                strategy=options.strategy, progress=progress, on_result=finished)
+        rest = [k for k in range(len(part)) if k not in got]  # shapes without per-item results (groups)
+        sink.put([part[k] for k in rest], [results[k] for k in rest], info)
+        sink.settle()
 
 
-def _consume(store: AuditStore, run_id: int, batches: Iterator[Batch], config: str | None, request: str | None,
-             options: AuditOptions, bar: Any, ticker: _Ticker) -> str | None:
-    """Write each batch as it arrives (one transaction each); returns the configuration results were stored
-    under."""
-    done = 0
-    for part, results, info in batches:
+class _Commits:
+    """Writes results to the store as they arrive (one transaction per call: an item, or a Ray batch), learning
+    the producing judge's configuration; ``config`` is the one results were stored under."""
+
+    def __init__(self, store: AuditStore, run_id: int, config: str | None, request: str | None,
+                 options: AuditOptions, bar: Any, ticker: _Ticker) -> None:
+        self.store, self.run_id, self.config, self.request = store, run_id, config, request
+        self.options, self.bar, self.ticker, self.done = options, bar, ticker, 0
+
+    def put(self, part: Sequence[AuditItem], results: Sequence[Mapping[str, Any]], info: Mapping[str, Any], *,
+            count: bool = False) -> None:
+        """Commit ``part``'s results; ``count`` also moves the bar to the items committed (Ray batches)."""
+        if not part:
+            return
+        options = self.options
         with _deferred_interrupts():
-            if config_hash(info, shape=options.shape, strategy=options.strategy) != config:
-                config = _learn(store, run_id, config, info, options, request)
-            store.put_results(run_id, config, options.shape, list(zip(part, results, strict=True)))
-        done += len(part)
-        bar.n = done
-        bar.refresh()
-        ticker.maybe(bar)
-    return config
+            if config_hash(info, shape=options.shape, strategy=options.strategy) != self.config:
+                self.config = _learn(self.store, self.run_id, self.config, info, options, self.request)
+            self.store.put_results(self.run_id, self.config, options.shape, list(zip(part, results, strict=True)))
+        self.done += len(part)
+        if count:
+            self.settle()
+
+    def settle(self) -> None:
+        """Show the items committed so far on the bar (after a judge call, whose progress moved it in fractions)."""
+        self.bar.n = self.done
+        self.bar.refresh()
+        self.ticker.maybe(self.bar)
 
 
 def _announce(term: TextIO, items: Sequence[AuditItem], pending: Sequence[AuditItem], known: bool) -> None:

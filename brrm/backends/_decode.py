@@ -44,6 +44,7 @@ class Row:
     batch_pos: int = 0
     feed: list[int] = field(default_factory=list)
     noise: torch.Tensor | None = None
+    keep_kv: bool = False  # store this row's KV when it finishes (continuous batching sets it per request)
 
 
 class Decoder:
@@ -110,7 +111,7 @@ class Decoder:
             row.generated.extend(row.feed)
             self.backend.stats["generated_tokens"] += len(row.feed)
             if self._finished(row):
-                if self.keep_kv and self.backend.cache is not None:
+                if (self.keep_kv or row.keep_kv) and self.backend.cache is not None:
                     self._store_kv(row, past, mask[j])
                 if self.on_done is not None:
                     self.on_done(row.index)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from brrm.constraints import Program
 from brrm.errors import ConfigError
@@ -101,6 +101,9 @@ class Capabilities:
             decoding batch; engines and servers: thousands, since they schedule by themselves).
         concurrent: ``generate`` may be called from several threads at once, and the requests of concurrent
             calls share the engine's running batch (vLLM: one engine stepped for all callers; servers: HTTP).
+        continuous: ``generate`` takes ``then=`` (follow-up requests): a request's follow-up (a BR-RM turn 2)
+            joins the running batch as soon as the request finishes, and finished rows are replaced from the
+            queue (see :func:`generate_chains`; the transformers backend's ``scheduling="continuous"``).
     """
 
     generate: bool = True
@@ -110,10 +113,81 @@ class Capabilities:
     kv_reuse: bool = False
     chunk_size: int = 8
     concurrent: bool = False
+    continuous: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in ("generate", "programs", "classify", "vocab_logit", "kv_reuse",
-                                              "chunk_size", "concurrent")}
+                                              "chunk_size", "concurrent", "continuous")}
+
+
+class Next(NamedTuple):
+    """A chain's next generation: the request, and whether to keep its KV for a follow-up that extends it."""
+
+    request: GenerationRequest
+    keep_kv: bool = False
+
+
+FollowUp = Callable[[int, Completion], "Next | None"]
+"""``then(chain, completion)``: called when chain ``chain``'s current request finishes (in the thread that runs
+the generation); returns the chain's next request, or None when the chain is done."""
+OnStep = Callable[[int, int], None]
+"""``on_step(rows, tokens)``: after a decoding step, the rows in the running batch and the tokens that step added."""
+
+
+def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, temperature: float,
+                    top_p: float, on_step: OnStep | None = None,
+                    on_complete: Callable[[int], None] | None = None, top_k: int = 0) -> list[Completion]:
+    """Run chains of dependent generations (BR-RM: turn 1, then turn 2 from turn 1's output, then retries).
+
+    Chain ``i`` starts with ``firsts[i]``; each time its request finishes, ``then(i, completion)`` gives the next
+    one (or None). A backend with ``capabilities.continuous`` runs every chain in one continuously refilled batch
+    (a follow-up enters as soon as its predecessor ends); any other backend runs them in rounds of
+    ``backend.generate`` calls (every chain's first request, then every follow-up, …), which gives the same
+    results, later.
+
+    ``on_step(rows, tokens)`` is called after every decoding step of a continuous backend (rows in its batch,
+    tokens that step added); other backends do not call it. ``on_complete(i)``: in rounds, called the moment
+    chain ``i``'s request finishes inside its round (``then`` runs when the round returns); a continuous backend
+    calls ``then`` at once instead.
+
+    Returns:
+        the last completion of each chain, in order (N = len(firsts)).
+    """
+    last: dict[int, Completion] = {}
+    if backend.capabilities.continuous:  # one call per keep_kv value of the first requests (the judge uses one)
+        for keep in (True, False):
+            chosen = [i for i, step in enumerate(firsts) if step.keep_kv is keep]
+            if chosen:
+                comps = backend.generate([firsts[i].request for i in chosen], temperature=temperature,
+                                         top_p=top_p, top_k=top_k, keep_kv=keep, on_step=on_step,
+                                         then=lambda j, c, chosen=chosen: then(chosen[j], c))
+                last.update(zip(chosen, comps, strict=True))
+        return [last[i] for i in range(len(firsts))]
+    _in_rounds(backend, firsts, then, last, temperature=temperature, top_p=top_p, top_k=top_k,
+               on_complete=on_complete)
+    return [last[i] for i in range(len(firsts))]
+
+
+def _in_rounds(backend: Any, firsts: Sequence[Next], then: FollowUp, last: dict[int, Completion], *,
+               temperature: float, top_p: float, on_complete: Callable[[int], None] | None, top_k: int = 0) -> None:
+    """:func:`generate_chains` without follow-ups in the engine: every pending chain's request in one
+    ``generate`` call per round (per ``keep_kv`` value), ``last`` filled with each chain's latest completion."""
+    pending = list(enumerate(firsts))
+    while pending:
+        following: list[tuple[int, Next]] = []
+        for keep in (True, False):
+            part = [(i, step.request) for i, step in pending if step.keep_kv is keep]
+            if not part:
+                continue
+            done = None if on_complete is None else (lambda j, part=part: on_complete(part[j][0]))
+            comps = backend.generate([r for _, r in part], temperature=temperature, top_p=top_p, top_k=top_k,
+                                     keep_kv=keep, on_complete=done)
+            for (i, _), comp in zip(part, comps, strict=True):
+                last[i] = comp
+                step = then(i, comp)
+                if step is not None:
+                    following.append((i, step))
+        pending = following
 
 
 @dataclass(frozen=True)
@@ -164,7 +238,8 @@ class Backend(Protocol):
         """Run every request; one Completion per request, in order.
 
         ``keep_kv`` asks a backend with ``capabilities.kv_reuse`` to keep each sequence's KV for a follow-up
-        prompt; ``on_complete(i)`` is called as soon as request ``i`` finishes (for progress bars).
+        prompt; ``on_complete(i)`` is called as soon as request ``i`` finishes (for progress bars). A backend
+        with ``capabilities.continuous`` also takes ``then=`` (see :func:`generate_chains`).
 
         A model or transport failure of one request is that request's ``error`` completion; a programming
         error (a bug) raises.

@@ -4,20 +4,26 @@ The decoding loop is our own (not ``model.generate``) because it needs, per row:
 sampler (results independent of batch composition), outlines-core token masks, forced tokens, the raw
 logits at verdict positions, and a prefix KV cache so that BR-RM turn 2 starts from turn 1's keys and
 values. Attention masks with holes (left padding of the cached part and of the new part) and explicit
-position ids make every row compute exactly what it would compute alone.
+position ids make every row compute exactly what it would compute alone. Batching is continuous by default
+(:mod:`brrm.backends._continuous`: finished rows are replaced at the next step, a turn 2 joins as its turn 1 ends);
+``scheduling="static"`` keeps the chunk-at-a-time loop of :mod:`brrm.backends._decode`.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from brrm.backends.base import (
     BackendInfo,
     Capabilities,
     Completion,
+    FollowUp,
     GenerationRequest,
+    Next,
+    OnStep,
     Score,
     common_prefix_length,
     end_of_turn_id,
@@ -88,6 +94,10 @@ CLASSIFY_MIN_BATCH = 64
 padded-token budget (``token_budget``), not the row count, bounds its memory."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
+SCHEDULING = ("continuous", "static")
+CONTINUOUS_CHUNK = 256
+"""Judgments per call a continuously batching backend asks for: the running batch stays ``batch_size`` rows, the
+rest wait in its queue (prompt ids only), so a call may hold many more items than the batch."""
 
 
 class TransformersBackend:
@@ -113,6 +123,11 @@ class TransformersBackend:
             (row-wise attention, linear inputs padded to a multiple of 4 rows; see
             :mod:`brrm.backends._invariant`), so results are byte-identical at any ``batch_size``. Costs wall
             time (about 1.4-1.6x, ``benchmarks/bench_judge.py``). ``info.details["batch_invariant"]`` records it.
+        scheduling: ``continuous`` (default): one running batch of ``batch_size`` rows, refilled as rows finish,
+            a BR-RM turn 2 joining as soon as its turn 1 ends (:mod:`brrm.backends._continuous`); ``static``:
+            chunks of ``batch_size`` rows, each decoded to completion (the earlier loop, kept for comparison).
+            Results are the same bits either way when ``batch_invariant`` is on. A subclass that overrides
+            ``generate`` runs ``static`` (its override then sees every request, turn 2 included).
 
     Raises:
         ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.
@@ -121,11 +136,13 @@ class TransformersBackend:
     def __init__(self, model: Any, tokenizer: Any, *, model_id: str = "", batch_size: int = 8,
                  prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
                  padding_side: str = "right", bucketing: bool = True, jump_forward: bool = True,
-                 classify_batch_size: int | None = None, batch_invariant: bool | str = "auto") -> None:
+                 classify_batch_size: int | None = None, batch_invariant: bool | str = "auto",
+                 scheduling: str = "continuous") -> None:
         from brrm.backends._classify import HeadScorer
-        from brrm.types import check_bool, check_int
+        from brrm.types import check_bool, check_choice, check_int
 
         self.batch_size = check_int("batch_size", batch_size, low=1)
+        self.scheduling = check_choice("scheduling", scheduling, SCHEDULING)
         check_bool("prefix_cache", prefix_cache)
         self.jump_forward = check_bool("jump_forward", jump_forward)
         self.model = model
@@ -145,13 +162,17 @@ class TransformersBackend:
             from brrm.backends._invariant import make_batch_invariant
 
             self.batch_invariant = make_batch_invariant(model, required=batch_invariant is True)
+        if type(self).generate is not TransformersBackend.generate:  # a subclass wrapping generate sees every
+            self.scheduling = "static"  # request (follow-ups of continuous batching never pass through generate)
+        continuous = causal and self.scheduling == "continuous"
         self.capabilities = Capabilities(generate=causal, programs=causal, classify=not causal,
                                          vocab_logit=causal, kv_reuse=self.cache is not None,
-                                         chunk_size=self.batch_size)
+                                         chunk_size=max(self.batch_size, CONTINUOUS_CHUNK) if continuous
+                                         else self.batch_size, continuous=continuous)
         self.info = BackendInfo("transformers", model_id or getattr(model.config, "_name_or_path", ""),
                                 {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
                                  "task": "generate" if causal else "classify",
-                                 "batch_invariant": self.batch_invariant})
+                                 "batch_invariant": self.batch_invariant, "scheduling": self.scheduling})
         self.scorer = HeadScorer(model, pad_id=self.pad_id, token_budget=token_budget,
                                  max_batch_size=classify_batch_size or max(self.batch_size, CLASSIFY_MIN_BATCH),
                                  padding_side=padding_side, bucketing=bucketing)
@@ -163,7 +184,7 @@ class TransformersBackend:
 
     @classmethod
     def from_pretrained(cls, model_id: str, *, task: str = "auto", dtype: str = "auto", device: str = "auto",
-                        trust_remote_code: bool = False, name: str | None = None,
+                        trust_remote_code: bool = False, name: str | None = None, progress_bars: bool = False,
                         **kwargs: Any) -> TransformersBackend:
         """Load a model by hub id or local directory.
 
@@ -174,6 +195,8 @@ class TransformersBackend:
             dtype: ``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
             device: ``auto`` (``device_map="auto"`` when CUDA is available, else CPU), ``cpu``, ``cuda``.
             name: the model name recorded in results (default ``model_id``).
+            progress_bars: show transformers' loading bars ("Loading weights"); off by default, so loading from
+                Python prints nothing.
             **kwargs: passed to the constructor (batch_size, prefix_cache, token_budget, …).
 
         Raises:
@@ -182,7 +205,7 @@ class TransformersBackend:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-        from brrm.types import check_choice
+        from brrm.types import check_bool, check_choice
 
         check_choice("task", task, TASKS)
         check_choice("dtype", dtype, DTYPES)
@@ -200,8 +223,9 @@ class TransformersBackend:
             task = "classify" if "ForSequenceClassification" in archs else "generate"
         auto_cls = AutoModelForSequenceClassification if task == "classify" else AutoModelForCausalLM
         tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=trust_remote_code)
-        model = auto_cls.from_pretrained(model_id, dtype=torch_dtype, device_map=device_map,
-                                         trust_remote_code=trust_remote_code)
+        with _loading_bars(check_bool("progress_bars", progress_bars)):
+            model = auto_cls.from_pretrained(model_id, dtype=torch_dtype, device_map=device_map,
+                                             trust_remote_code=trust_remote_code)
         model.eval()
         return cls(model, tokenizer, model_id=name or model_id, **kwargs)
 
@@ -230,17 +254,31 @@ class TransformersBackend:
         return self._compiled[program]
 
     def generate(self, requests: Sequence[GenerationRequest], *, temperature: float = 1.0,
-                 top_p: float = 1.0, keep_kv: bool = False,
-                 on_complete: Callable[[int], None] | None = None, top_k: int = 0) -> list[Completion]:
-        """Generate for every request (batched by length); see :class:`brrm.backends.base.Backend`.
+                 top_p: float = 1.0, keep_kv: bool = False, on_complete: Callable[[int], None] | None = None,
+                 then: FollowUp | None = None, on_step: OnStep | None = None, top_k: int = 0) -> list[Completion]:
+        """Generate for every request; see :class:`brrm.backends.base.Backend`.
 
         Args:
             keep_kv: store each row's KV in the prefix cache for a follow-up prompt (turn 2).
             on_complete: called with a request's index as soon as its row finishes.
             top_k: sample among the k most likely tokens (0 = no cut).
+            then: continuous scheduling only: request ``i``'s follow-up (:func:`brrm.backends.base.generate_chains`),
+                run in the same batch; the result is then each chain's last completion.
+            on_step: continuous scheduling only: ``on_step(rows, tokens)`` after every decoding step.
+
+        Raises:
+            ConfigError: for a sequence classifier, a request without prompt or budget, or ``then`` with
+                ``scheduling="static"``.
         """
         if not self.capabilities.generate:
             raise ConfigError(f"{self.info.model!r} is a sequence classifier; it cannot generate (use classify)")
+        for r in requests:
+            _check_request(r)
+        if self.capabilities.continuous:
+            return self._continuous([Next(r, keep_kv) for r in requests], on_complete, then, temperature, top_p,
+                                    on_step, top_k)
+        if then is not None:
+            raise ConfigError("follow-up requests (then=) need scheduling='continuous'")
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         out: list[Completion | None] = [None] * len(requests)
         for start in range(0, len(order), self.batch_size):
@@ -254,19 +292,43 @@ class TransformersBackend:
                 out[i] = res
         return [c for c in out if c is not None]
 
+    def _continuous(self, firsts: list[Next], on_complete: Callable[[int], None] | None, then: FollowUp | None,
+                    temperature: float, top_p: float, on_step: OnStep | None = None,
+                    top_k: int = 0) -> list[Completion]:
+        """Every chain through one continuously refilled batch (:mod:`brrm.backends._continuous`)."""
+        import torch
+
+        from brrm.backends._continuous import ContinuousDecoder
+
+        def follow(i: int, comp: Completion) -> Next | None:
+            if on_complete is not None:
+                on_complete(i)
+            return then(i, comp) if then is not None else None
+
+        if not firsts:
+            return []
+        with torch.inference_mode():
+            return ContinuousDecoder(self, temperature=temperature, top_p=top_p, make_row=self._row,
+                                     then=follow, on_step=on_step, top_k=top_k).run(firsts)
+
+    def _row(self, index: int, step: Next) -> Row:
+        """A decoding row for ``step``'s request: its own seeded sampler and program state."""
+        import torch
+
+        from brrm.backends._decode import Row
+
+        r = _check_request(step.request)
+        gen = torch.Generator(device="cpu").manual_seed(r.seed)
+        state = ProgramState(self.compiled(r.program)) if r.program is not None else None
+        return Row(index, r, gen, state, keep_kv=step.keep_kv and self.cache is not None)
+
     def _generate_chunk(self, reqs: list[GenerationRequest], temperature: float, top_p: float,
                         keep_kv: bool, on_done: Callable[[int], None] | None, top_k: int = 0) -> list[Completion]:
         import torch
 
-        from brrm.backends._decode import Decoder, Row
+        from brrm.backends._decode import Decoder
 
-        rows = []
-        for i, r in enumerate(reqs):
-            if not r.prompt_ids or r.max_new_tokens < 1:
-                raise ConfigError("a request needs >= 1 prompt token and max_new_tokens >= 1")
-            gen = torch.Generator(device="cpu").manual_seed(r.seed)
-            state = ProgramState(self.compiled(r.program)) if r.program is not None else None
-            rows.append(Row(i, r, gen, state))
+        rows = [self._row(i, Next(r)) for i, r in enumerate(reqs)]
         with torch.inference_mode():
             Decoder(self, temperature=temperature, top_p=top_p, keep_kv=keep_kv, on_done=on_done,
                     top_k=top_k).run(rows)
@@ -288,6 +350,30 @@ class TransformersBackend:
             forced_caps=state.forced_caps if state else 0,
             cached_prompt_tokens=row.cached,
         )
+
+
+@contextmanager
+def _loading_bars(show: bool) -> Iterator[None]:
+    """transformers' progress bars on (``show``) or off while a model loads; the previous setting comes back."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if show else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
+
+
+def _check_request(r: GenerationRequest) -> GenerationRequest:
+    """``r``, refused when it has no prompt or no budget.
+
+    Raises:
+        ConfigError: for an empty ``prompt_ids`` or ``max_new_tokens`` < 1.
+    """
+    if not r.prompt_ids or r.max_new_tokens < 1:
+        raise ConfigError("a request needs >= 1 prompt token and max_new_tokens >= 1")
+    return r
 
 
 def _invariant_wanted(value: Any, model: Any) -> bool:

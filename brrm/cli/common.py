@@ -52,6 +52,9 @@ def add_model_args(p: argparse.ArgumentParser, *, default_kind: str = "auto", ju
     b.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto")
     b.add_argument("--batch-size", type=int, default=None,
                    help="transformers: rows decoded (or scored) together (default: 8)")
+    b.add_argument("--scheduling", choices=("continuous", "static"), default=None,
+                   help="transformers: continuous (default: finished rows are replaced at once, a turn 2 joins as "
+                        "soon as its turn 1 ends) or static (chunks decoded to completion); same results")
     b.add_argument("--base-url", action="append", default=None,
                    help="openai: OpenAI-compatible server URL, repeatable (e.g. http://127.0.0.1:8000/v1)")
     b.add_argument("--served-model-name", default=None, help="openai: the model name the server expects")
@@ -118,10 +121,11 @@ _FLAG_OF = {"strip_history_reasoning": "--history-reasoning", "strip_thinking": 
 def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
     """(model, ``brrm.load`` keyword options) from the flags the user set (unset flags keep load's defaults)."""
     opts: dict[str, Any] = {"kind": args.kind, "backend": args.backend}
-    for flag in ("dtype", "device", "batch_size", "served_model_name", "max_model_len", "tensor_parallel_size",
-                 "gpu_memory_utilization", "decoding", "swap", "samples", "thinking", "temperature", "top_p", "top_k",
-                 "max_new_tokens", "max_total_tokens", "block_token_cap", "seed", "max_retries", "system_messages",
-                 "tool_messages", "verdict", "recipe", "max_length", "truncation_side", "margin"):
+    for flag in ("dtype", "device", "batch_size", "scheduling", "served_model_name", "max_model_len",
+                 "tensor_parallel_size", "gpu_memory_utilization", "decoding", "swap", "samples", "thinking",
+                 "temperature", "top_p", "top_k", "max_new_tokens", "max_total_tokens", "block_token_cap", "seed",
+                 "max_retries", "system_messages", "tool_messages", "verdict", "recipe", "max_length",
+                 "truncation_side", "margin"):
         value = getattr(args, flag, None)
         if value is not None:
             opts[flag] = value
@@ -225,7 +229,7 @@ def progress_bar(total: float, *, desc: str, unit: str, disable: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, disable=disable, file=sys.stderr, dynamic_ncols=True,
-                bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]")
+                bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]")
 
 
 def translate(message: str, parser: argparse.ArgumentParser) -> str:
@@ -259,11 +263,65 @@ def terminal(output: str) -> TextIO:
     return sys.stderr if output == "-" else sys.stdout
 
 
-def open_output(path: str) -> Any:
-    """The output stream (stdout for ``-``)."""
+def open_output(path: str, *, append: bool = False) -> Any:
+    """The output stream (stdout for ``-``); ``append`` keeps what the file holds (``--resume``)."""
     from contextlib import nullcontext
 
-    return nullcontext(sys.stdout) if path == "-" else open(path, "w", encoding="utf-8")  # noqa: SIM115
+    return nullcontext(sys.stdout) if path == "-" else open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
+
+
+class OrderedLines:
+    """JSONL lines in input order, each written and flushed as soon as it and every earlier line are known, so a
+    killed run keeps every line before the first unfinished record (resume with ``--resume``).
+
+    Args:
+        out: the output stream.
+        skip: positions already in the file (a resumed run): not written again.
+    """
+
+    def __init__(self, out: TextIO, skip: int = 0) -> None:
+        self.out, self.next, self.skip = out, 0, skip
+        self.pending: dict[int, dict[str, Any]] = {}
+
+    def put(self, position: int, row: dict[str, Any]) -> None:
+        """Line ``position`` (0-based, in input order) is ``row``."""
+        import json
+
+        self.pending[position] = row
+        while self.next in self.pending:
+            line = self.pending.pop(self.next)
+            if self.next >= self.skip:
+                self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                self.out.flush()
+            self.next += 1
+
+
+def resumed_lines(args: argparse.Namespace) -> int:
+    """With ``--resume``: how many complete lines the existing ``--output`` file holds (a torn last line is cut
+    off); 0 without ``--resume`` or when the file does not exist.
+
+    Raises:
+        ConfigError: ``--resume`` with output to stdout.
+    """
+    if not getattr(args, "resume", False):
+        return 0
+    if args.output == "-":
+        raise ConfigError("--resume needs --output FILE (the file a killed run left)")
+    path = Path(args.output)
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    keep = data[:data.rfind(b"\n") + 1]
+    if len(keep) < len(data):
+        path.write_bytes(keep)
+    return keep.count(b"\n")
+
+
+def add_resume_arg(p: argparse.ArgumentParser) -> None:
+    """``--resume``: keep the complete lines of an existing ``--output`` file and run only the records after them."""
+    p.add_argument("--resume", action="store_true",
+                   help="continue a killed run: keep the complete lines already in --output and append the rest "
+                        "(results depend only on record, options and seed, so the file equals an unbroken run's)")
 
 
 def _quiet_libraries() -> None:

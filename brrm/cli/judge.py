@@ -1,14 +1,14 @@
 """``brrm judge``: pairwise judgments of records, streamed as JSONL, with verdict lines and a summary.
 
-Output contract: one JSON object per input record, in input order, to ``--output`` (or stdout); a one-line
-verdict per pair and a summary to the terminal (stderr when JSONL goes to stdout). Malformed records become
-``invalid_input`` lines with their line number; the rest are judged.
+Output contract: one JSON object per input record, in input order, to ``--output`` (or stdout), each written and
+flushed as soon as it and every earlier record are done; a one-line verdict per pair the moment that pair is done,
+and a summary, to the terminal (stderr when JSONL goes to stdout). Malformed records become ``invalid_input``
+lines with their line number; the rest are judged. ``--resume`` continues a killed run's file.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any, TextIO
 
@@ -23,6 +23,7 @@ def add_parser(sub: Any) -> None:
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--quiet", "-q", action="store_true", help="no per-pair lines, summary only")
+    common.add_resume_arg(p)
     p.set_defaults(func=run)
 
 
@@ -32,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     common.check_output(args.output)
     common.load_options(args)  # flag combinations are checked before reading or loading anything
+    skip = common.resumed_lines(args)
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_records(args.input, "pairs", fields=fields, limit=args.limit, format=args.input_format)
     common.require_records(records, args.input)
@@ -39,18 +41,25 @@ def run(args: argparse.Namespace) -> int:
     common.report_bad_records(records, term)
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "judge", judge, len(records), args.input)
-    good = [r for r in records if not isinstance(r, RecordError)]
+    n_good = sum(not isinstance(r, RecordError) for r in records[skip:])
     if hasattr(judge, "cost"):
-        print(f"cost: {judge.cost(len(good)).describe()}", file=term)
+        print(f"cost: {judge.cost(n_good).describe()}", file=term)
+    if skip:
+        print(f"resuming: {skip} of {len(records)} records already in {args.output}", file=term)
     results: dict[int, Any] = {}
     started = time.perf_counter()
-    with common.open_output(args.output) as out:
-        _judge(judge, good, results, args, term)
-        for rec in records:
-            row = ({"line": rec.line, **results[id(rec)].to_dict()} if not isinstance(rec, RecordError)
-                   else invalid_row(rec))
-            out.write(json.dumps(row, ensure_ascii=False) + "\n")
-    summary(term, list(results.values()), records, time.perf_counter() - started)
+    with common.open_output(args.output, append=skip > 0) as out:
+        sink = common.OrderedLines(out, skip)
+        good = []
+        for k, rec in enumerate(records):
+            if k < skip:
+                sink.put(k, {})
+            elif isinstance(rec, RecordError):
+                sink.put(k, invalid_row(rec))
+            else:
+                good.append((k, rec))
+        _judge(judge, good, results, sink, args, term)
+    summary(term, list(results.values()), records[skip:], time.perf_counter() - started)
     judge.close()
     return 0
 
@@ -60,24 +69,53 @@ def invalid_row(rec: Any) -> dict[str, Any]:
     return {"id": rec.id, "line": rec.line, "winner": "none", "status": "invalid_input", "reason": rec.reason}
 
 
-def _judge(judge: Any, good: list[Any], results: dict[int, Any], args: argparse.Namespace, term: TextIO) -> None:
+def _judge(judge: Any, good: list[tuple[int, Any]], results: dict[int, Any], sink: common.OrderedLines,
+           args: argparse.Namespace, term: TextIO) -> None:
+    """Judge ``(position, record)`` pairs; each result goes to ``sink`` and the terminal as soon as it is final."""
     from brrm.records import seed_ids
 
     chunk = judge.info.chunk_size
     with common.progress_bar(len(good), desc="judging", unit="pair", disable=args.no_progress) as bar:
+        steps = StepMeter(bar)
         for start in range(0, len(good), chunk):
             part = good[start:start + chunk]
             done = bar.n
-            out = judge.judge_pairs([r.conversation for r in part], [r.response_a for r in part],
-                                    [r.response_b for r in part], ids=seed_ids(part),
-                                    labels=[r.label for r in part], progress=bar.update)
-            out = [common.with_id(j, r.id) for j, r in zip(out, part, strict=True)]
-            bar.n = done + len(part)
-            bar.refresh()
-            for rec, res in zip(part, out, strict=True):
-                results[id(rec)] = res
+
+            def finished(i: int, res: Any, part: list[tuple[int, Any]] = part) -> None:
+                k, rec = part[i]
+                res = common.with_id(res, rec.id)
+                results[k] = res
+                sink.put(k, {"line": rec.line, **res.to_dict()})
                 if not args.quiet:
                     bar.write(verdict_line(res.to_dict()), file=term)
+
+            recs = [r for _, r in part]
+            out = judge.judge_pairs([r.conversation for r in recs], [r.response_a for r in recs],
+                                    [r.response_b for r in recs], ids=seed_ids(recs),
+                                    labels=[r.label for r in recs], progress=bar.update, on_result=finished,
+                                    on_step=steps)
+            for i, res in enumerate(out):  # a judge that reported no result for an item: its returned one
+                if part[i][0] not in results:
+                    finished(i, res)
+            bar.n = done + len(part)
+            bar.refresh()
+
+
+class StepMeter:
+    """The judge's ``on_step`` hook: rows decoding and tokens per second on the progress bar, redrawn at most every
+    ``every_s`` seconds while rows decode (a continuously batching backend reports every step)."""
+
+    def __init__(self, bar: Any, every_s: float = 0.5) -> None:
+        self.bar, self.every_s = bar, every_s
+        self.tokens, self.started = 0, time.perf_counter()
+        self.shown = self.started
+
+    def __call__(self, rows: int, tokens: int) -> None:
+        self.tokens += tokens
+        now = time.perf_counter()
+        if now - self.shown >= self.every_s:
+            self.shown = now
+            self.bar.set_postfix_str(f"{rows} rows decoding, {self.tokens / (now - self.started):.0f} tok/s")
 
 
 def verdict_line(row: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ import argparse
 import json
 import math
 import time
-from typing import Any, TextIO
+from typing import Any
 
 from brrm.cli import common
 
@@ -29,6 +29,7 @@ def add_parser(sub: Any) -> None:
                         "knockout (N-1), reference (N, needs a 'reference' field), scores (scalar models)")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    common.add_resume_arg(p)
     p.set_defaults(func=run)
 
 
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     common.check_output(args.output)
     common.load_options(args)
+    skip = common.resumed_lines(args)
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_records(args.input, "groups", fields=fields, limit=args.limit, format=args.input_format)
     common.require_records(records, args.input)
@@ -63,26 +65,50 @@ def run(args: argparse.Namespace) -> int:
     # progress comes in pairs (a swapped pair's two orders count one), scalar models in responses
     units = sum(cost) // (2 if swap and strategy != "round_robin" else 1) if pairwise else \
         sum(len(r.responses) for r in good)
-    with common.progress_bar(units, desc="ranking", unit="pair" if pairwise else "item",
-                             disable=args.no_progress) as bar:
-        groups = judge.rank_groups([r.conversation for r in good], [list(r.responses) for r in good],
-                                   strategy=strategy,
-                                   references=[r.reference for r in good] if strategy == "reference" else None,
-                                   progress=bar.update)
-    by_rec = {id(r): g for r, g in zip(good, groups, strict=True)}
-    with common.open_output(args.output) as out:
-        for rec in records:
-            row = ({"id": rec.id, "line": rec.line, "status": "invalid_input", "reason": rec.reason}
-                   if isinstance(rec, RecordError) else {"id": rec.id, "line": rec.line, **by_rec[id(rec)].to_dict()})
-            out.write(json.dumps(row, ensure_ascii=False) + "\n")
-    for rec in good:
-        _print_group(term, rec, by_rec[id(rec)])
+    with common.open_output(args.output, append=skip > 0) as out, common.progress_bar(
+            units, desc="ranking", unit="pair" if pairwise else "item", disable=args.no_progress) as bar:
+        sink = common.OrderedLines(out, skip)
+        todo = []
+        for k, rec in enumerate(records):
+            if k < skip:
+                sink.put(k, {})
+            elif isinstance(rec, RecordError):
+                sink.put(k, {"id": rec.id, "line": rec.line, "status": "invalid_input", "reason": rec.reason})
+            else:
+                todo.append((k, rec))
+        for part in _chunks(todo, judge.info.chunk_size, pairwise, strategy, swap):
+            recs = [r for _, r in part]
+            groups = judge.rank_groups([r.conversation for r in recs], [list(r.responses) for r in recs],
+                                       strategy=strategy,
+                                       references=[r.reference for r in recs] if strategy == "reference" else None,
+                                       progress=bar.update)
+            for (k, rec), group in zip(part, groups, strict=True):
+                sink.put(k, {"id": rec.id, "line": rec.line, **group.to_dict()})
+                bar.write(_group_line(rec, group), file=term)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
     judge.close()
     return 0
 
 
-def _print_group(term: TextIO, rec: Any, group: Any) -> None:
+def _chunks(todo: list[tuple[int, Any]], chunk_size: int, pairwise: bool, strategy: str,
+            swap: bool) -> list[list[tuple[int, Any]]]:
+    """Groups in runs of about ``chunk_size`` judgments (at least one group each): every run's lines are written
+    when it is done, so a killed run keeps the finished runs' lines."""
+    from brrm.compose.strategies import judgments_per_group
+
+    runs: list[list[tuple[int, Any]]] = []
+    cost = chunk_size
+    for item in todo:
+        n = judgments_per_group(strategy, len(item[1].responses), swap=swap) if pairwise else len(item[1].responses)
+        if cost + n > chunk_size:
+            runs.append([])
+            cost = 0
+        runs[-1].append(item)
+        cost += n
+    return runs
+
+
+def _group_line(rec: Any, group: Any) -> str:
     def fmt(r: Any) -> str:
         return f"{r.reward:.3f}" if r.ok else r.status.value
 
@@ -90,5 +116,5 @@ def _print_group(term: TextIO, rec: Any, group: Any) -> None:
     order = " > ".join(f"#{k}" for k in group.ranking) or "none"
     rates = [x for x in group.win_rates() if not math.isnan(x)]
     extra = f"; judgments {group.n_judgments} ({group.failed} failed)" if group.n_judgments else ""
-    print(f"{common.printable(rec.id):<16} ranking {order}; rewards {rewards}{extra}" + (" ; win matrix " + json.dumps(
-        [list(r) for r in group.wins]) if rates and len(group.rewards) <= 8 else ""), file=term)
+    return f"{common.printable(rec.id):<16} ranking {order}; rewards {rewards}{extra}" + (" ; win matrix " + json.dumps(
+        [list(r) for r in group.wins]) if rates and len(group.rewards) <= 8 else "")

@@ -1,9 +1,10 @@
 """``brrm score``: scalar rewards of single-response records (Bradley–Terry or principle models).
 
 Output contract: one :class:`~brrm.types.ScalarReward` dict per input record (and principle), in input order, to
-``--output`` (or stdout); a summary with counts by status to the terminal. A pair record (``response_a`` /
-``response_b``) yields two records, ``<id>:A`` and ``<id>:B``. Without ``--model`` the embedded demo model runs
-as a principle judge (``--principle`` required), to show the machinery.
+``--output`` (or stdout), each line written and flushed as soon as it and every earlier one are done
+(``--resume`` continues a killed run's file); a summary with counts by status to the terminal. A pair record
+(``response_a`` / ``response_b``) yields two records, ``<id>:A`` and ``<id>:B``. Without ``--model`` the embedded
+demo model runs as a principle judge (``--principle`` required), to show the machinery.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def add_parser(sub: Any) -> None:
     common.add_input_args(p, verb="score", fields="id, conversation, prompt, response, principle")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    common.add_resume_arg(p)
     p.set_defaults(func=run)
 
 
@@ -38,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         args.kind = "principle"
     common.check_output(args.output)
     _, opts = common.load_options(args)
+    skip = common.resumed_lines(args)
     principles = list(args.principle or [])
     if opts["kind"] == "principle" and args.model is None and not principles:
         raise ConfigError("the embedded demo runs as a principle judge here: pass --principle "
@@ -50,45 +53,72 @@ def run(args: argparse.Namespace) -> int:
     args.principle = None  # principles are applied per record below, one output row each
     judge = common.load_judge(args)
     common.header(term, "score", judge, len(records), args.input)
-    good = [r for r in records if not isinstance(r, RecordError)]
-    scored = iter(_score(judge, good, principles, args))
+    per = _principles(judge, records, principles)
     results: list[ScalarReward] = []
-    lines: list[int] = []
-    for rec in records:
-        got = ([ScalarReward.failed(Status.INVALID_INPUT, rec.reason, id=rec.id)] if isinstance(rec, RecordError)
-               else next(scored))
-        results.extend(got)
-        lines.extend([rec.line] * len(got))
-    with common.open_output(args.output) as out:
-        for line, r in zip(lines, results, strict=True):
-            row = r.to_dict()
-            out.write(json.dumps({"id": row.pop("id"), "line": line, **row}, ensure_ascii=False) + "\n")
+    with common.open_output(args.output, append=skip > 0) as out:
+        sink = common.OrderedLines(out, skip)
+        flat: list[tuple[int, Any, Any]] = []  # (output position, record, principle) still to score
+        lines = [(rec, p) for rec, ps in zip(records, per, strict=True) for p in ps]
+        for pos, (rec, p) in enumerate(lines):
+            if pos < skip:
+                sink.put(pos, {})
+            elif isinstance(rec, RecordError):
+                res = ScalarReward.failed(Status.INVALID_INPUT, rec.reason, id=rec.id)
+                results.append(res)
+                sink.put(pos, _row(rec, res))
+            else:
+                flat.append((pos, rec, p))
+        _score(judge, flat, sink, results, args)
     print(json.dumps(summarize_rewards(results)), file=term)
     judge.close()
     return 0
 
 
-def _score(judge: Any, good: list[Any], principles: list[str], args: argparse.Namespace) -> list[list[Any]]:
-    """Per record, its reward(s): one per principle for principle models (one batch), else one."""
+def _row(rec: Any, reward: Any) -> dict[str, Any]:
+    row = reward.to_dict()
+    return {"id": row.pop("id"), "line": rec.line, **row}
+
+
+def _principles(judge: Any, records: list[Any], principles: list[str]) -> list[list[Any]]:
+    """Per record, the principles it is scored under (one output line each; [None] for Bradley–Terry models).
+
+    Raises:
+        ConfigError: a principle model without ``--principle`` or a record's ``principle`` field.
+    """
+    from brrm.records import RecordError
+
+    if judge.info.kind != "principle":
+        return [[None] for _ in records]
+    per = [[None] if isinstance(r, RecordError) else (principles or [r.principle]) for r in records]
+    missing = [r.line for r, ps in zip(records, per, strict=True) if not isinstance(r, RecordError) and not all(ps)]
+    if missing:
+        raise ConfigError(f"principle models need --principle or a 'principle' field; missing on lines "
+                          f"{missing[:10]}")
+    return per
+
+
+def _score(judge: Any, flat: list[tuple[int, Any, Any]], sink: common.OrderedLines, results: list[Any],
+           args: argparse.Namespace) -> None:
+    """Score every (position, record, principle), a chunk per call; each line goes to ``sink`` when done."""
     from brrm.records import seed_ids
 
-    per: list[list[Any]]
-    if judge.info.kind != "principle":
-        per = [[None] for _ in good]
-    else:
-        per = [principles or [r.principle] for r in good]
-        missing = [r.line for r, ps in zip(good, per, strict=True) if not all(ps)]
-        if missing:
-            raise ConfigError(f"principle models need --principle or a 'principle' field; missing on lines "
-                              f"{missing[:10]}")
-    flat = [(i, p) for i, ps in enumerate(per) for p in ps]
+    chunk = judge.info.chunk_size
     with common.progress_bar(len(flat), desc="scoring", unit="item", disable=args.no_progress) as bar:
-        seeds = seed_ids(good)
-        rewards = judge.score([good[i].conversation for i, _ in flat], [good[i].response for i, _ in flat],
-                              principles=None if per and per[0] == [None] else [p for _, p in flat],
-                              ids=[seeds[i] for i, _ in flat], progress=bar.update)
-        rewards = [common.with_id(r, good[i].id) for (i, _), r in zip(flat, rewards, strict=True)]
-    out: list[list[Any]] = [[] for _ in good]
-    for (i, _), r in zip(flat, rewards, strict=True):
-        out[i].append(r)
-    return out
+        for start in range(0, len(flat), chunk):
+            part = flat[start:start + chunk]
+            got: set[int] = set()
+
+            def finished(i: int, reward: Any, part: list[tuple[int, Any, Any]] = part, got: set[int] = got) -> None:
+                pos, rec, _ = part[i]
+                reward = common.with_id(reward, rec.id)
+                results.append(reward)
+                got.add(i)
+                sink.put(pos, _row(rec, reward))
+
+            recs = [rec for _, rec, _ in part]
+            rewards = judge.score([r.conversation for r in recs], [r.response for r in recs],
+                                  principles=None if part[0][2] is None else [p for _, _, p in part],
+                                  ids=seed_ids(recs), progress=bar.update, on_result=finished)
+            for i, reward in enumerate(rewards):
+                if i not in got:
+                    finished(i, reward)

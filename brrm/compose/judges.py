@@ -38,6 +38,12 @@ from brrm.types import (
 from brrm.types.protocols import Principles
 
 Progress = Callable[[float], None] | None
+OnResult = Callable[[int, Any], None] | None
+OnStep = Callable[[int, int], None] | None
+"""``on_step(rows, tokens)``: after each decoding step of a continuously batching backend, the rows in its batch
+and the tokens the step added (for progress displays); judges without decoding steps never call it."""
+"""``on_result(index, result)``: item ``index``'s final result (a judgment or reward), as soon as it is known, in
+the calling thread; results still come back in order from the call."""
 
 
 class _Base:
@@ -49,12 +55,13 @@ class _Base:
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
-                    progress: Progress = None) -> list[PairwiseJudgment]:
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: OnStep = None) -> list[PairwiseJudgment]:
         raise NotImplementedError
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
-              progress: Progress = None) -> list[ScalarReward]:
+              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
         raise NotImplementedError
 
     def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
@@ -94,6 +101,13 @@ class _Base:
     def __repr__(self) -> str:
         i = self.info
         return f"{type(self).__name__}(model={i.model!r}, kind={i.kind!r}, recipe={i.recipe!r}, backend={i.backend!r})"
+
+
+def _report_all(results: Sequence[Any], on_result: OnResult) -> None:
+    """Every result to ``on_result`` (a pass that finishes all its items at once)."""
+    if on_result is not None:
+        for i, r in enumerate(results):
+            on_result(i, r)
 
 
 def _groups(conversations: Sequence[Any], groups: Sequence[Sequence[str]],
@@ -172,8 +186,10 @@ class PairwiseRewardJudge(_Base):
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
-                    progress: Progress = None) -> list[PairwiseJudgment]:
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: OnStep = None) -> list[PairwiseJudgment]:
         """One judgment per (conversation, A, B), in input order; ``swap=None`` uses the judge's default.
+        ``on_result(i, judgment)`` is called as soon as pair ``i`` is final (label set).
 
         Raises:
             ConfigError: on mismatched lengths, invalid inputs, or principles (a BR-RM judge takes none).
@@ -183,18 +199,27 @@ class PairwiseRewardJudge(_Base):
         n = check_same_length(conversations=conversations, responses_a=responses_a, responses_b=responses_b)
         labels = _labels(labels, n)
         swap = self.swap if swap is None else check_bool("swap", swap)
-        if self.samples > 1:
+        report = on_result
+        if on_result is not None and labels is not None:
+            def report(i: int, j: PairwiseJudgment) -> None:
+                on_result(i, replace(j, label=labels[i]))
+
+        if self.samples > 1:  # the votes of a pair are known when the call returns: reported then
             out = judge_with_votes(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
                                    samples=self.samples, ids=_ids(ids, n), progress=progress)
+            for i, j in enumerate(out):
+                if report is not None:
+                    report(i, j)
         else:
             out = judge_with_swap(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
-                                  ids=_ids(ids, n), progress=progress)
+                                  ids=_ids(ids, n), progress=progress, on_result=report, on_step=on_step)
         return [replace(j, label=labels[i]) for i, j in enumerate(out)] if labels is not None else out
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
-              progress: Progress = None) -> list[ScalarReward]:
+              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
         """P(response ≻ reference) per item, in [0, 1] (the judgment's p_a, else 1 / 0.5 / 0); N judgments.
+        ``on_result(i, reward)`` is called as soon as item ``i`` is final.
 
         Raises:
             ConfigError: without ``references`` (a pairwise judge scores only against something), with
@@ -206,9 +231,18 @@ class PairwiseRewardJudge(_Base):
         rids = _ids(ids, n)
         out: list[ScalarReward | None] = [_unscorable(responses[k], references[k], rids[k]) for k in range(n)]
         todo = [k for k in range(n) if out[k] is None]
+        report = None
+        if on_result is not None:
+            for k, r in enumerate(out):
+                if r is not None:
+                    on_result(k, r)
+
+            def report(t: int, jd: PairwiseJudgment) -> None:
+                on_result(todo[t], reference_reward(jd, todo[t]))
+
         judgments = self.judge_pairs([conversations[k] for k in todo], [responses[k] for k in todo],
                                      [references[k] for k in todo], ids=[rids[k] for k in todo],
-                                     principles=principles, progress=progress) if todo else []
+                                     principles=principles, progress=progress, on_result=report) if todo else []
         for k, jd in zip(todo, judgments, strict=True):
             out[k] = reference_reward(jd, k)
         return [r for r in out if r is not None]
@@ -277,8 +311,9 @@ class ScalarRewardJudge(_Base):
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
-              progress: Progress = None) -> list[ScalarReward]:
+              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
         """The model's reward per (conversation, response); ``principles`` default to the judge's.
+        ``on_result(i, reward)`` is called for every item once the scoring pass is done.
 
         Raises:
             ConfigError: with references (a scalar model scores each response on its own), a principle for a
@@ -296,6 +331,7 @@ class ScalarRewardJudge(_Base):
             out = self._mean_over_principles(conversations, responses, rids)
         if progress:
             progress(float(n))
+        _report_all(out, on_result)
         return out
 
     def _mean_over_principles(self, conversations: Sequence[Any], responses: Sequence[str],
@@ -319,8 +355,10 @@ class ScalarRewardJudge(_Base):
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
-                    progress: Progress = None) -> list[PairwiseJudgment]:
-        """Judge N pairs from one scoring pass over the 2N responses (``swap`` cannot change the result).
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: OnStep = None) -> list[PairwiseJudgment]:
+        """Judge N pairs from one scoring pass over the 2N responses (``swap`` cannot change the result);
+        ``on_result(i, judgment)`` is called for every pair once that pass is done.
 
         Raises:
             ConfigError: on mismatched lengths or invalid inputs.
@@ -333,9 +371,11 @@ class ScalarRewardJudge(_Base):
         per_item = principles if isinstance(principles, str) or principles is None else [*principles, *principles]
         rewards = self.score([*conversations, *conversations], [*responses_a, *responses_b], principles=per_item,
                              ids=[*rids, *rids], progress=(lambda x: progress(x / 2)) if progress else None)
-        return [pairwise_from_rewards(rewards[i], rewards[n + i], margin=self.margin, on_tie=self.on_tie,
-                                      id=rids[i], label=labels[i] if labels is not None else Verdict.NONE)
-                for i in range(n)]
+        out = [pairwise_from_rewards(rewards[i], rewards[n + i], margin=self.margin, on_tie=self.on_tie,
+                                     id=rids[i], label=labels[i] if labels is not None else Verdict.NONE)
+               for i in range(n)]
+        _report_all(out, on_result)
+        return out
 
     def _derived(self, rewards: list[ScalarReward]) -> Callable[[list[tuple[int, int, int]]], list[PairwiseJudgment]]:
         """A free judge over already computed rewards (σ(r_i − r_j), no model call)."""

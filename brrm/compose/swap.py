@@ -55,18 +55,49 @@ def combine(fwd: PairwiseJudgment, rev: PairwiseJudgment) -> PairwiseJudgment:
 
 def judge_with_swap(ordered: OrderedFn, conversations: Sequence[Any], responses_a: Sequence[str],
                     responses_b: Sequence[str], *, swap: bool, ids: Sequence[str],
-                    progress: Callable[[float], None] | None = None) -> list[PairwiseJudgment]:
+                    progress: Callable[[float], None] | None = None,
+                    on_result: OnResult | None = None,
+                    on_step: Callable[[int, int], None] | None = None) -> list[PairwiseJudgment]:
     """Judge N pairs, in both orders in one call when ``swap`` (2N ordered judgments), and combine.
 
     Args:
-        ordered: ``ordered(conversations, first, second, ids=…, progress=…)`` of an ordered-pair judge.
+        ordered: ``ordered(conversations, first, second, ids=…, progress=…[, on_result=…])`` of an ordered-pair
+            judge.
         ids: N record ids (each order's sub-judgment carries its pair's id).
         progress: called with finished pairs (fractions; each order counts half a pair under swap).
+        on_result: called with ``(pair index, judgment)`` as soon as a pair is final (under swap: when its
+            second order is); passed to ``ordered`` only when given, as is ``on_step`` (decoding steps).
     """
     n = len(conversations)
     if not swap:
-        return ordered(conversations, responses_a, responses_b, ids=ids, progress=progress)
+        extra: dict[str, Any] = {"on_result": on_result} if on_result is not None else {}
+        if on_step is not None:
+            extra["on_step"] = on_step
+        return ordered(conversations, responses_a, responses_b, ids=ids, progress=progress, **extra)
     half = (lambda x: progress(x / 2)) if progress else None
+    extra = {"on_result": _pairing(n, on_result)} if on_result is not None else {}
+    if on_step is not None:
+        extra["on_step"] = on_step
     both = ordered([*conversations, *conversations], [*responses_a, *responses_b], [*responses_b, *responses_a],
-                   ids=[*ids, *ids], progress=half)
+                   ids=[*ids, *ids], progress=half, **extra)
     return [combine(both[i], mirror(both[n + i])) for i in range(n)]
+
+
+OnResult = Callable[[int, PairwiseJudgment], None]
+
+
+def _pairing(n: int, on_result: OnResult) -> OnResult:
+    """An ordered judge's per-item callback over 2N items (forward orders, then reversed ones) that reports each
+    pair's combined judgment once both its orders are final."""
+    halves: dict[int, PairwiseJudgment] = {}
+
+    def got(k: int, j: PairwiseJudgment) -> None:
+        pair = k % n
+        other = halves.pop(pair, None)
+        if other is None:
+            halves[pair] = j
+            return
+        fwd, rev = (j, other) if k < n else (other, j)
+        on_result(pair, combine(fwd, mirror(rev)))
+
+    return got

@@ -64,6 +64,8 @@ DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
 TURN2_TOKENS = ("auto", "retokenize", "concat")
 _MARK = "\x00BRRM-TURN1\x00"
+OnResult = Callable[[int, PairwiseJudgment], None]
+"""``on_result(index, judgment)``: an item's final judgment, as soon as it is known."""
 
 POLICY_DEFAULTS = {
     "constrained": {"system_messages": "include", "tool_messages": "include", "strip_history_reasoning": True,
@@ -275,7 +277,8 @@ class BRRMJudge:
     def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
                       ids: Sequence[str] | None = None, samples: Sequence[int] | None = None,
                       seed_texts: Sequence[tuple[str, str] | None] | None = None,
-                      progress: Callable[[float], None] | None = None) -> list[PairwiseJudgment]:
+                      progress: Callable[[float], None] | None = None, on_result: OnResult | None = None,
+                      on_step: Callable[[int, int], None] | None = None) -> list[PairwiseJudgment]:
         """Judge each (conversation, first, second) in that presentation order; one judgment per item.
 
         Args:
@@ -291,6 +294,10 @@ class BRRMJudge:
                 (:mod:`brrm.probes`) judge a manipulated variant from the original pair's streams (common random
                 numbers), so a verdict that moves is moved by the manipulation, not by other samples.
             progress: called with the fraction of an item done (0.5 per finished turn).
+            on_result: called with ``(index, judgment)`` as soon as item ``index`` is final (retries done), in
+                the calling thread; on a continuously batching backend that is when its turn 2 ends.
+            on_step: ``on_step(rows, tokens)`` after every decoding step of a continuously batching backend (rows
+                in its batch, tokens the step added), for progress displays; other backends never call it.
 
         Raises:
             ConfigError: on mismatched lengths, an invalid conversation, a response that is not a string or a
@@ -304,17 +311,16 @@ class BRRMJudge:
         keyed = list(seed_texts) if seed_texts is not None else [None] * n
         check_same_length(conversations=conversations, seed_texts=keyed)
         items = [self._item(i, conversations[i], first[i], second[i], rids[i], picks[i], keyed[i]) for i in range(n)]
+        from brrm.judges.brrm_run import ItemRun
+
+        run = ItemRun(self, progress, on_result, on_step)
+        for it in items:
+            if it.result is not None:
+                run.final(it)
         live = [it for it in items if it.result is None]
         chunk = self.backend.capabilities.chunk_size
         for start in range(0, len(live), chunk):
-            part = live[start:start + chunk]
-            while part:
-                self._run_turn1(part, progress)
-                self._run_turn2([it for it in part if it.result is None], progress)
-                for it in part:
-                    if it.result is None:
-                        it.result = self._finish(it)
-                part = [it.retry() for it in part if self._should_retry(it)]
+            run.chains(live[start:start + chunk])
         return [it.result for it in items if it.result is not None]
 
     def _item(self, i: int, conversation: Any, first: Any, second: Any, rid: str, sample: int = 0,
@@ -387,45 +393,33 @@ class BRRMJudge:
             return None
         return budget, program
 
-    def _run_turn1(self, items: list[_Item], progress: Callable[[float], None] | None) -> None:
-        reqs, todo = [], []
-        for it in items:
-            turn1 = brrm_turn1_content(it.conversation, it.first, it.second, self.config.context)
-            try:
-                text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
-            except TemplateError as exc:  # this record's problem, not the batch's
-                it.retryable, it.result = False, self._failed(it, Status.INVALID_INPUT, str(exc))
-                continue
-            it.p1_text, it.p1_ids = text, tuple(ids)
-            plan = self._budget(it, len(it.p1_ids), 1)
-            if plan:
-                reqs.append(GenerationRequest(it.p1_ids, plan[0], seed=it.seed(self.config.sampling.seed, 1),
-                                              program=plan[1]))
-                todo.append(it)
-        for it, comp in zip(todo, self._generate(reqs, keep_kv=True, progress=progress), strict=True):
-            it.t1 = comp
-            if comp.finish_reason == "error":
-                it.result = self._failed(it, Status.BACKEND_ERROR, f"turn 1: {comp.error}")
-            elif comp.finish_reason == "length":
-                it.result = self._failed(it, Status.TRUNCATED, f"turn 1 used its {len(comp.token_ids)}-token "
-                                         "budget without ending its turn")
-        if progress:
-            progress(0.5 * sum(it.result is not None for it in todo))
+    def _turn1(self, it: _Item) -> GenerationRequest | None:
+        """The item's turn-1 request, or None after setting its (invalid input / truncated) result."""
+        turn1 = brrm_turn1_content(it.conversation, it.first, it.second, self.config.context)
+        try:
+            text, ids = self.encoder.chat([{"role": "user", "content": turn1}], add_generation_prompt=True)
+        except TemplateError as exc:  # this record's problem, not the batch's
+            it.retryable, it.result = False, self._failed(it, Status.INVALID_INPUT, str(exc))
+            return None
+        it.p1_text, it.p1_ids = text, tuple(ids)
+        plan = self._budget(it, len(it.p1_ids), 1)
+        return GenerationRequest(it.p1_ids, plan[0], seed=it.seed(self.config.sampling.seed, 1),
+                                 program=plan[1]) if plan else None
 
-    def _run_turn2(self, items: list[_Item], progress: Callable[[float], None] | None) -> None:
-        reqs, todo = [], []
-        for it in items:
-            assert it.t1 is not None
-            it.p2_ids = self._p2_ids(it)
-            plan = self._budget(it, len(it.p2_ids), 2)
-            if plan:
-                reqs.append(GenerationRequest(it.p2_ids, plan[0], seed=it.seed(self.config.sampling.seed, 2),
-                                              program=plan[1]))
-                todo.append(it)
-        for it, comp in zip(todo, self._generate(reqs, keep_kv=False, progress=progress), strict=True):
-            it.t2 = comp
-        if progress and len(todo) < len(items):
-            progress(0.5 * (len(items) - len(todo)))
+    def _after_turn1(self, it: _Item, comp: Completion) -> GenerationRequest | None:
+        """Record turn 1; the turn-2 request, or None after setting a failed result."""
+        it.t1 = comp
+        if comp.finish_reason == "error":
+            it.result = self._failed(it, Status.BACKEND_ERROR, f"turn 1: {comp.error}")
+        elif comp.finish_reason == "length":
+            it.result = self._failed(it, Status.TRUNCATED, f"turn 1 used its {len(comp.token_ids)}-token "
+                                     "budget without ending its turn")
+        if it.result is not None:
+            return None
+        it.p2_ids = self._p2_ids(it)
+        plan = self._budget(it, len(it.p2_ids), 2)
+        return GenerationRequest(it.p2_ids, plan[0], seed=it.seed(self.config.sampling.seed, 2),
+                                 program=plan[1]) if plan else None
 
     def _p2_ids(self, it: _Item) -> tuple[int, ...]:
         """P2 in ids: P1 (record text kept as text) + T1 + ``"\\n"`` + the template's continuation.
@@ -443,16 +437,6 @@ class BRRMJudge:
         seamed = self.config.decoding == "constrained" and it.t1.text.endswith("]\n")
         tail = ("" if seamed else "\n") + self.continuation
         return it.p1_ids + tuple(it.t1.token_ids) + tuple(self.encoder.markup(tail))
-
-    def _generate(self, reqs: list[GenerationRequest], *, keep_kv: bool,
-                  progress: Callable[[float], None] | None) -> list[Completion]:
-        if not reqs:
-            return []
-        s = self.config.sampling
-        on_complete = (lambda _i: progress(0.5)) if progress else None
-        return self.backend.generate(reqs, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                     keep_kv=keep_kv and self.backend.capabilities.kv_reuse,
-                                     on_complete=on_complete)
 
     def _failed(self, it: _Item, status: Status, reason: str, **extra: Any) -> PairwiseJudgment:
         return PairwiseJudgment(winner=Verdict.NONE, status=status, reason=reason, attempts=it.attempt + 1,

@@ -169,6 +169,21 @@ class PairwiseJudgment:
         if self.status is not Status.OK and not self.reason:
             raise ConfigError(f"a {self.status.value} judgment needs a reason")
 
+    def __repr__(self) -> str:
+        """Short: winner, status, P(A ≻ B) and dimensions (plus id, consistency and reason when set); the texts,
+        logits and provenance stay in the fields and ``to_dict()``."""
+        parts = [f"winner={self.winner.value}", f"status={self.status.value}",
+                 f"p_a={'nan' if math.isnan(self.p_a) else format(self.p_a, '.3f')}"]
+        if self.dimensions:
+            parts.append(f"dimensions={list(self.dimensions)}")
+        if self.consistent is not None:
+            parts.append(f"consistent={self.consistent}")
+        if self.id:
+            parts.append(f"id={self.id!r}")
+        if self.reason:
+            parts.append(f"reason={_short(self.reason)!r}")
+        return f"PairwiseJudgment({', '.join(parts)})"
+
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
@@ -321,6 +336,14 @@ class ScalarReward:
         """A reward without a value (NaN) and the status and reason saying why."""
         return cls(math.nan, status, reason, **fields)
 
+    def __repr__(self) -> str:
+        """Short: reward, status (plus id, principle and reason when set); the rest stays in the fields."""
+        parts = [f"reward={'nan' if math.isnan(self.reward) else format(self.reward, '.4g')}",
+                 f"status={self.status.value}"]
+        parts += [f"{name}={_short(value)!r}" for name, value in
+                  (("id", self.id), ("principle", self.principle), ("reason", self.reason)) if value]
+        return f"ScalarReward({', '.join(parts)})"
+
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
@@ -435,3 +458,8 @@ class GroupResult:
             "pairs": [list(p) for p in self.pairs],
             "judgments": [j.to_dict() for j in self.judgments],
         }
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut), for reprs."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"

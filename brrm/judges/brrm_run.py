@@ -1,0 +1,89 @@
+"""One ``BRRMJudge.judge_ordered`` call run as chains of generations (:func:`brrm.backends.base.generate_chains`).
+
+Each ordered judgment is a chain: turn 1, then turn 2 built from turn 1's output (on a continuously batching
+backend it enters the running batch the step turn 1 ends), then, for ``max_retries``, a fresh attempt. Progress
+counts half an item per finished turn (an item is 1.0 when final, whatever its retries), and each final judgment
+goes to ``on_result`` at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from brrm.backends.base import Completion, Next, OnStep, generate_chains
+
+if TYPE_CHECKING:
+    from brrm.judges.brrm import BRRMJudge, OnResult, _Item
+
+
+class ItemRun:
+    """One ``judge_ordered`` call's items as chains of generations: turn 1, then turn 2 (the moment turn 1
+    ends, on a continuously batching backend), then the retries; reports progress and each final result."""
+
+    def __init__(self, judge: BRRMJudge, progress: Callable[[float], None] | None,
+                 on_result: OnResult | None, on_step: OnStep | None = None) -> None:
+        self.judge, self.progress, self.on_result, self.on_step = judge, progress, on_result, on_step
+        self.reported: dict[int, float] = {}
+        self.items: list[_Item] = []
+
+    def chains(self, items: list[_Item]) -> None:
+        """Run ``items`` (none final yet) to their final results."""
+        self.items = items
+        firsts: list[tuple[int, Next]] = []
+        for k, it in enumerate(items):
+            step = self._start(it)
+            if step is not None:
+                firsts.append((k, step))
+        if not firsts:
+            return
+        chain_of = [k for k, _ in firsts]
+        s = self.judge.config.sampling
+        generate_chains(self.judge.backend, [step for _, step in firsts],
+                        lambda c, comp: self._then(items[chain_of[c]], comp), temperature=s.temperature,
+                        top_p=s.top_p, top_k=s.top_k, on_step=self.on_step,
+                        on_complete=lambda c: self._turn_done(items[chain_of[c]]))
+
+    def _turn_done(self, it: _Item) -> None:
+        """A turn of the item ended inside a round (backends without continuous batching): move progress now."""
+        self._report(it, 0.5 if it.t1 is None else 1.0)
+
+    def _start(self, it: _Item) -> Next | None:
+        """The turn-1 step of the item's current attempt; None when the item became final without a model call."""
+        while True:
+            req = self.judge._turn1(it)
+            if req is not None:
+                return Next(req, keep_kv=self.judge.backend.capabilities.kv_reuse)
+            if not self._settle(it):
+                return None
+
+    def _then(self, it: _Item, comp: Completion) -> Next | None:
+        """The item's next step after ``comp`` (its turn 1 or turn 2), or None when it is final."""
+        if it.t1 is None:
+            req = self.judge._after_turn1(it, comp)
+            self._report(it, 0.5)
+            if req is not None:
+                return Next(req)
+        else:
+            it.t2 = comp
+            it.result = self.judge._finish(it)
+        return self._start(it) if self._settle(it) else None
+
+    def _settle(self, it: _Item) -> bool:
+        """The item has a result: True when it is retried (reset for a fresh attempt), else report it final."""
+        if self.judge._should_retry(it):
+            it.retry()
+            return True
+        self.final(it)
+        return False
+
+    def final(self, it: _Item) -> None:
+        self._report(it, 1.0)
+        if self.on_result is not None and it.result is not None:
+            self.on_result(it.index, it.result)
+
+    def _report(self, it: _Item, upto: float) -> None:
+        done = self.reported.get(it.index, 0.0)
+        if self.progress is not None and upto > done:
+            self.progress(upto - done)
+        self.reported[it.index] = max(done, upto)

@@ -1,0 +1,268 @@
+"""Continuous batching (brrm.backends._continuous) and results streamed to their sinks, on a tiny real Qwen3.
+
+Rows join the running batch as others finish and a BR-RM turn 2 enters as soon as its turn 1 ends; with the
+batch-invariant forward the results are the same bytes as static chunks. The CLI prints each verdict and
+writes each JSONL line (flushed) when its record is done, so a killed run keeps its finished lines and
+``--resume`` completes the file to the bytes of an unbroken run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import brrm
+from brrm.backends.base import GenerationRequest
+from brrm.backends.transformers import TransformersBackend
+from brrm.cli import main
+from brrm.testing import save_tiny_qwen3
+from tests.conftest import REPO
+
+PAIRS = str(REPO / "examples/pairs.jsonl")
+TINY_ARGS = ("--kind", "brrm", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off")
+CONVS = ["What is 2+2?", "Name a colour.", "Say hi to my friend who lives far away and misses home.",
+         "Capital of France?", "2*3?", "Write one long sentence about the sea, the wind and the old harbour."]
+A = ["4", "Red.", "Hi!", "Paris.", "6", "The sea rolled grey under a low wind while the harbour slept."]
+B = ["5", "Seven.", "Go away.", "Lyon.", "five", "Sea."]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("tiny")))
+
+
+def _dicts(judgments):
+    return [json.dumps(j.to_dict(), sort_keys=True) for j in judgments]
+
+
+def test_continuous_gives_the_same_bytes_as_static_chunks(tiny_dir):
+    """Every field (texts, P(A>B), digit logits, provenance) equal at batch sizes 1, 3 and 8, with swap."""
+    ids = [f"r{k}" for k in range(len(CONVS))]
+    runs = {}
+    for scheduling in ("static", "continuous"):
+        for bs in (1, 3, 8):
+            judge = brrm.load(tiny_dir, kind="brrm", batch_size=bs, scheduling=scheduling, temperature=1.0,
+                              max_new_tokens=420, block_token_cap=8, thinking="off", seed=5)
+            assert judge.model.backend.capabilities.continuous is (scheduling == "continuous")
+            runs[scheduling, bs] = _dicts(judge.judge_pairs(CONVS, A, B, ids=ids, swap=True))
+    ref = runs["static", 1]
+    assert all(r == ref for r in runs.values())
+    assert len({json.loads(r)["turn1_text"] for r in ref}) == len(CONVS)  # real, distinct generations
+
+
+def test_rows_join_as_others_finish(tiny):
+    """Mixed budgets: the continuous batch refills, so it needs fewer forward passes than static chunks, and
+    every row's tokens and finish reasons are those of static decoding."""
+    model, tok = tiny
+    reqs = [GenerationRequest(tuple(range(10, 10 + n)), budget, seed=k)
+            for k, (n, budget) in enumerate([(5, 40), (30, 3), (12, 25), (7, 2), (20, 30), (9, 4), (16, 18)])]
+    out, calls = {}, {}
+    for scheduling in ("static", "continuous"):
+        backend = TransformersBackend(model, tok, batch_size=3, scheduling=scheduling)
+        done: list[int] = []
+        comps = backend.generate(reqs, temperature=1.0, top_p=1.0, on_complete=done.append)
+        out[scheduling] = [(c.token_ids, c.finish_reason) for c in comps]
+        calls[scheduling] = backend.stats["forward_calls"]
+        assert sorted(done) == list(range(len(reqs)))
+    assert out["static"] == out["continuous"]
+    assert any(f == "length" for _, f in out["static"])
+    assert calls["continuous"] < calls["static"]
+
+
+def test_on_result_reports_each_pair_once_as_it_finishes(tiny_dir):
+    judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off")
+    seen = []
+    out = judge.judge_pairs(CONVS, A, B, swap=True, labels=["A"] * len(CONVS),
+                            on_result=lambda i, j: seen.append((i, j)))
+    assert sorted(i for i, _ in seen) == list(range(len(CONVS)))
+    assert all(j == out[i] and j.label.value == "A" and len(j.sub_judgments) == 2 for i, j in seen)
+
+
+def _verdict_snapshots(monkeypatch, capsys, tiny_dir, scheduling):
+    """Run the CLI on examples/pairs.jsonl; for each verdict line read from the terminal stream, the tokens the
+    backend had generated when it was written."""
+    import brrm.cli.common as common
+
+    judges = []
+    load = common.load_judge
+
+    def keep(args, **kw):
+        judges.append(load(args, **kw))
+        return judges[-1]
+
+    monkeypatch.setattr(common, "load_judge", keep)
+
+    class Terminal:
+        def __init__(self):
+            self.snapshots = []
+
+        def write(self, text):
+            if "winner=" in text:
+                self.snapshots.append(judges[0].model.backend.stats["generated_tokens"])
+            return len(text)
+
+        def flush(self):
+            pass
+
+    term = Terminal()
+    monkeypatch.setattr(common, "terminal", lambda output: term)
+    assert main(["judge", "--input", PAIRS, "--output", "-", "--model", tiny_dir, *TINY_ARGS, "--batch-size", "8",
+                 "--no-progress", "--scheduling", scheduling]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    return term.snapshots, judges[0].model.backend.stats["generated_tokens"]
+
+
+def test_first_verdict_is_printed_after_one_pairs_work(monkeypatch, capsys, tiny_dir):
+    """8 pairs decoded together: the first verdict line is written while the other pairs still decode (the
+    backend has generated fewer tokens than the run's total); with static chunks (the control) every line
+    waits for the whole chunk."""
+    snaps, total = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "continuous")
+    assert len(snaps) == 8 and snaps[0] < total and snaps == sorted(snaps) and len(set(snaps)) > 1
+    static, total_static = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "static")
+    assert total_static == total and set(static) == {total}
+
+
+def _cli(tiny_dir, src, out, *extra):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return [sys.executable, "-m", "brrm", "judge", "--input", str(src), "--output", str(out), "--model", tiny_dir,
+            *TINY_ARGS, "--batch-size", "1", "--no-progress", "-q", *extra], env
+
+
+def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir):
+    """SIGKILL mid-run: the file holds the finished records' lines (the invalid record's included), each a
+    complete JSON object; --resume appends the rest, and the file equals an unbroken run's byte for byte."""
+    lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join([lines[0], '{"id": "bad", "prompt": "x"}', *lines[1:], *lines]) + "\n")
+    full, part = tmp_path / "full.jsonl", tmp_path / "part.jsonl"
+    argv, env = _cli(tiny_dir, src, full)
+    subprocess.run(argv, env=env, check=True, capture_output=True)
+    expected = full.read_bytes()
+    assert len(expected.splitlines()) == 17
+
+    argv, env = _cli(tiny_dir, src, part)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and (
+            not part.exists() or len(part.read_bytes().splitlines()) < 3):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = part.read_bytes()
+    rows = [json.loads(x) for x in kept.splitlines()]
+    assert 3 <= len(rows) < 17, "the run ended before it could be killed mid-way"
+    assert rows[1]["status"] == "invalid_input" and expected.startswith(kept)
+
+    argv, env = _cli(tiny_dir, src, part, "--resume")
+    subprocess.run(argv, env=env, check=True, capture_output=True)
+    assert part.read_bytes() == expected
+
+
+def test_resume_refuses_stdout(capsys, tiny_dir):
+    assert main(["judge", "--input", PAIRS, "--model", tiny_dir, *TINY_ARGS, "--resume"]) == 2
+    assert "--resume needs --output" in capsys.readouterr().err
+
+
+def test_audit_commits_each_finished_item(tmp_path, tiny_dir, monkeypatch):
+    """The writer dies right after its 3rd commit, inside a 10-item judge call: 3 items are in the store (the
+    resume unit is the item, not the call), and a rerun judges only the other 7."""
+    from brrm.audit import AuditOptions, AuditStore, plan_items, run_audit
+    from brrm.records import read_records
+    from tests.audit_support import pair_rows, store_items, write_jsonl
+
+    items = plan_items(read_records(write_jsonl(tmp_path / "in.jsonl", pair_rows(10)), "pairs"), "pairs")
+    judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off")
+    opts = AuditOptions(shape="pairs", chunk_size=10, progress=False)
+    real_put, writes = AuditStore.put_results, []
+
+    class Crash(Exception):
+        pass
+
+    def put_then_crash(self, *args, **kwargs):
+        out = real_put(self, *args, **kwargs)
+        writes.append(len(args[3]))
+        if len(writes) == 3:
+            raise Crash("writer died after its 3rd commit")
+        return out
+
+    monkeypatch.setattr(AuditStore, "put_results", put_then_crash)
+    with pytest.raises(Crash):
+        run_audit(items, tmp_path / "audit", opts, judge=judge)
+    assert writes == [1, 1, 1] and len(store_items(tmp_path / "audit")) == 3
+    monkeypatch.setattr(AuditStore, "put_results", real_put)
+    calls = []
+    original = judge.judge_pairs
+    monkeypatch.setattr(judge, "judge_pairs", lambda *a, **k: calls.append(len(a[0])) or original(*a, **k))
+    run_audit(items, tmp_path / "audit", opts, judge=judge)
+    assert calls == [7] and len(store_items(tmp_path / "audit")) == 10
+
+
+def test_results_have_short_reprs_and_loading_prints_no_bars(tiny_dir, capfd):
+    judge = brrm.load(tiny_dir, kind="brrm", max_new_tokens=420, block_token_cap=8, thinking="off")
+    assert "Loading weights" not in capfd.readouterr().err
+    j = judge.judge("What is 2+2?", "4", "5")
+    text = repr(j)
+    assert text.startswith(f"PairwiseJudgment(winner={j.winner.value}, status=ok, p_a={j.p_a:.3f}, dimensions=[")
+    assert j.turn1_text[:20] not in text and "provenance" not in text and len(text) < 200
+    tie = repr(judge.judge("Hi", "Same.", "Same."))
+    assert tie == "PairwiseJudgment(winner=tie, status=ok, p_a=nan, reason='identical responses: tie without a " \
+                  "model call')"
+    from brrm.types import ScalarReward, Status
+
+    assert repr(ScalarReward(1.23456, Status.OK, id="r1")) == "ScalarReward(reward=1.235, status=ok, id='r1')"
+    brrm.load(tiny_dir, kind="brrm", progress_bars=True)
+    assert "Loading weights" in capfd.readouterr().err  # asked for: shown
+
+
+def test_a_failed_forward_fails_only_its_rows(tiny, monkeypatch):
+    """A RuntimeError from the model (e.g. out of memory) in one forward pass ends the rows of that pass with an
+    error completion; rows that joined later decode normally, to static scheduling's tokens."""
+    model, tok = tiny
+    reqs = [GenerationRequest(tuple(range(10, 10 + n)), 6, seed=k) for k, n in enumerate([4, 9, 6, 12, 5])]
+    ref = TransformersBackend(model, tok, batch_size=2, scheduling="static").generate(reqs, temperature=1.0)
+    backend = TransformersBackend(model, tok, batch_size=2)
+    real, calls = type(model).forward, []
+
+    def flaky(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("CPU out of memory (injected)")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", flaky)
+    out = backend.generate(reqs, temperature=1.0)
+    failed = [k for k, c in enumerate(out) if c.finish_reason == "error"]
+    assert failed and all("out of memory" in out[k].error for k in failed) and len(failed) < len(reqs)
+    assert all(out[k].token_ids == ref[k].token_ids for k in range(len(reqs)) if k not in failed)
+
+
+def test_on_step_reports_rows_and_tokens_while_rows_decode(tiny_dir):
+    judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off")
+    stats = judge.model.backend.stats
+    before, steps, done_at = stats["generated_tokens"], [], []
+    out = judge.judge_pairs(CONVS, A, B, on_step=lambda rows, tokens: steps.append((rows, tokens)),
+                            on_result=lambda i, j: done_at.append(len(steps)))
+    assert all(j.ok for j in out)
+    assert sum(t for _, t in steps) == stats["generated_tokens"] - before
+    assert max(r for r, _ in steps) == 4 and all(1 <= r <= 4 for r, _ in steps)
+    assert done_at[0] < len(steps)  # the first pair finished while others were still decoding
+    static = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off",
+                       scheduling="static")
+    calls = []
+    static.judge_pairs(CONVS[:2], A[:2], B[:2], on_step=lambda rows, tokens: calls.append(rows))
+    assert calls == []  # static chunks report no steps (documented: only continuous backends do)
+
+
+@pytest.mark.parametrize("scheduling", ["static", "continuous"])
+def test_progress_moves_per_finished_turn_and_sums_to_the_items(tiny_dir, scheduling):
+    judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off",
+                      scheduling=scheduling)
+    steps: list[float] = []
+    judge.judge_pairs(CONVS[:4], A[:4], B[:4], progress=steps.append)
+    assert steps.count(0.5) == 8 and sum(steps) == 4.0  # half a pair per finished turn, in both schedulings

@@ -101,7 +101,7 @@ def test_concat_turn2_ids_are_an_exact_extension_of_turn1(decoding):
 
     model, tok = build_tiny_qwen3(seed=5)
     if decoding == "constrained":
-        backend = TransformersBackend(model, tok, model_id="tiny")
+        backend = TransformersBackend(model, tok, model_id="tiny", scheduling="static")  # every turn via generate
     else:  # a random tiny model's free turn 1 never ends its turn: a scripted turn 1 that does
         from brrm.backends.fake import FakeBackend
 

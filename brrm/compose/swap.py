@@ -75,12 +75,19 @@ def judge_with_swap(ordered: OrderedFn, conversations: Sequence[Any], responses_
             extra["on_step"] = on_step
         return ordered(conversations, responses_a, responses_b, ids=ids, progress=progress, **extra)
     half = (lambda x: progress(x / 2)) if progress else None
-    extra = {"on_result": _pairing(n, on_result)} if on_result is not None else {}
+    reported: dict[int, PairwiseJudgment] = {}
+
+    def keep(pair: int, j: PairwiseJudgment) -> None:  # the reported judgment is the one returned (same object)
+        reported[pair] = j
+        if on_result is not None:
+            on_result(pair, j)
+
+    extra = {"on_result": _pairing(n, keep)} if on_result is not None else {}
     if on_step is not None:
         extra["on_step"] = on_step
     both = ordered([*conversations, *conversations], [*responses_a, *responses_b], [*responses_b, *responses_a],
                    ids=[*ids, *ids], progress=half, **extra)
-    return [combine(both[i], mirror(both[n + i])) for i in range(n)]
+    return [reported[i] if i in reported else combine(both[i], mirror(both[n + i])) for i in range(n)]
 
 
 OnResult = Callable[[int, PairwiseJudgment], None]

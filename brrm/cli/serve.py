@@ -44,6 +44,10 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--max-body-bytes", type=int, default=8 << 20, help="largest request body (default 8 MiB)")
     q.add_argument("--max-items", type=int, default=512, help="items per request (default 512)")
     q.add_argument("--max-field-chars", type=int, default=200_000, help="longest text field (default 200000)")
+    q.add_argument("--max-judgments-per-request", type=int, default=2048,
+                   help="most judgments one request may cost: pairs x orders (swap), a group strategy's judgments "
+                        "(all_pairs of N: N(N-1)/2), or scored items; over it: 413 naming the cost (default 2048; "
+                        "capped by --max-queue)")
     q.add_argument("--max-batch", type=int, default=32, help="items coalesced into one judge call (default 32; "
                                                              "1 = no coalescing)")
     q.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a request waits for others to "
@@ -111,7 +115,9 @@ def _limits(args: argparse.Namespace, failed_reward: float | None, concurrency: 
     from brrm.serve.limits import ServerLimits
 
     return ServerLimits(max_body_bytes=args.max_body_bytes, max_items=args.max_items,
-                        max_field_chars=args.max_field_chars, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                        max_field_chars=args.max_field_chars,
+                        max_judgments_per_request=args.max_judgments_per_request, max_batch=args.max_batch,
+                        max_wait_ms=args.max_wait_ms,
                         max_queue=args.max_queue, deadline_s=args.deadline, concurrency=concurrency,
                         stall_timeout_s=args.stall_timeout, max_abandoned=args.max_abandoned,
                         drain_timeout_s=args.drain_timeout if args.drain_timeout is not None else args.deadline + 60,

@@ -23,12 +23,21 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from brrm.errors import ConfigError
-from brrm.serve.calls import CallOptions, PairItem, ScoreItem, Variants, make_runner, pairs_key, score_key
+from brrm.serve.calls import (
+    CallOptions,
+    PairItem,
+    ScoreItem,
+    Variants,
+    failed_result,
+    make_runner,
+    pairs_key,
+    score_key,
+)
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics, MetricsMiddleware
 from brrm.serve.openrlhf import resolve_mode
-from brrm.serve.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
 from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooLong, error_body
+from brrm.service.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
 from brrm.types import Conversation, RewardJudge
 
 log = logging.getLogger("brrm.serve")
@@ -44,6 +53,16 @@ class TooManyItems(Exception):
         super().__init__(f"{field} has {n} items; the limit is {limit} per request (--max-items, capped by "
                          "--max-queue); split the request")
         self.field, self.n, self.limit = field, n, limit
+
+
+class TooCostly(Exception):
+    """A request whose cost in judgments is over the per-request limit (HTTP 413), known before it is queued."""
+
+    def __init__(self, what: str, cost: int, limit: int) -> None:
+        super().__init__(f"{what} costs {cost} judgments; the limit is {limit} per request "
+                         "(--max-judgments-per-request, capped by --max-queue); split the request or use a cheaper "
+                         "strategy")
+        self.cost, self.limit = cost, limit
 
 
 class ClientGone(Exception):
@@ -100,6 +119,21 @@ class ServerState:
         if n > self.limits.item_limit:
             raise TooManyItems(name, n, self.limits.item_limit)
 
+    def check_cost(self, cost: int, what: str) -> int:
+        """``cost`` (judgments) when it is within the per-request limit, checked before anything is queued.
+
+        Raises:
+            TooCostly: over :attr:`ServerLimits.judgment_limit` (413, naming the cost and the limit).
+        """
+        if cost > self.limits.judgment_limit:
+            raise TooCostly(what, cost, self.limits.judgment_limit)
+        return cost
+
+    @property
+    def swap(self) -> bool:
+        """The judge's default ``swap`` (both presentation orders per pair)."""
+        return bool(self.judge.info.options.get("swap"))
+
     def options(self, given: Any) -> CallOptions | None:
         """The per-request options of a body (None when none are set), checked against the judge and limits.
 
@@ -118,14 +152,16 @@ class ServerState:
         return min(requested or self.limits.deadline_s, self.limits.deadline_s)
 
     async def submit(self, request: Request, key: Any, items: list[Any], *, timeout_s: float | None = None,
-                     cost: int | None = None) -> list[Any]:
+                     cost: int | None = None, weights: list[int] | None = None,
+                     units: list[int] | None = None) -> list[Any]:
         """Run ``items`` through the scheduler, dropping them if the client disconnects first.
 
         Raises:
             SchedulerError: 429 / 503 / 504 (see :mod:`brrm.serve.scheduler`). ConfigError: the judge refused
                 the input (422). ClientGone: the client left.
         """
-        task = asyncio.ensure_future(self.scheduler.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost))
+        task = asyncio.ensure_future(self.scheduler.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
+                                                           weights=weights, units=units))
         watcher = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -181,7 +217,8 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     variants = Variants(judge)
     scheduler = Scheduler(make_runner(variants), max_batch=limits.max_batch, max_wait_s=limits.max_wait_ms / 1000,
                           max_queue=limits.max_queue, concurrency=limits.concurrency,
-                          stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics)
+                          stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics,
+                          failed=failed_result)
     state = ServerState(judge, limits, scheduler, metrics, variants, ready=False)
     app = FastAPI(title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),
                   description="Pairwise judgments, scalar rewards and group rankings from a brrm judge "
@@ -310,6 +347,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         if exc.status == 503 and not isinstance(exc, Unavailable):
             kind = "backend_error"
         return JSONResponse(error_body(kind, exc.message), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(TooCostly)
+    async def too_costly(_request: Request, exc: TooCostly) -> JSONResponse:
+        return JSONResponse(error_body("too_costly", str(exc), cost=exc.cost, limit=exc.limit), status_code=413)
 
     @app.exception_handler(ClientGone)
     async def gone(_request: Request, _exc: ClientGone) -> Response:

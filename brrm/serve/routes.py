@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from starlette.responses import Response
 
 from brrm.compose.strategies import check_strategy, cost
 from brrm.errors import ConfigError
 from brrm.serve import nemo_gym, openrlhf
-from brrm.serve.app import ServerState, clean, conversation
+from brrm.serve.app import ServerState, conversation
 from brrm.serve.calls import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
+from brrm.serve.replies import encode, reply
 from brrm.serve.schemas import (
     ERRORS,
     CompareRequest,
@@ -52,7 +53,7 @@ def _checked(state: ServerState, body: Any, n: int, name: str) -> None:
 def _judging_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS, tags=["judging"],
               summary="Judge pairs: one PairwiseJudgment per pair, in order")
-    async def judge(body: JudgeRequest, request: Request) -> JSONResponse:
+    async def judge(body: JudgeRequest, request: Request) -> Response:
         _checked(state, body, len(body.pairs), "pairs")
         items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
                           parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
@@ -62,11 +63,11 @@ def _judging_routes(app: FastAPI, state: ServerState) -> None:
                                  f"{len(items)} pairs")
         results = await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent)
         state.metrics.count_statuses(r.status for r in results)
-        return JSONResponse(clean({"model": state.info, "judgments": [r.to_dict() for r in results]}))
+        return reply(state.model_block, "judgments", results)
 
     @app.post("/v1/score", response_model=ScoreResponse, responses=ERRORS, tags=["judging"],
               summary="Score responses: one ScalarReward per item, in order")
-    async def score(body: ScoreRequest, request: Request) -> JSONResponse:
+    async def score(body: ScoreRequest, request: Request) -> Response:
         _checked(state, body, len(body.items), "items")
         items = [ScoreItem(conversation(it, f"items[{k}]"), it.response, it.principle, it.reference, it.id or "")
                  for k, it in enumerate(body.items)]
@@ -78,11 +79,11 @@ def _judging_routes(app: FastAPI, state: ServerState) -> None:
         results = await state.submit(request, score_key(refs, principles), items, timeout_s=body.timeout_s,
                                      cost=spent)
         state.metrics.count_statuses(r.status for r in results)
-        return JSONResponse(clean({"model": state.info, "rewards": [r.to_dict() for r in results]}))
+        return reply(state.model_block, "rewards", results)
 
     @app.post("/v1/rank", response_model=RankResponse, responses=ERRORS, tags=["judging"],
               summary="Rank one group of responses by a strategy")
-    async def rank(body: RankRequest, request: Request) -> JSONResponse:
+    async def rank(body: RankRequest, request: Request) -> Response:
         _checked(state, body, len(body.responses), "responses")
         strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
         n = len(body.responses)
@@ -93,21 +94,21 @@ def _judging_routes(app: FastAPI, state: ServerState) -> None:
         (result,) = await state.submit(request, key, [item], timeout_s=body.timeout_s, cost=max(1, spent),
                                        weights=[max(1, spent)])
         state.metrics.count_statuses(r.status for r in result.rewards)
-        return JSONResponse(clean({"model": state.info, "result": result.to_dict()}))
+        return reply(state.model_block, "result", result)
 
 
 def _rlhf_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/get_reward", response_model=GetRewardResponse, responses=ERRORS, tags=["RLHF frameworks"],
               summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
-    async def get_reward(body: GetRewardRequest, request: Request) -> JSONResponse:
+    async def get_reward(body: GetRewardRequest, request: Request) -> Response:
         _checked(state, body, len(body.query), "query")
         rewards = await _get_rewards(state, request, body)
         state.metrics.count_statuses(r.status for r in rewards)
-        return JSONResponse(clean(openrlhf.reply(rewards, state.limits.failed_reward)))
+        return encode(openrlhf.reply(rewards, state.limits.failed_reward))
 
     @app.post("/compare", response_model=CompareResponse, responses=ERRORS, tags=["RLHF frameworks"],
               summary="NeMo Gym genrm_compare: rewards for a group of responses from pairwise comparisons")
-    async def compare(body: CompareRequest, request: Request) -> JSONResponse:
+    async def compare(body: CompareRequest, request: Request) -> Response:
         _checked(state, body, len(body.response_objs), "response_objs")
         conv = Conversation.coerce(nemo_gym.history_messages(body.conversation_history), where="conversation_history")
         texts = [nemo_gym.output_text(obj) for obj in body.response_objs]
@@ -126,10 +127,10 @@ def _rlhf_routes(app: FastAPI, state: ServerState) -> None:
         rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments)
         state.metrics.count_statuses(j.status for j in judgments)
         failed = state.limits.failed_reward
-        return JSONResponse(clean({"rewards": [r.reward if r.ok else failed for r in rewards],
+        return encode({"rewards": [r.reward if r.ok else failed for r in rewards],
                                    "comparison_results": comparisons, "metrics": metrics,
                                    "statuses": [r.status.value for r in rewards],
-                                   "reasons": [r.reason for r in rewards]}))
+                                   "reasons": [r.reason for r in rewards]})
 
 
 def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bool]:

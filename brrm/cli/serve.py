@@ -1,6 +1,7 @@
 """``brrm serve``: serve a judge over HTTP (FastAPI + uvicorn) with the endpoints of :mod:`brrm.serve`.
 
-Every limit is checked before the model loads. Binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key``
+Every limit is checked, and the port bound, before the model loads (a port in use fails at once, not after
+minutes of loading). Binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key``
 (or ``BRRM_API_KEY``) makes every endpoint but ``/health`` require ``Authorization: Bearer <key>``. SIGTERM
 drains: the listening socket closes (new connections are refused), requests already in flight finish (up to
 ``--drain-timeout``), then the model is freed and the process exits 0.
@@ -12,6 +13,7 @@ import argparse
 import importlib
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -140,10 +142,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give --model or --factory, not both")
     limits = limits_from(args, args.backend)  # every limit checked before the model loads
     common.load_options(args)
+    sock = bind(args.host, args.port)  # the port too: a port in use fails before minutes of loading
     if args.host not in ("127.0.0.1", "localhost", "::1") and limits.api_key is None:
         print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "
               "BRRM_API_KEY)", file=sys.stderr)
-    judge = _factory(args.factory) if args.factory else common.load_judge(args, kind="brrm")
+    try:
+        judge = _factory(args.factory) if args.factory else common.load_judge(args, kind="brrm")
+    except BaseException:
+        sock.close()
+        raise
     if args.concurrency == "auto":  # concurrent backends share one running batch across judge calls
         from dataclasses import replace
 
@@ -155,12 +162,35 @@ def run(args: argparse.Namespace) -> int:
     print(f"brrm serve: {info.model} (kind {info.kind}, {info.recipe}, backend {info.backend}) on "
           f"http://{args.host}:{args.port}; docs at /docs", file=sys.stderr)
     serve(app, host=args.host, port=args.port, drain_timeout_s=limits.drain_timeout_s, log_level=args.log_level,
-          access_log=not args.no_access_log)
+          access_log=not args.no_access_log, sock=sock)
     return 0
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (IPv4 or IPv6 as ``host`` resolves), ``SO_REUSEADDR`` as uvicorn
+    sets it.
+
+    Raises:
+        ConfigError: naming the address and the reason (e.g. the port is in use), before anything loads.
+    """
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host {host!r} does not resolve: {exc.strerror}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port} (--host/--port): {exc.strerror or exc}; is another "
+                          "server using the port?") from None
+    return sock
+
+
 def serve(app: Any, *, host: str, port: int, drain_timeout_s: float, log_level: str = "info",
-          access_log: bool = True) -> None:
+          access_log: bool = True, sock: socket.socket | None = None) -> None:
     """Run ``app`` under uvicorn until SIGTERM or Ctrl-C, draining in-flight requests first.
 
     uvicorn's own signal handling stops the listener and waits for in-flight responses (up to
@@ -181,7 +211,7 @@ def serve(app: Any, *, host: str, port: int, drain_timeout_s: float, log_level: 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=max(1, int(drain_timeout_s)), lifespan="on")
     signal.signal(signal.SIGTERM, lambda _sig, _frame: None)  # what uvicorn re-raises after its graceful stop
-    Server(config).run()
+    Server(config).run(sockets=[sock] if sock is not None else None)
 
 
 def _factory(spec: str) -> Any:

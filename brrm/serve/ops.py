@@ -38,19 +38,22 @@ WARMUP_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
 def add_ops_routes(app: FastAPI, state: ServerState) -> None:
     """Register ``/health``, ``/ready``, ``/v1/models``, ``/metrics`` and the offline ``/docs``."""
 
-    @app.api_route("/health", methods=["GET", "HEAD"], tags=["operations"], summary="Process up (no API key needed)")
+    @app.get("/health", tags=["operations"], summary="Process up (no API key needed; HEAD too)")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.api_route("/ready", methods=["GET", "HEAD"], tags=["operations"],
-                   summary="Model loaded, warm and taking work (503 otherwise)",
-                   responses={503: {"description": "not ready, with the reason"}})
+    @app.get("/ready", tags=["operations"], summary="Model loaded, warm and taking work (503 otherwise; HEAD too)",
+             responses={503: {"description": "not ready, with the reason"}})
     async def ready() -> JSONResponse:
         why = ("shutting down" if state.draining else state.not_ready if not state.ready
                else "" if state.scheduler.accepting else "the backend is stuck on abandoned judge calls")
         body = {"ready": not why, "reason": why, "queue_depth": state.scheduler.queue_depth,
                 "running": state.scheduler.running, "warmup_attempts": state.warmup_attempts}
         return JSONResponse(body, status_code=503 if why else 200)
+
+    # HEAD answers as GET without the body (probes); kept out of the schema, which lists each route once
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route("/ready", ready, methods=["HEAD"], include_in_schema=False)
 
     @app.get("/v1/models", tags=["operations"], summary="What is served: model, kind, recipe, backend, limits")
     async def models() -> dict[str, Any]:

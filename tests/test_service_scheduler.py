@@ -139,3 +139,31 @@ def test_cost_helper():
         cost("pair", 2)
     with pytest.raises(ConfigError, match="concrete strategy"):
         cost("group", 3, strategy="auto")
+
+
+def test_a_stalled_call_is_abandoned_so_a_queued_job_is_served_within_its_own_deadline():
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def runner(key, items, progress):
+        if "stall" in items:
+            release.wait(20)  # never reports progress
+        return list(items)
+
+    async def main():
+        s = Scheduler(runner, max_batch=1, max_wait_s=0, max_queue=100, stall_timeout_s=30)
+        await s.start()
+        stalled = asyncio.ensure_future(s.submit("k", ["stall"], timeout_s=0.5))
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        healthy = await s.submit("k", ["ok"], timeout_s=2)
+        took = time.monotonic() - started
+        late = (await asyncio.gather(stalled, return_exceptions=True))[0]
+        abandoned = s.abandoned
+        release.set()
+        return healthy, took, late, abandoned
+
+    healthy, took, late, abandoned = asyncio.run(main())
+    assert healthy == ["ok"] and took < 2 and isinstance(late, DeadlineExceeded) and abandoned == 1  # not 30 s

@@ -464,13 +464,15 @@ class Scheduler:
         return True
 
     async def _grace(self, done: asyncio.Future[list[Any]]) -> bool:
-        """Wait for an orphaned call up to ``stall_timeout_s``, less when queued work would wait past half of its
-        remaining deadline; True when it returned in time."""
+        """Wait for an orphaned call up to ``stall_timeout_s``, less when a queued job would otherwise wait past
+        the middle of what was left of its deadline when the call was orphaned (or when it arrived); True when the
+        call returned in time."""
         loop = asyncio.get_running_loop()
-        end = loop.time() + self.stall_timeout_s
+        orphaned = loop.time()
+        end = orphaned + self.stall_timeout_s
         while not done.done():
             now = loop.time()
-            limit = min([end, *((now + j.deadline) / 2 for j in self._queue)])
+            limit = min([end, *((max(orphaned, j.enqueued) + j.deadline) / 2 for j in self._queue)])
             if now >= limit:
                 return False
             await asyncio.wait({done}, timeout=min(0.05, limit - now))

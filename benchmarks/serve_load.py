@@ -1,0 +1,96 @@
+"""Helpers of ``bench_serve.py``'s throughput benchmark: a bare FastAPI endpoint (the floor of the same stack) and a
+bounded load generator that runs in its own process.
+
+Bare endpoint: ``python benchmarks/serve_load.py bare MODEL PORT`` — uvicorn on 127.0.0.1:PORT with one route,
+``POST /v1/score``, that calls ``judge.score`` once per request (no coalescing, no validation beyond reading the
+JSON) on the same judge ``brrm.load(MODEL, kind="bt")`` that ``brrm serve`` loads; FastAPI runs the sync handler in
+its thread pool.
+
+Load generator: ``python benchmarks/serve_load.py load URL CLIENTS SECONDS MAX_REQUESTS`` — CLIENTS concurrent
+connections, each sending one-item ``/v1/score`` requests back to back until SECONDS have passed or MAX_REQUESTS
+were sent (whichever first; it stops by itself), then prints one JSON line: requests, ok, errors, seconds,
+latencies (s) and the first error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+
+def item(k: int) -> dict[str, Any]:
+    """The k-th request's one item (the same for both servers)."""
+    return {"prompt": f"Question {k % 97}: what is {k % 13} + {k % 7}?", "response": f"It is {k % 13 + k % 7}."}
+
+
+def bare(model: str, port: int) -> None:
+    import uvicorn
+    from fastapi import FastAPI, Request
+
+    import brrm
+
+    judge = brrm.load(model, kind="bt")
+    judge.score(["warm up"], ["ok"])
+    app = FastAPI()
+
+    @app.post("/v1/score")
+    def score(body: dict[str, Any]) -> dict[str, Any]:  # sync: FastAPI's thread pool, one score() per request
+        items = body["items"]
+        rewards = judge.score([it["prompt"] for it in items], [it["response"] for it in items])
+        return {"rewards": [{"reward": r.reward, "status": r.status.value} for r in rewards]}
+
+    @app.get("/ready")
+    def ready(_request: Request) -> dict[str, bool]:
+        return {"ready": True}
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+async def _load(url: str, clients: int, seconds: float, max_requests: int) -> dict[str, Any]:
+    import httpx
+
+    latencies: list[float] = []
+    errors: list[str] = []
+    sent = 0
+    end = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+
+    async def client(c: httpx.AsyncClient) -> None:
+        nonlocal sent
+        while time.perf_counter() < end and sent < max_requests:
+            k = sent
+            sent += 1
+            started = time.perf_counter()
+            try:
+                r = await c.post("/v1/score", json={"items": [item(k)]})
+                good = r.status_code == 200 and r.json()["rewards"][0]["status"] == "ok"
+                if not good:
+                    errors.append(f"{r.status_code}: {r.text[:200]}")
+            except httpx.HTTPError as exc:
+                good = False
+                errors.append(f"{type(exc).__name__}: {exc}")
+            if good:
+                latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as c:
+        await asyncio.gather(*(client(c) for _ in range(clients)))
+    return {"requests": sent, "ok": len(latencies), "errors": len(errors), "seconds": time.perf_counter() - started,
+            "latencies": latencies, "first_error": errors[0] if errors else ""}
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "bare":
+        bare(argv[1], int(argv[2]))
+    elif argv[0] == "load":
+        out = asyncio.run(_load(argv[1], int(argv[2]), float(argv[3]), int(argv[4])))
+        print(json.dumps(out))
+    else:
+        raise SystemExit(f"unknown mode {argv[0]!r}; expected bare or load")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -7,9 +7,10 @@ JSON) on the same judge ``brrm.load(MODEL, kind="bt")`` that ``brrm serve`` load
 its thread pool.
 
 Load generator: ``python benchmarks/serve_load.py load URL CLIENTS SECONDS MAX_REQUESTS`` — CLIENTS concurrent
-connections, each sending one-item ``/v1/score`` requests back to back until SECONDS have passed or MAX_REQUESTS
-were sent (whichever first; it stops by itself), then prints one JSON line: requests, ok, errors, seconds,
-latencies (s) and the first error.
+keep-alive connections (raw asyncio streams, so the generator costs little CPU per request), each sending
+one-item ``/v1/score`` requests back to back until SECONDS have passed or MAX_REQUESTS were sent (whichever
+first; it stops by itself), then prints one JSON line: requests, ok, errors, seconds, latencies (s) and the first
+error.
 """
 
 from __future__ import annotations
@@ -50,34 +51,55 @@ def bare(model: str, port: int) -> None:
 
 
 async def _load(url: str, clients: int, seconds: float, max_requests: int) -> dict[str, Any]:
-    import httpx
+    """CLIENTS keep-alive HTTP/1.1 connections on raw asyncio streams (a client library such as httpx costs more
+    CPU per request than the servers measured here; the generator must not be the bottleneck)."""
+    import json as _json
+    from urllib.parse import urlsplit
 
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     latencies: list[float] = []
     errors: list[str] = []
     sent = 0
     end = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
 
-    async def client(c: httpx.AsyncClient) -> None:
+    def request(k: int) -> bytes:
+        body = _json.dumps({"items": [item(k)]}).encode()
+        return (b"POST /v1/score HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d"
+                b"\r\n\r\n%s" % (host.encode(), len(body), body))
+
+    async def client() -> None:
         nonlocal sent
+        reader = writer = None
         while time.perf_counter() < end and sent < max_requests:
             k = sent
             sent += 1
             started = time.perf_counter()
             try:
-                r = await c.post("/v1/score", json={"items": [item(k)]})
-                good = r.status_code == 200 and r.json()["rewards"][0]["status"] == "ok"
-                if not good:
-                    errors.append(f"{r.status_code}: {r.text[:200]}")
-            except httpx.HTTPError as exc:
-                good = False
+                if writer is None:
+                    reader, writer = await asyncio.open_connection(host, port)
+                assert reader is not None
+                writer.write(request(k))
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").lower().split("\r\n")
+                length = next(int(line.split(":", 1)[1]) for line in lines if line.startswith("content-length:"))
+                body = await reader.readexactly(length)
+                if "connection: close" in lines:
+                    writer.close()
+                    reader = writer = None
+                if not lines[0].split()[1] == "200" or b'"status":"ok"' not in body.replace(b" ", b""):
+                    errors.append(f"{lines[0]}: {body[:200]!r}")
+                    continue
+            except (OSError, asyncio.IncompleteReadError, StopIteration, ValueError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
-            if good:
-                latencies.append(time.perf_counter() - started)
+                reader = writer = None
+                continue
+            latencies.append(time.perf_counter() - started)
+        if writer is not None:
+            writer.close()
 
     started = time.perf_counter()
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as c:
-        await asyncio.gather(*(client(c) for _ in range(clients)))
+    await asyncio.gather(*(client() for _ in range(clients)))
     return {"requests": sent, "ok": len(latencies), "errors": len(errors), "seconds": time.perf_counter() - started,
             "latencies": latencies, "first_error": errors[0] if errors else ""}
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from brrm.errors import ConfigError
 from brrm.service.isolation import Aborted, LengthMismatch, Runner, checked_call, classify, describe, run_isolated
+from brrm.service.workers import Workers
 from brrm.types import Status
 
 if TYPE_CHECKING:
@@ -191,6 +192,7 @@ class Scheduler:
         self._slots: asyncio.Semaphore | None = None
         self._task: asyncio.Task[None] | None = None
         self._runs: set[asyncio.Task[None]] = set()
+        self._workers = Workers("brrm-judge")
 
     # ------------------------------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -419,7 +421,7 @@ class Scheduler:
                 loop.call_soon_threadsafe(deliver, outcome)
 
         started = time.perf_counter()
-        threading.Thread(target=work, name="brrm-judge", daemon=True).start()
+        self._workers.submit(work)
         try:
             finished = await self._watch(batch, done)
         finally:

@@ -198,6 +198,8 @@ def _bare_server(model: Path, tmp: Path):
                     break
             assert proc.poll() is None, (tmp / f"bare-{port}.log").read_text()
             time.sleep(0.1)
+        else:
+            raise TimeoutError((tmp / f"bare-{port}.log").read_text()[-2000:])
         yield url
     finally:
         proc.terminate()

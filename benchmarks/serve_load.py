@@ -29,7 +29,7 @@ def item(k: int) -> dict[str, Any]:
 
 def bare(model: str, port: int) -> None:
     import uvicorn
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
 
     import brrm
 
@@ -44,7 +44,7 @@ def bare(model: str, port: int) -> None:
         return {"rewards": [{"reward": r.reward, "status": r.status.value} for r in rewards]}
 
     @app.get("/ready")
-    def ready(_request: Request) -> dict[str, bool]:
+    def ready() -> dict[str, bool]:
         return {"ready": True}
 
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)

@@ -54,7 +54,7 @@ def add_parser(sub: Any) -> None:
                                                              "1 = no coalescing)")
     q.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a request waits for others to "
                                                                    "join its batch (default 10)")
-    q.add_argument("--max-queue", type=int, default=2048, help="items waiting before 429 (default 2048)")
+    q.add_argument("--max-queue", type=int, default=2048, help="judgments waiting (by cost) before 429 (default 2048)")
     q.add_argument("--deadline", type=float, default=600.0, help="per-request deadline in seconds; then 504 "
                                                                  "(default 600)")
     q.add_argument("--concurrency", default="auto", help="judge calls at once: auto (4 where the backend shares "

@@ -196,7 +196,7 @@ class ErrorResponse(BaseModel):
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what} for code, what in (
-        (401, "missing or wrong API key"), (413, "body, item count or a field over its limit"),
+        (401, "missing or wrong API key"), (413, "body, item count, cost in judgments or a field over its limit"),
         (422, "invalid input (the message names the field and the valid values)"),
         (429, "queue full; see Retry-After"), (503, "shutting down, backend stuck, or the judge call failed"),
         (504, "the request's deadline passed"))}

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,17 +65,6 @@ class TooCostly(Exception):
 
 class ClientGone(Exception):
     """The client disconnected while its request waited; nothing is sent."""
-
-
-def clean(value: Any) -> Any:
-    """A JSON-ready copy with non-finite floats as ``None`` (the status beside them says why)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v) for v in value]
-    return value
 
 
 @dataclass

@@ -30,14 +30,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from brrm.errors import ConfigError
 from brrm.service.isolation import Aborted, LengthMismatch, Runner, checked_call, classify, describe, run_isolated
+from brrm.service.jobs import Batch, Job, Slice, cuts, spread
 from brrm.service.workers import Workers
 from brrm.types import Status
 
@@ -86,73 +85,6 @@ class BatchFailed(SchedulerError):
     """The judge call failed for every item, or returned the wrong number of results (HTTP 503 with the reason)."""
 
 
-@dataclass(eq=False)
-class _Job:
-    key: Hashable
-    items: list[Any]
-    weights: list[int]
-    costs: list[int]
-    deadline: float
-    enqueued: float
-    future: asyncio.Future[Any]
-    results: list[Any] = field(default_factory=list)
-    cuts: frozenset[int] = frozenset()  # positions a call may end at (None of them: every position)
-    next: int = 0  # first item not yet taken
-    pending: int = 0  # slices running
-
-    def step(self, at: int) -> int:
-        """The end of the unit of items starting at ``at`` (units are never split across calls)."""
-        end = at + 1
-        while self.cuts and end < len(self.items) and end not in self.cuts:
-            end += 1
-        return end
-
-    @property
-    def queued_cost(self) -> int:
-        return sum(self.costs[self.next:])
-
-
-@dataclass(eq=False)
-class _Slice:
-    job: _Job
-    start: int
-    end: int
-
-
-@dataclass(eq=False)
-class _Batch:
-    key: Hashable
-    slices: list[_Slice]
-    abort: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def futures(self) -> list[asyncio.Future[Any]]:
-        return [s.job.future for s in self.slices]
-
-
-def _spread(total: int, n: int) -> list[int]:
-    """``n`` non-negative ints summing to ``total`` (the first ones one larger)."""
-    base, extra = divmod(total, n)
-    return [base + (1 if k < extra else 0) for k in range(n)]
-
-
-def _cuts(units: Sequence[int] | None, n: int) -> frozenset[int]:
-    """The positions a call may end at, from unit sizes (empty: anywhere).
-
-    Raises:
-        ConfigError: when the units are not positive or do not sum to ``n``.
-    """
-    if units is None:
-        return frozenset()
-    if any(u < 1 for u in units) or sum(units) != n:
-        raise ConfigError(f"units {list(units)} must be positive and sum to the {n} items")
-    ends, pos = set(), 0
-    for u in units:
-        pos += u
-        ends.add(pos)
-    return frozenset(ends)
-
-
 class Scheduler:
     """Coalesces jobs into judge calls; see the module docstring.
 
@@ -182,7 +114,7 @@ class Scheduler:
         self.runner, self.metrics, self.failed = runner, metrics, failed
         self.max_batch, self.max_wait_s, self.max_queue = max_batch, max_wait_s, max_queue
         self.concurrency, self.stall_timeout_s, self.max_abandoned = concurrency, stall_timeout_s, max_abandoned
-        self._queue: list[_Job] = []
+        self._queue: list[Job] = []
         self._queued_cost = 0
         self._running = 0
         self._abandoned = 0
@@ -283,9 +215,9 @@ class Scheduler:
         self.check_admission(cost)
         loop = asyncio.get_running_loop()
         now = loop.time()
-        job = _Job(key, items, [max(1, int(w)) for w in weights] if weights is not None else [1] * len(items),
-                   _spread(cost, len(items)), now + timeout_s, now, loop.create_future(), [None] * len(items),
-                   _cuts(units, len(items)))
+        job = Job(key, items, [max(1, int(w)) for w in weights] if weights is not None else [1] * len(items),
+                   spread(cost, len(items)), now + timeout_s, now, loop.create_future(), [None] * len(items),
+                   cuts(units, len(items)))
         self._queue.append(job)
         self._queued_cost += cost
         self._changed.set()
@@ -305,7 +237,7 @@ class Scheduler:
         batches = self._queued_cost / self.max_batch / self.concurrency + 1
         return max(1, math.ceil(batches * self._batch_seconds))
 
-    def _unqueue(self, job: _Job) -> bool:
+    def _unqueue(self, job: Job) -> bool:
         if job not in self._queue:
             return False
         self._queue.remove(job)
@@ -316,7 +248,7 @@ class Scheduler:
         self._gauges()
         return True
 
-    def _drop(self, job: _Job, reason: str) -> None:
+    def _drop(self, job: Job, reason: str) -> None:
         started = job.next > 0
         queued = self._unqueue(job)
         if not job.future.done():
@@ -345,7 +277,7 @@ class Scheduler:
             self._runs.add(task)
             task.add_done_callback(self._runs.discard)
 
-    async def _next_batch(self) -> _Batch:
+    async def _next_batch(self) -> Batch:
         assert self._changed is not None
         loop = asyncio.get_running_loop()
         while True:
@@ -378,8 +310,8 @@ class Scheduler:
     def _weight_of(self, key: Hashable) -> int:
         return sum(sum(job.weights[job.next:]) for job in self._queue if job.key == key)
 
-    def _take(self, key: Hashable) -> _Batch:
-        slices: list[_Slice] = []
+    def _take(self, key: Hashable) -> Batch:
+        slices: list[Slice] = []
         weight = 0
         for job in list(self._queue):
             if job.key != key:
@@ -395,7 +327,7 @@ class Scheduler:
                 break
             self._queued_cost -= sum(job.costs[start:end])
             job.next, job.pending = end, job.pending + 1
-            slices.append(_Slice(job, start, end))
+            slices.append(Slice(job, start, end))
             if end < len(job.items):
                 break  # the job goes on in the next call, keeping its place
             self._queue.remove(job)
@@ -404,9 +336,9 @@ class Scheduler:
         if self.metrics:
             self.metrics.batch_items.observe(sum(s.end - s.start for s in slices))
             self.metrics.batch_requests.observe(len(slices))
-        return _Batch(key, slices)
+        return Batch(key, slices)
 
-    async def _run(self, batch: _Batch) -> None:
+    async def _run(self, batch: Batch) -> None:
         assert self._slots is not None
         loop = asyncio.get_running_loop()
         done: asyncio.Future[list[Any]] = loop.create_future()
@@ -442,7 +374,7 @@ class Scheduler:
         for piece, outcome in zip(batch.slices, done.result(), strict=True):
             self._deliver(piece, outcome)
 
-    def _deliver(self, piece: _Slice, outcome: Any) -> None:
+    def _deliver(self, piece: Slice, outcome: Any) -> None:
         job = piece.job
         job.pending -= 1
         if job.future.done():
@@ -455,7 +387,7 @@ class Scheduler:
         if job.next == len(job.items) and job.pending == 0:
             job.future.set_result(job.results)
 
-    async def _watch(self, batch: _Batch, done: asyncio.Future[list[Any]]) -> bool:
+    async def _watch(self, batch: Batch, done: asyncio.Future[list[Any]]) -> bool:
         """Wait for the call; True when it returned, False when it was abandoned."""
         while not done.done():
             live = [f for f in batch.futures if not f.done()]
@@ -485,7 +417,7 @@ class Scheduler:
         self._gauges()
 
     # ------------------------------------------------------------------------------------------ worker thread
-    def _call(self, batch: _Batch) -> list[Any]:
+    def _call(self, batch: Batch) -> list[Any]:
         """Run the batch (in the worker thread): per slice, its results or the exception its request gets."""
 
         def progress(_done: float) -> None:

@@ -128,9 +128,8 @@ def _rlhf_routes(app: FastAPI, state: ServerState) -> None:
         state.metrics.count_statuses(j.status for j in judgments)
         failed = state.limits.failed_reward
         return encode({"rewards": [r.reward if r.ok else failed for r in rewards],
-                                   "comparison_results": comparisons, "metrics": metrics,
-                                   "statuses": [r.status.value for r in rewards],
-                                   "reasons": [r.reason for r in rewards]})
+                       "comparison_results": comparisons, "metrics": metrics,
+                       "statuses": [r.status.value for r in rewards], "reasons": [r.reason for r in rewards]})
 
 
 def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bool]:

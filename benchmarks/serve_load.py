@@ -9,8 +9,8 @@ its thread pool.
 Load generator: ``python benchmarks/serve_load.py load URL CLIENTS SECONDS MAX_REQUESTS`` — CLIENTS concurrent
 keep-alive connections (raw asyncio streams, so the generator costs little CPU per request), each sending
 one-item ``/v1/score`` requests back to back until SECONDS have passed or MAX_REQUESTS were sent (whichever
-first; it stops by itself), then prints one JSON line: requests, ok, errors, seconds, latencies (s) and the first
-error.
+first; it stops by itself), then prints one JSON line: requests, ok, errors, seconds, latencies (s) of ok
+answers and of 429 answers (``refused``) and the first other error.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     latencies: list[float] = []
+    refused: list[float] = []  # 429 answers' latencies (overload runs)
     errors: list[str] = []
     sent = 0
     end = time.perf_counter() + seconds
@@ -87,6 +88,9 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
                 if "connection: close" in lines:
                     writer.close()
                     reader = writer = None
+                if lines[0].split()[1] == "429":
+                    refused.append(time.perf_counter() - started)
+                    continue
                 if not lines[0].split()[1] == "200" or b'"status":"ok"' not in body.replace(b" ", b""):
                     errors.append(f"{lines[0]}: {body[:200]!r}")
                     continue
@@ -101,7 +105,7 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
     return {"requests": sent, "ok": len(latencies), "errors": len(errors), "seconds": time.perf_counter() - started,
-            "latencies": latencies, "first_error": errors[0] if errors else ""}
+            "latencies": latencies, "refused": refused, "first_error": errors[0] if errors else ""}
 
 
 def main(argv: list[str]) -> None:

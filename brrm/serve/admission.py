@@ -38,6 +38,6 @@ class OverloadMiddleware:
             message = (f"the queue is full ({scheduler.queue_depth} of {scheduler.max_queue} judgments waiting); "
                        "retry later")
             await send_json(send, 429, error_body("queue_full", message),
-                            [("retry-after", str(scheduler.retry_after()))])
+                            [("retry-after", str(scheduler.retry_after()))], close=False)
             return
         await self.app(scope, receive, send)

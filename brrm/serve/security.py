@@ -32,11 +32,13 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)")
 
 
-async def send_json(send: Send, status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = ()) -> None:
-    """Send a complete JSON response on a raw ASGI ``send`` (with ``Connection: close``)."""
+async def send_json(send: Send, status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = (),
+                    close: bool = True) -> None:
+    """Send a complete JSON response on a raw ASGI ``send`` (with ``Connection: close`` unless ``close`` is
+    False: the server then keeps the connection when it can)."""
     data = json.dumps(body).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-           (b"connection", b"close"), *((k.encode(), v.encode()) for k, v in headers)]
+           *([(b"connection", b"close")] if close else []), *((k.encode(), v.encode()) for k, v in headers)]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": data})
 

@@ -262,3 +262,19 @@ def test_throughput_vs_bare_fastapi(benchmark, bt_model, tmp_path):
     for name, f in figures.items():  # what was timed succeeded
         assert f["errors"] == 0 and f["ok"] > 0, (name, f["first_error"])
     assert min(r[0] for r in report.values()) >= 1.0 and batch200 >= 16
+
+
+@pytest.mark.timeout(900)
+def test_overload_429_latency(benchmark, bt_model, tmp_path):
+    """200 clients retrying at once with no backoff against ``--max-queue 16 --max-batch 1``: how fast a 429 with
+    ``Retry-After`` arrives (answered before the body is read). Target (issue 18): p99 <= 100 ms on loopback."""
+    with running_server(["--model", str(bt_model), "--max-batch", "1", "--max-queue", "16"], tmp_path) as srv:
+        run = _load(srv.url, 200)
+        benchmark.pedantic(lambda: httpx.get(f"{srv.url}/ready"), rounds=1, iterations=1)
+    refused = sorted(run["refused"])
+    assert run["errors"] == 0 and run["ok"] > 0 and refused, run["first_error"]  # every answer was a 200 or a 429
+    p50, p99_429 = refused[len(refused) // 2], p99(refused)
+    print(f"\n200 clients, --max-queue 16: {len(refused)} 429s ({len(refused) / run['seconds']:.0f}/s), p50 "
+          f"{p50 * 1000:.0f} ms, p99 {p99_429 * 1000:.0f} ms (target <= 100 ms: "
+          f"{'met' if p99_429 <= 0.1 else 'NOT met'}); {run['ok']} served, p99 {run['p99']:.2f} s")
+    benchmark.extra_info.update({"p50_429_s": p50, "p99_429_s": p99_429, "served": run["ok"]})

@@ -4,13 +4,20 @@ Run: ``pytest benchmarks/bench_serve.py -s``. Each test starts real server proce
 other, never together, so they do not share the cores) and measures the compared variants in one run.
 Targets (issue 10): coalescing ≥ 4× the throughput of max batch 1 with 32 concurrent single-pair clients (bounded
 by the judge's own batching gain, measured beside it; see the test); one batch through HTTP ≤ 1.10× the same batch
-through ``judge_pairs`` in process.
+through ``judge_pairs`` in process. Issue 19 (:func:`test_throughput_vs_bare_fastapi`): one-item ``/v1/score`` on a tiny
+BT model, 64 and 200 concurrent clients, against a bare FastAPI endpoint calling the same judge: throughput >= 1.0x,
+p99 <= the bare p99, mean coalesced batch >= 16 at 200 clients.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -157,3 +164,117 @@ def test_http_overhead_vs_in_process(benchmark, model, tmp_path):
           "(target <= 1.10)")
     benchmark.extra_info.update({"http_over_in_process": ratio})
     assert ratio <= 1.10
+
+
+# ------------------------------------------------------------------------------------------ throughput (issue 19)
+LOAD = Path(__file__).with_name("serve_load.py")
+SECONDS = float(os.environ.get("BRRM_BENCH_SERVE_SECONDS", "20"))
+"""Seconds each load run lasts (the issue's figure is 30 s; 20 s keeps the four runs under 2 minutes)."""
+
+
+@pytest.fixture(scope="module")
+def bt_model(tmp_path_factory):
+    from brrm.testing import save_tiny_qwen3
+
+    return save_tiny_qwen3(tmp_path_factory.mktemp("bench-serve-bt") / "rm", sequence_classification=True)
+
+
+@contextlib.contextmanager
+def _bare_server(model: Path, tmp: Path):
+    """The bare FastAPI endpoint (``serve_load.py bare``) on a free 127.0.0.1 port."""
+    from tests.serve_helpers import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    with open(tmp / f"bare-{port}.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, str(LOAD), "bare", str(model), str(port)], cwd=REPO, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            assert proc.poll() is None, (tmp / f"bare-{port}.log").read_text()
+            time.sleep(0.1)
+        else:
+            raise TimeoutError((tmp / f"bare-{port}.log").read_text()[-2000:])
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def _load(url: str, clients: int) -> dict:
+    """One bounded load run in its own process (stops by itself after SECONDS or 100k requests)."""
+    done = subprocess.run([sys.executable, str(LOAD), "load", url, str(clients), str(SECONDS), "100000"],
+                          cwd=REPO, capture_output=True, text=True, timeout=SECONDS + 180,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["throughput"] = out["ok"] / out["seconds"]
+    out["p99"] = p99(out["latencies"]) if out["latencies"] else float("inf")
+    return out
+
+
+def _mean_batch(url: str) -> tuple[float, float]:
+    """(sum, count) of brrm_batch_requests: requests coalesced per judge call, so far."""
+    text = httpx.get(f"{url}/metrics").text
+    total = float(re.search(r"^brrm_batch_requests_sum (\S+)$", text, re.M).group(1))
+    count = float(re.search(r"^brrm_batch_requests_count (\S+)$", text, re.M).group(1))
+    return total, count
+
+
+@pytest.mark.timeout(1800)
+def test_throughput_vs_bare_fastapi(benchmark, bt_model, tmp_path):
+    """brrm serve vs a bare FastAPI + uvicorn endpoint calling the same judge's ``score`` once per request, on the
+    same tiny BT model, 64 and 200 concurrent one-item ``/v1/score`` clients on 127.0.0.1 (the load generator in
+    its own process). Servers run one at a time. Targets (issue 19): throughput >= 1.0x the bare endpoint's,
+    p99 <= its p99, mean coalesced batch >= 16 at 200 clients."""
+    figures: dict[str, dict] = {}
+    with _bare_server(bt_model, tmp_path) as bare:
+        for clients in (64, 200):
+            figures[f"bare_{clients}"] = _load(bare, clients)
+    with running_server(["--model", str(bt_model)], tmp_path) as srv:
+        for clients in (64, 200):
+            before = _mean_batch(srv.url)
+            figures[f"brrm_{clients}"] = _load(srv.url, clients)
+            after = _mean_batch(srv.url)
+            figures[f"brrm_{clients}"]["mean_batch"] = (after[0] - before[0]) / max(1.0, after[1] - before[1])
+        benchmark.pedantic(lambda: httpx.post(f"{srv.url}/v1/score", json={"items": [{"prompt": "q",
+                                                                                    "response": "a"}]}),
+                           rounds=1, iterations=1)
+    report = {}
+    for clients in (64, 200):
+        b, s = figures[f"bare_{clients}"], figures[f"brrm_{clients}"]
+        ratio = s["throughput"] / b["throughput"]
+        report[clients] = (ratio, s["p99"], b["p99"], s["mean_batch"])
+        print(f"\n{clients} clients: brrm {s['throughput']:.1f} req/s (p99 {s['p99']:.3f} s, mean batch "
+              f"{s['mean_batch']:.1f}, {s['errors']} errors) vs bare {b['throughput']:.1f} req/s "
+              f"(p99 {b['p99']:.3f} s, {b['errors']} errors): ratio {ratio:.2f}x")
+        benchmark.extra_info.update({f"ratio_{clients}": ratio, f"p99_brrm_{clients}": s["p99"],
+                                     f"p99_bare_{clients}": b["p99"], f"mean_batch_{clients}": s["mean_batch"]})
+    ratio200, p99_brrm, p99_bare, batch200 = report[200]
+    print(f"targets: ratio >= 1.0 ({'met' if min(r[0] for r in report.values()) >= 1 else 'NOT met'}), p99 <= bare "
+          f"({'met' if all(r[1] <= r[2] for r in report.values()) else 'NOT met'}), mean batch >= 16 at 200 "
+          f"({'met' if batch200 >= 16 else 'NOT met'})")
+    for name, f in figures.items():  # what was timed succeeded
+        assert f["errors"] == 0 and f["ok"] > 0, (name, f["first_error"])
+    assert min(r[0] for r in report.values()) >= 1.0 and batch200 >= 16
+
+
+@pytest.mark.timeout(900)
+def test_overload_429_latency(benchmark, bt_model, tmp_path):
+    """200 clients retrying at once with no backoff against ``--max-queue 16 --max-batch 1``: how fast a 429 with
+    ``Retry-After`` arrives (answered before the body is read). Target (issue 18): p99 <= 100 ms on loopback."""
+    with running_server(["--model", str(bt_model), "--max-batch", "1", "--max-queue", "16"], tmp_path) as srv:
+        run = _load(srv.url, 200)
+        benchmark.pedantic(lambda: httpx.get(f"{srv.url}/ready"), rounds=1, iterations=1)
+    refused = sorted(run["refused"])
+    assert run["errors"] == 0 and run["ok"] > 0 and refused, run["first_error"]  # every answer was a 200 or a 429
+    p50, p99_429 = refused[len(refused) // 2], p99(refused)
+    print(f"\n200 clients, --max-queue 16: {len(refused)} 429s ({len(refused) / run['seconds']:.0f}/s), p50 "
+          f"{p50 * 1000:.0f} ms, p99 {p99_429 * 1000:.0f} ms (target <= 100 ms: "
+          f"{'met' if p99_429 <= 0.1 else 'NOT met'}); {run['ok']} served, p99 {run['p99']:.2f} s")
+    benchmark.extra_info.update({"p50_429_s": p50, "p99_429_s": p99_429, "served": run["ok"]})

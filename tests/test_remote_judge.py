@@ -15,11 +15,18 @@ BRRM_ARGS = ["--kind", "brrm", "--max-new-tokens", "420", "--block-token-cap", "
 PROMPTS = ["What is 2+2?", [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]]
 
 
-def _same(remote, local, *, drop=("provenance",)):
-    a, b = remote.to_dict(), local.to_dict()
-    for key in drop:
-        a.pop(key, None), b.pop(key, None)
-    return a == b
+def _without_provenance(d):
+    """A result dict without provenance at any depth (the server names its model by folder, never by path)."""
+    if isinstance(d, dict):
+        return {k: _without_provenance(v) for k, v in d.items() if k != "provenance"}
+    if isinstance(d, list):
+        return [_without_provenance(v) for v in d]
+    return d
+
+
+def _same(remote, local):
+    assert remote.provenance is not None and remote.provenance.seed == local.provenance.seed
+    return _without_provenance(remote.to_dict()) == _without_provenance(local.to_dict())
 
 
 @pytest.fixture(scope="module")

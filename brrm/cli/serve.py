@@ -1,6 +1,7 @@
 """``brrm serve``: serve a judge over HTTP (FastAPI + uvicorn) with the endpoints of :mod:`brrm.serve`.
 
-Every limit is checked before the model loads. Binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key``
+Every limit is checked, and the port bound, before the model loads (a port in use fails at once, not after
+minutes of loading). Binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key``
 (or ``BRRM_API_KEY``) makes every endpoint but ``/health`` require ``Authorization: Bearer <key>``. SIGTERM
 drains: the listening socket closes (new connections are refused), requests already in flight finish (up to
 ``--drain-timeout``), then the model is freed and the process exits 0.
@@ -12,6 +13,7 @@ import argparse
 import importlib
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -44,11 +46,15 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--max-body-bytes", type=int, default=8 << 20, help="largest request body (default 8 MiB)")
     q.add_argument("--max-items", type=int, default=512, help="items per request (default 512)")
     q.add_argument("--max-field-chars", type=int, default=200_000, help="longest text field (default 200000)")
+    q.add_argument("--max-judgments-per-request", type=int, default=2048,
+                   help="most judgments one request may cost: pairs x orders (swap), a group strategy's judgments "
+                        "(all_pairs of N: N(N-1)/2), or scored items; over it: 413 naming the cost (default 2048; "
+                        "capped by --max-queue)")
     q.add_argument("--max-batch", type=int, default=32, help="items coalesced into one judge call (default 32; "
                                                              "1 = no coalescing)")
     q.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a request waits for others to "
                                                                    "join its batch (default 10)")
-    q.add_argument("--max-queue", type=int, default=2048, help="items waiting before 429 (default 2048)")
+    q.add_argument("--max-queue", type=int, default=2048, help="judgments waiting (by cost) before 429 (default 2048)")
     q.add_argument("--deadline", type=float, default=600.0, help="per-request deadline in seconds; then 504 "
                                                                  "(default 600)")
     q.add_argument("--concurrency", default="auto", help="judge calls at once: auto (4 where the backend shares "
@@ -115,7 +121,9 @@ def _limits(args: argparse.Namespace, failed_reward: float, concurrency: int, ap
     from brrm.serve.limits import ServerLimits
 
     return ServerLimits(max_body_bytes=args.max_body_bytes, max_items=args.max_items,
-                        max_field_chars=args.max_field_chars, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                        max_field_chars=args.max_field_chars,
+                        max_judgments_per_request=args.max_judgments_per_request, max_batch=args.max_batch,
+                        max_wait_ms=args.max_wait_ms,
                         max_queue=args.max_queue, deadline_s=args.deadline, concurrency=concurrency,
                         stall_timeout_s=args.stall_timeout, max_abandoned=args.max_abandoned,
                         drain_timeout_s=args.drain_timeout if args.drain_timeout is not None else args.deadline + 60,
@@ -138,10 +146,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give --model or --factory, not both")
     limits = limits_from(args, args.backend)  # every limit checked before the model loads
     common.load_options(args)
+    sock = bind(args.host, args.port)  # the port too: a port in use fails before minutes of loading
     if args.host not in ("127.0.0.1", "localhost", "::1") and limits.api_key is None:
         print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "
               "BRRM_API_KEY)", file=sys.stderr)
-    judge = _factory(args.factory) if args.factory else common.load_judge(args, kind="brrm")
+    try:
+        judge = _factory(args.factory) if args.factory else common.load_judge(args, kind="brrm")
+    except BaseException:
+        sock.close()
+        raise
     if args.concurrency == "auto":  # concurrent backends share one running batch across judge calls
         from dataclasses import replace
 
@@ -153,12 +166,35 @@ def run(args: argparse.Namespace) -> int:
     print(f"brrm serve: {info.model} (kind {info.kind}, {info.recipe}, backend {info.backend}) on "
           f"http://{args.host}:{args.port}; docs at /docs", file=sys.stderr)
     serve(app, host=args.host, port=args.port, drain_timeout_s=limits.drain_timeout_s, log_level=args.log_level,
-          access_log=not args.no_access_log)
+          access_log=not args.no_access_log, sock=sock)
     return 0
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (IPv4 or IPv6 as ``host`` resolves), ``SO_REUSEADDR`` as uvicorn
+    sets it.
+
+    Raises:
+        ConfigError: naming the address and the reason (e.g. the port is in use), before anything loads.
+    """
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host {host!r} does not resolve: {exc.strerror}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port} (--host/--port): {exc.strerror or exc}; is another "
+                          "server using the port?") from None
+    return sock
+
+
 def serve(app: Any, *, host: str, port: int, drain_timeout_s: float, log_level: str = "info",
-          access_log: bool = True) -> None:
+          access_log: bool = True, sock: socket.socket | None = None) -> None:
     """Run ``app`` under uvicorn until SIGTERM or Ctrl-C, draining in-flight requests first.
 
     uvicorn's own signal handling stops the listener and waits for in-flight responses (up to
@@ -179,7 +215,7 @@ def serve(app: Any, *, host: str, port: int, drain_timeout_s: float, log_level: 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=max(1, int(drain_timeout_s)), lifespan="on")
     signal.signal(signal.SIGTERM, lambda _sig, _frame: None)  # what uvicorn re-raises after its graceful stop
-    Server(config).run()
+    Server(config).run(sockets=[sock] if sock is not None else None)
 
 
 def _factory(spec: str) -> Any:

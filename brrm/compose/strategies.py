@@ -52,6 +52,42 @@ def judgments_per_group(strategy: str, n: int, *, swap: bool = False) -> int:
     return per * (2 if swap and strategy != "round_robin" else 1)
 
 
+COST_KINDS = ("pairs", "scores", "group")
+"""What :func:`cost` counts: ``pairs`` (n pairs judged), ``scores`` (n scalar items), ``group`` (one group of n
+responses ranked by a strategy)."""
+
+
+def cost(kind: str, n: int, *, strategy: str = "round_robin", swap: bool = False, turns: int = 1) -> int:
+    """A job's cost in judgments, known before it runs: pairs × orders × turns, or scalar items.
+
+    Args:
+        kind: one of :data:`COST_KINDS`.
+        n: pairs (``pairs``), items (``scores``) or responses in the group (``group``), >= 0.
+        strategy: the group's concrete strategy (``group`` only; ``auto`` must be resolved first).
+        swap: both presentation orders per pair (``pairs``; ``group`` as :func:`judgments_per_group` counts it).
+        turns: model turns per judgment, >= 1 (2 for BR-RM's two-turn protocol; 1 for single-pass models).
+
+    Returns:
+        An int >= 0. Example: 100 responses, ``all_pairs`` (4,950 pairs) on BR-RM is ``cost("pairs", 4950,
+        turns=2)`` = 9,900; a GRPO group of 8, circular with swap, is ``cost("group", 8, strategy="circular",
+        swap=True, turns=2)`` = 32; ``scores`` of a group of 8 is 8.
+
+    Raises:
+        ConfigError: on an unknown kind or strategy, a negative ``n`` or ``turns`` < 1.
+    """
+    if kind not in COST_KINDS:
+        raise ConfigError(f"cost kind {kind!r} is not valid; expected one of {', '.join(COST_KINDS)}")
+    if not isinstance(n, int) or n < 0 or not isinstance(turns, int) or turns < 1:
+        raise ConfigError(f"cost needs n >= 0 and turns >= 1, got n={n!r}, turns={turns!r}")
+    if kind == "scores":
+        return n
+    if kind == "pairs":
+        return n * (2 if swap else 1) * turns
+    if strategy not in STRATEGIES or strategy == "auto":
+        raise ConfigError(f"cost of a group needs a concrete strategy, got {strategy!r}")
+    return n if strategy == "scores" else judgments_per_group(strategy, n, swap=swap) * turns
+
+
 def check_strategy(strategy: str, *, pairwise: bool, has_reference: bool) -> str:
     """The concrete strategy (``auto`` resolved).
 

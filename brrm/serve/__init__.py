@@ -2,7 +2,8 @@
 
 * :func:`create_app` (:mod:`brrm.serve.app`) — the app over a :class:`~brrm.RewardJudge`;
 * :class:`ServerLimits` (:mod:`brrm.serve.limits`) — body, item, field, queue, batch and deadline limits;
-* :mod:`brrm.serve.scheduler` — coalescing, bounded queue, deadlines, cancellation (pure asyncio);
+* :mod:`brrm.service.scheduler` — coalescing, cost-bounded queue, deadlines, bisection fault isolation (pure
+  asyncio; re-exported as ``brrm.serve.scheduler``);
 * :mod:`brrm.serve.openrlhf`, :mod:`brrm.serve.nemo_gym` — the OpenRLHF and NeMo Gym contracts;
 * :mod:`brrm.serve.reward_func` — OpenRLHF's ``reward_func`` (``--remote_rm_url path.py``), local or remote.
 

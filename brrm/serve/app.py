@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,12 +23,19 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from brrm.errors import ConfigError
-from brrm.serve.calls import CallOptions, PairItem, ScoreItem, Variants, make_runner, pairs_key, score_key
+from brrm.serve.admission import OverloadMiddleware
+from brrm.serve.calls import (
+    CallOptions,
+    Variants,
+    failed_result,
+    make_runner,
+)
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics, MetricsMiddleware
 from brrm.serve.openrlhf import resolve_mode
-from brrm.serve.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
-from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooLong, error_body
+from brrm.serve.ops import add_ops_routes, warmup
+from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooLong, InvalidText, error_body
+from brrm.service.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
 from brrm.types import Conversation, RewardJudge
 
 log = logging.getLogger("brrm.serve")
@@ -46,19 +53,18 @@ class TooManyItems(Exception):
         self.field, self.n, self.limit = field, n, limit
 
 
+class TooCostly(Exception):
+    """A request whose cost in judgments is over the per-request limit (HTTP 413), known before it is queued."""
+
+    def __init__(self, what: str, cost: int, limit: int) -> None:
+        super().__init__(f"{what} costs {cost} judgments; the limit is {limit} per request "
+                         "(--max-judgments-per-request, capped by --max-queue); split the request or use a cheaper "
+                         "strategy")
+        self.cost, self.limit = cost, limit
+
+
 class ClientGone(Exception):
     """The client disconnected while its request waited; nothing is sent."""
-
-
-def clean(value: Any) -> Any:
-    """A JSON-ready copy with non-finite floats as ``None`` (the status beside them says why)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v) for v in value]
-    return value
 
 
 @dataclass
@@ -85,20 +91,49 @@ class ServerState:
     ready: bool = False
     not_ready: str = "warming up"
     draining: bool = False
+    warmup_attempts: int = 0
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
     def info(self) -> dict[str, Any]:
-        return self.judge.info.to_dict()
+        """The judge's info with the model's public name (a hub id, or a local folder's name; never a path)."""
+        return self.model_block
+
+    @functools.cached_property
+    def model_block(self) -> dict[str, Any]:
+        """The reply-level ``model`` block, built once: :attr:`JudgeInfo.to_dict` with the public model name."""
+        from brrm.serve.replies import public_name
+
+        info = self.judge.info.to_dict()
+        return {**info, "model": public_name(str(info["model"]))}
 
     @property
     def pairwise(self) -> bool:
         return self.judge.info.kind == "brrm"
 
+    def mark_ready(self) -> None:
+        """The model answered a call: ``/ready`` reports ready (unless draining or stuck)."""
+        self.ready, self.not_ready = True, ""
+
     def check_items(self, n: int, name: str) -> None:
         """Raises :class:`TooManyItems` when ``n`` is over the per-request limit."""
         if n > self.limits.item_limit:
             raise TooManyItems(name, n, self.limits.item_limit)
+
+    def check_cost(self, cost: int, what: str) -> int:
+        """``cost`` (judgments) when it is within the per-request limit, checked before anything is queued.
+
+        Raises:
+            TooCostly: over :attr:`ServerLimits.judgment_limit` (413, naming the cost and the limit).
+        """
+        if cost > self.limits.judgment_limit:
+            raise TooCostly(what, cost, self.limits.judgment_limit)
+        return cost
+
+    @property
+    def swap(self) -> bool:
+        """The judge's default ``swap`` (both presentation orders per pair)."""
+        return bool(self.judge.info.options.get("swap"))
 
     def options(self, given: Any) -> CallOptions | None:
         """The per-request options of a body (None when none are set), checked against the judge and limits.
@@ -118,14 +153,17 @@ class ServerState:
         return min(requested or self.limits.deadline_s, self.limits.deadline_s)
 
     async def submit(self, request: Request, key: Any, items: list[Any], *, timeout_s: float | None = None,
-                     cost: int | None = None) -> list[Any]:
+                     cost: int | None = None, weights: list[int] | None = None,
+                     units: list[int] | None = None) -> list[Any]:
         """Run ``items`` through the scheduler, dropping them if the client disconnects first.
 
         Raises:
             SchedulerError: 429 / 503 / 504 (see :mod:`brrm.serve.scheduler`). ConfigError: the judge refused
                 the input (422). ClientGone: the client left.
         """
-        task = asyncio.ensure_future(self.scheduler.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost))
+        task = asyncio.ensure_future(self.scheduler.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
+                                                           weights=weights, units=units))
+        task.add_done_callback(self._returned)
         watcher = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -137,6 +175,13 @@ class ServerState:
                     await task
                 raise ClientGone()
         return task.result()
+
+
+    def _returned(self, task: asyncio.Future[Any]) -> None:
+        """A judge call that returned results proves the model works: mark ready (a failed warm-up is not
+        permanent)."""
+        if not self.ready and not task.cancelled() and task.exception() is None:
+            self.mark_ready()
 
 
 async def _disconnected(request: Request) -> None:
@@ -181,17 +226,18 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     variants = Variants(judge)
     scheduler = Scheduler(make_runner(variants), max_batch=limits.max_batch, max_wait_s=limits.max_wait_ms / 1000,
                           max_queue=limits.max_queue, concurrency=limits.concurrency,
-                          stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics)
+                          stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics,
+                          failed=failed_result)
     state = ServerState(judge, limits, scheduler, metrics, variants, ready=False)
-    app = FastAPI(title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),
+    app = FastAPI(title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge), docs_url=None,
                   description="Pairwise judgments, scalar rewards and group rankings from a brrm judge "
                               "(BR-RM, Bradley–Terry or principle reward model), with OpenRLHF- and NeMo Gym-"
                               "compatible routes.")
     app.state.brrm = state
     _add_error_handlers(app)
-    _add_ops_routes(app, state)
+    add_ops_routes(app, state)
     add_routes(app, state)
-    _add_middleware(app, limits, metrics)
+    _add_middleware(app, state)
     return app
 
 
@@ -202,7 +248,7 @@ def _lifespan(state: ServerState, close_judge: bool) -> Any:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.scheduler.start()
         if state.limits.warmup:
-            task = asyncio.create_task(_warmup(state))
+            task = asyncio.create_task(warmup(state))
             state.tasks.add(task)
             task.add_done_callback(state.tasks.discard)
         else:
@@ -218,34 +264,20 @@ def _lifespan(state: ServerState, close_judge: bool) -> Any:
     return lifespan
 
 
-def _add_middleware(app: FastAPI, limits: ServerLimits, metrics: Metrics) -> None:
-    """CORS (only when configured), the API key, the streaming body limit and metrics (outermost last)."""
+def _add_middleware(app: FastAPI, state: ServerState) -> None:
+    """CORS (only when configured), overload (429 before the body is read), the API key, the streaming body
+    limit and metrics (outermost last)."""
+    limits, metrics = state.limits, state.metrics
     if limits.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=list(limits.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["authorization", "content-type"])
+    app.add_middleware(OverloadMiddleware, state=state)
     if limits.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=limits.api_key)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics, paths=KNOWN_PATHS)
-
-
-async def _warmup(state: ServerState) -> None:
-    """Judge one tiny pair (or score one response) through the scheduler, then report ready."""
-    conv = Conversation.coerce("Say hello.")
-    try:
-        if state.pairwise:
-            await state.scheduler.submit(pairs_key(None), [PairItem(conv, "Hello!", "Hi.")],
-                                         timeout_s=state.limits.deadline_s)
-        else:
-            await state.scheduler.submit(score_key(False, False), [ScoreItem(conv, "Hello!")],
-                                         timeout_s=state.limits.deadline_s)
-    except Exception as exc:  # noqa: BLE001 - reported on /ready, the server stays up
-        state.not_ready = f"warm-up failed: {type(exc).__name__}: {exc}"
-        log.error("brrm serve: %s", state.not_ready)
-        return
-    state.ready, state.not_ready = True, ""
 
 
 def _version() -> str:
@@ -254,41 +286,41 @@ def _version() -> str:
     return __version__
 
 
-def _add_ops_routes(app: FastAPI, state: ServerState) -> None:
-    @app.get("/health", tags=["operations"], summary="Process up (no API key needed)")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/ready", tags=["operations"], summary="Model loaded, warm and taking work (503 otherwise)",
-             responses={503: {"description": "not ready, with the reason"}})
-    async def ready() -> JSONResponse:
-        why = ("shutting down" if state.draining else state.not_ready if not state.ready
-               else "" if state.scheduler.accepting else "the backend is stuck on abandoned judge calls")
-        body = {"ready": not why, "reason": why, "queue_depth": state.scheduler.queue_depth,
-                "running": state.scheduler.running}
-        return JSONResponse(body, status_code=503 if why else 200)
-
-    @app.get("/v1/models", tags=["operations"], summary="What is served: model, kind, recipe, backend, limits")
-    async def models() -> dict[str, Any]:
-        info = state.info
-        return {"object": "list", "data": [{"id": info["model"], "object": "model", "owned_by": "brrm", **info,
-                                             "limits": state.limits.public()}]}
-
-    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics (text exposition format)")
-    async def metrics() -> Response:
-        body, content_type = state.metrics.render()
-        return Response(body, media_type=content_type)
+def _body_problem(request: Request, exc: RequestValidationError) -> str:
+    """What is wrong with the body as a whole, when that is the problem: not sent as JSON (content type), or not
+    parseable JSON (what the parser expected, at which line and column); "" otherwise."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        doc, pos = exc.body if isinstance(exc.body, str) else "", first.get("loc", ("body", 0))[-1]
+        pos = pos if isinstance(pos, int) else 0
+        line = doc.count("\n", 0, pos) + 1
+        column = pos - (doc.rfind("\n", 0, pos) + 1) + 1
+        what = (first.get("ctx") or {}).get("error", "invalid JSON")
+        ending = " (the body ends there: was it cut short?)" if pos >= len(doc.rstrip()) else ""
+        return f"body is not valid JSON: {what} at line {line}, column {column} (character {pos}){ending}"
+    content_type = request.headers.get("content-type", "")
+    if request.method == "POST" and "json" not in content_type.lower() and first.get("loc") in (("body",), ["body"]):
+        return (f"body: send the request as JSON with the header 'Content-Type: application/json' (got "
+                f"{content_type or 'no Content-Type'})")
+    return ""
 
 
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": e.get("type", "")}
                   for e in exc.errors()]
         first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
         where = ".".join(x for x in first["loc"] if x != "body") or "body"
-        body = error_body("validation_error", f"{where}: {first['msg']}", errors=errors)
+        message = _body_problem(request, exc) or f"{where}: {first['msg']}"
+        body = error_body("validation_error", message, errors=errors)
         return JSONResponse({**body, "detail": errors}, status_code=422)
+
+    @app.exception_handler(InvalidText)
+    async def invalid_text(_request: Request, exc: InvalidText) -> JSONResponse:
+        return JSONResponse(error_body("invalid_text", str(exc), field=exc.field, position=exc.position),
+                            status_code=422)
 
     @app.exception_handler(ConfigError)
     async def config(_request: Request, exc: ConfigError) -> JSONResponse:
@@ -310,6 +342,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         if exc.status == 503 and not isinstance(exc, Unavailable):
             kind = "backend_error"
         return JSONResponse(error_body(kind, exc.message), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(TooCostly)
+    async def too_costly(_request: Request, exc: TooCostly) -> JSONResponse:
+        return JSONResponse(error_body("too_costly", str(exc), cost=exc.cost, limit=exc.limit), status_code=413)
 
     @app.exception_handler(ClientGone)
     async def gone(_request: Request, _exc: ClientGone) -> Response:

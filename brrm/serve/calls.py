@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from brrm.errors import ConfigError
-from brrm.types import Conversation, RewardJudge, Verdict
+from brrm.types import Conversation, GroupResult, PairwiseJudgment, RewardJudge, ScalarReward, Status, Verdict
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,28 @@ def rank_key(strategy: str, swap: bool | None, reference: bool,
              options: CallOptions | None = None) -> tuple[Hashable, ...]:
     """Key of ``rank_groups`` calls."""
     return ("rank", strategy, swap, reference, options or None)
+
+
+def failed_result(key: Hashable, item: Any, status: Status, reason: str) -> Any:
+    """The typed failed result of one item of a ``key`` call (the scheduler's ``failed`` factory): a
+    :class:`PairwiseJudgment`, :class:`ScalarReward` or :class:`GroupResult` (every reward failed) with ``status``
+    and ``reason``, keeping the item's id and label.
+
+    Raises:
+        ConfigError: on an unknown key.
+    """
+    kind = key[0] if isinstance(key, tuple) else key
+    if kind == "pairs":
+        return PairwiseJudgment(Verdict.NONE, status, reason, id=item.id, label=item.label, attempts=0)
+    if kind == "score":
+        return ScalarReward.failed(status, reason, id=item.id)
+    if kind == "rank":
+        n = len(item.responses)
+        zeros = tuple((0,) * n for _ in range(n))
+        strategy = str(key[1]) if isinstance(key, tuple) else "scores"
+        return GroupResult(strategy, tuple(ScalarReward.failed(status, reason) for _ in range(n)), (0.0, 1.0), zeros,
+                           zeros, 0, 0, 0, ())
+    raise ConfigError(f"unknown judge call {key!r}")
 
 
 def make_runner(judge: RewardJudge | Variants

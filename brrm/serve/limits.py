@@ -43,11 +43,15 @@ class ServerLimits:
             The effective limit is ``min(max_items, max_queue)`` so that a valid request can always queue.
         max_field_chars: longest text field (a prompt, a response, a message, a query) in characters; longer
             answers 413 naming the field, >= 1.
+        max_judgments_per_request: most judgments one request may cost (:func:`brrm.compose.strategies.cost`:
+            pairs × presentation orders, a group strategy's judgments, or scalar items), >= 1. The effective
+            limit is ``min(max_judgments_per_request, max_queue)`` so that a valid request can always queue; a
+            request over it answers 413 naming its cost and the limit, before anything is queued.
         max_batch: most items coalesced into one judge call (``judge_pairs`` / ``score`` / ``rank_groups``),
             >= 1; 1 turns coalescing off.
         max_wait_ms: how long the first queued request waits for others to join its batch, in ms, >= 0.
-        max_queue: most items waiting (not yet running); a request that does not fit answers 429 with
-            ``Retry-After`` at once, >= 1.
+        max_queue: most judgments waiting (not yet running; by cost, as ``max_judgments_per_request``); a
+            request that does not fit answers 429 with ``Retry-After`` at once, >= 1.
         deadline_s: per-request deadline in seconds (queueing + judging); past it the request answers 504 and
             its queued work is dropped, > 0. A request may ask for a shorter one (``timeout_s``), never longer.
         concurrency: judge calls run at once (1 for one in-process model; more only for thread-safe backends
@@ -74,6 +78,7 @@ class ServerLimits:
     max_body_bytes: int = 8 * MIB
     max_items: int = 512
     max_field_chars: int = 200_000
+    max_judgments_per_request: int = 2048
     max_batch: int = 32
     max_wait_ms: float = 10.0
     max_queue: int = 2048
@@ -94,6 +99,7 @@ class ServerLimits:
         check_int("max_body_bytes", self.max_body_bytes, low=1024)
         check_int("max_items", self.max_items, low=1)
         check_int("max_field_chars", self.max_field_chars, low=1)
+        check_int("max_judgments_per_request", self.max_judgments_per_request, low=1)
         check_int("max_batch", self.max_batch, low=1)
         check_float("max_wait_ms", self.max_wait_ms, low=0)
         check_int("max_queue", self.max_queue, low=1)
@@ -122,11 +128,17 @@ class ServerLimits:
         """Items one request may carry: ``min(max_items, max_queue)``."""
         return min(self.max_items, self.max_queue)
 
+    @property
+    def judgment_limit(self) -> int:
+        """Judgments one request may cost: ``min(max_judgments_per_request, max_queue)``."""
+        return min(self.max_judgments_per_request, self.max_queue)
+
     def public(self) -> dict[str, Any]:
         """The limits a client may see (``/v1/models``); never the API key."""
         out = {k: v for k, v in asdict(self).items() if k != "api_key"}
         out["auth"] = self.api_key is not None
         out["item_limit"] = self.item_limit
+        out["judgment_limit"] = self.judgment_limit
         out["cors_origins"] = list(self.cors_origins)
         out["strip_texts"] = list(self.strip_texts)
         return out

@@ -129,14 +129,14 @@ class LocalRewards:
 
     def __init__(self, judge: Any, *, failed_reward: float | None = 0.0, mode: str = "auto", max_batch: int = 32,
                  max_wait_ms: float = 10.0) -> None:
-        from brrm.serve.calls import make_runner
+        from brrm.serve.calls import failed_result, make_runner
         from brrm.serve.openrlhf import resolve_mode
-        from brrm.serve.scheduler import Scheduler
+        from brrm.service.scheduler import Scheduler
 
         self.judge, self.failed_reward = judge, failed_reward
         self.mode = resolve_mode(mode, judge.info.kind)
         self.scheduler = Scheduler(make_runner(judge), max_batch=max_batch, max_wait_s=max_wait_ms / 1000,
-                                   max_queue=1 << 30)
+                                   max_queue=1 << 30, failed=failed_result)
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="brrm-reward-func", daemon=True).start()
         asyncio.run_coroutine_threadsafe(self.scheduler.start(), self.loop).result()

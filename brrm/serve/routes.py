@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from starlette.responses import Response
 
-from brrm.compose.strategies import check_strategy, judgments_per_group
+from brrm.compose.strategies import check_strategy, cost
 from brrm.errors import ConfigError
 from brrm.serve import nemo_gym, openrlhf
-from brrm.serve.app import ServerState, clean, conversation
+from brrm.serve.app import ServerState, conversation
 from brrm.serve.calls import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
+from brrm.serve.replies import encode, reply
 from brrm.serve.schemas import (
     ERRORS,
     CompareRequest,
@@ -52,74 +53,83 @@ def _checked(state: ServerState, body: Any, n: int, name: str) -> None:
 def _judging_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS, tags=["judging"],
               summary="Judge pairs: one PairwiseJudgment per pair, in order")
-    async def judge(body: JudgeRequest, request: Request) -> JSONResponse:
+    async def judge(body: JudgeRequest, request: Request) -> Response:
         _checked(state, body, len(body.pairs), "pairs")
         items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
                           parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
                  for k, p in enumerate(body.pairs)]
         key = pairs_key(body.swap, options=state.options(body.options))
-        results = await state.submit(request, key, items, timeout_s=body.timeout_s)
+        spent = state.check_cost(cost("pairs", len(items), swap=state.swap if body.swap is None else body.swap),
+                                 f"{len(items)} pairs")
+        results = await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent)
         state.metrics.count_statuses(r.status for r in results)
-        return JSONResponse(clean({"model": state.info, "judgments": [r.to_dict() for r in results]}))
+        return reply(state.model_block, "judgments", results)
 
     @app.post("/v1/score", response_model=ScoreResponse, responses=ERRORS, tags=["judging"],
               summary="Score responses: one ScalarReward per item, in order")
-    async def score(body: ScoreRequest, request: Request) -> JSONResponse:
+    async def score(body: ScoreRequest, request: Request) -> Response:
         _checked(state, body, len(body.items), "items")
         items = [ScoreItem(conversation(it, f"items[{k}]"), it.response, it.principle, it.reference, it.id or "")
                  for k, it in enumerate(body.items)]
         refs, principles = _score_options(state, items)
         if principles:
             items = _fill_principles(state, items)
-        results = await state.submit(request, score_key(refs, principles), items, timeout_s=body.timeout_s)
+        spent = state.check_cost(cost("pairs", len(items), swap=state.swap) if refs else cost("scores", len(items)),
+                                 f"{len(items)} items")
+        results = await state.submit(request, score_key(refs, principles), items, timeout_s=body.timeout_s,
+                                     cost=spent)
         state.metrics.count_statuses(r.status for r in results)
-        return JSONResponse(clean({"model": state.info, "rewards": [r.to_dict() for r in results]}))
+        return reply(state.model_block, "rewards", results)
 
     @app.post("/v1/rank", response_model=RankResponse, responses=ERRORS, tags=["judging"],
               summary="Rank one group of responses by a strategy")
-    async def rank(body: RankRequest, request: Request) -> JSONResponse:
+    async def rank(body: RankRequest, request: Request) -> Response:
         _checked(state, body, len(body.responses), "responses")
         strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
         n = len(body.responses)
-        swap = bool(state.judge.info.options.get("swap")) if body.swap is None else body.swap
-        cost = judgments_per_group(strategy, n, swap=swap) if state.pairwise else n
+        swap = state.swap if body.swap is None else body.swap
+        spent = state.check_cost(cost("group", n, strategy=strategy, swap=swap), f"{strategy} over {n} responses")
         item = GroupItem(conversation(body, "body"), tuple(body.responses), body.reference)
         key = rank_key(strategy, body.swap, body.reference is not None, state.options(body.options))
-        (result,) = await state.submit(request, key, [item], timeout_s=body.timeout_s, cost=cost)
+        (result,) = await state.submit(request, key, [item], timeout_s=body.timeout_s, cost=max(1, spent),
+                                       weights=[max(1, spent)])
         state.metrics.count_statuses(r.status for r in result.rewards)
-        return JSONResponse(clean({"model": state.info, "result": result.to_dict()}))
+        return reply(state.model_block, "result", result)
 
 
 def _rlhf_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/get_reward", response_model=GetRewardResponse, responses=ERRORS, tags=["RLHF frameworks"],
               summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
-    async def get_reward(body: GetRewardRequest, request: Request) -> JSONResponse:
+    async def get_reward(body: GetRewardRequest, request: Request) -> Response:
         _checked(state, body, len(body.query), "query")
         rewards = await _get_rewards(state, request, body)
         state.metrics.count_statuses(r.status for r in rewards)
-        return JSONResponse(clean(openrlhf.reply(rewards, state.limits.failed_reward)))
+        return encode(openrlhf.reply(rewards, state.limits.failed_reward))
 
     @app.post("/compare", response_model=CompareResponse, responses=ERRORS, tags=["RLHF frameworks"],
               summary="NeMo Gym genrm_compare: rewards for a group of responses from pairwise comparisons")
-    async def compare(body: CompareRequest, request: Request) -> JSONResponse:
+    async def compare(body: CompareRequest, request: Request) -> Response:
         _checked(state, body, len(body.response_objs), "response_objs")
         conv = Conversation.coerce(nemo_gym.history_messages(body.conversation_history), where="conversation_history")
         texts, bad = nemo_gym.output_texts(body.response_objs)
         if body.principle is not None and state.judge.info.kind != "principle":
             raise ConfigError(f"principle: only principle models take one; this judge is kind "
                               f"{state.judge.info.kind} (send principle null)")
-        pairs = nemo_gym.judged_pairs(nemo_gym.comparison_pairs(body.strategy or state.limits.compare_strategy,
-                                                                len(texts)), bad)
+        strategy = body.strategy or state.limits.compare_strategy
+        pairs = nemo_gym.judged_pairs(nemo_gym.comparison_pairs(strategy, len(texts)), bad)
+        spent = state.check_cost(cost("pairs", len(pairs), swap=state.swap if body.swap is None else body.swap),
+                                 f"{strategy} over {len(texts)} responses ({len(pairs)} pairs)")
         items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
         key = pairs_key(body.swap, body.principle is not None, state.options(body.options))
-        judgments = await state.submit(request, key, items, timeout_s=body.timeout_s) if items else []
+        units = [2] if len(pairs) == 2 and pairs[0] == pairs[1][::-1] else None  # one pair's two orders: one call
+        judgments = await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent,
+                                       units=units) if items else []
         rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments, bad)
         state.metrics.count_statuses(j.status for j in judgments)
         failed = state.limits.failed_reward
-        return JSONResponse(clean({"rewards": [r.reward if r.ok else failed for r in rewards],
-                                   "comparison_results": comparisons, "metrics": metrics,
-                                   "statuses": [r.status.value for r in rewards],
-                                   "reasons": [r.reason for r in rewards]}))
+        return encode({"rewards": [r.reward if r.ok else failed for r in rewards],
+                       "comparison_results": comparisons, "metrics": metrics,
+                       "statuses": [r.status.value for r in rewards], "reasons": [r.reason for r in rewards]})
 
 
 def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bool]:
@@ -159,5 +169,9 @@ async def _get_rewards(state: ServerState, request: Request, body: GetRewardRequ
     mode = openrlhf.resolve_mode(state.limits.get_reward_mode, state.judge.info.kind)
     todo = openrlhf.plan(body.query, body.prompts, body.labels, mode=mode,
                          specials=(*state.limits.strip_texts, *openrlhf.POLICY_SPECIAL_TEXTS))
-    scored = await state.submit(request, score_key(mode == "reference", False), todo.items) if todo.items else []
+    n = len(todo.items)
+    spent = state.check_cost(cost("pairs", n, swap=state.swap) if mode == "reference" else cost("scores", n),
+                             f"{n} queries")
+    scored = await state.submit(request, score_key(mode == "reference", False), todo.items,
+                                cost=spent) if todo.items else []
     return todo.fill(scored)

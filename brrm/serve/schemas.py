@@ -48,11 +48,18 @@ class _Context(BaseModel):
         return self
 
 
+TIMEOUT_FLOOR_S = 0.1
+"""The shortest per-request ``timeout_s`` accepted, in seconds: below it no request could even be queued and
+parsed on a loaded server (``timeout_s: 5e-324`` would be a certain 504), so it is refused as invalid input."""
+
+
 class Timeout(BaseModel):
     """A per-request deadline, capped by the server's (``--deadline``)."""
 
-    timeout_s: float | None = Field(default=None, gt=0, le=86_400,
-                                    description="seconds for queueing and judging; capped by the server deadline")
+    timeout_s: float | None = Field(default=None, ge=TIMEOUT_FLOOR_S, le=86_400,
+                                    description=f"seconds for queueing and judging, >= {TIMEOUT_FLOOR_S} (a shorter "
+                                                "deadline is refused with 422, never clamped); capped by the "
+                                                "server deadline")
 
 
 class JudgeOptions(BaseModel):
@@ -71,7 +78,8 @@ class PairIn(_Context):
     id: str | None = None
     response_a: str
     response_b: str
-    label: Literal["A", "B", "tie"] | None = Field(default=None, description="gold label, echoed with 'correct'")
+    label: Literal["A", "B", "tie", "1", "2", 1, 2] | None = Field(
+        default=None, description="gold label, echoed with 'correct': A, B, tie, or 1 / 2 (as in LLMBar; 1 = A)")
 
 
 class JudgeRequest(Timeout):
@@ -188,7 +196,7 @@ class ErrorResponse(BaseModel):
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what} for code, what in (
-        (401, "missing or wrong API key"), (413, "body, item count or a field over its limit"),
+        (401, "missing or wrong API key"), (413, "body, item count, cost in judgments or a field over its limit"),
         (422, "invalid input (the message names the field and the valid values)"),
         (429, "queue full; see Retry-After"), (503, "shutting down, backend stuck, or the judge call failed"),
         (504, "the request's deadline passed"))}

@@ -32,11 +32,13 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)")
 
 
-async def send_json(send: Send, status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = ()) -> None:
-    """Send a complete JSON response on a raw ASGI ``send`` (with ``Connection: close``)."""
+async def send_json(send: Send, status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = (),
+                    close: bool = True) -> None:
+    """Send a complete JSON response on a raw ASGI ``send`` (with ``Connection: close`` unless ``close`` is
+    False: the server then keeps the connection when it can)."""
     data = json.dumps(body).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-           (b"connection", b"close"), *((k.encode(), v.encode()) for k, v in headers)]
+           *([(b"connection", b"close")] if close else []), *((k.encode(), v.encode()) for k, v in headers)]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": data})
 
@@ -99,6 +101,7 @@ class ApiKeyMiddleware:
     """Require ``Authorization: Bearer <key>`` on every path but :data:`OPEN_PATHS` (401 otherwise).
 
     The key is compared with :func:`hmac.compare_digest`, whose time does not depend on where the strings differ.
+    The scheme name is case-insensitive (RFC 9110 §11.1: ``bearer`` and ``BEARER`` are ``Bearer``).
 
     Args:
         app: the wrapped ASGI app.
@@ -107,14 +110,15 @@ class ApiKeyMiddleware:
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
-        self.expected = f"Bearer {api_key}".encode()
+        self.expected = api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in OPEN_PATHS or scope.get("method") == "OPTIONS":
             await self.app(scope, receive, send)
             return
-        given = _header(scope, b"authorization") or ""
-        if not hmac.compare_digest(given.encode("latin-1", "replace"), self.expected):
+        scheme, _, token = (_header(scope, b"authorization") or "").partition(" ")
+        valid = hmac.compare_digest(token.strip().encode("latin-1", "replace"), self.expected)
+        if not (valid and scheme.lower() == "bearer"):
             await send_json(send, 401, error_body("unauthorized", "missing or wrong API key: send "
                                                   "'Authorization: Bearer <key>'"), [("www-authenticate", "Bearer")])
             return
@@ -136,11 +140,38 @@ class FieldTooLong(Exception):
         self.field, self.length, self.limit = field, length, limit
 
 
+class InvalidText(Exception):
+    """A text field that is not valid Unicode text (HTTP 422); ``field`` is its JSON path, ``position`` the index
+    of the first bad character."""
+
+    def __init__(self, field: str, position: int, char: str) -> None:
+        super().__init__(f"{field} is not valid Unicode text: character {position} is the lone surrogate "
+                         f"U+{ord(char):04X} (JSON \\u{ord(char):04x} without its pair), which no tokenizer can "
+                         "encode; send the character's full surrogate pair, or remove it")
+        self.field, self.position = field, position
+
+
+def _check_text(path: str, text: str) -> None:
+    """Refuse a string a UTF-8 tokenizer cannot take (lone surrogates ``U+D800``-``U+DFFF``); O(len).
+
+    NUL and other control characters are valid text and are tokenized as text (the tokenizers brrm loads take
+    them), so they pass.
+    """
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidText(path, exc.start, text[exc.start]) from None
+
+
 def check_field_lengths(value: Any, limit: int, where: str = "body") -> None:
-    """Walk a parsed JSON value and refuse the first string longer than ``limit`` characters.
+    """Walk a parsed JSON value and refuse the first string longer than ``limit`` characters, or one that is not
+    valid Unicode text (a lone surrogate); O(size of the value).
 
     Raises:
         FieldTooLong: naming the field's path (e.g. ``pairs[3].response_a``).
+        InvalidText: naming the field's path and the position of the bad character.
     """
     stack: list[tuple[str, Any]] = [(where, value)]
     while stack:
@@ -148,6 +179,7 @@ def check_field_lengths(value: Any, limit: int, where: str = "body") -> None:
         if isinstance(node, str):
             if len(node) > limit:
                 raise FieldTooLong(path, len(node), limit)
+            _check_text(path, node)
         elif isinstance(node, dict):
             stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in node.items())
         elif isinstance(node, list | tuple):

@@ -161,7 +161,7 @@ class RemoteJudge:
                 progress(done[0] / n)
             if isinstance(reply, str):
                 return _failed_group(reply, len(body["responses"]), strategy)
-            return group_from_dict(reply["result"])
+            return group_from_dict(_with_reply_provenance(reply["result"], reply))
 
         with ThreadPoolExecutor(min(self.concurrency, max(n, 1))) as pool:
             return list(pool.map(one, bodies))
@@ -283,11 +283,18 @@ def _principles(principles: Any, n: int) -> list[str] | None:
 
 
 def _with_reply_provenance(result: Any, reply: Mapping[str, Any]) -> Any:
-    """A result dict with the reply's shared provenance filled in where the server sent it once per reply."""
-    if isinstance(result, dict) and result.get("provenance") is None and isinstance(reply.get("provenance"), dict):
-        return {**result, "provenance": {**reply["provenance"], **({"seed": result["seed"]} if "seed" in result
-                                                                     else {})}}
-    return result
+    """A result dict with the reply's shared provenance (``brrm serve`` writes ``model``, ``backend``,
+    ``template_hash`` and ``decoding`` once per reply) filled back into each nested ``provenance``."""
+    shared = reply.get("provenance")
+    if not isinstance(shared, dict) or not isinstance(result, dict):
+        return result
+    out = dict(result)
+    if isinstance(out.get("provenance"), dict):
+        out["provenance"] = {**shared, **out["provenance"]}
+    for key in ("sub_judgments", "rewards", "judgments"):
+        if isinstance(out.get(key), list):
+            out[key] = [_with_reply_provenance(child, reply) for child in out[key]]
+    return out
 
 
 def _retry_after(value: str | None) -> float:

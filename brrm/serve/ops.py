@@ -1,0 +1,125 @@
+"""The operational side of ``brrm serve``: ``/health``, ``/ready`` (GET and HEAD), ``/v1/models``, ``/metrics``,
+offline ``/docs``, and the warm-up.
+
+``/docs`` is Swagger UI served from the installed ``swagger-ui-bundle`` package (its JavaScript and CSS under
+``/docs/assets``), so it renders without internet access; FastAPI's default page loads them from a CDN.
+
+Warm-up: one tiny judgment through the scheduler, with the smallest token budget the judge takes (BR-RM: 16
+tokens per turn), so it costs the model little and coalesces with requests instead of holding the worker in
+front of them. A failed warm-up is reported on ``/ready`` (503 with the reason and the attempt) and retried with
+backoff (1, 2, 4 … 60 s); any judge call that returns meanwhile also marks the server ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from brrm.errors import ConfigError
+from brrm.serve.calls import CallOptions, PairItem, ScoreItem, pairs_key, score_key
+from brrm.types import Conversation
+
+if TYPE_CHECKING:
+    from brrm.serve.app import ServerState
+
+log = logging.getLogger("brrm.serve")
+
+WARMUP_TOKENS = 16
+"""Tokens per turn of the BR-RM warm-up judgment (enough to run prefill and decode once; its verdict is unused)."""
+
+WARMUP_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
+"""Seconds between warm-up attempts (the last repeats)."""
+
+
+def add_ops_routes(app: FastAPI, state: ServerState) -> None:
+    """Register ``/health``, ``/ready``, ``/v1/models``, ``/metrics`` and the offline ``/docs``."""
+
+    @app.get("/health", tags=["operations"], summary="Process up (no API key needed; HEAD too)")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/ready", tags=["operations"], summary="Model loaded, warm and taking work (503 otherwise; HEAD too)",
+             responses={503: {"description": "not ready, with the reason"}})
+    async def ready() -> JSONResponse:
+        why = ("shutting down" if state.draining else state.not_ready if not state.ready
+               else "" if state.scheduler.accepting else "the backend is stuck on abandoned judge calls")
+        body = {"ready": not why, "reason": why, "queue_depth": state.scheduler.queue_depth,
+                "running": state.scheduler.running, "warmup_attempts": state.warmup_attempts}
+        return JSONResponse(body, status_code=503 if why else 200)
+
+    # HEAD answers as GET without the body (probes); kept out of the schema, which lists each route once
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route("/ready", ready, methods=["HEAD"], include_in_schema=False)
+
+    @app.get("/v1/models", tags=["operations"], summary="What is served: model, kind, recipe, backend, limits")
+    async def models() -> dict[str, Any]:
+        info = state.model_block
+        return {"object": "list", "data": [{"id": info["model"], "object": "model", "owned_by": "brrm", **info,
+                                             "limits": state.limits.public()}]}
+
+    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics (text exposition format)",
+             response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+    async def metrics() -> Response:
+        body, content_type = state.metrics.render()
+        return Response(body, media_type=content_type)
+
+    add_offline_docs(app)
+
+
+def add_offline_docs(app: FastAPI) -> None:
+    """Serve Swagger UI at ``/docs`` from the installed ``swagger-ui-bundle`` (no CDN); FastAPI's CDN page when
+    the package is missing."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    try:
+        import swagger_ui_bundle
+    except ImportError:  # the serve extra installs it; keep a working (online) page without it
+        js, css = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui-bundle.js", \
+            "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css"
+    else:
+        from starlette.staticfiles import StaticFiles
+
+        app.mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+        js, css = "/docs/assets/swagger-ui-bundle.js", "/docs/assets/swagger-ui.css"
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="brrm serve - docs", swagger_js_url=js,
+                                   swagger_css_url=css, swagger_favicon_url="/docs/assets/favicon-32x32.png")
+
+
+def _warmup_job(state: ServerState) -> tuple[Any, list[Any]]:
+    """The warm-up's (key, items): one tiny pair with a small token budget, or one scored response."""
+    conv = Conversation.coerce("Say hello.")
+    if not state.pairwise:
+        return score_key(False, False), [ScoreItem(conv, "Hello!")]
+    options: CallOptions | None = CallOptions(max_new_tokens=WARMUP_TOKENS)
+    try:
+        state.variants.get(options)
+    except ConfigError:  # a judge without per-call budgets warms up with its own
+        options = None
+    return pairs_key(None, options=options), [PairItem(conv, "Hello!", "Hi.")]
+
+
+async def warmup(state: ServerState) -> None:
+    """Warm the judge up through the scheduler until one call returns; report each failure on ``/ready``."""
+    key, items = _warmup_job(state)
+    for attempt in range(1, 1 << 30):
+        if state.ready or state.draining:
+            return
+        state.warmup_attempts = attempt
+        try:
+            await state.scheduler.submit(key, items, timeout_s=state.limits.deadline_s)
+        except Exception as exc:  # noqa: BLE001 - reported on /ready, retried; the server stays up
+            delay = WARMUP_BACKOFF_S[min(attempt, len(WARMUP_BACKOFF_S)) - 1]
+            state.not_ready = (f"warm-up attempt {attempt} failed: {type(exc).__name__}: {exc}; retrying in "
+                               f"{delay:g} s")
+            log.error("brrm serve: %s", state.not_ready)
+            await asyncio.sleep(delay)
+            continue
+        state.mark_ready()
+        return

@@ -1,0 +1,92 @@
+"""Reply bodies of the judging routes: the model and provenance blocks once per reply, items carrying only what
+differs, encoded with orjson.
+
+Wire format (``/v1/judge``, ``/v1/score``, ``/v1/rank``)::
+
+    {"model": {...judge info, "model": "<hub id or folder name>"},
+     "provenance": {"model", "backend", "template_hash", "decoding"},     # shared by every item of the reply
+     "judgments" | "rewards" | "result": ...}                           # each item's "provenance": its own
+                                                                        # seed, sampling and policies only
+
+A shared field is left out of an item's ``provenance`` only when its value equals the reply's; a differing one
+stays. Model names are public: a local folder is named by its last component, never by its absolute path.
+Non-finite floats are written as ``null`` (orjson's rule; the item's ``status`` says why).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+SHARED = ("model", "backend", "template_hash", "decoding")
+"""Provenance fields written once per reply (equal for every item of one judge call)."""
+
+
+def public_name(model: str) -> str:
+    """The name a reply shows for ``model``: a hub id as is; a local folder (absolute, relative or existing path)
+    by its last path component, so a reply never reveals the server's file system."""
+    text = str(model)
+    if os.path.isabs(text) or text.startswith(("./", "../", "~")) or (os.sep in text and Path(text).exists()):
+        return Path(text.rstrip("/\\")).name or text
+    return text
+
+
+def encode(body: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A JSON response encoded with orjson (non-finite floats become ``null``)."""
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json", headers=headers)
+
+
+def shared_provenance(items: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The reply-level provenance block: the shared fields of the first item that has a provenance (with the
+    model's public name); None when no item has one."""
+    for item in items:
+        prov = _first_provenance(item)
+        if prov is not None:
+            shared = {k: prov.get(k) for k in SHARED}
+            shared["model"] = public_name(str(shared["model"]))
+            return shared
+    return None
+
+
+def _first_provenance(node: Any) -> dict[str, Any] | None:
+    if isinstance(node, dict):
+        if isinstance(node.get("provenance"), dict):
+            return node["provenance"]
+        for key in ("sub_judgments", "rewards", "judgments"):
+            for child in node.get(key) or ():
+                found = _first_provenance(child)
+                if found is not None:
+                    return found
+    return None
+
+
+def compact(node: Any, shared: dict[str, Any] | None) -> Any:
+    """``node`` (a result dict) with each nested ``provenance`` reduced to what differs from ``shared``."""
+    if not isinstance(node, dict) or shared is None:
+        return node
+    prov = node.get("provenance")
+    if isinstance(prov, dict):
+        own = dict(prov)
+        own["model"] = public_name(str(own.get("model")))
+        node["provenance"] = {k: v for k, v in own.items() if k not in shared or shared[k] != v}
+    for key in ("sub_judgments", "rewards", "judgments"):
+        children = node.get(key)
+        if isinstance(children, list):
+            for child in children:
+                compact(child, shared)
+    return node
+
+
+def reply(model: dict[str, Any], field: str, results: Any) -> Response:
+    """``{"model", "provenance", field: results}`` for a list of results (or one result), compacted and encoded."""
+    many = isinstance(results, list)
+    items = [r.to_dict() for r in results] if many else [results.to_dict()]
+    shared = shared_provenance(items)
+    for item in items:
+        compact(item, shared)
+    return encode({"model": model, "provenance": shared, field: items if many else items[0]})

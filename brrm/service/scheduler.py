@@ -1,0 +1,458 @@
+"""The request scheduler: concurrent jobs coalesced into batched judge calls that run off the event loop.
+
+Each request becomes a *job*: a key (which judge call and options it needs, e.g. ``("pairs", swap)``), its
+items, its **cost** in judgments (known before it is queued: :func:`brrm.compose.strategies.cost`) and a deadline.
+A scheduler task takes the oldest job, waits up to ``max_wait_s`` for others with the same key, and runs up to
+``max_batch`` items (by *weight*: 1 per item unless the caller says otherwise, e.g. a group's pair count) as
+**one** judge call in a worker thread, so the event loop never blocks on model work. A job larger than
+``max_batch`` is split across calls (it keeps its place: its remaining items go first in the next call) and
+counts against the queue until its last item starts. Results are written back per item after checking that the
+judge returned exactly one result per item (a mismatch fails the whole batch: no request ever receives
+another's result).
+
+Fault isolation (:mod:`brrm.service.isolation`): a call that raises is retried by bisection, so a failure lands
+on the item that causes it; that item gets its own failed result (``invalid_input`` for text the backend cannot
+encode, else ``backend_error``) from the ``failed`` factory, every other item its own result. When every item
+fails alone, the backend is failing: the batch's requests get :class:`BatchFailed` (503).
+
+Admission control: the queue holds at most ``max_queue`` cost units; a job that does not fit is refused at once
+(:class:`QueueFull`, 429 with ``Retry-After``). Queued work whose deadline has passed is answered
+:class:`DeadlineExceeded` (504) at once and never started; a job whose client goes away is cancelled the same
+way. When every job of a running call has gone, the call is asked to stop at its next progress report (the
+judge's ``progress`` hook raises :class:`Aborted`); one that still has not returned after ``stall_timeout_s``
+(sooner when queued work would otherwise wait past half of its own remaining deadline) is abandoned — its thread
+runs on, its results are dropped — so a stuck backend cannot hold the queue. At ``max_abandoned`` such threads
+the scheduler refuses new work (:class:`Unavailable`, 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from brrm.errors import ConfigError
+from brrm.service.isolation import Aborted, LengthMismatch, Runner, checked_call, classify, describe, run_isolated
+from brrm.service.jobs import Batch, Job, Slice, cuts, spread
+from brrm.service.workers import Workers
+from brrm.types import Status
+
+if TYPE_CHECKING:
+    from brrm.serve.metrics import Metrics
+
+__all__ = ["Aborted", "BatchFailed", "DeadlineExceeded", "Failed", "QueueFull", "Runner", "Scheduler",
+           "SchedulerError", "Unavailable"]
+
+Failed = Callable[[Hashable, Any, Status, str], Any]
+"""``failed(key, item, status, reason) -> result``: the typed failed result of one item (e.g. a
+``PairwiseJudgment`` with ``status`` and ``reason``), served in place of the item's result."""
+
+
+class SchedulerError(Exception):
+    """A request the scheduler could not serve; ``status`` is the HTTP status it maps to."""
+
+    status = 503
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class QueueFull(SchedulerError):
+    """The queue has no room for the request's cost (HTTP 429); ``retry_after`` is in whole seconds, >= 1."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class DeadlineExceeded(SchedulerError):
+    """The request's deadline passed before its results were ready (HTTP 504)."""
+
+    status = 504
+
+
+class Unavailable(SchedulerError):
+    """The scheduler takes no work: shutting down, or its backend is stuck (HTTP 503)."""
+
+
+class BatchFailed(SchedulerError):
+    """The judge call failed for every item, or returned the wrong number of results (HTTP 503 with the reason)."""
+
+
+class Scheduler:
+    """Coalesces jobs into judge calls; see the module docstring.
+
+    Args:
+        runner: the judge call (see :data:`~brrm.service.isolation.Runner`).
+        max_batch: most item weight per call, >= 1.
+        max_wait_s: how long the oldest queued job waits for company, seconds >= 0.
+        max_queue: most cost units waiting, >= 1; an empty queue always admits one job.
+        concurrency: judge calls in flight at once, >= 1.
+        stall_timeout_s: grace for a call nobody waits for before its thread is abandoned, seconds > 0.
+        max_abandoned: abandoned threads at which new work is refused, >= 1.
+        metrics: where queue depth, batch sizes, cancellations and refusals are recorded.
+        failed: builds one item's failed result after bisection (None: the item's request gets
+            :class:`BatchFailed`).
+
+    Raises:
+        ConfigError: on an out-of-range setting.
+    """
+
+    def __init__(self, runner: Runner, *, max_batch: int, max_wait_s: float, max_queue: int, concurrency: int = 1,
+                 stall_timeout_s: float = 30.0, max_abandoned: int = 1, metrics: Metrics | None = None,
+                 failed: Failed | None = None) -> None:
+        if max_batch < 1 or max_queue < 1 or concurrency < 1 or max_abandoned < 1:
+            raise ConfigError("max_batch, max_queue, concurrency and max_abandoned must be >= 1")
+        if max_wait_s < 0 or stall_timeout_s <= 0:
+            raise ConfigError("max_wait_s must be >= 0 and stall_timeout_s > 0")
+        self.runner, self.metrics, self.failed = runner, metrics, failed
+        self.max_batch, self.max_wait_s, self.max_queue = max_batch, max_wait_s, max_queue
+        self.concurrency, self.stall_timeout_s, self.max_abandoned = concurrency, stall_timeout_s, max_abandoned
+        self._queue: list[Job] = []
+        self._queued_cost = 0
+        self._running = 0
+        self._abandoned = 0
+        self._closing = False
+        self._batch_seconds = 1.0  # running mean, for Retry-After
+        self._changed: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._runs: set[asyncio.Task[None]] = set()
+        self._workers = Workers("brrm-judge")
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Start the scheduling task on the running event loop."""
+        self._changed = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._task = asyncio.create_task(self._loop(), name="brrm-scheduler")
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new work, let queued and running calls finish (up to ``timeout_s``), then stop."""
+        self._closing = True
+        end = time.monotonic() + timeout_s
+        while (self._queue or self._running) and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @property
+    def queue_depth(self) -> int:
+        """Cost units waiting (not yet running)."""
+        return self._queued_cost
+
+    @property
+    def running(self) -> int:
+        """Judge calls in flight (abandoned ones not counted)."""
+        return self._running
+
+    @property
+    def abandoned(self) -> int:
+        """Abandoned calls whose threads are still running."""
+        return self._abandoned
+
+    @property
+    def accepting(self) -> bool:
+        """Whether new work is taken (not shutting down, backend not stuck)."""
+        return not self._closing and self._abandoned < self.max_abandoned
+
+    def full(self) -> bool:
+        """Whether the queue is at or over ``max_queue`` (a new job of any cost would be refused)."""
+        return bool(self._queue) and self._queued_cost >= self.max_queue
+
+    def close_intake(self) -> None:
+        """Refuse new work from now on (SIGTERM: in-flight requests still finish)."""
+        self._closing = True
+
+    # ------------------------------------------------------------------------------------------ submit
+    def check_admission(self, cost: int) -> None:
+        """Refuse a job of ``cost`` units now if it would be refused when submitted (no side effect but metrics).
+
+        Raises:
+            Unavailable: shutting down or stuck (503). QueueFull: no room now (429).
+        """
+        if self._closing:
+            raise Unavailable("the server is shutting down; retry on another replica")
+        if self._abandoned >= self.max_abandoned:
+            raise Unavailable(f"the backend is stuck: {self._abandoned} judge call(s) did not return after their "
+                              "requests left; restart the server")
+        if self._queue and self._queued_cost + cost > self.max_queue:
+            if self.metrics:
+                self.metrics.rejected.inc()
+            raise QueueFull(f"the queue is full ({self._queued_cost} of {self.max_queue} judgments waiting); retry "
+                            "later", self.retry_after())
+
+    async def submit(self, key: Hashable, items: Sequence[Any], *, timeout_s: float, cost: int | None = None,
+                     weights: Sequence[int] | None = None, units: Sequence[int] | None = None) -> list:
+        """Queue ``items`` for judge calls shared with other jobs of the same ``key``; their results in order.
+
+        Args:
+            key: the judge call (jobs of equal keys share calls).
+            items: the job's items, >= 1.
+            timeout_s: the job's deadline from now, seconds > 0.
+            cost: the job's cost in judgments (admission; default ``len(items)``), spread over its items.
+            weights: per-item weight for filling a call up to ``max_batch`` (default 1 each).
+            units: sizes of consecutive runs of items that are never split across calls (summing to
+                ``len(items)``; default: 1 each), e.g. the two presentation orders of one pair.
+
+        Raises:
+            QueueFull: no room now (429). Unavailable: shutting down or stuck (503).
+            DeadlineExceeded: ``timeout_s`` passed first (504). BatchFailed: the call failed (503).
+            ConfigError: the judge refused this request's input (422).
+            asyncio.CancelledError: the caller was cancelled (its queued work is dropped first).
+        """
+        assert self._changed is not None, "Scheduler.start() was not called"
+        items = list(items)
+        cost = len(items) if cost is None else max(1, cost)
+        self.check_admission(cost)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        job = Job(key, items, [max(1, int(w)) for w in weights] if weights is not None else [1] * len(items),
+                   spread(cost, len(items)), now + timeout_s, now, loop.create_future(), [None] * len(items),
+                   cuts(units, len(items)))
+        self._queue.append(job)
+        self._queued_cost += cost
+        self._changed.set()
+        self._gauges()
+        try:
+            done, _ = await asyncio.wait({job.future}, timeout=timeout_s)
+        except asyncio.CancelledError:
+            self._drop(job, "disconnect")
+            raise
+        if not done:
+            self._drop(job, "deadline")
+            raise DeadlineExceeded(f"the request did not finish within its deadline of {timeout_s:g} s")
+        return list(job.future.result())
+
+    def retry_after(self) -> int:
+        """Seconds until the queue is likely to have room, >= 1."""
+        batches = self._queued_cost / self.max_batch / self.concurrency + 1
+        return max(1, math.ceil(batches * self._batch_seconds))
+
+    def _unqueue(self, job: Job) -> bool:
+        if job not in self._queue:
+            return False
+        self._queue.remove(job)
+        self._queued_cost -= job.queued_cost
+        job.next = len(job.items)
+        assert self._changed is not None
+        self._changed.set()
+        self._gauges()
+        return True
+
+    def _drop(self, job: Job, reason: str) -> None:
+        started = job.next > 0
+        queued = self._unqueue(job)
+        if not job.future.done():
+            job.future.cancel()
+            if self.metrics:
+                stage = "running" if started or not queued else "queued"
+                self.metrics.cancelled.labels(reason=reason, stage=stage).inc()
+
+    def _gauges(self) -> None:
+        if self.metrics:
+            self.metrics.queue_depth.set(self._queued_cost)
+            self.metrics.running_batches.set(self._running)
+            self.metrics.abandoned_batches.set(self._abandoned)
+
+    # ------------------------------------------------------------------------------------------ loop
+    async def _loop(self) -> None:
+        assert self._slots is not None
+        while True:
+            await self._slots.acquire()
+            try:
+                batch = await self._next_batch()
+            except BaseException:
+                self._slots.release()
+                raise
+            task = asyncio.create_task(self._run(batch), name="brrm-batch")
+            self._runs.add(task)
+            task.add_done_callback(self._runs.discard)
+
+    async def _next_batch(self) -> Batch:
+        assert self._changed is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            self._expire(loop.time())
+            while not self._queue:
+                self._changed.clear()
+                await self._changed.wait()
+                self._expire(loop.time())
+            first = self._queue[0]
+            until = first.enqueued + self.max_wait_s
+            while self._queue and self._queue[0] is first and self._weight_of(first.key) < self.max_batch:
+                delay = until - loop.time()
+                if delay <= 0:
+                    break
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), delay)
+            if self._queue and self._queue[0] is first:
+                return self._take(first.key)
+
+    def _expire(self, now: float) -> None:
+        """Answer queued jobs whose deadline has passed (never started)."""
+        for job in [j for j in self._queue if j.deadline <= now and j.next == 0]:
+            self._unqueue(job)
+            if not job.future.done():
+                job.future.set_exception(DeadlineExceeded("the request's deadline passed while it was queued"))
+                if self.metrics:
+                    self.metrics.cancelled.labels(reason="deadline", stage="queued").inc()
+
+    def _weight_of(self, key: Hashable) -> int:
+        return sum(sum(job.weights[job.next:]) for job in self._queue if job.key == key)
+
+    def _take(self, key: Hashable) -> Batch:
+        slices: list[Slice] = []
+        weight = 0
+        for job in list(self._queue):
+            if job.key != key:
+                continue
+            start = end = job.next
+            while end < len(job.items):
+                stop = job.step(end)
+                extra = sum(job.weights[end:stop])
+                if (slices or end > start) and weight + extra > self.max_batch:
+                    break
+                weight, end = weight + extra, stop
+            if end == start:
+                break
+            self._queued_cost -= sum(job.costs[start:end])
+            job.next, job.pending = end, job.pending + 1
+            slices.append(Slice(job, start, end))
+            if end < len(job.items):
+                break  # the job goes on in the next call, keeping its place
+            self._queue.remove(job)
+        self._running += 1
+        self._gauges()
+        if self.metrics:
+            self.metrics.batch_items.observe(sum(s.end - s.start for s in slices))
+            self.metrics.batch_requests.observe(len(slices))
+        return Batch(key, slices)
+
+    async def _run(self, batch: Batch) -> None:
+        assert self._slots is not None
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[Any]] = loop.create_future()
+
+        def deliver(outcome: list[Any]) -> None:
+            if not done.done():
+                done.set_result(outcome)
+
+        def work() -> None:
+            outcome = self._call(batch)
+            with contextlib.suppress(RuntimeError):  # the loop closed while an abandoned call ran on
+                loop.call_soon_threadsafe(deliver, outcome)
+
+        started = time.perf_counter()
+        self._workers.submit(work)
+        try:
+            finished = await self._watch(batch, done)
+        finally:
+            self._running -= 1
+            self._slots.release()
+        if not finished:
+            self._abandoned += 1
+            done.add_done_callback(lambda _f: self._unabandon())
+            if self.metrics:
+                self.metrics.abandoned_total.inc()
+            self._gauges()
+            return
+        seconds = time.perf_counter() - started
+        self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * seconds
+        if self.metrics:
+            self.metrics.batch_seconds.observe(seconds)
+        self._gauges()
+        for piece, outcome in zip(batch.slices, done.result(), strict=True):
+            self._deliver(piece, outcome)
+
+    def _deliver(self, piece: Slice, outcome: Any) -> None:
+        job = piece.job
+        job.pending -= 1
+        if job.future.done():
+            return
+        if isinstance(outcome, BaseException):
+            self._unqueue(job)
+            job.future.set_exception(outcome)
+            return
+        job.results[piece.start:piece.end] = outcome
+        if job.next == len(job.items) and job.pending == 0:
+            job.future.set_result(job.results)
+
+    async def _watch(self, batch: Batch, done: asyncio.Future[list[Any]]) -> bool:
+        """Wait for the call; True when it returned, False when it was abandoned."""
+        while not done.done():
+            live = [f for f in batch.futures if not f.done()]
+            if not live:
+                batch.abort.set()
+                return await self._grace(done)
+            await asyncio.wait({done, *live}, return_when=asyncio.FIRST_COMPLETED)
+        return True
+
+    async def _grace(self, done: asyncio.Future[list[Any]]) -> bool:
+        """Wait for an orphaned call up to ``stall_timeout_s``, less when a queued job would otherwise wait past
+        the middle of what was left of its deadline when the call was orphaned (or when it arrived); True when the
+        call returned in time."""
+        loop = asyncio.get_running_loop()
+        orphaned = loop.time()
+        end = orphaned + self.stall_timeout_s
+        while not done.done():
+            now = loop.time()
+            limit = min([end, *((max(orphaned, j.enqueued) + j.deadline) / 2 for j in self._queue)])
+            if now >= limit:
+                return False
+            await asyncio.wait({done}, timeout=min(0.05, limit - now))
+        return True
+
+    def _unabandon(self) -> None:
+        self._abandoned -= 1
+        self._gauges()
+
+    # ------------------------------------------------------------------------------------------ worker thread
+    def _call(self, batch: Batch) -> list[Any]:
+        """Run the batch (in the worker thread): per slice, its results or the exception its request gets."""
+
+        def progress(_done: float) -> None:
+            if batch.abort.is_set():
+                raise Aborted()
+
+        flat = [item for s in batch.slices for item in s.job.items[s.start:s.end]]
+        try:
+            results = checked_call(self.runner, batch.key, flat, progress)
+        except Aborted:
+            return [DeadlineExceeded("the request left before its batch finished")] * len(batch.slices)
+        except LengthMismatch as exc:
+            return [BatchFailed(str(exc))] * len(batch.slices)
+        except Exception as exc:  # noqa: BLE001 - bisected down to the item that raises it
+            try:
+                outcomes = run_isolated(self.runner, batch.key, flat, progress, exc)
+            except Aborted:
+                return [DeadlineExceeded("the request left before its batch finished")] * len(batch.slices)
+            if classify(outcomes) == "backend":
+                return [BatchFailed(f"the judge call failed: {describe(exc)}")] * len(batch.slices)
+            results = [self._failed_item(batch.key, item, o) for item, o in zip(flat, outcomes, strict=True)]
+        out: list[Any] = []
+        pos = 0
+        for s in batch.slices:
+            part = results[pos:pos + s.end - s.start]
+            pos += s.end - s.start
+            error = next((r for r in part if isinstance(r, BaseException)), None)
+            out.append(error if error is not None else part)
+        return out
+
+    def _failed_item(self, key: Hashable, item: Any, outcome: Any) -> Any:
+        """An item's outcome after bisection: its result, its failed result, or the exception for its request."""
+        if not isinstance(outcome, BaseException) or isinstance(outcome, ConfigError):
+            return outcome
+        status = Status.INVALID_INPUT if isinstance(outcome, UnicodeError) else Status.BACKEND_ERROR
+        if self.failed is None:
+            return BatchFailed(f"the judge call failed for this request's input: {describe(outcome)}")
+        return self.failed(key, item, status, f"this item failed on its own: {describe(outcome)}")

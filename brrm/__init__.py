@@ -13,6 +13,7 @@ need them (``brrm.load`` imports them when it builds a model).
 
 from brrm.errors import BackendUnavailable, BrrmError, ConfigError, JudgeOutputError, TemplateError
 from brrm.load import load
+from brrm.spec import JudgeSpec
 from brrm.types import (
     KINDS,
     Conversation,
@@ -41,6 +42,7 @@ __all__ = [
     "GroupResult",
     "JudgeInfo",
     "JudgeOutputError",
+    "JudgeSpec",
     "Message",
     "PairwiseJudgment",
     "Provenance",

@@ -8,10 +8,12 @@ types, ranges) before any model loads; a mistyped path or an unreachable hub id 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from brrm.errors import BackendUnavailable, ConfigError
+from brrm.spec import BACKENDS, JudgeSpec, weights_fingerprint
 from brrm.types import (
     KINDS,
     RewardJudge,
@@ -22,8 +24,6 @@ from brrm.types import (
     check_float,
     check_int,
 )
-
-BACKENDS = ("transformers", "vllm", "openai")
 
 EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_token_cap": 32}
 """Budgets of the embedded 135M demo model (the published BR-RM budgets are 8192 per turn, 16384 total)."""
@@ -104,13 +104,29 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         for key, value in EMBEDDED_BUDGETS.items():
             if key in JUDGE_OPTIONS[kind]:
                 judge_opts.setdefault(key, value)
-    make = _BUILDERS[kind](name, judge_opts, None)  # validates every judge option before anything loads
+    make = _BUILDERS[kind](name, judge_opts)  # validates every judge option before anything loads
+    spec = _spec(model, kind, backend, options)
     if built is None:
         source = source or _resolve_source(name, embedded)
+        fingerprint = weights_fingerprint(None if embedded else source)
         _card_dtype(name, backend_opts)
-        make = _BUILDERS[kind](name, judge_opts, source)  # with the checkpoint's generation defaults
         built = _load_backend(backend_name, source, name, backend_opts, task="classify" if kind == "bt" else "generate")
-    return make(built)
+        built.info = replace(built.info, fingerprint=fingerprint)
+    judge = make(built, source)  # with the checkpoint's generation defaults
+    if spec is not None:
+        judge.info = replace(judge.info, spec=replace(spec, fingerprint=judge.info.fingerprint))
+    return judge
+
+
+def _spec(model: str | None, kind: str, backend: Any, options: dict[str, Any]) -> JudgeSpec | None:
+    """The spec of a judge loaded by name (None over a backend object, or options that are not JSON values);
+    its fingerprint is filled in from the weights actually loaded."""
+    if not isinstance(backend, str):
+        return None
+    try:
+        return JudgeSpec(model, kind=kind, backend=backend, options=options, fingerprint="-")
+    except ConfigError:
+        return None
 
 
 def _fit_kind(kind: str, name: str, source: str | None) -> str:
@@ -181,17 +197,17 @@ def _sampling(opts: dict[str, Any], **defaults: Any) -> SamplingConfig:
                           seed=opts.get("seed", base.seed))
 
 
-def _brrm(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
+def _brrm(name: str, opts: dict[str, Any]) -> Any:
     from brrm.compose import PairwiseRewardJudge
     from brrm.judges.brrm import BRRMConfig, BRRMJudge
 
     rest = {k: v for k, v in opts.items() if k not in SAMPLING_OPTIONS}
     swap = rest.pop("swap", False)
     config = BRRMConfig(sampling=_sampling(opts), swap=swap, **rest)
-    return lambda backend: PairwiseRewardJudge(BRRMJudge(backend, config), swap=swap)
+    return lambda backend, source: PairwiseRewardJudge(BRRMJudge(backend, config), swap=swap)
 
 
-def _bt(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
+def _bt(name: str, opts: dict[str, Any]) -> Any:
     from brrm.compose import ScalarRewardJudge
     from brrm.recipes import known_recipe
     from brrm.reward_models.bradley_terry import RECIPES, BradleyTerryRewardModel
@@ -204,7 +220,8 @@ def _bt(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
                           ("auto", *RECIPES))
     if "max_length" in rest:
         check_int("max_length", rest["max_length"], low=8)
-    return lambda backend: ScalarRewardJudge(BradleyTerryRewardModel(backend, recipe=recipe, **rest), margin=margin)
+    return lambda backend, source: ScalarRewardJudge(BradleyTerryRewardModel(backend, recipe=recipe, **rest),
+                                                     margin=margin)
 
 
 CARD_BUDGETS = {"max_new_tokens_per_turn": 16000, "max_total_tokens": 40960}
@@ -238,7 +255,7 @@ def _generation_config(source: str | None) -> dict[str, Any]:
     return {k: float(gen[k]) for k in ("temperature", "top_p") if isinstance(gen.get(k), int | float)}
 
 
-def _principle(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
+def _principle(name: str, opts: dict[str, Any]) -> Any:
     from brrm.compose import ScalarRewardJudge
     from brrm.judges.principle import FORMATS, PrincipleConfig, PrincipleJudge
     from brrm.recipes import known_recipe
@@ -256,9 +273,15 @@ def _principle(name: str, opts: dict[str, Any], source: str | None = None) -> An
         "llama_reward" if name == _embedded_name() else "auto")
     fmt = check_choice("recipe", rest.pop("recipe", default), ("auto", *FORMATS))
     card = fmt == "qwen3_genrm" and rest.get("decoding", "card") == "card"
-    defaults = {"temperature": 0.0, **(CARD_BUDGETS if card else {}), **_generation_config(source)}
-    config = PrincipleConfig(format=fmt, sampling=_sampling(opts, **defaults), **rest)
-    return lambda backend: ScalarRewardJudge(PrincipleJudge(backend, config), principle=principle, margin=margin)
+    defaults = {"temperature": 0.0, **(CARD_BUDGETS if card else {})}
+    PrincipleConfig(format=fmt, sampling=_sampling(opts, **defaults), **rest)  # every option checked before loading
+
+    def make(backend: Any, source: str | None) -> Any:
+        sampling = _sampling(opts, **{**defaults, **_generation_config(source)})
+        config = PrincipleConfig(format=fmt, sampling=sampling, **rest)
+        return ScalarRewardJudge(PrincipleJudge(backend, config), principle=principle, margin=margin)
+
+    return make
 
 
 _BUILDERS = {"brrm": _brrm, "bt": _bt, "principle": _principle}

@@ -33,29 +33,11 @@ from brrm.audit.judging import judge_records
 from brrm.audit.keys import config_hash, request_hash
 from brrm.audit.plan import AuditItem
 from brrm.audit.store import AuditStore
+from brrm.spec import JudgeSpec
 from brrm.types import check_float, check_int
 
 Batch = tuple[Sequence[AuditItem], Sequence[Mapping[str, Any]], Mapping[str, Any]]
 """(items, their result dicts, the producing judge's ``info.to_dict()``)."""
-
-
-@dataclass(frozen=True)
-class JudgeSpec:
-    """How to build the judge when it is needed: ``brrm.load(model, **options)`` (here or in Ray actors).
-
-    Attributes:
-        model: the model argument of :func:`brrm.load` (None: the embedded demo model).
-        options: its keyword options (``kind``, ``backend``, judge and backend options), JSON-ready.
-    """
-
-    model: str | None
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def build(self) -> Any:
-        """The judge (:func:`brrm.load`)."""
-        import brrm
-
-        return brrm.load(self.model, **dict(self.options))
 
 
 @dataclass(frozen=True)
@@ -151,7 +133,8 @@ def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditO
     started = time.time()
     with AuditStore(directory) as store:
         request = None if judge is not None or spec is None else request_hash(
-            spec.model, spec.options, shape=options.shape, strategy=options.strategy)
+            spec.model, {**spec.options, "kind": spec.kind, "backend": spec.backend}, shape=options.shape,
+            strategy=options.strategy)
         config = None
         if judge is not None:
             config = _remember(store, judge.info.to_dict(), options, None)
@@ -243,7 +226,7 @@ def _need(spec: JudgeSpec | None) -> JudgeSpec:
 
 
 def _build(spec: JudgeSpec | None) -> Any:
-    return _need(spec).build()
+    return _need(spec).load()
 
 
 def _learn(store: AuditStore, run_id: int, config: str | None, info: Mapping[str, Any], options: AuditOptions,

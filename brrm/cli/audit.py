@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"brrm audit: {len(records)} records from {args.input} ({shape}); model "
           f"{model or 'the embedded demo (SmolLM2-135M-Instruct; pass --model for a real judge)'}; kind {kind}; "
           f"backend {opts['backend']}" + (f"; on Ray ({args.ray})" if ray else ""), file=sys.stderr)
-    outcome = run_audit(items, args.output, options, spec=JudgeSpec(model, opts), ray=ray, source=args.input,
-                        argv=sys.argv[1:], provenance=_provenance(args.input), term=sys.stderr)
+    outcome = run_audit(items, args.output, options, spec=JudgeSpec.from_load(model, **opts), ray=ray,
+                        source=args.input, argv=sys.argv[1:], provenance=_provenance(args.input), term=sys.stderr)
     _print_outcome(outcome)
     return 0
 

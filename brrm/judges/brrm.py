@@ -225,6 +225,7 @@ class BRRMJudge:
         self.continuation = self._turn2_continuation()
         chat = text_hash(str(self.tokenizer.chat_template))
         self.info = JudgeInfo(model=backend.info.model, kind="brrm", recipe="brrm", backend=backend.info.name,
+                              fingerprint=backend.info.fingerprint,
                               chat_template_hash=chat, template_hash=text_hash(template_hash(), chat),
                               default_strategy="round_robin", options=self._options(),
                               chunk_size=backend.capabilities.chunk_size,
@@ -324,7 +325,7 @@ class BRRMJudge:
         return Provenance(model=self.backend.info.model, backend=self.backend.info.name,
                           template_hash=self.info.template_hash, sampling=self.config.sampling,
                           seed=it.seed(self.config.sampling.seed, 1), decoding=self.config.decoding,
-                          policies=self.config.policies())
+                          policies=self.config.policies(), fingerprint=self.backend.info.fingerprint)
 
     def _budget(self, it: _Item, prompt_len: int, turn: int) -> tuple[int, Any] | None:
         """(max_new_tokens, program) for a turn, or None after setting a truncated result."""

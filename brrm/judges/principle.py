@@ -161,6 +161,7 @@ class PrincipleJudge:
         self.card = self.format == "qwen3_genrm" and self.config.decoding == "card"
         self.template_hash = text_hash(str(template), self.format, JUDGEMENT_PATTERN, self.config.question)
         self.info = JudgeInfo(model=backend.info.model, kind="principle", recipe=self.format,
+                              fingerprint=backend.info.fingerprint,
                               backend=backend.info.name, chat_template_hash=self.template_sha,
                               template_hash=self.template_hash, default_strategy="scores",
                               options={"sampling": self.config.sampling.to_dict(), **self._policies()},
@@ -339,7 +340,8 @@ class PrincipleJudge:
         s = self.config.sampling
         prov = Provenance(model=self.backend.info.model, backend=self.backend.info.name,
                           template_hash=self.template_hash, sampling=s, seed=it.seed(s.seed),
-                          decoding="free" if self.card else "constrained", policies=self._policies())
+                          decoding="free" if self.card else "constrained", policies=self._policies(),
+                          fingerprint=self.backend.info.fingerprint)
         return {"id": it.rid, "principle": it.principle, "thinking_stripped": it.stripped, "provenance": prov}
 
     def _finish(self, it: _Item, comp: Completion) -> ScalarReward:

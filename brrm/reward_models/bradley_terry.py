@@ -174,6 +174,7 @@ class BradleyTerryRewardModel:
         self.provenance = self._provenance()
         chat = text_hash(str(self.tokenizer.chat_template))
         self.info = JudgeInfo(model=self.model_id, kind="bt", recipe=self.recipe, backend=backend.info.name,
+                              fingerprint=backend.info.fingerprint,
                               chat_template_hash=chat, template_hash=self.provenance.template_hash,
                               default_strategy="scores", options=dict(self.provenance.policies),
                               chunk_size=max(caps.chunk_size, 64), concurrent=caps.concurrent)
@@ -204,7 +205,8 @@ class BradleyTerryRewardModel:
         template = str(self.tokenizer.chat_template)
         return Provenance(model=self.model_id, backend=self.backend.info.name,
                           template_hash=text_hash(template, self.recipe, NOTHINK_SUFFIX, EMPTY_THINK),
-                          sampling=sampling, seed=0, decoding="score", policies=policies)
+                          sampling=sampling, seed=0, decoding="score", policies=policies,
+                          fingerprint=self.backend.info.fingerprint)
 
     def close(self) -> None:
         """Close the backend."""

@@ -9,11 +9,15 @@ presentation order) or :class:`ScalarRewardModel` (Bradley–Terry, principle mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from brrm.errors import ConfigError
 from brrm.types.results import GroupResult, PairwiseJudgment, ScalarReward, Verdict
+
+if TYPE_CHECKING:
+    from brrm.spec import JudgeSpec
 
 KINDS = ("brrm", "bt", "principle")
 """Model kinds: ``brrm`` (two-turn BR-RM pairwise judge), ``bt`` (Bradley–Terry scalar reward model),
@@ -21,6 +25,19 @@ KINDS = ("brrm", "bt", "principle")
 
 Principles = str | Sequence[str] | None
 """One principle for every item, one per item, or None (the judge's default principle, if any)."""
+
+Progress = Callable[[float], None] | None
+"""A callback the batch methods call with the number of items (pairs, responses) just finished, > 0."""
+
+SHAPES = ("pairs", "score", "group")
+"""What a request judges, for :meth:`RewardJudge.cost`: N pairs, N responses scored, or one group of N."""
+
+KIND_TRAITS: Mapping[str, Mapping[str, bool]] = {
+    "brrm": {"pairwise": True, "takes_principle": False, "needs_reference": True},
+    "bt": {"pairwise": False, "takes_principle": False, "needs_reference": False},
+    "principle": {"pairwise": False, "takes_principle": True, "needs_reference": False},
+}
+"""The traits each model kind declares (:class:`JudgeInfo`): the one table that maps a kind to behaviour."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,14 @@ class JudgeInfo:
             servers); callers that stream results (the CLI) hand over this many at a time, >= 1.
         concurrent: calls may run from several threads at once and share the engine's running batch (vLLM,
             OpenAI-compatible servers); the HTTP server then runs several judge calls at a time.
+        pairwise: the model judges pairs natively (BR-RM); False: it gives each response a scalar reward.
+            None: the kind's trait (:data:`KIND_TRAITS`). Surfaces read this, never ``kind``.
+        takes_principle: ``principles=`` steer the reward (principle models); others refuse them.
+        needs_reference: ``score`` needs ``references=`` (a pairwise judge scores P(response ≻ reference)).
+        fingerprint: the fingerprint of the loaded weights (:func:`brrm.spec.weights_fingerprint`); empty for a
+            judge over a hand-built backend.
+        spec: the :class:`~brrm.spec.JudgeSpec` this judge was loaded from (``spec.load()`` rebuilds it), or
+            None for a judge over a hand-built backend object.
     """
 
     model: str
@@ -55,6 +80,24 @@ class JudgeInfo:
     options: Mapping[str, Any] = field(default_factory=dict)
     chunk_size: int = 64
     concurrent: bool = False
+    pairwise: bool | None = None
+    takes_principle: bool | None = None
+    needs_reference: bool | None = None
+    fingerprint: str = ""
+    spec: JudgeSpec | None = None
+
+    def __post_init__(self) -> None:
+        traits = KIND_TRAITS.get(self.kind, {})
+        for trait in ("pairwise", "takes_principle", "needs_reference"):
+            if getattr(self, trait) is None:
+                if trait not in traits:
+                    raise ConfigError(f"JudgeInfo.{trait} must be given for kind {self.kind!r} (no declared "
+                                      f"trait; known kinds: {', '.join(KIND_TRAITS)})")
+                object.__setattr__(self, trait, traits[trait])
+        if isinstance(self.spec, Mapping):  # from to_dict()
+            from brrm.spec import JudgeSpec
+
+            object.__setattr__(self, "spec", JudgeSpec.from_dict(self.spec))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +111,11 @@ class JudgeInfo:
             "options": dict(self.options),
             "chunk_size": self.chunk_size,
             "concurrent": self.concurrent,
+            "pairwise": self.pairwise,
+            "takes_principle": self.takes_principle,
+            "needs_reference": self.needs_reference,
+            "fingerprint": self.fingerprint,
+            "spec": self.spec.to_dict() if self.spec is not None else None,
         }
 
 

@@ -61,6 +61,8 @@ class Provenance:
             and a stable key of the item; never its position in a batch).
         decoding: ``faithful`` or ``constrained``.
         policies: input-normalisation policies applied (e.g. history reasoning stripped), name -> value.
+        fingerprint: the fingerprint of the weights that produced the result (:class:`brrm.JudgeSpec`); empty
+            when the backend was built by hand or the result was replayed.
     """
 
     model: str
@@ -70,10 +72,12 @@ class Provenance:
     seed: int
     decoding: str = "faithful"
     policies: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
+            "fingerprint": self.fingerprint,
             "backend": self.backend,
             "template_hash": self.template_hash,
             "sampling": self.sampling.to_dict(),

@@ -190,11 +190,7 @@ def _check_backend_options(opts: dict[str, Any]) -> None:
 
 
 def _sampling(opts: dict[str, Any], **defaults: Any) -> SamplingConfig:
-    base = SamplingConfig(**{k: v for k, v in defaults.items() if k != "max_new_tokens"})
-    return SamplingConfig(temperature=opts.get("temperature", base.temperature), top_p=opts.get("top_p", base.top_p),
-                          max_new_tokens_per_turn=opts.get("max_new_tokens", base.max_new_tokens_per_turn),
-                          max_total_tokens=opts.get("max_total_tokens", base.max_total_tokens),
-                          seed=opts.get("seed", base.seed))
+    return SamplingConfig(**{k: v for k, v in defaults.items() if k != "max_new_tokens"}).override(opts)
 
 
 def _brrm(name: str, opts: dict[str, Any]) -> Any:

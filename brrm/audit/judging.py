@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from brrm.types import Conversation, Verdict
+from brrm.types import Conversation, RewardJudge, Verdict
 
 Progress = Callable[[float], None] | None
 
 
-def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], *, strategy: str | None = None,
+def judge_records(judge: RewardJudge, shape: str, records: Sequence[Mapping[str, Any]], *, strategy: str | None = None,
                   progress: Progress = None) -> list[dict[str, Any]]:
     """Judge normalized records of one shape; one result dict per record, in order.
 
@@ -45,7 +45,7 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
                                    ids=ids, labels=[Verdict(r["label"]) for r in records], progress=progress)
         return [j.to_dict() for j in judged]
     if shape == "single":
-        principles = [r["principle"] for r in records] if judge.info.kind == "principle" else None
+        principles = [r["principle"] for r in records] if judge.info.takes_principle else None
         rewards = judge.score(convs, [r["response"] for r in records], principles=principles, ids=ids,
                               progress=progress)
         return [r.to_dict() for r in rewards]
@@ -60,13 +60,9 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
     raise ValueError(f"unknown shape {shape!r}")
 
 
-def group_cost(judge: Any, strategy: str, n: int, with_reference: bool) -> int:
+def group_cost(judge: RewardJudge, strategy: str, n: int, with_reference: bool) -> int:
     """Progress units one group reports: pairwise judgments (BR-RM) or scored responses (scalar models)."""
-    from brrm.compose.strategies import judgments_per_group
-
-    if judge.info.kind == "brrm":
-        return judgments_per_group(strategy, n, swap=bool(judge.info.options.get("swap")))
-    return n + int(with_reference)
+    return judge.cost("group", n, strategy="reference" if with_reference else strategy)
 
 
 def resolve_strategy(strategy: str, *, kind: str, shape: str) -> str | None:

@@ -35,6 +35,7 @@ from brrm.audit.plan import AuditItem
 from brrm.audit.store import AuditStore
 from brrm.spec import JudgeSpec
 from brrm.types import check_float, check_int
+from brrm.types.protocols import RewardJudge
 
 Batch = tuple[Sequence[AuditItem], Sequence[Mapping[str, Any]], Mapping[str, Any]]
 """(items, their result dicts, the producing judge's ``info.to_dict()``)."""
@@ -104,9 +105,10 @@ class AuditOutcome:
     files: Mapping[str, Path] = field(default_factory=dict)
 
 
-def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditOptions, *, judge: Any = None,
-              spec: JudgeSpec | None = None, ray: Any = None, source: str = "", argv: Sequence[str] = (),
-              provenance: Mapping[str, Any] | None = None, term: TextIO | None = None) -> AuditOutcome:
+def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditOptions, *,
+              judge: RewardJudge | None = None, spec: JudgeSpec | None = None, ray: Any = None, source: str = "",
+              argv: Sequence[str] = (), provenance: Mapping[str, Any] | None = None,
+              term: TextIO | None = None) -> AuditOutcome:
     """Run (or resume) an audit of planned items into ``directory`` and write its outputs.
 
     Args:
@@ -188,10 +190,10 @@ def _remember(store: AuditStore, info: Mapping[str, Any], options: AuditOptions,
 
 
 def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pending: list[AuditItem],
-               config: str | None, request: str | None, options: AuditOptions, judge: Any, spec: JudgeSpec | None,
-               ray: Any, ticker: _Ticker) -> str | None:
+               config: str | None, request: str | None, options: AuditOptions, judge: RewardJudge | None,
+               spec: JudgeSpec | None, ray: Any, ticker: _Ticker) -> str | None:
     """Judge until nothing is pending under the producing judge's configuration; returns that configuration."""
-    from brrm.cli.common import progress_bar
+    from brrm.progress import progress_bar
 
     own = None
     try:
@@ -208,8 +210,10 @@ def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pendi
                     from brrm.audit.ray_runner import judge_on_ray
 
                     batches = judge_on_ray(_need(spec), pending, options, ray)
-                else:
+                elif judge is not None:
                     batches = _local_batches(judge, pending, options, _ticking(bar, ticker))
+                else:
+                    raise RuntimeError("a local audit builds its judge before judging")  # unreachable
                 before = config
                 config = _consume(store, run_id, batches, config, request, options, bar, ticker)
             pending = store.pending(items, config) if config != before else []
@@ -248,7 +252,7 @@ def _ticking(bar: Any, ticker: _Ticker) -> Any:
     return update
 
 
-def _local_batches(judge: Any, pending: Sequence[AuditItem], options: AuditOptions,
+def _local_batches(judge: RewardJudge, pending: Sequence[AuditItem], options: AuditOptions,
                    progress: Any) -> Iterator[Batch]:
     chunk = options.chunk_size or judge.info.chunk_size
     info = judge.info.to_dict()

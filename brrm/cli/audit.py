@@ -103,7 +103,7 @@ def _check_output(out: Path) -> None:
 
 def _read(args: argparse.Namespace) -> tuple[list[Any], str]:
     """The records and their shape (``--shape`` or detected from the first valid record)."""
-    from brrm.records import FieldMap, GroupRecord, PairRecord, read_records
+    from brrm.records import FieldMap, GroupRecord, PairRecord, RecordError, read_records
 
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_records(args.input, args.shape, fields=fields, limit=args.limit, format=args.input_format,
@@ -111,7 +111,7 @@ def _read(args: argparse.Namespace) -> tuple[list[Any], str]:
     common.require_records(records, args.input)
     if args.shape != "auto":
         return records, args.shape
-    first = next(r for r in records if hasattr(r, "conversation"))
+    first = next(r for r in records if not isinstance(r, RecordError))
     return records, "pairs" if isinstance(first, PairRecord) else "groups" if isinstance(first, GroupRecord) else \
         "single"
 
@@ -141,11 +141,12 @@ def _plan(args: argparse.Namespace, records: list[Any], shape: str, kind: str,
           opts: dict[str, Any]) -> tuple[list[Any], Any]:
     from brrm.audit import AuditOptions, plan_items
     from brrm.audit.judging import resolve_strategy
+    from brrm.records import ScalarRecord
 
     if kind == "principle" and shape != "single" and not args.principle:
         raise ConfigError(f"--kind principle judging {shape} needs --principle 'The response is …'")
     if kind == "principle" and shape == "single" and not args.principle and not any(
-            getattr(r, "principle", "") for r in records):
+            isinstance(r, ScalarRecord) and r.principle for r in records):
         raise ConfigError("--kind principle needs --principle 'The response is …', or records with their own "
                           "principles")
     if args.strategy != "auto" and shape != "groups":

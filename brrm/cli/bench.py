@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from brrm.cli import common
+from brrm.types.protocols import RewardJudge
 
 
 def add_parser(sub: Any) -> None:
@@ -115,8 +116,8 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], subsets: tuple[str, ...], orders: str,
-         folder: Path | None) -> Any:
+def _run(args: argparse.Namespace, bench: Any, judge: RewardJudge, items: list[Any], subsets: tuple[str, ...],
+         orders: str, folder: Path | None) -> Any:
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
     from brrm.bench.runner import run as run_bench
@@ -127,7 +128,7 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
                             source=args.data, limit=args.limit)
     done = check_resume(folder, settings) if folder is not None else {}
     planned = planned_judgments(judge, [it for it in items if it.id not in done], orders=orders, seed=args.order_seed)
-    unit = "judgment" if judge.info.kind == "brrm" else "reward"
+    unit = "judgment" if judge.info.pairwise else "reward"
     print(f"protocol: orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
           + f"; {planned} {unit}s to run" + (f"; resuming: {len(done)} items already judged" if done else ""),
           file=term)

@@ -13,6 +13,8 @@ from typing import Any, TextIO
 
 from brrm.errors import ConfigError
 from brrm.load import EMBEDDED_BUDGETS
+from brrm.progress import progress_bar  # noqa: F401 - the commands' bar
+from brrm.types.protocols import RewardJudge
 
 FLAG_ALIASES = {"max_new_tokens_per_turn": "--max-new-tokens", "base_urls": "--base-url",
                 "judge_chunk_size": "--chunk-size", "strip_history_reasoning": "--history-reasoning",
@@ -208,14 +210,6 @@ def require_records(records: Sequence[Any], source: str) -> None:
                           f"{records[0].reason})")
 
 
-def progress_bar(total: float, *, desc: str, unit: str, disable: bool) -> Any:
-    """A tqdm bar on stderr that accepts fractional updates (half a pair per finished turn)."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, disable=disable, file=sys.stderr, dynamic_ncols=True,
-                bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]")
-
-
 def translate(message: str, parser: argparse.ArgumentParser) -> str:
     """Rewrite Python option names in an error message as the CLI flags that set them."""
     names = dict(FLAG_ALIASES)
@@ -265,20 +259,19 @@ def _quiet_libraries() -> None:
     hf_logging.set_verbosity_error()
 
 
-def header(term: TextIO, command: str, judge: Any, n_records: int, source: str) -> None:
+def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, source: str) -> None:
     """What runs: model, kind, backend and budgets (the demo budgets said as such)."""
     info = judge.info
     sampling = info.options.get("sampling", {})
     demo = info.model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     print(f"brrm {command}: {n_records} records from {source}; model {info.model}"
-          f"{' (embedded demo; pass --model for a real judge)' if demo else ''}; kind {info.kind} "
-          f"({info.recipe}); backend {info.backend}", file=term)
+          f"{' (embedded demo; pass --model for a real judge)' if demo else ''}; {info.describe()}", file=term)
     if sampling:
         print(f"budgets: temperature {sampling['temperature']}, top_p {sampling['top_p']}, "
               f"{sampling['max_new_tokens_per_turn']} new tokens per turn, {sampling['max_total_tokens']} total, seed "
               f"{sampling['seed']}" + (" (small demo budgets; published: 8192 per turn, 16384 total)" if demo else ""),
               file=term)
-    if info.kind == "brrm" and info.options.get("decoding") == "constrained":
+    if info.pairwise and info.options.get("decoding") == "constrained":
         print("note: the first constrained run for a tokenizer compiles its output grammar once (seconds to a "
               "minute); it is cached on disk for later runs", file=term)
 
@@ -290,7 +283,10 @@ def with_id(result: Any, rid: str) -> Any:
     """A judgment (and its swap sub-judgments) or reward carrying the record's id for output."""
     import dataclasses
 
-    subs = tuple(dataclasses.replace(s, id=rid) for s in getattr(result, "sub_judgments", ()))
+    from brrm.types import PairwiseJudgment
+
+    subs = tuple(dataclasses.replace(s, id=rid) for s in result.sub_judgments) if isinstance(
+        result, PairwiseJudgment) else ()
     return dataclasses.replace(result, id=rid, **({"sub_judgments": subs} if subs else {}))
 
 

@@ -13,6 +13,7 @@ import time
 from typing import Any, TextIO
 
 from brrm.cli import common
+from brrm.types.protocols import RewardJudge
 
 
 def add_parser(sub: Any) -> None:
@@ -58,7 +59,8 @@ def invalid_row(rec: Any) -> dict[str, Any]:
     return {"id": rec.id, "line": rec.line, "winner": "none", "status": "invalid_input", "reason": rec.reason}
 
 
-def _judge(judge: Any, good: list[Any], results: dict[int, Any], args: argparse.Namespace, term: TextIO) -> None:
+def _judge(judge: RewardJudge, good: list[Any], results: dict[int, Any], args: argparse.Namespace,
+           term: TextIO) -> None:
     from brrm.records import seed_ids
 
     chunk = judge.info.chunk_size

@@ -14,6 +14,7 @@ from typing import Any
 
 from brrm.cli import common
 from brrm.errors import ConfigError
+from brrm.types.protocols import RewardJudge
 
 
 def add_parser(sub: Any) -> None:
@@ -68,12 +69,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _score(judge: Any, good: list[Any], principles: list[str], args: argparse.Namespace) -> list[list[Any]]:
+def _score(judge: RewardJudge, good: list[Any], principles: list[str], args: argparse.Namespace) -> list[list[Any]]:
     """Per record, its reward(s): one per principle for principle models (one batch), else one."""
     from brrm.records import seed_ids
 
     per: list[list[Any]]
-    if judge.info.kind != "principle":
+    if not judge.info.takes_principle:
         per = [[None] for _ in good]
     else:
         per = [principles or [r.principle] for r in good]

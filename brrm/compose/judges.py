@@ -16,27 +16,37 @@ from dataclasses import replace
 from typing import Any
 
 from brrm.compose.pairwise import pairwise_from_rewards
-from brrm.compose.strategies import GroupPlan, build_group, check_strategy, reference_reward, run_plans
+from brrm.compose.strategies import (
+    GroupPlan,
+    build_group,
+    check_strategy,
+    judgments_per_group,
+    reference_reward,
+    run_plans,
+)
 from brrm.compose.swap import judge_with_swap
 from brrm.errors import ConfigError
 from brrm.templates import is_blank, strip_reasoning
 from brrm.types import (
+    SHAPES,
     Conversation,
     GroupResult,
     JudgeInfo,
     OrderedPairJudge,
     PairwiseJudgment,
+    Progress,
     ScalarReward,
     ScalarRewardModel,
     Status,
+    Variable,
     Verdict,
     check_bool,
+    check_choice,
+    check_int,
     check_same_length,
     parse_label,
 )
 from brrm.types.protocols import Principles
-
-Progress = Callable[[float], None] | None
 
 
 class _Base:
@@ -83,6 +93,30 @@ class _Base:
     def close(self) -> None:
         """Free the model (engines, threads, connections)."""
         self.model.close()
+
+    def _variant_model(self, options: dict[str, Any]) -> Any:
+        """The model with ``options`` (the model's own settings) applied, or the model itself when none.
+
+        Raises:
+            ConfigError: when options are given and the model makes no variants, or as its ``with_options``.
+        """
+        if not options:
+            return self.model
+        if not isinstance(self.model, Variable):
+            raise ConfigError(f"{type(self.model).__name__} makes no variants; options {sorted(options)} cannot be "
+                              "set on this judge")
+        return self.model.with_options(**options)
+
+    def _with_spec(self, variant: _Base, overrides: dict[str, Any]) -> _Base:
+        """``variant`` whose info names the spec of this judge with ``overrides`` (None stays None)."""
+        spec = self.info.spec
+        if spec is not None:
+            variant.info = replace(variant.info, spec=replace(spec, options={**spec.options, **overrides}))
+        return variant
+
+    def _check_cost(self, shape: str, n: int) -> None:
+        check_choice("shape", shape, SHAPES)
+        check_int("n", n, low=0)
 
     def __enter__(self) -> _Base:
         return self
@@ -150,6 +184,32 @@ class PairwiseRewardJudge(_Base):
         self.model = model
         self.swap = check_bool("swap", swap)
         self.info = replace(model.info, options={**model.info.options, "swap": swap})
+
+    def with_options(self, **overrides: Any) -> PairwiseRewardJudge:
+        """A variant on the same backend: ``swap`` and the model's settings (BR-RM: ``decoding``, the sampling
+        keywords ``temperature``, ``top_p``, ``max_new_tokens``, ``max_total_tokens``, ``seed``, and the other
+        ``BRRMConfig`` fields). Closing either closes the shared backend.
+
+        Raises:
+            ConfigError: on an option the model does not take (naming the valid ones) or an invalid value.
+        """
+        swap = check_bool("swap", overrides.get("swap", self.swap))
+        variant = PairwiseRewardJudge(self._variant_model(dict(overrides)), swap=swap)
+        return self._with_spec(variant, overrides)  # type: ignore[return-value]
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        """Ordered judgments (two-turn runs) a request makes: ``pairs``/``score`` n, twice with swap;
+        ``group`` the strategy's count for a group of n (:func:`~brrm.compose.strategies.judgments_per_group`).
+
+        Raises:
+            ConfigError: on an unknown shape or strategy, ``scores``, or n < 0.
+        """
+        self._check_cost(shape, n)
+        swap = self.swap if swap is None else check_bool("swap", swap)
+        if shape != "group":
+            return n * (2 if swap else 1)
+        strategy = check_strategy(strategy, pairwise=True, has_reference=strategy == "reference")
+        return judgments_per_group(strategy, n, swap=swap)
 
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
@@ -247,6 +307,38 @@ class ScalarRewardJudge(_Base):
         if self.principles:
             options["principle"] = list(self.principles)
         self.info = replace(model.info, options=options)
+
+    def with_options(self, **overrides: Any) -> ScalarRewardJudge:
+        """A variant on the same backend: ``margin``, ``principle`` and the model's settings (principle models:
+        ``decoding``, the sampling keywords and the other ``PrincipleConfig`` fields; Bradley–Terry models:
+        ``recipe``, ``max_length``, …); ``swap`` is accepted and changes nothing (σ(r_A − r_B) does not depend
+        on the order). Closing either closes the shared backend.
+
+        Raises:
+            ConfigError: on an option the model does not take (naming the valid ones) or an invalid value.
+        """
+        own = dict(overrides)
+        check_bool("swap", own.pop("swap", False))
+        margin = own.pop("margin", self.margin)
+        principle = own.pop("principle", list(self.principles) or None)
+        variant = ScalarRewardJudge(self._variant_model(own), principle=principle, margin=margin, on_tie=self.on_tie)
+        return self._with_spec(variant, overrides)  # type: ignore[return-value]
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        """Scored sequences a request makes (each response once per default principle): ``pairs`` 2n,
+        ``score`` n, ``group`` n (n + 1 with the ``reference`` strategy); ``swap`` changes nothing.
+
+        Raises:
+            ConfigError: on an unknown shape or strategy, or n < 0.
+        """
+        self._check_cost(shape, n)
+        if swap is not None:
+            check_bool("swap", swap)
+        per = max(1, len(self.principles))
+        if shape != "group":
+            return n * per * (2 if shape == "pairs" else 1)
+        strategy = check_strategy(strategy, pairwise=False, has_reference=strategy == "reference")
+        return (n + (strategy == "reference")) * per
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,

@@ -57,6 +57,7 @@ from brrm.types import (
     check_choice,
     check_int,
     check_same_length,
+    override_config,
 )
 
 DECODING_MODES = ("constrained", "faithful")
@@ -230,6 +231,15 @@ class BRRMJudge:
                               default_strategy="round_robin", options=self._options(),
                               chunk_size=backend.capabilities.chunk_size,
                               concurrent=backend.capabilities.concurrent)
+
+    def with_options(self, **options: Any) -> BRRMJudge:
+        """This judge with other settings (``BRRMConfig`` fields and the sampling keywords of :func:`brrm.load`)
+        on the same backend.
+
+        Raises:
+            ConfigError: on an option BR-RM does not take (naming the valid ones) or an invalid value.
+        """
+        return BRRMJudge(self.backend, override_config(self.config, options))
 
     def _options(self) -> dict[str, Any]:
         c = self.config

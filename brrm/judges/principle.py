@@ -60,6 +60,7 @@ from brrm.types import (
     check_bool,
     check_choice,
     check_same_length,
+    override_config,
 )
 
 __all__ = ["CLAMP", "FORMATS", "LLAMA_QUESTION", "PrincipleConfig", "PrincipleJudge", "judgement_token_ids",
@@ -168,6 +169,15 @@ class PrincipleJudge:
                               chunk_size=backend.capabilities.chunk_size,
                               concurrent=backend.capabilities.concurrent)
 
+
+    def with_options(self, **options: Any) -> PrincipleJudge:
+        """This judge with other settings (``PrincipleConfig`` fields and the sampling keywords of
+        :func:`brrm.load`) on the same backend.
+
+        Raises:
+            ConfigError: on an option this judge does not take (naming the valid ones) or an invalid value.
+        """
+        return PrincipleJudge(self.backend, override_config(self.config, options))
     def _policies(self) -> dict[str, Any]:
         decoding = self.config.decoding if self.format == "qwen3_genrm" else "first_token"
         reward = self.config.reward if self.format == "qwen3_genrm" else "logit_diff"

@@ -179,6 +179,21 @@ class BradleyTerryRewardModel:
                               default_strategy="scores", options=dict(self.provenance.policies),
                               chunk_size=max(caps.chunk_size, 64), concurrent=caps.concurrent)
 
+    def with_options(self, **options: Any) -> BradleyTerryRewardModel:
+        """This model with other settings (``recipe``, ``max_length``, ``truncation_side``, ``strip_thinking``,
+        ``strip_history_reasoning``) on the same backend.
+
+        Raises:
+            ConfigError: on another option (naming the valid ones) or an invalid value.
+        """
+        current = {"recipe": self.recipe, "max_length": self.max_length, "truncation_side": self.truncation_side,
+                   "strip_thinking": self.strip_thinking, "strip_history_reasoning": self.strip_history_reasoning}
+        unknown = sorted(set(options) - set(current))
+        if unknown:
+            raise ConfigError(f"option {unknown[0]!r} cannot be varied on a Bradley–Terry model; valid: "
+                              f"{', '.join(sorted(current))}")
+        return BradleyTerryRewardModel(self.backend, **{**current, **options})
+
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, *, model_id: str = "", token_budget: int = 16384,
                    max_batch_size: int = 32, padding_side: str = "right", bucketing: bool = True,

@@ -26,8 +26,9 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from brrm.errors import ConfigError
 from brrm.rlhf.cohorts import CohortBuffer
-from brrm.rlhf.recipe import JudgeRecipe, JudgeSource
+from brrm.rlhf.recipe import JudgeSource
 from brrm.rlhf.verl import resolve_config
+from brrm.spec import JudgeSpec
 from brrm.types import check_bool, check_choice, check_float
 
 GROUP_KEYS = ("strategy", "swap", "soft", "cohort_timeout_s", "max_judgments_per_step")
@@ -68,7 +69,7 @@ class BrrmGroupRewardManager(RewardManagerBase):
             raise ConfigError(f"a group reward needs actor_rollout_ref.rollout.n >= 2, got {self.group_size}")
         self._check_layout(config)
         strategy = check_choice("strategy", group.get("strategy", "circular"), ("circular", "round_robin", "knockout"))
-        self.source = JudgeSource(JudgeRecipe(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend,
+        self.source = JudgeSource(JudgeSpec(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend,
                                               options=self.brrm.options))
         timeout = check_float("cohort_timeout_s", group.get("cohort_timeout_s", 600.0), low=0, low_open=True)
         self.buffer = CohortBuffer(self.source.get, group_size=self.group_size, strategy=strategy,

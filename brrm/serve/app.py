@@ -93,7 +93,7 @@ class ServerState:
 
     @property
     def pairwise(self) -> bool:
-        return self.judge.info.kind == "brrm"
+        return bool(self.judge.info.pairwise)
 
     def check_items(self, n: int, name: str) -> None:
         """Raises :class:`TooManyItems` when ``n`` is over the per-request limit."""
@@ -176,7 +176,7 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     from brrm.serve.routes import add_routes
 
     limits = limits or ServerLimits()
-    resolve_mode(limits.get_reward_mode, judge.info.kind)  # refuses 'reference' for a scalar model
+    resolve_mode(limits.get_reward_mode, bool(judge.info.pairwise))  # refuses 'reference' for a scalar model
     metrics = Metrics()
     variants = Variants(judge)
     scheduler = Scheduler(make_runner(variants), max_batch=limits.max_batch, max_wait_s=limits.max_wait_ms / 1000,

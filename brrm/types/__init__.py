@@ -6,6 +6,7 @@ options, sampling), :mod:`~brrm.types.results` (results with explicit statuses),
 """
 
 from brrm.types.config import (
+    SAMPLING_KEYS,
     SamplingConfig,
     check_bool,
     check_bool_or_auto,
@@ -13,9 +14,20 @@ from brrm.types.config import (
     check_enum,
     check_float,
     check_int,
+    override_config,
 )
 from brrm.types.conversation import ROLES, Conversation, Message
-from brrm.types.protocols import KINDS, JudgeInfo, OrderedPairJudge, RewardJudge, ScalarRewardModel
+from brrm.types.protocols import (
+    KIND_TRAITS,
+    KINDS,
+    SHAPES,
+    JudgeInfo,
+    OrderedPairJudge,
+    Progress,
+    RewardJudge,
+    ScalarRewardModel,
+    Variable,
+)
 from brrm.types.results import (
     GroupResult,
     PairwiseJudgment,
@@ -31,6 +43,9 @@ from brrm.types.summary import JudgmentSummary, summarize, summarize_rewards
 
 __all__ = [
     "KINDS",
+    "KIND_TRAITS",
+    "SAMPLING_KEYS",
+    "SHAPES",
     "ROLES",
     "Conversation",
     "GroupResult",
@@ -38,6 +53,7 @@ __all__ = [
     "JudgmentSummary",
     "Message",
     "OrderedPairJudge",
+    "Progress",
     "PairwiseJudgment",
     "Provenance",
     "ResponseAnalysis",
@@ -46,6 +62,7 @@ __all__ = [
     "ScalarReward",
     "ScalarRewardModel",
     "Status",
+    "Variable",
     "Verdict",
     "check_bool",
     "check_bool_or_auto",
@@ -54,6 +71,7 @@ __all__ = [
     "check_float",
     "check_int",
     "check_same_length",
+    "override_config",
     "parse_label",
     "summarize",
     "summarize_rewards",

@@ -99,6 +99,10 @@ class JudgeInfo:
 
             object.__setattr__(self, "spec", JudgeSpec.from_dict(self.spec))
 
+    def describe(self) -> str:
+        """One line for people: ``kind brrm (brrm), backend transformers``."""
+        return f"kind {self.kind} ({self.recipe}), backend {self.backend}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -142,7 +146,16 @@ class RewardJudge(Protocol):
         judge(conversation, response_a, response_b, /, *, swap=None) -> PairwiseJudgment and
         score_one(conversation, response, /, *, principle=None, reference=None) -> ScalarReward: single
             items.
+        with_options(**overrides) -> RewardJudge: a variant on the same loaded backend with other settings
+            (the keywords of :func:`brrm.load` that do not load anything: decoding, budgets, seed, swap,
+            margin, principle, …); the variant shares the backend, so closing either closes both.
+        cost(shape, n, /, *, strategy="auto", swap=None) -> int: the model calls a request makes: ``shape``
+            ``pairs`` (n pairs), ``score`` (n responses) or ``group`` (one group of n responses); a call is one
+            ordered judgment of a pairwise judge, one scored sequence of a scalar model.
         close(): free the model (engines, threads); also on leaving a ``with`` block.
+
+    The batch methods take ``progress``: a callback called with the number of items just finished
+    (:data:`Progress`).
 
     Raises (every method):
         ConfigError: on mismatched lengths, an invalid conversation, a response that is not a string, or an
@@ -154,25 +167,30 @@ class RewardJudge(Protocol):
 
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
-                    labels: Sequence[Verdict] | None = None,
-                    principles: Principles = None) -> list[PairwiseJudgment]: ...
+                    labels: Sequence[Verdict] | None = None, principles: Principles = None,
+                    progress: Progress = None) -> list[PairwiseJudgment]: ...
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
-              references: Sequence[str] | None = None, ids: Sequence[str] | None = None) -> list[ScalarReward]: ...
+              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+              progress: Progress = None) -> list[ScalarReward]: ...
 
     def rank(self, conversation: Any, responses: Sequence[str], /, *, strategy: str = "auto",
-             reference: str | None = None, swap: bool | None = None,
-             principles: Principles = None) -> GroupResult: ...
+             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
+             progress: Progress = None) -> GroupResult: ...
 
     def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
-                    principles: Principles = None) -> list[GroupResult]: ...
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]: ...
 
     def judge(self, conversation: Any, response_a: str, response_b: str, /, *,
               swap: bool | None = None) -> PairwiseJudgment: ...
 
     def score_one(self, conversation: Any, response: str, /, *, principle: str | None = None,
                   reference: str | None = None) -> ScalarReward: ...
+
+    def with_options(self, **overrides: Any) -> RewardJudge: ...
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int: ...
 
     def close(self) -> None: ...
 
@@ -210,3 +228,13 @@ class OrderedPairJudge(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Variable(Protocol):
+    """A model that makes a variant of itself with other settings on the same backend (brrm's BR-RM, principle
+    and Bradley–Terry models); :meth:`RewardJudge.with_options` builds on it."""
+
+    def with_options(self, **options: Any) -> Any:
+        """This model with ``options`` applied (validated), sharing its backend."""
+        ...

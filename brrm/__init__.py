@@ -13,12 +13,12 @@ need them (``brrm.load`` imports them when it builds a model).
 
 from brrm.errors import BackendUnavailable, BrrmError, ConfigError, JudgeOutputError, TemplateError
 from brrm.load import load
-from brrm.spec import JudgeSpec
 from brrm.types import (
     KINDS,
     Conversation,
     GroupResult,
     JudgeInfo,
+    JudgeSpec,
     Message,
     PairwiseJudgment,
     Provenance,

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from brrm.errors import BackendUnavailable, ConfigError
-from brrm.spec import BACKENDS, JudgeSpec, weights_fingerprint
+from brrm.fingerprint import weights_fingerprint
 from brrm.types import (
+    BACKENDS,
     KINDS,
+    JudgeSpec,
     RewardJudge,
     SamplingConfig,
     check_bool,
@@ -23,6 +25,7 @@ from brrm.types import (
     check_choice,
     check_float,
     check_int,
+    set_loader,
 )
 
 EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_token_cap": 32}
@@ -389,3 +392,11 @@ def _loading(name: str, build: Any) -> Any:
     except OSError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"could not load model {name!r}: {first[:300]}") from None
+
+
+def _load_spec(spec: JudgeSpec) -> RewardJudge:
+    """The judge ``spec`` names (what :meth:`JudgeSpec.load` runs once the weights are checked)."""
+    return load(spec.model, kind=spec.kind, backend=spec.backend, **dict(spec.options))
+
+
+set_loader(_load_spec)

@@ -13,7 +13,7 @@ import pytest
 
 import brrm
 from brrm import ConfigError, JudgeSpec
-from brrm.spec import weights_fingerprint
+from brrm.fingerprint import weights_fingerprint
 from brrm.testing import save_tiny_qwen3
 
 OPTS = {"temperature": 0.0, "max_new_tokens": 450, "block_token_cap": 8, "thinking": "off", "decoding": "constrained"}

@@ -24,8 +24,7 @@ from typing import Any
 
 from brrm.audit.plan import AuditItem
 from brrm.errors import BackendUnavailable
-from brrm.spec import JudgeSpec
-from brrm.types import check_float, check_int
+from brrm.types import JudgeSpec, check_float, check_int
 
 RAY_HINT = "pip install 'brrm[ray]'  (ray[data]==2.60.0)"
 

@@ -33,8 +33,7 @@ from brrm.audit.judging import judge_records
 from brrm.audit.keys import config_hash, request_hash
 from brrm.audit.plan import AuditItem
 from brrm.audit.store import AuditStore
-from brrm.spec import JudgeSpec
-from brrm.types import check_float, check_int
+from brrm.types import JudgeSpec, check_float, check_int
 from brrm.types.protocols import RewardJudge
 
 Batch = tuple[Sequence[AuditItem], Sequence[Mapping[str, Any]], Mapping[str, Any]]

@@ -26,7 +26,7 @@ from brrm.constraints import CompiledProgram, Program, ProgramState
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
-    from brrm.backends._decode import Row
+    from brrm.backends._rows import Row
 
 
 class PrefixCache:
@@ -256,7 +256,8 @@ class TransformersBackend:
                         keep_kv: bool, on_done: Callable[[int], None] | None) -> list[Completion]:
         import torch
 
-        from brrm.backends._decode import Decoder, Row
+        from brrm.backends._decode import Decoder
+        from brrm.backends._rows import Row
 
         rows = []
         for i, r in enumerate(reqs):

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from brrm.backends.base import Backend, common_prefix_length
+from brrm.backends.bucketing import bucket_by_length
 from brrm.errors import ConfigError
-from brrm.reward_models.batching import bucket_by_length
 from brrm.templates import is_blank, strip_end_tokens, strip_reasoning, text_hash
 from brrm.tokens import Markup, encoder
 from brrm.types import (

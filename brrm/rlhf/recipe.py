@@ -16,8 +16,7 @@ import threading
 from typing import Any
 
 from brrm.errors import ConfigError
-from brrm.spec import JudgeSpec
-from brrm.types import RewardJudge
+from brrm.types import JudgeSpec, RewardJudge
 
 JudgeRecipe = JudgeSpec
 """The name this package gave :class:`brrm.JudgeSpec` before there was one spec for every surface."""

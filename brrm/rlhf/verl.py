@@ -44,8 +44,7 @@ from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.rlhf.recipe import JudgeSource
-from brrm.spec import JudgeSpec
-from brrm.types import RewardJudge, ScalarReward, Status, check_float, check_int
+from brrm.types import JudgeSpec, RewardJudge, ScalarReward, Status, check_float, check_int
 
 TIMEOUT = "timeout"
 """The ``status`` of a sample whose judge did not answer within ``timeout_s``."""

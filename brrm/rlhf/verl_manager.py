@@ -28,8 +28,7 @@ from brrm.errors import ConfigError
 from brrm.rlhf.cohorts import CohortBuffer
 from brrm.rlhf.recipe import JudgeSource
 from brrm.rlhf.verl import resolve_config
-from brrm.spec import JudgeSpec
-from brrm.types import check_bool, check_choice, check_float
+from brrm.types import JudgeSpec, check_bool, check_choice, check_float
 
 GROUP_KEYS = ("strategy", "swap", "soft", "cohort_timeout_s", "max_judgments_per_step")
 

@@ -18,15 +18,18 @@ from brrm.types.config import (
 )
 from brrm.types.conversation import ROLES, Conversation, Message
 from brrm.types.protocols import (
+    BACKENDS,
     KIND_TRAITS,
     KINDS,
     SHAPES,
     JudgeInfo,
+    JudgeSpec,
     OrderedPairJudge,
     Progress,
     RewardJudge,
     ScalarRewardModel,
     Variable,
+    set_loader,
 )
 from brrm.types.results import (
     GroupResult,
@@ -42,6 +45,7 @@ from brrm.types.results import (
 from brrm.types.summary import JudgmentSummary, summarize, summarize_rewards
 
 __all__ = [
+    "BACKENDS",
     "KINDS",
     "KIND_TRAITS",
     "SAMPLING_KEYS",
@@ -50,6 +54,7 @@ __all__ = [
     "Conversation",
     "GroupResult",
     "JudgeInfo",
+    "JudgeSpec",
     "JudgmentSummary",
     "Message",
     "OrderedPairJudge",
@@ -73,6 +78,7 @@ __all__ = [
     "check_same_length",
     "override_config",
     "parse_label",
+    "set_loader",
     "summarize",
     "summarize_rewards",
 ]

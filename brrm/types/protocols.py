@@ -9,15 +9,15 @@ presentation order) or :class:`ScalarRewardModel` (Bradley–Terry, principle mo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from brrm.errors import ConfigError
+from brrm.fingerprint import weights_fingerprint
+from brrm.types.config import check_choice
 from brrm.types.results import GroupResult, PairwiseJudgment, ScalarReward, Verdict
-
-if TYPE_CHECKING:
-    from brrm.spec import JudgeSpec
 
 KINDS = ("brrm", "bt", "principle")
 """Model kinds: ``brrm`` (two-turn BR-RM pairwise judge), ``bt`` (Bradley–Terry scalar reward model),
@@ -32,12 +32,134 @@ Progress = Callable[[float], None] | None
 SHAPES = ("pairs", "score", "group")
 """What a request judges, for :meth:`RewardJudge.cost`: N pairs, N responses scored, or one group of N."""
 
+BACKENDS = ("transformers", "vllm", "openai")
+"""Backend names :func:`brrm.load` and :class:`JudgeSpec` accept."""
+
 KIND_TRAITS: Mapping[str, Mapping[str, bool]] = {
     "brrm": {"pairwise": True, "takes_principle": False, "needs_reference": True},
     "bt": {"pairwise": False, "takes_principle": False, "needs_reference": False},
     "principle": {"pairwise": False, "takes_principle": True, "needs_reference": False},
 }
 """The traits each model kind declares (:class:`JudgeInfo`): the one table that maps a kind to behaviour."""
+
+
+_LOADER: list[Callable[[JudgeSpec], RewardJudge]] = []
+"""The builder :meth:`JudgeSpec.load` calls: :mod:`brrm.load` registers it on import (``import brrm`` imports
+it), so the spec, a value every layer may hold, does not import the layers that build judges."""
+
+
+def set_loader(loader: Callable[[JudgeSpec], RewardJudge]) -> None:
+    """Register the function that builds a judge from a spec (:mod:`brrm.load` does, once)."""
+    _LOADER[:] = [loader]
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """What to load: the arguments of :func:`brrm.load` as one value, with the fingerprint of the weights.
+
+    Attributes:
+        model: hub id, local directory, or None for the embedded demo model (as :func:`brrm.load` takes it).
+        kind: ``auto``, ``brrm``, ``bt`` or ``principle``.
+        backend: ``transformers``, ``vllm`` or ``openai``.
+        options: the judge's and the backend's keyword options of :func:`brrm.load`, JSON values only
+            (stored as a plain dict; ``swap``, ``temperature``, ``dtype``, ``base_url``, …).
+        fingerprint: the weights' fingerprint (see :mod:`brrm.fingerprint`); computed from ``model`` when left
+            empty, kept as given otherwise (a spec read back from JSON or a pickle keeps the one it was made
+            with, and :meth:`load` refuses weights that changed since).
+
+    Raises:
+        ConfigError: on an unknown kind or backend, a model that is not a non-empty string or None, or an
+            option value that is not JSON (naming the option).
+    """
+
+    model: str | None = None
+    kind: str = "auto"
+    backend: str = "transformers"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
+
+    def __post_init__(self) -> None:
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+            raise ConfigError(f"model must be a hub id, a local directory or None, got {self.model!r}")
+        check_choice("kind", self.kind, ("auto", *KINDS))
+        check_choice("backend", self.backend, BACKENDS)
+        options = dict(self.options)
+        for name, value in options.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError):
+                raise ConfigError(f"option {name!r} of a JudgeSpec must be a JSON value, got {value!r}") from None
+        object.__setattr__(self, "options", dict(sorted(options.items())))
+        if not self.fingerprint:
+            object.__setattr__(self, "fingerprint", weights_fingerprint(self.model))
+
+    @classmethod
+    def from_load(cls, model: str | None = None, /, *, kind: str = "auto", backend: str = "transformers",
+                  **options: Any) -> JudgeSpec:
+        """The spec of ``brrm.load(model, kind=kind, backend=backend, **options)`` (the same arguments).
+
+        Raises:
+            ConfigError: as the constructor.
+        """
+        return cls(model, kind=kind, backend=backend, options=options)
+
+    def __hash__(self) -> int:
+        return hash(self.to_json())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON-ready values (``from_dict`` inverts it)."""
+        return {"model": self.model, "kind": self.kind, "backend": self.backend, "options": dict(self.options),
+                "fingerprint": self.fingerprint}
+
+    def to_json(self) -> str:
+        """The spec as one canonical JSON line (sorted keys)."""
+        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JudgeSpec:
+        """The spec ``to_dict`` wrote.
+
+        Raises:
+            ConfigError: on unknown or invalid fields.
+        """
+        unknown = sorted(set(data) - {"model", "kind", "backend", "options", "fingerprint"})
+        if unknown:
+            raise ConfigError(f"unknown JudgeSpec field {unknown[0]!r}; valid: model, kind, backend, options, "
+                              "fingerprint")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_json(cls, text: str) -> JudgeSpec:
+        """The spec ``to_json`` wrote.
+
+        Raises:
+            ConfigError: when ``text`` is not a JSON object of spec fields.
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"a JudgeSpec must be a JSON object: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"a JudgeSpec must be a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def current_fingerprint(self) -> str:
+        """The fingerprint of what ``model`` names now (cached digests; see :mod:`brrm.fingerprint`)."""
+        return weights_fingerprint(self.model)
+
+    def load(self) -> RewardJudge:
+        """Build the judge this spec names (:func:`brrm.load`'s builder, registered with :func:`set_loader`), here
+        or in a worker; its ``info.spec`` is this spec.
+
+        Raises:
+            ConfigError: when the weights ``model`` names now are not the ones fingerprinted (overwritten,
+                a symlink switched, another hub commit), and whatever :func:`brrm.load` raises.
+        """
+        current = self.current_fingerprint()
+        if current != self.fingerprint:
+            raise ConfigError(f"the weights of {self.model!r} changed since this spec was made: fingerprint "
+                              f"{current} is not {self.fingerprint}; make a new spec to judge with them")
+        return _LOADER[0](self)
 
 
 @dataclass(frozen=True)
@@ -64,9 +186,9 @@ class JudgeInfo:
             None: the kind's trait (:data:`KIND_TRAITS`). Surfaces read this, never ``kind``.
         takes_principle: ``principles=`` steer the reward (principle models); others refuse them.
         needs_reference: ``score`` needs ``references=`` (a pairwise judge scores P(response ≻ reference)).
-        fingerprint: the fingerprint of the loaded weights (:func:`brrm.spec.weights_fingerprint`); empty for a
+        fingerprint: the fingerprint of the loaded weights (:func:`brrm.fingerprint.weights_fingerprint`); empty for a
             judge over a hand-built backend.
-        spec: the :class:`~brrm.spec.JudgeSpec` this judge was loaded from (``spec.load()`` rebuilds it), or
+        spec: the :class:`JudgeSpec` this judge was loaded from (``spec.load()`` rebuilds it), or
             None for a judge over a hand-built backend object.
     """
 
@@ -95,8 +217,6 @@ class JudgeInfo:
                                       f"trait; known kinds: {', '.join(KIND_TRAITS)})")
                 object.__setattr__(self, trait, traits[trait])
         if isinstance(self.spec, Mapping):  # from to_dict()
-            from brrm.spec import JudgeSpec
-
             object.__setattr__(self, "spec", JudgeSpec.from_dict(self.spec))
 
     def describe(self) -> str:

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from brrm.backends.base import Backend, Completion, GenerationRequest
 from brrm.errors import ConfigError, TemplateError
 from brrm.judges import brrm_format as fmt
+from brrm.numerics import sigmoid
 from brrm.seeds import content_key, item_seed
 from brrm.templates import (
     ContextPolicy,
@@ -460,13 +461,6 @@ def digit_probability(t2: Completion) -> tuple[float, tuple[float, float]]:
     σ(l1 − l2) for any finite gap); NaN when the digit's logits were not measured."""
     if not t2.choice_logits:
         return math.nan, (math.nan, math.nan)
-    from brrm.compose.pairwise import sigmoid
-
     l1, l2 = t2.choice_logits[-1][:2]
     return sigmoid(l1 - l2), (l1, l2)
 
-
-def mirrored(j: PairwiseJudgment) -> PairwiseJudgment:
-    """The judgment of (B, A) seen in the (A, B) frame: winner, probability, logits and analyses swapped."""
-    p_a = 1.0 - j.p_a if not math.isnan(j.p_a) else j.p_a
-    return replace(j, winner=j.winner.mirrored(), p_a=p_a, analysis_a=j.analysis_b, analysis_b=j.analysis_a)

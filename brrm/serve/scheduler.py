@@ -166,10 +166,6 @@ class Scheduler:
         """Whether new work is taken (not shutting down, backend not stuck)."""
         return not self._closing and self._abandoned < self.max_abandoned
 
-    def close_intake(self) -> None:
-        """Refuse new work from now on (SIGTERM: in-flight requests still finish)."""
-        self._closing = True
-
     # ------------------------------------------------------------------------------------------ submit
     async def submit(self, key: Hashable, items: Sequence[Any], *, timeout_s: float, cost: int | None = None) -> list:
         """Queue ``items`` for one judge call shared with other jobs of the same ``key``; their results in order.

@@ -88,13 +88,6 @@ class Provenance:
 
 
 @dataclass(frozen=True)
-class ResponseAnalysis:
-    """Turn-1 analysis of one response: its critical issues (free text, as the judge wrote them)."""
-
-    critical_issues: str
-
-
-@dataclass(frozen=True)
 class PairwiseJudgment:
     """The result of judging response A against response B for one conversation.
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from brrm.backends.options import OPTION_CLASSES, field_names
 from brrm.errors import BackendUnavailable, ConfigError
 from brrm.fingerprint import weights_fingerprint
 from brrm.types import (
@@ -21,7 +22,6 @@ from brrm.types import (
     RewardJudge,
     SamplingConfig,
     check_bool,
-    check_bool_or_auto,
     check_choice,
     check_float,
     check_int,
@@ -31,17 +31,9 @@ from brrm.types import (
 EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_token_cap": 32}
 """Budgets of the embedded 135M demo model (the published BR-RM budgets are 8192 per turn, 16384 total)."""
 
-BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
-    "transformers": ("dtype", "device", "batch_size", "classify_batch_size", "prefix_cache", "jump_forward",
-                     "batch_invariant", "token_budget", "trust_remote_code"),
-    "vllm": ("dtype", "device", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size",
-             "gpu_memory_utilization", "enforce_eager", "block_size", "enable_prefix_caching",
-             "structured_outputs_backend", "distributed_executor_backend", "engine_kwargs", "trust_remote_code",
-             "batch_size", "chunk_size"),
-    "openai": ("base_url", "served_model_name", "api_key", "max_concurrency", "timeout_s", "http_retries",
-               "max_context", "trust_remote_code", "chunk_size"),
-}
-"""Options each backend takes (see the backend classes for units and ranges)."""
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {name: field_names(name) for name in BACKENDS}
+"""Options each backend takes: the fields of its options class (:mod:`brrm.backends.options`, with units and
+ranges)."""
 
 SAMPLING_OPTIONS = ("temperature", "top_p", "max_new_tokens", "max_total_tokens", "seed")
 JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -102,7 +94,8 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
     _check_names(options, kind, backend_name, built is not None)
     judge_opts = {k: v for k, v in options.items() if k in JUDGE_OPTIONS[kind]}
     backend_opts = {k: v for k, v in options.items() if k not in judge_opts}
-    _check_backend_options(backend_opts)
+    if built is None:
+        _backend_options(backend_name, backend_opts)
     if embedded:
         for key, value in EMBEDDED_BUDGETS.items():
             if key in JUDGE_OPTIONS[kind]:
@@ -113,7 +106,8 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         source = source or _resolve_source(name, embedded)
         fingerprint = weights_fingerprint(None if embedded else source)
         _card_dtype(name, backend_opts)
-        built = _load_backend(backend_name, source, name, backend_opts, task="classify" if kind == "bt" else "generate")
+        task = "classify" if kind == "bt" else "generate"
+        built = _load_backend(backend_name, source, name, _backend_options(backend_name, backend_opts), task=task)
         built.info = replace(built.info, fingerprint=fingerprint)
     judge = make(built, source)  # with the checkpoint's generation defaults
     if spec is not None:
@@ -161,35 +155,13 @@ def _check_names(options: dict[str, Any], kind: str, backend: str, prebuilt: boo
         raise ConfigError(f"unknown option {unknown[0]!r} for {where}; valid options: {', '.join(sorted(valid))}")
 
 
-_BACKEND_CHECKS: dict[str, Any] = {
-    "dtype": lambda v: check_choice("dtype", v, ("auto", "float32", "bfloat16", "float16")),
-    "device": lambda v: check_choice("device", v, ("auto", "cpu", "cuda")),
-    "batch_size": lambda v: check_int("batch_size", v, low=1),
-    "classify_batch_size": lambda v: check_int("classify_batch_size", v, low=1),
-    "token_budget": lambda v: check_int("token_budget", v, low=1),
-    "chunk_size": lambda v: check_int("chunk_size", v, low=1),
-    "max_model_len": lambda v: check_int("max_model_len", v, low=1),
-    "max_context": lambda v: check_int("max_context", v, low=1),
-    "tensor_parallel_size": lambda v: check_int("tensor_parallel_size", v, low=1),
-    "pipeline_parallel_size": lambda v: check_int("pipeline_parallel_size", v, low=1),
-    "max_concurrency": lambda v: check_int("max_concurrency", v, low=1),
-    "http_retries": lambda v: check_int("http_retries", v, low=0),
-    "gpu_memory_utilization": lambda v: check_float("gpu_memory_utilization", v, low=0, high=1, low_open=True),
-    "timeout_s": lambda v: check_float("timeout_s", v, low=0, low_open=True),
-    "trust_remote_code": lambda v: check_bool("trust_remote_code", v),
-    "prefix_cache": lambda v: check_bool("prefix_cache", v),
-    "jump_forward": lambda v: check_bool("jump_forward", v),
-    "batch_invariant": lambda v: check_bool_or_auto("batch_invariant", v),
-    "enforce_eager": lambda v: check_bool("enforce_eager", v),
-    "enable_prefix_caching": lambda v: check_bool("enable_prefix_caching", v),
-}
+def _backend_options(backend: str, opts: dict[str, Any]) -> Any:
+    """The backend's options object: types and ranges checked before anything loads.
 
-
-def _check_backend_options(opts: dict[str, Any]) -> None:
-    """Types and ranges of backend options, before anything loads (the backends check them again)."""
-    for name, value in opts.items():
-        if name in _BACKEND_CHECKS:
-            _BACKEND_CHECKS[name](value)
+    Raises:
+        ConfigError: naming the option and its valid values.
+    """
+    return OPTION_CLASSES[backend](**opts)
 
 
 def _sampling(opts: dict[str, Any], **defaults: Any) -> SamplingConfig:
@@ -358,8 +330,9 @@ def _require_vllm() -> None:
         raise BackendUnavailable("the vllm backend needs the vllm package, which is not installed", hint=VLLM_HINT)
 
 
-def _load_backend(backend: str, source: str, name: str, opts: dict[str, Any], *, task: str) -> Any:
-    """Build the named backend for ``source`` (recorded under ``name``)."""
+def _load_backend(backend: str, source: str, name: str, options: Any, *, task: str) -> Any:
+    """Build the named backend for ``source`` (recorded under ``name``) with its options object."""
+    opts = options.backend_kwargs()
     if backend == "transformers":
         from brrm.backends.transformers import TransformersBackend
 
@@ -370,18 +343,10 @@ def _load_backend(backend: str, source: str, name: str, opts: dict[str, Any], *,
         except ImportError as exc:
             raise BackendUnavailable(f"the vllm backend is not available: {exc}",
                                      hint="pip install 'brrm[vllm]' on a machine with a GPU") from exc
-        if "chunk_size" in opts:
-            opts["judge_chunk_size"] = opts.pop("chunk_size")
         runner = "pooling" if task == "classify" else "generate"
         return VLLMBackend.from_pretrained(source, name=name, runner=runner, **opts)
     from brrm.backends.openai import OpenAIBackend
 
-    if "http_retries" in opts:
-        opts["max_retries"] = opts.pop("http_retries")
-    if isinstance(opts.get("base_url"), list | tuple):
-        opts["base_urls"] = list(opts.pop("base_url"))
-    if "chunk_size" in opts:
-        opts["judge_chunk_size"] = opts.pop("chunk_size")
     return OpenAIBackend.from_options(source, name=name, **opts)
 
 

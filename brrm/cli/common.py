@@ -46,21 +46,39 @@ def add_model_args(p: argparse.ArgumentParser, *, default_kind: str = "auto", ju
     g.add_argument("--model-type", dest="kind", choices=("brrm", "bt", "principle"), help=argparse.SUPPRESS)
     g.add_argument("--backend", choices=("transformers", "vllm", "openai"), default="transformers",
                    help="model runner (default: transformers)")
-    b = p.add_argument_group("backend")
-    b.add_argument("--dtype", default=None, choices=("auto", "float32", "bfloat16", "float16"),
-                   help="weights dtype (default: auto = bf16 on GPU, fp32 on CPU)")
-    b.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto")
-    b.add_argument("--batch-size", type=int, default=None,
-                   help="transformers: rows decoded (or scored) together (default: 8)")
-    b.add_argument("--base-url", action="append", default=None,
-                   help="openai: OpenAI-compatible server URL, repeatable (e.g. http://127.0.0.1:8000/v1)")
-    b.add_argument("--served-model-name", default=None, help="openai: the model name the server expects")
-    b.add_argument("--max-model-len", type=int, default=None, help="vllm: engine context length (default: model's)")
-    b.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per model replica (default 1)")
-    b.add_argument("--gpu-memory-utilization", type=float, default=None,
-                   help="vllm: fraction of GPU memory for weights + KV cache (default 0.9)")
+    add_backend_args(p.add_argument_group("backend"))
     if judge_flags:
         add_judge_args(p)
+
+
+def add_backend_args(group: Any) -> None:
+    """One flag per backend option field (:mod:`brrm.backends.options`): its name, help, type and choices come
+    from the field; unset (None) keeps the backend's default."""
+    from brrm.backends.options import cli_fields
+
+    for name, owners in cli_fields().items():
+        f = owners[0][1]
+        where = ", ".join(b for b, _ in owners)
+        flag, kind = "--" + name.replace("_", "-"), str(f.type)
+        extra: dict[str, Any] = {"choices": f.metadata["choices"]} if f.metadata.get("choices") else {}
+        if kind.startswith("bool | str"):
+            extra = {"type": _bool_or_auto, "metavar": "{true,false,auto}"}
+        elif kind.startswith("bool"):
+            extra = {"action": argparse.BooleanOptionalAction}
+        elif kind.startswith("int"):
+            extra["type"] = int
+        elif kind.startswith("float"):
+            extra["type"] = float
+        elif "tuple[str" in kind:
+            extra["action"] = "append"
+        group.add_argument(flag, dest=name, default=None, help=f"{where}: {f.metadata['help']}", **extra)
+
+
+def _bool_or_auto(text: str) -> bool | str:
+    values: dict[str, bool | str] = {"true": True, "false": False, "auto": "auto"}
+    if text.lower() not in values:
+        raise argparse.ArgumentTypeError(f"expected true, false or auto, got {text!r}")
+    return values[text.lower()]
 
 
 def add_judge_args(p: argparse.ArgumentParser) -> None:
@@ -107,22 +125,24 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--margin", type=float, default=None, help="scalar models: |r_A - r_B| <= margin is a tie (0)")
 
 
+JUDGE_FLAGS = ("decoding", "swap", "thinking", "temperature", "top_p", "max_new_tokens", "max_total_tokens",
+               "block_token_cap", "seed", "max_retries", "system_messages", "tool_messages", "verdict", "recipe",
+               "max_length", "truncation_side", "margin")
+"""Judge flags whose value is the :func:`brrm.load` keyword of the same name."""
+
 _FLAG_OF = {"strip_history_reasoning": "--history-reasoning", "strip_thinking": "--keep-thinking",
             "strip_response_reasoning": "--keep-thinking"}
 
 
 def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
     """(model, ``brrm.load`` keyword options) from the flags the user set (unset flags keep load's defaults)."""
+    from brrm.backends.options import cli_fields
+
     opts: dict[str, Any] = {"kind": args.kind, "backend": args.backend}
-    for flag in ("dtype", "device", "batch_size", "served_model_name", "max_model_len", "tensor_parallel_size",
-                 "gpu_memory_utilization", "decoding", "swap", "thinking", "temperature", "top_p", "max_new_tokens",
-                 "max_total_tokens", "block_token_cap", "seed", "max_retries", "system_messages", "tool_messages",
-                 "verdict", "recipe", "max_length", "truncation_side", "margin"):
+    for flag in (*cli_fields(), *JUDGE_FLAGS):
         value = getattr(args, flag, None)
         if value is not None:
             opts[flag] = value
-    if getattr(args, "base_url", None):
-        opts["base_url"] = args.base_url
     if getattr(args, "history_reasoning", None):
         opts["strip_history_reasoning"] = args.history_reasoning == "strip"
     if getattr(args, "neutralize_markers", None):
@@ -140,6 +160,13 @@ def _fit_kind(opts: dict[str, Any]) -> dict[str, Any]:
     from brrm.load import BACKEND_OPTIONS, JUDGE_OPTIONS
 
     kind, backend = opts["kind"], opts["backend"]
+    judge_keys = {k for names in JUDGE_OPTIONS.values() for k in names}
+    for key in sorted(opts):
+        if key not in judge_keys and key not in BACKEND_OPTIONS[backend]:
+            others = [b for b, names in BACKEND_OPTIONS.items() if key in names]
+            if others:
+                flag = _FLAG_OF.get(key, "--" + key.replace("_", "-"))
+                raise ConfigError(f"{flag} applies to --backend {' or '.join(others)}, not {backend}")
     if kind == "auto":
         return opts
     if kind in ("bt", "principle"):

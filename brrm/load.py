@@ -8,9 +8,10 @@ types, ranges) before any model loads; a mistyped path or an unreachable hub id 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from brrm.backends.options import OPTION_CLASSES, field_names
 from brrm.errors import BackendUnavailable, ConfigError
@@ -48,8 +49,71 @@ JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
 depend on the order)."""
 
 
+class LoadOptions(TypedDict, total=False):
+    """The flat keywords of :func:`brrm.load`, typed for editors and mypy (a test keeps these names equal to
+    :data:`BACKEND_OPTIONS` and :data:`JUDGE_OPTIONS`; units and ranges are in the backends' options classes and
+    the judges' configs)."""
+
+    # sampling (BR-RM, principle)
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    max_total_tokens: int
+    seed: int
+    # BR-RM
+    decoding: str
+    swap: bool
+    thinking: str
+    block_token_cap: int
+    max_retries: int
+    system_messages: str
+    tool_messages: str
+    strip_history_reasoning: bool
+    neutralize_markers: bool
+    strip_response_reasoning: bool
+    verdict: str
+    turn2_tokens: str
+    # scalar models (bt, principle)
+    recipe: str
+    max_length: int
+    truncation_side: str
+    strip_thinking: bool
+    margin: float
+    principle: str | list[str]
+    reward: str
+    question: str
+    # backends (brrm.backends.options)
+    dtype: str
+    device: str
+    batch_size: int
+    classify_batch_size: int
+    token_budget: int
+    prefix_cache: bool
+    jump_forward: bool
+    batch_invariant: bool | str
+    trust_remote_code: bool
+    max_model_len: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    gpu_memory_utilization: float
+    enforce_eager: bool
+    block_size: int
+    enable_prefix_caching: bool
+    structured_outputs_backend: str
+    distributed_executor_backend: str
+    engine_kwargs: dict[str, Any]
+    chunk_size: int
+    base_url: str | list[str]
+    served_model_name: str
+    api_key: str
+    max_concurrency: int
+    timeout_s: float
+    http_retries: int
+    max_context: int
+
+
 def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "transformers",
-         **options: Any) -> RewardJudge:
+         **options: Unpack[LoadOptions]) -> RewardJudge:
     """Build a judge: a BR-RM pairwise judge, a Bradley–Terry reward model or a principle reward model.
 
     Args:
@@ -115,7 +179,7 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
     return judge
 
 
-def _spec(model: str | None, kind: str, backend: Any, options: dict[str, Any]) -> JudgeSpec | None:
+def _spec(model: str | None, kind: str, backend: Any, options: Mapping[str, Any]) -> JudgeSpec | None:
     """The spec of a judge loaded by name (None over a backend object, or options that are not JSON values);
     its fingerprint is filled in from the weights actually loaded."""
     if not isinstance(backend, str):
@@ -146,7 +210,7 @@ def _fit_kind(kind: str, name: str, source: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ options
-def _check_names(options: dict[str, Any], kind: str, backend: str, prebuilt: bool) -> None:
+def _check_names(options: Mapping[str, Any], kind: str, backend: str, prebuilt: bool) -> None:
     kinds = KINDS if kind == "auto" else (kind,)
     valid = {o for k in kinds for o in JUDGE_OPTIONS[k]} | (set() if prebuilt else set(BACKEND_OPTIONS[backend]))
     unknown = sorted(set(options) - valid)

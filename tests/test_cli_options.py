@@ -116,3 +116,10 @@ def test_a_backend_flag_of_another_backend_is_refused_naming_it():
     args = parser.parse_args(["--input", "x", "--backend", "openai", "--no-prefix-cache"])
     with pytest.raises(ConfigError, match="--prefix-cache applies to --backend transformers, not openai"):
         load_options(args)
+
+
+def test_load_options_typed_dict_names_every_option_once():
+    from brrm.load import LoadOptions
+
+    every = {o for names in (*BACKEND_OPTIONS.values(), *JUDGE_OPTIONS.values()) for o in names}
+    assert set(LoadOptions.__annotations__) == every

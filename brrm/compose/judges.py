@@ -46,6 +46,7 @@ from brrm.types import (
     check_same_length,
     parse_label,
 )
+from brrm.types.conversation import ConversationLike
 from brrm.types.protocols import Principles
 
 
@@ -55,34 +56,36 @@ class _Base:
     info: JudgeInfo
     model: Any
 
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
                     progress: Progress = None) -> list[PairwiseJudgment]:
         raise NotImplementedError
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
               progress: Progress = None) -> list[ScalarReward]:
         raise NotImplementedError
 
-    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         raise NotImplementedError
 
-    def judge(self, conversation: Any, response_a: str, response_b: str, /, *,
+    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
               swap: bool | None = None) -> PairwiseJudgment:
         """One pair; see ``judge_pairs``."""
         return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
 
-    def score_one(self, conversation: Any, response: str, /, *, principle: str | None = None,
+    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
                   reference: str | None = None) -> ScalarReward:
         """One response; see ``score``."""
         refs = None if reference is None else [reference]
         return self.score([conversation], [response], principles=principle, references=refs)[0]
 
-    def rank(self, conversation: Any, responses: Sequence[str], /, *, strategy: str = "auto",
+    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
              reference: str | None = None, swap: bool | None = None, principles: Principles = None,
              progress: Progress = None) -> GroupResult:
         """One group; see ``rank_groups``."""
@@ -129,7 +132,7 @@ class _Base:
         return f"{type(self).__name__}(model={i.model!r}, kind={i.kind!r}, recipe={i.recipe!r}, backend={i.backend!r})"
 
 
-def _groups(conversations: Sequence[Any], groups: Sequence[Sequence[str]],
+def _groups(conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]],
             references: Sequence[str] | None) -> list[Conversation]:
     check_same_length(conversations=conversations, groups=groups)
     if references is not None:
@@ -211,7 +214,8 @@ class PairwiseRewardJudge(_Base):
         strategy = check_strategy(strategy, pairwise=True, has_reference=strategy == "reference")
         return judgments_per_group(strategy, n, swap=swap)
 
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
                     progress: Progress = None) -> list[PairwiseJudgment]:
@@ -229,7 +233,8 @@ class PairwiseRewardJudge(_Base):
                               ids=_ids(ids, n), progress=progress)
         return [replace(j, label=labels[i]) for i, j in enumerate(out)] if labels is not None else out
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
               progress: Progress = None) -> list[ScalarReward]:
         """P(response ≻ reference) per item, in [0, 1] (the judgment's p_a, else 1 / 0.5 / 0); N judgments.
@@ -251,7 +256,7 @@ class PairwiseRewardJudge(_Base):
             out[k] = reference_reward(jd, k)
         return [r for r in out if r is not None]
 
-    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         """Rank each group of responses to its conversation; every round's judgments of all groups run in one
@@ -340,7 +345,8 @@ class ScalarRewardJudge(_Base):
         strategy = check_strategy(strategy, pairwise=False, has_reference=strategy == "reference")
         return (n + (strategy == "reference")) * per
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
               progress: Progress = None) -> list[ScalarReward]:
         """The model's reward per (conversation, response); ``principles`` default to the judge's.
@@ -363,7 +369,7 @@ class ScalarRewardJudge(_Base):
             progress(float(n))
         return out
 
-    def _mean_over_principles(self, conversations: Sequence[Any], responses: Sequence[str],
+    def _mean_over_principles(self, conversations: Sequence[ConversationLike], responses: Sequence[str],
                               ids: list[str]) -> list[ScalarReward]:
         p = len(self.principles)
         flat = self.model.score([c for c in conversations for _ in range(p)], [r for r in responses for _ in range(p)],
@@ -381,7 +387,8 @@ class ScalarRewardJudge(_Base):
                                logits=tuple(r.reward for r in row), text=""))
         return out
 
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
                     progress: Progress = None) -> list[PairwiseJudgment]:
@@ -411,7 +418,7 @@ class ScalarRewardJudge(_Base):
 
         return judge
 
-    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         """Rank each group from one scoring pass over every response (and reference) of every group.

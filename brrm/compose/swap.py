@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from brrm.types import PairwiseJudgment, Verdict
+from brrm.types.conversation import ConversationLike
 
 OrderedFn = Callable[..., list[PairwiseJudgment]]
 
@@ -50,7 +50,7 @@ def combine(fwd: PairwiseJudgment, rev: PairwiseJudgment) -> PairwiseJudgment:
                    generated_tokens=generated_tokens)
 
 
-def judge_with_swap(ordered: OrderedFn, conversations: Sequence[Any], responses_a: Sequence[str],
+def judge_with_swap(ordered: OrderedFn, conversations: Sequence[ConversationLike], responses_a: Sequence[str],
                     responses_b: Sequence[str], *, swap: bool, ids: Sequence[str],
                     progress: Callable[[float], None] | None = None) -> list[PairwiseJudgment]:
     """Judge N pairs, in both orders in one call when ``swap`` (2N ordered judgments), and combine.

@@ -60,6 +60,7 @@ from brrm.types import (
     check_same_length,
     override_config,
 )
+from brrm.types.conversation import ConversationLike
 
 DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
@@ -268,7 +269,8 @@ class BRRMJudge:
         self.backend.close()
 
     # ------------------------------------------------------------------------------------------- judging
-    def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
+    def judge_ordered(self, conversations: Sequence[ConversationLike],
+                      first: Sequence[str], second: Sequence[str], /, *,
                       ids: Sequence[str] | None = None,
                       progress: Callable[[float], None] | None = None) -> list[PairwiseJudgment]:
         """Judge each (conversation, first, second) in that presentation order; one judgment per item.
@@ -300,7 +302,7 @@ class BRRMJudge:
                 part = [it.retry() for it in part if self._should_retry(it)]
         return [it.result for it in items if it.result is not None]
 
-    def _item(self, i: int, conversation: Any, first: Any, second: Any, rid: str) -> _Item:
+    def _item(self, i: int, conversation: ConversationLike, first: Any, second: Any, rid: str) -> _Item:
         conv = Conversation.coerce(conversation, where=f"conversations[{i}]")
         texts = []
         for name, r in (("first", first), ("second", second)):

@@ -62,6 +62,7 @@ from brrm.types import (
     check_same_length,
     override_config,
 )
+from brrm.types.conversation import ConversationLike
 
 __all__ = ["CLAMP", "FORMATS", "LLAMA_QUESTION", "PrincipleConfig", "PrincipleJudge", "judgement_token_ids",
            "resolve_format"]
@@ -190,7 +191,7 @@ class PrincipleJudge:
         self.backend.close()
 
     # -------------------------------------------------------------------------------------------- public
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *,
+    def score(self, conversations: Sequence[ConversationLike], responses: Sequence[str], /, *,
               principles: str | Sequence[str] | None = None,
               ids: Sequence[str] | None = None) -> list[ScalarReward]:
         """Score each (conversation, response) against a principle; one reward per item, in input order.
@@ -222,7 +223,7 @@ class PrincipleJudge:
         check_same_length(conversations=conversations, ids=rids)
         return self._score_items([self._item(i, conversations[i], responses[i], chosen[i], rids[i]) for i in range(n)])
 
-    def score_principles(self, conversations: Sequence[Any], responses: Sequence[str],
+    def score_principles(self, conversations: Sequence[ConversationLike], responses: Sequence[str],
                          principles: Sequence[str], /) -> list[list[ScalarReward]]:
         """Score every response against every principle in one batch: ``out[i][k]`` (N × P).
 
@@ -237,7 +238,7 @@ class PrincipleJudge:
         return [flat[i * len(principles):(i + 1) * len(principles)] for i in range(n)]
 
     # ---------------------------------------------------------------------------------------- internals
-    def _item(self, pos: int, conversation: Any, response: Any, principle: Any, rid: str) -> _Item:
+    def _item(self, pos: int, conversation: ConversationLike, response: Any, principle: Any, rid: str) -> _Item:
         """Validate one input (``pos`` names it in errors)."""
         if response is None:
             raise ConfigError(f"responses[{pos}] is missing (None): scoring needs the assistant response")

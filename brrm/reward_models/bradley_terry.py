@@ -49,6 +49,7 @@ from brrm.types import (
     check_int,
     check_same_length,
 )
+from brrm.types.conversation import ConversationLike
 
 __all__ = ["EMPTY_THINK", "NOTHINK_SUFFIX", "RECIPES", "BradleyTerryRewardModel", "bucket_by_length",
            "resolve_recipe"]
@@ -240,7 +241,7 @@ class BradleyTerryRewardModel:
                                    "content": [messages[last_user]["content"], Markup(NOTHINK_SUFFIX)]}
         return messages
 
-    def encode(self, conversation: Any, response: str) -> Encoded:
+    def encode(self, conversation: ConversationLike, response: str) -> Encoded:
         """The token ids the model reads for one (conversation, response), after the recipe and truncation.
 
         Args:
@@ -295,7 +296,7 @@ class BradleyTerryRewardModel:
         return Encoded(tuple(kept), head + room, truncated_tokens=dropped, thinking_stripped=stripped)
 
     # ------------------------------------------------------------------------------------------ scoring
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *,
+    def score(self, conversations: Sequence[ConversationLike], responses: Sequence[str], /, *,
               principles: str | Sequence[str] | None = None,
               ids: Sequence[str] | None = None) -> list[ScalarReward]:
         """Score each (conversation, response); one :class:`ScalarReward` per item, in input order.

@@ -16,7 +16,7 @@ from brrm.types.config import (
     check_int,
     override_config,
 )
-from brrm.types.conversation import ROLES, Conversation, Message
+from brrm.types.conversation import ROLES, Conversation, ConversationLike, Message
 from brrm.types.protocols import (
     BACKENDS,
     KIND_TRAITS,
@@ -51,6 +51,7 @@ __all__ = [
     "SHAPES",
     "ROLES",
     "Conversation",
+    "ConversationLike",
     "GroupResult",
     "JudgeInfo",
     "JudgeSpec",

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 from brrm.errors import ConfigError
 from brrm.fingerprint import weights_fingerprint
 from brrm.types.config import check_choice
+from brrm.types.conversation import ConversationLike
 from brrm.types.results import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 
 KINDS = ("brrm", "bt", "principle")
@@ -285,27 +286,29 @@ class RewardJudge(Protocol):
 
     info: JudgeInfo
 
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
                     progress: Progress = None) -> list[PairwiseJudgment]: ...
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
               progress: Progress = None) -> list[ScalarReward]: ...
 
-    def rank(self, conversation: Any, responses: Sequence[str], /, *, strategy: str = "auto",
+    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
              reference: str | None = None, swap: bool | None = None, principles: Principles = None,
              progress: Progress = None) -> GroupResult: ...
 
-    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]: ...
 
-    def judge(self, conversation: Any, response_a: str, response_b: str, /, *,
+    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
               swap: bool | None = None) -> PairwiseJudgment: ...
 
-    def score_one(self, conversation: Any, response: str, /, *, principle: str | None = None,
+    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
                   reference: str | None = None) -> ScalarReward: ...
 
     def with_options(self, **overrides: Any) -> RewardJudge: ...
@@ -325,7 +328,8 @@ class ScalarRewardModel(Protocol):
 
     info: JudgeInfo
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
               ids: Sequence[str] | None = None) -> list[ScalarReward]:
         """One reward per (conversation, response), in input order."""
         ...
@@ -342,7 +346,8 @@ class OrderedPairJudge(Protocol):
 
     info: JudgeInfo
 
-    def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
+    def judge_ordered(self, conversations: Sequence[ConversationLike],
+                      first: Sequence[str], second: Sequence[str], /, *,
                       ids: Sequence[str] | None = None) -> list[PairwiseJudgment]:
         """One judgment per ordered pair, with the winner in the caller's frame (A = ``first``)."""
         ...

@@ -125,11 +125,6 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--margin", type=float, default=None, help="scalar models: |r_A - r_B| <= margin is a tie (0)")
 
 
-JUDGE_FLAGS = ("decoding", "swap", "thinking", "temperature", "top_p", "max_new_tokens", "max_total_tokens",
-               "block_token_cap", "seed", "max_retries", "system_messages", "tool_messages", "verdict", "recipe",
-               "max_length", "truncation_side", "margin")
-"""Judge flags whose value is the :func:`brrm.load` keyword of the same name."""
-
 _FLAG_OF = {"strip_history_reasoning": "--history-reasoning", "strip_thinking": "--keep-thinking",
             "strip_response_reasoning": "--keep-thinking"}
 
@@ -137,9 +132,11 @@ _FLAG_OF = {"strip_history_reasoning": "--history-reasoning", "strip_thinking": 
 def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
     """(model, ``brrm.load`` keyword options) from the flags the user set (unset flags keep load's defaults)."""
     from brrm.backends.options import cli_fields
+    from brrm.load import JUDGE_OPTIONS
 
     opts: dict[str, Any] = {"kind": args.kind, "backend": args.backend}
-    for flag in (*cli_fields(), *JUDGE_FLAGS):
+    judge_names = dict.fromkeys(name for names in JUDGE_OPTIONS.values() for name in names)
+    for flag in (*cli_fields(), *judge_names):  # flags named as the option; the others are mapped below
         value = getattr(args, flag, None)
         if value is not None:
             opts[flag] = value

@@ -175,16 +175,21 @@ class SamplingConfig:
 
 
 def override_config(config: C, options: Mapping[str, Any]) -> C:
-    """``config`` (a judge's frozen config dataclass with a ``sampling`` field) with ``options`` applied:
-    :data:`SAMPLING_KEYS` go to its sampling, the other keys to fields of the same name; validated as new.
+    """``config`` (a judge's frozen config dataclass with a ``sampling`` field) with ``options`` applied: a
+    ``sampling`` value replaces its :class:`SamplingConfig`, :data:`SAMPLING_KEYS` then override single settings,
+    the other keys go to fields of the same name; validated as new.
 
     Raises:
         ConfigError: on a key that is neither, naming the valid ones, or an invalid value.
     """
-    names = {f.name for f in fields(config)} - {"sampling"}  # type: ignore[arg-type]
+    names = {f.name for f in fields(config)}  # type: ignore[arg-type]
     unknown = sorted(set(options) - names - set(SAMPLING_KEYS))
     if unknown:
         raise ConfigError(f"option {unknown[0]!r} cannot be varied on this judge; valid: "
                           f"{', '.join(sorted(names | set(SAMPLING_KEYS)))}")
-    sampling = config.sampling.override(options)  # type: ignore[attr-defined]
+    base = options.get("sampling", config.sampling)  # type: ignore[attr-defined]
+    if not isinstance(base, SamplingConfig):
+        raise ConfigError(f"sampling must be a SamplingConfig, got {type(base).__name__}")
+    sampling = base.override(options)
+    names.discard("sampling")
     return replace(config, sampling=sampling, **{k: v for k, v in options.items() if k in names})  # type: ignore[type-var]

@@ -123,3 +123,19 @@ def test_load_options_typed_dict_names_every_option_once():
 
     every = {o for names in (*BACKEND_OPTIONS.values(), *JUDGE_OPTIONS.values()) for o in names}
     assert set(LoadOptions.__annotations__) == every
+
+
+def test_every_load_option_has_a_flag():
+    """Every judge option of every kind and every CLI-facing backend option is reachable from a flag."""
+    reached: set[str] = set()
+    for parser in SUBCOMMANDS.values():
+        for _, action in _flag_actions(parser):
+            if action.dest in ("model", "kind", "backend"):
+                continue
+            args = parser.parse_args(_argv(parser, action))
+            args.backend = next((b for b, names in BACKEND_OPTIONS.items() if action.dest in names), args.backend)
+            reached |= set(load_options(args)[1]) - {"kind", "backend"}
+    judge = SUBCOMMANDS["judge"]
+    reached |= set(load_options(judge.parse_args(["--input", "x", "--kind", "bt", "--keep-thinking"]))[1])
+    every = {o for names in JUDGE_OPTIONS.values() for o in names} | set(cli_fields())
+    assert every - reached == set()

@@ -111,6 +111,8 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
                    help="rewrite BR-RM markers inside record text (default: on; faithful: off)")
     j.add_argument("--verdict", choices=("last_after_thinking", "first"), default=None,
                    help="which ranking block of turn 2 counts (default: last_after_thinking; faithful: first)")
+    j.add_argument("--turn2-tokens", default=None,
+                   help="how turn 2's prompt ids are formed: auto (default), retokenize or concat (see BRRMConfig)")
     s = p.add_argument_group("scalar models (bt, principle)")
     s.add_argument("--principle", action="append", default=None,
                    help="principle for a principle model (repeatable: several are averaged when judging pairs)")
@@ -123,6 +125,10 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--keep-thinking", action="store_true", default=None,
                    help="do not strip a leading <think> block from responses")
     s.add_argument("--margin", type=float, default=None, help="scalar models: |r_A - r_B| <= margin is a tie (0)")
+    s.add_argument("--reward", default=None,
+                   help="principle (qwen3_genrm): clamped (default; the card's) or logit_diff")
+    s.add_argument("--question", default=None,
+                   help="principle (llama_reward): the final user turn, with {principle} in it")
 
 
 _FLAG_OF = {"strip_history_reasoning": "--history-reasoning", "strip_thinking": "--keep-thinking",

@@ -25,7 +25,6 @@ from brrm.types import (
     check_bool,
     check_choice,
     check_float,
-    check_int,
     set_loader,
 )
 
@@ -243,19 +242,19 @@ def _brrm(name: str, opts: dict[str, Any]) -> Any:
 
 
 def _bt(name: str, opts: dict[str, Any]) -> Any:
+    from dataclasses import asdict
+
     from brrm.compose import ScalarRewardJudge
     from brrm.recipes import known_recipe
-    from brrm.reward_models.bradley_terry import RECIPES, BradleyTerryRewardModel
+    from brrm.reward_models.bradley_terry import BradleyTerryRewardModel, BTConfig
 
     rest = dict(opts)
     check_bool("swap", rest.pop("swap", False))
     margin = check_float("margin", rest.pop("margin", 0.0), low=0)
     known = known_recipe(name)
-    recipe = check_choice("recipe", rest.pop("recipe", known.recipe if known and known.kind == "bt" else "auto"),
-                          ("auto", *RECIPES))
-    if "max_length" in rest:
-        check_int("max_length", rest["max_length"], low=8)
-    return lambda backend, source: ScalarRewardJudge(BradleyTerryRewardModel(backend, recipe=recipe, **rest),
+    rest.setdefault("recipe", known.recipe if known and known.kind == "bt" else "auto")
+    config = BTConfig(**rest)
+    return lambda backend, source: ScalarRewardJudge(BradleyTerryRewardModel(backend, **asdict(config)),
                                                      margin=margin)
 
 

@@ -29,7 +29,7 @@ How every recipe computes a reward, whatever the batch or backend:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from brrm.backends.base import Backend, common_prefix_length
@@ -68,6 +68,38 @@ TRUNCATION_SIDES = ("left", "none")
 
 LLAMA_REWARD_TOKEN = 0
 """The Llama-Nemotron-Reward recipe reads vocabulary logit 0 at the last position (model card)."""
+
+
+@dataclass(frozen=True)
+class BTConfig:
+    """The settings of a Bradley–Terry reward model, validated before anything loads.
+
+    Attributes:
+        recipe: ``auto`` (from the model id and head) or one of :data:`RECIPES` (``DESIGN.md`` §3: how each
+            published checkpoint reads its reward).
+        max_length: most tokens per input, int >= 8; None: the backend's context.
+        truncation_side: ``left`` (drop the oldest conversation tokens; default) or ``none`` (an over-long input is
+            a ``truncated`` result).
+        strip_thinking: remove a leading ``<think>…</think>`` block from each response (default on).
+        strip_history_reasoning: remove ``<think>`` blocks from earlier assistant turns (default on).
+
+    Raises:
+        ConfigError: naming the field and its valid values.
+    """
+
+    recipe: str = "auto"
+    max_length: int | None = None
+    truncation_side: str = "left"
+    strip_thinking: bool = True
+    strip_history_reasoning: bool = True
+
+    def __post_init__(self) -> None:
+        check_choice("recipe", self.recipe, ("auto", *RECIPES))
+        if self.max_length is not None:
+            check_int("max_length", self.max_length, low=8)
+        check_choice("truncation_side", self.truncation_side, TRUNCATION_SIDES)
+        check_bool("strip_thinking", self.strip_thinking)
+        check_bool("strip_history_reasoning", self.strip_history_reasoning)
 
 
 def resolve_recipe(recipe: str, name: str, *, causal: bool) -> str:
@@ -181,8 +213,7 @@ class BradleyTerryRewardModel:
                               chunk_size=max(caps.chunk_size, 64), concurrent=caps.concurrent)
 
     def with_options(self, **options: Any) -> BradleyTerryRewardModel:
-        """This model with other settings (``recipe``, ``max_length``, ``truncation_side``, ``strip_thinking``,
-        ``strip_history_reasoning``) on the same backend.
+        """This model with other :class:`BTConfig` settings on the same backend.
 
         Raises:
             ConfigError: on another option (naming the valid ones) or an invalid value.
@@ -193,7 +224,7 @@ class BradleyTerryRewardModel:
         if unknown:
             raise ConfigError(f"option {unknown[0]!r} cannot be varied on a Bradley–Terry model; valid: "
                               f"{', '.join(sorted(current))}")
-        return BradleyTerryRewardModel(self.backend, **{**current, **options})
+        return BradleyTerryRewardModel(self.backend, **asdict(BTConfig(**{**current, **options})))
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, *, model_id: str = "", token_budget: int = 16384,

@@ -101,3 +101,20 @@ def test_a_judge_over_a_hand_built_backend_has_no_spec(tiny):
     model, tok = tiny
     judge = brrm.load(kind="brrm", backend=TransformersBackend(model, tok), **OPTS)
     assert judge.info.spec is None and judge.info.fingerprint == ""
+
+
+def test_an_rlhf_reward_over_a_loaded_judge_travels_as_its_spec(tmp_path, cache):
+    from brrm.rlhf import JudgeSource, trl_reward
+
+    model = str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True))
+    judge = brrm.load(model, kind="bt")
+    source = pickle.loads(pickle.dumps(JudgeSource(judge)))
+    assert not source.loaded and source.recipe == judge.info.spec
+    rebuilt = source.get()
+    assert rebuilt.info.fingerprint == judge.info.fingerprint == weights_fingerprint(model)
+    assert rebuilt.score_one("q", "an answer").reward == judge.score_one("q", "an answer").reward
+    reward = pickle.loads(pickle.dumps(trl_reward(judge)))
+    assert reward(prompts=["q"], completions=["an answer"]) == pytest.approx(
+        [judge.score_one("q", "an answer").reward], abs=1e-6)
+    source.close()
+    judge.close()

@@ -362,6 +362,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    from brrm.testing import offline
+
+    offline()  # no hub, no torch.compile (brrm.testing used to set these on import); children inherit them
     args = parse_args()
     if args.tiny:
         for k, v in {"VLLM_CPU_KVCACHE_SPACE": "2", "TORCH_COMPILE_DISABLE": "1"}.items():

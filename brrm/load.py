@@ -8,37 +8,32 @@ types, ranges) before any model loads; a mistyped path or an unreachable hub id 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
+from brrm.backends.options import OPTION_CLASSES, field_names
 from brrm.errors import BackendUnavailable, ConfigError
+from brrm.fingerprint import weights_fingerprint
 from brrm.types import (
+    BACKENDS,
     KINDS,
+    JudgeSpec,
     RewardJudge,
     SamplingConfig,
     check_bool,
-    check_bool_or_auto,
     check_choice,
     check_float,
-    check_int,
+    set_loader,
 )
-
-BACKENDS = ("transformers", "vllm", "openai")
 
 EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_token_cap": 32}
 """Budgets of the embedded 135M demo model (the published BR-RM budgets are 8192 per turn, 16384 total)."""
 
-BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
-    "transformers": ("dtype", "device", "batch_size", "classify_batch_size", "prefix_cache", "jump_forward",
-                     "batch_invariant", "token_budget", "trust_remote_code", "scheduling", "progress_bars"),
-    "vllm": ("dtype", "device", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size",
-             "gpu_memory_utilization", "enforce_eager", "block_size", "enable_prefix_caching",
-             "structured_outputs_backend", "distributed_executor_backend", "engine_kwargs", "trust_remote_code",
-             "batch_size", "chunk_size"),
-    "openai": ("base_url", "served_model_name", "api_key", "max_concurrency", "timeout_s", "http_retries",
-               "max_context", "trust_remote_code", "chunk_size"),
-}
-"""Options each backend takes (see the backend classes for units and ranges)."""
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {name: field_names(name) for name in BACKENDS}
+"""Options each backend takes: the fields of its options class (:mod:`brrm.backends.options`, with units and
+ranges)."""
 
 SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "max_new_tokens", "max_total_tokens", "seed")
 JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -53,8 +48,77 @@ JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
 depend on the order)."""
 
 
+class LoadOptions(TypedDict, total=False):
+    """The flat keywords of :func:`brrm.load`, typed for editors and mypy (a test keeps these names equal to
+    :data:`BACKEND_OPTIONS` and :data:`JUDGE_OPTIONS`; units and ranges are in the backends' options classes and
+    the judges' configs)."""
+
+    # sampling (BR-RM, principle)
+    temperature: float
+    top_p: float
+    top_k: int
+    max_new_tokens: int
+    max_total_tokens: int
+    seed: int
+    # BR-RM
+    decoding: str
+    swap: bool
+    thinking: str
+    block_token_cap: int
+    max_retries: int
+    system_messages: str
+    tool_messages: str
+    strip_history_reasoning: bool
+    neutralize_markers: bool
+    strip_response_reasoning: bool
+    verdict: str
+    turn2_tokens: str
+    samples: int
+    history_think: str
+    shortcuts: bool
+    # scalar models (bt, principle)
+    recipe: str
+    max_length: int
+    truncation_side: str
+    strip_thinking: bool
+    margin: float
+    principle: str | list[str]
+    reward: str
+    question: str
+    # backends (brrm.backends.options)
+    dtype: str
+    device: str
+    batch_size: int
+    classify_batch_size: int
+    token_budget: int
+    prefix_cache: bool
+    jump_forward: bool
+    batch_invariant: bool | str
+    trust_remote_code: bool
+    scheduling: str
+    progress_bars: bool
+    max_model_len: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    gpu_memory_utilization: float
+    enforce_eager: bool
+    block_size: int
+    enable_prefix_caching: bool
+    structured_outputs_backend: str
+    distributed_executor_backend: str
+    engine_kwargs: dict[str, Any]
+    chunk_size: int
+    base_url: str | list[str]
+    served_model_name: str
+    api_key: str
+    max_concurrency: int
+    timeout_s: float
+    http_retries: int
+    max_context: int
+
+
 def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "transformers",
-         calibration: str | os.PathLike[str] | None = None, **options: Any) -> RewardJudge:
+         calibration: str | os.PathLike[str] | None = None, **options: Unpack[LoadOptions]) -> RewardJudge:
     """Build a judge: a BR-RM pairwise judge, a Bradley–Terry reward model or a principle reward model.
 
     Args:
@@ -106,18 +170,24 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
                           f"{'pairwise' if kind == 'brrm' else 'scalar'}")
     judge_opts = {k: v for k, v in options.items() if k in JUDGE_OPTIONS[kind]}
     backend_opts = {k: v for k, v in options.items() if k not in judge_opts}
-    _check_backend_options(backend_opts)
+    if built is None:
+        _backend_options(backend_name, backend_opts)
     if embedded:
         for key, value in EMBEDDED_BUDGETS.items():
             if key in JUDGE_OPTIONS[kind]:
                 judge_opts.setdefault(key, value)
-    make = _BUILDERS[kind](name, judge_opts, None)  # validates every judge option before anything loads
+    make = _BUILDERS[kind](name, judge_opts)  # validates every judge option before anything loads
+    spec = _spec(model, kind, backend, options)
     if built is None:
         source = source or _resolve_source(name, embedded)
+        fingerprint = weights_fingerprint(None if embedded else source)
         _card_dtype(name, source, backend_opts)
-        make = _BUILDERS[kind](name, judge_opts, source)  # with the checkpoint's generation defaults
-        built = _load_backend(backend_name, source, name, backend_opts, task="classify" if kind == "bt" else "generate")
-    judge = make(built)
+        task = "classify" if kind == "bt" else "generate"
+        built = _load_backend(backend_name, source, name, _backend_options(backend_name, backend_opts), task=task)
+        built.info = replace(built.info, fingerprint=fingerprint)
+    judge = make(built, source)  # with the checkpoint's generation defaults
+    if spec is not None:
+        judge.info = replace(judge.info, spec=replace(spec, fingerprint=judge.info.fingerprint))
     if calib is None:
         return judge
     from brrm.calibration.apply import calibrate
@@ -131,6 +201,17 @@ def _read_calibration(path: str | os.PathLike[str] | None) -> Any:
     from brrm.calibration.model import read_calibration
 
     return read_calibration(path)
+
+
+def _spec(model: str | None, kind: str, backend: Any, options: Mapping[str, Any]) -> JudgeSpec | None:
+    """The spec of a judge loaded by name (None over a backend object, or options that are not JSON values);
+    its fingerprint is filled in from the weights actually loaded."""
+    if not isinstance(backend, str):
+        return None
+    try:
+        return JudgeSpec(model, kind=kind, backend=backend, options=options, fingerprint="-")
+    except ConfigError:
+        return None
 
 
 def _fit_kind(kind: str, name: str, source: str | None) -> str:
@@ -153,7 +234,7 @@ def _fit_kind(kind: str, name: str, source: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ options
-def _check_names(options: dict[str, Any], kind: str, backend: str, prebuilt: bool) -> None:
+def _check_names(options: Mapping[str, Any], kind: str, backend: str, prebuilt: bool) -> None:
     kinds = KINDS if kind == "auto" else (kind,)
     valid = {o for k in kinds for o in JUDGE_OPTIONS[k]} | (set() if prebuilt else set(BACKEND_OPTIONS[backend]))
     unknown = sorted(set(options) - valid)
@@ -162,78 +243,55 @@ def _check_names(options: dict[str, Any], kind: str, backend: str, prebuilt: boo
         raise ConfigError(f"unknown option {unknown[0]!r} for {where}; valid options: {', '.join(sorted(valid))}")
 
 
-_BACKEND_CHECKS: dict[str, Any] = {
-    "dtype": lambda v: check_choice("dtype", v, ("auto", "float32", "bfloat16", "float16")),
-    "device": lambda v: check_choice("device", v, ("auto", "cpu", "cuda")),
-    "batch_size": lambda v: check_int("batch_size", v, low=1),
-    "classify_batch_size": lambda v: check_int("classify_batch_size", v, low=1),
-    "token_budget": lambda v: check_int("token_budget", v, low=1),
-    "chunk_size": lambda v: check_int("chunk_size", v, low=1),
-    "max_model_len": lambda v: check_int("max_model_len", v, low=1),
-    "max_context": lambda v: check_int("max_context", v, low=1),
-    "tensor_parallel_size": lambda v: check_int("tensor_parallel_size", v, low=1),
-    "pipeline_parallel_size": lambda v: check_int("pipeline_parallel_size", v, low=1),
-    "max_concurrency": lambda v: check_int("max_concurrency", v, low=1),
-    "http_retries": lambda v: check_int("http_retries", v, low=0),
-    "gpu_memory_utilization": lambda v: check_float("gpu_memory_utilization", v, low=0, high=1, low_open=True),
-    "timeout_s": lambda v: check_float("timeout_s", v, low=0, low_open=True),
-    "trust_remote_code": lambda v: check_bool("trust_remote_code", v),
-    "prefix_cache": lambda v: check_bool("prefix_cache", v),
-    "jump_forward": lambda v: check_bool("jump_forward", v),
-    "batch_invariant": lambda v: check_bool_or_auto("batch_invariant", v),
-    "scheduling": lambda v: check_choice("scheduling", v, ("continuous", "static")),
-    "progress_bars": lambda v: check_bool("progress_bars", v),
-    "enforce_eager": lambda v: check_bool("enforce_eager", v),
-    "enable_prefix_caching": lambda v: check_bool("enable_prefix_caching", v),
-}
+def _backend_options(backend: str, opts: dict[str, Any]) -> Any:
+    """The backend's options object: types and ranges checked before anything loads.
 
-
-def _check_backend_options(opts: dict[str, Any]) -> None:
-    """Types and ranges of backend options, before anything loads (the backends check them again)."""
-    for name, value in opts.items():
-        if name in _BACKEND_CHECKS:
-            _BACKEND_CHECKS[name](value)
+    Raises:
+        ConfigError: naming the option and its valid values.
+    """
+    return OPTION_CLASSES[backend](**opts)
 
 
 def _sampling(opts: dict[str, Any], **defaults: Any) -> SamplingConfig:
-    base = SamplingConfig(**{k: v for k, v in defaults.items() if k != "max_new_tokens"})
-    return SamplingConfig(temperature=opts.get("temperature", base.temperature), top_p=opts.get("top_p", base.top_p),
-                          top_k=opts.get("top_k", base.top_k),
-                          max_new_tokens_per_turn=opts.get("max_new_tokens", base.max_new_tokens_per_turn),
-                          max_total_tokens=opts.get("max_total_tokens", base.max_total_tokens),
-                          seed=opts.get("seed", base.seed))
+    return SamplingConfig(**{k: v for k, v in defaults.items() if k != "max_new_tokens"}).override(opts)
 
 
-def _brrm(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
+def _brrm(name: str, opts: dict[str, Any]) -> Any:
     from brrm.compose import PairwiseRewardJudge
+    from brrm.compose.vote import check_samples
     from brrm.judges.brrm import BRRMConfig, BRRMJudge
 
     rest = {k: v for k, v in opts.items() if k not in SAMPLING_OPTIONS}
-    from brrm.compose.vote import check_samples
-
     swap = rest.pop("swap", False)
     samples = check_samples(rest.pop("samples", 1))  # self-consistency voting (brrm.compose.vote)
     config = BRRMConfig(sampling=_sampling(opts), swap=swap, **rest)
     if samples > 1 and config.sampling.greedy:
         raise ConfigError(f"samples={samples} with temperature 0: greedy decoding gives {samples} identical "
                           "judgments; set temperature > 0 (published: 1.0) or samples=1")
-    return lambda backend: PairwiseRewardJudge(BRRMJudge(backend, config), swap=swap, samples=samples)
+    return lambda backend, source: PairwiseRewardJudge(BRRMJudge(backend, config), swap=swap, samples=samples)
 
 
-def _bt(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
+def _bt(name: str, opts: dict[str, Any]) -> Any:
+    from dataclasses import asdict
+
     from brrm.compose import ScalarRewardJudge
     from brrm.recipes import known_recipe, model_config
-    from brrm.reward_models.bradley_terry import RECIPES, BradleyTerryRewardModel
+    from brrm.reward_models.bradley_terry import BradleyTerryRewardModel, BTConfig
 
     rest = dict(opts)
     check_bool("swap", rest.pop("swap", False))
     margin = check_float("margin", rest.pop("margin", 0.0), low=0)
-    known = known_recipe(name, model_config(source) if source is not None else None)
-    recipe = check_choice("recipe", rest.pop("recipe", known.recipe if known and known.kind == "bt" else "auto"),
-                          ("auto", *RECIPES))
-    if "max_length" in rest:
-        check_int("max_length", rest["max_length"], low=8)
-    return lambda backend: ScalarRewardJudge(BradleyTerryRewardModel(backend, recipe=recipe, **rest), margin=margin)
+    chosen = "recipe" in rest
+    config = BTConfig(**rest)  # every option checked before anything loads
+
+    def make(backend: Any, source: str | None) -> Any:
+        mine = config
+        if not chosen:  # the card's recipe for a known checkpoint: by id, folder name or its config
+            known = known_recipe(name, model_config(source) if source is not None else None)
+            mine = replace(config, recipe=known.recipe if known and known.kind == "bt" else "auto")
+        return ScalarRewardJudge(BradleyTerryRewardModel(backend, **asdict(mine)), margin=margin)
+
+    return make
 
 
 CARD_BUDGETS = {"max_new_tokens_per_turn": 16000, "max_total_tokens": 40960}
@@ -275,7 +333,7 @@ def _generation_config(source: str | None) -> dict[str, Any]:
     return {"temperature": float(out["temperature"]), "top_p": float(out["top_p"]), "top_k": int(out["top_k"])}
 
 
-def _principle(name: str, opts: dict[str, Any], source: str | None = None) -> Any:
+def _principle(name: str, opts: dict[str, Any]) -> Any:
     from brrm.compose import ScalarRewardJudge
     from brrm.judges.principle import FORMATS, PrincipleConfig, PrincipleJudge
     from brrm.recipes import known_recipe
@@ -293,9 +351,15 @@ def _principle(name: str, opts: dict[str, Any], source: str | None = None) -> An
         "llama_reward" if name == _embedded_name() else "auto")
     fmt = check_choice("recipe", rest.pop("recipe", default), ("auto", *FORMATS))
     card = fmt == "qwen3_genrm" and rest.get("decoding", "card") == "card"
-    defaults = {"temperature": 0.0, **(CARD_BUDGETS if card else {}), **_generation_config(source)}
-    config = PrincipleConfig(format=fmt, sampling=_sampling(opts, **defaults), **rest)
-    return lambda backend: ScalarRewardJudge(PrincipleJudge(backend, config), principle=principle, margin=margin)
+    defaults = {"temperature": 0.0, **(CARD_BUDGETS if card else {})}
+    PrincipleConfig(format=fmt, sampling=_sampling(opts, **defaults), **rest)  # every option checked before loading
+
+    def make(backend: Any, source: str | None) -> Any:
+        sampling = _sampling(opts, **{**defaults, **_generation_config(source)})
+        config = PrincipleConfig(format=fmt, sampling=sampling, **rest)
+        return ScalarRewardJudge(PrincipleJudge(backend, config), principle=principle, margin=margin)
+
+    return make
 
 
 _BUILDERS = {"brrm": _brrm, "bt": _bt, "principle": _principle}
@@ -374,8 +438,9 @@ def _require_vllm() -> None:
         raise BackendUnavailable("the vllm backend needs the vllm package, which is not installed", hint=VLLM_HINT)
 
 
-def _load_backend(backend: str, source: str, name: str, opts: dict[str, Any], *, task: str) -> Any:
-    """Build the named backend for ``source`` (recorded under ``name``)."""
+def _load_backend(backend: str, source: str, name: str, options: Any, *, task: str) -> Any:
+    """Build the named backend for ``source`` (recorded under ``name``) with its options object."""
+    opts = options.backend_kwargs()
     if backend == "transformers":
         from brrm.backends.transformers import TransformersBackend
 
@@ -386,18 +451,10 @@ def _load_backend(backend: str, source: str, name: str, opts: dict[str, Any], *,
         except ImportError as exc:
             raise BackendUnavailable(f"the vllm backend is not available: {exc}",
                                      hint="pip install 'brrm[vllm]' on a machine with a GPU") from exc
-        if "chunk_size" in opts:
-            opts["judge_chunk_size"] = opts.pop("chunk_size")
         runner = "pooling" if task == "classify" else "generate"
         return VLLMBackend.from_pretrained(source, name=name, runner=runner, **opts)
     from brrm.backends.openai import OpenAIBackend
 
-    if "http_retries" in opts:
-        opts["max_retries"] = opts.pop("http_retries")
-    if isinstance(opts.get("base_url"), list | tuple):
-        opts["base_urls"] = list(opts.pop("base_url"))
-    if "chunk_size" in opts:
-        opts["judge_chunk_size"] = opts.pop("chunk_size")
     return OpenAIBackend.from_options(source, name=name, **opts)
 
 
@@ -408,3 +465,11 @@ def _loading(name: str, build: Any) -> Any:
     except OSError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"could not load model {name!r}: {first[:300]}") from None
+
+
+def _load_spec(spec: JudgeSpec) -> RewardJudge:
+    """The judge ``spec`` names (what :meth:`JudgeSpec.load` runs once the weights are checked)."""
+    return load(spec.model, kind=spec.kind, backend=spec.backend, **dict(spec.options))
+
+
+set_loader(_load_spec)

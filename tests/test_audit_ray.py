@@ -23,7 +23,7 @@ def test_ray_audit_equals_the_single_process_audit(tmp_path):
     path = write_jsonl(tmp_path / "pairs.jsonl", [*pair_rows(4), "{broken"])
     items = plan_items(read_records(path, "pairs"), "pairs", slice_by=["source"])
     opts = AuditOptions(shape="pairs", slice_by=("source",), chunk_size=2, progress=False)
-    spec = JudgeSpec(model, {**TINY_OPTS, "backend": "transformers"})
+    spec = JudgeSpec.from_load(model, **{**TINY_OPTS, "backend": "transformers"})
     import torch
 
     threads = torch.get_num_threads()

@@ -12,9 +12,9 @@ import random
 import pytest
 import torch
 
+from brrm.backends.bucketing import padding_waste
 from brrm.compose import ScalarRewardJudge
 from brrm.errors import ConfigError
-from brrm.reward_models.batching import padding_waste
 from brrm.reward_models.bradley_terry import (
     EMPTY_THINK,
     NOTHINK_SUFFIX,

@@ -83,7 +83,8 @@ def test_construction_checks_ids_with_the_exact_qwen3_tokenizer():
 def test_split_judgement_tokens_are_a_config_error():
     from tokenizers import models, pre_tokenizers, trainers
 
-    from brrm.testing import TINY_ADDED_TOKENS, _add_tokens, _qwen_pipeline, _wrap
+    from brrm.testing import TINY_ADDED_TOKENS
+    from brrm.testing.tokenizers import _add_tokens, _qwen_pipeline, _wrap
 
     raw = _qwen_pipeline(models.BPE(fuse_unk=False, byte_fallback=False))
     raw.train_from_iterator(

@@ -107,3 +107,17 @@ def test_an_unreachable_server_is_a_clear_error_and_a_dead_one_is_each_items_bac
         srv.stop()
         out = remote.score(["q", "r"], ["a", "b"])
     assert [r.status for r in out] == [brrm.Status.BACKEND_ERROR] * 2 and "brrm serve" in out[0].reason
+
+
+def test_cost_and_with_options_as_the_local_judge(pairwise, bt):
+    for remote, local in (pairwise, bt):
+        for shape, n, kw in (("pairs", 3, {"swap": True}), ("score", 4, {}), ("group", 5, {"strategy": "circular"})):
+            assert remote.cost(shape, n, **kw) == local.cost(shape, n, **kw), (shape, remote.info.kind)
+    remote, local = pairwise
+    variant = remote.with_options(seed=7, max_new_tokens=420)
+    got = variant.judge_pairs(["What is 2+2?"], ["4"], ["5"])
+    want = local.with_options(seed=7).judge_pairs(["What is 2+2?"], ["4"], ["5"])
+    assert _same(got[0], want[0]) and got[0].provenance.seed == want[0].provenance.seed
+    with pytest.raises(brrm.ConfigError, match="cannot be varied over brrm serve"):
+        remote.with_options(dtype="float16")
+    variant.close()

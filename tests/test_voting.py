@@ -51,10 +51,10 @@ def test_majority_ties_agreement_mean_and_failures():
 
 def test_cost_counts_pairs_orders_samples_turns(tiny_dir):
     judge = brrm.load(tiny_dir, kind="brrm", samples=3, swap=True, thinking="off")
-    cost = judge.cost(8)
+    cost = judge.judgment_cost(8)
     assert (cost.judgments, cost.generations) == (48, 96)
     assert cost.describe() == "8 pairs x 2 orders x 3 samples = 48 judgments (96 generations)"
-    assert judge.cost(8, swap=False) == JudgmentCost(8, orders=1, samples=3, turns=2)
+    assert judge.judgment_cost(8, swap=False) == JudgmentCost(8, orders=1, samples=3, turns=2)
     assert judge.info.options["samples"] == 3
     assert "samples" not in brrm.load(tiny_dir, kind="brrm", thinking="off").info.options
 

@@ -14,7 +14,8 @@ Importing this package is cheap (no torch, matplotlib or ray).
 """
 
 from brrm.audit.plan import AuditItem, plan_items
-from brrm.audit.runner import AuditOptions, AuditOutcome, JudgeSpec, run_audit
+from brrm.audit.runner import AuditOptions, AuditOutcome, run_audit
 from brrm.audit.store import AuditStore
+from brrm.types import JudgeSpec
 
 __all__ = ["AuditItem", "AuditOptions", "AuditOutcome", "AuditStore", "JudgeSpec", "plan_items", "run_audit"]

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from brrm.types import Conversation, Verdict
+from brrm.types import Conversation, RewardJudge, Verdict
 
 Progress = Callable[[float], None] | None
 
 
-def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], *, strategy: str | None = None,
+def judge_records(judge: RewardJudge, shape: str, records: Sequence[Mapping[str, Any]], *, strategy: str | None = None,
                   progress: Progress = None,
                   on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Judge normalized records of one shape; one result dict per record, in order.
@@ -45,7 +45,7 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
     convs = [Conversation.coerce(r["conversation"], where=f"record {r['id']!r} conversation") for r in records]
     ids = [r["id"] for r in records]
     method = judge.judge_pairs if shape == "pairs" else judge.score
-    extra = {"on_result": lambda i, res: on_result(i, res.to_dict())} \
+    extra: dict[str, Any] = {"on_result": lambda i, res: on_result(i, res.to_dict())} \
         if on_result is not None and _takes(method, "on_result") else {}
     if shape == "pairs":
         judged = judge.judge_pairs(convs, [r["response_a"] for r in records], [r["response_b"] for r in records],
@@ -53,7 +53,7 @@ def judge_records(judge: Any, shape: str, records: Sequence[Mapping[str, Any]], 
                                    **extra)
         return [j.to_dict() for j in judged]
     if shape == "single":
-        principles = [r["principle"] for r in records] if judge.info.kind == "principle" else None
+        principles = [r["principle"] for r in records] if judge.info.takes_principle else None
         rewards = judge.score(convs, [r["response"] for r in records], principles=principles, ids=ids,
                               progress=progress, **extra)
         return [r.to_dict() for r in rewards]
@@ -76,13 +76,9 @@ def _takes(method: Any, name: str) -> bool:
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def group_cost(judge: Any, strategy: str, n: int, with_reference: bool) -> int:
+def group_cost(judge: RewardJudge, strategy: str, n: int, with_reference: bool) -> int:
     """Progress units one group reports: pairwise judgments (BR-RM) or scored responses (scalar models)."""
-    from brrm.compose.strategies import judgments_per_group
-
-    if judge.info.kind == "brrm":
-        return judgments_per_group(strategy, n, swap=bool(judge.info.options.get("swap")))
-    return n + int(with_reference)
+    return judge.cost("group", n, strategy="reference" if with_reference else strategy)
 
 
 def resolve_strategy(strategy: str, *, kind: str, shape: str) -> str | None:

@@ -5,7 +5,9 @@
   id and the content (:mod:`brrm.seeds`), so the same text under another id is another result.
 * :func:`config_hash` — sha256 of the judge's :class:`~brrm.types.JudgeInfo` (model, kind, recipe, backend,
   template hashes, every resolved option including the seed and sampling) and the audit options that change
-  a result (the group strategy). ``chunk_size`` is left out: a result never depends on batching.
+  a result (the group strategy), and the weights' fingerprint. ``chunk_size`` is left out (a result never
+  depends on batching), and so is the spec (the request; equal judges from differently spelled requests share
+  their results).
 * :func:`request_hash` — sha256 of what the user asked for (model argument, ``brrm.load`` options, shape,
   strategy) and a fingerprint of the model's files. The store remembers which configuration a request
   produced, so a rerun can tell what is left to do without loading the model; results are always stored
@@ -52,6 +54,7 @@ def config_hash(info: JudgeInfo | Mapping[str, Any], *, shape: str, strategy: st
     """
     data = dict(info.to_dict() if isinstance(info, JudgeInfo) else info)
     data.pop("chunk_size", None)
+    data.pop("spec", None)  # how it was asked for; the fingerprint of the weights stays in the key
     return sha256_text(canonical_json({"judge": data, "shape": shape, "strategy": strategy}))
 
 

@@ -158,7 +158,7 @@ def check_slice_columns(records: Sequence[Any], columns: Sequence[str]) -> None:
         return
     seen: set[str] = set()
     for rec in records:
-        row = getattr(rec, "row", None)
+        row = None if isinstance(rec, RecordError) else rec.row
         if isinstance(row, Mapping):
             seen.update(str(k) for k in row)
     for col in columns:

@@ -24,7 +24,7 @@ from typing import Any
 
 from brrm.audit.plan import AuditItem
 from brrm.errors import BackendUnavailable
-from brrm.types import check_float, check_int
+from brrm.types import JudgeSpec, check_float, check_int
 
 RAY_HINT = "pip install 'brrm[ray]'  (ray[data]==2.60.0)"
 
@@ -69,15 +69,13 @@ class JudgeActor:
     """One judge of the pool (``brrm.load`` once per actor); judges one batch of items per call.
 
     Args:
-        model, options: as :class:`brrm.audit.runner.JudgeSpec`.
+        spec: the :class:`brrm.JudgeSpec` of the judge (its weights are checked against the fingerprint).
         shape, strategy: as :class:`brrm.audit.runner.AuditOptions`.
     """
 
-    def __init__(self, model: str | None, options: Mapping[str, Any], shape: str, strategy: str | None) -> None:
+    def __init__(self, spec: JudgeSpec, shape: str, strategy: str | None) -> None:
         os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
-        import brrm
-
-        self.judge = brrm.load(model, **dict(options))
+        self.judge = spec.load()
         self.shape, self.strategy = shape, strategy
         self.info = json.dumps(self.judge.info.to_dict())
 
@@ -94,7 +92,7 @@ class JudgeActor:
                 "info": np.asarray([self.info] * len(results), dtype=object)}
 
 
-def judge_on_ray(spec: Any, pending: Sequence[AuditItem], options: Any,
+def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: Any,
                  ray_options: RayOptions) -> Iterator[tuple[list[AuditItem], list[Any], dict[str, Any]]]:
     """Judge pending items on a Ray actor pool; yields ``(items, results, judge info)`` as batches finish.
 
@@ -121,8 +119,7 @@ def judge_on_ray(spec: Any, pending: Sequence[AuditItem], options: Any,
         rows = [{"key": it.item_hash, "record": json.dumps(it.record, ensure_ascii=False)} for it in pending]
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
         ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch))).map_batches(
-            JudgeActor, fn_constructor_kwargs={"model": spec.model, "options": dict(spec.options),
-                                               "shape": options.shape, "strategy": options.strategy},
+            JudgeActor, fn_constructor_kwargs={"spec": spec, "shape": options.shape, "strategy": options.strategy},
             batch_size=batch, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=_actors(ray, ray_options)),
             num_cpus=ray_options.num_cpus_per_actor, num_gpus=ray_options.num_gpus_per_actor or None,
             runtime_env={"env_vars": env} if env else None)

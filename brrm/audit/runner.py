@@ -33,29 +33,10 @@ from brrm.audit.judging import judge_records
 from brrm.audit.keys import config_hash, request_hash
 from brrm.audit.plan import AuditItem
 from brrm.audit.store import AuditStore
-from brrm.types import check_float, check_int
+from brrm.types import JudgeSpec, check_float, check_int
+from brrm.types.protocols import RewardJudge
 
-Batch = tuple[Sequence[AuditItem], Sequence[Mapping[str, Any]], Mapping[str, Any]]
 """(items, their result dicts, the producing judge's ``info.to_dict()``)."""
-
-
-@dataclass(frozen=True)
-class JudgeSpec:
-    """How to build the judge when it is needed: ``brrm.load(model, **options)`` (here or in Ray actors).
-
-    Attributes:
-        model: the model argument of :func:`brrm.load` (None: the embedded demo model).
-        options: its keyword options (``kind``, ``backend``, judge and backend options), JSON-ready.
-    """
-
-    model: str | None
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def build(self) -> Any:
-        """The judge (:func:`brrm.load`)."""
-        import brrm
-
-        return brrm.load(self.model, **dict(self.options))
 
 
 @dataclass(frozen=True)
@@ -122,9 +103,10 @@ class AuditOutcome:
     files: Mapping[str, Path] = field(default_factory=dict)
 
 
-def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditOptions, *, judge: Any = None,
-              spec: JudgeSpec | None = None, ray: Any = None, source: str = "", argv: Sequence[str] = (),
-              provenance: Mapping[str, Any] | None = None, term: TextIO | None = None) -> AuditOutcome:
+def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditOptions, *,
+              judge: RewardJudge | None = None, spec: JudgeSpec | None = None, ray: Any = None, source: str = "",
+              argv: Sequence[str] = (), provenance: Mapping[str, Any] | None = None,
+              term: TextIO | None = None) -> AuditOutcome:
     """Run (or resume) an audit of planned items into ``directory`` and write its outputs.
 
     Args:
@@ -151,7 +133,8 @@ def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditO
     started = time.time()
     with AuditStore(directory) as store:
         request = None if judge is not None or spec is None else request_hash(
-            spec.model, spec.options, shape=options.shape, strategy=options.strategy)
+            spec.model, {**spec.options, "kind": spec.kind, "backend": spec.backend}, shape=options.shape,
+            strategy=options.strategy)
         config = None
         if judge is not None:
             config = _remember(store, judge.info.to_dict(), options, None)
@@ -205,10 +188,10 @@ def _remember(store: AuditStore, info: Mapping[str, Any], options: AuditOptions,
 
 
 def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pending: list[AuditItem],
-               config: str | None, request: str | None, options: AuditOptions, judge: Any, spec: JudgeSpec | None,
-               ray: Any, ticker: _Ticker) -> str | None:
+               config: str | None, request: str | None, options: AuditOptions, judge: RewardJudge | None,
+               spec: JudgeSpec | None, ray: Any, ticker: _Ticker) -> str | None:
     """Judge until nothing is pending under the producing judge's configuration; returns that configuration."""
-    from brrm.cli.common import progress_bar
+    from brrm.progress import progress_bar
 
     own = None
     try:
@@ -227,8 +210,10 @@ def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pendi
 
                     for part, results, info in judge_on_ray(_need(spec), pending, options, ray):
                         sink.put(part, results, info, count=True)
-                else:
+                elif judge is not None:
                     _judge_locally(judge, pending, options, _ticking(bar, ticker), sink)
+                else:
+                    raise RuntimeError("a local audit builds its judge before judging")  # unreachable
                 config = sink.config
             pending = store.pending(items, config) if config != before else []
         return config
@@ -244,7 +229,7 @@ def _need(spec: JudgeSpec | None) -> JudgeSpec:
 
 
 def _build(spec: JudgeSpec | None) -> Any:
-    return _need(spec).build()
+    return _need(spec).load()
 
 
 def _learn(store: AuditStore, run_id: int, config: str | None, info: Mapping[str, Any], options: AuditOptions,
@@ -266,7 +251,7 @@ def _ticking(bar: Any, ticker: _Ticker) -> Any:
     return update
 
 
-def _judge_locally(judge: Any, pending: Sequence[AuditItem], options: AuditOptions, progress: Any,
+def _judge_locally(judge: RewardJudge, pending: Sequence[AuditItem], options: AuditOptions, progress: Any,
                    sink: _Commits) -> None:
     """Judge ``pending`` a chunk per call, committing each item the moment the judge reports it final."""
     chunk = options.chunk_size or judge.info.chunk_size

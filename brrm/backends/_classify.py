@@ -12,7 +12,7 @@ How a score is computed (the transformers backend's ``classify``):
 * the head — the one-label classification row (``model.score``) or row ``token_id`` of the LM head — is
   applied in float32 to the float32-cast hidden state; a NaN/inf result is that item's error, never a number;
 * sequences are sorted by length into batches under a padded-token budget and results come back in input
-  order (:func:`brrm.reward_models.batching.bucket_by_length`).
+  order (:func:`brrm.backends.bucketing.bucket_by_length`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from brrm.backends.base import Score
+from brrm.backends.bucketing import bucket_by_length
 from brrm.errors import ConfigError
-from brrm.reward_models.batching import bucket_by_length
 
 PADDING_SIDES = ("right", "left")
 

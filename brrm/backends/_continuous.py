@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from brrm.backends._decode import Decoder, Row, _cache_kwarg
+from brrm.backends._decode import Decoder, _cache_kwarg
+from brrm.backends._rows import Row
 from brrm.backends._sampling import choose
 from brrm.backends.base import Completion, FollowUp, Next, OnStep
 

@@ -15,40 +15,17 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from brrm.backends._rows import DecodeContext, Row
 from brrm.backends._sampling import choose
-from brrm.backends.base import GenerationRequest
-from brrm.constraints import ProgramState
-
-if TYPE_CHECKING:
-    from brrm.backends.transformers import TransformersBackend
-
-
-@dataclass
-class Row:
-    """One request in flight: its sampler, program state, generated ids and outcome."""
-
-    index: int
-    request: GenerationRequest
-    generator: torch.Generator
-    state: ProgramState | None
-    cached: int = 0
-    generated: list[int] = field(default_factory=list)
-    choice_logits: list[tuple[float, ...]] = field(default_factory=list)
-    finish: str = ""
-    error: str = ""
-    batch_pos: int = 0
-    feed: list[int] = field(default_factory=list)
-    noise: torch.Tensor | None = None
-    keep_kv: bool = False  # store this row's KV when it finishes (continuous batching sets it per request)
 
 
 class Decoder:
-    """Decodes one chunk of rows to completion over a :class:`~brrm.backends.transformers.TransformersBackend`.
+    """Decodes one chunk of rows to completion over a :class:`~brrm.backends._rows.DecodeContext` (the
+    transformers backend's model, prefix cache, pad id, stop ids and stats).
 
     Args:
         backend: the backend whose model, prefix cache, pad id, stop ids and stats are used.
@@ -57,7 +34,7 @@ class Decoder:
         on_done: called with a row's index as soon as it finishes.
     """
 
-    def __init__(self, backend: TransformersBackend, *, temperature: float, top_p: float, keep_kv: bool,
+    def __init__(self, backend: DecodeContext, *, temperature: float, top_p: float, keep_kv: bool,
                  on_done: Callable[[int], None] | None = None, top_k: int = 0) -> None:
         self.backend = backend
         self.dev = backend.model.device

@@ -78,11 +78,14 @@ class BackendInfo:
         name: ``transformers``, ``vllm``, ``openai`` or ``fake``.
         model: the model's name (hub id or served name; the embedded model's hub id, never a cache path).
         details: engine settings (dtype, device, vLLM version, URLs, …), JSON-ready.
+        fingerprint: the fingerprint of the weights loaded (:func:`brrm.fingerprint.weights_fingerprint`; set by
+            :func:`brrm.load`), empty for a backend built by hand.
     """
 
     name: str
     model: str
     details: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from brrm.constraints import CompiledProgram, Program, ProgramState
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
-    from brrm.backends._decode import Row
+    from brrm.backends._rows import Row
 
 
 class PrefixCache:
@@ -315,7 +315,7 @@ class TransformersBackend:
         """A decoding row for ``step``'s request: its own seeded sampler and program state."""
         import torch
 
-        from brrm.backends._decode import Row
+        from brrm.backends._rows import Row
 
         r = _check_request(step.request)
         gen = torch.Generator(device="cpu").manual_seed(r.seed)

@@ -22,17 +22,17 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from brrm.bench.base import Benchmark
 from brrm.bench.core import BenchItem, BenchResult, Cost, ItemResult, Pair, Row, Shown
 from brrm.bench.registry import BENCHMARKS, get_benchmark, names
+from brrm.types.protocols import RewardJudge
 
 __all__ = ["BENCHMARKS", "BenchItem", "BenchResult", "Benchmark", "Cost", "ItemResult", "Pair", "Row", "Shown",
            "evaluate", "get_benchmark", "names"]
 
 
-def evaluate(bench: Benchmark, judge: Any, *, subsets: Sequence[str] | None = None, limit: int | None = None,
+def evaluate(bench: Benchmark, judge: RewardJudge, *, subsets: Sequence[str] | None = None, limit: int | None = None,
              orders: str | None = None, order_seed: int = 0, data_dir: str | None = None,
              data: str | None = None) -> BenchResult:
     """Run ``judge`` on ``bench`` with its protocol and score it with its official metric (no files written).

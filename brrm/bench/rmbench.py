@@ -47,8 +47,6 @@ FILES = {
 DOMAINS = ("chat", "math", "code", "safety")
 """Domains in the official order (``split_dataset_by_domain``)."""
 
-STYLES = ("concise", "detailed_plain", "detailed_markdown")
-
 
 def domain(subset: str) -> str:
     """The domain a subset pools into (``safety-refuse`` -> ``safety``)."""

@@ -15,20 +15,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from brrm.bench.core import BenchItem, Cost, ItemResult, Shown, presentations, shown_from_rewards
+from brrm.types.protocols import RewardJudge
 
 Progress = Callable[[float], None] | None
 Sink = Callable[[list[ItemResult]], None] | None
 
 
-def is_pairwise(judge: Any) -> bool:
+def is_pairwise(judge: RewardJudge) -> bool:
     """Whether the judge is a pairwise model (BR-RM) rather than a scalar reward model."""
-    return str(judge.info.kind) == "brrm"
+    return bool(judge.info.pairwise)
 
 
-def planned_judgments(judge: Any, items: Sequence[BenchItem], *, orders: str, seed: int) -> int:
+def planned_judgments(judge: RewardJudge, items: Sequence[BenchItem], *, orders: str, seed: int) -> int:
     """Model calls a run will make: ordered judgments (pairwise judges; x samples under self-consistency voting) or
     scored responses (scalar models)."""
     if is_pairwise(judge):
@@ -50,7 +50,7 @@ def _chunks(items: Sequence[BenchItem], size: int, weight: Callable[[BenchItem],
         yield part
 
 
-def run(judge: Any, items: Sequence[BenchItem], *, orders: str, seed: int = 0, progress: Progress = None,
+def run(judge: RewardJudge, items: Sequence[BenchItem], *, orders: str, seed: int = 0, progress: Progress = None,
         sink: Sink = None, done: Mapping[str, ItemResult] | None = None) -> tuple[list[ItemResult], Cost]:
     """Judge every item under the order policy; returns results in item order and the cost of this run.
 
@@ -84,7 +84,7 @@ def run(judge: Any, items: Sequence[BenchItem], *, orders: str, seed: int = 0, p
     return results, Cost(cost[0], cost[1], cost[2], seconds, "judgments" if pairwise else "rewards")
 
 
-def _pairwise_chunk(judge: Any, part: list[BenchItem], orders: str, seed: int, progress: Progress,
+def _pairwise_chunk(judge: RewardJudge, part: list[BenchItem], orders: str, seed: int, progress: Progress,
                     cost: list[int]) -> list[ItemResult]:
     plan = [(it, k, swapped) for it in part for k, swapped in presentations(orders, it, seed=seed)]
     convs, first, second, ids = [], [], [], []
@@ -105,7 +105,7 @@ def _pairwise_chunk(judge: Any, part: list[BenchItem], orders: str, seed: int, p
     return [ItemResult(it, tuple(shown[it.id])) for it in part]
 
 
-def _scalar_chunk(judge: Any, part: list[BenchItem], orders: str, seed: int, progress: Progress,
+def _scalar_chunk(judge: RewardJudge, part: list[BenchItem], orders: str, seed: int, progress: Progress,
                   cost: list[int]) -> list[ItemResult]:
     convs = [it.conversation for it in part for _ in it.responses]
     texts = [r for it in part for r in it.responses]

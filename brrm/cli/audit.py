@@ -94,9 +94,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"brrm audit: {len(records)} records from {args.input} ({shape}); model "
           f"{model or 'the embedded demo (SmolLM2-135M-Instruct; pass --model for a real judge)'}; kind {kind}; "
           f"backend {opts['backend']}" + (f"; on Ray ({args.ray})" if ray else ""), file=sys.stderr)
+    spec = JudgeSpec.from_load(model, **opts)
     if probes:
-        _run_probes(records, JudgeSpec(model, opts), probes, Path(args.output))
-    outcome = run_audit(items, args.output, options, spec=JudgeSpec(model, opts), ray=ray, source=args.input,
+        _run_probes(records, spec, probes, Path(args.output))
+    outcome = run_audit(items, args.output, options, spec=spec, ray=ray, source=args.input,
                         argv=sys.argv[1:], provenance=_provenance(args.input), term=sys.stderr)
     _print_outcome(outcome)
     return 0
@@ -109,7 +110,7 @@ def _check_output(out: Path) -> None:
 
 def _read(args: argparse.Namespace) -> tuple[list[Any], str]:
     """The records and their shape (``--shape`` or detected from the first valid record)."""
-    from brrm.records import FieldMap, GroupRecord, PairRecord, read_records
+    from brrm.records import FieldMap, GroupRecord, PairRecord, RecordError, read_records
 
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_records(args.input, args.shape, fields=fields, limit=args.limit, format=args.input_format,
@@ -117,7 +118,7 @@ def _read(args: argparse.Namespace) -> tuple[list[Any], str]:
     common.require_records(records, args.input)
     if args.shape != "auto":
         return records, args.shape
-    first = next(r for r in records if hasattr(r, "conversation"))
+    first = next(r for r in records if not isinstance(r, RecordError))
     return records, "pairs" if isinstance(first, PairRecord) else "groups" if isinstance(first, GroupRecord) else \
         "single"
 
@@ -147,11 +148,12 @@ def _plan(args: argparse.Namespace, records: list[Any], shape: str, kind: str,
           opts: dict[str, Any]) -> tuple[list[Any], Any]:
     from brrm.audit import AuditOptions, plan_items
     from brrm.audit.judging import resolve_strategy
+    from brrm.records import ScalarRecord
 
     if kind == "principle" and shape != "single" and not args.principle:
         raise ConfigError(f"--kind principle judging {shape} needs --principle 'The response is …'")
     if kind == "principle" and shape == "single" and not args.principle and not any(
-            getattr(r, "principle", "") for r in records):
+            isinstance(r, ScalarRecord) and r.principle for r in records):
         raise ConfigError("--kind principle needs --principle 'The response is …', or records with their own "
                           "principles")
     if args.strategy != "auto" and shape != "groups":

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from brrm.cli import common
+from brrm.types.protocols import RewardJudge
 
 
 def add_parser(sub: Any) -> None:
@@ -188,7 +189,7 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], subsets: tuple[str, ...],
+def _run(args: argparse.Namespace, bench: Any, judge: RewardJudge, items: list[Any], subsets: tuple[str, ...],
          protocol: Any, folder: Path | None) -> Any:
     from brrm.bench.protocol import score_both
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
@@ -198,7 +199,7 @@ def _run(args: argparse.Namespace, bench: Any, judge: Any, items: list[Any], sub
     term = sys.stdout
     orders = protocol.orders
     common.header(term, f"bench {bench.name}", judge, len(items), f"{bench.title} ({', '.join(subsets)})")
-    pairwise = judge.info.kind == "brrm"
+    pairwise = judge.info.pairwise
     print(protocol.describe(dict(judge.info.options) if pairwise else None), file=term)
     settings = {**run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
                                source=args.data, limit=args.limit), "protocol": protocol.name}

@@ -13,6 +13,8 @@ from typing import Any, TextIO
 
 from brrm.errors import ConfigError
 from brrm.load import EMBEDDED_BUDGETS
+from brrm.progress import progress_bar  # noqa: F401 - the commands' bar
+from brrm.types.protocols import RewardJudge
 
 FLAG_ALIASES = {"max_new_tokens_per_turn": "--max-new-tokens", "base_urls": "--base-url",
                 "judge_chunk_size": "--chunk-size", "strip_history_reasoning": "--history-reasoning",
@@ -46,24 +48,39 @@ def add_model_args(p: argparse.ArgumentParser, *, default_kind: str = "auto", ju
                    help="model runner (default: transformers)")
     g.add_argument("--calibration", default=None, metavar="CALIB_JSON",
                    help="apply a calibration written by `brrm calibrate`: P(A>B) calibrated, the raw one kept")
-    b = p.add_argument_group("backend")
-    b.add_argument("--dtype", default=None, choices=("auto", "float32", "bfloat16", "float16"),
-                   help="weights dtype (default: auto = bf16 on GPU, fp32 on CPU)")
-    b.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"), help="default: auto")
-    b.add_argument("--batch-size", type=int, default=None,
-                   help="transformers: rows decoded (or scored) together (default: 8)")
-    b.add_argument("--scheduling", choices=("continuous", "static"), default=None,
-                   help="transformers: continuous (default: finished rows are replaced at once, a turn 2 joins as "
-                        "soon as its turn 1 ends) or static (chunks decoded to completion); same results")
-    b.add_argument("--base-url", action="append", default=None,
-                   help="openai: OpenAI-compatible server URL, repeatable (e.g. http://127.0.0.1:8000/v1)")
-    b.add_argument("--served-model-name", default=None, help="openai: the model name the server expects")
-    b.add_argument("--max-model-len", type=int, default=None, help="vllm: engine context length (default: model's)")
-    b.add_argument("--tensor-parallel-size", type=int, default=None, help="vllm: GPUs per model replica (default 1)")
-    b.add_argument("--gpu-memory-utilization", type=float, default=None,
-                   help="vllm: fraction of GPU memory for weights + KV cache (default 0.9)")
+    add_backend_args(p.add_argument_group("backend"))
     if judge_flags:
         add_judge_args(p)
+
+
+def add_backend_args(group: Any) -> None:
+    """One flag per backend option field (:mod:`brrm.backends.options`): its name, help, type and choices come
+    from the field; unset (None) keeps the backend's default."""
+    from brrm.backends.options import cli_fields
+
+    for name, owners in cli_fields().items():
+        f = owners[0][1]
+        where = ", ".join(b for b, _ in owners)
+        flag, kind = "--" + name.replace("_", "-"), str(f.type)
+        extra: dict[str, Any] = {"choices": f.metadata["choices"]} if f.metadata.get("choices") else {}
+        if kind.startswith("bool | str"):
+            extra = {"type": _bool_or_auto, "metavar": "{true,false,auto}"}
+        elif kind.startswith("bool"):
+            extra = {"action": argparse.BooleanOptionalAction}
+        elif kind.startswith("int"):
+            extra["type"] = int
+        elif kind.startswith("float"):
+            extra["type"] = float
+        elif "tuple[str" in kind:
+            extra["action"] = "append"
+        group.add_argument(flag, dest=name, default=None, help=f"{where}: {f.metadata['help']}", **extra)
+
+
+def _bool_or_auto(text: str) -> bool | str:
+    values: dict[str, bool | str] = {"true": True, "false": False, "auto": "auto"}
+    if text.lower() not in values:
+        raise argparse.ArgumentTypeError(f"expected true, false or auto, got {text!r}")
+    return values[text.lower()]
 
 
 def add_judge_args(p: argparse.ArgumentParser) -> None:
@@ -100,6 +117,8 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
                    help="rewrite BR-RM markers inside record text (default: on; faithful: off)")
     j.add_argument("--verdict", choices=("last_after_thinking", "first"), default=None,
                    help="which ranking block of turn 2 counts (default: last_after_thinking; faithful: first)")
+    j.add_argument("--turn2-tokens", default=None,
+                   help="how turn 2's prompt ids are formed: auto (default), retokenize or concat (see BRRMConfig)")
     s = p.add_argument_group("scalar models (bt, principle)")
     s.add_argument("--principle", action="append", default=None,
                    help="principle for a principle model (repeatable: several are averaged when judging pairs)")
@@ -112,6 +131,10 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--keep-thinking", action="store_true", default=None,
                    help="do not strip a leading <think> block from responses")
     s.add_argument("--margin", type=float, default=None, help="scalar models: |r_A - r_B| <= margin is a tie (0)")
+    s.add_argument("--reward", default=None,
+                   help="principle (qwen3_genrm): clamped (default; the card's) or logit_diff")
+    s.add_argument("--question", default=None,
+                   help="principle (llama_reward): the final user turn, with {principle} in it")
 
 
 _FLAG_OF = {"strip_history_reasoning": "--history-reasoning", "strip_thinking": "--keep-thinking",
@@ -120,17 +143,15 @@ _FLAG_OF = {"strip_history_reasoning": "--history-reasoning", "strip_thinking": 
 
 def load_options(args: argparse.Namespace) -> tuple[str | None, dict[str, Any]]:
     """(model, ``brrm.load`` keyword options) from the flags the user set (unset flags keep load's defaults)."""
+    from brrm.backends.options import cli_fields
+    from brrm.load import JUDGE_OPTIONS
+
     opts: dict[str, Any] = {"kind": args.kind, "backend": args.backend}
-    for flag in ("dtype", "device", "batch_size", "scheduling", "served_model_name", "max_model_len",
-                 "tensor_parallel_size", "gpu_memory_utilization", "decoding", "swap", "samples", "thinking",
-                 "temperature", "top_p", "top_k", "max_new_tokens", "max_total_tokens", "block_token_cap", "seed",
-                 "max_retries", "system_messages", "tool_messages", "verdict", "recipe", "max_length",
-                 "truncation_side", "margin"):
+    judge_names = dict.fromkeys(name for names in JUDGE_OPTIONS.values() for name in names)
+    for flag in (*cli_fields(), *judge_names):  # flags named as the option; the others are mapped below
         value = getattr(args, flag, None)
         if value is not None:
             opts[flag] = value
-    if getattr(args, "base_url", None):
-        opts["base_url"] = args.base_url
     if getattr(args, "history_reasoning", None):
         opts["strip_history_reasoning"] = args.history_reasoning == "strip"
     if getattr(args, "neutralize_markers", None):
@@ -154,6 +175,13 @@ def _fit_kind(opts: dict[str, Any]) -> dict[str, Any]:
     from brrm.load import BACKEND_OPTIONS, JUDGE_OPTIONS
 
     kind, backend = opts["kind"], opts["backend"]
+    judge_keys = {k for names in JUDGE_OPTIONS.values() for k in names}
+    for key in sorted(opts):
+        if key not in judge_keys and key not in BACKEND_OPTIONS[backend]:
+            others = [b for b, names in BACKEND_OPTIONS.items() if key in names]
+            if others:
+                flag = _FLAG_OF.get(key, "--" + key.replace("_", "-"))
+                raise ConfigError(f"{flag} applies to --backend {' or '.join(others)}, not {backend}")
     if kind == "auto":
         return opts
     if kind in ("bt", "principle"):
@@ -222,14 +250,6 @@ def require_records(records: Sequence[Any], source: str) -> None:
     if all(isinstance(r, RecordError) for r in records):
         raise ConfigError(f"--input {source!r}: none of its {len(records)} records is valid (first: "
                           f"{records[0].reason})")
-
-
-def progress_bar(total: float, *, desc: str, unit: str, disable: bool) -> Any:
-    """A tqdm bar on stderr that accepts fractional updates (half a pair per finished turn)."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, disable=disable, file=sys.stderr, dynamic_ncols=True,
-                bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]")
 
 
 def translate(message: str, parser: argparse.ArgumentParser) -> str:
@@ -335,20 +355,19 @@ def _quiet_libraries() -> None:
     hf_logging.set_verbosity_error()
 
 
-def header(term: TextIO, command: str, judge: Any, n_records: int, source: str) -> None:
+def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, source: str) -> None:
     """What runs: model, kind, backend and budgets (the demo budgets said as such)."""
     info = judge.info
     sampling = info.options.get("sampling", {})
     demo = info.model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     print(f"brrm {command}: {n_records} records from {source}; model {info.model}"
-          f"{' (embedded demo; pass --model for a real judge)' if demo else ''}; kind {info.kind} "
-          f"({info.recipe}); backend {info.backend}", file=term)
+          f"{' (embedded demo; pass --model for a real judge)' if demo else ''}; {info.describe()}", file=term)
     if sampling:
         print(f"budgets: temperature {sampling['temperature']}, top_p {sampling['top_p']}, "
               f"{sampling['max_new_tokens_per_turn']} new tokens per turn, {sampling['max_total_tokens']} total, seed "
               f"{sampling['seed']}" + (" (small demo budgets; published: 8192 per turn, 16384 total)" if demo else ""),
               file=term)
-    if info.kind == "brrm" and info.options.get("decoding") == "constrained":
+    if info.pairwise and info.options.get("decoding") == "constrained":
         print("note: the first constrained run for a tokenizer compiles its output grammar once (seconds to a "
               "minute); it is cached on disk for later runs", file=term)
 
@@ -360,7 +379,10 @@ def with_id(result: Any, rid: str) -> Any:
     """A judgment (and its swap sub-judgments) or reward carrying the record's id for output."""
     import dataclasses
 
-    subs = tuple(dataclasses.replace(s, id=rid) for s in getattr(result, "sub_judgments", ()))
+    from brrm.types import PairwiseJudgment
+
+    subs = tuple(dataclasses.replace(s, id=rid) for s in result.sub_judgments) if isinstance(
+        result, PairwiseJudgment) else ()
     return dataclasses.replace(result, id=rid, **({"sub_judgments": subs} if subs else {}))
 
 

@@ -13,6 +13,7 @@ import time
 from typing import Any, TextIO
 
 from brrm.cli import common
+from brrm.types.protocols import RewardJudge
 
 
 def add_parser(sub: Any) -> None:
@@ -42,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "judge", judge, len(records), args.input)
     n_good = sum(not isinstance(r, RecordError) for r in records[skip:])
-    if hasattr(judge, "cost"):
-        print(f"cost: {judge.cost(n_good).describe()}", file=term)
+    if hasattr(judge, "judgment_cost"):
+        print(f"cost: {judge.judgment_cost(n_good).describe()}", file=term)
     if skip:
         print(f"resuming: {skip} of {len(records)} records already in {args.output}", file=term)
     results: dict[int, Any] = {}
@@ -69,7 +70,7 @@ def invalid_row(rec: Any) -> dict[str, Any]:
     return {"id": rec.id, "line": rec.line, "winner": "none", "status": "invalid_input", "reason": rec.reason}
 
 
-def _judge(judge: Any, good: list[tuple[int, Any]], results: dict[int, Any], sink: common.OrderedLines,
+def _judge(judge: RewardJudge, good: list[tuple[int, Any]], results: dict[int, Any], sink: common.OrderedLines,
            args: argparse.Namespace, term: TextIO) -> None:
     """Judge ``(position, record)`` pairs; each result goes to ``sink`` and the terminal as soon as it is final."""
     from brrm.records import seed_ids

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     good = [r for r in records if not isinstance(r, RecordError)]
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "probe", judge, len(records), args.input)
-    per = judge.cost(len(good)).describe() if hasattr(judge, "cost") else f"{len(good)} judgments"
+    per = judge.judgment_cost(len(good)).describe() if hasattr(judge, "judgment_cost") else f"{len(good)} judgments"
     print(f"cost: (1 original + {len(names)} probes) x [{per}] = {probe_cost(judge, len(good), names)} judgments",
           file=term)
     report = run_probes(judge, [r.conversation for r in good], [r.response_a for r in good],

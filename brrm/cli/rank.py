@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     term = common.terminal(args.output)
     common.report_bad_records(records, term)
     judge = common.load_judge(args, kind="brrm")
-    pairwise = judge.info.kind == "brrm"
+    pairwise = bool(judge.info.pairwise)
     strategy = check_strategy(args.strategy, pairwise=pairwise, has_reference=args.strategy == "reference")
     swap = bool(judge.info.options.get("swap")) and pairwise
     common.header(term, "rank", judge, len(records), args.input)

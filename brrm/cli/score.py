@@ -15,6 +15,7 @@ from typing import Any
 
 from brrm.cli import common
 from brrm.errors import ConfigError
+from brrm.types.protocols import KIND_TRAITS, RewardJudge
 
 
 def add_parser(sub: Any) -> None:
@@ -33,10 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from brrm.records import FieldMap, RecordError, read_records
     from brrm.types import ScalarReward, Status, summarize_rewards
 
-    if args.kind == "brrm":
+    if args.kind in KIND_TRAITS and KIND_TRAITS[args.kind]["pairwise"]:
         raise ConfigError("brrm score needs a scalar model (--kind bt or principle); BR-RM judges pairs: use brrm "
                           "judge, or brrm rank with a reference")
-    if args.model is None and args.kind == "auto":
+    if args.model is None and args.kind not in KIND_TRAITS:  # auto: the demo scores as a principle model
         args.kind = "principle"
     common.check_output(args.output)
     _, opts = common.load_options(args)
@@ -79,7 +80,7 @@ def _row(rec: Any, reward: Any) -> dict[str, Any]:
     return {"id": row.pop("id"), "line": rec.line, **row}
 
 
-def _principles(judge: Any, records: list[Any], principles: list[str]) -> list[list[Any]]:
+def _principles(judge: RewardJudge, records: list[Any], principles: list[str]) -> list[list[Any]]:
     """Per record, the principles it is scored under (one output line each; [None] for Bradley–Terry models).
 
     Raises:
@@ -87,7 +88,7 @@ def _principles(judge: Any, records: list[Any], principles: list[str]) -> list[l
     """
     from brrm.records import RecordError
 
-    if judge.info.kind != "principle":
+    if not judge.info.takes_principle:
         return [[None] for _ in records]
     per = [[None] if isinstance(r, RecordError) else (principles or [r.principle]) for r in records]
     missing = [r.line for r, ps in zip(records, per, strict=True) if not isinstance(r, RecordError) and not all(ps)]
@@ -97,7 +98,7 @@ def _principles(judge: Any, records: list[Any], principles: list[str]) -> list[l
     return per
 
 
-def _score(judge: Any, flat: list[tuple[int, Any, Any]], sink: common.OrderedLines, results: list[Any],
+def _score(judge: RewardJudge, flat: list[tuple[int, Any, Any]], sink: common.OrderedLines, results: list[Any],
            args: argparse.Namespace) -> None:
     """Score every (position, record, principle), a chunk per call; each line goes to ``sink`` when done."""
     from brrm.records import seed_ids

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
     app = create_app(judge, limits=limits)
     info = judge.info
-    print(f"brrm serve: {info.model} (kind {info.kind}, {info.recipe}, backend {info.backend}) on "
+    print(f"brrm serve: {info.model} ({info.describe()}) on "
           f"http://{args.host}:{args.port}; docs at /docs", file=sys.stderr)
     serve(app, host=args.host, port=args.port, drain_timeout_s=limits.drain_timeout_s, log_level=args.log_level,
           access_log=not args.no_access_log, sock=sock)

@@ -16,28 +16,40 @@ from dataclasses import replace
 from typing import Any
 
 from brrm.compose.pairwise import pairwise_from_rewards
-from brrm.compose.strategies import GroupPlan, build_group, check_strategy, reference_reward, run_plans
+from brrm.compose.strategies import (
+    GroupPlan,
+    build_group,
+    check_strategy,
+    judgments_per_group,
+    reference_reward,
+    run_plans,
+)
 from brrm.compose.swap import judge_with_swap
 from brrm.compose.vote import JudgmentCost, check_samples, judge_with_votes
 from brrm.errors import ConfigError
 from brrm.templates import is_blank, strip_reasoning
 from brrm.types import (
+    SHAPES,
     Conversation,
     GroupResult,
     JudgeInfo,
     OrderedPairJudge,
     PairwiseJudgment,
+    Progress,
     ScalarReward,
     ScalarRewardModel,
     Status,
+    Variable,
     Verdict,
     check_bool,
+    check_choice,
+    check_int,
     check_same_length,
     parse_label,
 )
+from brrm.types.conversation import ConversationLike
 from brrm.types.protocols import Principles
 
-Progress = Callable[[float], None] | None
 OnResult = Callable[[int, Any], None] | None
 OnStep = Callable[[int, int], None] | None
 """``on_step(rows, tokens)``: after each decoding step of a continuously batching backend, the rows in its batch
@@ -52,35 +64,37 @@ class _Base:
     info: JudgeInfo
     model: Any
 
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
                     progress: Progress = None, on_result: OnResult = None,
                     on_step: OnStep = None) -> list[PairwiseJudgment]:
         raise NotImplementedError
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
               progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
         raise NotImplementedError
 
-    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         raise NotImplementedError
 
-    def judge(self, conversation: Any, response_a: str, response_b: str, /, *,
+    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
               swap: bool | None = None) -> PairwiseJudgment:
         """One pair; see ``judge_pairs``."""
         return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
 
-    def score_one(self, conversation: Any, response: str, /, *, principle: str | None = None,
+    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
                   reference: str | None = None) -> ScalarReward:
         """One response; see ``score``."""
         refs = None if reference is None else [reference]
         return self.score([conversation], [response], principles=principle, references=refs)[0]
 
-    def rank(self, conversation: Any, responses: Sequence[str], /, *, strategy: str = "auto",
+    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
              reference: str | None = None, swap: bool | None = None, principles: Principles = None,
              progress: Progress = None) -> GroupResult:
         """One group; see ``rank_groups``."""
@@ -91,6 +105,30 @@ class _Base:
     def close(self) -> None:
         """Free the model (engines, threads, connections)."""
         self.model.close()
+
+    def _variant_model(self, options: dict[str, Any]) -> Any:
+        """The model with ``options`` (the model's own settings) applied, or the model itself when none.
+
+        Raises:
+            ConfigError: when options are given and the model makes no variants, or as its ``with_options``.
+        """
+        if not options:
+            return self.model
+        if not isinstance(self.model, Variable):
+            raise ConfigError(f"{type(self.model).__name__} makes no variants; options {sorted(options)} cannot be "
+                              "set on this judge")
+        return self.model.with_options(**options)
+
+    def _with_spec(self, variant: _Base, overrides: dict[str, Any]) -> _Base:
+        """``variant`` whose info names the spec of this judge with ``overrides`` (None stays None)."""
+        spec = self.info.spec
+        if spec is not None:
+            variant.info = replace(variant.info, spec=replace(spec, options={**spec.options, **overrides}))
+        return variant
+
+    def _check_cost(self, shape: str, n: int) -> None:
+        check_choice("shape", shape, SHAPES)
+        check_int("n", n, low=0)
 
     def __enter__(self) -> _Base:
         return self
@@ -110,7 +148,7 @@ def _report_all(results: Sequence[Any], on_result: OnResult) -> None:
             on_result(i, r)
 
 
-def _groups(conversations: Sequence[Any], groups: Sequence[Sequence[str]],
+def _groups(conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]],
             references: Sequence[str] | None) -> list[Conversation]:
     check_same_length(conversations=conversations, groups=groups)
     if references is not None:
@@ -177,13 +215,45 @@ class PairwiseRewardJudge(_Base):
         extra = {"samples": samples} if samples > 1 else {}
         self.info = replace(model.info, options={**model.info.options, "swap": swap, **extra})
 
-    def cost(self, pairs: int, *, swap: bool | None = None) -> JudgmentCost:
+    def judgment_cost(self, pairs: int, *, swap: bool | None = None) -> JudgmentCost:
         """What ``judge_pairs`` of ``pairs`` pairs runs: pairs x orders x samples ordered judgments, 2 turns each
         (an upper bound: identical or empty responses are decided without a model call)."""
         swap = self.swap if swap is None else check_bool("swap", swap)
         return JudgmentCost(pairs, orders=2 if swap else 1, samples=self.samples, turns=2)
 
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+    def with_options(self, **overrides: Any) -> PairwiseRewardJudge:
+        """A variant on the same backend: ``swap`` and the model's settings (BR-RM: ``decoding``, the sampling
+        keywords ``temperature``, ``top_p``, ``max_new_tokens``, ``max_total_tokens``, ``seed``, and the other
+        ``BRRMConfig`` fields). Closing either closes the shared backend.
+
+        Raises:
+            ConfigError: on an option the model does not take (naming the valid ones) or an invalid value.
+        """
+        from brrm.compose.vote import check_samples
+
+        own = dict(overrides)
+        swap = check_bool("swap", own.get("swap", self.swap))
+        samples = check_samples(own.pop("samples", self.samples))
+        variant = PairwiseRewardJudge(self._variant_model(own), swap=swap, samples=samples)
+        return self._with_spec(variant, overrides)  # type: ignore[return-value]
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        """Ordered judgments (two-turn runs) a request makes: ``pairs``/``score`` n, twice with swap;
+        ``group`` the strategy's count for a group of n (:func:`~brrm.compose.strategies.judgments_per_group`);
+        each times ``samples`` under self-consistency voting.
+
+        Raises:
+            ConfigError: on an unknown shape or strategy, ``scores``, or n < 0.
+        """
+        self._check_cost(shape, n)
+        swap = self.swap if swap is None else check_bool("swap", swap)
+        if shape != "group":
+            return n * (2 if swap else 1) * self.samples
+        strategy = check_strategy(strategy, pairwise=True, has_reference=strategy == "reference")
+        return judgments_per_group(strategy, n, swap=swap) * self.samples
+
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
                     progress: Progress = None, on_result: OnResult = None,
@@ -215,7 +285,8 @@ class PairwiseRewardJudge(_Base):
                                   ids=_ids(ids, n), progress=progress, on_result=report, on_step=on_step)
         return [replace(j, label=labels[i]) for i, j in enumerate(out)] if labels is not None else out
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
               progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
         """P(response ≻ reference) per item, in [0, 1] (the judgment's p_a, else 1 / 0.5 / 0); N judgments.
@@ -247,7 +318,7 @@ class PairwiseRewardJudge(_Base):
             out[k] = reference_reward(jd, k)
         return [r for r in out if r is not None]
 
-    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         """Rank each group of responses to its conversation; every round's judgments of all groups run in one
@@ -304,12 +375,46 @@ class ScalarRewardJudge(_Base):
             options["principle"] = list(self.principles)
         self.info = replace(model.info, options=options)
 
-    def cost(self, pairs: int, *, swap: bool | None = None) -> JudgmentCost:
+    def judgment_cost(self, pairs: int, *, swap: bool | None = None) -> JudgmentCost:
         """What ``judge_pairs`` of ``pairs`` pairs runs: one scoring pass per pair (its two responses scored
         once; ``swap`` cannot change a scalar comparison)."""
         return JudgmentCost(pairs, orders=1, samples=1, turns=1)
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+
+    def with_options(self, **overrides: Any) -> ScalarRewardJudge:
+        """A variant on the same backend: ``margin``, ``principle`` and the model's settings (principle models:
+        ``decoding``, the sampling keywords and the other ``PrincipleConfig`` fields; Bradley–Terry models:
+        ``recipe``, ``max_length``, …); ``swap`` is accepted and changes nothing (σ(r_A − r_B) does not depend
+        on the order). Closing either closes the shared backend.
+
+        Raises:
+            ConfigError: on an option the model does not take (naming the valid ones) or an invalid value.
+        """
+        own = dict(overrides)
+        check_bool("swap", own.pop("swap", False))
+        margin = own.pop("margin", self.margin)
+        principle = own.pop("principle", list(self.principles) or None)
+        variant = ScalarRewardJudge(self._variant_model(own), principle=principle, margin=margin, on_tie=self.on_tie)
+        return self._with_spec(variant, overrides)  # type: ignore[return-value]
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        """Scored sequences a request makes (each response once per default principle): ``pairs`` 2n,
+        ``score`` n, ``group`` n (n + 1 with the ``reference`` strategy); ``swap`` changes nothing.
+
+        Raises:
+            ConfigError: on an unknown shape or strategy, or n < 0.
+        """
+        self._check_cost(shape, n)
+        if swap is not None:
+            check_bool("swap", swap)
+        per = max(1, len(self.principles))
+        if shape != "group":
+            return n * per * (2 if shape == "pairs" else 1)
+        strategy = check_strategy(strategy, pairwise=False, has_reference=strategy == "reference")
+        return (n + (strategy == "reference")) * per
+
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
               progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
         """The model's reward per (conversation, response); ``principles`` default to the judge's.
@@ -334,7 +439,7 @@ class ScalarRewardJudge(_Base):
         _report_all(out, on_result)
         return out
 
-    def _mean_over_principles(self, conversations: Sequence[Any], responses: Sequence[str],
+    def _mean_over_principles(self, conversations: Sequence[ConversationLike], responses: Sequence[str],
                               ids: list[str]) -> list[ScalarReward]:
         p = len(self.principles)
         flat = self.model.score([c for c in conversations for _ in range(p)], [r for r in responses for _ in range(p)],
@@ -352,7 +457,8 @@ class ScalarRewardJudge(_Base):
                                logits=tuple(r.reward for r in row), text=""))
         return out
 
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
                     progress: Progress = None, on_result: OnResult = None,
@@ -386,7 +492,7 @@ class ScalarRewardJudge(_Base):
 
         return judge
 
-    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         """Rank each group from one scoring pass over every response (and reference) of every group.

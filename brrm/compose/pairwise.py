@@ -7,17 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from brrm.errors import ConfigError
+from brrm.numerics import sigmoid
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict, check_float
 
 _TIE_OPTIONS = (Verdict.TIE, Verdict.A, Verdict.B)
-
-
-def sigmoid(x: float) -> float:
-    """σ(x) = 1 / (1 + e^−x), without overflow for any finite x (and 0 / 1 at ∓inf)."""
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
 
 
 def adjusted_win_rate(win: int, tie: int, loss: int) -> float:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from brrm.types import PairwiseJudgment, Verdict
+from brrm.types.conversation import ConversationLike
 
 OrderedFn = Callable[..., list[PairwiseJudgment]]
 
@@ -53,7 +54,7 @@ def combine(fwd: PairwiseJudgment, rev: PairwiseJudgment) -> PairwiseJudgment:
                    generated_tokens=generated_tokens)
 
 
-def judge_with_swap(ordered: OrderedFn, conversations: Sequence[Any], responses_a: Sequence[str],
+def judge_with_swap(ordered: OrderedFn, conversations: Sequence[ConversationLike], responses_a: Sequence[str],
                     responses_b: Sequence[str], *, swap: bool, ids: Sequence[str],
                     progress: Callable[[float], None] | None = None,
                     on_result: OnResult | None = None,

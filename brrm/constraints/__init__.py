@@ -9,7 +9,7 @@ from brrm.constraints.compile import (
     label_token_id,
     single_token_id,
 )
-from brrm.constraints.program import Choice, Literal, Pattern, Program, Segment, Think, alternatives, literal
+from brrm.constraints.program import Choice, Literal, Pattern, Program, Segment, Think, literal
 from brrm.constraints.state import ProgramState
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "ProgramState",
     "Segment",
     "Think",
-    "alternatives",
     "compile_index",
     "label_token_id",
     "literal",

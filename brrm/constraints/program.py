@@ -23,7 +23,6 @@ requests instead (:mod:`brrm.backends._phases`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -100,7 +99,3 @@ def literal(text: str) -> str:
     """Escape ``text`` for use as a literal inside an outlines-core regex."""
     return re.escape(text)
 
-
-def alternatives(options: Sequence[str]) -> str:
-    """A regex group matching exactly one of ``options`` (escaped)."""
-    return "(" + "|".join(literal(o) for o in options) + ")"

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from brrm.backends.base import Backend, Completion, GenerationRequest
 from brrm.errors import ConfigError, TemplateError
 from brrm.judges import brrm_format as fmt
+from brrm.numerics import sigmoid
 from brrm.seeds import content_key, item_seed
 from brrm.templates import (
     HISTORY_THINK,
@@ -58,7 +59,9 @@ from brrm.types import (
     check_choice,
     check_int,
     check_same_length,
+    override_config,
 )
+from brrm.types.conversation import ConversationLike
 
 DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
@@ -243,10 +246,20 @@ class BRRMJudge:
         self.continuation = self._turn2_continuation()
         chat = text_hash(str(self.tokenizer.chat_template))
         self.info = JudgeInfo(model=backend.info.model, kind="brrm", recipe="brrm", backend=backend.info.name,
+                              fingerprint=backend.info.fingerprint,
                               chat_template_hash=chat, template_hash=text_hash(template_hash(), chat),
                               default_strategy="round_robin", options=self._options(),
                               chunk_size=backend.capabilities.chunk_size,
                               concurrent=backend.capabilities.concurrent)
+
+    def with_options(self, **options: Any) -> BRRMJudge:
+        """This judge with other settings (``BRRMConfig`` fields and the sampling keywords of :func:`brrm.load`)
+        on the same backend.
+
+        Raises:
+            ConfigError: on an option BR-RM does not take (naming the valid ones) or an invalid value.
+        """
+        return BRRMJudge(self.backend, override_config(self.config, options))
 
     def _options(self) -> dict[str, Any]:
         c = self.config
@@ -274,7 +287,8 @@ class BRRMJudge:
         self.backend.close()
 
     # ------------------------------------------------------------------------------------------- judging
-    def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
+    def judge_ordered(self, conversations: Sequence[ConversationLike], first: Sequence[str],
+                      second: Sequence[str], /, *,
                       ids: Sequence[str] | None = None, samples: Sequence[int] | None = None,
                       seed_texts: Sequence[tuple[str, str] | None] | None = None,
                       progress: Callable[[float], None] | None = None, on_result: OnResult | None = None,
@@ -323,7 +337,7 @@ class BRRMJudge:
             run.chains(live[start:start + chunk])
         return [it.result for it in items if it.result is not None]
 
-    def _item(self, i: int, conversation: Any, first: Any, second: Any, rid: str, sample: int = 0,
+    def _item(self, i: int, conversation: ConversationLike, first: Any, second: Any, rid: str, sample: int = 0,
               seed_texts: tuple[str, str] | None = None) -> _Item:
         conv = Conversation.coerce(conversation, where=f"conversations[{i}]")
         texts = self._inputs(i, first, second)
@@ -367,7 +381,7 @@ class BRRMJudge:
         return Provenance(model=self.backend.info.model, backend=self.backend.info.name,
                           template_hash=self.info.template_hash, sampling=self.config.sampling,
                           seed=it.seed(self.config.sampling.seed, 1), decoding=self.config.decoding,
-                          policies=self.config.policies())
+                          policies=self.config.policies(), fingerprint=self.backend.info.fingerprint)
 
     def _budget(self, it: _Item, prompt_len: int, turn: int) -> tuple[int, Any] | None:
         """(max_new_tokens, program) for a turn, or None after setting a truncated result."""
@@ -475,15 +489,6 @@ def digit_probability(t2: Completion) -> tuple[float, tuple[float, float]]:
     σ(l1 − l2) for any finite gap); NaN when the digit's logits were not measured."""
     if not t2.choice_logits:
         return math.nan, (math.nan, math.nan)
-    from brrm.compose.pairwise import sigmoid
-
     l1, l2 = t2.choice_logits[-1][:2]
     return sigmoid(l1 - l2), (l1, l2)
 
-
-def mirrored(j: PairwiseJudgment) -> PairwiseJudgment:
-    """The judgment of (B, A) seen in the (A, B) frame: winner, probability, logits and analyses swapped."""
-    p_a = 1.0 - j.p_a if not math.isnan(j.p_a) else j.p_a
-    p_raw = 1.0 - j.p_a_raw if not math.isnan(j.p_a_raw) else j.p_a_raw
-    return replace(j, winner=j.winner.mirrored(), p_a=p_a, p_a_raw=p_raw, analysis_a=j.analysis_b,
-                   analysis_b=j.analysis_a)

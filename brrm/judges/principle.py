@@ -66,7 +66,9 @@ from brrm.types import (
     check_bool,
     check_choice,
     check_same_length,
+    override_config,
 )
+from brrm.types.conversation import ConversationLike
 
 __all__ = ["CLAMP", "FORMATS", "LLAMA_QUESTION", "PrincipleConfig", "PrincipleJudge", "judgement_token_ids",
            "resolve_format"]
@@ -167,12 +169,22 @@ class PrincipleJudge:
         self.card = self.format == "qwen3_genrm" and self.config.decoding == "card"
         self.template_hash = text_hash(str(template), self.format, JUDGEMENT_PATTERN, self.config.question)
         self.info = JudgeInfo(model=backend.info.model, kind="principle", recipe=self.format,
+                              fingerprint=backend.info.fingerprint,
                               backend=backend.info.name, chat_template_hash=self.template_sha,
                               template_hash=self.template_hash, default_strategy="scores",
                               options={"sampling": self.config.sampling.to_dict(), **self._policies()},
                               chunk_size=backend.capabilities.chunk_size,
                               concurrent=backend.capabilities.concurrent)
 
+
+    def with_options(self, **options: Any) -> PrincipleJudge:
+        """This judge with other settings (``PrincipleConfig`` fields and the sampling keywords of
+        :func:`brrm.load`) on the same backend.
+
+        Raises:
+            ConfigError: on an option this judge does not take (naming the valid ones) or an invalid value.
+        """
+        return PrincipleJudge(self.backend, override_config(self.config, options))
     def _policies(self) -> dict[str, Any]:
         decoding = self.config.decoding if self.format == "qwen3_genrm" else "first_token"
         reward = self.config.reward if self.format == "qwen3_genrm" else "logit_diff"
@@ -185,7 +197,7 @@ class PrincipleJudge:
         self.backend.close()
 
     # -------------------------------------------------------------------------------------------- public
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *,
+    def score(self, conversations: Sequence[ConversationLike], responses: Sequence[str], /, *,
               principles: str | Sequence[str] | None = None,
               ids: Sequence[str] | None = None) -> list[ScalarReward]:
         """Score each (conversation, response) against a principle; one reward per item, in input order.
@@ -217,7 +229,7 @@ class PrincipleJudge:
         check_same_length(conversations=conversations, ids=rids)
         return self._score_items([self._item(i, conversations[i], responses[i], chosen[i], rids[i]) for i in range(n)])
 
-    def score_principles(self, conversations: Sequence[Any], responses: Sequence[str],
+    def score_principles(self, conversations: Sequence[ConversationLike], responses: Sequence[str],
                          principles: Sequence[str], /) -> list[list[ScalarReward]]:
         """Score every response against every principle in one batch: ``out[i][k]`` (N × P).
 
@@ -232,7 +244,7 @@ class PrincipleJudge:
         return [flat[i * len(principles):(i + 1) * len(principles)] for i in range(n)]
 
     # ---------------------------------------------------------------------------------------- internals
-    def _item(self, pos: int, conversation: Any, response: Any, principle: Any, rid: str) -> _Item:
+    def _item(self, pos: int, conversation: ConversationLike, response: Any, principle: Any, rid: str) -> _Item:
         """Validate one input (``pos`` names it in errors)."""
         if response is None:
             raise ConfigError(f"responses[{pos}] is missing (None): scoring needs the assistant response")
@@ -367,7 +379,8 @@ class PrincipleJudge:
         s = self.config.sampling
         prov = Provenance(model=self.backend.info.model, backend=self.backend.info.name,
                           template_hash=self.template_hash, sampling=s, seed=it.seed(s.seed),
-                          decoding="free" if self.card else "constrained", policies=self._policies())
+                          decoding="free" if self.card else "constrained", policies=self._policies(),
+                          fingerprint=self.backend.info.fingerprint)
         return {"id": it.rid, "principle": it.principle, "thinking_stripped": it.stripped, "provenance": prov}
 
     def _finish(self, it: _Item, comp: Completion) -> ScalarReward:

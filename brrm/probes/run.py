@@ -147,7 +147,7 @@ class ProbeReport:
 def probe_cost(judge: Any, pairs: int, probes: Sequence[str]) -> int:
     """Ordered judgments a probe run takes: (1 + probes) x the judge's cost of ``pairs`` (orders x samples);
     a judge without ``cost`` counts one per pair."""
-    per = judge.cost(pairs).judgments if hasattr(judge, "cost") else pairs
+    per = judge.judgment_cost(pairs).judgments if hasattr(judge, "judgment_cost") else pairs
     return (1 + len(probes)) * per
 
 

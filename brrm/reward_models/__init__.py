@@ -14,19 +14,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from brrm.reward_models.batching import bucket_by_length
-    from brrm.reward_models.bradley_terry import BradleyTerryRewardModel
+    from brrm.backends.bucketing import bucket_by_length
+    from brrm.reward_models.bradley_terry import BradleyTerryRewardModel, BTConfig
 
-__all__ = ["BradleyTerryRewardModel", "bucket_by_length"]
+__all__ = ["BTConfig", "BradleyTerryRewardModel", "bucket_by_length"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "bucket_by_length":
-        from brrm.reward_models.batching import bucket_by_length
+        from brrm.backends.bucketing import bucket_by_length
 
         return bucket_by_length
-    if name == "BradleyTerryRewardModel":
-        from brrm.reward_models.bradley_terry import BradleyTerryRewardModel
+    if name in ("BradleyTerryRewardModel", "BTConfig"):
+        from brrm.reward_models import bradley_terry
 
-        return BradleyTerryRewardModel
+        return getattr(bradley_terry, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,12 +29,12 @@ How every recipe computes a reward, whatever the batch or backend:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from brrm.backends.base import Backend, common_prefix_length
+from brrm.backends.bucketing import bucket_by_length
 from brrm.errors import ConfigError
-from brrm.reward_models.batching import bucket_by_length
 from brrm.templates import end_texts, is_blank, strip_end_tokens, strip_reasoning, text_hash
 from brrm.tokens import Markup, encoder
 from brrm.types import (
@@ -49,6 +49,7 @@ from brrm.types import (
     check_int,
     check_same_length,
 )
+from brrm.types.conversation import ConversationLike
 
 __all__ = ["EMPTY_THINK", "NOTHINK_SUFFIX", "RECIPES", "BradleyTerryRewardModel", "bucket_by_length",
            "resolve_recipe"]
@@ -67,6 +68,38 @@ TRUNCATION_SIDES = ("left", "none")
 
 LLAMA_REWARD_TOKEN = 0
 """The Llama-Nemotron-Reward recipe reads vocabulary logit 0 at the last position (model card)."""
+
+
+@dataclass(frozen=True)
+class BTConfig:
+    """The settings of a Bradley–Terry reward model, validated before anything loads.
+
+    Attributes:
+        recipe: ``auto`` (from the model id and head) or one of :data:`RECIPES` (``DESIGN.md`` §3: how each
+            published checkpoint reads its reward).
+        max_length: most tokens per input, int >= 8; None: the backend's context.
+        truncation_side: ``left`` (drop the oldest conversation tokens; default) or ``none`` (an over-long input is
+            a ``truncated`` result).
+        strip_thinking: remove a leading ``<think>…</think>`` block from each response (default on).
+        strip_history_reasoning: remove ``<think>`` blocks from earlier assistant turns (default on).
+
+    Raises:
+        ConfigError: naming the field and its valid values.
+    """
+
+    recipe: str = "auto"
+    max_length: int | None = None
+    truncation_side: str = "left"
+    strip_thinking: bool = True
+    strip_history_reasoning: bool = True
+
+    def __post_init__(self) -> None:
+        check_choice("recipe", self.recipe, ("auto", *RECIPES))
+        if self.max_length is not None:
+            check_int("max_length", self.max_length, low=8)
+        check_choice("truncation_side", self.truncation_side, TRUNCATION_SIDES)
+        check_bool("strip_thinking", self.strip_thinking)
+        check_bool("strip_history_reasoning", self.strip_history_reasoning)
 
 
 def resolve_recipe(recipe: str, name: str, *, causal: bool) -> str:
@@ -173,9 +206,24 @@ class BradleyTerryRewardModel:
         self.provenance = self._provenance()
         chat = text_hash(str(self.tokenizer.chat_template))
         self.info = JudgeInfo(model=self.model_id, kind="bt", recipe=self.recipe, backend=backend.info.name,
+                              fingerprint=backend.info.fingerprint,
                               chat_template_hash=chat, template_hash=self.provenance.template_hash,
                               default_strategy="scores", options=dict(self.provenance.policies),
                               chunk_size=max(caps.chunk_size, 64), concurrent=caps.concurrent)
+
+    def with_options(self, **options: Any) -> BradleyTerryRewardModel:
+        """This model with other :class:`BTConfig` settings on the same backend.
+
+        Raises:
+            ConfigError: on another option (naming the valid ones) or an invalid value.
+        """
+        current = {"recipe": self.recipe, "max_length": self.max_length, "truncation_side": self.truncation_side,
+                   "strip_thinking": self.strip_thinking, "strip_history_reasoning": self.strip_history_reasoning}
+        unknown = sorted(set(options) - set(current))
+        if unknown:
+            raise ConfigError(f"option {unknown[0]!r} cannot be varied on a Bradley–Terry model; valid: "
+                              f"{', '.join(sorted(current))}")
+        return BradleyTerryRewardModel(self.backend, **asdict(BTConfig(**{**current, **options})))
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, *, model_id: str = "", token_budget: int = 16384,
@@ -203,7 +251,8 @@ class BradleyTerryRewardModel:
         template = str(self.tokenizer.chat_template)
         return Provenance(model=self.model_id, backend=self.backend.info.name,
                           template_hash=text_hash(template, self.recipe, NOTHINK_SUFFIX, EMPTY_THINK),
-                          sampling=sampling, seed=0, decoding="score", policies=policies)
+                          sampling=sampling, seed=0, decoding="score", policies=policies,
+                          fingerprint=self.backend.info.fingerprint)
 
     def close(self) -> None:
         """Close the backend."""
@@ -222,7 +271,7 @@ class BradleyTerryRewardModel:
                                    "content": [messages[last_user]["content"], Markup(NOTHINK_SUFFIX)]}
         return messages
 
-    def encode(self, conversation: Any, response: str) -> Encoded:
+    def encode(self, conversation: ConversationLike, response: str) -> Encoded:
         """The token ids the model reads for one (conversation, response), after the recipe and truncation.
 
         Args:
@@ -277,7 +326,7 @@ class BradleyTerryRewardModel:
         return Encoded(tuple(kept), head + room, truncated_tokens=dropped, thinking_stripped=stripped)
 
     # ------------------------------------------------------------------------------------------ scoring
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *,
+    def score(self, conversations: Sequence[ConversationLike], responses: Sequence[str], /, *,
               principles: str | Sequence[str] | None = None,
               ids: Sequence[str] | None = None) -> list[ScalarReward]:
         """Score each (conversation, response); one :class:`ScalarReward` per item, in input order.

@@ -186,7 +186,7 @@ class BrrmReward:
         info = self.judge.info
         strategy = info.default_strategy if self.config.strategy == "auto" else self.config.strategy
         swap = self.config.swap if self.config.swap is not None else bool(info.options.get("swap", False))
-        return strategy, swap and info.kind == "brrm"
+        return strategy, swap and bool(info.pairwise)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """One reward per completion, ``None`` where the judge could not score it.

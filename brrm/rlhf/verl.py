@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from brrm.errors import ConfigError
-from brrm.rlhf.recipe import JudgeRecipe, JudgeSource
-from brrm.types import ScalarReward, Status, check_float, check_int
+from brrm.rlhf.recipe import JudgeSource
+from brrm.types import JudgeSpec, RewardJudge, ScalarReward, Status, check_float, check_int
 
 TIMEOUT = "timeout"
 """The ``status`` of a sample whose judge did not answer within ``timeout_s``."""
@@ -159,11 +159,11 @@ class VerlScorer:
         judge: an already built judge to use instead of loading ``config``'s (tests, notebooks).
     """
 
-    def __init__(self, config: VerlRewardConfig, judge: Any = None) -> None:
+    def __init__(self, config: VerlRewardConfig, judge: RewardJudge | None = None) -> None:
         self.config = config
         self.source: JudgeSource | None = None
         if config.url is None:
-            self.source = JudgeSource(judge if judge is not None else JudgeRecipe(
+            self.source = JudgeSource(judge if judge is not None else JudgeSpec(
                 config.model, kind=config.kind, backend=config.backend, options=config.options))
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -213,7 +213,7 @@ class VerlScorer:
     def _pairwise(self) -> bool:
         if self.source is None:
             return self.config.kind in ("brrm", "auto")  # the server tells; a scalar server ignores no reference
-        return self.source.get().info.kind == "brrm"
+        return bool(self.source.get().info.pairwise)
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:

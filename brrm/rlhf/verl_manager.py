@@ -35,9 +35,9 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from brrm.errors import ConfigError
 from brrm.rlhf.cohorts import CohortBuffer
 from brrm.rlhf.fallback import check_failed_reward, fill_failed
-from brrm.rlhf.recipe import JudgeRecipe, JudgeSource
+from brrm.rlhf.recipe import JudgeSource
 from brrm.rlhf.verl import resolve_config
-from brrm.types import check_bool, check_choice, check_float
+from brrm.types import JudgeSpec, check_bool, check_choice, check_float
 
 GROUP_KEYS = ("strategy", "swap", "soft", "cohort_timeout_s", "max_judgments_per_step", "judge_partial_groups",
               "failed_reward")
@@ -78,7 +78,7 @@ class BrrmGroupRewardManager(RewardManagerBase):
             raise ConfigError(f"a group reward needs actor_rollout_ref.rollout.n >= 2, got {self.group_size}")
         self._check_layout(config)
         strategy = check_choice("strategy", group.get("strategy", "circular"), ("circular", "round_robin", "knockout"))
-        self.source = JudgeSource(JudgeRecipe(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend,
+        self.source = JudgeSource(JudgeSpec(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend,
                                               options=self.brrm.options))
         timeout = check_float("cohort_timeout_s", group.get("cohort_timeout_s", 600.0), low=0, low_open=True)
         self.failed_reward = check_failed_reward("failed_reward", group.get("failed_reward", "group_mean"))

@@ -109,7 +109,7 @@ class ServerState:
 
     @property
     def pairwise(self) -> bool:
-        return self.judge.info.kind == "brrm"
+        return bool(self.judge.info.pairwise)
 
     def mark_ready(self) -> None:
         """The model answered a call: ``/ready`` reports ready (unless draining or stuck)."""
@@ -221,7 +221,7 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     from brrm.serve.routes import add_routes
 
     limits = limits or ServerLimits()
-    resolve_mode(limits.get_reward_mode, judge.info.kind)  # refuses 'reference' for a scalar model
+    resolve_mode(limits.get_reward_mode, bool(judge.info.pairwise))  # refuses 'reference' for a scalar model
     metrics = Metrics()
     variants = Variants(judge)
     scheduler = Scheduler(make_runner(variants), max_batch=limits.max_batch, max_wait_s=limits.max_wait_ms / 1000,

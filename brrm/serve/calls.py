@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from brrm.errors import ConfigError
@@ -69,14 +69,15 @@ class CallOptions:
 
 
 class Variants:
-    """The served judge and its per-request variants (same backend, other decoding settings), built once each.
+    """The served judge and its per-request variants (``judge.with_options``: the same backend, other decoding
+    settings), built once each.
 
     Args:
         judge: the served judge.
 
     Raises (from :meth:`get`):
-        ConfigError: when options are given to a judge that is not a BR-RM judge from :func:`brrm.load`, or a
-            budget exceeds the server's.
+        ConfigError: when the judge cannot vary an option (:meth:`~brrm.RewardJudge.with_options`), or a budget
+            exceeds the server's.
     """
 
     def __init__(self, judge: RewardJudge) -> None:
@@ -93,23 +94,20 @@ class Variants:
             return self._made[options]
 
     def _build(self, options: CallOptions) -> RewardJudge:
-        from brrm.compose import PairwiseRewardJudge
-        from brrm.judges.brrm import BRRMConfig, BRRMJudge
-
-        base = getattr(self.judge, "model", None)
-        if not isinstance(self.judge, PairwiseRewardJudge) or not isinstance(base, BRRMJudge):
-            raise ConfigError("options (decoding, budgets, seed) can be set per request only for BR-RM judges; this "
-                              f"server's judge is kind {self.judge.info.kind}")
-        sampling = base.config.sampling
-        for name, value, limit in (("max_new_tokens", options.max_new_tokens, sampling.max_new_tokens_per_turn),
-                                   ("max_total_tokens", options.max_total_tokens, sampling.max_total_tokens)):
-            if value is not None and value > limit:
+        sampling = self.judge.info.options.get("sampling") or {}
+        for name, value, limit in (("max_new_tokens", options.max_new_tokens, sampling.get("max_new_tokens_per_turn")),
+                                   ("max_total_tokens", options.max_total_tokens, sampling.get("max_total_tokens"))):
+            if value is not None and limit is not None and value > limit:
                 raise ConfigError(f"options.{name} {value} exceeds the server's limit of {limit}")
-        sampling = replace(sampling, max_new_tokens_per_turn=options.max_new_tokens or sampling.max_new_tokens_per_turn,
-                           max_total_tokens=options.max_total_tokens or sampling.max_total_tokens,
-                           seed=sampling.seed if options.seed is None else options.seed)
-        config: BRRMConfig = replace(base.config, sampling=sampling, decoding=options.decoding or base.config.decoding)
-        return PairwiseRewardJudge(BRRMJudge(base.backend, config), swap=self.judge.swap)
+        overrides = {k: v for k, v in (("max_new_tokens", options.max_new_tokens),
+                                       ("max_total_tokens", options.max_total_tokens),
+                                       ("decoding", options.decoding), ("seed", options.seed)) if v is not None}
+        try:
+            return self.judge.with_options(**overrides)
+        except ConfigError as exc:
+            raise ConfigError(f"options (decoding, budgets, seed) can be set per request only for BR-RM judges (and "
+                              f"the generative principle models); this server's judge is {self.judge.info.describe()}"
+                              f" ({exc})") from None
 
 
 def pairs_key(swap: bool | None, principles: bool = False, options: CallOptions | None = None) -> tuple[Hashable, ...]:
@@ -169,19 +167,19 @@ def make_runner(judge: RewardJudge | Variants
                                      [i.response_b for i in items], swap=parts[1], ids=[i.id for i in items],
                                      labels=[i.label for i in items],
                                      principles=[i.principle for i in items] if parts[2] else None,
-                                     progress=progress)  # type: ignore[call-arg]
+                                     progress=progress)
         if kind == "score":
             _, refs, principles = parts
             return judge.score([i.conversation for i in items], [i.response for i in items],
                                references=[i.reference for i in items] if refs else None,
                                principles=[i.principle for i in items] if principles else None,
-                               ids=[i.id for i in items], progress=progress)  # type: ignore[call-arg]
+                               ids=[i.id for i in items], progress=progress)
         if kind == "rank":
             _, strategy, swap, reference, _ = parts
             return judge.rank_groups([i.conversation for i in items], [list(i.responses) for i in items],
                                      strategy=strategy, swap=swap,
                                      references=[i.reference for i in items] if reference else None,
-                                     progress=progress)  # type: ignore[call-arg]
+                                     progress=progress)
         raise ConfigError(f"unknown judge call {key!r}")
 
     return run

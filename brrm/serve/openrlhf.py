@@ -203,7 +203,7 @@ def invalid(reason: str, k: int) -> ScalarReward:
     return ScalarReward.failed(Status.INVALID_INPUT, f"query[{k}]: {reason}", id=str(k))
 
 
-def resolve_mode(mode: str, kind: str) -> str:
+def resolve_mode(mode: str, pairwise: bool) -> str:
     """The concrete ``get_reward_mode``: ``auto`` is ``reference`` for pairwise judges, ``scores`` otherwise.
 
     Raises:
@@ -212,8 +212,8 @@ def resolve_mode(mode: str, kind: str) -> str:
     if mode not in ("auto", "scores", "reference"):
         raise ConfigError(f"get_reward_mode {mode!r} is not valid; expected one of auto, scores, reference")
     if mode == "auto":
-        return "reference" if kind == "brrm" else "scores"
-    if mode == "reference" and kind != "brrm":
+        return "reference" if pairwise else "scores"
+    if mode == "reference" and not pairwise:
         raise ConfigError("get_reward_mode 'reference' needs a pairwise judge (kind brrm); a scalar model uses "
                           "'scores'")
     return mode

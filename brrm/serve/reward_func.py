@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from brrm.errors import ConfigError
+from brrm.types.protocols import RewardJudge
 
 _KEYS = ("url", "api_key", "timeout_s", "model", "kind", "backend", "options", "failed_reward", "get_reward_mode",
          "max_batch", "max_wait_ms")
@@ -127,14 +128,14 @@ class LocalRewards:
         ConfigError: on an invalid mode for the judge or an invalid batch setting.
     """
 
-    def __init__(self, judge: Any, *, failed_reward: float | None = 0.0, mode: str = "auto", max_batch: int = 32,
-                 max_wait_ms: float = 10.0) -> None:
+    def __init__(self, judge: RewardJudge, *, failed_reward: float | None = 0.0, mode: str = "auto",
+                 max_batch: int = 32, max_wait_ms: float = 10.0) -> None:
         from brrm.serve.calls import failed_result, make_runner
         from brrm.serve.openrlhf import resolve_mode
         from brrm.service.scheduler import Scheduler
 
         self.judge, self.failed_reward = judge, failed_reward
-        self.mode = resolve_mode(mode, judge.info.kind)
+        self.mode = resolve_mode(mode, bool(judge.info.pairwise))
         self.scheduler = Scheduler(make_runner(judge), max_batch=max_batch, max_wait_s=max_wait_ms / 1000,
                                    max_queue=1 << 30, failed=failed_result)
         self.loop = asyncio.new_event_loop()

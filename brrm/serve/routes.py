@@ -112,9 +112,9 @@ def _rlhf_routes(app: FastAPI, state: ServerState) -> None:
         _checked(state, body, len(body.response_objs), "response_objs")
         conv = Conversation.coerce(nemo_gym.history_messages(body.conversation_history), where="conversation_history")
         texts, bad = nemo_gym.output_texts(body.response_objs)
-        if body.principle is not None and state.judge.info.kind != "principle":
-            raise ConfigError(f"principle: only principle models take one; this judge is kind "
-                              f"{state.judge.info.kind} (send principle null)")
+        if body.principle is not None and not state.judge.info.takes_principle:
+            raise ConfigError(f"principle: only principle models take one; this judge is "
+                              f"{state.judge.info.describe()} (send principle null)")
         strategy = body.strategy or state.limits.compare_strategy
         pairs = nemo_gym.judged_pairs(nemo_gym.comparison_pairs(strategy, len(texts)), bad)
         spent = state.check_cost(cost("pairs", len(pairs), swap=state.swap if body.swap is None else body.swap),
@@ -143,10 +143,10 @@ def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bo
         raise ConfigError(f"items[{refs.index(True)}].reference: a scalar reward model scores each response on its "
                           "own; references are for pairwise judges")
     principles = any(it.principle is not None for it in items)
-    if principles and state.judge.info.kind != "principle":
+    if principles and not state.judge.info.takes_principle:
         k = next(k for k, it in enumerate(items) if it.principle is not None)
         raise ConfigError(f"items[{k}].principle: only principle models (kind principle) take a principle; this "
-                          f"judge is kind {state.judge.info.kind}")
+                          f"judge is {state.judge.info.describe()}")
     return state.pairwise, principles
 
 
@@ -166,7 +166,7 @@ def _fill_principles(state: ServerState, items: list[ScoreItem]) -> list[ScoreIt
 
 async def _get_rewards(state: ServerState, request: Request, body: GetRewardRequest) -> list[ScalarReward]:
     """One reward per query: parsed queries are scored in one job; unusable ones fail with their reason."""
-    mode = openrlhf.resolve_mode(state.limits.get_reward_mode, state.judge.info.kind)
+    mode = openrlhf.resolve_mode(state.limits.get_reward_mode, bool(state.judge.info.pairwise))
     todo = openrlhf.plan(body.query, body.prompts, body.labels, mode=mode,
                          specials=(*state.limits.strip_texts, *openrlhf.POLICY_SPECIAL_TEXTS))
     n = len(todo.items)

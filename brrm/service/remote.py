@@ -37,6 +37,7 @@ from brrm.types import (
 from brrm.types.codec import group_from_dict, judgment_from_dict, reward_from_dict
 
 Progress = Callable[[float], None] | None
+OnResult = Callable[[int, Any], None] | None
 CALLER_ERRORS = (400, 401, 403, 404, 413, 422)
 """Statuses that mean the request itself is wrong (raised as ConfigError with the server's message)."""
 RETRIED = (429, 503)
@@ -69,10 +70,14 @@ class RemoteJudge:
                                                                                           low=1)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s + 5)
+        self._settings: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout_s, "retries": retries,
+                                          "concurrency": concurrency}
         model = self._models()
-        fields = {f.name for f in dataclasses.fields(JudgeInfo)}
+        fields = {f.name for f in dataclasses.fields(JudgeInfo)} - {"spec"}  # the server's spec loads there only
         self.info = JudgeInfo(**{k: v for k, v in model.items() if k in fields})
         self.item_limit = int(model.get("limits", {}).get("item_limit", 64))
+        self.options: dict[str, Any] = {}  # per-request judge options (with_options)
+        self.swap: bool | None = None
 
     def _models(self) -> dict[str, Any]:
         import httpx
@@ -93,7 +98,8 @@ class RemoteJudge:
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Any = None,
-                    progress: Progress = None) -> list[PairwiseJudgment]:
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: Any = None) -> list[PairwiseJudgment]:
         """``POST /v1/judge``; see :class:`~brrm.types.RewardJudge`.
 
         Raises:
@@ -110,14 +116,17 @@ class RemoteJudge:
                   **({"id": str(ids[k])} if ids is not None else {}),
                   **({"label": _label(labels[k])} if labels is not None and labels[k] is not Verdict.NONE else {})}
                  for k in range(n)]
-        extra = {} if swap is None else {"swap": bool(swap)}
+        swap = self.swap if swap is None else swap
+        extra = {**({} if swap is None else {"swap": bool(swap)}), **({"options": self.options} if self.options
+                                                                     else {})}
         out = self._batched("/v1/judge", "pairs", items, extra, "judgments", progress)
-        return [judgment_from_dict(d) if isinstance(d, Mapping) else _failed_judgment(d, items[k])
-                for k, d in enumerate(out)]
+        results = [judgment_from_dict(d) if isinstance(d, Mapping) else _failed_judgment(d, items[k])
+                   for k, d in enumerate(out)]
+        return _reported(results, on_result)
 
     def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Any = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
-              progress: Progress = None) -> list[ScalarReward]:
+              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
         """``POST /v1/score``; see :class:`~brrm.types.RewardJudge`.
 
         Raises:
@@ -132,9 +141,9 @@ class RemoteJudge:
                   **({"principle": per[k]} if per is not None else {}),
                   **({"id": str(ids[k])} if ids is not None else {})} for k in range(n)]
         out = self._batched("/v1/score", "items", items, {}, "rewards", progress)
-        return [reward_from_dict(d) if isinstance(d, Mapping) else
-                ScalarReward.failed(Status.BACKEND_ERROR, str(d), id=items[k].get("id", "")) for k, d in
-                enumerate(out)]
+        return _reported([reward_from_dict(d) if isinstance(d, Mapping) else
+                          ScalarReward.failed(Status.BACKEND_ERROR, str(d), id=items[k].get("id", "")) for k, d in
+                          enumerate(out)], on_result)
 
     def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
@@ -150,8 +159,10 @@ class RemoteJudge:
         bodies = [{**_context(conversations[g], f"conversations[{g}]"),
                    "responses": [_text(r, f"groups[{g}][{i}]") for i, r in enumerate(groups[g])],
                    "strategy": strategy, "timeout_s": self.timeout_s,
+                   **({"options": self.options} if self.options else {}),
                    **({"reference": _text(references[g], f"references[{g}]")} if references is not None else {}),
-                   **({} if swap is None else {"swap": bool(swap)})} for g in range(n)]
+                   **({} if (swap if swap is not None else self.swap) is None
+                      else {"swap": bool(swap if swap is not None else self.swap)})} for g in range(n)]
         done = [0]
 
         def one(body: dict[str, Any]) -> GroupResult:
@@ -184,6 +195,48 @@ class RemoteJudge:
         """One response; see ``score``."""
         refs = None if reference is None else [reference]
         return self.score([conversation], [response], principles=principle, references=refs)[0]
+
+    def with_options(self, **overrides: Any) -> RemoteJudge:
+        """A variant over the same server whose requests carry other settings: ``swap``, and the per-request
+        judge options ``brrm serve`` takes (``max_new_tokens``, ``max_total_tokens``, ``decoding``, ``seed``;
+        each within the server's own). It opens its own connections; closing it leaves the server running.
+
+        Raises:
+            ConfigError: on another option, naming the valid ones.
+        """
+        own = dict(overrides)
+        swap = own.pop("swap", self.swap)
+        unknown = sorted(set(own) - set(REQUEST_OPTIONS))
+        if unknown:
+            raise ConfigError(f"option {unknown[0]!r} cannot be varied over brrm serve; valid: swap, "
+                              f"{', '.join(REQUEST_OPTIONS)}")
+        variant = RemoteJudge(self.url, **self._settings)
+        variant.options, variant.swap = {**self.options, **own}, swap
+        return variant
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        """The model calls a request makes on the server (as the served judge's own ``cost``): a pairwise judge's
+        ordered judgments (times two with swap, times its ``samples``), a scalar model's scored sequences.
+
+        Raises:
+            ConfigError: on an unknown shape or strategy, or n < 0.
+        """
+        from brrm.compose.strategies import check_strategy, judgments_per_group
+
+        if shape not in ("pairs", "score", "group") or n < 0:
+            raise ConfigError(f"cost: shape must be pairs, score or group and n >= 0, got {shape!r}, {n}")
+        if not self.info.pairwise:
+            if shape != "group":
+                return n * (2 if shape == "pairs" else 1)
+            return n + (check_strategy(strategy, pairwise=False, has_reference=strategy == "reference")
+                        == "reference")
+        both = bool(self.info.options.get("swap", False) if swap is None and self.swap is None
+                    else (self.swap if swap is None else swap))
+        samples = int(self.info.options.get("samples", 1) or 1)
+        if shape != "group":
+            return n * (2 if both else 1) * samples
+        chosen = check_strategy(strategy, pairwise=True, has_reference=strategy == "reference")
+        return judgments_per_group(chosen, n, swap=both) * samples
 
     def close(self) -> None:
         """Close the HTTP connections (the server and its model keep running)."""
@@ -245,6 +298,18 @@ class RemoteJudge:
 
 
 # ------------------------------------------------------------------------------------------ helpers
+REQUEST_OPTIONS = ("max_new_tokens", "max_total_tokens", "decoding", "seed")
+"""The per-request judge options of ``brrm serve``'s ``options`` field (``JudgeOptions``)."""
+
+
+def _reported(results: list[Any], on_result: OnResult) -> list[Any]:
+    """``results``, each passed to ``on_result`` first (a remote call knows them all when it returns)."""
+    if on_result is not None:
+        for i, r in enumerate(results):
+            on_result(i, r)
+    return results
+
+
 def _same_length(**lists: Sequence[Any] | None) -> int:
     given = {k: len(v) for k, v in lists.items() if v is not None}
     if len(set(given.values())) > 1:

@@ -168,10 +168,6 @@ class Scheduler:
         """Whether the queue is at or over ``max_queue`` (a new job of any cost would be refused)."""
         return bool(self._queue) and self._queued_cost >= self.max_queue
 
-    def close_intake(self) -> None:
-        """Refuse new work from now on (SIGTERM: in-flight requests still finish)."""
-        self._closing = True
-
     # ------------------------------------------------------------------------------------------ submit
     def check_admission(self, cost: int) -> None:
         """Refuse a job of ``cost`` units now if it would be refused when submitted (no side effect but metrics).

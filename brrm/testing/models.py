@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 from brrm.testing.tokenizers import build_tiny_tokenizer, save_tokenizer
+from brrm.types import RewardJudge
 
 #: Architecture of the tiny Qwen3 (vocab and special ids come from the tokenizer). head_dim 64 is the
 #: smallest that vLLM's CPU attention accepts.
@@ -110,11 +111,18 @@ def save_tiny_qwen3(path: str | os.PathLike[str], **kwargs: Any) -> Path:
     return out
 
 
-def brrm_judge(backend: Any, config: Any = None) -> Any:
+def brrm_judge(backend: Any, config: Any = None) -> RewardJudge:
     """The :class:`~brrm.RewardJudge` of a BR-RM judge over ``backend`` with a full ``BRRMConfig`` (tests that
-    set config fields directly; users call :func:`brrm.load`, which builds the same object)."""
-    from brrm.compose import PairwiseRewardJudge
-    from brrm.judges.brrm import BRRMConfig, BRRMJudge
+    set config fields directly), built through the one door: :func:`brrm.load` with every field of ``config``
+    as its flat keyword (the sampling settings as ``temperature``, ``top_p``, ``max_new_tokens``, …)."""
+    from dataclasses import fields
 
-    config = config or BRRMConfig()
-    return PairwiseRewardJudge(BRRMJudge(backend, config), swap=config.swap)
+    import brrm
+
+    if config is None:
+        return brrm.load(kind="brrm", backend=backend)
+    s = config.sampling
+    flat = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "sampling"}
+    flat.update(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens_per_turn,
+                max_total_tokens=s.max_total_tokens, seed=s.seed)
+    return brrm.load(kind="brrm", backend=backend, **flat)

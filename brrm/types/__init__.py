@@ -6,6 +6,7 @@ options, sampling), :mod:`~brrm.types.results` (results with explicit statuses),
 """
 
 from brrm.types.config import (
+    SAMPLING_KEYS,
     SamplingConfig,
     check_bool,
     check_bool_or_auto,
@@ -13,14 +14,27 @@ from brrm.types.config import (
     check_enum,
     check_float,
     check_int,
+    override_config,
 )
-from brrm.types.conversation import ROLES, Conversation, Message
-from brrm.types.protocols import KINDS, JudgeInfo, OrderedPairJudge, RewardJudge, ScalarRewardModel
+from brrm.types.conversation import ROLES, Conversation, ConversationLike, Message
+from brrm.types.protocols import (
+    BACKENDS,
+    KIND_TRAITS,
+    KINDS,
+    SHAPES,
+    JudgeInfo,
+    JudgeSpec,
+    OrderedPairJudge,
+    Progress,
+    RewardJudge,
+    ScalarRewardModel,
+    Variable,
+    set_loader,
+)
 from brrm.types.results import (
     GroupResult,
     PairwiseJudgment,
     Provenance,
-    ResponseAnalysis,
     ScalarReward,
     Status,
     Verdict,
@@ -30,22 +44,29 @@ from brrm.types.results import (
 from brrm.types.summary import JudgmentSummary, summarize, summarize_rewards
 
 __all__ = [
+    "BACKENDS",
     "KINDS",
+    "KIND_TRAITS",
+    "SAMPLING_KEYS",
+    "SHAPES",
     "ROLES",
     "Conversation",
+    "ConversationLike",
     "GroupResult",
     "JudgeInfo",
+    "JudgeSpec",
     "JudgmentSummary",
     "Message",
     "OrderedPairJudge",
+    "Progress",
     "PairwiseJudgment",
     "Provenance",
-    "ResponseAnalysis",
     "RewardJudge",
     "SamplingConfig",
     "ScalarReward",
     "ScalarRewardModel",
     "Status",
+    "Variable",
     "Verdict",
     "check_bool",
     "check_bool_or_auto",
@@ -54,7 +75,9 @@ __all__ = [
     "check_float",
     "check_int",
     "check_same_length",
+    "override_config",
     "parse_label",
+    "set_loader",
     "summarize",
     "summarize_rewards",
 ]

@@ -28,7 +28,8 @@ def provenance_from_dict(d: Mapping[str, Any] | None) -> Provenance | None:
         return None
     return Provenance(model=d["model"], backend=d["backend"], template_hash=d["template_hash"],
                       sampling=SamplingConfig(**d["sampling"]), seed=d["seed"], decoding=d["decoding"],
-                      policies=dict(d["policies"]), calibration=d.get("calibration", ""))
+                      policies=dict(d["policies"]), calibration=d.get("calibration", ""),
+                      fingerprint=d.get("fingerprint", ""))
 
 
 def judgment_from_dict(d: Mapping[str, Any]) -> PairwiseJudgment:

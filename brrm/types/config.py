@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 from brrm.errors import ConfigError
 
 E = TypeVar("E", bound=enum.Enum)
+C = TypeVar("C")
+
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_new_tokens", "max_total_tokens", "seed")
+"""The :func:`brrm.load` keywords that set a :class:`SamplingConfig` (``max_new_tokens`` is per turn)."""
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -151,6 +155,19 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    def override(self, options: Mapping[str, Any]) -> SamplingConfig:
+        """These settings with the ones ``options`` names (:func:`brrm.load`'s keywords: ``temperature``,
+        ``top_p``, ``top_k``, ``max_new_tokens`` (per turn), ``max_total_tokens``, ``seed``); other keys are ignored.
+
+        Raises:
+            ConfigError: naming the field and its valid range.
+        """
+        return SamplingConfig(temperature=options.get("temperature", self.temperature),
+                              top_p=options.get("top_p", self.top_p), top_k=options.get("top_k", self.top_k),
+                              max_new_tokens_per_turn=options.get("max_new_tokens", self.max_new_tokens_per_turn),
+                              max_total_tokens=options.get("max_total_tokens", self.max_total_tokens),
+                              seed=options.get("seed", self.seed))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "temperature": self.temperature,
@@ -160,3 +177,24 @@ class SamplingConfig:
             "seed": self.seed,
             **({"top_k": self.top_k} if self.top_k else {}),  # off by default: older records stay unchanged
         }
+
+
+def override_config(config: C, options: Mapping[str, Any]) -> C:
+    """``config`` (a judge's frozen config dataclass with a ``sampling`` field) with ``options`` applied: a
+    ``sampling`` value replaces its :class:`SamplingConfig`, :data:`SAMPLING_KEYS` then override single settings,
+    the other keys go to fields of the same name; validated as new.
+
+    Raises:
+        ConfigError: on a key that is neither, naming the valid ones, or an invalid value.
+    """
+    names = {f.name for f in fields(config)}  # type: ignore[arg-type]
+    unknown = sorted(set(options) - names - set(SAMPLING_KEYS))
+    if unknown:
+        raise ConfigError(f"option {unknown[0]!r} cannot be varied on this judge; valid: "
+                          f"{', '.join(sorted(names | set(SAMPLING_KEYS)))}")
+    base = options.get("sampling", config.sampling)  # type: ignore[attr-defined]
+    if not isinstance(base, SamplingConfig):
+        raise ConfigError(f"sampling must be a SamplingConfig, got {type(base).__name__}")
+    sampling = base.override(options)
+    names.discard("sampling")
+    return replace(config, sampling=sampling, **{k: v for k, v in options.items() if k in names})  # type: ignore[type-var]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,3 +138,9 @@ class Conversation:
         """sha256 (hex) of the messages as canonical JSON: a stable key of the conversation's content."""
         text = json.dumps(self.to_list(), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+ConversationLike = Conversation | str | Sequence[Mapping[str, object] | Message]
+"""What a judge method takes as a conversation: a :class:`Conversation`, a prompt string, or a list of
+``{"role", "content"}`` messages (or :class:`Message` s) ending with a user (or tool) turn
+(:meth:`Conversation.coerce` checks it)."""

@@ -9,10 +9,15 @@ presentation order) or :class:`ScalarRewardModel` (Bradley–Terry, principle mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from brrm.errors import ConfigError
+from brrm.fingerprint import weights_fingerprint
+from brrm.types.config import check_choice
+from brrm.types.conversation import ConversationLike
 from brrm.types.results import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 
 KINDS = ("brrm", "bt", "principle")
@@ -21,6 +26,147 @@ KINDS = ("brrm", "bt", "principle")
 
 Principles = str | Sequence[str] | None
 """One principle for every item, one per item, or None (the judge's default principle, if any)."""
+
+Progress = Callable[[float], None] | None
+OnResult = Callable[[int, Any], None] | None
+"""``on_result(index, result)``: item ``index``'s final result, as soon as it is known (a continuously batching
+backend knows it before the call returns), in the calling thread; results still come back in order."""
+OnStep = Callable[[int, int], None] | None
+"""``on_step(rows, tokens)``: after each decoding step of a continuously batching backend (rows in its batch,
+tokens the step added), for progress displays; judges without decoding steps never call it."""
+"""A callback the batch methods call with the number of items (pairs, responses) just finished, > 0."""
+
+SHAPES = ("pairs", "score", "group")
+"""What a request judges, for :meth:`RewardJudge.cost`: N pairs, N responses scored, or one group of N."""
+
+BACKENDS = ("transformers", "vllm", "openai")
+"""Backend names :func:`brrm.load` and :class:`JudgeSpec` accept."""
+
+KIND_TRAITS: Mapping[str, Mapping[str, bool]] = {
+    "brrm": {"pairwise": True, "takes_principle": False, "needs_reference": True},
+    "bt": {"pairwise": False, "takes_principle": False, "needs_reference": False},
+    "principle": {"pairwise": False, "takes_principle": True, "needs_reference": False},
+}
+"""The traits each model kind declares (:class:`JudgeInfo`): the one table that maps a kind to behaviour."""
+
+
+_LOADER: list[Callable[[JudgeSpec], RewardJudge]] = []
+"""The builder :meth:`JudgeSpec.load` calls: :mod:`brrm.load` registers it on import (``import brrm`` imports
+it), so the spec, a value every layer may hold, does not import the layers that build judges."""
+
+
+def set_loader(loader: Callable[[JudgeSpec], RewardJudge]) -> None:
+    """Register the function that builds a judge from a spec (:mod:`brrm.load` does, once)."""
+    _LOADER[:] = [loader]
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """What to load: the arguments of :func:`brrm.load` as one value, with the fingerprint of the weights.
+
+    Attributes:
+        model: hub id, local directory, or None for the embedded demo model (as :func:`brrm.load` takes it).
+        kind: ``auto``, ``brrm``, ``bt`` or ``principle``.
+        backend: ``transformers``, ``vllm`` or ``openai``.
+        options: the judge's and the backend's keyword options of :func:`brrm.load`, JSON values only
+            (stored as a plain dict; ``swap``, ``temperature``, ``dtype``, ``base_url``, …).
+        fingerprint: the weights' fingerprint (see :mod:`brrm.fingerprint`); computed from ``model`` when left
+            empty, kept as given otherwise (a spec read back from JSON or a pickle keeps the one it was made
+            with, and :meth:`load` refuses weights that changed since).
+
+    Raises:
+        ConfigError: on an unknown kind or backend, a model that is not a non-empty string or None, or an
+            option value that is not JSON (naming the option).
+    """
+
+    model: str | None = None
+    kind: str = "auto"
+    backend: str = "transformers"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: str = ""
+
+    def __post_init__(self) -> None:
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+            raise ConfigError(f"model must be a hub id, a local directory or None, got {self.model!r}")
+        check_choice("kind", self.kind, ("auto", *KINDS))
+        check_choice("backend", self.backend, BACKENDS)
+        options = dict(self.options)
+        for name, value in options.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError):
+                raise ConfigError(f"option {name!r} of a JudgeSpec must be a JSON value, got {value!r}") from None
+        object.__setattr__(self, "options", dict(sorted(options.items())))
+        if not self.fingerprint:
+            object.__setattr__(self, "fingerprint", weights_fingerprint(self.model))
+
+    @classmethod
+    def from_load(cls, model: str | None = None, /, *, kind: str = "auto", backend: str = "transformers",
+                  **options: Any) -> JudgeSpec:
+        """The spec of ``brrm.load(model, kind=kind, backend=backend, **options)`` (the same arguments).
+
+        Raises:
+            ConfigError: as the constructor.
+        """
+        return cls(model, kind=kind, backend=backend, options=options)
+
+    def __hash__(self) -> int:
+        return hash(self.to_json())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON-ready values (``from_dict`` inverts it)."""
+        return {"model": self.model, "kind": self.kind, "backend": self.backend, "options": dict(self.options),
+                "fingerprint": self.fingerprint}
+
+    def to_json(self) -> str:
+        """The spec as one canonical JSON line (sorted keys)."""
+        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JudgeSpec:
+        """The spec ``to_dict`` wrote.
+
+        Raises:
+            ConfigError: on unknown or invalid fields.
+        """
+        unknown = sorted(set(data) - {"model", "kind", "backend", "options", "fingerprint"})
+        if unknown:
+            raise ConfigError(f"unknown JudgeSpec field {unknown[0]!r}; valid: model, kind, backend, options, "
+                              "fingerprint")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_json(cls, text: str) -> JudgeSpec:
+        """The spec ``to_json`` wrote.
+
+        Raises:
+            ConfigError: when ``text`` is not a JSON object of spec fields.
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"a JudgeSpec must be a JSON object: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"a JudgeSpec must be a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def current_fingerprint(self) -> str:
+        """The fingerprint of what ``model`` names now (cached digests; see :mod:`brrm.fingerprint`)."""
+        return weights_fingerprint(self.model)
+
+    def load(self) -> RewardJudge:
+        """Build the judge this spec names (:func:`brrm.load`'s builder, registered with :func:`set_loader`), here
+        or in a worker; its ``info.spec`` is this spec.
+
+        Raises:
+            ConfigError: when the weights ``model`` names now are not the ones fingerprinted (overwritten,
+                a symlink switched, another hub commit), and whatever :func:`brrm.load` raises.
+        """
+        current = self.current_fingerprint()
+        if current != self.fingerprint:
+            raise ConfigError(f"the weights of {self.model!r} changed since this spec was made: fingerprint "
+                              f"{current} is not {self.fingerprint}; make a new spec to judge with them")
+        return _LOADER[0](self)
 
 
 @dataclass(frozen=True)
@@ -43,6 +189,14 @@ class JudgeInfo:
             servers); callers that stream results (the CLI) hand over this many at a time, >= 1.
         concurrent: calls may run from several threads at once and share the engine's running batch (vLLM,
             OpenAI-compatible servers); the HTTP server then runs several judge calls at a time.
+        pairwise: the model judges pairs natively (BR-RM); False: it gives each response a scalar reward.
+            None: the kind's trait (:data:`KIND_TRAITS`). Surfaces read this, never ``kind``.
+        takes_principle: ``principles=`` steer the reward (principle models); others refuse them.
+        needs_reference: ``score`` needs ``references=`` (a pairwise judge scores P(response ≻ reference)).
+        fingerprint: the fingerprint of the loaded weights (:func:`brrm.fingerprint.weights_fingerprint`); empty for a
+            judge over a hand-built backend.
+        spec: the :class:`JudgeSpec` this judge was loaded from (``spec.load()`` rebuilds it), or
+            None for a judge over a hand-built backend object.
     """
 
     model: str
@@ -55,6 +209,26 @@ class JudgeInfo:
     options: Mapping[str, Any] = field(default_factory=dict)
     chunk_size: int = 64
     concurrent: bool = False
+    pairwise: bool | None = None
+    takes_principle: bool | None = None
+    needs_reference: bool | None = None
+    fingerprint: str = ""
+    spec: JudgeSpec | None = None
+
+    def __post_init__(self) -> None:
+        traits = KIND_TRAITS.get(self.kind, {})
+        for trait in ("pairwise", "takes_principle", "needs_reference"):
+            if getattr(self, trait) is None:
+                if trait not in traits:
+                    raise ConfigError(f"JudgeInfo.{trait} must be given for kind {self.kind!r} (no declared "
+                                      f"trait; known kinds: {', '.join(KIND_TRAITS)})")
+                object.__setattr__(self, trait, traits[trait])
+        if isinstance(self.spec, Mapping):  # from to_dict()
+            object.__setattr__(self, "spec", JudgeSpec.from_dict(self.spec))
+
+    def describe(self) -> str:
+        """One line for people: ``kind brrm (brrm), backend transformers``."""
+        return f"kind {self.kind} ({self.recipe}), backend {self.backend}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +242,11 @@ class JudgeInfo:
             "options": dict(self.options),
             "chunk_size": self.chunk_size,
             "concurrent": self.concurrent,
+            "pairwise": self.pairwise,
+            "takes_principle": self.takes_principle,
+            "needs_reference": self.needs_reference,
+            "fingerprint": self.fingerprint,
+            "spec": self.spec.to_dict() if self.spec is not None else None,
         }
 
 
@@ -94,7 +273,17 @@ class RewardJudge(Protocol):
         judge(conversation, response_a, response_b, /, *, swap=None) -> PairwiseJudgment and
         score_one(conversation, response, /, *, principle=None, reference=None) -> ScalarReward: single
             items.
+        with_options(**overrides) -> RewardJudge: a variant on the same loaded backend with other settings
+            (the keywords of :func:`brrm.load` that do not load anything: decoding, budgets, seed, swap,
+            margin, principle, …); the variant shares the backend, so closing either closes both.
+        cost(shape, n, /, *, strategy="auto", swap=None) -> int: the model calls a request makes: ``shape``
+            ``pairs`` (n pairs), ``score`` (n responses) or ``group`` (one group of n responses); a call is one
+            ordered judgment of a pairwise judge, one scored sequence of a scalar model.
         close(): free the model (engines, threads); also on leaving a ``with`` block.
+
+    The batch methods take ``progress``: a callback called with the number of items just finished
+    (:data:`Progress`); ``judge_pairs`` and ``score`` also ``on_result`` (each item's result as soon as it is
+    final, :data:`OnResult`), and ``judge_pairs`` ``on_step`` (decoding steps, :data:`OnStep`).
 
     Raises (every method):
         ConfigError: on mismatched lengths, an invalid conversation, a response that is not a string, or an
@@ -104,27 +293,35 @@ class RewardJudge(Protocol):
 
     info: JudgeInfo
 
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
-                    labels: Sequence[Verdict] | None = None,
-                    principles: Principles = None) -> list[PairwiseJudgment]: ...
+                    labels: Sequence[Verdict] | None = None, principles: Principles = None,
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: OnStep = None) -> list[PairwiseJudgment]: ...
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
-              references: Sequence[str] | None = None, ids: Sequence[str] | None = None) -> list[ScalarReward]: ...
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
+              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]: ...
 
-    def rank(self, conversation: Any, responses: Sequence[str], /, *, strategy: str = "auto",
-             reference: str | None = None, swap: bool | None = None,
-             principles: Principles = None) -> GroupResult: ...
+    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
+             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
+             progress: Progress = None) -> GroupResult: ...
 
-    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
-                    principles: Principles = None) -> list[GroupResult]: ...
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]: ...
 
-    def judge(self, conversation: Any, response_a: str, response_b: str, /, *,
+    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
               swap: bool | None = None) -> PairwiseJudgment: ...
 
-    def score_one(self, conversation: Any, response: str, /, *, principle: str | None = None,
+    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
                   reference: str | None = None) -> ScalarReward: ...
+
+    def with_options(self, **overrides: Any) -> RewardJudge: ...
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int: ...
 
     def close(self) -> None: ...
 
@@ -139,7 +336,8 @@ class ScalarRewardModel(Protocol):
 
     info: JudgeInfo
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Principles = None,
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
               ids: Sequence[str] | None = None) -> list[ScalarReward]:
         """One reward per (conversation, response), in input order."""
         ...
@@ -156,9 +354,20 @@ class OrderedPairJudge(Protocol):
 
     info: JudgeInfo
 
-    def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
+    def judge_ordered(self, conversations: Sequence[ConversationLike],
+                      first: Sequence[str], second: Sequence[str], /, *,
                       ids: Sequence[str] | None = None) -> list[PairwiseJudgment]:
         """One judgment per ordered pair, with the winner in the caller's frame (A = ``first``)."""
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Variable(Protocol):
+    """A model that makes a variant of itself with other settings on the same backend (brrm's BR-RM, principle
+    and Bradley–Terry models); :meth:`RewardJudge.with_options` builds on it."""
+
+    def with_options(self, **options: Any) -> Any:
+        """This model with ``options`` applied (validated), sharing its backend."""
+        ...

@@ -66,6 +66,8 @@ class Provenance:
         policies: input-normalisation policies applied (e.g. history reasoning stripped), name -> value.
         calibration: the sha256 (hex, first 16) of the probability calibration applied to P(A ≻ B)
             (:mod:`brrm.calibration`); ``""`` when none was applied.
+        fingerprint: the fingerprint of the weights that produced the result (:class:`brrm.JudgeSpec`); empty
+            when the backend was built by hand or the result was replayed.
     """
 
     model: str
@@ -76,10 +78,12 @@ class Provenance:
     decoding: str = "faithful"
     policies: Mapping[str, Any] = field(default_factory=dict)
     calibration: str = ""
+    fingerprint: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
+            "fingerprint": self.fingerprint,
             "backend": self.backend,
             "template_hash": self.template_hash,
             "sampling": self.sampling.to_dict(),
@@ -88,13 +92,6 @@ class Provenance:
             "policies": dict(self.policies),
             "calibration": self.calibration,
         }
-
-
-@dataclass(frozen=True)
-class ResponseAnalysis:
-    """Turn-1 analysis of one response: its critical issues (free text, as the judge wrote them)."""
-
-    critical_issues: str
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,186 @@
+"""The backends' options, written once: one frozen, validated dataclass per backend.
+
+:func:`brrm.load` splits its flat keywords by these fields (an unknown one names the valid ones), and the CLI
+derives its backend flags, their help and choices from them (``cli/common.py``), so adding a backend option is
+one field here (and its use in the backend). Every field is ``None`` by default: unset, the backend's own
+default applies (named in the field's help). Values are checked in ``__post_init__`` before any model loads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from brrm.types.config import check_bool, check_bool_or_auto, check_choice, check_float, check_int
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+SCHEDULINGS = ("continuous", "static")
+
+
+def _opt(help: str, *, choices: tuple[str, ...] = (), cli: bool = True) -> Any:
+    """A field that is unset (None) by default, with its help text (unit, range, default, source)."""
+    return field(default=None, metadata={"help": help, "choices": choices, "cli": cli})
+
+
+def _check(options: Any, **checks: Any) -> None:
+    for name, check in checks.items():
+        value = getattr(options, name)
+        if value is not None:
+            check(name, value)
+
+
+def _int(low: int) -> Any:
+    return lambda name, v: check_int(name, v, low=low)
+
+
+def _choice(valid: tuple[str, ...]) -> Any:
+    return lambda name, v: check_choice(name, v, valid)
+
+
+@dataclass(frozen=True)
+class TransformersOptions:
+    """Options of the transformers backend (:class:`~brrm.backends.transformers.TransformersBackend`)."""
+
+    dtype: str | None = _opt("weights dtype: auto (bf16 on GPU, fp32 on CPU; the default), float32, bfloat16, "
+                             "float16", choices=DTYPES)
+    device: str | None = _opt("auto (CUDA when available; the default), cpu or cuda", choices=DEVICES)
+    batch_size: int | None = _opt("rows decoded (or scored) together, >= 1 (default 8)")
+    classify_batch_size: int | None = _opt("rows scored together by a classification head, >= 1 (default: "
+                                           "batch_size)")
+    token_budget: int | None = _opt("padded tokens per scoring batch, >= 1 (default 16384)")
+    prefix_cache: bool | None = _opt("keep each sequence's KV cache for a prompt that extends it (default on)")
+    jump_forward: bool | None = _opt("feed the tokens a constraint forces next in one step (default on)")
+    batch_invariant: bool | str | None = _opt("results independent of batch composition: true, false or auto "
+                                              "(the default: on where the model's attention allows it)")
+    trust_remote_code: bool | None = _opt("run the checkpoint's own modelling code (default off)")
+    scheduling: str | None = _opt("continuous (the default: finished rows are replaced at once, a turn 2 joins as "
+                                  "soon as its turn 1 ends) or static (chunks decoded to completion); same results",
+                                  choices=SCHEDULINGS)
+    progress_bars: bool | None = _opt("show transformers' loading progress bars (default off)", cli=False)
+
+    def __post_init__(self) -> None:
+        _check(self, dtype=_choice(DTYPES), device=_choice(DEVICES), batch_size=_int(1),
+               classify_batch_size=_int(1), token_budget=_int(1), prefix_cache=check_bool, jump_forward=check_bool,
+               batch_invariant=check_bool_or_auto, trust_remote_code=check_bool, scheduling=_choice(SCHEDULINGS),
+               progress_bars=check_bool)
+
+    def backend_kwargs(self) -> dict[str, Any]:
+        """The set options as ``TransformersBackend.from_pretrained`` keywords (the same names)."""
+        return set_options(self)
+
+
+@dataclass(frozen=True)
+class VLLMOptions:
+    """Options of the vLLM backend (:class:`~brrm.backends.vllm.VLLMBackend`; names as vLLM's engine arguments)."""
+
+    dtype: str | None = _opt("weights dtype: auto (the default), float32, bfloat16, float16", choices=DTYPES)
+    device: str | None = _opt("auto (the default), cpu or cuda", choices=DEVICES)
+    max_model_len: int | None = _opt("engine context length in tokens, >= 1 (default: the model's)")
+    tensor_parallel_size: int | None = _opt("GPUs per model replica, >= 1 (default 1)")
+    pipeline_parallel_size: int | None = _opt("pipeline stages, >= 1 (default 1)")
+    gpu_memory_utilization: float | None = _opt("fraction of GPU memory for weights and KV cache, in (0, 1] "
+                                                "(default 0.9)")
+    enforce_eager: bool | None = _opt("no CUDA graphs (default off)")
+    block_size: int | None = _opt("KV cache block size in tokens, >= 1 (default: vLLM's)")
+    enable_prefix_caching: bool | None = _opt("automatic prefix caching (default on)")
+    structured_outputs_backend: str | None = _opt("vLLM's structured-output backend (default auto)")
+    distributed_executor_backend: str | None = _opt("vLLM's executor: mp or ray (default: vLLM's)")
+    engine_kwargs: Mapping[str, Any] | None = _opt("further vllm.LLM keyword arguments, a JSON object")
+    trust_remote_code: bool | None = _opt("run the checkpoint's own modelling code (default off)")
+    batch_size: int | None = _opt("most sequences per engine call, >= 1 (default: the engine's)")
+    chunk_size: int | None = _opt("ordered judgments per judge call, >= 1 (default 4096)", cli=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.engine_kwargs, str):  # from the CLI
+            object.__setattr__(self, "engine_kwargs", _json_object("engine_kwargs", self.engine_kwargs))
+        elif self.engine_kwargs is not None and not isinstance(self.engine_kwargs, Mapping):
+            _json_object("engine_kwargs", self.engine_kwargs)
+        _check(self, dtype=_choice(DTYPES), device=_choice(DEVICES), max_model_len=_int(1),
+               tensor_parallel_size=_int(1), pipeline_parallel_size=_int(1), enforce_eager=check_bool,
+               gpu_memory_utilization=lambda n, v: check_float(n, v, low=0, high=1, low_open=True),
+               block_size=_int(1), enable_prefix_caching=check_bool, trust_remote_code=check_bool,
+               batch_size=_int(1), chunk_size=_int(1))
+
+    def backend_kwargs(self) -> dict[str, Any]:
+        """The set options as ``VLLMBackend.from_pretrained`` keywords (``chunk_size`` is its ``judge_chunk_size``)."""
+        out = set_options(self)
+        if "chunk_size" in out:
+            out["judge_chunk_size"] = out.pop("chunk_size")
+        if "engine_kwargs" in out:
+            out["engine_kwargs"] = dict(out["engine_kwargs"])
+        return out
+
+
+@dataclass(frozen=True)
+class OpenAIOptions:
+    """Options of the OpenAI-compatible backend (:class:`~brrm.backends.openai.OpenAIBackend`)."""
+
+    base_url: str | tuple[str, ...] | None = _opt("OpenAI-compatible server URL(s), e.g. http://127.0.0.1:8000/v1 "
+                                                  "(several: requests are spread over them)")
+    served_model_name: str | None = _opt("the model name the server expects (default: the one it serves)")
+    api_key: str | None = _opt("bearer token for the servers (default: OPENAI_API_KEY, else none)", cli=False)
+    max_concurrency: int | None = _opt("requests in flight at once, >= 1 (default 16)")
+    timeout_s: float | None = _opt("seconds per HTTP request, > 0 (default 600)")
+    http_retries: int | None = _opt("retries of a failed request, >= 0 (default 4)")
+    max_context: int | None = _opt("context window in tokens, >= 1 (default: the server's max_model_len)")
+    trust_remote_code: bool | None = _opt("run the tokenizer's own code (default off)")
+    chunk_size: int | None = _opt("ordered judgments per judge call, >= 1 (default 4096)", cli=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.base_url, list | tuple):
+            object.__setattr__(self, "base_url", tuple(self.base_url))
+        _check(self, max_concurrency=_int(1), timeout_s=lambda n, v: check_float(n, v, low=0, low_open=True),
+               http_retries=_int(0), max_context=_int(1), trust_remote_code=check_bool, chunk_size=_int(1))
+
+    def backend_kwargs(self) -> dict[str, Any]:
+        """The set options as ``OpenAIBackend.from_options`` keywords (``http_retries`` is its ``max_retries``,
+        several URLs its ``base_urls``, ``chunk_size`` its ``judge_chunk_size``)."""
+        out = set_options(self)
+        if "http_retries" in out:
+            out["max_retries"] = out.pop("http_retries")
+        if isinstance(out.get("base_url"), tuple):
+            out["base_urls"] = list(out.pop("base_url"))
+        if "chunk_size" in out:
+            out["judge_chunk_size"] = out.pop("chunk_size")
+        return out
+
+
+OPTION_CLASSES: dict[str, type[TransformersOptions] | type[VLLMOptions] | type[OpenAIOptions]] = {
+    "transformers": TransformersOptions, "vllm": VLLMOptions, "openai": OpenAIOptions}
+"""Each backend's options class, by backend name."""
+
+
+def field_names(backend: str) -> tuple[str, ...]:
+    """The option names of ``backend``, in definition order."""
+    return tuple(f.name for f in fields(OPTION_CLASSES[backend]))
+
+
+def set_options(options: Any) -> dict[str, Any]:
+    """The fields of an options object that are set (not None), by name."""
+    return {f.name: getattr(options, f.name) for f in fields(options) if getattr(options, f.name) is not None}
+
+
+def cli_fields() -> dict[str, list[tuple[str, Any]]]:
+    """Every option with a CLI flag: name -> [(backend, field), ...] (one flag serves every backend that has the
+    field), in definition order."""
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for backend, cls in OPTION_CLASSES.items():
+        for f in fields(cls):
+            if f.metadata.get("cli", True):
+                out.setdefault(f.name, []).append((backend, f))
+    return out
+
+
+def _json_object(name: str, value: Any) -> dict[str, Any]:
+    from brrm.errors import ConfigError
+
+    try:
+        data = json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{name} must be a JSON object, got {value!r} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name} must be a JSON object, got {value!r}")
+    return data

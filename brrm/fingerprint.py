@@ -1,0 +1,144 @@
+"""Fingerprints of the weights a model argument names: what makes two :class:`~brrm.JudgeSpec` s differ.
+
+* a local folder: ``dir:`` + sha256 over (relative name, size, sha256 of the content) of every weight, config
+  and tokenizer file in it (:data:`WEIGHT_SUFFIXES`), symlinks followed. Content digests are cached per file,
+  keyed by (real path, size, mtime in ns, inode), in memory and in ``fingerprints.json`` under the brrm cache
+  folder (``BRRM_CACHE_DIR``, else the user cache dir), so a 60 GB checkpoint is read once, not on every start;
+  a folder overwritten in place or a symlink switched to another checkpoint gives another fingerprint;
+* a hub id: ``hub:<id>@<commit>``, the commit the local Hugging Face cache resolves ``main`` to, else the
+  commit the hub reports; ``hub:<id>@unresolved`` when neither can be asked (offline and not cached — loading
+  it fails anyway, naming the cure);
+* the embedded demo model (``model=None``): ``embedded:`` + the content digest of the GGUF file it ships in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model", ".tiktoken", ".txt",
+                   ".jinja", ".py")
+"""Files of a checkpoint folder that the fingerprint covers: weights, configs, tokenizer files, chat templates and
+remote code (a README or an image does not change what loads)."""
+
+FORMAT = 1
+"""Version of the fingerprint recipe (in every fingerprint's hash, so a changed recipe never collides)."""
+
+
+def weights_fingerprint(model: str | None) -> str:
+    """The fingerprint of the weights ``model`` names (local folder, hub id or None: the embedded model).
+
+    Returns:
+        ``dir:<sha256 hex 32>``, ``hub:<id>@<commit>``, ``hub:<id>@unresolved`` or ``embedded:<sha256 hex 32>``.
+
+    Raises:
+        BackendUnavailable: for None when the package that ships the embedded model is missing.
+    """
+    if model is None:
+        from brrm.embedded import embedded_gguf_path
+
+        gguf = embedded_gguf_path()
+        return "embedded:" + _digest([(gguf.name, gguf.stat().st_size, _file_digest(gguf))])
+    path = Path(os.path.expanduser(model))
+    if path.is_dir():
+        return "dir:" + _digest(_folder_entries(path))
+    return f"hub:{model}@{_hub_commit(model)}"
+
+
+def _digest(entries: list[tuple[str, int, str]]) -> str:
+    h = hashlib.sha256(f"brrm-fingerprint:{FORMAT}".encode())
+    for name, size, digest in entries:
+        h.update(f"\0{name}\0{size}\0{digest}".encode())
+    return h.hexdigest()[:32]
+
+
+def _folder_entries(root: Path) -> list[tuple[str, int, str]]:
+    """(relative name, size, content digest) of every fingerprinted file under ``root``, sorted by name."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            file = Path(dirpath) / name
+            if name.startswith(".") or not name.endswith(WEIGHT_SUFFIXES) or not file.is_file():
+                continue
+            out.append((file.relative_to(root).as_posix(), file.stat().st_size, _file_digest(file)))
+    return sorted(out)
+
+
+_lock = threading.Lock()
+_memory: dict[str, str] = {}
+_disk_loaded: set[str] = set()
+
+
+def _cache_file() -> Path:
+    from brrm.embedded import _cache_root
+
+    return _cache_root(None) / "fingerprints.json"
+
+
+def _file_digest(file: Path) -> str:
+    """sha256 of ``file``'s content, cached by (real path, size, mtime_ns, inode) in memory and on disk."""
+    real = file.resolve()
+    st = real.stat()
+    key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    cache = _cache_file()
+    with _lock:
+        if str(cache) not in _disk_loaded:
+            _disk_loaded.add(str(cache))
+            _memory.update(_read_cache(cache))
+        if key in _memory:
+            return _memory[key]
+    h = hashlib.sha256()
+    with real.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    with _lock:
+        _memory[key] = digest
+        _write_cache(cache, key, digest)
+    return digest
+
+
+def _read_cache(cache: Path) -> dict[str, str]:
+    try:
+        data = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _write_cache(cache: Path, key: str, digest: str) -> None:
+    """Add one digest to the disk cache (read, merge, atomic replace; a cache that cannot be written is skipped)."""
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        data = {**_read_cache(cache), key: digest}
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(data, sort_keys=True))
+        os.replace(tmp, cache)
+    except OSError:
+        return
+
+
+def _hub_commit(name: str) -> str:
+    """The commit a hub id resolves to: from the local cache, else the hub; ``unresolved`` when neither answers."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return "unresolved"
+    cached = try_to_load_from_cache(name, "config.json")
+    if isinstance(cached, str):
+        parts = Path(cached).parts
+        if "snapshots" in parts:
+            return parts[parts.index("snapshots") + 1]
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "unresolved"
+    try:
+        from huggingface_hub import HfApi
+
+        sha = HfApi().model_info(name, timeout=10).sha
+    except Exception:  # noqa: BLE001 - an unreachable hub leaves the commit unknown; loading names the cure
+        return "unresolved"
+    return sha or "unresolved"

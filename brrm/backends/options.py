@@ -59,7 +59,7 @@ class TransformersOptions:
     scheduling: str | None = _opt("continuous (the default: finished rows are replaced at once, a turn 2 joins as "
                                   "soon as its turn 1 ends) or static (chunks decoded to completion); same results",
                                   choices=SCHEDULINGS)
-    progress_bars: bool | None = _opt("show transformers' loading progress bars (default off)", cli=False)
+    progress_bars: bool | None = _opt("show transformers' progress bars while the model loads (default off)")
 
     def __post_init__(self) -> None:
         _check(self, dtype=_choice(DTYPES), device=_choice(DEVICES), batch_size=_int(1),

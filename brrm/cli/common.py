@@ -117,6 +117,12 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
                    help="rewrite BR-RM markers inside record text (default: on; faithful: off)")
     j.add_argument("--verdict", choices=("last_after_thinking", "first"), default=None,
                    help="which ranking block of turn 2 counts (default: last_after_thinking; faithful: first)")
+    j.add_argument("--history-think", choices=("text", "markup"), default=None,
+                   help="tags of a kept <think> block of an earlier assistant turn: text, or the template's think "
+                        "tokens as the released evaluation gives them (default: text; faithful: markup)")
+    j.add_argument("--shortcuts", action=argparse.BooleanOptionalAction, default=None,
+                   help="decide identical responses (tie) and a blank one (it loses) without a model call "
+                        "(default: on; faithful: off, as the released evaluation)")
     j.add_argument("--turn2-tokens", default=None,
                    help="how turn 2's prompt ids are formed: auto (default), retokenize or concat (see BRRMConfig)")
     s = p.add_argument_group("scalar models (bt, principle)")

@@ -72,7 +72,7 @@ def test_ctrl_c_and_five_sigkills_then_rerun_equals_an_uninterrupted_run(tmp_pat
     ctx.set_forkserver_preload(PRELOAD)
 
     def start(out: Path):
-        # two pairs per judge call; batches commit whole, so every run judges the same batches as the reference
+        # two pairs per judge call; each finished item commits, and a result never depends on its batch
         proc = ctx.Process(target=cli_exit, args=(["audit", str(records), "--output", str(out), "--model", model,
                                                    *TINY_FLAGS, "--chunk-size", "2", "--slice-by", "source",
                                                    "--no-progress", "--summary-every", "3600"],))
@@ -93,7 +93,7 @@ def test_ctrl_c_and_five_sigkills_then_rerun_equals_an_uninterrupted_run(tmp_pat
     proc.join(120)
     assert proc.exitcode == 130
     kept = store_items(out)
-    assert 2 <= len(kept) < N_PAIRS
+    assert 1 <= len(kept) < N_PAIRS  # each finished item is committed (issue 19; it was the batch of 2)
 
     rng = random.Random(1206)
     kills, seen_running = 0, ""

@@ -33,8 +33,9 @@ class CalibratedPairJudge:
 
     def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
                       ids: Sequence[str] | None = None, **kw: Any) -> list[PairwiseJudgment]:
-        return [self.calibration.apply(j) for j in self.model.judge_ordered(conversations, first, second, ids=ids,
-                                                                             **kw)]
+        kw, reported = _reporting(kw, self.calibration.apply)
+        out = self.model.judge_ordered(conversations, first, second, ids=ids, **kw)
+        return [reported.get(i) or self.calibration.apply(j) for i, j in enumerate(out)]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.model, name)
@@ -53,7 +54,8 @@ class CalibratedScalarJudge:
         self.info = replace(judge.info, options={**judge.info.options, "calibration": calibration.hash})
 
     def judge_pairs(self, *args: Any, **kw: Any) -> list[PairwiseJudgment]:
-        return [self.calibration.apply(j) for j in self.inner.judge_pairs(*args, **kw)]
+        kw, reported = _reporting(kw, self.calibration.apply)
+        return [reported.get(i) or self.calibration.apply(j) for i, j in enumerate(self.inner.judge_pairs(*args, **kw))]
 
     def judge(self, conversation: Any, response_a: str, response_b: str, /, **kw: Any) -> PairwiseJudgment:
         (out,) = self.judge_pairs([conversation], [response_a], [response_b], **kw)
@@ -67,6 +69,21 @@ class CalibratedScalarJudge:
 
     def __exit__(self, *exc: object) -> None:
         self.inner.close()
+
+
+def _reporting(kw: dict[str, Any], apply: Any) -> tuple[dict[str, Any], dict[int, PairwiseJudgment]]:
+    """``kw`` with its ``on_result`` callback (if any) given calibrated judgments, and the ones it was given
+    (returned as they were reported: one object per item)."""
+    report = kw.get("on_result")
+    reported: dict[int, PairwiseJudgment] = {}
+    if report is None:
+        return kw, reported
+
+    def got(i: int, j: PairwiseJudgment) -> None:
+        reported[i] = apply(j)
+        report(i, reported[i])
+
+    return {**kw, "on_result": got}, reported
 
 
 def calibrate(judge: Any, calibration: Calibration) -> Any:

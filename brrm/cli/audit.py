@@ -193,7 +193,7 @@ def _run_probes(records: list[Any], spec: Any, probes: tuple[str, ...], out: Pat
     from brrm.records import PairRecord, seed_ids
 
     good = [r for r in records if isinstance(r, PairRecord)]
-    judge = spec.build()
+    judge = spec.load()
     try:
         print(f"probes: {', '.join(probes)}; cost {probe_cost(judge, len(good), probes)} judgments", file=sys.stderr)
         report = run_probes(judge, [r.conversation for r in good], [r.response_a for r in good],

@@ -105,6 +105,9 @@ class ServerState:
         from brrm.serve.replies import public_name
 
         info = self.judge.info.to_dict()
+        spec = info.get("spec")
+        if isinstance(spec, dict):  # the spec names the weights by fingerprint; its model path stays private
+            info["spec"] = {**spec, "model": public_name(str(spec["model"])) if spec.get("model") else None}
         return {**info, "model": public_name(str(info["model"]))}
 
     @property

@@ -69,6 +69,8 @@ class BodyLimitMiddleware:
                 await send_json(send, 400, error_body("bad_request", "Content-Length is not a number"))
                 return
             if int(declared) > self.max_bytes:
+                if int(declared) <= DRAIN_LIMIT:  # read and drop it: a client still sending then reads the 413
+                    await _drain(receive)
                 await send_json(send, 413, error_body("body_too_large", BodyTooLarge(self.max_bytes).detail,
                                                       limit=self.max_bytes))
                 return
@@ -95,6 +97,20 @@ class BodyLimitMiddleware:
             if started:
                 raise
             await send_json(send, 413, error_body("body_too_large", str(exc.detail), limit=self.max_bytes))
+
+
+DRAIN_LIMIT = 64 << 20
+"""Largest over-limit body (bytes, by its Content-Length) read and dropped before the 413 is sent. A client that
+is still sending when the server answers and closes gets a broken connection instead of the 413; a larger body
+is refused without being read."""
+
+
+async def _drain(receive: Receive) -> None:
+    """Read the request body to its end, keeping none of it."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
 
 
 class ApiKeyMiddleware:

@@ -73,7 +73,7 @@ def build_tiny_qwen3(
     eos_id = _special_id(tok, "<|im_end|>")
     pad_id = _special_id(tok, tok.pad_token or "<|endoftext|>")
     bos_id = _special_id(tok, tok.bos_token or "<|endoftext|>")
-    config = Qwen3Config(
+    qwen3_config = Qwen3Config(
         vocab_size=len(tok),
         bos_token_id=bos_id,
         eos_token_id=eos_id,
@@ -81,11 +81,11 @@ def build_tiny_qwen3(
         **{**TINY_QWEN3_CONFIG, **(config or {})},
     )
     if sequence_classification:
-        config.num_labels = 1
+        qwen3_config.num_labels = 1
     cls = Qwen3ForSequenceClassification if sequence_classification else Qwen3ForCausalLM
     with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG stream
         torch.manual_seed(seed)
-        model = cls(config).to(dtype).eval()  # type: ignore[arg-type]  # transformers wraps .to
+        model = cls(qwen3_config).to(dtype).eval()  # type: ignore[arg-type]  # transformers wraps .to
     if getattr(model, "generation_config", None) is not None:  # causal LMs only
         model.generation_config.eos_token_id = eos_id
         model.generation_config.pad_token_id = pad_id

@@ -34,7 +34,7 @@ BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
     "vllm": ("dtype", "device", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size",
              "gpu_memory_utilization", "enforce_eager", "block_size", "enable_prefix_caching",
              "structured_outputs_backend", "distributed_executor_backend", "engine_kwargs", "trust_remote_code",
-             "batch_size", "chunk_size"),
+             "batch_size", "chunk_size", "batch_invariant"),
     "openai": ("base_url", "served_model_name", "api_key", "max_concurrency", "timeout_s", "http_retries",
                "max_context", "trust_remote_code", "chunk_size"),
 }

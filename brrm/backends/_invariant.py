@@ -27,16 +27,10 @@ import threading
 import weakref
 from typing import Any
 
+from brrm.backends._tiles import RotaryTable, _padded, with_layout
+
 ATTENTION = "brrm_rowwise"
 """Name under which the row-wise attention is registered with transformers' ``AttentionInterface``."""
-TILE_ROWS = 8
-"""Rows of every tile a row-wise layer runs on (see :func:`_padded`); chosen by measurement
-(``benchmarks/bench_judge.py::test_batch_invariance_cost_smollm2``): decoding 8 rows fills half a tile."""
-ALIGN = 64
-"""Byte alignment of every tile's data pointer (torch's CPU allocator aligns to 64 bytes; BLAS kernels may take
-another path for a less aligned operand)."""
-ROTARY_BLOCK = 256
-"""Positions per block of a rotary embedding's cos/sin table (see :class:`_RotaryTable`)."""
 
 
 def rowwise_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
@@ -121,81 +115,6 @@ def _span(index: Any) -> Any:
     return slice(first, last + 1) if last - first + 1 == len(index) else index
 
 
-def _padded(forward: Any, x: Any) -> Any:
-    """``forward(x)`` (a row-wise layer's own forward) computed in tiles of exactly :data:`TILE_ROWS` rows.
-
-    The rows of ``x`` (every dim but the last, flattened) are copied into a zero-filled buffer of whole tiles and
-    ``forward`` runs once per tile, on a contiguous ``[TILE_ROWS, width]`` view whose data pointer is
-    :data:`ALIGN`-byte aligned (a tile that is not gets its own copy); the padding rows are cut off again. So
-    every call ``forward`` ever sees has one shape and one memory layout, whatever the batch. An input that is
-    already one aligned contiguous tile is passed through as it is. Stateless, so one model may run in several
-    threads.
-
-    Args:
-        forward: a row-wise callable ``[..., width] -> [..., out]`` (row ``i`` of the output depends on row ``i``
-            of the input only): ``nn.Linear``, an RMSNorm/LayerNorm, a position-wise MLP.
-        x: float tensor ``[..., width]``.
-
-    Returns:
-        ``forward(x)``'s value, ``[..., out]``.
-    """
-    width = x.shape[-1]
-    rows = x.numel() // width if width else 0
-    if rows == 0 or (rows == TILE_ROWS and x.is_contiguous() and x.data_ptr() % ALIGN == 0):
-        return forward(x)
-    import torch
-
-    tiles = -(-rows // TILE_ROWS)
-    flat = x.new_zeros((tiles * TILE_ROWS, width))
-    flat[:rows] = x.reshape(rows, width)
-    outs = []
-    for i in range(tiles):
-        tile = flat[i * TILE_ROWS:(i + 1) * TILE_ROWS]
-        outs.append(forward(tile if tile.data_ptr() % ALIGN == 0 else tile.clone()))
-    out = outs[0] if tiles == 1 else torch.cat(outs)
-    return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
-
-
-class _RotaryTable:
-    """A rotary embedding's ``forward(x, position_ids) -> (cos, sin)`` read from a table of positions.
-
-    The table is filled in blocks of :data:`ROTARY_BLOCK` positions, each computed once by the module's own
-    forward on ``arange(start, start + ROTARY_BLOCK)`` (one fixed shape), and rows are gathered by position: a
-    position's cos/sin never depend on which other positions share the call. (Computed on the batch, ``cos`` and
-    ``sin`` go through vectorised or scalar code depending on an element's offset in the flattened tensor, which
-    moves with the batch shape.) Thread-safe.
-    """
-
-    def __init__(self, forward: Any) -> None:
-        self.forward = forward
-        self.lock = threading.Lock()
-        self.tables: dict[Any, tuple[Any, Any]] = {}
-
-    def __call__(self, x: Any, position_ids: Any, **kwargs: Any) -> tuple[Any, Any]:
-        need = int(position_ids.max()) + 1 if position_ids.numel() else 0
-        key = (x.dtype, x.device, tuple(sorted(kwargs.items())))
-        table = self.tables.get(key)
-        if table is None or table[0].shape[0] < need:
-            table = self._grow(x, key, need, kwargs)
-        return table[0][position_ids], table[1][position_ids]
-
-    def _grow(self, x: Any, key: Any, need: int, kwargs: dict[str, Any]) -> tuple[Any, Any]:
-        import torch
-
-        with self.lock:
-            cos, sin = self.tables.get(key, (x.new_zeros((0, 0)), x.new_zeros((0, 0))))
-            have = cos.shape[0]
-            blocks_cos, blocks_sin = ([cos] if have else []), ([sin] if have else [])
-            for start in range(have, need, ROTARY_BLOCK):
-                pos = torch.arange(start, start + ROTARY_BLOCK, device=x.device)[None]
-                c, s = self.forward(x[:0], pos, **kwargs)
-                blocks_cos.append(c[0])
-                blocks_sin.append(s[0])
-            if len(blocks_cos) > (1 if have else 0):
-                self.tables[key] = (torch.cat(blocks_cos), torch.cat(blocks_sin))
-            return self.tables[key]
-
-
 def _unsupported(model: Any) -> str | None:
     """Why :func:`rowwise_attention` or the row padding cannot reproduce ``model``'s forward, or None.
 
@@ -273,6 +192,7 @@ def make_batch_invariant(model: Any, *, required: bool = True) -> bool:
         if _row_wise(layer):
             layer.forward = functools.partial(_padded, layer.forward)  # type: ignore[method-assign]
         elif type(layer).__name__.endswith("RotaryEmbedding") and hasattr(layer, "inv_freq"):
-            layer.forward = _RotaryTable(layer.forward)  # type: ignore[method-assign]
+            layer.forward = RotaryTable(layer.forward)  # type: ignore[method-assign]
+    model.forward = functools.partial(with_layout, model.forward)
     model._brrm_batch_invariant = True
     return True

@@ -54,12 +54,15 @@ class Layout:
             for a zero row; each real token appears once.
         tiles: ``(start, stop)`` slot ranges of the tiles, in order: shared tiles first, then each multi-token
             row's own.
+        identity: ``index`` is ``arange(batch * length)`` (every row decodes one real token, whole tiles): the
+            input is its own buffer.
     """
 
     batch: int
     length: int
     index: Any
     tiles: tuple[tuple[int, int], ...]
+    identity: bool
 
 
 def layout(attention_mask: Any, batch: int, length: int) -> Layout | None:
@@ -93,7 +96,8 @@ def layout(attention_mask: Any, batch: int, length: int) -> Layout | None:
             tiles += [(s, s + SEQUENCE_TILE) for s in range(slots, slots + pad + counts[b], SEQUENCE_TILE)]
             slots += pad + counts[b]
     index = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
-    return Layout(batch, length, index, tuple(tiles))
+    identity = len(shared) == zero and zero % TILE_ROWS == 0
+    return Layout(batch, length, index, tuple(tiles), identity)
 
 
 def with_layout(forward: Any, *args: Any, **kwargs: Any) -> Any:
@@ -112,13 +116,20 @@ def with_layout(forward: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _run_tiles(forward: Any, buffer: Any, tiles: Any, width: int) -> Any:
-    """``forward`` on each ``buffer[start:stop]`` tile (flattened to ``[-1, width]``, aligned), concatenated."""
+    """``forward`` on each ``buffer[start:stop]`` tile (flattened to ``[-1, width]``, aligned), concatenated.
+
+    While a tile runs, the row-wise layers inside ``forward`` (an MLP's linear layers) take the tile as it is.
+    """
     import torch
 
     outs = []
-    for start, stop in tiles:
-        tile = buffer[start:stop].reshape(-1, width)
-        outs.append(forward(tile if tile.data_ptr() % ALIGN == 0 else tile.clone()))
+    _LAYOUT.inside = True
+    try:
+        for start, stop in tiles:
+            tile = buffer[start:stop].reshape(-1, width)
+            outs.append(forward(tile if tile.data_ptr() % ALIGN == 0 else tile.clone()))
+    finally:
+        _LAYOUT.inside = False
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
@@ -140,7 +151,7 @@ def _padded(forward: Any, x: Any) -> Any:
     width = x.shape[-1]
     rows = x.numel() // width if width else 0
     plan = getattr(_LAYOUT, "value", None)
-    if rows == 0:
+    if rows == 0 or getattr(_LAYOUT, "inside", False):
         return forward(x)
     if plan is not None and x.dim() >= 3 and tuple(x.shape[:2]) == (plan.batch, plan.length):
         tokens = plan.batch * plan.length
@@ -148,6 +159,9 @@ def _padded(forward: Any, x: Any) -> Any:
         if not plan.tiles:  # no real token in this forward
             return forward(x).zero_()
         flat = x.reshape(tokens, group, width)
+        if plan.identity:  # every token real, whole tiles: the input is its own buffer
+            out = _run_tiles(forward, flat.contiguous(), plan.tiles, width)
+            return out.reshape(*x.shape[:-1], out.shape[-1])
         buffer = torch.cat([flat, flat.new_zeros((1, group, width))]).index_select(0, plan.index)
         out = _run_tiles(forward, buffer, plan.tiles, width).reshape(len(plan.index), group, -1)
         result = out.new_zeros((tokens + 1, group, out.shape[-1])).index_copy_(0, plan.index, out)

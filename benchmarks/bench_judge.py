@@ -189,8 +189,8 @@ def test_faithful_turn2_with_and_without_kv_reuse(benchmark, tiny):
 
 
 def test_batch_invariance_cost(benchmark):
-    """16 constrained judgments at batch size 8 with the batch-invariant forward (row-wise attention, linear
-    layers padded to a multiple of 4 rows) vs the stock SDPA forward, on two copies of the same tiny model: the price of
+    """16 constrained judgments at batch size 8 with the batch-invariant forward (row-wise attention, row-wise
+    layers in fixed-shape tiles) vs the stock SDPA forward, on two copies of the same tiny model: the price of
     byte-identical results at any batch size."""
     from brrm.testing import build_tiny_qwen3
 

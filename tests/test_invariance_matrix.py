@@ -146,3 +146,33 @@ def test_the_vllm_option_maps_to_vllms_batch_invariant_switch(monkeypatch):
     assert os.environ[BATCH_INVARIANT_ENV] == "0" and not batch_invariant_active()
     with pytest.raises(ConfigError, match="batch_invariant must be true, false or .auto."):
         set_batch_invariant("yes")
+
+
+def test_row_wise_layers_only_ever_see_fixed_shape_tiles():
+    """The construction itself: whatever the batch, a linear layer is called on [8, width] (shared decode tiles)
+    or [32, width] tiles (a row's own prompt tiles), and its padding positions are never computed."""
+    import functools
+
+    from brrm.backends._tiles import SEQUENCE_TILE, TILE_ROWS, _padded
+
+    model = _tiny16()
+    make_batch_invariant(model)
+    layer = model.model.layers[1].mlp.down_proj
+    original, seen = layer.forward.args[0], []
+
+    def record(x):
+        seen.append(tuple(x.shape))
+        return original(x)
+
+    layer.forward = functools.partial(_padded, record)
+    g = torch.Generator().manual_seed(2)
+    for size in (1, 3, 8, 16):
+        seqs = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in LENGTHS[:size]]
+        _prefill_and_step(model, seqs)
+    width = model.config.intermediate_size
+    assert set(seen) == {(TILE_ROWS, width), (SEQUENCE_TILE, width)}
+    # per batch: the one-token prompts share tiles, every longer prompt (<= 32 tokens) has one tile of its own,
+    # the decode step shares tiles; no tile for the padding positions (16 rows x 12 positions in a batch of 16)
+    expected = sum(-(-sum(n == 1 for n in LENGTHS[:size]) // TILE_ROWS) + sum(n > 1 for n in LENGTHS[:size])
+                   + -(-size // TILE_ROWS) for size in (1, 3, 8, 16))
+    assert len(seen) == expected == 32

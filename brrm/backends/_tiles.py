@@ -37,8 +37,10 @@ of one call over the whole prompt (measured on SmolLM2's shapes with MKL: 32-row
 ALIGN = 64
 """Byte alignment of every tile's data pointer (torch's CPU allocator aligns to 64 bytes; a tile that is not
 aligned is copied, so no kernel sees another alignment)."""
-ROTARY_BLOCK = 256
-"""Positions per block of a rotary embedding's cos/sin table (see :class:`RotaryTable`)."""
+ROTARY_BLOCK = 64
+"""Positions per block of a rotary embedding's cos/sin table (see :class:`RotaryTable`). A block of 64 positions
+has 64 x head_dim elements, under ATen's parallel grain (``at::internal::GRAIN_SIZE``, 32,768 elements) for any
+head_dim below 512, so its ``cos``/``sin`` run on one thread: the table does not depend on the thread count."""
 
 _LAYOUT = threading.local()
 """The layout of the forward running in this thread (None outside one)."""

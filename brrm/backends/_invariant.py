@@ -44,6 +44,7 @@ backend), and this backend leaves the model as it is.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import weakref
 from typing import Any
@@ -215,6 +216,8 @@ def make_batch_invariant(model: Any, *, required: bool = True) -> bool:
             layer.forward = functools.partial(_padded, layer.forward)  # type: ignore[method-assign]
         elif type(layer).__name__.endswith("RotaryEmbedding") and hasattr(layer, "inv_freq"):
             layer.forward = RotaryTable(layer.forward)  # type: ignore[method-assign]
-    model.forward = functools.partial(with_layout, model.forward)
+    forward = functools.partial(with_layout, model.forward)
+    forward.__signature__ = inspect.signature(model.forward)  # type: ignore[attr-defined]  # generate() reads it
+    model.forward = forward
     model._brrm_batch_invariant = True
     return True

@@ -99,6 +99,18 @@ def test_each_row_is_the_same_bits_alone_and_in_any_batch_at_any_thread_count(bu
         torch.set_num_threads(before)
 
 
+def test_the_control_the_stock_forward_moves_rows_between_batch_shapes():
+    """Without the construction the same comparison fails (so the matrix above can): left padding and other row
+    counts move some row's logits on the tiny shape."""
+    model = _tiny16()
+    g = torch.Generator().manual_seed(5)
+    seqs = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in LENGTHS]
+    alone = torch.cat([_prefill_and_step(model, [s]) for s in seqs])
+    batch = _prefill_and_step(model, seqs)
+    assert any(not torch.equal(batch[i], alone[i]) for i in range(len(seqs)))
+    assert torch.allclose(batch, alone, atol=1e-4)  # rounding, not a different computation
+
+
 @pytest.fixture(scope="module")
 def tiny16_dir(tmp_path_factory):
     return str(save_tiny_qwen3(tmp_path_factory.mktemp("tiny16"), tokenizer=build_tiny_tokenizer(595),

@@ -32,7 +32,7 @@ TILE_ROWS = 8
 ``batch_size=8`` (``benchmarks/bench_judge.py::test_batch_invariance_cost_smollm2``)."""
 SEQUENCE_TILE = 32
 """Tokens per tile of a row that feeds several tokens (a prompt): large enough that the GEMM runs near the speed
-of one call over the whole prompt (measured on SmolLM2's shapes with MKL: 32-row tiles cost about 1.05x one
+of one call over the whole prompt (measured on SmolLM2's shapes with MKL: 32-row tiles cost about 1.0-1.2x one
 640-row call, 8-row tiles 1.7x), small enough that the zero rows in front of a prompt (at most 31) cost little."""
 ALIGN = 64
 """Byte alignment of every tile's data pointer (torch's CPU allocator aligns to 64 bytes; a tile that is not

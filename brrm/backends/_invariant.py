@@ -1,39 +1,58 @@
 """Batch-invariant forward passes for the transformers backend (a row's logits never depend on its batch).
 
-Batching changes a row's floats in two places, even though every row is computed "independently":
+Batching changes a row's floats even though every row is computed "independently", because CPU kernels pick
+their code path and their reduction split from the shape of the whole call: SDPA blocks and vectorises the key
+axis (left padding moves a row's keys), BLAS takes other kernels and thread splits for other row counts, and
+ATen's elementwise loops run vectorised or scalar code depending on an element's offset in the flattened tensor
+(``cos``/``sin`` of the rotary embedding, ``silu``). Padding the row count to a multiple of 4 (the rule before
+issue 19) was measured on one model's shapes and one BLAS, and failed on others.
 
-* **Attention over padded keys.** Left padding (and the masked holes of a batch's KV cache) moves a row's
-  real keys to other offsets; SDPA's CPU kernels block and vectorise the key axis, so the row's softmax
-  sums in another order (about 1e-5 on the logits of SmolLM2-135M, measured).
-* **Matrix products with few rows.** CPU BLAS takes a matrix-vector path for 1–3 rows, which sums in
-  another order than its matrix-matrix path, and a multi-threaded product splits its rows between threads,
-  so a row count like 6 on 2 threads hands one thread a 3-row block. With the row count a multiple of 4, a
-  row's product is the same bits whatever the count (measured for the linear shapes of the embedded
-  SmolLM2, 1 to 200 rows, 1 to 16 threads, MKL on x86-64). Decoding a lone pair runs 1-row products;
-  decoding 8 runs 8-row ones.
+:func:`make_batch_invariant` removes the dependence by construction: every kernel a row's computation goes
+through is called with one fixed shape, layout and alignment, whatever batch the row runs in.
 
-:func:`make_batch_invariant` fixes both: attention runs row by row on exactly the row's real keys and
-queries (the shapes a row gets when it runs alone), and every ``nn.Linear`` input is zero-padded to a
-multiple of :data:`MIN_ROWS` rows. With it, ``brrm judge`` gives the same bytes at
-``--batch-size 1`` and ``8`` (``tests/test_batch_invariance.py``). It is the CPU default; on a GPU, cuBLAS
-and attention kernels choose their reduction splits by shape, so invariance there needs batch-invariant
-kernels (for example vLLM's batch-invariant mode), and the backend leaves the model as it is.
+* **Attention** runs row by row on exactly the row's real queries and keys (:func:`rowwise_attention`): the
+  shapes the row has when it runs alone.
+* **Row-wise layers** (every ``nn.Linear`` including the head and tied embeddings, RMS/layer norms, position-wise
+  MLPs, so their ``silu`` too) run only on tiles of a fixed shape (:mod:`brrm.backends._tiles`): a row that feeds
+  several tokens (a prompt, forced markers) gets 32-token tiles of its own, right-aligned, so each token sits at
+  the same place of the same tile alone or batched; rows decoding one token share 8-token tiles; padding
+  positions are not computed.
+* **Rotary cos/sin** come from a per-position table filled in fixed blocks (:class:`~brrm.backends._tiles.RotaryTable`).
+* What is left is exact per element (embedding lookup, residual adds, the rotary multiply-adds: one correctly
+  rounded operation each, in vectorised and scalar code alike).
+
+What this rests on, and what it does not promise:
+
+* A kernel called with the same shape, strides, alignment and thread count runs the same operations in the same
+  order (true of MKL's GEMM and ATen's CPU loops: no atomics, no data-dependent branches), and an output row of a
+  row-wise kernel depends on its own input row only. Both are properties of the kernels, not of any size.
+* In a shared decode tile a row's place depends on its neighbours; blocked GEMMs reduce every row of a call over
+  the inner dimension in the same blocks, so the place does not change the bits. This one is checked, not
+  constructed: ``tests/test_invariance_matrix.py`` runs three model shapes at 1, 2 and 4 threads and batch sizes
+  1, 3, 8 and 16, with rows at every place of a tile.
+* Across thread counts nothing is promised: a GEMM of one shape may split its work differently on 2 threads than
+  on 1, so results at one thread count may differ from those at another in the last bits. At any one thread count
+  results do not depend on the batch.
+* Architectures it cannot reproduce are refused (:func:`_unsupported`); layers it does not recognise as row-wise
+  (say, a mixture-of-experts router) still run on the whole batch.
+
+It is the CPU default. On a GPU, cuBLAS and attention kernels choose their reduction splits by shape, so
+invariance there needs batch-invariant kernels (vLLM's batch-invariant mode, ``batch_invariant=True`` on the vLLM
+backend), and this backend leaves the model as it is.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import weakref
 from typing import Any
 
+from brrm.backends._tiles import RotaryTable, _padded, with_layout
+
 ATTENTION = "brrm_rowwise"
 """Name under which the row-wise attention is registered with transformers' ``AttentionInterface``."""
-MIN_ROWS = 4
-"""Row granularity of a linear layer's input: rows are zero-padded up to a multiple of it (at least one
-multiple). Below four rows, and with several threads at row counts that split into blocks under four rows per
-thread, CPU BLAS switches to a differently ordered kernel; measured on MKL sgemm with 1-16 threads, every row
-of a multiple-of-four input equals that row computed alone."""
 
 
 def rowwise_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
@@ -118,20 +137,6 @@ def _span(index: Any) -> Any:
     return slice(first, last + 1) if last - first + 1 == len(index) else index
 
 
-def _padded(forward: Any, x: Any) -> Any:
-    """``forward(x)`` (a linear layer's own forward) on ``x`` zero-padded to a multiple of :data:`MIN_ROWS` rows,
-    the padding cut off again. Stateless, so one model may run in several threads."""
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    padded = max(MIN_ROWS, -(-rows // MIN_ROWS) * MIN_ROWS)
-    if padded == rows or rows == 0:
-        return forward(x)
-    import torch
-
-    flat = x.reshape(rows, x.shape[-1])
-    out = forward(torch.cat([flat, flat.new_zeros((padded - rows, x.shape[-1]))]))
-    return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
-
-
 def _unsupported(model: Any) -> str | None:
     """Why :func:`rowwise_attention` or the row padding cannot reproduce ``model``'s forward, or None.
 
@@ -150,15 +155,29 @@ def _unsupported(model: Any) -> str | None:
         return "Conv1D projections"
     if any(getattr(m, "sinks", None) is not None for m in model.modules()):
         return "attention sinks"
+    if any("dynamic" in str(t) or "longrope" in str(t) for t in (getattr(m, "rope_type", "") for m in model.modules())):
+        return "RoPE recomputed from the batch's sequence length (dynamic / longrope)"
     return None
+
+
+def _row_wise(module: Any) -> bool:
+    """Whether ``module`` maps each row of its input ``[..., width]`` to a row of its output on its own: linear
+    layers, RMS/layer norms (by class name, as transformers names them: ``LlamaRMSNorm``, ``Qwen3RMSNorm``, …) and
+    position-wise MLPs with ``down_proj`` (``LlamaMLP``, ``Qwen3MLP``, …)."""
+    import torch
+
+    name = type(module).__name__
+    return (isinstance(module, torch.nn.Linear | torch.nn.LayerNorm) or name.endswith("RMSNorm")
+            or (name.endswith("MLP") and hasattr(module, "down_proj")))
 
 
 def make_batch_invariant(model: Any, *, required: bool = True) -> bool:
     """Make a causal LM's forward batch-invariant on CPU, in place (see the module docstring).
 
-    Registers :func:`rowwise_attention` (with transformers' SDPA mask builder) and switches the model to it,
-    and zero-pads every ``nn.Linear`` input to a multiple of :data:`MIN_ROWS` rows (each layer's own forward,
-    wrapped). Idempotent.
+    Registers :func:`rowwise_attention` (with transformers' SDPA mask builder) and switches the model to it, runs
+    every row-wise layer (``nn.Linear``, norms, MLPs: each layer's own forward, wrapped) in fixed-shape tiles, reads
+    rotary cos/sin from a per-position table, and wraps the model's forward so the layers know the batch's layout
+    (:func:`~brrm.backends._tiles.with_layout`). Idempotent.
 
     Args:
         model: a transformers ``PreTrainedModel``.
@@ -172,7 +191,6 @@ def make_batch_invariant(model: Any, *, required: bool = True) -> bool:
     Raises:
         ConfigError: when ``required`` and the architecture is not covered.
     """
-    import torch
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -194,7 +212,12 @@ def make_batch_invariant(model: Any, *, required: bool = True) -> bool:
         raise ConfigError(f"batch_invariant: brrm's batch-invariant forward does not cover {type(model).__name__} "
                           f"({reason}); pass batch_invariant=False")
     for layer in model.modules():
-        if isinstance(layer, torch.nn.Linear):
+        if _row_wise(layer):
             layer.forward = functools.partial(_padded, layer.forward)  # type: ignore[method-assign]
+        elif type(layer).__name__.endswith("RotaryEmbedding") and hasattr(layer, "inv_freq"):
+            layer.forward = RotaryTable(layer.forward)  # type: ignore[method-assign]
+    forward = functools.partial(with_layout, model.forward)
+    forward.__signature__ = inspect.signature(model.forward)  # type: ignore[attr-defined]  # generate() reads it
+    model.forward = forward
     model._brrm_batch_invariant = True
     return True

@@ -7,6 +7,8 @@ on CPU seeded sampling breaks under chunked prefill (see :func:`cpu_scheduling`)
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -19,6 +21,45 @@ RUNNERS = ("auto", "generate", "pooling")
 STRUCTURED_BACKENDS = ("auto", "xgrammar", "guidance", "outlines")
 """Structured-output engines allowed; ``lm-format-enforcer`` is refused (broken with vLLM 0.32: every
 request ends ``finish_reason="error"``)."""
+
+
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
+"""vLLM's switch for its batch-invariant mode (``docs/features/batch_invariance.md`` in vLLM: set it to ``1``; the
+docs list NVIDIA GPUs of compute capability 9.0 or higher). vLLM reads it when its modules are imported."""
+
+
+def set_batch_invariant(value: Any) -> None:
+    """Map the ``batch_invariant`` option onto :data:`BATCH_INVARIANT_ENV` before vLLM is imported.
+
+    ``True`` sets it to ``1``, ``False`` to ``0``, ``"auto"`` leaves the environment as it is (off unless the user
+    set it). The engine's worker processes inherit it.
+
+    Raises:
+        ConfigError: for anything but True, False or "auto", or when vLLM is already imported in this process with
+            the other setting (it read the variable at import; set it in the environment before starting).
+    """
+    from brrm.types import check_bool_or_auto
+
+    value = check_bool_or_auto("batch_invariant", value)
+    if value == "auto":
+        return
+    wanted = "1" if value else "0"
+    if "vllm" in sys.modules and batch_invariant_active() != bool(value):
+        raise ConfigError(f"batch_invariant={value}: vLLM is already imported with {BATCH_INVARIANT_ENV}="
+                          f"{os.environ.get(BATCH_INVARIANT_ENV, '0')!r}; set {BATCH_INVARIANT_ENV}={wanted} "
+                          "in the environment before starting")
+    os.environ[BATCH_INVARIANT_ENV] = wanted
+
+
+def batch_invariant_active() -> bool:
+    """Whether vLLM's batch-invariant mode is on, as vLLM itself reads it when it exposes the switch
+    (``vllm.model_executor.layers.batch_invariant.vllm_is_batch_invariant``), else from the environment."""
+    try:
+        from vllm.model_executor.layers.batch_invariant import vllm_is_batch_invariant
+    except ImportError:
+        value = os.environ.get(BATCH_INVARIANT_ENV, "0").strip()
+        return value.isdigit() and int(value) != 0
+    return bool(vllm_is_batch_invariant())
 
 
 def import_vllm() -> Any:

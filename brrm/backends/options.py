@@ -92,6 +92,9 @@ class VLLMOptions:
     trust_remote_code: bool | None = _opt("run the checkpoint's own modelling code (default off)")
     batch_size: int | None = _opt("most sequences per engine call, >= 1 (default: the engine's)")
     chunk_size: int | None = _opt("ordered judgments per judge call, >= 1 (default 4096)", cli=False)
+    batch_invariant: bool | str | None = _opt("vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1, set before vLLM "
+                                              "is imported; compute capability >= 9.0 per vLLM's docs): true, "
+                                              "false or auto (the default: off)")
 
     def __post_init__(self) -> None:
         if isinstance(self.engine_kwargs, str):  # from the CLI
@@ -102,7 +105,7 @@ class VLLMOptions:
                tensor_parallel_size=_int(1), pipeline_parallel_size=_int(1), enforce_eager=check_bool,
                gpu_memory_utilization=lambda n, v: check_float(n, v, low=0, high=1, low_open=True),
                block_size=_int(1), enable_prefix_caching=check_bool, trust_remote_code=check_bool,
-               batch_size=_int(1), chunk_size=_int(1))
+               batch_size=_int(1), chunk_size=_int(1), batch_invariant=check_bool_or_auto)
 
     def backend_kwargs(self) -> dict[str, Any]:
         """The set options as ``VLLMBackend.from_pretrained`` keywords (``chunk_size`` is its ``judge_chunk_size``)."""

@@ -120,9 +120,10 @@ class TransformersBackend:
             them one step at a time (same tokens, more forward passes; for measuring the saving).
         batch_invariant: ``"auto"`` (on for a causal LM on CPU when its architecture takes a custom attention
             function, off on GPU), True or False: make a row's logits the same bits whatever batch it runs in
-            (row-wise attention, linear inputs padded to a multiple of 4 rows; see
-            :mod:`brrm.backends._invariant`), so results are byte-identical at any ``batch_size``. Costs wall
-            time (about 1.4-1.6x, ``benchmarks/bench_judge.py``). ``info.details["batch_invariant"]`` records it.
+            (row-wise attention, every row-wise layer in fixed-shape tiles; see
+            :mod:`brrm.backends._invariant`), so results are byte-identical at any ``batch_size`` (at a given
+            thread count). Its wall time is measured against the stock forward in ``benchmarks/bench_judge.py``.
+            ``info.details["batch_invariant"]`` records it.
         scheduling: ``continuous`` (default): one running batch of ``batch_size`` rows, refilled as rows finish,
             a BR-RM turn 2 joining as soon as its turn 1 ends (:mod:`brrm.backends._continuous`); ``static``:
             chunks of ``batch_size`` rows, each decoded to completion (the earlier loop, kept for comparison).

@@ -40,12 +40,14 @@ from brrm.backends._phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, Toke
 from brrm.backends._vllm_engine import (
     VLLM_HINT,
     Features,
+    batch_invariant_active,
     check_options,
     cpu_scheduling,
     detect_features,
     import_vllm,
     regex_params,
     resolve_dtype,
+    set_batch_invariant,
 )
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.errors import BackendUnavailable, ConfigError
@@ -137,6 +139,7 @@ class VLLMBackend:
         batch_size: int | None = None,
         engine_kwargs: dict[str, Any] | None = None,
         name: str | None = None,
+        batch_invariant: bool | str = "auto",
     ) -> VLLMBackend:
         """Start a ``vllm.LLM`` for ``model`` (hub id or local directory).
 
@@ -162,12 +165,17 @@ class VLLMBackend:
             batch_size: accepted for CLI compatibility and ignored (the engine schedules batches).
             engine_kwargs: more ``vllm.LLM`` keyword arguments, passed through unchanged.
             name: the model name recorded in results (default ``model``).
+            batch_invariant: True turns on vLLM's batch-invariant mode (``VLLM_BATCH_INVARIANT=1``, set before
+                vLLM is imported: a row's output does not depend on its batch; vLLM's docs list GPUs of compute
+                capability >= 9.0), False turns it off, ``"auto"`` keeps the environment's setting (off by
+                default). ``info.details["batch_invariant"]`` records the mode vLLM reports.
 
         Raises:
             BackendUnavailable: when vllm is not installed or lacks structured outputs.
             ConfigError: on an invalid option (named, with its valid values).
         """
         del batch_size
+        set_batch_invariant(batch_invariant)
         vllm = import_vllm()
         features = detect_features(vllm)
         check_options(
@@ -219,6 +227,7 @@ class VLLMBackend:
             "choice_logits": "raw_logits" if features.raw_logits else "raw_logprobs",
             "tensor_parallel_size": tensor_parallel_size,
             "pipeline_parallel_size": pipeline_parallel_size,
+            "batch_invariant": batch_invariant_active(),
         }
         return cls(
             llm, hf_tok, model_id=name or model, features=features, judge_chunk_size=judge_chunk_size, details=details

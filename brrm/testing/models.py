@@ -45,6 +45,7 @@ def build_tiny_qwen3(
     seed: int = 0,
     sequence_classification: bool = False,
     dtype: torch.dtype = torch.float32,
+    config: dict[str, Any] | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A random-weight tiny Qwen3 (hidden 64, 2 layers, 2 heads / 1 KV head, head_dim 64) in eval mode.
 
@@ -58,6 +59,9 @@ def build_tiny_qwen3(
             reward from the last non-pad token) instead of ``Qwen3ForCausalLM``.
         dtype: weights are initialised in float32 and then cast, so weights for a seed agree across dtypes
             up to rounding.
+        config: ``Qwen3Config`` fields overriding :data:`TINY_QWEN3_CONFIG` (another shape, e.g.
+            ``{"head_dim": 16, "num_attention_heads": 4, "tie_word_embeddings": True}``); the vocabulary and
+            special ids always come from the tokenizer.
 
     Returns:
         ``(model, tokenizer)``. ``config.vocab_size == len(tokenizer)``; ``eos_token_id`` = ``<|im_end|>``,
@@ -70,19 +74,19 @@ def build_tiny_qwen3(
     eos_id = _special_id(tok, "<|im_end|>")
     pad_id = _special_id(tok, tok.pad_token or "<|endoftext|>")
     bos_id = _special_id(tok, tok.bos_token or "<|endoftext|>")
-    config = Qwen3Config(
+    qwen3_config = Qwen3Config(
         vocab_size=len(tok),
         bos_token_id=bos_id,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
-        **TINY_QWEN3_CONFIG,
+        **{**TINY_QWEN3_CONFIG, **(config or {})},
     )
     if sequence_classification:
-        config.num_labels = 1
+        qwen3_config.num_labels = 1
     cls = Qwen3ForSequenceClassification if sequence_classification else Qwen3ForCausalLM
     with torch.random.fork_rng(devices=[]):  # seed the init without touching the caller's RNG stream
         torch.manual_seed(seed)
-        model = cls(config).to(dtype).eval()  # type: ignore[arg-type]  # transformers wraps .to
+        model = cls(qwen3_config).to(dtype).eval()  # type: ignore[arg-type]  # transformers wraps .to
     if getattr(model, "generation_config", None) is not None:  # causal LMs only
         model.generation_config.eos_token_id = eos_id
         model.generation_config.pad_token_id = pad_id
@@ -97,7 +101,7 @@ def save_tiny_qwen3(path: str | os.PathLike[str], **kwargs: Any) -> Path:
         path: output directory (created). It receives ``config.json``, ``generation_config.json``,
             ``model.safetensors``, ``tokenizer.json``, ``tokenizer_config.json`` and the chat template.
         **kwargs: passed to :func:`build_tiny_qwen3` (``tokenizer``, ``seed``, ``sequence_classification``,
-            ``dtype``).
+            ``dtype``, ``config``).
 
     Returns:
         ``path`` as a ``Path``; ``AutoModelForCausalLM.from_pretrained(path)`` (or

@@ -242,13 +242,13 @@ def _wrap(tok: tokenizers.Tokenizer | Path, model_max_length: int) -> PreTrained
 
 
 @functools.cache
-def _tiny_tokenizer_json() -> str:
-    """Train the tiny BPE once per process; returns the ``tokenizers`` JSON serialization."""
+def _tiny_tokenizer_json(vocab_size: int = TINY_VOCAB_SIZE) -> str:
+    """Train the tiny BPE once per process and size; returns the ``tokenizers`` JSON serialization."""
     from tokenizers import models, pre_tokenizers, trainers
 
     tok = _qwen_pipeline(models.BPE(fuse_unk=False, byte_fallback=False))
     trainer = trainers.BpeTrainer(
-        vocab_size=TINY_VOCAB_SIZE,
+        vocab_size=vocab_size,
         min_frequency=1,
         show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -259,7 +259,7 @@ def _tiny_tokenizer_json() -> str:
     return tok.to_str()
 
 
-def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+def build_tiny_tokenizer(vocab_size: int = TINY_VOCAB_SIZE) -> PreTrainedTokenizerFast:
     """Tier-1 tokenizer: a byte-level BPE trained in-process on :data:`TINY_CORPUS` (a few ms; cached).
 
     Every byte string is encodable (256 byte symbols in the base alphabet) and decodes back exactly
@@ -267,14 +267,20 @@ def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     Added tokens :data:`TINY_ADDED_TOKENS` follow the trained vocabulary: ``<|endoftext|>``,
     ``<|im_start|>``, ``<|im_end|>`` (special), ``<think>``, ``</think>`` (not special, as in Qwen3).
 
+    Args:
+        vocab_size: trained-vocabulary target (byte symbols + merges), >= 300; the added tokens come on top
+            (595 gives a 600-token tokenizer).
+
     Returns:
         A new ``PreTrainedTokenizerFast`` on each call (training is cached, the wrapper is not, so callers
-        may mutate it freely); ``len()`` ≈ 1.5k, eos ``<|im_end|>``, pad ``<|endoftext|>``, no bos, and the
-        stock Qwen3 chat template.
+        may mutate it freely); ``len()`` ≈ ``vocab_size`` + 5 (≈ 1.5k by default), eos ``<|im_end|>``, pad
+        ``<|endoftext|>``, no bos, and the stock Qwen3 chat template.
     """
     from tokenizers import Tokenizer
 
-    return _wrap(Tokenizer.from_str(_tiny_tokenizer_json()), model_max_length=32768)
+    if not isinstance(vocab_size, int) or vocab_size < 300:
+        raise ValueError(f"vocab_size must be an int >= 300 (256 byte symbols + merges), got {vocab_size!r}")
+    return _wrap(Tokenizer.from_str(_tiny_tokenizer_json(vocab_size)), model_max_length=32768)
 
 
 def _qwen_tiktoken_path() -> Path:

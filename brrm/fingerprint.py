@@ -2,9 +2,10 @@
 
 * a local folder: ``dir:`` + sha256 over (relative name, size, sha256 of the content) of every weight, config
   and tokenizer file in it (:data:`WEIGHT_SUFFIXES`), symlinks followed. Content digests are cached per file,
-  keyed by (real path, size, mtime in ns, inode), in memory and in ``fingerprints.json`` under the brrm cache
+  keyed by (real path, size, mtime and ctime in ns, inode), in memory and in ``fingerprints.json`` under the brrm cache
   folder (``BRRM_CACHE_DIR``, else the user cache dir), so a 60 GB checkpoint is read once, not on every start;
-  a folder overwritten in place or a symlink switched to another checkpoint gives another fingerprint;
+  a folder overwritten in place (even with the old sizes and mtimes restored: every write moves the file's ctime,
+  which no user call can set back) or a symlink switched to another checkpoint gives another fingerprint;
 * a hub id: ``hub:<id>@<commit>``, the commit the local Hugging Face cache resolves ``main`` to, else the
   commit the hub reports; ``hub:<id>@unresolved`` when neither can be asked (offline and not cached — loading
   it fails anyway, naming the cure);
@@ -80,10 +81,10 @@ def _cache_file() -> Path:
 
 
 def _file_digest(file: Path) -> str:
-    """sha256 of ``file``'s content, cached by (real path, size, mtime_ns, inode) in memory and on disk."""
+    """sha256 of ``file``'s content, cached by (real path, size, mtime_ns, ctime_ns, inode) in memory and on disk."""
     real = file.resolve()
     st = real.stat()
-    key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
     cache = _cache_file()
     with _lock:
         if str(cache) not in _disk_loaded:

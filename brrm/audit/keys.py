@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from brrm.types import JudgeInfo
@@ -71,25 +69,11 @@ def request_hash(model: str | None, options: Mapping[str, Any], *, shape: str, s
 
 
 def model_fingerprint(model: str | None) -> list[Any]:
-    """What identifies the model's files without reading them: for a local folder, each top-level file's name,
-    size and modification time (ns); for a cached hub id, the cached snapshot path (it names the commit);
-    for the embedded demo, the brrm version and the GGUF's size. Empty when nothing can be found."""
-    if model is None:
-        from brrm import __version__
-        from brrm.embedded import EMBEDDED_MODEL_ID, embedded_gguf_path
+    """What identifies the weights ``model`` names: :func:`brrm.fingerprint.weights_fingerprint` (content digests of
+    a local folder's weight, config and tokenizer files, cached by path, size, mtime, ctime and inode; a hub id's
+    resolved commit; the embedded GGUF's digest), so weights overwritten in place or a switched symlink make
+    another request, while an unchanged 60 GB checkpoint is not read again."""
+    from brrm.fingerprint import weights_fingerprint
 
-        try:
-            size = embedded_gguf_path().stat().st_size
-        except Exception:  # the package is missing: brrm.load will say so with the install hint
-            size = -1
-        return [EMBEDDED_MODEL_ID, __version__, size]
-    path = Path(os.path.expanduser(model))
-    if path.is_dir():
-        return sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in path.iterdir() if p.is_file())
-    try:
-        from huggingface_hub import try_to_load_from_cache
+    return [weights_fingerprint(model)]
 
-        cached = try_to_load_from_cache(model, "config.json")
-    except Exception:  # not a valid repo id: brrm.load will reject it with a clear message
-        return []
-    return [cached] if isinstance(cached, str) else []

@@ -432,3 +432,26 @@ def test_group_manager_gives_a_failed_sample_a_group_neutral_reward(tmp_path, fa
     with pytest.raises(brrm.ConfigError, match="failed_reward='none' cannot be used with verl"):
         BrrmGroupRewardManager(OmegaConf.merge(config, {"reward": {"reward_kwargs": {"brrm_config": {
             "failed_reward": "none"}}}}), tok)
+
+
+def test_two_stalled_of_eight_leave_the_six_healthy_ok_in_that_batch_and_the_next():
+    """Issue 18: with timeout_s=2, two samples that stall never make healthy samples time out — not in their batch,
+    and not in the next one, while the stalled calls are still running in the background."""
+    release = threading.Event()
+    scorer = VerlScorer(VerlRewardConfig(timeout_s=2.0, reference_key="reference", max_workers=4),
+                        judge=_stalling_judge(release))
+    extra = {"prompt": "What is 17*6?", "reference": "17*6 = 102"}
+    texts = ["<<STALL>> a", "b 102", "c 102", "<<STALL>> d", "e 102", "f 102", "g 102", "h 102"]
+
+    async def batch(tag):
+        return await asyncio.gather(*[scorer.score(f"{t} {tag}", "102", dict(extra)) for t in texts])
+
+    try:
+        for tag in ("first", "second"):
+            out = asyncio.run(batch(tag))
+            statuses = [r["status"] for r in out]
+            assert statuses.count(TIMEOUT) == 2 and statuses.count("ok") == 6, (tag, statuses)
+            assert [r["ok"] for r in out] == ["STALL" not in t for t in texts]
+    finally:
+        release.set()
+        scorer.close()

@@ -21,11 +21,14 @@ remote (a ``brrm serve`` URL: ``POST /v1/score``).
 Every call returns within ``timeout_s`` (plus scheduling slack) with the same keys: ``score`` (the reward, or
 ``fallback_score`` when there is none), ``ok``, ``status`` (a :class:`brrm.Status` value, or ``timeout``),
 ``reason``, ``judge_seconds``. A failure never raises into the training loop. Remote calls are cancelled at the
-deadline. Local calls run on a bounded pool of worker threads (``max_workers``); Python cannot stop a running
-thread, so a timed-out local call finishes in the background and its thread is reused — live threads never
-exceed ``max_workers`` and end at :func:`close_all`. Local transformers and vLLM judges run one call at a time
-(their models are not thread-safe), so there a slow call delays the calls queued behind it, each of which still
-returns at its own deadline; for concurrency at scale, point ``url`` at ``brrm serve``, which batches requests.
+deadline. Local calls run on worker threads, at most ``max_workers`` for samples still waiting; Python cannot stop
+a running thread, so a call past its deadline is abandoned — its slot is free at once for the next sample and its
+thread finishes in the background (at most ``max_workers`` such threads; past that a new sample is a
+``backend_error`` at once) — so a stalled sample never makes a healthy one wait past its own deadline, in its
+batch or the next. Threads end at :func:`close_all`. Local transformers and vLLM judges run one call at a time
+(their models are not thread-safe), so there a stalled call holds the model itself and the calls queued behind it
+still time out at their own deadlines; for concurrency at scale, point ``url`` at ``brrm serve``, which batches
+requests and abandons stalled calls.
 """
 
 from __future__ import annotations
@@ -167,6 +170,8 @@ class VerlScorer:
                 config.model, kind=config.kind, backend=config.backend, options=config.options))
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._live = 0  # local calls running for samples that still wait for them
+        self._abandoned = 0  # local calls past their deadline, still running
 
     async def score(self, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> dict[str, Any]:
         """One sample's result dict (see the module docstring); never raises for a judge failure or a timeout.
@@ -183,10 +188,10 @@ class VerlScorer:
                                 f"the prompt under extra_info[{self.config.prompt_key!r}])", start)
         item = self._item(solution_str, ground_truth, dict(extra_info))
         try:
-            pending: Awaitable[ScalarReward] = (
-                self._remote(item) if self.config.url is not None
-                else asyncio.get_running_loop().run_in_executor(self._executor(), self._local, item))
-            result = await asyncio.wait_for(pending, self.config.timeout_s)
+            if self.config.url is not None:
+                result = await asyncio.wait_for(self._remote(item), self.config.timeout_s)
+            else:
+                result = await self._run_local(item, start + self.config.timeout_s)
         except TimeoutError:
             return self._result(None, TIMEOUT, f"no reward within timeout_s={self.config.timeout_s:g}", start)
         except Exception as exc:  # noqa: BLE001 - any transport or judge error is this sample's failure
@@ -217,9 +222,55 @@ class VerlScorer:
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.config.max_workers, thread_name_prefix="brrm-verl")
+            if self._pool is None:  # max_workers calls waited for, plus as many abandoned ones still running
+                self._pool = ThreadPoolExecutor(2 * self.config.max_workers, thread_name_prefix="brrm-verl")
             return self._pool
+
+    async def _run_local(self, item: dict[str, Any], deadline: float) -> ScalarReward:
+        """The local judge's reward for ``item`` by ``deadline`` (``time.perf_counter()`` seconds).
+
+        At most ``max_workers`` calls run for samples still waiting. A call past its deadline is abandoned: its
+        slot is free at once for the next sample (Python cannot stop the thread, which finishes in the background),
+        so a stalled call never makes a healthy sample wait past the sample's own deadline. While
+        ``max_workers`` abandoned calls are still running, a new sample fails at once (``backend_error``).
+
+        Raises:
+            TimeoutError: when no slot or no result came by ``deadline``.
+        """
+        while True:
+            with self._pool_lock:
+                if self._abandoned >= self.config.max_workers:
+                    raise RuntimeError(f"{self._abandoned} stalled judge calls are still running (each past its "
+                                       f"timeout_s); the judge takes no new sample until one returns")
+                if self._live < self.config.max_workers:
+                    self._live += 1
+                    break
+            if time.perf_counter() >= deadline:
+                raise TimeoutError
+            await asyncio.sleep(0.005)
+        state = {"finished": False, "abandoned": False}
+
+        def call() -> ScalarReward:
+            try:
+                return self._local(item)
+            finally:
+                with self._pool_lock:
+                    state["finished"] = True
+                    if state["abandoned"]:
+                        self._abandoned -= 1
+                    else:
+                        self._live -= 1
+
+        future = asyncio.get_running_loop().run_in_executor(self._executor(), call)
+        try:
+            return await asyncio.wait_for(future, max(deadline - time.perf_counter(), 0.0))
+        except TimeoutError:
+            with self._pool_lock:
+                if not state["finished"]:
+                    state["abandoned"] = True
+                    self._live -= 1
+                    self._abandoned += 1
+            raise
 
     def _local(self, item: dict[str, Any]) -> ScalarReward:
         assert self.source is not None

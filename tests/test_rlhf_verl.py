@@ -455,3 +455,47 @@ def test_two_stalled_of_eight_leave_the_six_healthy_ok_in_that_batch_and_the_nex
     finally:
         release.set()
         scorer.close()
+
+
+def test_group_manager_honours_timeout_s(tmp_path):
+    """Issue 18: BrrmGroupRewardManager took 32 s for a 2 s deadline; a stalled group judgment now answers
+    ``timeout`` after cohort_timeout_s + timeout_s, with the fallback score, marked failed."""
+    pytest.importorskip("verl")
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    from brrm.rlhf.recipe import JudgeSource
+    from brrm.rlhf.verl_manager import BrrmGroupRewardManager
+
+    tok = build_tiny_tokenizer()
+    config = OmegaConf.create({
+        "actor_rollout_ref": {"rollout": {"n": 2}}, "data": {"train_batch_size": 1}, "trainer": {},
+        "reward": {"num_workers": 1, "custom_reward_function": {"path": "x"}, "reward_model": {"enable": False},
+                   "reward_kwargs": {"brrm_config": {"kind": "brrm", "timeout_s": 1.0, "cohort_timeout_s": 0.5,
+                                                     "strategy": "circular", "fallback_score": -1.0}}}})
+    release = threading.Event()
+    manager = BrrmGroupRewardManager(config, tok)
+    manager.source = JudgeSource(_stalling_judge(release))
+    manager.buffer.judge = manager.source.get
+    worker = RewardLoopWorker.__new__(RewardLoopWorker)
+    worker.config, worker.reward_manager, worker.loop = config, manager, manager.loop
+    p = tok("Q")["input_ids"]
+    r_ids = [tok(r)["input_ids"] for r in ("<<STALL>> a", "<<STALL>> b")]
+    rl = max(map(len, r_ids))
+    data = DataProto.from_dict(
+        tensors={"prompts": torch.tensor([p] * 2),
+                 "responses": torch.tensor([x + [tok.pad_token_id] * (rl - len(x)) for x in r_ids]),
+                 "attention_mask": torch.tensor([[1] * len(p) + [1] * len(x) + [0] * (rl - len(x)) for x in r_ids])},
+        non_tensors={"uid": np.array(["g"] * 2, dtype=object), "extra_info": np.array([{"prompt": "Q"}] * 2,
+                                                                                        dtype=object)})
+    started = time.perf_counter()
+    try:
+        outs = worker.loop.run_until_complete(worker.compute_score_batch(data))
+    finally:
+        release.set()
+    assert time.perf_counter() - started < 1.5 + 2.0
+    assert [o["reward_extra_info"]["status"] for o in outs] == [TIMEOUT] * 2
+    assert [o["reward_score"] for o in outs] == [-1.0, -1.0] and not any(o["reward_extra_info"]["ok"] for o in outs)

@@ -36,7 +36,7 @@ from brrm.errors import ConfigError
 from brrm.rlhf.cohorts import CohortBuffer
 from brrm.rlhf.fallback import check_failed_reward, fill_failed
 from brrm.rlhf.recipe import JudgeSource
-from brrm.rlhf.verl import resolve_config
+from brrm.rlhf.verl import TIMEOUT, resolve_config
 from brrm.types import JudgeSpec, check_bool, check_choice, check_float
 
 GROUP_KEYS = ("strategy", "swap", "soft", "cohort_timeout_s", "max_judgments_per_step", "judge_partial_groups",
@@ -124,7 +124,16 @@ class BrrmGroupRewardManager(RewardManagerBase):
         uid = str(item.non_tensor_batch.get("uid", ""))
         if not uid:
             raise ConfigError("the batch has no 'uid' per sample; the group reward needs verl's GRPO grouping")
-        reward, members = await self.buffer.submit_group(uid, self._conversation(item), response)
+        limit = self.buffer.cohort_timeout_s + self.brrm.timeout_s  # wait for the group, then for its judging
+        try:
+            reward, members = await asyncio.wait_for(self.buffer.submit_group(uid, self._conversation(item), response),
+                                                     limit)
+        except TimeoutError:
+            late = self.brrm.fallback_score if isinstance(self.failed_reward, str) else self.failed_reward
+            return {"reward_score": late,
+                    "reward_extra_info": {"score": late, "ok": False, "status": TIMEOUT,
+                                          "reason": f"no group reward within cohort_timeout_s + timeout_s = "
+                                                    f"{limit:g} s"}}
         score = reward.reward if reward.ok else fill_failed(
             [reward, *members], [0] * (1 + len(members)), self.failed_reward, constant=self.brrm.fallback_score)[0]
         assert score is not None  # 'none' is refused at construction

@@ -22,7 +22,8 @@ PY="$VENV/bin/python"
 "$PY" -m pip freeze --exclude-editable > "$VENV/vllm-constraints.txt"
 "$PY" - > "$VENV/brrm-deps.txt" <<'PYEOF'
 import tomllib
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+deps = project["dependencies"] + project["optional-dependencies"]["serve"]  # the tier also runs brrm serve
 print("\n".join(d for d in deps if not d.replace(" ", "").startswith("torch")))
 PYEOF
 "$PY" -m pip install -qq -c "$VENV/vllm-constraints.txt" -r "$VENV/brrm-deps.txt" pytest pytest-timeout

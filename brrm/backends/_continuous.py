@@ -21,17 +21,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from brrm.backends._decode import Decoder, _cache_kwarg
-from brrm.backends._rows import Row
+from brrm.backends._rows import BatchingContext, Row
 from brrm.backends._sampling import choose
 from brrm.backends.base import Completion, FollowUp, Next, OnStep
-
-if TYPE_CHECKING:
-    from brrm.backends.transformers import TransformersBackend
 
 MakeRow = Callable[[int, Next], Row]
 
@@ -56,7 +53,7 @@ class ContinuousDecoder:
             call, joining rows' first tokens included), for progress displays.
     """
 
-    def __init__(self, backend: TransformersBackend, *, temperature: float, top_p: float, make_row: MakeRow,
+    def __init__(self, backend: BatchingContext, *, temperature: float, top_p: float, make_row: MakeRow,
                  then: FollowUp | None, on_step: OnStep | None = None, top_k: int = 0) -> None:
         self.backend, self.make_row, self.then, self.on_step = backend, make_row, then, on_step
         self.decoder = Decoder(backend, temperature=temperature, top_p=top_p, keep_kv=False,

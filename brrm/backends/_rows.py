@@ -64,3 +64,12 @@ class DecodeContext(Protocol):
 
     @property
     def cache(self) -> KVStore | None: ...
+
+
+class BatchingContext(DecodeContext, Protocol):
+    """What continuous batching (:mod:`._continuous`) reads from its backend beyond :class:`DecodeContext`: the
+    running batch's size and how a finished row becomes its completion."""
+
+    batch_size: int
+
+    def _completion(self, row: Row) -> Any: ...

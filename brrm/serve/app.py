@@ -124,11 +124,15 @@ class ServerState:
             raise TooManyItems(name, n, self.limits.item_limit)
 
     def check_cost(self, cost: int, what: str) -> int:
-        """``cost`` (judgments) when it is within the per-request limit, checked before anything is queued.
+        """``cost`` (judgments; times the judge's ``samples`` under self-consistency voting) when it is within the
+        per-request limit, checked before anything is queued.
 
         Raises:
             TooCostly: over :attr:`ServerLimits.judgment_limit` (413, naming the cost and the limit).
         """
+        samples = int(self.judge.info.options.get("samples", 1) or 1) if self.pairwise else 1
+        if samples > 1:
+            cost, what = cost * samples, f"{what} x {samples} samples"
         if cost > self.limits.judgment_limit:
             raise TooCostly(what, cost, self.limits.judgment_limit)
         return cost

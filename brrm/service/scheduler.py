@@ -32,7 +32,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from brrm.errors import ConfigError
 from brrm.service.isolation import Aborted, LengthMismatch, Runner, checked_call, classify, describe, run_isolated
@@ -40,8 +40,20 @@ from brrm.service.jobs import Batch, Job, Slice, cuts, spread
 from brrm.service.workers import Workers
 from brrm.types import Status
 
-if TYPE_CHECKING:
-    from brrm.serve.metrics import Metrics
+
+class Metrics(Protocol):
+    """Where the scheduler records what it does (:class:`brrm.serve.metrics.Metrics` is the server's; the service
+    layer does not import the server): prometheus-client counters, gauges and histograms by these names."""
+
+    rejected: Any
+    cancelled: Any
+    queue_depth: Any
+    running_batches: Any
+    abandoned_batches: Any
+    batch_items: Any
+    batch_requests: Any
+    abandoned_total: Any
+    batch_seconds: Any
 
 __all__ = ["Aborted", "BatchFailed", "DeadlineExceeded", "Failed", "QueueFull", "Runner", "Scheduler",
            "SchedulerError", "Unavailable"]

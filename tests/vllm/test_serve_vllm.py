@@ -34,7 +34,10 @@ def test_served_vllm_judge_equals_transformers(tiny_lm_dir, hf_backend, tmp_path
             async with httpx.AsyncClient(base_url=srv.url, timeout=300) as c:
                 answers = await asyncio.gather(*(c.post("/v1/judge", json={"pairs": [
                     {"prompt": p, "response_a": a, "response_b": b}]}) for p, a, b in PAIRS))
-            return [r.json()["judgments"][0] for r in answers]
+            # the wire format: model, backend, template hash and decoding once per reply, in its "provenance"
+            return [{**r.json()["judgments"][0], "provenance": {**r.json()["provenance"],
+                                                                **r.json()["judgments"][0]["provenance"]}}
+                    for r in answers]
 
         served = asyncio.run(clients())
         metrics = httpx.get(f"{srv.url}/metrics").text

@@ -33,8 +33,10 @@ from typing import Any
 from brrm.backends.base import Backend, Completion, GenerationRequest
 from brrm.errors import ConfigError, TemplateError
 from brrm.judges import brrm_format as fmt
+from brrm.judges.brrm_run import Item as _Item
+from brrm.judges.brrm_run import ItemRun, OnResult
 from brrm.numerics import sigmoid
-from brrm.seeds import content_key, item_seed
+from brrm.seeds import content_key
 from brrm.templates import (
     HISTORY_THINK,
     ContextPolicy,
@@ -67,8 +69,6 @@ DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
 TURN2_TOKENS = ("auto", "retokenize", "concat")
 _MARK = "\x00BRRM-TURN1\x00"
-OnResult = Callable[[int, PairwiseJudgment], None]
-"""``on_result(index, judgment)``: an item's final judgment, as soon as it is known."""
 
 POLICY_DEFAULTS = {
     "constrained": {"system_messages": "include", "tool_messages": "include", "strip_history_reasoning": True,
@@ -184,36 +184,6 @@ class BRRMConfig:
         return "retokenize" if self.decoding == "faithful" else "concat"
 
 
-@dataclass
-class _Item:
-    """One ordered judgment in flight (position 1 = ``first``)."""
-
-    index: int
-    key: str
-    conversation: Conversation
-    first: str
-    second: str
-    rid: str
-    attempt: int = 0
-    p1_text: str = ""
-    p1_ids: tuple[int, ...] = ()
-    t1: Completion | None = None
-    p2_ids: tuple[int, ...] = ()
-    t2: Completion | None = None
-    result: PairwiseJudgment | None = None
-    retryable: bool = True
-    sample: int = 0
-
-    def seed(self, base: int, turn: int) -> int:
-        return item_seed(base, self.key, stream=f"turn{turn}", attempt=self.attempt, sample=self.sample)
-
-    def retry(self) -> _Item:
-        """Reset for a fresh attempt of the same ordered judgment (new sampler streams)."""
-        self.attempt += 1
-        self.p1_text, self.p1_ids, self.t1, self.p2_ids, self.t2, self.result = "", (), None, (), None, None
-        return self
-
-
 class BRRMJudge:
     """The BR-RM judge over any :class:`~brrm.backends.base.Backend` that generates.
 
@@ -325,7 +295,6 @@ class BRRMJudge:
         keyed = list(seed_texts) if seed_texts is not None else [None] * n
         check_same_length(conversations=conversations, seed_texts=keyed)
         items = [self._item(i, conversations[i], first[i], second[i], rids[i], picks[i], keyed[i]) for i in range(n)]
-        from brrm.judges.brrm_run import ItemRun
 
         run = ItemRun(self, progress, on_result, on_step)
         for it in items:

@@ -9,25 +9,76 @@ goes to ``on_result`` at once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from brrm.backends.base import Completion, Next, OnStep, generate_chains
+from brrm.backends.base import Completion, GenerationRequest, Next, OnStep, generate_chains
+from brrm.seeds import item_seed
+from brrm.types import Conversation, PairwiseJudgment
 
-if TYPE_CHECKING:
-    from brrm.judges.brrm import BRRMJudge, OnResult, _Item
+OnResult = Callable[[int, PairwiseJudgment], None]
+"""``on_result(index, judgment)``: an item's final judgment, as soon as it is known."""
+
+
+@dataclass
+class Item:
+    """One ordered judgment in flight (position 1 = ``first``)."""
+
+    index: int
+    key: str
+    conversation: Conversation
+    first: str
+    second: str
+    rid: str
+    attempt: int = 0
+    p1_text: str = ""
+    p1_ids: tuple[int, ...] = ()
+    t1: Completion | None = None
+    p2_ids: tuple[int, ...] = ()
+    t2: Completion | None = None
+    result: PairwiseJudgment | None = None
+    retryable: bool = True
+    sample: int = 0
+
+    def seed(self, base: int, turn: int) -> int:
+        return item_seed(base, self.key, stream=f"turn{turn}", attempt=self.attempt, sample=self.sample)
+
+    def retry(self) -> Item:
+        """Reset for a fresh attempt of the same ordered judgment (new sampler streams)."""
+        self.attempt += 1
+        self.p1_text, self.p1_ids, self.t1, self.p2_ids, self.t2, self.result = "", (), None, (), None, None
+        return self
+
+
+
+class Judging(Protocol):
+    """What a run needs of its judge (:class:`brrm.judges.brrm.BRRMJudge`): its backend and config, and the steps
+    of one ordered judgment."""
+
+    backend: Any
+    config: Any
+
+    def _turn1(self, it: Item) -> GenerationRequest | None: ...
+
+    def _after_turn1(self, it: Item, comp: Completion) -> GenerationRequest | None: ...
+
+    def _finish(self, it: Item) -> PairwiseJudgment: ...
+
+    def _should_retry(self, it: Item) -> bool: ...
+
 
 
 class ItemRun:
     """One ``judge_ordered`` call's items as chains of generations: turn 1, then turn 2 (the moment turn 1
     ends, on a continuously batching backend), then the retries; reports progress and each final result."""
 
-    def __init__(self, judge: BRRMJudge, progress: Callable[[float], None] | None,
+    def __init__(self, judge: Judging, progress: Callable[[float], None] | None,
                  on_result: OnResult | None, on_step: OnStep | None = None) -> None:
         self.judge, self.progress, self.on_result, self.on_step = judge, progress, on_result, on_step
         self.reported: dict[int, float] = {}
-        self.items: list[_Item] = []
+        self.items: list[Item] = []
 
-    def chains(self, items: list[_Item]) -> None:
+    def chains(self, items: list[Item]) -> None:
         """Run ``items`` (none final yet) to their final results."""
         self.items = items
         firsts: list[tuple[int, Next]] = []
@@ -44,11 +95,11 @@ class ItemRun:
                         top_p=s.top_p, top_k=s.top_k, on_step=self.on_step,
                         on_complete=lambda c: self._turn_done(items[chain_of[c]]))
 
-    def _turn_done(self, it: _Item) -> None:
+    def _turn_done(self, it: Item) -> None:
         """A turn of the item ended inside a round (backends without continuous batching): move progress now."""
         self._report(it, 0.5 if it.t1 is None else 1.0)
 
-    def _start(self, it: _Item) -> Next | None:
+    def _start(self, it: Item) -> Next | None:
         """The turn-1 step of the item's current attempt; None when the item became final without a model call."""
         while True:
             req = self.judge._turn1(it)
@@ -57,7 +108,7 @@ class ItemRun:
             if not self._settle(it):
                 return None
 
-    def _then(self, it: _Item, comp: Completion) -> Next | None:
+    def _then(self, it: Item, comp: Completion) -> Next | None:
         """The item's next step after ``comp`` (its turn 1 or turn 2), or None when it is final."""
         if it.t1 is None:
             req = self.judge._after_turn1(it, comp)
@@ -69,7 +120,7 @@ class ItemRun:
             it.result = self.judge._finish(it)
         return self._start(it) if self._settle(it) else None
 
-    def _settle(self, it: _Item) -> bool:
+    def _settle(self, it: Item) -> bool:
         """The item has a result: True when it is retried (reset for a fresh attempt), else report it final."""
         if self.judge._should_retry(it):
             it.retry()
@@ -77,12 +128,12 @@ class ItemRun:
         self.final(it)
         return False
 
-    def final(self, it: _Item) -> None:
+    def final(self, it: Item) -> None:
         self._report(it, 1.0)
         if self.on_result is not None and it.result is not None:
             self.on_result(it.index, it.result)
 
-    def _report(self, it: _Item, upto: float) -> None:
+    def _report(self, it: Item, upto: float) -> None:
         done = self.reported.get(it.index, 0.0)
         if self.progress is not None and upto > done:
             self.progress(upto - done)

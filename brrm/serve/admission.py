@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from brrm.serve.security import ASGIApp, Receive, Scope, Send, error_body, send_json
 
 if TYPE_CHECKING:
-    from brrm.serve.app import ServerState
+    from brrm.serve.state import ServerState
 
 JUDGING_PATHS = ("/v1/judge", "/v1/score", "/v1/rank", "/get_reward", "/compare")
 """Paths whose work goes through the scheduler's queue."""

@@ -24,7 +24,7 @@ from brrm.serve.calls import CallOptions, PairItem, ScoreItem, pairs_key, score_
 from brrm.types import Conversation
 
 if TYPE_CHECKING:
-    from brrm.serve.app import ServerState
+    from brrm.serve.state import ServerState
 
 log = logging.getLogger("brrm.serve")
 

@@ -35,9 +35,9 @@ from brrm.types import (
     check_int,
 )
 from brrm.types.codec import group_from_dict, judgment_from_dict, reward_from_dict
+from brrm.types.protocols import OnResult
 
 Progress = Callable[[float], None] | None
-OnResult = Callable[[int, Any], None] | None
 CALLER_ERRORS = (400, 401, 403, 404, 413, 422)
 """Statuses that mean the request itself is wrong (raised as ConfigError with the server's message)."""
 RETRIED = (429, 503)

@@ -1,0 +1,186 @@
+"""The state every route of ``brrm serve`` shares (:class:`ServerState`: the judge, limits, scheduler, metrics)
+and the request-level errors it raises; the app (:mod:`brrm.serve.app`), the routes, the operational routes and
+the admission middleware all import it from here, so none of them imports another."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from brrm.serve.calls import CallOptions, Variants
+from brrm.serve.limits import ServerLimits
+from brrm.serve.metrics import Metrics
+from brrm.service.scheduler import Scheduler, SchedulerError
+from brrm.types import Conversation, RewardJudge
+
+
+class TooManyItems(Exception):
+    """A request with more items than the server takes (HTTP 413)."""
+
+    def __init__(self, field: str, n: int, limit: int) -> None:
+        super().__init__(f"{field} has {n} items; the limit is {limit} per request (--max-items, capped by "
+                         "--max-queue); split the request")
+        self.field, self.n, self.limit = field, n, limit
+
+
+class TooCostly(Exception):
+    """A request whose cost in judgments is over the per-request limit (HTTP 413), known before it is queued."""
+
+    def __init__(self, what: str, cost: int, limit: int) -> None:
+        super().__init__(f"{what} costs {cost} judgments; the limit is {limit} per request "
+                         "(--max-judgments-per-request, capped by --max-queue); split the request or use a cheaper "
+                         "strategy")
+        self.cost, self.limit = cost, limit
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request waited; nothing is sent."""
+
+
+@dataclass
+class ServerState:
+    """What the routes share: the judge, limits, scheduler, metrics and readiness.
+
+    Attributes:
+        judge: the served judge.
+        limits: the server's limits and settings.
+        scheduler: coalesces and runs judge calls.
+        metrics: Prometheus metrics.
+        variants: the judge's per-request variants (decoding options).
+        ready: the model answered a warm-up call (or warm-up is off).
+        not_ready: why ``/ready`` is 503 ("" when ready).
+        draining: SIGTERM received: ``/ready`` answers 503 while in-flight requests finish (uvicorn has closed the
+            listener, so no new request arrives).
+    """
+
+    judge: RewardJudge
+    limits: ServerLimits
+    scheduler: Scheduler
+    metrics: Metrics
+    variants: Variants
+    ready: bool = False
+    not_ready: str = "warming up"
+    draining: bool = False
+    warmup_attempts: int = 0
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The judge's info with the model's public name (a hub id, or a local folder's name; never a path)."""
+        return self.model_block
+
+    @functools.cached_property
+    def model_block(self) -> dict[str, Any]:
+        """The reply-level ``model`` block, built once: :attr:`JudgeInfo.to_dict` with the public model name."""
+        from brrm.serve.replies import public_name
+
+        info = self.judge.info.to_dict()
+        spec = info.get("spec")
+        if isinstance(spec, dict):  # the spec names the weights by fingerprint; its model path stays private
+            info["spec"] = {**spec, "model": public_name(str(spec["model"])) if spec.get("model") else None}
+        return {**info, "model": public_name(str(info["model"]))}
+
+    @property
+    def pairwise(self) -> bool:
+        return bool(self.judge.info.pairwise)
+
+    def mark_ready(self) -> None:
+        """The model answered a call: ``/ready`` reports ready (unless draining or stuck)."""
+        self.ready, self.not_ready = True, ""
+
+    def check_items(self, n: int, name: str) -> None:
+        """Raises :class:`TooManyItems` when ``n`` is over the per-request limit."""
+        if n > self.limits.item_limit:
+            raise TooManyItems(name, n, self.limits.item_limit)
+
+    def check_cost(self, cost: int, what: str) -> int:
+        """``cost`` (judgments; times the judge's ``samples`` under self-consistency voting) when it is within the
+        per-request limit, checked before anything is queued.
+
+        Raises:
+            TooCostly: over :attr:`ServerLimits.judgment_limit` (413, naming the cost and the limit).
+        """
+        samples = int(self.judge.info.options.get("samples", 1) or 1) if self.pairwise else 1
+        if samples > 1:
+            cost, what = cost * samples, f"{what} x {samples} samples"
+        if cost > self.limits.judgment_limit:
+            raise TooCostly(what, cost, self.limits.judgment_limit)
+        return cost
+
+    @property
+    def swap(self) -> bool:
+        """The judge's default ``swap`` (both presentation orders per pair)."""
+        return bool(self.judge.info.options.get("swap"))
+
+    def options(self, given: Any) -> CallOptions | None:
+        """The per-request options of a body (None when none are set), checked against the judge and limits.
+
+        Raises:
+            ConfigError: when the judge takes no options, or a budget exceeds the server's.
+        """
+        if given is None:
+            return None
+        options = CallOptions(**given.model_dump())
+        if not options:
+            return None
+        self.variants.get(options)
+        return options
+
+    def timeout(self, requested: float | None) -> float:
+        return min(requested or self.limits.deadline_s, self.limits.deadline_s)
+
+    async def submit(self, request: Request, key: Any, items: list[Any], *, timeout_s: float | None = None,
+                     cost: int | None = None, weights: list[int] | None = None,
+                     units: list[int] | None = None) -> list[Any]:
+        """Run ``items`` through the scheduler, dropping them if the client disconnects first.
+
+        Raises:
+            SchedulerError: 429 / 503 / 504 (see :mod:`brrm.serve.scheduler`). ConfigError: the judge refused
+                the input (422). ClientGone: the client left.
+        """
+        task = asyncio.ensure_future(self.scheduler.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
+                                                           weights=weights, units=units))
+        task.add_done_callback(self._returned)
+        watcher = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, SchedulerError):
+                    await task
+                raise ClientGone()
+        return task.result()
+
+
+    def _returned(self, task: asyncio.Future[Any]) -> None:
+        """A judge call that returned results proves the model works: mark ready (a failed warm-up is not
+        permanent)."""
+        if not self.ready and not task.cancelled() and task.exception() is None:
+            self.mark_ready()
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client disconnects (the body has been read, so ``receive`` only reports that)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def conversation(value: Any, where: str) -> Conversation:
+    """A validated :class:`Conversation` from a request's ``conversation`` messages or ``prompt`` string.
+
+    Raises:
+        ConfigError: naming ``where``.
+    """
+    if getattr(value, "prompt", None) is not None:
+        return Conversation.coerce(value.prompt, where=f"{where}.prompt")
+    messages = [m.model_dump(exclude_none=True) for m in value.conversation]
+    return Conversation.coerce(messages, where=f"{where}.conversation")

@@ -14,6 +14,7 @@ import torch
 from brrm.backends.transformers import TransformersBackend
 from brrm.judges.brrm import BRRMConfig
 from brrm.testing import brrm_judge
+from brrm.testing.forward import left_padded_forward
 from brrm.types import SamplingConfig, Status
 
 PROMPTS = ["What is 17 * 3?", "Name a primary colour.", "Write a haiku about rain.", "Is 91 prime?"]
@@ -216,18 +217,7 @@ def test_batch_invariance_cost(benchmark):
 
 def _left_padded_step(model, feeds, past=None, past_mask=None):
     """One forward of ``feeds`` (token lists, left-padded as the backend's decoder does): (logits, cache, mask)."""
-    n = max(len(f) for f in feeds)
-    ids = torch.zeros((len(feeds), n), dtype=torch.long)
-    mask = torch.zeros((len(feeds), n), dtype=torch.long)
-    for i, f in enumerate(feeds):
-        ids[i, n - len(f):] = torch.tensor(f)
-        mask[i, n - len(f):] = 1
-    full = mask if past_mask is None else torch.cat([past_mask, mask], dim=1)
-    pos = (full.cumsum(-1) - 1).clamp(min=0)[:, -n:]
-    with torch.inference_mode():
-        out = model(input_ids=ids, attention_mask=full, position_ids=pos, past_key_values=past, use_cache=True,
-                    logits_to_keep=1)
-    return out.logits[:, -1], out.past_key_values, full
+    return left_padded_forward(model, feeds, past, past_mask)
 
 
 def _judging_forwards(model, prompts, steps):

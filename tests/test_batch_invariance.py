@@ -12,23 +12,14 @@ from brrm.backends._invariant import _padded, make_batch_invariant, rowwise_atte
 from brrm.backends.transformers import TransformersBackend
 from brrm.errors import ConfigError
 from brrm.testing import build_tiny_qwen3
+from brrm.testing.forward import left_padded_forward
 
 LENGTHS = (37, 12, 64, 5)
 
 
 def _batch(model, seqs, past=None, past_mask=None):
     """Left-padded forward of ``seqs``; returns (last-position logits [B, V], cache, full mask)."""
-    n = max(len(s) for s in seqs)
-    ids = torch.zeros((len(seqs), n), dtype=torch.long)
-    mask = torch.zeros((len(seqs), n), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, n - len(s):] = torch.tensor(s)
-        mask[i, n - len(s):] = 1
-    full = mask if past_mask is None else torch.cat([past_mask, mask], dim=1)
-    pos = (full.cumsum(-1) - 1).clamp(min=0)[:, -n:]
-    with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=full, position_ids=pos, past_key_values=past, use_cache=True)
-    return out.logits[:, -1], out.past_key_values, full
+    return left_padded_forward(model, seqs, past, past_mask, logits_to_keep=0)
 
 
 def _alone_vs_batched(model):

@@ -15,6 +15,7 @@ import torch
 from brrm.backends._invariant import make_batch_invariant
 from brrm.cli import main
 from brrm.testing import build_tiny_qwen3, build_tiny_tokenizer, save_tiny_qwen3
+from brrm.testing.forward import left_padded_forward
 from tests.conftest import REPO
 
 #: The shape of issue 19: hidden 64, 4 heads / 2 KV heads, head_dim 16, tied embeddings, 600-token vocabulary.
@@ -58,18 +59,7 @@ def _smollm2():
 
 def _step(model, seqs, past=None, past_mask=None):
     """Left-padded forward of ``seqs``: (last-position logits [B, V], cache, mask), as the backend decodes."""
-    n = max(len(s) for s in seqs)
-    ids = torch.zeros((len(seqs), n), dtype=torch.long)
-    mask = torch.zeros((len(seqs), n), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, n - len(s):] = torch.tensor(s)
-        mask[i, n - len(s):] = 1
-    full = mask if past_mask is None else torch.cat([past_mask, mask], dim=1)
-    pos = (full.cumsum(-1) - 1).clamp(min=0)[:, -n:]
-    with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=full, position_ids=pos, past_key_values=past, use_cache=True,
-                    logits_to_keep=1)
-    return out.logits[:, -1], out.past_key_values, full
+    return left_padded_forward(model, seqs, past, past_mask)
 
 
 def _prefill_and_step(model, seqs):

@@ -10,7 +10,6 @@ from brrm.constraints.compile import (
     single_token_id,
 )
 from brrm.constraints.program import Choice, Literal, Pattern, Program, Segment, Think, literal
-from brrm.constraints.state import ProgramState
 
 __all__ = [
     "COMPILE_SECONDS",
@@ -20,7 +19,6 @@ __all__ = [
     "Literal",
     "Pattern",
     "Program",
-    "ProgramState",
     "Segment",
     "Think",
     "compile_index",

@@ -36,8 +36,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from brrm.backends._phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
-from brrm.backends._vllm_engine import (
+from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
+from brrm.backends.blackbox.phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.vllm.engine import (
     VLLM_HINT,
     Features,
     batch_invariant_active,
@@ -49,7 +50,6 @@ from brrm.backends._vllm_engine import (
     resolve_dtype,
     set_batch_invariant,
 )
-from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.errors import BackendUnavailable, ConfigError
 
 __all__ = ["VLLM_HINT", "Features", "VLLMBackend", "detect_features", "import_vllm"]

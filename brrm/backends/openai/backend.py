@@ -28,9 +28,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from brrm.backends._http import RequestFailed, Router, Transport
-from brrm.backends._phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
+from brrm.backends.blackbox.phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.openai.transport import RequestFailed, Router, Transport
 from brrm.errors import BackendUnavailable, ConfigError
 
 

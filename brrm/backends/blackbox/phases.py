@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from typing import Literal as TypingLiteral
 
-from brrm.backends._regex import EMPTY, continuation, matches, to_regex, viable
 from brrm.backends.base import Completion, GenerationRequest, end_of_turn_id
+from brrm.backends.blackbox.regex import EMPTY, continuation, matches, to_regex, viable
 from brrm.constraints import Literal, Pattern, Think, single_token_id
 from brrm.errors import ConfigError
 

@@ -3,7 +3,7 @@
 * **Protocol.** Prompts are sent as token ids to ``POST {base_url}/completions`` (``return_token_ids``), so
   the BR-RM raw-concatenation protocol and the judge's exact prompt tokens are preserved; no chat template
   is applied by the server.
-* **Constraints.** Programs run as chains of requests (:mod:`brrm.backends._phases`): patterns through
+* **Constraints.** Programs run as chains of requests (:mod:`brrm.backends.blackbox.phases`): patterns through
   the ``structured_outputs`` field (never the removed ``guided_*`` fields, which vLLM ignores silently),
   choices through ``allowed_token_ids`` + ``logprob_token_ids`` (token-id keys via
   ``return_tokens_as_token_ids``). Every constrained output is checked locally, so a server that ignores
@@ -29,7 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
-from brrm.backends.blackbox.phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.blackbox.request import sampling_fields
 from brrm.backends.openai.transport import RequestFailed, Router, Transport
 from brrm.errors import BackendUnavailable, ConfigError
 
@@ -223,34 +224,17 @@ class OpenAIBackend:
             self.stats["generated_tokens"] += len(result.token_ids)
         return result
 
-    def _body(self, phase: Phase, temperature: float, top_p: float, top_k: int = 0) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "prompt": list(phase.prompt_ids),
-            "max_tokens": phase.max_tokens,
-            "n": 1,
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k if top_k > 0 else -1,
-            "min_p": 0.0,
-            "repetition_penalty": 1.0,
-            "seed": phase.seed,
-            "stop_token_ids": list(phase.stop_ids),
-            "ignore_eos": phase.ignore_eos,
-            "skip_special_tokens": False,
-            "return_token_ids": True,
-            "stream": False,
-        }
-        if phase.banned_ids:
-            body["logit_bias"] = {str(i): BAN_BIAS for i in phase.banned_ids}
-        if phase.allowed_ids:
-            body["allowed_token_ids"] = list(phase.allowed_ids)
+    def _body(self, phase: Phase, temperature: float, top_p: float, top_k: int = 0) -> dict[str, object]:
+        """The completions body of ``phase``: its sampling fields
+        (:func:`~brrm.backends.blackbox.request.sampling_fields`; ``top_k`` -1 when it does not cut, so the
+        server's generation-config default does not apply), the prompt as token ids, token ids back, and the
+        options' logits keyed by token id."""
+        body: dict[str, object] = {"model": self.model, "prompt": list(phase.prompt_ids),
+                                   **sampling_fields(phase, temperature, top_p, top_k),
+                                   "return_token_ids": True, "stream": False}
+        body.setdefault("top_k", -1)
         if phase.logprob_ids:
-            body.update(
-                logprob_token_ids=list(phase.logprob_ids),
-                logprobs=max(len(phase.logprob_ids), phase.top_logprobs),
-                return_tokens_as_token_ids=True,
-            )
+            body.update(logprobs=max(len(phase.logprob_ids), phase.top_logprobs), return_tokens_as_token_ids=True)
         if phase.regex:
             body["structured_outputs"] = {"regex": phase.regex}
         return body

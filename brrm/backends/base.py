@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, cast, runtime_checkable
 
 from brrm.constraints import Program
@@ -123,8 +123,8 @@ class Capabilities:
     continuous: bool = False
 
     def to_dict(self) -> dict[str, bool | int]:
-        return {f: getattr(self, f) for f in ("generate", "programs", "classify", "vocab_logit", "kv_reuse",
-                                              "chunk_size", "concurrent", "continuous")}
+        """The capabilities by name, JSON-ready."""
+        return asdict(self)
 
 
 class Next(NamedTuple):

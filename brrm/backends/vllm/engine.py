@@ -108,6 +108,9 @@ def detect_features(vllm: ModuleType) -> Features:
     from vllm import SamplingParams
     from vllm.engine.arg_utils import EngineArgs
 
+    # vLLM's classes differ between versions (dataclasses or msgspec structs, renamed and added fields), so they
+    # are probed here with hasattr/getattr; brrm's own objects never are
+
     params = (
         {f.name for f in fields(SamplingParams)}
         if hasattr(SamplingParams, "__dataclass_fields__")
@@ -156,7 +159,7 @@ def cpu_scheduling(
     """
     from vllm.platforms import current_platform
 
-    if (
+    if (  # device_type: absent on vLLM platforms that predate it
         str(getattr(current_platform, "device_type", "")) != "cpu"
         or "enable_chunked_prefill" in engine_kwargs
     ):
@@ -166,7 +169,7 @@ def cpu_scheduling(
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
-        length = int(getattr(config, "max_position_embeddings", 0) or 32768)
+        length = int(getattr(config, "max_position_embeddings", 0) or 32768)  # not every HF config has it
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(length, 8192)}
 
 

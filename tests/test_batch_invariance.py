@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import brrm
-from brrm.backends._invariant import _padded, make_batch_invariant, rowwise_attention
 from brrm.backends.transformers import TransformersBackend
+from brrm.backends.transformers.invariant import _padded, make_batch_invariant, rowwise_attention
 from brrm.errors import ConfigError
 from brrm.testing import build_tiny_qwen3
 from brrm.testing.forward import left_padded_forward

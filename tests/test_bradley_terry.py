@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 
-from brrm.backends.bucketing import padding_waste
+from brrm.backends.transformers.bucketing import padding_waste
 from brrm.compose import ScalarRewardJudge
 from brrm.errors import ConfigError
 from brrm.reward_models.bradley_terry import (

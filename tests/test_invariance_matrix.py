@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from brrm.backends._invariant import make_batch_invariant
+from brrm.backends.transformers.invariant import make_batch_invariant
 from brrm.cli import main
 from brrm.testing import build_tiny_qwen3, build_tiny_tokenizer, save_tiny_qwen3
 from brrm.testing.forward import left_padded_forward
@@ -135,7 +135,7 @@ def test_the_vllm_option_maps_to_vllms_batch_invariant_switch(monkeypatch):
     import os
     import sys
 
-    from brrm.backends._vllm_engine import BATCH_INVARIANT_ENV, batch_invariant_active, set_batch_invariant
+    from brrm.backends.vllm.engine import BATCH_INVARIANT_ENV, batch_invariant_active, set_batch_invariant
     from brrm.errors import ConfigError
 
     if "vllm" in sys.modules:
@@ -157,7 +157,7 @@ def test_row_wise_layers_only_ever_see_fixed_shape_tiles():
     or [32, width] tiles (a row's own prompt tiles), and its padding positions are never computed."""
     import functools
 
-    from brrm.backends._tiles import SEQUENCE_TILE, TILE_ROWS, _padded
+    from brrm.backends.transformers.tiles import SEQUENCE_TILE, TILE_ROWS, _padded
 
     model = _tiny16()
     make_batch_invariant(model)

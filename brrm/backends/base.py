@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, cast, runtime_checkable
 
 from brrm.constraints import Program
 from brrm.errors import ConfigError
+from brrm.types.jsonvalue import JSONValue
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 FinishReason = Literal["stop", "length", "error"]
 
@@ -84,7 +88,7 @@ class BackendInfo:
 
     name: str
     model: str
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, JSONValue] = field(default_factory=dict)
     fingerprint: str = ""
 
 
@@ -118,9 +122,9 @@ class Capabilities:
     concurrent: bool = False
     continuous: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in ("generate", "programs", "classify", "vocab_logit", "kv_reuse",
-                                              "chunk_size", "concurrent", "continuous")}
+    def to_dict(self) -> dict[str, bool | int]:
+        """The capabilities by name, JSON-ready."""
+        return asdict(self)
 
 
 class Next(NamedTuple):
@@ -137,7 +141,7 @@ OnStep = Callable[[int, int], None]
 """``on_step(rows, tokens)``: after a decoding step, the rows in the running batch and the tokens that step added."""
 
 
-def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, temperature: float,
+def generate_chains(backend: Backend, firsts: Sequence[Next], then: FollowUp, *, temperature: float,
                     top_p: float, on_step: OnStep | None = None,
                     on_complete: Callable[[int], None] | None = None, top_k: int = 0) -> list[Completion]:
     """Run chains of dependent generations (BR-RM: turn 1, then turn 2 from turn 1's output, then retries).
@@ -158,12 +162,13 @@ def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, tem
     """
     last: dict[int, Completion] = {}
     if backend.capabilities.continuous:  # one call per keep_kv value of the first requests (the judge uses one)
+        steerable = cast(ContinuousBackend, backend)  # what capabilities.continuous declares
         for keep in (True, False):
             chosen = [i for i, step in enumerate(firsts) if step.keep_kv is keep]
             if chosen:
-                comps = backend.generate([firsts[i].request for i in chosen], temperature=temperature,
-                                         top_p=top_p, top_k=top_k, keep_kv=keep, on_step=on_step,
-                                         then=lambda j, c, chosen=chosen: then(chosen[j], c))
+                comps = steerable.generate([firsts[i].request for i in chosen], temperature=temperature,
+                                           top_p=top_p, top_k=top_k, keep_kv=keep, on_step=on_step,
+                                           then=_renumbered(then, chosen))
                 last.update(zip(chosen, comps, strict=True))
         return [last[i] for i in range(len(firsts))]
     _in_rounds(backend, firsts, then, last, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -171,7 +176,12 @@ def generate_chains(backend: Any, firsts: Sequence[Next], then: FollowUp, *, tem
     return [last[i] for i in range(len(firsts))]
 
 
-def _in_rounds(backend: Any, firsts: Sequence[Next], then: FollowUp, last: dict[int, Completion], *,
+def _renumbered(then: FollowUp, chosen: list[int]) -> FollowUp:
+    """``then`` for a call that runs the chains ``chosen`` (its request ``j`` is chain ``chosen[j]``)."""
+    return lambda j, c: then(chosen[j], c)
+
+
+def _in_rounds(backend: Backend, firsts: Sequence[Next], then: FollowUp, last: dict[int, Completion], *,
                temperature: float, top_p: float, on_complete: Callable[[int], None] | None, top_k: int = 0) -> None:
     """:func:`generate_chains` without follow-ups in the engine: every pending chain's request in one
     ``generate`` call per round (per ``keep_kv`` value), ``last`` filled with each chain's latest completion."""
@@ -230,7 +240,7 @@ class Backend(Protocol):
 
     info: BackendInfo
     capabilities: Capabilities
-    tokenizer: Any
+    tokenizer: Any  # a PreTrainedTokenizerBase; its unions of return types would reach every judge
     end_of_turn_id: int
     max_context: int
     stats: dict[str, int]
@@ -263,10 +273,22 @@ class Backend(Protocol):
         ...
 
 
+class ContinuousBackend(Backend, Protocol):
+    """A :class:`Backend` with ``capabilities.continuous``: ``generate`` also takes the follow-ups ``then`` and a
+    per-step callback ``on_step`` (see :func:`generate_chains`)."""
+
+    def generate(self, requests: Sequence[GenerationRequest], *, temperature: float, top_p: float,
+                 keep_kv: bool = False, on_complete: Callable[[int], None] | None = None, top_k: int = 0,
+                 then: FollowUp | None = None, on_step: OnStep | None = None) -> list[Completion]:
+        """As :meth:`Backend.generate`; ``then(i, completion)`` gives request ``i``'s follow-up (or None), which
+        joins the running batch at once; ``on_step(rows, tokens)`` follows every decoding step."""
+        ...
+
+
 END_OF_TURN_CANDIDATES = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 
 
-def end_of_turn_id(tokenizer: Any) -> int:
+def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
     """The token that closes an assistant turn: the first known end-of-turn marker, else EOS.
 
     Raises:

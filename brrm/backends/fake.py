@@ -8,9 +8,12 @@ stall, a wrong number of scores).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 Script = Callable[[str, GenerationRequest], "str | Completion | Exception"]
 ScoreScript = Callable[[str], "float | Exception"]
@@ -37,9 +40,9 @@ class FakeBackend:
         calls: number of ``generate``/``classify`` calls.
     """
 
-    def __init__(self, tokenizer: Any, script: Script | None = None, *, score_script: ScoreScript | None = None,
-                 model_id: str = "fake", max_context: int = 1 << 20, end_of_turn: str = "<|im_end|>",
-                 chunk_size: int = 64, programs: bool = False) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, script: Script | None = None, *,
+                 score_script: ScoreScript | None = None, model_id: str = "fake", max_context: int = 1 << 20,
+                 end_of_turn: str = "<|im_end|>", chunk_size: int = 64, programs: bool = False) -> None:
         self.tokenizer = tokenizer
         self.script = script
         self.score_script = score_script
@@ -48,7 +51,10 @@ class FakeBackend:
                                          classify=score_script is not None, vocab_logit=score_script is not None,
                                          kv_reuse=False, chunk_size=chunk_size)
         self.max_context = max_context
-        self.end_of_turn_id = int(tokenizer.convert_tokens_to_ids(end_of_turn))
+        end_of_turn_id = tokenizer.convert_tokens_to_ids(end_of_turn)  # one token in: one id out
+        if not isinstance(end_of_turn_id, int):
+            raise TypeError(f"the tokenizer gave {end_of_turn_id!r} as the id of {end_of_turn!r}")
+        self.end_of_turn_id = end_of_turn_id
         self.prompts: list[str] = []
         self.calls = 0
         self.stats = {"requests": 0, "classified": 0}
@@ -61,7 +67,7 @@ class FakeBackend:
         self.calls += 1
         out = []
         for req in requests:
-            prompt = self.tokenizer.decode(list(req.prompt_ids), skip_special_tokens=False)
+            prompt = str(self.tokenizer.decode(list(req.prompt_ids), skip_special_tokens=False))
             self.prompts.append(prompt)
             self.stats["requests"] += 1
             result = self.script(prompt, req)
@@ -82,7 +88,7 @@ class FakeBackend:
         self.calls += 1
         out = []
         for seq in sequences:
-            prompt = self.tokenizer.decode(list(seq), skip_special_tokens=False)
+            prompt = str(self.tokenizer.decode(list(seq), skip_special_tokens=False))
             self.prompts.append(prompt)
             self.stats["classified"] += 1
             value = self.score_script(prompt)

@@ -9,9 +9,9 @@ default applies (named in the field's help). Values are checked in ``__post_init
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, TypeAlias
 
 from brrm.types.config import check_bool, check_bool_or_auto, check_choice, check_float, check_int
 
@@ -20,23 +20,28 @@ DEVICES = ("auto", "cpu", "cuda")
 SCHEDULINGS = ("continuous", "static")
 
 
+Check: TypeAlias = Callable[[str, object], object]
+"""``check(name, value)``: raises ConfigError naming ``name`` when ``value`` is invalid."""
+
+
 def _opt(help: str, *, choices: tuple[str, ...] = (), cli: bool = True) -> Any:
     """A field that is unset (None) by default, with its help text (unit, range, default, source)."""
     return field(default=None, metadata={"help": help, "choices": choices, "cli": cli})
 
 
-def _check(options: Any, **checks: Any) -> None:
+def _check(options: Options, **checks: Check) -> None:
+    """Run each field's check on its value when it is set."""
+    values = vars(options)
     for name, check in checks.items():
-        value = getattr(options, name)
-        if value is not None:
-            check(name, value)
+        if values[name] is not None:
+            check(name, values[name])
 
 
-def _int(low: int) -> Any:
+def _int(low: int) -> Check:
     return lambda name, v: check_int(name, v, low=low)
 
 
-def _choice(valid: tuple[str, ...]) -> Any:
+def _choice(valid: tuple[str, ...]) -> Check:
     return lambda name, v: check_choice(name, v, valid)
 
 
@@ -88,7 +93,7 @@ class VLLMOptions:
     enable_prefix_caching: bool | None = _opt("automatic prefix caching (default on)")
     structured_outputs_backend: str | None = _opt("vLLM's structured-output backend (default auto)")
     distributed_executor_backend: str | None = _opt("vLLM's executor: mp or ray (default: vLLM's)")
-    engine_kwargs: Mapping[str, Any] | None = _opt("further vllm.LLM keyword arguments, a JSON object")
+    engine_kwargs: Mapping[str, object] | None = _opt("further vllm.LLM keyword arguments, a JSON object")
     trust_remote_code: bool | None = _opt("run the checkpoint's own modelling code (default off)")
     batch_size: int | None = _opt("most sequences per engine call, >= 1 (default: the engine's)")
     chunk_size: int | None = _opt("ordered judgments per judge call, >= 1 (default 4096)", cli=False)
@@ -112,8 +117,8 @@ class VLLMOptions:
         out = set_options(self)
         if "chunk_size" in out:
             out["judge_chunk_size"] = out.pop("chunk_size")
-        if "engine_kwargs" in out:
-            out["engine_kwargs"] = dict(out["engine_kwargs"])
+        if self.engine_kwargs is not None:
+            out["engine_kwargs"] = dict(self.engine_kwargs)
         return out
 
 
@@ -144,12 +149,16 @@ class OpenAIOptions:
         out = set_options(self)
         if "http_retries" in out:
             out["max_retries"] = out.pop("http_retries")
-        if isinstance(out.get("base_url"), tuple):
-            out["base_urls"] = list(out.pop("base_url"))
+        if isinstance(self.base_url, tuple):
+            del out["base_url"]
+            out["base_urls"] = list(self.base_url)
         if "chunk_size" in out:
             out["judge_chunk_size"] = out.pop("chunk_size")
         return out
 
+
+Options: TypeAlias = "TransformersOptions | VLLMOptions | OpenAIOptions"
+"""A backend's options object."""
 
 OPTION_CLASSES: dict[str, type[TransformersOptions] | type[VLLMOptions] | type[OpenAIOptions]] = {
     "transformers": TransformersOptions, "vllm": VLLMOptions, "openai": OpenAIOptions}
@@ -161,15 +170,15 @@ def field_names(backend: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(OPTION_CLASSES[backend]))
 
 
-def set_options(options: Any) -> dict[str, Any]:
-    """The fields of an options object that are set (not None), by name."""
-    return {f.name: getattr(options, f.name) for f in fields(options) if getattr(options, f.name) is not None}
+def set_options(options: Options) -> dict[str, object]:
+    """The fields of an options object that are set (not None), by name, in definition order."""
+    return {name: value for name, value in vars(options).items() if value is not None}
 
 
-def cli_fields() -> dict[str, list[tuple[str, Any]]]:
+def cli_fields() -> dict[str, list[tuple[str, Field[object]]]]:
     """Every option with a CLI flag: name -> [(backend, field), ...] (one flag serves every backend that has the
     field), in definition order."""
-    out: dict[str, list[tuple[str, Any]]] = {}
+    out: dict[str, list[tuple[str, Field[object]]]] = {}
     for backend, cls in OPTION_CLASSES.items():
         for f in fields(cls):
             if f.metadata.get("cli", True):
@@ -177,7 +186,7 @@ def cli_fields() -> dict[str, list[tuple[str, Any]]]:
     return out
 
 
-def _json_object(name: str, value: Any) -> dict[str, Any]:
+def _json_object(name: str, value: object) -> dict[str, object]:
     from brrm.errors import ConfigError
 
     try:

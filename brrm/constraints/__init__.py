@@ -1,5 +1,8 @@
-"""Constraint programs (:mod:`~brrm.constraints.program`), their compilation for a tokenizer
-(:mod:`~brrm.constraints.compile`) and the token-level state machine (:mod:`~brrm.constraints.state`)."""
+"""The constraint language that crosses the seam between judges and backends: constraint programs
+(:mod:`~brrm.constraints.program`) and their compilation for a tokenizer (:mod:`~brrm.constraints.compile`). The
+token-level steering through a compiled program is the transformers backend's
+(:mod:`brrm.backends.transformers.steering`); the black-box backends run programs as requests
+(:mod:`brrm.backends.blackbox`)."""
 
 from brrm.constraints.compile import (
     COMPILE_SECONDS,
@@ -10,7 +13,6 @@ from brrm.constraints.compile import (
     single_token_id,
 )
 from brrm.constraints.program import Choice, Literal, Pattern, Program, Segment, Think, literal
-from brrm.constraints.state import ProgramState
 
 __all__ = [
     "COMPILE_SECONDS",
@@ -20,7 +22,6 @@ __all__ = [
     "Literal",
     "Pattern",
     "Program",
-    "ProgramState",
     "Segment",
     "Think",
     "compile_index",

@@ -10,15 +10,20 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 from brrm.constraints.program import Literal, Pattern, Program, Think
 from brrm.errors import ConfigError
 
-_INDEX_CACHE: dict[tuple[str, str], Any] = {}
-_VOCABS: weakref.WeakKeyDictionary[Any, tuple[str, Any]] = weakref.WeakKeyDictionary()
+if TYPE_CHECKING:
+    from outlines_core import Index, Vocabulary
+    from transformers import PreTrainedTokenizer, PreTrainedTokenizerBase
+
+_INDEX_CACHE: dict[tuple[str, str], Index] = {}
+_VOCABS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, tuple[str, Vocabulary]] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 COMPILE_SECONDS: list[float] = []
 """Wall seconds of every outlines-core index compiled (not loaded from disk) in this process."""
@@ -26,7 +31,7 @@ INDEX_CACHE_ENV = "BRRM_CACHE_DIR"
 _INDEX_FORMAT = 2  # bump when the vocabulary given to outlines-core changes (2: raw token bytes)
 
 
-def _vocabulary(tokenizer: Any, eos_id: int) -> tuple[str, Any]:
+def _vocabulary(tokenizer: PreTrainedTokenizerBase, eos_id: int) -> tuple[str, Vocabulary]:
     """(fingerprint, outlines-core Vocabulary) without special/added control tokens, once per tokenizer.
 
     Byte-level BPE tokens (GPT-2 / Qwen / SmolLM style) are given to outlines-core as their raw bytes, so a
@@ -39,6 +44,7 @@ def _vocabulary(tokenizer: Any, eos_id: int) -> tuple[str, Any]:
         return cached
     from outlines_core import Vocabulary
 
+    # added_tokens_decoder: a property of transformers' tokenizers, absent on some slow and wrapped ones
     excluded = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}))
     vocab = {tok: i for tok, i in tokenizer.get_vocab().items() if i not in excluded}
     to_bytes = _token_bytes_function(tokenizer)
@@ -51,8 +57,9 @@ def _vocabulary(tokenizer: Any, eos_id: int) -> tuple[str, Any]:
     return _VOCABS[tokenizer]
 
 
-def _token_bytes_function(tokenizer: Any) -> Any:
+def _token_bytes_function(tokenizer: PreTrainedTokenizerBase) -> Callable[[str], bytes]:
     """token string -> the bytes it decodes to."""
+    # backend_tokenizer: the Rust tokenizer of a fast transformers tokenizer (slow ones have none)
     decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
     if type(decoder).__name__ == "ByteLevel":
         from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -61,7 +68,8 @@ def _token_bytes_function(tokenizer: Any) -> Any:
         return lambda tok: bytes(inverse[c] for c in tok) if all(c in inverse for c in tok) else tok.encode()
     from outlines.models.transformers import TransformerTokenizer
 
-    convert = TransformerTokenizer(tokenizer).convert_token_to_string
+    # outlines annotates the slow PreTrainedTokenizer, but wraps any transformers tokenizer
+    convert = TransformerTokenizer(cast("PreTrainedTokenizer", tokenizer)).convert_token_to_string
     return lambda tok: convert(tok).encode()
 
 
@@ -76,7 +84,7 @@ def _index_path(fingerprint: str, regex: str) -> Path:
     return root / f"{key}.bin"
 
 
-def compile_index(tokenizer: Any, regex: str, eos_id: int) -> Any:
+def compile_index(tokenizer: PreTrainedTokenizerBase, regex: str, eos_id: int) -> Index:
     """The outlines-core Index of ``regex`` for ``tokenizer``.
 
     Compiled once per (vocabulary, regex) and kept in memory and on disk (``$BRRM_CACHE_DIR`` or the user
@@ -112,7 +120,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
         pass
 
 
-def single_token_id(tokenizer: Any, text: str) -> int:
+def single_token_id(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
     """The id of ``text`` when it is exactly one token.
 
     Raises:
@@ -121,14 +129,14 @@ def single_token_id(tokenizer: Any, text: str) -> int:
     ids = tokenizer.encode(text, add_special_tokens=False)
     if len(ids) != 1:
         raise ConfigError(f"{text!r} must be a single token for this constraint, but the tokenizer gives {ids}")
-    return ids[0]
+    return int(ids[0])
 
 
 _ANCHORS = ("\n", "a", "0")
 """Texts a forced text is tokenized after (then dropped) to get its ids in mid-sequence position."""
 
 
-def forced_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
+def forced_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> tuple[int, ...]:
     """Ids of ``text`` that brrm forces after text already in the sequence (markers, a thinking close, a
     block end): the ids the tokenizer gives it in position, not at the start of a string.
 
@@ -149,7 +157,7 @@ def forced_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
     return plain
 
 
-def label_token_id(tokenizer: Any, label: str, after: str = "") -> int:
+def label_token_id(tokenizer: PreTrainedTokenizerBase, label: str, after: str = "") -> int:
     """The id of ``label`` as the model would emit it right after the text ``after`` (one token).
 
     The label is tokenized in position — ``after + label`` against ``after`` alone — so a tokenizer that writes a
@@ -179,12 +187,16 @@ class ThinkItem:
     end_id: int
 
 
+SafeForce: TypeAlias = Callable[[Sequence[int]], bool]
+"""``safe(segment ids)``: forcing a pattern's completion now keeps the canonical tokenization."""
+
+
 @dataclass(frozen=True)
 class PatternItem:
-    index: Any
+    index: Index
     cap: int
     force: tuple[int, ...]
-    safe: Any = None  # safe(segment ids) -> bool: forcing now keeps the canonical tokenization
+    safe: SafeForce | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +211,8 @@ class ChoiceItem:
     top: int = 0
 
 
+Item: TypeAlias = ThinkItem | PatternItem | LiteralItem | ChoiceItem
+"""One compiled segment of a :class:`CompiledProgram`."""
 KINDS = {ThinkItem: "think", PatternItem: "pattern", LiteralItem: "literal", ChoiceItem: "choice"}
 
 
@@ -209,10 +223,11 @@ class CompiledProgram:
     program: Program
     eos_id: int
     vocab_size: int
-    items: list[Any] = field(default_factory=list)
+    items: list[Item] = field(default_factory=list)
 
     @classmethod
-    def build(cls, program: Program, tokenizer: Any, eos_id: int, vocab_size: int) -> CompiledProgram:
+    def build(cls, program: Program, tokenizer: PreTrainedTokenizerBase, eos_id: int,
+              vocab_size: int) -> CompiledProgram:
         """Compile every segment: token ids of fixed texts, outlines-core indices of patterns.
 
         Raises:
@@ -244,7 +259,7 @@ FORCE_GRACE = 16
 tokenization; after that the completion is forced anyway."""
 
 
-def _safe_force(tokenizer: Any, force: str) -> Any:
+def _safe_force(tokenizer: PreTrainedTokenizerBase, force: str) -> SafeForce | None:
     """safe(segment ids) -> True when appending ``force`` after them leaves their last token where the canonical
     tokenization of the text would leave it (no pre-token spans the seam; e.g. not after "-*-", which would merge
     with "\n" into one pre-token)."""
@@ -254,8 +269,8 @@ def _safe_force(tokenizer: Any, force: str) -> Any:
 
     enc = encoder(tokenizer)
 
-    def safe(ids: Any) -> bool:
-        tail = tokenizer.decode(list(ids[-4:]), skip_special_tokens=False) if ids else ""
+    def safe(ids: Sequence[int]) -> bool:
+        tail = str(tokenizer.decode(list(ids[-4:]), skip_special_tokens=False)) if ids else ""
         return enc.clean_seam(tail, force)
 
     return safe

@@ -15,9 +15,10 @@ A program is a sequence of segments run in order after the prompt:
   logits of the options are recorded at that step.
 
 After the last segment the end-of-turn token is forced. :mod:`brrm.constraints.compile` turns a program into
-token-level form once per tokenizer and :mod:`brrm.constraints.state` steps one row of a batch through it.
+token-level form once per tokenizer, and the transformers backend's steering
+(:mod:`brrm.backends.transformers.steering`) steps one row of a batch through it.
 Backends without token-level control (vLLM, OpenAI servers) run programs as chains of structured-output
-requests instead (:mod:`brrm.backends._phases`).
+requests instead (:mod:`brrm.backends.blackbox.phases`).
 """
 
 from __future__ import annotations

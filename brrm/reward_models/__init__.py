@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from brrm.backends.bucketing import bucket_by_length
+    from brrm.backends.transformers.bucketing import bucket_by_length
     from brrm.reward_models.bradley_terry import BradleyTerryRewardModel, BTConfig
 
 __all__ = ["BTConfig", "BradleyTerryRewardModel", "bucket_by_length"]
@@ -22,7 +22,7 @@ __all__ = ["BTConfig", "BradleyTerryRewardModel", "bucket_by_length"]
 
 def __getattr__(name: str) -> Any:
     if name == "bucket_by_length":
-        from brrm.backends.bucketing import bucket_by_length
+        from brrm.backends.transformers.bucketing import bucket_by_length
 
         return bucket_by_length
     if name in ("BradleyTerryRewardModel", "BTConfig"):

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from brrm.backends.base import Backend, common_prefix_length
-from brrm.backends.bucketing import bucket_by_length
+from brrm.backends.transformers.bucketing import bucket_by_length
 from brrm.errors import ConfigError
 from brrm.templates import end_texts, is_blank, strip_end_tokens, strip_reasoning, text_hash
 from brrm.tokens import Markup, encoder

@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from brrm.backends._decode import Decoder, _cache_kwarg
-from brrm.backends._rows import BatchingContext, Row
-from brrm.backends._sampling import choose
 from brrm.backends.base import Completion, FollowUp, Next, OnStep
+from brrm.backends.transformers.decode import Decoder, _cache_kwarg
+from brrm.backends.transformers.rows import BatchingContext, Row
+from brrm.backends.transformers.sampling import choose
 
 MakeRow = Callable[[int, Next], Row]
 

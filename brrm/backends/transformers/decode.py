@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from brrm.backends._rows import DecodeContext, Row
-from brrm.backends._sampling import choose
+from brrm.backends.transformers.rows import DecodeContext, Row
+from brrm.backends.transformers.sampling import choose
 
 
 class Decoder:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from brrm.backends.base import Score
-from brrm.backends.bucketing import bucket_by_length
+from brrm.backends.transformers.bucketing import bucket_by_length
 from brrm.errors import ConfigError
 
 PADDING_SIDES = ("right", "left")

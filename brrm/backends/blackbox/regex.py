@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import functools
 import re
+from types import ModuleType
 from typing import Any
 
 Node = tuple[Any, ...]
+"""A regex tree node: ``("seq", nodes)``, ``("alt", nodes)``, ``("rep", node, lo, hi)`` or ``("set", items, negate)``
+with items ``("lit", code)``, ``("range", lo, hi)``, ``("cat", class regex)``."""
 EPS: Node = ("seq", ())
 """Matches only the empty string."""
 EMPTY: Node = ("alt", ())
@@ -68,7 +71,8 @@ def parse(regex: str) -> Node:
     return _convert(tree, c)
 
 
-def _convert(sub: Any, c: Any) -> Node:
+def _convert(sub: Any, c: ModuleType) -> Node:
+    """The node of ``re._parser``'s parsed ``sub`` (``c``: ``re._constants``)."""
     items = []
     for op, av in sub:
         if op is c.LITERAL:
@@ -83,7 +87,7 @@ def _convert(sub: Any, c: Any) -> Node:
             items.append(_alt([_convert(s, c) for s in av[1]]))
         elif op is c.SUBPATTERN:
             items.append(_convert(av[-1], c))
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT)):
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT)):  # 3.11+ has it
             lo, hi, inner = av
             items.append(_rep(_convert(inner, c), lo, None if hi is c.MAXREPEAT else hi))
         else:
@@ -101,8 +105,9 @@ _CATEGORIES = {
 }
 
 
-def _class(av: Any, c: Any) -> Node:
-    negate, items = False, list[tuple[Any, ...]]()
+def _class(av: Any, c: ModuleType) -> Node:
+    """The ``set`` node of a parsed character class ``av``."""
+    negate, items = False, list[tuple[object, ...]]()
     for op, v in av:
         if op is c.NEGATE:
             negate = True

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.constraints.compile import (
     FORCE_GRACE,
     KINDS,
     ChoiceItem,
     CompiledProgram,
+    Item,
     LiteralItem,
     PatternItem,
     ThinkItem,
 )
 from brrm.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+    from outlines_core import Guide
 
 
 class ProgramState:
@@ -31,7 +36,7 @@ class ProgramState:
         self.pos = 0
         self.in_segment = 0
         self.queue: list[int] = []
-        self.guide: Any = None
+        self._guide: Guide | None = None
         self.think_budget_hit = False
         self.think_closed = False
         self.forced_caps = 0
@@ -39,8 +44,20 @@ class ProgramState:
         self._enter()
 
     @property
-    def item(self) -> Any:
+    def item(self) -> Item | None:
+        """The compiled segment the row is in; None past the last one (the end-of-turn token comes next)."""
         return self.c.items[self.pos] if self.pos < len(self.c.items) else None
+
+    @property
+    def guide(self) -> Guide:
+        """The outlines-core guide of the current pattern segment.
+
+        Raises:
+            RuntimeError: outside a pattern segment (a decoder bug).
+        """
+        if self._guide is None:
+            raise RuntimeError(f"no pattern guide in a {self.kind!r} segment")
+        return self._guide
 
     @property
     def kind(self) -> str:
@@ -49,7 +66,7 @@ class ProgramState:
     def _enter(self) -> None:
         self.in_segment = 0
         self.segment_ids: list[int] = []
-        self.guide = None
+        self._guide = None
         item = self.item
         if item is None:
             self.queue = [self.c.eos_id]
@@ -60,7 +77,7 @@ class ProgramState:
         elif isinstance(item, PatternItem):
             from outlines_core import Guide
 
-            self.guide = Guide(item.index)
+            self._guide = Guide(item.index)
 
     def choice_ids(self) -> tuple[int, ...]:
         return self.item.ids if isinstance(self.item, ChoiceItem) else ()
@@ -92,7 +109,7 @@ class ProgramState:
         """Inside a Think segment the end-of-turn token is banned (the turn must reach its verdict)."""
         return self.kind == "think"
 
-    def write_mask(self, bitmask: Any) -> bool:
+    def write_mask(self, bitmask: torch.Tensor) -> bool:
         """Fill ``bitmask`` for a pattern step; returns False when this step is not a pattern step."""
         if self.kind != "pattern":
             return False

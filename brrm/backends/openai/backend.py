@@ -3,7 +3,7 @@
 * **Protocol.** Prompts are sent as token ids to ``POST {base_url}/completions`` (``return_token_ids``), so
   the BR-RM raw-concatenation protocol and the judge's exact prompt tokens are preserved; no chat template
   is applied by the server.
-* **Constraints.** Programs run as chains of requests (:mod:`brrm.backends._phases`): patterns through
+* **Constraints.** Programs run as chains of requests (:mod:`brrm.backends.blackbox.phases`): patterns through
   the ``structured_outputs`` field (never the removed ``guided_*`` fields, which vLLM ignores silently),
   choices through ``allowed_token_ids`` + ``logprob_token_ids`` (token-id keys via
   ``return_tokens_as_token_ids``). Every constrained output is checked locally, so a server that ignores
@@ -25,13 +25,18 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
-from brrm.backends._http import RequestFailed, Router, Transport
-from brrm.backends._phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
+from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.blackbox.request import sampling_fields
+from brrm.backends.openai.transport import RequestFailed, Router, Transport
 from brrm.errors import BackendUnavailable, ConfigError
+from brrm.types.jsonvalue import JSONDict, JSONValue
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class OpenAIBackend:
@@ -57,7 +62,7 @@ class OpenAIBackend:
         self,
         base_urls: Sequence[str],
         model: str,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         *,
         max_context: int,
         max_concurrency: int = 16,
@@ -223,34 +228,17 @@ class OpenAIBackend:
             self.stats["generated_tokens"] += len(result.token_ids)
         return result
 
-    def _body(self, phase: Phase, temperature: float, top_p: float, top_k: int = 0) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "prompt": list(phase.prompt_ids),
-            "max_tokens": phase.max_tokens,
-            "n": 1,
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k if top_k > 0 else -1,
-            "min_p": 0.0,
-            "repetition_penalty": 1.0,
-            "seed": phase.seed,
-            "stop_token_ids": list(phase.stop_ids),
-            "ignore_eos": phase.ignore_eos,
-            "skip_special_tokens": False,
-            "return_token_ids": True,
-            "stream": False,
-        }
-        if phase.banned_ids:
-            body["logit_bias"] = {str(i): BAN_BIAS for i in phase.banned_ids}
-        if phase.allowed_ids:
-            body["allowed_token_ids"] = list(phase.allowed_ids)
+    def _body(self, phase: Phase, temperature: float, top_p: float, top_k: int = 0) -> dict[str, object]:
+        """The completions body of ``phase``: its sampling fields
+        (:func:`~brrm.backends.blackbox.request.sampling_fields`; ``top_k`` -1 when it does not cut, so the
+        server's generation-config default does not apply), the prompt as token ids, token ids back, and the
+        options' logits keyed by token id."""
+        body: dict[str, object] = {"model": self.model, "prompt": list(phase.prompt_ids),
+                                   **sampling_fields(phase, temperature, top_p, top_k),
+                                   "return_token_ids": True, "stream": False}
+        body.setdefault("top_k", -1)
         if phase.logprob_ids:
-            body.update(
-                logprob_token_ids=list(phase.logprob_ids),
-                logprobs=max(len(phase.logprob_ids), phase.top_logprobs),
-                return_tokens_as_token_ids=True,
-            )
+            body.update(logprobs=max(len(phase.logprob_ids), phase.top_logprobs), return_tokens_as_token_ids=True)
         if phase.regex:
             body["structured_outputs"] = {"regex": phase.regex}
         return body
@@ -280,10 +268,14 @@ class OpenAIBackend:
         body = {"model": self.model, "input": [list(seq)], "use_activation": False}
         try:
             data = self.transport.call(self.router.pick(seq), "POST", "/classify", body)
-            values = [float(x) for x in data["data"][0]["probs"]]
+            rows = _object(data).get("data")
+            probs = _object(rows[0] if isinstance(rows, list) and rows else None)["probs"]
+            if not isinstance(probs, list):
+                raise TypeError(f"probs is {probs!r}")
+            values = [_float(x) for x in probs]
         except RequestFailed as exc:
             return Score.failed(str(exc))
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             return Score.failed(f"the /classify answer has no probs: {type(exc).__name__}: {exc}")
         if len(values) != 1:
             return Score.failed(f"the classifier returned {len(values)} values; a reward needs exactly one label")
@@ -311,49 +303,83 @@ class OpenAIBackend:
         self.close()
 
 
-def _parse_choice(data: Any) -> PhaseResult:
+def _parse_choice(data: JSONValue) -> PhaseResult:
     """PhaseResult from a completions answer (vLLM's ``token_ids`` and token-id logprob keys).
 
     Raises:
         RequestFailed: when the answer lacks what brrm asked for (not a vLLM server, or an old one).
     """
-    try:
-        choice = data["choices"][0]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise RequestFailed(f"the answer has no choices: {str(data)[:300]}") from exc
+    choices = _object(data).get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(choice, dict):
+        raise RequestFailed(f"the answer has no choices: {str(data)[:300]}")
     ids = choice.get("token_ids")
-    if ids is None:
+    if not isinstance(ids, list):
         raise RequestFailed(
             "the server returned no token_ids: it needs vLLM's return_token_ids (vLLM >= 0.10)"
         )
-    usage = data.get("usage") or {}
-    cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
+    token_ids = tuple(_int(i, "token_ids") for i in ids)
+    details = _object(_object(_object(data).get("usage")).get("prompt_tokens_details"))
+    cached = _int(details.get("cached_tokens") or 0, "cached_tokens")
     finish = choice.get("finish_reason")
-    if finish not in ("stop", "length"):
+    if finish != "stop" and finish != "length":
         return PhaseResult(
-            tuple(ids),
+            token_ids,
             "error",
             error=f"the server finished with finish_reason={finish!r}",
             cached_tokens=cached,
         )
     steps: list[dict[int, float]] = []
-    for entry in (choice.get("logprobs") or {}).get("top_logprobs") or []:
+    for entry in _array(_object(choice.get("logprobs")).get("top_logprobs")):
         steps.append(
-            {int(k.split(":", 1)[1]): float(v) for k, v in (entry or {}).items() if k.startswith("token_id:")}
+            {int(k.split(":", 1)[1]): _float(v) for k, v in _object(entry).items() if k.startswith("token_id:")}
         )
-    return PhaseResult(tuple(int(i) for i in ids), finish, step_logprobs=tuple(steps), cached_tokens=cached)
+    return PhaseResult(token_ids, finish, step_logprobs=tuple(steps), cached_tokens=cached)
 
 
-def _pick_model(listing: Any, wanted: str) -> tuple[str, int]:
+def _object(value: JSONValue) -> JSONDict:
+    """``value`` when it is a JSON object, else ``{}`` (an absent or null member)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _array(value: JSONValue) -> list[JSONValue]:
+    """``value`` when it is a JSON array, else ``[]`` (an absent or null member)."""
+    return value if isinstance(value, list) else []
+
+
+def _int(value: JSONValue, what: str) -> int:
+    """A JSON integer (or its decimal string) as an int.
+
+    Raises:
+        RequestFailed: for anything else.
+    """
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise RequestFailed(f"the answer's {what} holds {value!r}, not an integer")
+
+
+def _float(value: JSONValue) -> float:
+    """A JSON number as a float.
+
+    Raises:
+        RequestFailed: for anything else.
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise RequestFailed(f"the answer's logprobs hold {value!r}, not a number")
+
+
+def _pick_model(listing: JSONValue, wanted: str) -> tuple[str, int]:
     """(served model name, its max_model_len or 0) from a ``GET /v1/models`` answer.
 
     Raises:
         ConfigError: when ``wanted`` is not served and the server serves other than exactly one model.
     """
-    models = (
-        [m for m in (listing.get("data") or []) if isinstance(m, dict)] if isinstance(listing, dict) else []
-    )
-    by_id = {str(m.get("id")): int(m.get("max_model_len") or 0) for m in models}
+    models = [m for m in _array(_object(listing).get("data")) if isinstance(m, dict)]
+    by_id = {str(m.get("id")): _int(m.get("max_model_len") or 0, "max_model_len") for m in models}
     if wanted in by_id:
         return wanted, by_id[wanted]
     if len(by_id) == 1:
@@ -363,11 +389,11 @@ def _pick_model(listing: Any, wanted: str) -> tuple[str, int]:
     )
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
+def _check_int(name: str, value: object, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
 
 
-def _report(callback: Callable[[int], None], index: int) -> Callable[[Any], None]:
+def _report(callback: Callable[[int], None], index: int) -> Callable[[Future[Completion]], None]:
     """A future's done-callback that reports its request index."""
     return lambda _future: callback(index)

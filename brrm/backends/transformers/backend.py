@@ -28,11 +28,12 @@ from brrm.backends.base import (
     common_prefix_length,
     end_of_turn_id,
 )
-from brrm.constraints import CompiledProgram, Program, ProgramState
+from brrm.backends.transformers.steering import ProgramState
+from brrm.constraints import CompiledProgram, Program
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
-    from brrm.backends._rows import Row
+    from brrm.backends.transformers.rows import Row
 
 
 class PrefixCache:
@@ -139,7 +140,7 @@ class TransformersBackend:
                  padding_side: str = "right", bucketing: bool = True, jump_forward: bool = True,
                  classify_batch_size: int | None = None, batch_invariant: bool | str = "auto",
                  scheduling: str = "continuous") -> None:
-        from brrm.backends._classify import HeadScorer
+        from brrm.backends.transformers.classify import HeadScorer
         from brrm.types import check_bool, check_choice, check_int
 
         self.batch_size = check_int("batch_size", batch_size, low=1)
@@ -160,7 +161,7 @@ class TransformersBackend:
             if prefix_cache and causal else None
         self.batch_invariant = causal and _invariant_wanted(batch_invariant, model)
         if self.batch_invariant:
-            from brrm.backends._invariant import make_batch_invariant
+            from brrm.backends.transformers.invariant import make_batch_invariant
 
             self.batch_invariant = make_batch_invariant(model, required=batch_invariant is True)
         if type(self).generate is not TransformersBackend.generate:  # a subclass wrapping generate sees every
@@ -299,7 +300,7 @@ class TransformersBackend:
         """Every chain through one continuously refilled batch (:mod:`brrm.backends._continuous`)."""
         import torch
 
-        from brrm.backends._continuous import ContinuousDecoder
+        from brrm.backends.transformers.continuous import ContinuousDecoder
 
         def follow(i: int, comp: Completion) -> Next | None:
             if on_complete is not None:
@@ -316,7 +317,7 @@ class TransformersBackend:
         """A decoding row for ``step``'s request: its own seeded sampler and program state."""
         import torch
 
-        from brrm.backends._rows import Row
+        from brrm.backends.transformers.rows import Row
 
         r = _check_request(step.request)
         gen = torch.Generator(device="cpu").manual_seed(r.seed)
@@ -327,7 +328,7 @@ class TransformersBackend:
                         keep_kv: bool, on_done: Callable[[int], None] | None, top_k: int = 0) -> list[Completion]:
         import torch
 
-        from brrm.backends._decode import Decoder
+        from brrm.backends.transformers.decode import Decoder
 
         rows = [self._row(i, Next(r)) for i, r in enumerate(reqs)]
         with torch.inference_mode():

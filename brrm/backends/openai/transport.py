@@ -11,10 +11,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 from urllib.parse import urlsplit
 
 from brrm.errors import ConfigError
+from brrm.types.jsonvalue import JSONValue
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 """Retried besides every 5xx status."""
@@ -78,8 +78,9 @@ class Transport:
         if conn is not None:
             conn.close()
 
-    def once(self, base: str, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], bytes]:
-        """One HTTP exchange; raises OSError / HTTPException on transport failures."""
+    def once(self, base: str, method: str, path: str, body: object = None) -> tuple[int, dict[str, str], bytes]:
+        """One HTTP exchange (``body``: anything :func:`json.dumps` takes, or None for none); raises OSError /
+        HTTPException on transport failures."""
         conn = self._connection(base)
         payload = None if body is None else json.dumps(body).encode()
         try:
@@ -93,7 +94,7 @@ class Transport:
             self._drop(base)
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
 
-    def call(self, first: int, method: str, path: str, body: Any = None) -> Any:
+    def call(self, first: int, method: str, path: str, body: object = None) -> JSONValue:
         """The decoded JSON answer, trying servers ``first``, ``first + 1``, … on retryable failures.
 
         Raises:
@@ -110,7 +111,8 @@ class Transport:
             else:
                 if status == 200:
                     try:
-                        return json.loads(data)
+                        answer: JSONValue = json.loads(data)
+                        return answer
                     except ValueError as exc:
                         raise RequestFailed(f"{base}{path}: invalid JSON in the answer ({exc})") from exc
                 last = f"{base}{path}: HTTP {status}: {_error_text(data)}"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from brrm.backends._rows import Row
+    from brrm.backends.transformers.rows import Row
 
 
 def choose(stop_ids: set[int], active: list[Row], logits: torch.Tensor, temperature: float, top_p: float,

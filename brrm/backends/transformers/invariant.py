@@ -49,7 +49,7 @@ import threading
 import weakref
 from typing import Any
 
-from brrm.backends._tiles import RotaryTable, _padded, with_layout
+from brrm.backends.transformers.tiles import RotaryTable, _padded, with_layout
 
 ATTENTION = "brrm_rowwise"
 """Name under which the row-wise attention is registered with transformers' ``AttentionInterface``."""

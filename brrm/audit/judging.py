@@ -40,8 +40,8 @@ def judge_records(judge: RewardJudge, shape: str, records: Sequence[Record], *, 
         records: normalized records of that shape.
         strategy: the resolved group strategy (groups only).
         progress: called with finished items (fractions of an item as judgments finish).
-        on_result: called with ``(index, result dict)`` as soon as a pair or single item is final (groups: when
-            their call returns).
+        on_result: called with ``(index, result dict)`` as soon as a pair or single item is final, for a judge
+            that reports results early (the others' come back with the call, as do groups').
 
     Raises:
         ConfigError: from the judge, when an option cannot apply to these records (checked before model calls).
@@ -59,13 +59,14 @@ def judge_records(judge: RewardJudge, shape: str, records: Sequence[Record], *, 
     if shape == "pairs":
         pairs = [PairItem(c, str(r["response_a"]), str(r["response_b"]), id=i, label=Verdict(str(r["label"])))
                  for c, r, i in zip(convs, records, ids, strict=True)]
-        return [j.to_dict() for j in run(judge, pairs, progress=progress, on_result=hook)]
+        return [j.to_dict() for j in run(judge, pairs, progress=progress, on_result=hook, returned=False)]
     if shape == "single":
         takes = bool(judge.info.takes_principle)
         items = [ScoreItem(c, str(r["response"]), _text(r.get("principle")) if takes else None, id=i)
                  for c, r, i in zip(convs, records, ids, strict=True)]
         call = ScoreCall(principles=takes)
-        return [x.to_dict() for x in run(judge, items, call=call, progress=progress, on_result=hook)]
+        return [x.to_dict() for x in run(judge, items, call=call, progress=progress, on_result=hook,
+                                         returned=False)]
     if shape == "groups":
         with_ref = strategy == "reference"
         groups = [GroupItem(c, tuple(str(x) for x in _list(r["responses"])),

@@ -110,7 +110,8 @@ class AuditOutcome:
 
 
 def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditOptions, *,
-              judge: RewardJudge | None = None, spec: JudgeSpec | None = None, ray: RayOptions | None = None, source: str = "",
+              judge: RewardJudge | None = None, spec: JudgeSpec | None = None, ray: RayOptions | None = None,
+              source: str = "",
               argv: Sequence[str] = (), provenance: Mapping[str, object] | None = None,
               term: TextIO | None = None) -> AuditOutcome:
     """Run (or resume) an audit of planned items into ``directory`` and write its outputs.
@@ -257,8 +258,8 @@ def _ticking(bar: tqdm[None], ticker: _Ticker) -> Callable[[float], None]:
     return update
 
 
-def _judge_locally(judge: RewardJudge, pending: Sequence[AuditItem], options: AuditOptions, progress: Callable[[float], None],
-                   sink: _Commits) -> None:
+def _judge_locally(judge: RewardJudge, pending: Sequence[AuditItem], options: AuditOptions,
+                   progress: Callable[[float], None], sink: _Commits) -> None:
     """Judge ``pending`` a chunk per call, committing each item the moment the judge reports it final."""
     chunk = options.chunk_size or judge.info.chunk_size
     info = judge.info.to_dict()

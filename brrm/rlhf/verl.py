@@ -20,15 +20,15 @@ remote (a ``brrm serve`` URL, judged through :class:`~brrm.service.RemoteJudge`:
 
 Every call returns within ``timeout_s`` (plus scheduling slack) with the same keys: ``score`` (the reward, or
 ``fallback_score`` when there is none), ``ok``, ``status`` (a :class:`brrm.Status` value, or ``timeout``),
-``reason``, ``judge_seconds``. A failure never raises into the training loop. Calls (local, and remote ones on
-their own ``brrm-remote`` threads) run on worker threads, at most ``max_workers`` for samples still waiting; Python cannot stop
-a running thread, so a call past its deadline is abandoned — its slot is free at once for the next sample and its
-thread finishes in the background (at most ``max_workers`` such threads; past that a new sample is a
-``backend_error`` at once) — so a stalled sample never makes a healthy one wait past its own deadline, in its
-batch or the next. Threads end at :func:`close_all`. A local transformers or vLLM judge that does not declare
-concurrent calls (``info.concurrent``) runs one call at a time, so there a stalled call holds the model
-itself and the calls queued behind it still time out at their own deadlines; for concurrency at scale, point ``url`` at ``brrm serve``, which batches
-requests and abandons stalled calls.
+``reason``, ``judge_seconds``. A failure never raises into the training loop. Calls (local ones, and remote ones
+on their own ``brrm-remote`` threads) run on worker threads, at most ``max_workers`` for samples still waiting;
+Python cannot stop a running thread, so a call past its deadline is abandoned — its slot is free at once for the
+next sample and its thread finishes in the background (at most ``max_workers`` such threads; past that a new
+sample is a ``backend_error`` at once) — so a stalled sample never makes a healthy one wait past its own deadline,
+in its batch or the next. Threads end at :func:`close_all`. A local transformers or vLLM judge that does not
+declare concurrent calls (``info.concurrent``) runs one call at a time, so there a stalled call holds the model
+itself and the calls queued behind it still time out at their own deadlines; for concurrency at scale, point
+``url`` at ``brrm serve``, which batches requests and abandons stalled calls.
 """
 
 from __future__ import annotations
@@ -207,7 +207,8 @@ class VerlScorer:
         self._live = 0  # local calls running for samples that still wait for them
         self._abandoned = 0  # local calls past their deadline, still running
 
-    async def score(self, solution_str: str, ground_truth: object, extra_info: Mapping[str, object] | None) -> dict[str, object]:
+    async def score(self, solution_str: str, ground_truth: object,
+                    extra_info: Mapping[str, object] | None) -> dict[str, object]:
         """One sample's result dict (see the module docstring); never raises for a judge failure or a timeout.
 
         A sample without ``extra_info`` (None) is that sample's ``invalid_input``.

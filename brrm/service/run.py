@@ -34,27 +34,28 @@ Runner = Callable[[Hashable, list[object], Callable[[float], None]], Sequence[Re
 def run(judge: RewardJudge, jobs: Sequence[PairItem], *, call: PairsCall | None = None,
         chunk_size: int | None = None, progress: Progress = None,
         on_result: Callable[[int, PairwiseJudgment], None] | None = None,
-        on_step: OnStep = None) -> list[PairwiseJudgment]: ...
+        on_step: OnStep = None, returned: bool = True) -> list[PairwiseJudgment]: ...
 
 
 @overload
 def run(judge: RewardJudge, jobs: Sequence[ScoreItem], *, call: ScoreCall | None = None,
         chunk_size: int | None = None, progress: Progress = None,
         on_result: Callable[[int, ScalarReward], None] | None = None,
-        on_step: OnStep = None) -> list[ScalarReward]: ...
+        on_step: OnStep = None, returned: bool = True) -> list[ScalarReward]: ...
 
 
 @overload
 def run(judge: RewardJudge, jobs: Sequence[GroupItem], *, call: RankCall | None = None,
         chunk_size: int | None = None, progress: Progress = None,
         on_result: Callable[[int, GroupResult], None] | None = None,
-        on_step: OnStep = None) -> list[GroupResult]: ...
+        on_step: OnStep = None, returned: bool = True) -> list[GroupResult]: ...
 
 
 def run(judge: RewardJudge, jobs: Sequence[PairItem] | Sequence[ScoreItem] | Sequence[GroupItem], *,
         call: Call | None = None, chunk_size: int | None = None, progress: Progress = None,
         on_result: OnResult = None,
-        on_step: OnStep = None) -> list[PairwiseJudgment] | list[ScalarReward] | list[GroupResult]:
+        on_step: OnStep = None,
+        returned: bool = True) -> list[PairwiseJudgment] | list[ScalarReward] | list[GroupResult]:
     """Judge ``jobs`` (all of one kind) with ``judge``; one result per job, in order.
 
     Args:
@@ -71,6 +72,9 @@ def run(judge: RewardJudge, jobs: Sequence[PairItem] | Sequence[ScoreItem] | Seq
         on_result: ``on_result(index, result)`` exactly once per job, as soon as its result is final (a judge
             that reports it early) or when its call returns.
         on_step: the decoding-step hook of ``judge_pairs`` (pairs only).
+        returned: also pass ``on_result`` the results a judge did not report early, when their call returns
+            (False: only early reports; the caller takes the rest from the returned list, e.g. to store one
+            chunk's results in one transaction).
 
     Raises:
         ConfigError: on jobs of mixed kinds or a call of another kind, ``chunk_size`` < 1, principles or
@@ -89,7 +93,7 @@ def run(judge: RewardJudge, jobs: Sequence[PairItem] | Sequence[ScoreItem] | Seq
         def pair_part(a: int, b: int, prog: Progress, report: OnResult) -> list[PairwiseJudgment]:
             return _pairs(judge, pairs[a:b], pc, prog, report, on_step)
 
-        return _chunked(_count_chunks(len(pairs), chunk_size), pair_part, progress, on_result)
+        return _chunked(_count_chunks(len(pairs), chunk_size), pair_part, progress, on_result, returned=returned)
     if len(scores) == len(jobs) and isinstance(call, ScoreCall | None):
         sc = call or ScoreCall(references=any(s.reference is not None for s in scores),
                                principles=any(s.principle is not None for s in scores))
@@ -97,14 +101,15 @@ def run(judge: RewardJudge, jobs: Sequence[PairItem] | Sequence[ScoreItem] | Seq
         def score_part(a: int, b: int, prog: Progress, report: OnResult) -> list[ScalarReward]:
             return _scores(judge, scores[a:b], sc, prog, report)
 
-        return _chunked(_count_chunks(len(scores), chunk_size), score_part, progress, on_result)
+        return _chunked(_count_chunks(len(scores), chunk_size), score_part, progress, on_result, returned=returned)
     if len(groups) == len(jobs) and isinstance(call, RankCall | None):
         rc = call or RankCall(reference=any(g.reference is not None for g in groups))
 
         def group_part(a: int, b: int, prog: Progress, report: OnResult) -> list[GroupResult]:
             return _groups(judge, groups[a:b], rc, prog)
 
-        return _chunked(_group_chunks(judge, groups, rc, chunk_size), group_part, progress, on_result, exact=False)
+        return _chunked(_group_chunks(judge, groups, rc, chunk_size), group_part, progress, on_result, exact=False,
+                        returned=returned)
     raise ConfigError(f"jobs must all be PairItem, ScoreItem or GroupItem values matching call {call!r}; got "
                       f"{sorted({type(j).__name__ for j in jobs})}")
 
@@ -132,7 +137,7 @@ def _group_chunks(judge: RewardJudge, groups: list[GroupItem], call: RankCall,
 
 
 def _chunked(bounds: list[tuple[int, int]], call_part: Callable[[int, int, Progress, OnResult], list[R]],
-             progress: Progress, on_result: OnResult, exact: bool = True) -> list[R]:
+             progress: Progress, on_result: OnResult, exact: bool = True, returned: bool = True) -> list[R]:
     """Each chunk's call in turn; every result reported once (early, or when its call returns)."""
     out: list[R] = []
     for first, end in bounds:
@@ -142,7 +147,7 @@ def _chunked(bounds: list[tuple[int, int]], call_part: Callable[[int, int, Progr
         if meter is not None:
             meter.finish()
         for i, result in enumerate(got):
-            if i not in report.seen:
+            if returned and i not in report.seen:
                 report(i, result)
         out.extend(got)
     return out
@@ -189,19 +194,28 @@ def _every(values: Sequence[str | None], name: str) -> list[str]:
 
 def _pairs(judge: RewardJudge, pairs: Sequence[PairItem], call: PairsCall, progress: Progress, on_result: OnResult,
            on_step: OnStep) -> list[PairwiseJudgment]:
-    return judge.judge_pairs([p.conversation for p in pairs], [p.response_a for p in pairs],
-                             [p.response_b for p in pairs], swap=call.swap, ids=[p.id for p in pairs],
-                             labels=[p.label for p in pairs],
-                             principles=_every([p.principle for p in pairs], "principle") if call.principles else None,
-                             progress=progress, on_result=on_result, on_step=on_step)
+    """One ``judge_pairs`` call (the hooks passed only when set, so a judge without them still runs)."""
+    data = ([p.conversation for p in pairs], [p.response_a for p in pairs], [p.response_b for p in pairs])
+    principles = _every([p.principle for p in pairs], "principle") if call.principles else None
+    ids, labels = [p.id for p in pairs], [p.label for p in pairs]
+    if on_result is None and on_step is None:
+        return judge.judge_pairs(*data, swap=call.swap, ids=ids, labels=labels, principles=principles,
+                                 progress=progress)
+    return judge.judge_pairs(*data, swap=call.swap, ids=ids, labels=labels, principles=principles, progress=progress,
+                             on_result=on_result, on_step=on_step)
 
 
 def _scores(judge: RewardJudge, scores: Sequence[ScoreItem], call: ScoreCall, progress: Progress,
             on_result: OnResult) -> list[ScalarReward]:
-    return judge.score([s.conversation for s in scores], [s.response for s in scores],
-                       references=_every([s.reference for s in scores], "reference") if call.references else None,
-                       principles=_every([s.principle for s in scores], "principle") if call.principles else None,
-                       ids=[s.id for s in scores], progress=progress, on_result=on_result)
+    """One ``score`` call (``on_result`` passed only when set)."""
+    data = ([s.conversation for s in scores], [s.response for s in scores])
+    references = _every([s.reference for s in scores], "reference") if call.references else None
+    principles = _every([s.principle for s in scores], "principle") if call.principles else None
+    ids = [s.id for s in scores]
+    if on_result is None:
+        return judge.score(*data, references=references, principles=principles, ids=ids, progress=progress)
+    return judge.score(*data, references=references, principles=principles, ids=ids, progress=progress,
+                       on_result=on_result)
 
 
 def _groups(judge: RewardJudge, groups: Sequence[GroupItem], call: RankCall, progress: Progress) -> list[GroupResult]:

@@ -32,69 +32,13 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import Protocol
 
 from brrm.errors import ConfigError
 from brrm.service.isolation import Aborted, LengthMismatch, Runner, checked_call, classify, describe, run_isolated
 from brrm.service.jobs import Batch, Job, Slice, cuts, spread
+from brrm.service.metrics import Metrics
 from brrm.service.workers import Workers
 from brrm.types import Status
-
-
-class Counter(Protocol):
-    """A prometheus-client counter (or one of a labelled counter's children)."""
-
-    def inc(self, amount: float = 1) -> None: ...
-
-
-class LabelledCounter(Protocol):
-    """A prometheus-client counter with labels."""
-
-    def labels(self, *values: str, **labels: str) -> Counter: ...
-
-
-class Gauge(Protocol):
-    """A prometheus-client gauge."""
-
-    def set(self, value: float) -> None: ...
-
-
-class Histogram(Protocol):
-    """A prometheus-client histogram."""
-
-    def observe(self, amount: float) -> None: ...
-
-
-class Metrics(Protocol):
-    """Where the scheduler records what it does (:class:`brrm.serve.metrics.Metrics` is the server's; the service
-    layer does not import the server): prometheus-client counters, gauges and histograms by these names."""
-
-    @property
-    def rejected(self) -> Counter: ...
-
-    @property
-    def cancelled(self) -> LabelledCounter: ...
-
-    @property
-    def queue_depth(self) -> Gauge: ...
-
-    @property
-    def running_batches(self) -> Gauge: ...
-
-    @property
-    def abandoned_batches(self) -> Gauge: ...
-
-    @property
-    def batch_items(self) -> Histogram: ...
-
-    @property
-    def batch_requests(self) -> Histogram: ...
-
-    @property
-    def abandoned_total(self) -> Counter: ...
-
-    @property
-    def batch_seconds(self) -> Histogram: ...
 
 __all__ = ["Aborted", "BatchFailed", "DeadlineExceeded", "Failed", "QueueFull", "Runner", "Scheduler",
            "SchedulerError", "Unavailable"]

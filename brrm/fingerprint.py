@@ -33,7 +33,8 @@ def weights_fingerprint(model: str | None) -> str:
     """The fingerprint of the weights ``model`` names (local folder, hub id or None: the embedded model).
 
     Returns:
-        ``dir:<sha256 hex 32>``, ``hub:<id>@<commit>``, ``hub:<id>@unresolved`` or ``embedded:<sha256 hex 32>``.
+        ``dir:<sha256 hex 32>``, ``hub:<id>@<commit>``, ``hub:<id>@unresolved``, ``embedded:<sha256 hex 32>``, or
+        ``serve:<url>`` for a ``brrm serve`` URL (its judge's own fingerprint is in the RemoteJudge's ``info``).
 
     Raises:
         BackendUnavailable: for None when the package that ships the embedded model is missing.
@@ -43,6 +44,8 @@ def weights_fingerprint(model: str | None) -> str:
 
         gguf = embedded_gguf_path()
         return "embedded:" + _digest([(gguf.name, gguf.stat().st_size, _file_digest(gguf))])
+    if model.startswith(("http://", "https://")):  # a brrm serve URL: the server checks its own weights
+        return "serve:" + model.rstrip("/")
     path = Path(os.path.expanduser(model))
     if path.is_dir():
         return "dir:" + _digest(_folder_entries(path))

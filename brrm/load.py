@@ -127,7 +127,9 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         kind: ``brrm``, ``bt``, ``principle`` or ``auto`` (from a known checkpoint id, or the model's own
             config: a one-label sequence-classification head is ``bt``; anything else must be named).
         backend: ``transformers``, ``vllm`` or ``openai`` — or an already built backend object (tests,
-            scripted backends), whose model is then the one judged.
+            scripted backends), whose model is then the one judged — or ``serve``: ``model`` is the URL of a
+            running ``brrm serve`` and the judge a :class:`~brrm.service.RemoteJudge`
+            (:func:`brrm.service.connect.load_remote` says which options apply).
         **options: backend options (:data:`BACKEND_OPTIONS`) and judge options (:data:`JUDGE_OPTIONS`), e.g.
             ``swap=True``, ``decoding="faithful"``, ``temperature=0``, ``principle="…"``, ``dtype="bfloat16"``,
             ``base_url="http://127.0.0.1:8000/v1"``. Token budgets: ``max_new_tokens`` per turn and
@@ -145,6 +147,10 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         BackendUnavailable: when the backend's package (vllm) or the embedded model's package is missing.
     """
     check_choice("kind", kind, ("auto", *KINDS))
+    if backend == "serve" or (isinstance(model, str) and model.startswith(("http://", "https://"))):
+        from brrm.service.connect import load_remote  # a brrm serve URL: the one HTTP client
+
+        return load_remote(model, kind=kind, backend=backend, calibration=calibration, **options)
     calib = _read_calibration(calibration)
     built = None if isinstance(backend, str) else backend
     backend_name = built.info.name if built is not None else check_choice("backend", backend, BACKENDS)

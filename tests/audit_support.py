@@ -94,8 +94,8 @@ class ScriptedPairJudge:
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str], /,
                     *, swap: bool | None = None, ids: Sequence[str] | None = None,
                     labels: Sequence[Verdict] | None = None, principles: Any = None,
-                    progress: Any = None) -> list[PairwiseJudgment]:
-        out = []
+                    progress: Any = None, on_result: Any = None, on_step: Any = None) -> list[PairwiseJudgment]:
+        out = []  # on_result / on_step (RewardJudge's hooks) are never called: results come back with the call
         for i, (a, b) in enumerate(zip(responses_a, responses_b, strict=True)):
             rid = ids[i] if ids else ""
             self.calls[rid] += 1

@@ -102,7 +102,8 @@ def test_compute_score_from_config_file_and_env(rm_path, tmp_path, monkeypatch):
 
 
 class _Stub(BaseHTTPRequestHandler):
-    """brrm serve's POST /v1/score contract over a real tiny BT judge; stalls on <<STALL>>, miscounts on <<N19>>."""
+    """brrm serve's GET /v1/models and POST /v1/score contract over a real tiny BT judge; stalls on <<STALL>>,
+    miscounts on <<N19>>."""
 
     judge = None
     release = threading.Event()
@@ -117,6 +118,15 @@ class _Stub(BaseHTTPRequestHandler):
         if any("<<N19>>" in it["response"] for it in items):
             rewards = rewards + rewards
         data = json.dumps({"model": "tiny", "rewards": rewards}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802 - GET /v1/models: the served judge, as brrm serve describes it
+        info = {k: v for k, v in self.judge.info.to_dict().items() if k != "spec"}
+        data = json.dumps({"object": "list", "data": [{**info, "limits": {"item_limit": 64}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

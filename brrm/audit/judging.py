@@ -15,17 +15,24 @@ each result's ``to_dict()``:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
-from brrm.types import Conversation, RewardJudge, Verdict
+from brrm.service.items import GroupItem, PairItem, RankCall, ScoreCall, ScoreItem
+from brrm.service.run import run
+from brrm.types import Conversation, GroupResult, PairwiseJudgment, RewardJudge, ScalarReward, Verdict
+from brrm.types.jsonvalue import JSONValue
 
 Progress = Callable[[float], None] | None
+Record = Mapping[str, JSONValue]
+"""A normalized audit record (:func:`brrm.audit.plan.normalize`: plain JSON)."""
+ResultDict = dict[str, object]
+"""A result's ``to_dict()``."""
 
 
-def judge_records(judge: RewardJudge, shape: str, records: Sequence[Mapping[str, Any]], *, strategy: str | None = None,
+def judge_records(judge: RewardJudge, shape: str, records: Sequence[Record], *, strategy: str | None = None,
                   progress: Progress = None,
-                  on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Judge normalized records of one shape; one result dict per record, in order.
+                  on_result: Callable[[int, ResultDict], None] | None = None) -> list[ResultDict]:
+    """Judge normalized records of one shape; one result dict per record, in order (through
+    :func:`brrm.service.run.run`).
 
     Args:
         judge: a :class:`~brrm.RewardJudge`.
@@ -33,9 +40,8 @@ def judge_records(judge: RewardJudge, shape: str, records: Sequence[Mapping[str,
         records: normalized records of that shape.
         strategy: the resolved group strategy (groups only).
         progress: called with finished items (fractions of an item as judgments finish).
-        on_result: called with ``(index, result dict)`` as soon as a pair or single item is final; passed on only
-            to a judge method that takes ``on_result`` (groups, and judges written before it, report nothing
-            early: their results come back with the call).
+        on_result: called with ``(index, result dict)`` as soon as a pair or single item is final, for a judge
+            that reports results early (the others' come back with the call, as do groups').
 
     Raises:
         ConfigError: from the judge, when an option cannot apply to these records (checked before model calls).
@@ -43,37 +49,45 @@ def judge_records(judge: RewardJudge, shape: str, records: Sequence[Mapping[str,
     if not records:
         return []
     convs = [Conversation.coerce(r["conversation"], where=f"record {r['id']!r} conversation") for r in records]
-    ids = [r["id"] for r in records]
-    method = judge.judge_pairs if shape == "pairs" else judge.score
-    extra: dict[str, Any] = {"on_result": lambda i, res: on_result(i, res.to_dict())} \
-        if on_result is not None and _takes(method, "on_result") else {}
+    ids = [str(r["id"]) for r in records]
+
+    def report(i: int, result: PairwiseJudgment | ScalarReward | GroupResult) -> None:
+        if on_result is not None:
+            on_result(i, result.to_dict())
+
+    hook = report if on_result is not None else None
     if shape == "pairs":
-        judged = judge.judge_pairs(convs, [r["response_a"] for r in records], [r["response_b"] for r in records],
-                                   ids=ids, labels=[Verdict(r["label"]) for r in records], progress=progress,
-                                   **extra)
-        return [j.to_dict() for j in judged]
+        pairs = [PairItem(c, str(r["response_a"]), str(r["response_b"]), id=i, label=Verdict(str(r["label"])))
+                 for c, r, i in zip(convs, records, ids, strict=True)]
+        return [j.to_dict() for j in run(judge, pairs, progress=progress, on_result=hook, returned=False)]
     if shape == "single":
-        principles = [r["principle"] for r in records] if judge.info.takes_principle else None
-        rewards = judge.score(convs, [r["response"] for r in records], principles=principles, ids=ids,
-                              progress=progress, **extra)
-        return [r.to_dict() for r in rewards]
+        takes = bool(judge.info.takes_principle)
+        items = [ScoreItem(c, str(r["response"]), _text(r.get("principle")) if takes else None, id=i)
+                 for c, r, i in zip(convs, records, ids, strict=True)]
+        call = ScoreCall(principles=takes)
+        return [x.to_dict() for x in run(judge, items, call=call, progress=progress, on_result=hook,
+                                         returned=False)]
     if shape == "groups":
-        groups = [list(r["responses"]) for r in records]
-        refs = [r["reference"] for r in records] if strategy == "reference" else None
-        cost = sum(group_cost(judge, strategy or "auto", len(g), refs is not None) for g in groups)
+        with_ref = strategy == "reference"
+        groups = [GroupItem(c, tuple(str(x) for x in _list(r["responses"])),
+                            _text(r.get("reference")) if with_ref else None) for c, r in zip(convs, records,
+                                                                                             strict=True)]
+        cost = sum(group_cost(judge, strategy or "auto", len(g.responses), with_ref) for g in groups)
         scale = len(records) / cost if cost else 0.0
-        ranked = judge.rank_groups(convs, groups, strategy=strategy or "auto", references=refs,
-                                   progress=(lambda x: progress(x * scale)) if progress and scale else None)
+        ranked = run(judge, groups, call=RankCall(strategy or "auto", reference=with_ref),
+                     progress=(lambda x: progress(x * scale)) if progress and scale else None)
         return [g.to_dict() for g in ranked]
     raise ValueError(f"unknown shape {shape!r}")
 
 
-def _takes(method: Any, name: str) -> bool:
-    """Whether ``method`` has a keyword parameter ``name`` (or ``**kwargs``)."""
-    import inspect
+def _text(value: JSONValue) -> str | None:
+    return None if value is None else str(value)
 
-    params = inspect.signature(method).parameters.values()
-    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+def _list(value: JSONValue) -> list[JSONValue]:
+    if not isinstance(value, list):
+        raise ValueError(f"a normalized group record's responses are a list, got {type(value).__name__}")
+    return value
 
 
 def group_cost(judge: RewardJudge, strategy: str, n: int, with_reference: bool) -> int:

@@ -20,11 +20,18 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from brrm.audit.plan import AuditItem
 from brrm.errors import BackendUnavailable
 from brrm.types import JudgeSpec, check_float, check_int
+from brrm.types.jsonvalue import JSONDict
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from brrm.audit.runner import AuditOptions
 
 RAY_HINT = "pip install 'brrm[ray]'  (ray[data]==2.60.0)"
 
@@ -56,7 +63,7 @@ class RayOptions:
     actors: int | None = None
     num_gpus_per_actor: float = 0.0
     num_cpus_per_actor: float = 1.0
-    init_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    init_kwargs: Mapping[str, Any] = field(default_factory=dict)  # ray.init's keywords (typed by Ray)
 
     def __post_init__(self) -> None:
         if self.actors is not None:
@@ -79,7 +86,7 @@ class JudgeActor:
         self.shape, self.strategy = shape, strategy
         self.info = json.dumps(self.judge.info.to_dict())
 
-    def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+    def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``{"key", "record"}`` columns in; ``{"key", "result", "info"}`` out (JSON text)."""
         import numpy as np
 
@@ -92,8 +99,8 @@ class JudgeActor:
                 "info": np.asarray([self.info] * len(results), dtype=object)}
 
 
-def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: Any,
-                 ray_options: RayOptions) -> Iterator[tuple[list[AuditItem], list[Any], dict[str, Any]]]:
+def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: AuditOptions,
+                 ray_options: RayOptions) -> Iterator[tuple[list[AuditItem], list[JSONDict], JSONDict]]:
     """Judge pending items on a Ray actor pool; yields ``(items, results, judge info)`` as batches finish.
 
     Raises:
@@ -131,7 +138,7 @@ def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: Any,
             ray.shutdown()
 
 
-def _actors(ray: Any, opts: RayOptions) -> int:
+def _actors(ray: ModuleType, opts: RayOptions) -> int:
     if opts.actors is not None:
         return opts.actors
     if opts.num_gpus_per_actor > 0:

@@ -24,10 +24,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
 
 from brrm.audit.judging import judge_records
 from brrm.audit.keys import config_hash, request_hash
@@ -35,6 +36,11 @@ from brrm.audit.plan import AuditItem
 from brrm.audit.store import AuditStore
 from brrm.types import JudgeSpec, check_float, check_int
 from brrm.types.protocols import RewardJudge
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from brrm.audit.ray_runner import RayOptions
 
 """(items, their result dicts, the producing judge's ``info.to_dict()``)."""
 
@@ -104,8 +110,9 @@ class AuditOutcome:
 
 
 def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditOptions, *,
-              judge: RewardJudge | None = None, spec: JudgeSpec | None = None, ray: Any = None, source: str = "",
-              argv: Sequence[str] = (), provenance: Mapping[str, Any] | None = None,
+              judge: RewardJudge | None = None, spec: JudgeSpec | None = None, ray: RayOptions | None = None,
+              source: str = "",
+              argv: Sequence[str] = (), provenance: Mapping[str, object] | None = None,
               term: TextIO | None = None) -> AuditOutcome:
     """Run (or resume) an audit of planned items into ``directory`` and write its outputs.
 
@@ -181,7 +188,7 @@ def require_report_libraries() -> None:
         raise BackendUnavailable("the audit report draws its plots with matplotlib", hint="pip install 'brrm[audit]'")
 
 
-def _remember(store: AuditStore, info: Mapping[str, Any], options: AuditOptions, request: str | None) -> str:
+def _remember(store: AuditStore, info: Mapping[str, object], options: AuditOptions, request: str | None) -> str:
     digest = config_hash(info, shape=options.shape, strategy=options.strategy)
     store.remember_config(digest, info, request)
     return digest
@@ -189,7 +196,7 @@ def _remember(store: AuditStore, info: Mapping[str, Any], options: AuditOptions,
 
 def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pending: list[AuditItem],
                config: str | None, request: str | None, options: AuditOptions, judge: RewardJudge | None,
-               spec: JudgeSpec | None, ray: Any, ticker: _Ticker) -> str | None:
+               spec: JudgeSpec | None, ray: RayOptions | None, ticker: _Ticker) -> str | None:
     """Judge until nothing is pending under the producing judge's configuration; returns that configuration."""
     from brrm.progress import progress_bar
 
@@ -228,11 +235,11 @@ def _need(spec: JudgeSpec | None) -> JudgeSpec:
     return spec
 
 
-def _build(spec: JudgeSpec | None) -> Any:
+def _build(spec: JudgeSpec | None) -> RewardJudge:
     return _need(spec).load()
 
 
-def _learn(store: AuditStore, run_id: int, config: str | None, info: Mapping[str, Any], options: AuditOptions,
+def _learn(store: AuditStore, run_id: int, config: str | None, info: Mapping[str, object], options: AuditOptions,
            request: str | None) -> str:
     """Store a producing judge's configuration; the run's configuration becomes it."""
     learnt = _remember(store, info, options, request)
@@ -241,7 +248,7 @@ def _learn(store: AuditStore, run_id: int, config: str | None, info: Mapping[str
     return learnt
 
 
-def _ticking(bar: Any, ticker: _Ticker) -> Any:
+def _ticking(bar: tqdm[None], ticker: _Ticker) -> Callable[[float], None]:
     """The judge's progress callback: move the bar, and print a summary line when one is due (mid-batch too)."""
 
     def update(n: float) -> None:
@@ -251,8 +258,8 @@ def _ticking(bar: Any, ticker: _Ticker) -> Any:
     return update
 
 
-def _judge_locally(judge: RewardJudge, pending: Sequence[AuditItem], options: AuditOptions, progress: Any,
-                   sink: _Commits) -> None:
+def _judge_locally(judge: RewardJudge, pending: Sequence[AuditItem], options: AuditOptions,
+                   progress: Callable[[float], None], sink: _Commits) -> None:
     """Judge ``pending`` a chunk per call, committing each item the moment the judge reports it final."""
     chunk = options.chunk_size or judge.info.chunk_size
     info = judge.info.to_dict()
@@ -260,7 +267,7 @@ def _judge_locally(judge: RewardJudge, pending: Sequence[AuditItem], options: Au
         part = [it for it in pending[start:start + chunk] if it.record is not None]
         got: set[int] = set()
 
-        def finished(i: int, result: Mapping[str, Any], part: list[AuditItem] = part, got: set[int] = got) -> None:
+        def finished(i: int, result: Mapping[str, object], part: list[AuditItem] = part, got: set[int] = got) -> None:
             got.add(i)
             sink.put([part[i]], [result], info)
 
@@ -276,11 +283,11 @@ class _Commits:
     the producing judge's configuration; ``config`` is the one results were stored under."""
 
     def __init__(self, store: AuditStore, run_id: int, config: str | None, request: str | None,
-                 options: AuditOptions, bar: Any, ticker: _Ticker) -> None:
+                 options: AuditOptions, bar: tqdm[None], ticker: _Ticker) -> None:
         self.store, self.run_id, self.config, self.request = store, run_id, config, request
         self.options, self.bar, self.ticker, self.done = options, bar, ticker, 0
 
-    def put(self, part: Sequence[AuditItem], results: Sequence[Mapping[str, Any]], info: Mapping[str, Any], *,
+    def put(self, part: Sequence[AuditItem], results: Sequence[Mapping[str, object]], info: Mapping[str, object], *,
             count: bool = False) -> None:
         """Commit ``part``'s results; ``count`` also moves the bar to the items committed (Ray batches)."""
         if not part:
@@ -316,11 +323,11 @@ class _Ticker:
         self.store, self.run_id, self.every_s, self.term = store, run_id, every_s, term
         self.started = self.last = time.time()
 
-    def maybe(self, bar: Any) -> None:
+    def maybe(self, bar: tqdm[None]) -> None:
         if time.time() - self.last >= self.every_s:
             self.line(bar=bar)
 
-    def line(self, *, bar: Any = None, final: bool = False) -> None:
+    def line(self, *, bar: tqdm[None] | None = None, final: bool = False) -> None:
         self.last = time.time()
         p = self.store.progress(self.run_id)
         text = progress_line(p, time.time() - self.started, final=final, in_flight=bar.n if bar is not None else None)
@@ -381,7 +388,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         yield
         return
 
-    def interrupt(signum: int, frame: Any) -> None:
+    def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, interrupt)

@@ -87,15 +87,16 @@ def run(judge: RewardJudge, items: Sequence[BenchItem], *, orders: str, seed: in
 def _pairwise_chunk(judge: RewardJudge, part: list[BenchItem], orders: str, seed: int, progress: Progress,
                     cost: list[int]) -> list[ItemResult]:
     plan = [(it, k, swapped) for it in part for k, swapped in presentations(orders, it, seed=seed)]
-    convs, first, second, ids = [], [], [], []
+    from brrm.service.items import PairItem, PairsCall
+    from brrm.service.run import run
+
+    jobs = []
     for it, k, swapped in plan:
         p = it.pairs[k]
         a, b = (p.j, p.i) if swapped else (p.i, p.j)
-        convs.append(it.conversation)
-        first.append(it.responses[a])
-        second.append(it.responses[b])
-        ids.append(f"{it.id}#{k}{'BA' if swapped else 'AB'}")
-    judged = judge.judge_pairs(convs, first, second, swap=False, ids=ids, progress=progress)
+        order = "BA" if swapped else "AB"
+        jobs.append(PairItem(it.conversation, it.responses[a], it.responses[b], f"{it.id}#{k}{order}"))
+    judged = run(judge, jobs, call=PairsCall(swap=False), progress=progress)
     shown: dict[str, list[Shown]] = {it.id: [] for it in part}
     for (it, k, swapped), j in zip(plan, judged, strict=True):
         shown[it.id].append(Shown(k, swapped, j))
@@ -110,7 +111,11 @@ def _scalar_chunk(judge: RewardJudge, part: list[BenchItem], orders: str, seed: 
     convs = [it.conversation for it in part for _ in it.responses]
     texts = [r for it in part for r in it.responses]
     ids = [f"{it.id}#r{m}" for it in part for m in range(len(it.responses))]
-    rewards = judge.score(convs, texts, ids=ids, progress=progress)
+    from brrm.service.items import ScoreItem
+    from brrm.service.run import run
+
+    rewards = run(judge, [ScoreItem(c, t, id=i) for c, t, i in zip(convs, texts, ids, strict=True)],
+                  progress=progress)
     margin = float(judge.info.options.get("margin", 0.0) or 0.0)
     calibration = getattr(judge, "calibration", None)  # a calibrated scalar judge: σ(s·Δ), raw kept beside it
     out, pos = [], 0

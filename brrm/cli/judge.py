@@ -74,32 +74,23 @@ def _judge(judge: RewardJudge, good: list[tuple[int, Any]], results: dict[int, A
            args: argparse.Namespace, term: TextIO) -> None:
     """Judge ``(position, record)`` pairs; each result goes to ``sink`` and the terminal as soon as it is final."""
     from brrm.records import seed_ids
+    from brrm.service.items import PairItem
+    from brrm.service.run import run
 
-    chunk = judge.info.chunk_size
+    recs = [r for _, r in good]
+    jobs = [PairItem(r.conversation, r.response_a, r.response_b, id=i, label=r.label)
+            for r, i in zip(recs, seed_ids(recs), strict=True)]
     with common.progress_bar(len(good), desc="judging", unit="pair", disable=args.no_progress) as bar:
-        steps = StepMeter(bar)
-        for start in range(0, len(good), chunk):
-            part = good[start:start + chunk]
-            done = bar.n
+        def finished(i: int, res: Any) -> None:
+            k, rec = good[i]
+            res = common.with_id(res, rec.id)
+            results[k] = res
+            sink.put(k, {"line": rec.line, **res.to_dict()})
+            if not args.quiet:
+                bar.write(verdict_line(res.to_dict()), file=term)
 
-            def finished(i: int, res: Any, part: list[tuple[int, Any]] = part) -> None:
-                k, rec = part[i]
-                res = common.with_id(res, rec.id)
-                results[k] = res
-                sink.put(k, {"line": rec.line, **res.to_dict()})
-                if not args.quiet:
-                    bar.write(verdict_line(res.to_dict()), file=term)
-
-            recs = [r for _, r in part]
-            out = judge.judge_pairs([r.conversation for r in recs], [r.response_a for r in recs],
-                                    [r.response_b for r in recs], ids=seed_ids(recs),
-                                    labels=[r.label for r in recs], progress=bar.update, on_result=finished,
-                                    on_step=steps)
-            for i, res in enumerate(out):  # a judge that reported no result for an item: its returned one
-                if part[i][0] not in results:
-                    finished(i, res)
-            bar.n = done + len(part)
-            bar.refresh()
+        run(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.update, on_result=finished,
+            on_step=StepMeter(bar))
 
 
 class StepMeter:

@@ -76,36 +76,20 @@ def run(args: argparse.Namespace) -> int:
                 sink.put(k, {"id": rec.id, "line": rec.line, "status": "invalid_input", "reason": rec.reason})
             else:
                 todo.append((k, rec))
-        for part in _chunks(todo, judge.info.chunk_size, pairwise, strategy, swap):
-            recs = [r for _, r in part]
-            groups = judge.rank_groups([r.conversation for r in recs], [list(r.responses) for r in recs],
-                                       strategy=strategy,
-                                       references=[r.reference for r in recs] if strategy == "reference" else None,
-                                       progress=bar.update)
-            for (k, rec), group in zip(part, groups, strict=True):
-                sink.put(k, {"id": rec.id, "line": rec.line, **group.to_dict()})
-                bar.write(_group_line(rec, group), file=term)
+        from brrm.service.items import GroupItem, RankCall
+        from brrm.service.run import run
+
+        def finished(i: int, group: Any) -> None:
+            k, rec = todo[i]
+            sink.put(k, {"id": rec.id, "line": rec.line, **group.to_dict()})
+            bar.write(_group_line(rec, group), file=term)
+
+        run(judge, [GroupItem(r.conversation, tuple(r.responses), r.reference) for _, r in todo],
+            call=RankCall(strategy, reference=strategy == "reference"), chunk_size=judge.info.chunk_size,
+            progress=bar.update, on_result=finished)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
     judge.close()
     return 0
-
-
-def _chunks(todo: list[tuple[int, Any]], chunk_size: int, pairwise: bool, strategy: str,
-            swap: bool) -> list[list[tuple[int, Any]]]:
-    """Groups in runs of about ``chunk_size`` judgments (at least one group each): every run's lines are written
-    when it is done, so a killed run keeps the finished runs' lines."""
-    from brrm.compose.strategies import judgments_per_group
-
-    runs: list[list[tuple[int, Any]]] = []
-    cost = chunk_size
-    for item in todo:
-        n = judgments_per_group(strategy, len(item[1].responses), swap=swap) if pairwise else len(item[1].responses)
-        if cost + n > chunk_size:
-            runs.append([])
-            cost = 0
-        runs[-1].append(item)
-        cost += n
-    return runs
 
 
 def _group_line(rec: Any, group: Any) -> str:

@@ -102,24 +102,17 @@ def _score(judge: RewardJudge, flat: list[tuple[int, Any, Any]], sink: common.Or
            args: argparse.Namespace) -> None:
     """Score every (position, record, principle), a chunk per call; each line goes to ``sink`` when done."""
     from brrm.records import seed_ids
+    from brrm.service.items import ScoreItem
+    from brrm.service.run import run
 
-    chunk = judge.info.chunk_size
+    recs = [rec for _, rec, _ in flat]
+    jobs = [ScoreItem(r.conversation, r.response, principle, id=i)
+            for r, (_, _, principle), i in zip(recs, flat, seed_ids(recs), strict=True)]
     with common.progress_bar(len(flat), desc="scoring", unit="item", disable=args.no_progress) as bar:
-        for start in range(0, len(flat), chunk):
-            part = flat[start:start + chunk]
-            got: set[int] = set()
+        def finished(i: int, reward: Any) -> None:
+            pos, rec, _ = flat[i]
+            reward = common.with_id(reward, rec.id)
+            results.append(reward)
+            sink.put(pos, _row(rec, reward))
 
-            def finished(i: int, reward: Any, part: list[tuple[int, Any, Any]] = part, got: set[int] = got) -> None:
-                pos, rec, _ = part[i]
-                reward = common.with_id(reward, rec.id)
-                results.append(reward)
-                got.add(i)
-                sink.put(pos, _row(rec, reward))
-
-            recs = [rec for _, rec, _ in part]
-            rewards = judge.score([r.conversation for r in recs], [r.response for r in recs],
-                                  principles=None if part[0][2] is None else [p for _, _, p in part],
-                                  ids=seed_ids(recs), progress=bar.update, on_result=finished)
-            for i, reward in enumerate(rewards):
-                if i not in got:
-                    finished(i, reward)
+        run(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.update, on_result=finished)

@@ -20,17 +20,16 @@ import asyncio
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from brrm.rlhf.groups import rank_in_groups
-from brrm.types import RewardJudge, ScalarReward, Status
+from brrm.types import ConversationLike, RewardJudge, ScalarReward, Status
 
 
 @dataclass
 class _Cohort:
-    conversation: Any
+    conversation: ConversationLike
     responses: list[str] = field(default_factory=list)
     futures: list[asyncio.Future[ScalarReward]] = field(default_factory=list)
     deadline: asyncio.TimerHandle | None = None
@@ -59,7 +58,8 @@ class CohortBuffer:
     def __init__(self, judge: Callable[[], RewardJudge], *, group_size: int, strategy: str, swap: bool = False,
                  soft: bool = False, max_judgments: int | None = None, cohort_timeout_s: float = 600.0,
                  judge_partial: bool = False, batch_window_s: float = 0.05,
-                 run: Callable[[Callable[[], Any]], Any] | None = None) -> None:
+                 run: Callable[[Callable[[], list[ScalarReward]]], Awaitable[list[ScalarReward]]] | None = None
+                 ) -> None:
         self.judge, self.group_size, self.judge_partial = judge, group_size, judge_partial
         self.strategy, self.swap, self.soft, self.max_judgments = strategy, swap, soft, max_judgments
         self.cohort_timeout_s, self.batch_window_s = cohort_timeout_s, batch_window_s
@@ -69,11 +69,11 @@ class CohortBuffer:
         self._flush: asyncio.TimerHandle | None = None
         self.calls = 0
 
-    async def submit(self, key: str, conversation: Any, response: str) -> ScalarReward:
+    async def submit(self, key: str, conversation: ConversationLike, response: str) -> ScalarReward:
         """Add one sample of group ``key`` and wait for its reward."""
         return (await self.submit_group(key, conversation, response))[0]
 
-    async def submit_group(self, key: str, conversation: Any,
+    async def submit_group(self, key: str, conversation: ConversationLike,
                            response: str) -> tuple[ScalarReward, list[ScalarReward]]:
         """Add one sample of group ``key``; wait for (its reward, the rewards of every member that arrived).
 

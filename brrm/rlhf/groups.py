@@ -21,11 +21,12 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from brrm.compose.strategies import judgments_per_group
 from brrm.errors import ConfigError
-from brrm.types import GroupResult, RewardJudge, ScalarReward, Status
+from brrm.service.items import GroupItem, RankCall, ScoreItem
+from brrm.service.run import run
+from brrm.types import ConversationLike, GroupResult, RewardJudge, ScalarReward, Status
 
 GROUP_STRATEGIES = ("auto", "scores", "round_robin", "circular", "reference", "knockout")
 """Strategies of group mode (see :mod:`brrm.compose.strategies`); ``auto``: the judge's default."""
@@ -34,7 +35,7 @@ REPAIRED = ("circular", "knockout")
 """Strategies whose rewards depend on which siblings could be judged; they get a repair pass."""
 
 
-def prompt_key(prompt: Any) -> str:
+def prompt_key(prompt: object) -> str:
     """A canonical text form of a prompt (a string, or a list of message dicts) for equality checks."""
     if isinstance(prompt, str):
         return prompt
@@ -120,7 +121,7 @@ def _culprits(result: GroupResult) -> set[int]:
     return {k for k, any_ok in seen.items() if not any_ok}
 
 
-def rank_in_groups(judge: RewardJudge, conversations: Sequence[Any], responses: Sequence[str], *,
+def rank_in_groups(judge: RewardJudge, conversations: Sequence[ConversationLike], responses: Sequence[str], *,
                    num_generations: int, strategy: str, swap: bool, soft: bool,
                    references: Sequence[str] | None, max_judgments: int | None) -> GroupOutcome:
     """Rank every GRPO group of a step (rows already checked by :func:`check_groups`).
@@ -153,12 +154,15 @@ def rank_in_groups(judge: RewardJudge, conversations: Sequence[Any], responses: 
     convs = [conversations[k * g] for k in range(n_groups)]
     if g == 1:  # only "reference": P(response ≻ reference), the reference strategy's reward
         assert references is not None
-        rewards = judge.score(convs, list(responses), references=list(references))
+        rewards = run(judge, [ScoreItem(c, r, reference=ref) for c, r, ref in zip(convs, responses, references,
+                                                                                     strict=True)])
         _check_length(rewards, len(responses))
         return GroupOutcome([replace(r, id=str(k)) for k, r in enumerate(rewards)], planned=planned)
     groups = [list(responses[k * g:(k + 1) * g]) for k in range(n_groups)]
     refs = [references[k * g] for k in range(n_groups)] if references is not None else None
-    results = judge.rank_groups(convs, groups, strategy=strategy, references=refs, swap=swap)
+    results = run(judge, [GroupItem(c, tuple(grp), refs[k] if refs is not None else None)
+                          for k, (c, grp) in enumerate(zip(convs, groups, strict=True))],
+                  call=RankCall(strategy, swap, reference=refs is not None))
     _check_length(results, n_groups)
     outcome = GroupOutcome([], list(results), planned=planned)
     members = [list(range(g)) for _ in range(n_groups)]  # original indices behind each group's current result
@@ -178,7 +182,7 @@ def rank_in_groups(judge: RewardJudge, conversations: Sequence[Any], responses: 
     return outcome
 
 
-def _repair(judge: RewardJudge, convs: list[Any], groups: list[list[str]], current: list[GroupResult],
+def _repair(judge: RewardJudge, convs: list[ConversationLike], groups: list[list[str]], current: list[GroupResult],
             members: list[list[int]], outcome: GroupOutcome, *, strategy: str, swap: bool,
             max_judgments: int | None, used: int) -> int:
     """Re-rank groups without completions none of whose judgments succeeded, until none is left (batched)."""
@@ -195,8 +199,8 @@ def _repair(judge: RewardJudge, convs: list[Any], groups: list[list[str]], curre
         if max_judgments is not None and used + cost > max_judgments:
             outcome.repair_skipped += len(todo)
             return used
-        again = judge.rank_groups([convs[k] for k, _ in todo], [[groups[k][i] for i in keep] for k, keep in todo],
-                                  strategy=strategy, swap=swap)
+        again = run(judge, [GroupItem(convs[k], tuple(groups[k][i] for i in keep)) for k, keep in todo],
+                    call=RankCall(strategy, swap))
         _check_length(again, len(todo))
         for (k, keep), result in zip(todo, again, strict=True):
             current[k], members[k] = result, keep
@@ -213,7 +217,7 @@ def _dropped(first: GroupResult, orig: int) -> ScalarReward:
     return ScalarReward.failed(Status.BACKEND_ERROR, "every judgment of this completion failed")
 
 
-def _check_length(results: Sequence[Any], expected: int) -> None:
+def _check_length(results: Sequence[object], expected: int) -> None:
     """Raise when the judge returned a result list of the wrong length (never zip it misaligned)."""
     if len(results) != expected:
         raise ConfigError(f"the judge returned {len(results)} results for {expected} inputs; refusing to align "

@@ -28,22 +28,34 @@ import asyncio
 import logging
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from brrm.errors import ConfigError
 from brrm.rlhf.fallback import check_failed_reward, fill_failed
 from brrm.rlhf.groups import GROUP_STRATEGIES, check_groups, judgments_per_step, prompt_key, rank_in_groups
 from brrm.rlhf.metrics import judgment_stats, reward_stats
 from brrm.rlhf.recipe import JudgeRecipe, JudgeSource
-from brrm.types import RewardJudge, ScalarReward, check_bool, check_choice, check_int
+from brrm.service.items import ScoreItem
+from brrm.service.run import run
+from brrm.types import (
+    ConversationLike,
+    GroupResult,
+    RewardJudge,
+    ScalarReward,
+    check_bool,
+    check_choice,
+    check_int,
+)
 
 logger = logging.getLogger(__name__)
 
 MODES = ("scalar", "group")
 SOFT_STRATEGIES = ("round_robin", "circular")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+Prompt = str | Sequence[Mapping[str, object]]
+"""A TRL prompt or completion: a string (standard) or a list of message dicts (conversational)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +147,7 @@ def restore_prefill(completion: str, prefix: str = "auto") -> str:
     return completion
 
 
-def split_completion(prompt: Any, completion: Any, prefix: str = "auto") -> tuple[Any, str]:
+def split_completion(prompt: Prompt, completion: Prompt, prefix: str = "auto") -> tuple[ConversationLike, str]:
     """(conversation, judged response text) of one TRL row, standard or conversational.
 
     Raises:
@@ -143,13 +155,13 @@ def split_completion(prompt: Any, completion: Any, prefix: str = "auto") -> tupl
     """
     if isinstance(completion, str):
         return prompt, restore_prefill(completion, prefix)
-    messages = list(completion) if isinstance(completion, Sequence) else []
+    messages: list[object] = list(completion) if isinstance(completion, Sequence) else []
     last = messages[-1] if messages else None
     if not (isinstance(last, Mapping) and last.get("role") == "assistant" and isinstance(last.get("content"), str)):
         raise ConfigError(f"a conversational completion must end with an assistant message with text content, "
                           f"got {str(completion)[:200]!r}")
-    context = [*prompt, *messages[:-1]] if isinstance(prompt, list) else prompt
-    return context, restore_prefill(last["content"], prefix)
+    context = cast(ConversationLike, [*prompt, *messages[:-1]]) if isinstance(prompt, list) else prompt  # TRL's rows:
+    return context, restore_prefill(str(last["content"]), prefix)  # the judge validates them (Conversation.coerce)
 
 
 class BrrmReward:
@@ -188,7 +200,8 @@ class BrrmReward:
         swap = self.config.swap if self.config.swap is not None else bool(info.options.get("swap", False))
         return strategy, swap and bool(info.pairwise)
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+    def __call__(self, prompts: Sequence[Prompt], completions: Sequence[Prompt],
+                 **kwargs: object) -> list[float | None]:
         """One reward per completion, ``None`` where the judge could not score it.
 
         Args:
@@ -207,8 +220,8 @@ class BrrmReward:
         """
         return self._compute(prompts, completions, kwargs)
 
-    def _compute(self, prompts: Sequence[Any], completions: Sequence[Any],
-                 kwargs: Mapping[str, Any]) -> list[float | None]:
+    def _compute(self, prompts: Sequence[Prompt], completions: Sequence[Prompt],
+                 kwargs: Mapping[str, object]) -> list[float | None]:
         if len(prompts) != len(completions):
             raise ConfigError(f"prompts ({len(prompts)}) and completions ({len(completions)}) differ in length")
         pairs = [split_completion(p, c, self.config.completion_prefix) for p, c in zip(prompts, completions,
@@ -222,13 +235,16 @@ class BrrmReward:
         self._log(rewards, stats, kwargs)
         return fill_failed(rewards, [prompt_key(p) for p in prompts], self.config.failed_reward, constant=None)
 
-    def _judge(self, convs: list[Any], texts: list[str], prompts: Sequence[Any],
-               kwargs: Mapping[str, Any]) -> tuple[list[ScalarReward], list[Any], dict[str, float]]:
+    def _judge(self, convs: list[ConversationLike], texts: list[str], prompts: Sequence[Prompt],
+               kwargs: Mapping[str, object]) -> tuple[list[ScalarReward], list[GroupResult], dict[str, float]]:
         judge, cfg = self.judge, self.config
         references = _column(kwargs, cfg.reference_column, len(texts))
         principles = _column(kwargs, cfg.principle_column, len(texts)) or cfg.principle
         if cfg.mode == "scalar":
-            rewards = judge.score(convs, texts, principles=principles, references=references)
+            per = [principles] * len(texts) if isinstance(principles, str) else principles
+            rewards = run(judge, [ScoreItem(c, t, per[k] if per is not None else None,
+                                            references[k] if references is not None else None)
+                                  for k, (c, t) in enumerate(zip(convs, texts, strict=True))])
             _check_count(rewards, len(texts))
             return rewards, [], {}
         assert cfg.num_generations is not None
@@ -246,14 +262,13 @@ class BrrmReward:
                  "judgments_planned": float(outcome.planned)}
         return outcome.rewards, outcome.results, extra
 
-    def _log(self, rewards: list[ScalarReward], stats: dict[str, float], kwargs: Mapping[str, Any]) -> None:
+    def _log(self, rewards: list[ScalarReward], stats: dict[str, float], kwargs: Mapping[str, object]) -> None:
         self.last_stats = stats
-        log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
-        log_extra: Callable[[str, list[Any]], None] | None = kwargs.get("log_extra")
-        if log_metric is not None:
+        log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")  # TRL's callbacks, when given
+        if callable(log_metric):
             for key, value in stats.items():
                 log_metric(f"{self.__name__}/{key}", value)
-        if log_extra is not None:
+        if callable(log_extra):
             log_extra(f"{self.__name__}_status", [r.status.value for r in rewards])
         if stats.get("constant_batch"):
             warnings.warn(f"{self.__name__}: every completion of the batch got the same reward "
@@ -270,7 +285,7 @@ class BrrmReward:
         return f"{type(self).__name__}(name={self.__name__!r}, mode={self.config.mode!r})"
 
 
-async def _signature(prompts: Any, completions: Any, **kwargs: Any) -> list[float | None]:
+async def _signature(prompts: object, completions: object, **kwargs: object) -> list[float | None]:
     """The call signature :class:`AsyncBrrmReward` presents to ``inspect`` (never called)."""
     raise NotImplementedError
 
@@ -290,25 +305,26 @@ class AsyncBrrmReward(BrrmReward):
     __defaults__ = None
     __kwdefaults__ = None
 
-    async def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],  # type: ignore[override]
-                       **kwargs: Any) -> list[float | None]:
+    async def __call__(self, prompts: Sequence[Prompt], completions: Sequence[Prompt],  # type: ignore[override]
+                       **kwargs: object) -> list[float | None]:
         return await asyncio.to_thread(self._compute, prompts, completions, kwargs)
 
 
-def _column(kwargs: Mapping[str, Any], name: str | None, n: int) -> list[str] | None:
+def _column(kwargs: Mapping[str, object], name: str | None, n: int) -> list[str] | None:
     if name is None:
         return None
     if name not in kwargs:
         cols = sorted(k for k in kwargs if k not in ("completion_ids", "trainer_state", "log_extra", "log_metric"))
         raise ConfigError(f"dataset column {name!r} was not passed to the reward; columns present: "
                           f"{', '.join(cols) or '(none)'}")
-    values = list(kwargs[name])
-    if len(values) != n or not all(isinstance(v, str) for v in values):
+    raw = kwargs[name]
+    values = [v for v in raw if isinstance(v, str)] if isinstance(raw, Sequence) and not isinstance(raw, str) else []
+    if len(values) != n or len(values) != len(raw if isinstance(raw, Sequence) else ()):
         raise ConfigError(f"dataset column {name!r} must hold one string per completion ({n})")
     return values
 
 
-def _check_count(results: Sequence[Any], expected: int) -> None:
+def _check_count(results: Sequence[object], expected: int) -> None:
     if len(results) != expected:
         raise ConfigError(f"the judge returned {len(results)} rewards for {expected} completions; refusing to align "
                           "rewards to the wrong completions")

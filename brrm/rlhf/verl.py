@@ -16,19 +16,19 @@ the first sample's keys). Configure it in verl's YAML::
 The brrm configuration (:class:`VerlRewardConfig`) comes from ``reward_kwargs["brrm_config"]`` (a JSON/YAML file
 path or a mapping), else the file named by ``$BRRM_VERL_CONFIG``, else ``$BRRM_VERL_MODEL`` / ``$BRRM_VERL_URL``
 (and ``$BRRM_VERL_KIND``, ``$BRRM_VERL_TIMEOUT_S``). The judge is local (:func:`brrm.load` in the reward worker) or
-remote (a ``brrm serve`` URL: ``POST /v1/score``).
+remote (a ``brrm serve`` URL, judged through :class:`~brrm.service.RemoteJudge`: ``POST /v1/score``).
 
 Every call returns within ``timeout_s`` (plus scheduling slack) with the same keys: ``score`` (the reward, or
 ``fallback_score`` when there is none), ``ok``, ``status`` (a :class:`brrm.Status` value, or ``timeout``),
-``reason``, ``judge_seconds``. A failure never raises into the training loop. Remote calls are cancelled at the
-deadline. Local calls run on worker threads, at most ``max_workers`` for samples still waiting; Python cannot stop
-a running thread, so a call past its deadline is abandoned — its slot is free at once for the next sample and its
-thread finishes in the background (at most ``max_workers`` such threads; past that a new sample is a
-``backend_error`` at once) — so a stalled sample never makes a healthy one wait past its own deadline, in its
-batch or the next. Threads end at :func:`close_all`. Local transformers and vLLM judges run one call at a time
-(their models are not thread-safe), so there a stalled call holds the model itself and the calls queued behind it
-still time out at their own deadlines; for concurrency at scale, point ``url`` at ``brrm serve``, which batches
-requests and abandons stalled calls.
+``reason``, ``judge_seconds``. A failure never raises into the training loop. Calls (local ones, and remote ones
+on their own ``brrm-remote`` threads) run on worker threads, at most ``max_workers`` for samples still waiting;
+Python cannot stop a running thread, so a call past its deadline is abandoned — its slot is free at once for the
+next sample and its thread finishes in the background (at most ``max_workers`` such threads; past that a new
+sample is a ``backend_error`` at once) — so a stalled sample never makes a healthy one wait past its own deadline,
+in its batch or the next. Threads end at :func:`close_all`. A local transformers or vLLM judge that does not
+declare concurrent calls (``info.concurrent``) runs one call at a time, so there a stalled call holds the model
+itself and the calls queued behind it still time out at their own deadlines; for concurrency at scale, point
+``url`` at ``brrm serve``, which batches requests and abandons stalled calls.
 """
 
 from __future__ import annotations
@@ -44,17 +44,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from brrm.errors import ConfigError
 from brrm.rlhf.recipe import JudgeSource
-from brrm.types import JudgeSpec, RewardJudge, ScalarReward, Status, check_float, check_int
+from brrm.service.items import ScoreItem
+from brrm.types import ConversationLike, JudgeSpec, RewardJudge, ScalarReward, Status, check_float, check_int
 
 TIMEOUT = "timeout"
 """The ``status`` of a sample whose judge did not answer within ``timeout_s``."""
 
 SERIAL_BACKENDS = ("transformers", "vllm")
-"""Backends whose model takes one call at a time (calls from worker threads are serialized)."""
+"""In-process engines whose model takes one call at a time unless the judge declares concurrent calls
+(``info.concurrent``); calls from worker threads are then serialized."""
+
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class VerlRewardConfig:
     model: str | None = None
     kind: str = "auto"
     backend: str = "transformers"
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, object] = field(default_factory=dict)
     url: str | None = None
     prompt_key: str = "prompt"
     reference_key: str | None = None
@@ -99,7 +102,7 @@ class VerlRewardConfig:
         object.__setattr__(self, "options", dict(self.options))
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> VerlRewardConfig:
+    def from_mapping(cls, data: Mapping[str, object]) -> VerlRewardConfig:
         """From a dict (e.g. a parsed file).
 
         Raises:
@@ -109,7 +112,20 @@ class VerlRewardConfig:
         unknown = sorted(set(data) - valid)
         if unknown:
             raise ConfigError(f"unknown brrm verl config key {unknown[0]!r}; valid keys: {', '.join(sorted(valid))}")
-        return cls(**dict(data))
+        d = cls()
+        options = data.get("options", d.options)
+        if not isinstance(options, Mapping):
+            raise ConfigError(f"brrm verl config options must be a mapping of brrm.load options, got {options!r}")
+        return cls(model=_maybe_text(data, "model", d.model), kind=str(_maybe_text(data, "kind", d.kind)),
+                   backend=str(_maybe_text(data, "backend", d.backend)), options={str(k): v for k, v in
+                                                                                  options.items()},
+                   url=_maybe_text(data, "url", d.url), prompt_key=str(_maybe_text(data, "prompt_key", d.prompt_key)),
+                   reference_key=_maybe_text(data, "reference_key", d.reference_key),
+                   principle=_maybe_text(data, "principle", d.principle),
+                   principle_key=_maybe_text(data, "principle_key", d.principle_key),
+                   timeout_s=_number(data, "timeout_s", d.timeout_s),
+                   fallback_score=_number(data, "fallback_score", d.fallback_score),
+                   max_workers=check_int("max_workers", data.get("max_workers", d.max_workers), low=1))
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> VerlRewardConfig:
@@ -144,14 +160,31 @@ class VerlRewardConfig:
         env = os.environ if environ is None else environ
         if env.get("BRRM_VERL_CONFIG"):
             return cls.from_file(env["BRRM_VERL_CONFIG"])
-        data: dict[str, Any] = {"model": env.get("BRRM_VERL_MODEL") or None, "url": env.get("BRRM_VERL_URL") or None,
+        data: dict[str, object] = {"model": env.get("BRRM_VERL_MODEL") or None, "url": env.get("BRRM_VERL_URL") or None,
                                 "kind": env.get("BRRM_VERL_KIND", "auto")}
         if env.get("BRRM_VERL_TIMEOUT_S"):
             try:
                 data["timeout_s"] = float(env["BRRM_VERL_TIMEOUT_S"])
             except ValueError:
                 raise ConfigError(f"BRRM_VERL_TIMEOUT_S must be a number, got {env['BRRM_VERL_TIMEOUT_S']!r}") from None
-        return cls(**data)
+        return cls.from_mapping(data)
+
+
+def _maybe_text(data: Mapping[str, object], name: str, default: str | None) -> str | None:
+    """``data[name]`` as a string or None (``default`` when absent).
+
+    Raises:
+        ConfigError: when it is another type (naming the key).
+    """
+    value = data.get(name, default)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"brrm verl config {name} must be a string, got {value!r}")
+    return value
+
+
+def _number(data: Mapping[str, object], name: str, default: float) -> float:
+    """``data[name]`` as a float (``default`` when absent); ``check_float`` names a non-number."""
+    return check_float(name, data.get(name, default))
 
 
 class VerlScorer:
@@ -164,16 +197,18 @@ class VerlScorer:
 
     def __init__(self, config: VerlRewardConfig, judge: RewardJudge | None = None) -> None:
         self.config = config
-        self.source: JudgeSource | None = None
-        if config.url is None:
-            self.source = JudgeSource(judge if judge is not None else JudgeSpec(
-                config.model, kind=config.kind, backend=config.backend, options=config.options))
+        if config.url is not None:  # brrm serve: its RemoteJudge (loaded on first use, like a local judge)
+            spec = JudgeSpec(config.url, kind=config.kind, backend="serve", options={"timeout_s": config.timeout_s})
+        else:
+            spec = JudgeSpec(config.model, kind=config.kind, backend=config.backend, options=config.options)
+        self.source = JudgeSource(judge if judge is not None else spec)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._live = 0  # local calls running for samples that still wait for them
         self._abandoned = 0  # local calls past their deadline, still running
 
-    async def score(self, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> dict[str, Any]:
+    async def score(self, solution_str: str, ground_truth: object,
+                    extra_info: Mapping[str, object] | None) -> dict[str, object]:
         """One sample's result dict (see the module docstring); never raises for a judge failure or a timeout.
 
         A sample without ``extra_info`` (None) is that sample's ``invalid_input``.
@@ -188,10 +223,7 @@ class VerlScorer:
                                 f"the prompt under extra_info[{self.config.prompt_key!r}])", start)
         item = self._item(solution_str, ground_truth, dict(extra_info))
         try:
-            if self.config.url is not None:
-                result = await asyncio.wait_for(self._remote(item), self.config.timeout_s)
-            else:
-                result = await self._run_local(item, start + self.config.timeout_s)
+            result = await self._run_local(item, start + self.config.timeout_s)
         except TimeoutError:
             return self._result(None, TIMEOUT, f"no reward within timeout_s={self.config.timeout_s:g}", start)
         except Exception as exc:  # noqa: BLE001 - any transport or judge error is this sample's failure
@@ -200,33 +232,32 @@ class VerlScorer:
             return self._result(None, Status.BACKEND_ERROR.value, f"{type(exc).__name__}: {exc}"[:500], start)
         return self._result(result.reward if result.ok else None, result.status.value, result.reason, start)
 
-    def _item(self, response: str, ground_truth: Any, extra: dict[str, Any]) -> dict[str, Any]:
+    def _item(self, response: str, ground_truth: object, extra: Mapping[str, object]) -> ScoreItem:
         cfg = self.config
         if cfg.prompt_key not in extra:
             raise ConfigError(f"extra_info has no {cfg.prompt_key!r} (the prompt the judge needs); keys present: "
                               f"{', '.join(sorted(map(str, extra))) or '(none)'}; set prompt_key or add the prompt "
                               "to each row's extra_info")
-        item: dict[str, Any] = {"prompt": extra[cfg.prompt_key], "response": str(response)}
+        conversation = cast(ConversationLike, extra[cfg.prompt_key])  # verl's row data: the judge validates it
         reference = extra.get(cfg.reference_key) if cfg.reference_key else ground_truth
-        if reference is not None and (cfg.reference_key or self._pairwise()):
-            item["reference"] = str(reference)
+        keep = reference is not None and bool(cfg.reference_key or self._pairwise())
         principle = extra.get(cfg.principle_key) if cfg.principle_key else cfg.principle
-        if principle is not None:
-            item["principle"] = str(principle)
-        return item
+        return ScoreItem(conversation, str(response), None if principle is None else str(principle),
+                         str(reference) if keep else None)
 
     def _pairwise(self) -> bool:
-        if self.source is None:
-            return self.config.kind in ("brrm", "auto")  # the server tells; a scalar server ignores no reference
+        if self.config.url is not None:  # asked before the server is: a pairwise judge unless kind says otherwise
+            return self.config.kind in ("brrm", "auto")
         return bool(self.source.get().info.pairwise)
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:  # max_workers calls waited for, plus as many abandoned ones still running
-                self._pool = ThreadPoolExecutor(2 * self.config.max_workers, thread_name_prefix="brrm-verl")
+                name = "brrm-remote" if self.config.url is not None else "brrm-verl"
+                self._pool = ThreadPoolExecutor(2 * self.config.max_workers, thread_name_prefix=name)
             return self._pool
 
-    async def _run_local(self, item: dict[str, Any], deadline: float) -> ScalarReward:
+    async def _run_local(self, item: ScoreItem, deadline: float) -> ScalarReward:
         """The local judge's reward for ``item`` by ``deadline`` (``time.perf_counter()`` seconds).
 
         At most ``max_workers`` calls run for samples still waiting. A call past its deadline is abandoned: its
@@ -272,42 +303,20 @@ class VerlScorer:
                     self._abandoned += 1
             raise
 
-    def _local(self, item: dict[str, Any]) -> ScalarReward:
-        assert self.source is not None
+    def _local(self, item: ScoreItem) -> ScalarReward:
+        from brrm.service.run import run
+
         judge = self.source.get()
-        refs = [item["reference"]] if "reference" in item else None
-        principles = [item["principle"]] if "principle" in item else None
-        if judge.info.backend in SERIAL_BACKENDS:
-            with self.source.lock:
-                out = judge.score([item["prompt"]], [item["response"]], references=refs, principles=principles)
+        if judge.info.concurrent or judge.info.backend not in SERIAL_BACKENDS:
+            out = run(judge, [item])
         else:
-            out = judge.score([item["prompt"]], [item["response"]], references=refs, principles=principles)
+            with self.source.lock:
+                out = run(judge, [item])
         if len(out) != 1:
             raise ConfigError(f"the judge returned {len(out)} rewards for 1 sample")
         return out[0]
 
-    async def _remote(self, item: dict[str, Any]) -> ScalarReward:
-        import httpx
-
-        body = {"items": [{("prompt" if isinstance(item["prompt"], str) else "conversation"): item["prompt"],
-                           **{k: v for k, v in item.items() if k != "prompt"}}]}
-        async with httpx.AsyncClient(timeout=self.config.timeout_s) as client:
-            resp = await client.post(self.config.url.rstrip("/") + "/v1/score", json=body)  # type: ignore[union-attr]
-        if resp.status_code != 200:
-            return ScalarReward.failed(Status.BACKEND_ERROR, f"brrm serve answered HTTP {resp.status_code}: "
-                                       f"{resp.text[:300]}")
-        rewards = resp.json().get("rewards")
-        if not isinstance(rewards, list) or len(rewards) != 1:
-            return ScalarReward.failed(Status.BACKEND_ERROR, f"brrm serve returned {len(rewards or [])} rewards "
-                                       "for 1 item")
-        r = rewards[0]
-        status = Status(r.get("status", "backend_error"))
-        if status is Status.OK and isinstance(r.get("reward"), int | float) and math.isfinite(r["reward"]):
-            return ScalarReward(float(r["reward"]), Status.OK)
-        return ScalarReward.failed(status if status is not Status.OK else Status.BACKEND_ERROR,
-                                   r.get("reason") or "no reward in the server's answer")
-
-    def _result(self, reward: float | None, status: str, reason: str, start: float) -> dict[str, Any]:
+    def _result(self, reward: float | None, status: str, reason: str, start: float) -> dict[str, object]:
         ok = reward is not None
         return {"score": float(reward) if ok else self.config.fallback_score, "ok": ok, "status": status,  # type: ignore[arg-type]
                 "reason": reason, "judge_seconds": time.perf_counter() - start}
@@ -335,7 +344,7 @@ def scorer_for(config: VerlRewardConfig) -> VerlScorer:
         return _SCORERS[key]
 
 
-def resolve_config(brrm_config: Any = None) -> VerlRewardConfig:
+def resolve_config(brrm_config: object = None) -> VerlRewardConfig:
     """The configuration from ``reward_kwargs["brrm_config"]`` (path, mapping or config), else the environment."""
     if isinstance(brrm_config, VerlRewardConfig):
         return brrm_config
@@ -348,8 +357,8 @@ def resolve_config(brrm_config: Any = None) -> VerlRewardConfig:
     return VerlRewardConfig.from_env()
 
 
-async def compute_score(data_source: Any = None, solution_str: str = "", ground_truth: Any = None,
-                        extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+async def compute_score(data_source: object = None, solution_str: str = "", ground_truth: object = None,
+                        extra_info: Mapping[str, object] | None = None, **kwargs: object) -> dict[str, object]:
     """verl's custom reward: one sample's brrm reward, within the configured deadline.
 
     Args:
@@ -377,7 +386,7 @@ RESULT_KEYS = ("score", "ok", "status", "reason", "judge_seconds")
 sample, so every sample of a run must return the same keys)."""
 
 
-def with_brrm_keys(fn: Callable[..., Any]) -> Callable[..., Awaitable[dict[str, Any]]]:
+def with_brrm_keys(fn: Callable[..., object]) -> Callable[..., Awaitable[dict[str, object]]]:
     """An async verl reward with brrm's result keys around a float-returning (sync or async) verl reward.
 
     verl (0.9, ``NaiveRewardManager.run_single``) takes a dict's keys as reward extra info and a plain float as
@@ -394,8 +403,8 @@ def with_brrm_keys(fn: Callable[..., Any]) -> Callable[..., Awaitable[dict[str, 
         "status": "ok", "reason": "", "judge_seconds"}``; a result that is not a finite number is
         ``ok: False`` with status ``backend_error`` and the result's ``score`` replaced by 0.0.
     """
-    async def wrapped(data_source: Any = None, solution_str: str = "", ground_truth: Any = None,
-                      extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    async def wrapped(data_source: object = None, solution_str: str = "", ground_truth: object = None,
+                      extra_info: Mapping[str, object] | None = None, **kwargs: object) -> dict[str, object]:
         start = time.perf_counter()
         out = fn(data_source, solution_str, ground_truth, extra_info, **kwargs)
         if inspect.isawaitable(out):
@@ -411,8 +420,8 @@ def with_brrm_keys(fn: Callable[..., Any]) -> Callable[..., Awaitable[dict[str, 
     return wrapped
 
 
-def route_by_data_source(routes: Mapping[str, Callable[..., Any]], default: Callable[..., Any] | None = None,
-                         ) -> Callable[..., Awaitable[dict[str, Any]]]:
+def route_by_data_source(routes: Mapping[str, Callable[..., object]], default: Callable[..., object] | None = None,
+                         ) -> Callable[..., Awaitable[dict[str, object]]]:
     """One verl ``compute_score`` that sends each sample to brrm or to another reward by its ``data_source``.
 
     Args:
@@ -427,12 +436,12 @@ def route_by_data_source(routes: Mapping[str, Callable[..., Any]], default: Call
     wrapped = {k: (v if v is compute_score else with_brrm_keys(v)) for k, v in routes.items()}
     fallback = None if default is None else (default if default is compute_score else with_brrm_keys(default))
 
-    async def routed(data_source: Any = None, solution_str: str = "", ground_truth: Any = None,
-                     extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    async def routed(data_source: object = None, solution_str: str = "", ground_truth: object = None,
+                     extra_info: Mapping[str, object] | None = None, **kwargs: object) -> dict[str, object]:
         fn = wrapped.get(str(data_source), fallback)
         if fn is None:
             raise ConfigError(f"no reward for data_source {data_source!r}; routes: {', '.join(sorted(wrapped))}")
-        result: dict[str, Any] = await fn(data_source, solution_str, ground_truth, extra_info, **kwargs)
+        result: dict[str, object] = await fn(data_source, solution_str, ground_truth, extra_info, **kwargs)
         return result
 
     return routed

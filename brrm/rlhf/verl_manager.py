@@ -25,8 +25,8 @@ writing at index −1.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, cast
 
 import torch
 from verl import DataProto
@@ -37,19 +37,41 @@ from brrm.rlhf.cohorts import CohortBuffer
 from brrm.rlhf.fallback import check_failed_reward, fill_failed
 from brrm.rlhf.recipe import JudgeSource
 from brrm.rlhf.verl import TIMEOUT, resolve_config
-from brrm.types import JudgeSpec, check_bool, check_choice, check_float
+from brrm.types import ConversationLike, JudgeSpec, check_bool, check_choice, check_float, check_int
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from transformers import AutoTokenizer, PreTrainedTokenizerBase
+    from verl.protocol import DataProtoItem
 
 GROUP_KEYS = ("strategy", "swap", "soft", "cohort_timeout_s", "max_judgments_per_step", "judge_partial_groups",
               "failed_reward")
 
 
-def _cfg_get(config: Any, path: str, default: Any = None) -> Any:
+def _cfg_get(config: object, path: str, default: object = None) -> object:
+    """``config``'s value at a dotted ``path`` (verl's OmegaConf config, a dict, or attributes), else ``default``."""
     node = config
     for part in path.split("."):
         if node is None:
             return default
-        node = node.get(part) if isinstance(node, Mapping) or hasattr(node, "get") else getattr(node, part, None)
+        get = node.get if isinstance(node, Mapping) else getattr(node, "get", None)  # OmegaConf has .get
+        node = get(part) if callable(get) else getattr(node, part, None)
     return default if node is None else node
+
+
+def _cfg_int(config: object, path: str, default: int) -> int:
+    """``_cfg_get`` as an int.
+
+    Raises:
+        ConfigError: when the value is not a number (naming the path).
+    """
+    value = _cfg_get(config, path, default)
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"{path} must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{path} must be an integer, got {value!r}") from None
 
 
 class BrrmGroupRewardManager(RewardManagerBase):
@@ -65,21 +87,27 @@ class BrrmGroupRewardManager(RewardManagerBase):
         ConfigError: on invalid brrm settings, a group size < 2, or a worker layout that splits groups.
     """
 
-    def __init__(self, config: Any, tokenizer: Any, compute_score: Any = None, reward_router_address: Any = None,
-                 reward_model_tokenizer: Any = None, **kwargs: Any) -> None:
-        super().__init__(config, tokenizer, compute_score)
-        self.policy_tokenizer: Any = tokenizer  # typed Any: verl annotates it as AutoTokenizer, a factory
+    def __init__(self, config: DictConfig, tokenizer: PreTrainedTokenizerBase,
+                 compute_score: Callable[..., object] | None = None, reward_router_address: object = None,
+                 reward_model_tokenizer: object = None, **kwargs: object) -> None:
+        super().__init__(config, cast("AutoTokenizer", tokenizer), compute_score)  # verl's annotation: a factory
+        self.policy_tokenizer = tokenizer
         raw = _cfg_get(config, "reward.reward_kwargs.brrm_config")
-        raw = dict(raw) if hasattr(raw, "items") else raw
+        items = getattr(raw, "items", None)  # a mapping or an OmegaConf node: a plain dict of it
+        raw = dict(cast(Mapping[str, object], raw)) if callable(items) else raw
         group = {k: raw.pop(k) for k in GROUP_KEYS if isinstance(raw, dict) and k in raw}
         self.brrm = resolve_config(raw)
-        self.group_size = int(_cfg_get(config, "actor_rollout_ref.rollout.n", 1))
+        self.group_size = _cfg_int(config, "actor_rollout_ref.rollout.n", 1)
         if self.group_size < 2:
             raise ConfigError(f"a group reward needs actor_rollout_ref.rollout.n >= 2, got {self.group_size}")
         self._check_layout(config)
         strategy = check_choice("strategy", group.get("strategy", "circular"), ("circular", "round_robin", "knockout"))
-        self.source = JudgeSource(JudgeSpec(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend,
-                                              options=self.brrm.options))
+        if self.brrm.url is not None:  # a brrm serve: its RemoteJudge
+            spec = JudgeSpec(self.brrm.url, kind=self.brrm.kind, backend="serve",
+                             options={"timeout_s": self.brrm.timeout_s})
+        else:
+            spec = JudgeSpec(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend, options=self.brrm.options)
+        self.source = JudgeSource(spec)
         timeout = check_float("cohort_timeout_s", group.get("cohort_timeout_s", 600.0), low=0, low_open=True)
         self.failed_reward = check_failed_reward("failed_reward", group.get("failed_reward", "group_mean"))
         if self.failed_reward == "none":
@@ -88,39 +116,41 @@ class BrrmGroupRewardManager(RewardManagerBase):
         self.buffer = CohortBuffer(self.source.get, group_size=self.group_size, strategy=strategy,
                                    swap=check_bool("swap", group.get("swap", False)),
                                    soft=check_bool("soft", group.get("soft", False)),
-                                   max_judgments=group.get("max_judgments_per_step"), cohort_timeout_s=timeout,
+                                   max_judgments=_maybe_int("max_judgments_per_step",
+                                                            group.get("max_judgments_per_step")),
+                                   cohort_timeout_s=timeout,
                                    judge_partial=check_bool("judge_partial_groups",
                                                             group.get("judge_partial_groups", False)))
 
-    def _check_layout(self, config: Any) -> None:
-        workers = int(_cfg_get(config, "reward.num_workers", 1))
-        batch = _cfg_get(config, "data.train_batch_size")
-        if batch is None or workers <= 1:
+    def _check_layout(self, config: object) -> None:
+        workers = _cfg_int(config, "reward.num_workers", 1)
+        if _cfg_get(config, "data.train_batch_size") is None or workers <= 1:
             return
-        rows = int(batch) * self.group_size
+        batch = _cfg_int(config, "data.train_batch_size", 0)
+        rows = batch * self.group_size
         if rows % workers or (rows // workers) % self.group_size:
             raise ConfigError(f"reward.num_workers={workers} splits {rows} samples (data.train_batch_size={batch} × "
                               f"rollout.n={self.group_size}) into chunks that cut GRPO groups; choose num_workers so "
                               f"that train_batch_size is a multiple of it")
 
-    def _conversation(self, item: Any) -> Any:
+    def _conversation(self, item: DataProtoItem) -> ConversationLike:
         extra = item.non_tensor_batch.get("extra_info") or {}
         raw = item.non_tensor_batch.get("raw_prompt")
         if raw is not None:
             return [dict(m) for m in raw]
         if self.brrm.prompt_key in extra:
-            return extra[self.brrm.prompt_key]
+            return cast(ConversationLike, extra[self.brrm.prompt_key])  # the row's prompt: the judge validates it
         prompt_ids = item.batch["prompts"]
         mask = item.batch["attention_mask"][: prompt_ids.shape[-1]].bool()
-        return self.policy_tokenizer.decode(prompt_ids[mask], skip_special_tokens=True)
+        return str(self.policy_tokenizer.decode(prompt_ids[mask], skip_special_tokens=True))
 
-    async def run_single(self, data: DataProto) -> dict[str, Any]:
+    async def run_single(self, data: DataProto) -> dict[str, object]:
         """One sample's reward, once its group is complete (or its cohort deadline passed)."""
         item = data[-1:][0]
         response_ids = item.batch["responses"]
         length = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
         response = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: self.policy_tokenizer.decode(response_ids[:length], skip_special_tokens=True))
+            None, lambda: str(self.policy_tokenizer.decode(response_ids[:length], skip_special_tokens=True)))
         uid = str(item.non_tensor_batch.get("uid", ""))
         if not uid:
             raise ConfigError("the batch has no 'uid' per sample; the group reward needs verl's GRPO grouping")
@@ -151,6 +181,10 @@ class BrrmGroupRewardManager(RewardManagerBase):
         values = torch.tensor(scores, dtype=torch.float32)[rows]
         rm_scores[rows, lengths[rows] - 1] = values
         return rm_scores
+
+
+def _maybe_int(name: str, value: object) -> int | None:
+    return None if value is None else check_int(name, value, low=1)
 
 
 __all__ = ["BrrmGroupRewardManager"]

@@ -22,17 +22,14 @@ from starlette.exceptions import HTTPException
 
 from brrm.errors import ConfigError
 from brrm.serve.admission import OverloadMiddleware
-from brrm.serve.calls import (
-    Variants,
-    failed_result,
-    make_runner,
-)
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics, MetricsMiddleware
 from brrm.serve.openrlhf import resolve_mode
 from brrm.serve.ops import add_ops_routes, warmup
 from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooLong, InvalidText, error_body
 from brrm.serve.state import ClientGone, ServerState, TooCostly, TooManyItems
+from brrm.service.items import Variants, failed_result
+from brrm.service.run import make_runner
 from brrm.service.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
 from brrm.types import RewardJudge
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brrm.errors import ConfigError
-from brrm.serve.calls import ScoreItem
+from brrm.service.items import ScoreItem
 from brrm.templates import is_blank, strip_reasoning
 from brrm.types import Conversation, ScalarReward, Status
 

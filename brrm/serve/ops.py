@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from brrm.errors import ConfigError
-from brrm.serve.calls import CallOptions, PairItem, ScoreItem, pairs_key, score_key
+from brrm.service.items import CallOptions, PairItem, ScoreItem, pairs_key, score_key
 from brrm.types import Conversation
 
 if TYPE_CHECKING:

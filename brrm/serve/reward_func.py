@@ -6,7 +6,8 @@ Configured from the environment (or a JSON file), in one of two ways:
 
 * **remote** — ``BRRM_URL=http://HOST:PORT`` (a ``brrm serve``; ``/get_reward`` is appended unless given) and
   optionally ``BRRM_API_KEY`` and ``BRRM_TIMEOUT_S`` (default 600): the queries go to the server's
-  ``/get_reward`` and its reply is returned as is;
+  ``/get_reward`` through :class:`~brrm.service.RemoteJudge` (the one HTTP client of ``brrm serve``: one per
+  URL and key per process, 429/503 retried after ``Retry-After``) and the server's reply is returned as is;
 * **local** — ``BRRM_MODEL`` (hub id or folder; unset: the embedded demo), ``BRRM_KIND``, ``BRRM_BACKEND``,
   ``BRRM_OPTIONS`` (a JSON object of :func:`brrm.load` options), ``BRRM_FAILED_REWARD`` (a number or ``null``,
   default 0.0), ``BRRM_GET_REWARD_MODE`` (``auto``/``scores``/``reference``), ``BRRM_MAX_BATCH`` (default 32) and
@@ -28,32 +29,38 @@ import asyncio
 import json
 import os
 import threading
-import urllib.error
-import urllib.request
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from brrm.errors import ConfigError
+from brrm.types import ScalarReward
+from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.protocols import RewardJudge
+
+if TYPE_CHECKING:
+    from brrm.service import RemoteJudge
 
 _KEYS = ("url", "api_key", "timeout_s", "model", "kind", "backend", "options", "failed_reward", "get_reward_mode",
          "max_batch", "max_wait_ms")
 
 
-def settings() -> dict[str, Any]:
+def settings() -> JSONDict:
     """The configuration: ``BRRM_CONFIG``'s JSON object, overridden by ``BRRM_<KEY>`` variables.
 
     Raises:
         ConfigError: on an unreadable file, an unknown key, or a value that is not valid JSON where JSON is needed.
     """
-    out: dict[str, Any] = {}
+    out: JSONDict = {}
     path = os.environ.get("BRRM_CONFIG")
     if path:
         try:
             with open(path, encoding="utf-8") as f:
-                out = json.load(f)
+                data: JSONValue = json.load(f)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"BRRM_CONFIG {path!r}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"BRRM_CONFIG {path!r}: must hold a JSON object of settings, got {type(data).__name__}")
+        out = data
         unknown = sorted(set(out) - set(_KEYS))
         if unknown:
             raise ConfigError(f"BRRM_CONFIG {path!r}: unknown key {unknown[0]!r}; valid keys: {', '.join(_KEYS)}")
@@ -72,7 +79,8 @@ def settings() -> dict[str, Any]:
     return out
 
 
-def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any) -> dict:
+def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[JSONValue],
+                **kwargs: object) -> Mapping[str, object]:
     """OpenRLHF's reward function over a brrm judge (remote or local, see the module docstring).
 
     Args:
@@ -94,23 +102,27 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
     return _local(cfg).rewards(list(queries), list(prompts), list(labels))
 
 
-def _remote(cfg: dict[str, Any], queries: list[str], prompts: list[str], labels: list[Any]) -> dict:
+def _remote(cfg: Mapping[str, JSONValue], queries: list[str], prompts: list[str],
+            labels: list[JSONValue]) -> JSONDict:
+    """``/get_reward`` of the ``brrm serve`` at ``cfg["url"]`` through its :class:`~brrm.service.RemoteJudge`."""
     url = str(cfg["url"]).rstrip("/")
-    url = url if url.endswith("/get_reward") else f"{url}/get_reward"
-    headers = {"Content-Type": "application/json"}
-    if cfg.get("api_key"):
-        headers["Authorization"] = f"Bearer {cfg['api_key']}"
-    data = json.dumps({"query": queries, "prompts": prompts, "labels": labels}).encode()
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=float(cfg.get("timeout_s", 600))) as response:
-            return dict(json.loads(response.read()))
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", "replace")[:500]
-        kind = ConfigError if 400 <= exc.code < 500 and exc.code not in (408, 429) else RuntimeError
-        raise kind(f"brrm serve at {url} answered {exc.code}: {detail}") from None
-    except (urllib.error.URLError, TimeoutError) as exc:
-        raise RuntimeError(f"brrm serve at {url} could not be reached: {exc}") from None
+    url = url.removesuffix("/get_reward")
+    timeout = cfg.get("timeout_s", 600)
+    key = (url, str(cfg.get("api_key") or ""), str(timeout))
+    with _lock:
+        if key not in _clients:
+            from brrm.service import RemoteJudge
+            from brrm.types import check_float
+
+            try:
+                _clients[key] = RemoteJudge(url, api_key=key[1] or None,
+                                            timeout_s=check_float("timeout_s", timeout, low=0, low_open=True))
+            except ConfigError as exc:  # unreachable is the server's failure; a refusal (401, not brrm) is ours
+                if "cannot be reached" not in str(exc):
+                    raise
+                raise RuntimeError(str(exc)) from None
+        client = _clients[key]
+    return client.get_reward(queries, prompts, labels)
 
 
 class LocalRewards:
@@ -130,8 +142,9 @@ class LocalRewards:
 
     def __init__(self, judge: RewardJudge, *, failed_reward: float | None = 0.0, mode: str = "auto",
                  max_batch: int = 32, max_wait_ms: float = 10.0) -> None:
-        from brrm.serve.calls import failed_result, make_runner
         from brrm.serve.openrlhf import resolve_mode
+        from brrm.service.items import failed_result
+        from brrm.service.run import make_runner
         from brrm.service.scheduler import Scheduler
 
         self.judge, self.failed_reward = judge, failed_reward
@@ -142,16 +155,18 @@ class LocalRewards:
         threading.Thread(target=self.loop.run_forever, name="brrm-reward-func", daemon=True).start()
         asyncio.run_coroutine_threadsafe(self.scheduler.start(), self.loop).result()
 
-    def rewards(self, queries: list[str], prompts: list[str] | None, labels: list[Any] | None) -> dict:
+    def rewards(self, queries: list[str], prompts: list[str] | None,
+                labels: list[JSONValue] | None) -> Mapping[str, object]:
         """OpenRLHF's reply for these queries (blocking; safe to call from many threads)."""
         from brrm.serve import openrlhf
-        from brrm.serve.calls import score_key
+        from brrm.service.items import score_key
 
         todo = openrlhf.plan(queries, prompts, labels, mode=self.mode)
-        scored: list[Any] = []
+        scored: list[ScalarReward] = []
         if todo.items:
             job = self.scheduler.submit(score_key(self.mode == "reference", False), todo.items, timeout_s=1e9)
-            scored = asyncio.run_coroutine_threadsafe(job, self.loop).result()
+            scored = [r for r in asyncio.run_coroutine_threadsafe(job, self.loop).result()
+                      if isinstance(r, ScalarReward)]
         return openrlhf.reply(todo.fill(scored), self.failed_reward)
 
     def close(self) -> None:
@@ -163,21 +178,35 @@ class LocalRewards:
 
 _lock = threading.Lock()
 _service: LocalRewards | None = None
+_clients: dict[tuple[str, str, str], RemoteJudge] = {}
 
 
-def _local(cfg: dict[str, Any]) -> LocalRewards:
-    """The process-wide local judge service, built on first use."""
+def _local(cfg: Mapping[str, JSONValue]) -> LocalRewards:
+    """The process-wide local judge service, built on first use.
+
+    Raises:
+        ConfigError: on a setting of the wrong type (naming its variable), and what :func:`brrm.load` raises.
+    """
     global _service
     with _lock:
         if _service is None:
-            import brrm
+            from brrm.types import JudgeSpec, check_float, check_int
 
             options = cfg.get("options") or {}
             if not isinstance(options, dict):
                 raise ConfigError(f"BRRM_OPTIONS must be a JSON object of brrm.load options, got {options!r}")
-            judge = brrm.load(cfg.get("model"), kind=cfg.get("kind", "auto"),
-                              backend=cfg.get("backend", "transformers"), **options)
-            _service = LocalRewards(judge, failed_reward=cfg.get("failed_reward", 0.0),
-                                    mode=cfg.get("get_reward_mode", "auto"), max_batch=int(cfg.get("max_batch", 32)),
-                                    max_wait_ms=float(cfg.get("max_wait_ms", 10.0)))
+            texts = {k: cfg.get(k, default) for k, default in (("model", None), ("kind", "auto"),
+                                                               ("backend", "transformers"),
+                                                               ("get_reward_mode", "auto"))}
+            for name, value in texts.items():
+                if value is not None and not isinstance(value, str):
+                    raise ConfigError(f"BRRM_{name.upper()} must be a string, got {value!r}")
+            failed = cfg.get("failed_reward", 0.0)
+            if failed is not None and (isinstance(failed, bool) or not isinstance(failed, int | float)):
+                raise ConfigError(f"BRRM_FAILED_REWARD must be a number or null, got {failed!r}")
+            model, kind, backend, mode = (str(v) if v is not None else None for v in texts.values())
+            judge = JudgeSpec(model, kind=kind or "auto", backend=backend or "transformers", options=options).load()
+            _service = LocalRewards(judge, failed_reward=None if failed is None else float(failed),
+                                    mode=mode or "auto", max_batch=check_int("max_batch", cfg.get("max_batch", 32)),
+                                    max_wait_ms=check_float("max_wait_ms", cfg.get("max_wait_ms", 10.0)))
         return _service

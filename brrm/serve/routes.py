@@ -17,7 +17,6 @@ from starlette.responses import Response
 from brrm.compose.strategies import check_strategy, cost
 from brrm.errors import ConfigError
 from brrm.serve import nemo_gym, openrlhf
-from brrm.serve.calls import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
 from brrm.serve.replies import encode, reply
 from brrm.serve.schemas import (
     ERRORS,
@@ -34,6 +33,7 @@ from brrm.serve.schemas import (
 )
 from brrm.serve.security import check_field_lengths
 from brrm.serve.state import ServerState, conversation
+from brrm.service.items import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
 from brrm.types import Conversation, ScalarReward, parse_label
 from brrm.types import Verdict as V
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from fastapi import Request
 
-from brrm.serve.calls import CallOptions, Variants
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics
+from brrm.service.items import CallOptions, Variants
 from brrm.service.scheduler import Scheduler, SchedulerError
 from brrm.types import Conversation, RewardJudge
 

@@ -2,9 +2,15 @@
 that free their slot, drain, stall detection), bisection fault isolation, and :class:`RemoteJudge`, the one
 HTTP client of a running ``brrm serve``.
 
-* :mod:`brrm.service.scheduler` — :class:`~brrm.service.scheduler.Scheduler` and its errors (pure asyncio);
+* :mod:`brrm.service.items` — the typed jobs (:class:`~brrm.service.items.PairItem`,
+  :class:`~brrm.service.items.ScoreItem`, :class:`~brrm.service.items.GroupItem`) and the calls that run them;
+* :mod:`brrm.service.run` — :func:`~brrm.service.run.run`, the one way every surface hands jobs to a judge (and
+  the scheduler's runner over it);
+* :mod:`brrm.service.scheduler` — :class:`~brrm.service.scheduler.Scheduler` and its errors (pure asyncio), with
+  the metrics it records declared in :mod:`brrm.service.metrics`;
 * :mod:`brrm.service.isolation` — bisection of a failed call down to the item that causes it;
-* :mod:`brrm.service.remote` — :class:`RemoteJudge`, a :class:`~brrm.types.RewardJudge` over ``brrm serve``.
+* :mod:`brrm.service.remote` — :class:`RemoteJudge`, a :class:`~brrm.types.RewardJudge` over ``brrm serve``;
+  :mod:`brrm.service.connect` builds it for ``brrm.load(url, backend="serve")`` and ``JudgeSpec``.
 
 Importing this package is cheap (no torch, no FastAPI; httpx is imported when a RemoteJudge is built).
 """

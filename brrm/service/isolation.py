@@ -16,11 +16,10 @@ which case the backend itself is failing and no item is to blame (the caller ans
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
 
 from brrm.errors import ConfigError
 
-Runner = Callable[[Hashable, list[Any], Callable[[float], None]], Sequence[Any]]
+Runner = Callable[[Hashable, list[object], Callable[[float], None]], Sequence[object]]
 """``runner(key, items, progress) -> results``: one judge call, one result per item in order."""
 
 
@@ -32,7 +31,8 @@ class LengthMismatch(Exception):
     """The runner returned a different number of results than it was given items (never served)."""
 
 
-def checked_call(runner: Runner, key: Hashable, items: list[Any], progress: Callable[[float], None]) -> list[Any]:
+def checked_call(runner: Runner, key: Hashable, items: list[object],
+                 progress: Callable[[float], None]) -> list[object]:
     """``runner(key, items, progress)`` as a list of exactly ``len(items)`` results.
 
     Raises:
@@ -45,8 +45,8 @@ def checked_call(runner: Runner, key: Hashable, items: list[Any], progress: Call
     return results
 
 
-def run_isolated(runner: Runner, key: Hashable, items: list[Any], progress: Callable[[float], None],
-                 first_error: BaseException) -> list[Any]:
+def run_isolated(runner: Runner, key: Hashable, items: list[object], progress: Callable[[float], None],
+                 first_error: BaseException) -> list[object]:
     """Per item, its result or the exception its own call raised, after a whole-batch call raised ``first_error``.
 
     Args:
@@ -65,7 +65,7 @@ def run_isolated(runner: Runner, key: Hashable, items: list[Any], progress: Call
     if len(items) == 1:
         return [first_error]
     mid = len(items) // 2
-    out: list[Any] = []
+    out: list[object] = []
     for part in (items[:mid], items[mid:]):
         progress(0.0)
         try:
@@ -77,7 +77,7 @@ def run_isolated(runner: Runner, key: Hashable, items: list[Any], progress: Call
     return out
 
 
-def classify(outcomes: Sequence[Any]) -> str:
+def classify(outcomes: Sequence[object]) -> str:
     """How to serve a bisected batch: ``"items"`` (failures are the failing items' own) or ``"backend"`` (every
     item failed alone and not for its input: the backend is failing, no item is to blame)."""
     failed = [o for o in outcomes if isinstance(o, BaseException)]

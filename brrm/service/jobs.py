@@ -12,7 +12,6 @@ import asyncio
 import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from brrm.errors import ConfigError
 
@@ -23,13 +22,13 @@ class Job:
     absolute ``deadline`` and ``enqueued`` time (event-loop clock, seconds) and the future its results go to."""
 
     key: Hashable
-    items: list[Any]
+    items: list[object]
     weights: list[int]
     costs: list[int]
     deadline: float
     enqueued: float
-    future: asyncio.Future[Any]
-    results: list[Any] = field(default_factory=list)
+    future: asyncio.Future[list[object]]
+    results: list[object] = field(default_factory=list)
     cuts: frozenset[int] = frozenset()  # positions a call may end at (None of them: every position)
     next: int = 0  # first item not yet taken
     pending: int = 0  # slices running
@@ -64,7 +63,7 @@ class Batch:
     abort: threading.Event = field(default_factory=threading.Event)
 
     @property
-    def futures(self) -> list[asyncio.Future[Any]]:
+    def futures(self) -> list[asyncio.Future[list[object]]]:
         return [s.job.future for s in self.slices]
 
 

@@ -15,12 +15,11 @@ an exception, never a number.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from brrm.errors import ConfigError
 from brrm.types import (
@@ -35,9 +34,15 @@ from brrm.types import (
     check_int,
 )
 from brrm.types.codec import group_from_dict, judgment_from_dict, reward_from_dict
-from brrm.types.protocols import OnResult
+from brrm.types.conversation import ConversationLike
+from brrm.types.jsonvalue import JSONDict, JSONValue
+from brrm.types.protocols import OnResult, OnStep, Principles
+
+if TYPE_CHECKING:
+    import httpx
 
 Progress = Callable[[float], None] | None
+R = TypeVar("R")
 CALLER_ERRORS = (400, 401, 403, 404, 413, 422)
 """Statuses that mean the request itself is wrong (raised as ConfigError with the server's message)."""
 RETRIED = (429, 503)
@@ -70,16 +75,16 @@ class RemoteJudge:
                                                                                           low=1)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s + 5)
-        self._settings: dict[str, Any] = {"api_key": api_key, "timeout_s": timeout_s, "retries": retries,
-                                          "concurrency": concurrency}
+        self._api_key, self._retries_setting = api_key, retries
         model = self._models()
-        fields = {f.name for f in dataclasses.fields(JudgeInfo)} - {"spec"}  # the server's spec loads there only
-        self.info = JudgeInfo(**{k: v for k, v in model.items() if k in fields})
-        self.item_limit = int(model.get("limits", {}).get("item_limit", 64))
-        self.options: dict[str, Any] = {}  # per-request judge options (with_options)
+        self.info = _served_info(self.url, model)
+        limits = model.get("limits")
+        limit = limits.get("item_limit", 64) if isinstance(limits, dict) else 64
+        self.item_limit = limit if isinstance(limit, int) and limit >= 1 else 64
+        self.options: JSONDict = {}  # per-request judge options (with_options)
         self.swap: bool | None = None
 
-    def _models(self) -> dict[str, Any]:
+    def _models(self) -> JSONDict:
         import httpx
 
         try:
@@ -95,11 +100,11 @@ class RemoteJudge:
         return data[0]
 
     # ------------------------------------------------------------------------------------------ RewardJudge
-    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
-                    /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
-                    labels: Sequence[Verdict] | None = None, principles: Any = None,
+    def judge_pairs(self, conversations: Sequence[ConversationLike], responses_a: Sequence[str],
+                    responses_b: Sequence[str], /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
+                    labels: Sequence[Verdict] | None = None, principles: Principles = None,
                     progress: Progress = None, on_result: OnResult = None,
-                    on_step: Any = None) -> list[PairwiseJudgment]:
+                    on_step: OnStep = None) -> list[PairwiseJudgment]:
         """``POST /v1/judge``; see :class:`~brrm.types.RewardJudge`.
 
         Raises:
@@ -110,21 +115,22 @@ class RemoteJudge:
             raise ConfigError("principles: brrm serve's /v1/judge takes none; score principle models with score()")
         n = _same_length(conversations=conversations, responses_a=responses_a, responses_b=responses_b, ids=ids,
                          labels=labels)
-        items = [{**_context(conversations[k], f"conversations[{k}]"),
+        items: list[JSONDict] = [{**_context(conversations[k], f"conversations[{k}]"),
                   "response_a": _text(responses_a[k], f"responses_a[{k}]"),
                   "response_b": _text(responses_b[k], f"responses_b[{k}]"),
                   **({"id": str(ids[k])} if ids is not None else {}),
                   **({"label": _label(labels[k])} if labels is not None and labels[k] is not Verdict.NONE else {})}
                  for k in range(n)]
         swap = self.swap if swap is None else swap
-        extra = {**({} if swap is None else {"swap": bool(swap)}), **({"options": self.options} if self.options
-                                                                     else {})}
+        extra: JSONDict = {**({} if swap is None else {"swap": bool(swap)}),
+                           **({"options": self.options} if self.options else {})}
         out = self._batched("/v1/judge", "pairs", items, extra, "judgments", progress)
         results = [judgment_from_dict(d) if isinstance(d, Mapping) else _failed_judgment(d, items[k])
                    for k, d in enumerate(out)]
         return _reported(results, on_result)
 
-    def score(self, conversations: Sequence[Any], responses: Sequence[str], /, *, principles: Any = None,
+    def score(self, conversations: Sequence[ConversationLike], responses: Sequence[str], /, *,
+              principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
               progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
         """``POST /v1/score``; see :class:`~brrm.types.RewardJudge`.
@@ -135,19 +141,19 @@ class RemoteJudge:
         """
         n = _same_length(conversations=conversations, responses=responses, references=references, ids=ids)
         per = _principles(principles, n)
-        items = [{**_context(conversations[k], f"conversations[{k}]"),
+        items: list[JSONDict] = [{**_context(conversations[k], f"conversations[{k}]"),
                   "response": _text(responses[k], f"responses[{k}]"),
                   **({"reference": _text(references[k], f"references[{k}]")} if references is not None else {}),
                   **({"principle": per[k]} if per is not None else {}),
                   **({"id": str(ids[k])} if ids is not None else {})} for k in range(n)]
         out = self._batched("/v1/score", "items", items, {}, "rewards", progress)
         return _reported([reward_from_dict(d) if isinstance(d, Mapping) else
-                          ScalarReward.failed(Status.BACKEND_ERROR, str(d), id=items[k].get("id", "")) for k, d in
+                          ScalarReward.failed(Status.BACKEND_ERROR, str(d), id=str(items[k].get("id", ""))) for k, d in
                           enumerate(out)], on_result)
 
-    def rank_groups(self, conversations: Sequence[Any], groups: Sequence[Sequence[str]], /, *,
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
-                    principles: Any = None, progress: Progress = None) -> list[GroupResult]:
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         """One ``POST /v1/rank`` per group, sent concurrently; see :class:`~brrm.types.RewardJudge`.
 
         Raises:
@@ -156,7 +162,7 @@ class RemoteJudge:
         if principles is not None:
             raise ConfigError("principles: brrm serve's /v1/rank takes none")
         n = _same_length(conversations=conversations, groups=groups, references=references)
-        bodies = [{**_context(conversations[g], f"conversations[{g}]"),
+        bodies: list[JSONDict] = [{**_context(conversations[g], f"conversations[{g}]"),
                    "responses": [_text(r, f"groups[{g}][{i}]") for i, r in enumerate(groups[g])],
                    "strategy": strategy, "timeout_s": self.timeout_s,
                    **({"options": self.options} if self.options else {}),
@@ -165,53 +171,65 @@ class RemoteJudge:
                       else {"swap": bool(swap if swap is not None else self.swap)})} for g in range(n)]
         done = [0]
 
-        def one(body: dict[str, Any]) -> GroupResult:
+        def one(body: JSONDict) -> GroupResult:
             reply = self._post("/v1/rank", body)
             done[0] += 1
             if progress is not None:
                 progress(done[0] / n)
+            size = len(cast(list[str], body["responses"]))
             if isinstance(reply, str):
-                return _failed_group(reply, len(body["responses"]), strategy)
-            return group_from_dict(_with_reply_provenance(reply["result"], reply))
+                return _failed_group(reply, size, strategy)
+            result = _with_reply_provenance(reply.get("result"), reply)
+            if not isinstance(result, dict):
+                return _failed_group("brrm serve's /v1/rank reply has no result", size, strategy)
+            return group_from_dict(result)
 
         with ThreadPoolExecutor(min(self.concurrency, max(n, 1))) as pool:
             return list(pool.map(one, bodies))
 
-    def rank(self, conversation: Any, responses: Sequence[str], /, *, strategy: str = "auto",
-             reference: str | None = None, swap: bool | None = None, principles: Any = None,
+    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
+             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
              progress: Progress = None) -> GroupResult:
         """One group; see ``rank_groups``."""
         refs = None if reference is None else [reference]
         return self.rank_groups([conversation], [responses], strategy=strategy, references=refs, swap=swap,
                                 principles=principles, progress=progress)[0]
 
-    def judge(self, conversation: Any, response_a: str, response_b: str, /, *,
+    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
               swap: bool | None = None) -> PairwiseJudgment:
         """One pair; see ``judge_pairs``."""
         return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
 
-    def score_one(self, conversation: Any, response: str, /, *, principle: str | None = None,
+    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
                   reference: str | None = None) -> ScalarReward:
         """One response; see ``score``."""
         refs = None if reference is None else [reference]
         return self.score([conversation], [response], principles=principle, references=refs)[0]
 
-    def with_options(self, **overrides: Any) -> RemoteJudge:
+    def with_options(self, **overrides: object) -> RemoteJudge:
         """A variant over the same server whose requests carry other settings: ``swap``, and the per-request
         judge options ``brrm serve`` takes (``max_new_tokens``, ``max_total_tokens``, ``decoding``, ``seed``;
         each within the server's own). It opens its own connections; closing it leaves the server running.
 
         Raises:
-            ConfigError: on another option, naming the valid ones.
+            ConfigError: on another option, naming the valid ones, or a value that is not an int or a string.
         """
         own = dict(overrides)
         swap = own.pop("swap", self.swap)
+        values: JSONDict = {}
+        for name, value in own.items():
+            if not isinstance(value, int | str) or isinstance(value, bool):
+                raise ConfigError(f"option {name!r} must be an int or a string, got {value!r}")
+            values[name] = value
+        if swap is not None and not isinstance(swap, bool):
+            raise ConfigError(f"swap must be a bool or None, got {swap!r}")
         unknown = sorted(set(own) - set(REQUEST_OPTIONS))
         if unknown:
             raise ConfigError(f"option {unknown[0]!r} cannot be varied over brrm serve; valid: swap, "
                               f"{', '.join(REQUEST_OPTIONS)}")
-        variant = RemoteJudge(self.url, **self._settings)
-        variant.options, variant.swap = {**self.options, **own}, swap
+        variant = RemoteJudge(self.url, api_key=self._api_key, timeout_s=self.timeout_s, retries=self.retries,
+                              concurrency=self.concurrency)
+        variant.options, variant.swap = {**self.options, **values}, swap
         return variant
 
     def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
@@ -238,6 +256,25 @@ class RemoteJudge:
         chosen = check_strategy(strategy, pairwise=True, has_reference=strategy == "reference")
         return judgments_per_group(chosen, n, swap=both) * samples
 
+    def get_reward(self, queries: Sequence[str], prompts: Sequence[str] | None,
+                   labels: Sequence[JSONValue] | None) -> JSONDict:
+        """OpenRLHF's ``POST /get_reward`` (its reply as the server gives it: ``rewards``, ``scores``,
+        ``extra_logs``, ``statuses``, ``reasons``), retried like every request after ``Retry-After``.
+
+        Raises:
+            ConfigError: the server refused the request (4xx). RuntimeError: the server failed (5xx), stayed busy,
+                or could not be reached.
+        """
+        body: JSONDict = {"query": list[JSONValue](queries)}
+        if prompts is not None:
+            body["prompts"] = list[JSONValue](prompts)
+        if labels is not None:
+            body["labels"] = list(labels)
+        reply = self._post("/get_reward", body)
+        if isinstance(reply, str):
+            raise RuntimeError(reply)
+        return reply
+
     def close(self) -> None:
         """Close the HTTP connections (the server and its model keep running)."""
         self._client.close()
@@ -249,17 +286,18 @@ class RemoteJudge:
         self.close()
 
     def __repr__(self) -> str:
-        return f"RemoteJudge({self.url!r}, model={self.info.model!r}, kind={self.info.kind!r})"
+        shape = "pairwise" if self.info.pairwise else "scalar"
+        return f"RemoteJudge({self.url!r}, model={self.info.model!r}, {shape})"
 
     # ------------------------------------------------------------------------------------------ transport
-    def _batched(self, path: str, field: str, items: list[dict[str, Any]], extra: dict[str, Any], key: str,
-                 progress: Progress) -> list[Mapping[str, Any] | str]:
+    def _batched(self, path: str, field: str, items: list[JSONDict], extra: JSONDict, key: str,
+                 progress: Progress) -> list[JSONDict | str]:
         """Each item's result dict, or the reason its request failed; requests of at most ``item_limit``."""
         chunks = [items[i:i + self.item_limit] for i in range(0, len(items), self.item_limit)]
         done = [0]
 
-        def one(chunk: list[dict[str, Any]]) -> list[Mapping[str, Any] | str]:
-            reply = self._post(path, {field: chunk, "timeout_s": self.timeout_s, **extra})
+        def one(chunk: list[JSONDict]) -> list[JSONDict | str]:
+            reply = self._post(path, {field: list[JSONValue](chunk), "timeout_s": self.timeout_s, **extra})
             done[0] += len(chunk)
             if progress is not None:
                 progress(done[0] / max(len(items), 1))
@@ -267,15 +305,22 @@ class RemoteJudge:
                 return [reply] * len(chunk)
             results = reply.get(key)
             if not isinstance(results, list) or len(results) != len(chunk):
-                return [f"brrm serve returned {len(results or [])} results for {len(chunk)} items"] * len(chunk)
-            return [_with_reply_provenance(r, reply) for r in results]
+                count = len(results) if isinstance(results, list) else 0
+                return [f"brrm serve returned {count} {key} for {len(chunk)} item{'s' if len(chunk) != 1 else ''}"
+                        ] * len(chunk)
+            out: list[JSONDict | str] = []
+            for r in results:
+                merged = _with_reply_provenance(r, reply)
+                out.append(merged if isinstance(merged, dict) else f"brrm serve returned a {type(r).__name__}, "
+                           "not a result object")
+            return out
 
         if not chunks:
             return []
         with ThreadPoolExecutor(min(self.concurrency, len(chunks))) as pool:
             return [r for part in pool.map(one, chunks) for r in part]
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any] | str:
+    def _post(self, path: str, body: JSONDict) -> JSONDict | str:
         """The reply's JSON, or a reason (a transport or server failure); raises for the caller's mistakes."""
         import httpx
 
@@ -288,8 +333,8 @@ class RemoteJudge:
                 time.sleep(_retry_after(resp.headers.get("retry-after")))
                 continue
             if resp.status_code == 200:
-                reply: dict[str, Any] = resp.json()
-                return reply
+                reply: JSONValue = resp.json()
+                return reply if isinstance(reply, dict) else f"brrm serve answered {path} with a non-object"
             message = _message(resp)
             if resp.status_code in CALLER_ERRORS:
                 raise ConfigError(f"brrm serve refused {path} (HTTP {resp.status_code}): {message}")
@@ -302,7 +347,7 @@ REQUEST_OPTIONS = ("max_new_tokens", "max_total_tokens", "decoding", "seed")
 """The per-request judge options of ``brrm serve``'s ``options`` field (``JudgeOptions``)."""
 
 
-def _reported(results: list[Any], on_result: OnResult) -> list[Any]:
+def _reported(results: list[R], on_result: OnResult) -> list[R]:
     """``results``, each passed to ``on_result`` first (a remote call knows them all when it returns)."""
     if on_result is not None:
         for i, r in enumerate(results):
@@ -310,7 +355,7 @@ def _reported(results: list[Any], on_result: OnResult) -> list[Any]:
     return results
 
 
-def _same_length(**lists: Sequence[Any] | None) -> int:
+def _same_length(**lists: Sequence[object] | None) -> int:
     given = {k: len(v) for k, v in lists.items() if v is not None}
     if len(set(given.values())) > 1:
         raise ConfigError("batch inputs must have the same length, got " + ", ".join(f"{k}={v}" for k, v in
@@ -318,27 +363,27 @@ def _same_length(**lists: Sequence[Any] | None) -> int:
     return next(iter(given.values()), 0)
 
 
-def _context(value: Any, where: str) -> dict[str, Any]:
+def _context(value: ConversationLike, where: str) -> JSONDict:
     """The request's ``prompt`` (a lone user turn) or ``conversation``, validated here first."""
     conv = Conversation.coerce(value, where=where)
     if len(conv.messages) == 1 and conv.messages[0].role == "user" and not conv.messages[0].tool_calls:
         return {"prompt": conv.messages[0].content}
-    return {"conversation": conv.to_list()}
+    return {"conversation": cast(list[JSONValue], conv.to_list())}  # messages are JSON (Message.to_dict)
 
 
-def _text(value: Any, where: str) -> str:
+def _text(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{where} must be a string, got {type(value).__name__}")
     return value
 
 
-def _label(value: Any) -> str:
+def _label(value: object) -> str:
     if not isinstance(value, Verdict):
         raise ConfigError(f"labels must be brrm.Verdict values, got {value!r}")
     return "tie" if value is Verdict.TIE else value.value
 
 
-def _principles(principles: Any, n: int) -> list[str] | None:
+def _principles(principles: Principles, n: int) -> list[str] | None:
     if principles is None or isinstance(principles, str):
         return None if principles is None else [principles] * n
     out = list(principles)
@@ -347,7 +392,7 @@ def _principles(principles: Any, n: int) -> list[str] | None:
     return [_text(p, f"principles[{k}]") for k, p in enumerate(out)]
 
 
-def _with_reply_provenance(result: Any, reply: Mapping[str, Any]) -> Any:
+def _with_reply_provenance(result: JSONValue, reply: Mapping[str, JSONValue]) -> JSONValue:
     """A result dict with the reply's shared provenance (``brrm serve`` writes ``model``, ``backend``,
     ``template_hash`` and ``decoding`` once per reply) filled back into each nested ``provenance``."""
     shared = reply.get("provenance")
@@ -355,11 +400,35 @@ def _with_reply_provenance(result: Any, reply: Mapping[str, Any]) -> Any:
         return result
     out = dict(result)
     if isinstance(out.get("provenance"), dict):
-        out["provenance"] = {**shared, **out["provenance"]}
+        out["provenance"] = {**shared, **cast(JSONDict, out["provenance"])}
     for key in ("sub_judgments", "rewards", "judgments"):
-        if isinstance(out.get(key), list):
-            out[key] = [_with_reply_provenance(child, reply) for child in out[key]]
+        children = out.get(key)
+        if isinstance(children, list):
+            out[key] = [_with_reply_provenance(child, reply) for child in children]
     return out
+
+
+def _served_info(url: str, model: JSONDict) -> JudgeInfo:
+    """The served judge's :class:`JudgeInfo` from its ``/v1/models`` entry (its spec loads on the server only);
+    ``concurrent`` is True (requests may be sent from many threads at once: the server coalesces them).
+
+    Raises:
+        ConfigError: when a field has the wrong type (not a brrm server's answer).
+    """
+    texts = {k: model.get(k, "") for k in ("model", "kind", "recipe", "backend", "chat_template_hash",
+                                           "template_hash", "default_strategy", "fingerprint")}
+    traits = {k: model.get(k) for k in ("pairwise", "takes_principle", "needs_reference")}
+    options, chunk = model.get("options") or {}, model.get("chunk_size", 64)
+    if not (all(isinstance(v, str) for v in texts.values()) and all(v is None or isinstance(v, bool)
+                                                                     for v in traits.values())
+            and isinstance(options, dict) and isinstance(chunk, int) and not isinstance(chunk, bool)):
+        raise ConfigError(f"{url} is not a brrm server (GET /v1/models has malformed judge fields)")
+    s = {k: str(v) for k, v in texts.items()}
+    b = {k: v if isinstance(v, bool) else None for k, v in traits.items()}
+    return JudgeInfo(s["model"], s["kind"], s["recipe"], s["backend"], s["chat_template_hash"], s["template_hash"],
+                     s["default_strategy"], options=options, chunk_size=max(1, chunk), concurrent=True,
+                     pairwise=b["pairwise"], takes_principle=b["takes_principle"],
+                     needs_reference=b["needs_reference"], fingerprint=s["fingerprint"])
 
 
 def _retry_after(value: str | None) -> float:
@@ -369,7 +438,7 @@ def _retry_after(value: str | None) -> float:
         return 1.0
 
 
-def _message(resp: Any) -> str:
+def _message(resp: httpx.Response) -> str:
     try:
         body = resp.json()
     except ValueError:
@@ -378,7 +447,7 @@ def _message(resp: Any) -> str:
     return str(error.get("message") if isinstance(error, dict) else body)[:500]
 
 
-def _failed_judgment(reason: Any, item: Mapping[str, Any]) -> PairwiseJudgment:
+def _failed_judgment(reason: str, item: Mapping[str, JSONValue]) -> PairwiseJudgment:
     return PairwiseJudgment(Verdict.NONE, Status.BACKEND_ERROR, reason=str(reason), id=str(item.get("id", "")))
 
 

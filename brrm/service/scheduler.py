@@ -32,33 +32,18 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, Protocol
 
 from brrm.errors import ConfigError
 from brrm.service.isolation import Aborted, LengthMismatch, Runner, checked_call, classify, describe, run_isolated
 from brrm.service.jobs import Batch, Job, Slice, cuts, spread
+from brrm.service.metrics import Metrics
 from brrm.service.workers import Workers
 from brrm.types import Status
-
-
-class Metrics(Protocol):
-    """Where the scheduler records what it does (:class:`brrm.serve.metrics.Metrics` is the server's; the service
-    layer does not import the server): prometheus-client counters, gauges and histograms by these names."""
-
-    rejected: Any
-    cancelled: Any
-    queue_depth: Any
-    running_batches: Any
-    abandoned_batches: Any
-    batch_items: Any
-    batch_requests: Any
-    abandoned_total: Any
-    batch_seconds: Any
 
 __all__ = ["Aborted", "BatchFailed", "DeadlineExceeded", "Failed", "QueueFull", "Runner", "Scheduler",
            "SchedulerError", "Unavailable"]
 
-Failed = Callable[[Hashable, Any, Status, str], Any]
+Failed = Callable[[Hashable, object, Status, str], object]
 """``failed(key, item, status, reason) -> result``: the typed failed result of one item (e.g. a
 ``PairwiseJudgment`` with ``status`` and ``reason``), served in place of the item's result."""
 
@@ -198,7 +183,7 @@ class Scheduler:
             raise QueueFull(f"the queue is full ({self._queued_cost} of {self.max_queue} judgments waiting); retry "
                             "later", self.retry_after())
 
-    async def submit(self, key: Hashable, items: Sequence[Any], *, timeout_s: float, cost: int | None = None,
+    async def submit(self, key: Hashable, items: Sequence[object], *, timeout_s: float, cost: int | None = None,
                      weights: Sequence[int] | None = None, units: Sequence[int] | None = None) -> list:
         """Queue ``items`` for judge calls shared with other jobs of the same ``key``; their results in order.
 
@@ -349,9 +334,9 @@ class Scheduler:
     async def _run(self, batch: Batch) -> None:
         assert self._slots is not None
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[list[Any]] = loop.create_future()
+        done: asyncio.Future[list[object]] = loop.create_future()
 
-        def deliver(outcome: list[Any]) -> None:
+        def deliver(outcome: list[object]) -> None:
             if not done.done():
                 done.set_result(outcome)
 
@@ -382,7 +367,7 @@ class Scheduler:
         for piece, outcome in zip(batch.slices, done.result(), strict=True):
             self._deliver(piece, outcome)
 
-    def _deliver(self, piece: Slice, outcome: Any) -> None:
+    def _deliver(self, piece: Slice, outcome: object) -> None:
         job = piece.job
         job.pending -= 1
         if job.future.done():
@@ -391,11 +376,13 @@ class Scheduler:
             self._unqueue(job)
             job.future.set_exception(outcome)
             return
+        if not isinstance(outcome, list):  # a slice's outcome is its results or the exception its request gets
+            raise TypeError(f"a slice's outcome must be a list of results, got {type(outcome).__name__}")
         job.results[piece.start:piece.end] = outcome
         if job.next == len(job.items) and job.pending == 0:
             job.future.set_result(job.results)
 
-    async def _watch(self, batch: Batch, done: asyncio.Future[list[Any]]) -> bool:
+    async def _watch(self, batch: Batch, done: asyncio.Future[list[object]]) -> bool:
         """Wait for the call; True when it returned, False when it was abandoned."""
         while not done.done():
             live = [f for f in batch.futures if not f.done()]
@@ -405,7 +392,7 @@ class Scheduler:
             await asyncio.wait({done, *live}, return_when=asyncio.FIRST_COMPLETED)
         return True
 
-    async def _grace(self, done: asyncio.Future[list[Any]]) -> bool:
+    async def _grace(self, done: asyncio.Future[list[object]]) -> bool:
         """Wait for an orphaned call up to ``stall_timeout_s``, less when a queued job would otherwise wait past
         the middle of what was left of its deadline when the call was orphaned (or when it arrived); True when the
         call returned in time."""
@@ -425,7 +412,7 @@ class Scheduler:
         self._gauges()
 
     # ------------------------------------------------------------------------------------------ worker thread
-    def _call(self, batch: Batch) -> list[Any]:
+    def _call(self, batch: Batch) -> list[object]:
         """Run the batch (in the worker thread): per slice, its results or the exception its request gets."""
 
         def progress(_done: float) -> None:
@@ -447,7 +434,7 @@ class Scheduler:
             if classify(outcomes) == "backend":
                 return [BatchFailed(f"the judge call failed: {describe(exc)}")] * len(batch.slices)
             results = [self._failed_item(batch.key, item, o) for item, o in zip(flat, outcomes, strict=True)]
-        out: list[Any] = []
+        out: list[object] = []
         pos = 0
         for s in batch.slices:
             part = results[pos:pos + s.end - s.start]
@@ -456,7 +443,7 @@ class Scheduler:
             out.append(error if error is not None else part)
         return out
 
-    def _failed_item(self, key: Hashable, item: Any, outcome: Any) -> Any:
+    def _failed_item(self, key: Hashable, item: object, outcome: object) -> object:
         """An item's outcome after bisection: its result, its failed result, or the exception for its request."""
         if not isinstance(outcome, BaseException) or isinstance(outcome, ConfigError):
             return outcome

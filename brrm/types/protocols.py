@@ -40,7 +40,8 @@ SHAPES = ("pairs", "score", "group")
 """What a request judges, for :meth:`RewardJudge.cost`: N pairs, N responses scored, or one group of N."""
 
 BACKENDS = ("transformers", "vllm", "openai")
-"""Backend names :func:`brrm.load` and :class:`JudgeSpec` accept."""
+"""Backend names :func:`brrm.load` and :class:`JudgeSpec` accept (and ``serve``: a running ``brrm serve`` URL as
+the model, judged through :class:`~brrm.service.RemoteJudge`)."""
 
 KIND_TRAITS: Mapping[str, Mapping[str, bool]] = {
     "brrm": {"pairwise": True, "takes_principle": False, "needs_reference": True},
@@ -67,7 +68,7 @@ class JudgeSpec:
     Attributes:
         model: hub id, local directory, or None for the embedded demo model (as :func:`brrm.load` takes it).
         kind: ``auto``, ``brrm``, ``bt`` or ``principle``.
-        backend: ``transformers``, ``vllm`` or ``openai``.
+        backend: ``transformers``, ``vllm``, ``openai`` or ``serve`` (``model`` is then a ``brrm serve`` URL).
         options: the judge's and the backend's keyword options of :func:`brrm.load`, JSON values only
             (stored as a plain dict; ``swap``, ``temperature``, ``dtype``, ``base_url``, …).
         fingerprint: the weights' fingerprint (see :mod:`brrm.fingerprint`); computed from ``model`` when left
@@ -89,7 +90,7 @@ class JudgeSpec:
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
             raise ConfigError(f"model must be a hub id, a local directory or None, got {self.model!r}")
         check_choice("kind", self.kind, ("auto", *KINDS))
-        check_choice("backend", self.backend, BACKENDS)
+        check_choice("backend", self.backend, (*BACKENDS, "serve"))
         options = dict(self.options)
         for name, value in options.items():
             try:

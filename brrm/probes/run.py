@@ -172,7 +172,8 @@ def bootstrap(values: Sequence[float], *, resamples: int, confidence: float, see
     return Interval(float(data.mean()), float(low), float(high), n)
 
 
-def run_probes(judge: RewardJudge, conversations: Sequence[ConversationLike], responses_a: Sequence[str], responses_b: Sequence[str],
+def run_probes(judge: RewardJudge, conversations: Sequence[ConversationLike], responses_a: Sequence[str],
+               responses_b: Sequence[str],
                /, *, probes: str | Sequence[str], ids: Sequence[str], display_ids: Sequence[str] | None = None,
                resamples: int = 1000, confidence: float = 0.95, seed: int = 0, top: int = 5) -> ProbeReport:
     """Probe a judge on N pairs.
@@ -223,7 +224,8 @@ def _seedable(judge: RewardJudge) -> TypeGuard[PairwiseRewardJudge]:
     return "seed_texts" in inspect.signature(judge.model.judge_ordered).parameters
 
 
-def _judge(judge: RewardJudge, convs: Sequence[ConversationLike], first: list[str], second: list[str], ids: Sequence[str],
+def _judge(judge: RewardJudge, convs: Sequence[ConversationLike], first: list[str], second: list[str],
+           ids: Sequence[str],
            seed_a: list[str], seed_b: list[str]) -> list[PairwiseJudgment]:
     """``judge.judge_pairs`` of (first, second), each pair's streams keyed by (seed_a, seed_b) where possible."""
     if not _seedable(judge):
@@ -250,7 +252,8 @@ def _judge(judge: RewardJudge, convs: Sequence[ConversationLike], first: list[st
     return judge_with_swap(ordered, convs, first, second, swap=judge.swap, ids=list(ids))
 
 
-def _variants(judge: RewardJudge, name: str, convs: Sequence[ConversationLike], a: list[str], b: list[str], ids: Sequence[str],
+def _variants(judge: RewardJudge, name: str, convs: Sequence[ConversationLike], a: list[str], b: list[str],
+              ids: Sequence[str],
               targets: list[str]) -> tuple[list[str], list[str], list[PairwiseJudgment]]:
     """The variant pairs of one probe and their judgments in the original's (A, B) frame."""
     if name == "position":
@@ -277,7 +280,8 @@ def _item(rid: str, orig: PairwiseJudgment, var: PairwiseJudgment, target: str) 
                      p_shift=_p_target(var, target) - _p_target(orig, target))
 
 
-def _with_rewards(judge: RewardJudge, convs: Sequence[ConversationLike], a: list[str], b: list[str], va: list[str], vb: list[str],
+def _with_rewards(judge: RewardJudge, convs: Sequence[ConversationLike], a: list[str], b: list[str], va: list[str],
+                  vb: list[str],
                   targets: list[str], items: list[ProbeItem]) -> list[ProbeItem]:
     """Scalar models: the target's reward shift (one scoring pass over original and variant targets)."""
     from dataclasses import replace

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from brrm.audit.plots import any_failure, plots_for, reliability_plot
-from brrm.audit.summary import AuditRow
+from brrm.audit.summary import AuditRow, SummaryOptions
 from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 
 REPORT_FILE = "report.html"
@@ -30,7 +30,8 @@ PROBES_FILE = "probes.json"
 """Robustness probes of the folder (``brrm audit --probes``: a :class:`brrm.probes.ProbeReport` as JSON)."""
 
 
-def write_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], directory: Path, options: Any) -> Path:
+def write_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], directory: Path,
+                 options: SummaryOptions) -> Path:
     """Render the report of a run into ``directory/report.html`` (atomically: a temporary file renamed), with the
     folder's robustness probes (``probes.json``) when there are any."""
     probes_path = Path(directory) / PROBES_FILE
@@ -82,21 +83,21 @@ def probe_rows(probes: Mapping[str, Any]) -> list[list[str]]:
              or "none flipped"] for p in probes["probes"]]
 
 
-def fmt_num(x: Any, digits: int = 3) -> str:
+def fmt_num(x: object, digits: int = 3) -> str:
     """A number for a table cell; ``n/a`` for None/NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def fmt_time(x: Any) -> str:
+def fmt_time(x: float | None) -> str:
     """A Unix time as ``YYYY-MM-DD HH:MM:SS UTC``; ``n/a`` for None."""
     import time
 
     return "n/a" if x is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(x))
 
 
-def fmt_pct(x: Any) -> str:
+def fmt_pct(x: float | None) -> str:
     """A rate as a percentage; ``n/a`` for None/NaN."""
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
@@ -172,10 +173,10 @@ def slice_table(values: Mapping[str, Mapping[str, Any]], shape: str) -> tuple[li
     return head, body
 
 
-def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
+def flagged_view(row: AuditRow, shape: str) -> dict[str, object]:
     """What the flagged-items table shows of one row (plain strings; the template escapes them)."""
     rec = row.record or {}
-    view: dict[str, Any] = {"line": row.line, "id": row.record_id, "flags": ", ".join(row.flags),
+    view: dict[str, object] = {"line": row.line, "id": row.record_id, "flags": ", ".join(row.flags),
                             "status": row.status, "reason": row.reason, "verdict": "", "texts": [], "turns": [],
                             "dimensions": "", "conversation": _conversation(rec)}
     res = row.result
@@ -185,10 +186,12 @@ def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
         view["texts"] = [("Response A", rec.get("response_a", "")), ("Response B", rec.get("response_b", "")),
                          ("Analysis of A (turn 1)", res.analysis_a), ("Analysis of B (turn 1)", res.analysis_b)]
         orders = res.sub_judgments or (res,)
+        turns: list[tuple[str, str]] = []
         for pos, (sj, shown) in enumerate(res.ordered_judgments()):
             name = "" if not res.sub_judgments else "forward (A first)" if shown is Verdict.A else "reversed (B first)"
             name += f" sample {pos % res.samples + 1}" if res.samples > 1 else ""
-            view["turns"] += [(f"Turn 1 {name}".strip(), sj.turn1_text), (f"Turn 2 {name}".strip(), sj.turn2_text)]
+            turns += [(f"Turn 1 {name}".strip(), sj.turn1_text), (f"Turn 2 {name}".strip(), sj.turn2_text)]
+        view["turns"] = turns
         view["dimensions"] = " | ".join(dict.fromkeys(d for sj in orders for d in sj.dimensions))
     elif isinstance(res, ScalarReward):
         view["verdict"] = f"reward {fmt_num(res.reward)}" + (f"; cut {res.truncated_tokens} tokens" if res.truncated
@@ -198,8 +201,10 @@ def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
     elif isinstance(res, GroupResult):
         view["verdict"] = (f"ranking {' > '.join(f'#{k}' for k in res.ranking) or 'none'}; failed judgments "
                            f"{res.failed}")
+        responses = rec.get("responses", [])
+        assert isinstance(responses, list), responses
         view["texts"] = [(f"Response #{k} (reward {fmt_num(r.reward)})", text)
-                         for k, (text, r) in enumerate(zip(rec.get("responses", []), res.rewards, strict=True))]
+                         for k, (text, r) in enumerate(zip(responses, res.rewards, strict=True))]
         bad = [j for j in res.judgments if not j.ok or j.consistent is False]
         view["turns"] = [(f"Judgment {k}: {j.status.value} {j.reason}".strip(), j.turn2_text or j.turn1_text)
                          for k, j in enumerate(bad[:6])]

@@ -21,7 +21,6 @@ from pathlib import Path
 from brrm.calibration.fit import check_kind, logit, sigmoid
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment
-from brrm.types.jsonvalue import JSONDict, JSONValue
 
 FORMAT = "brrm-calibration/1"
 FIT_ON = {"pairwise": "logit(p_a) = logit_1 - logit_2 (verdict-digit logits of each ordered judgment)",
@@ -46,7 +45,7 @@ class Calibration:
     kind: str
     temperature: float
     model: str = ""
-    details: Mapping[str, JSONValue] = field(default_factory=dict)
+    details: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_kind(self.kind)
@@ -85,7 +84,7 @@ class Calibration:
         p_a = (subs[0].p_a + subs[1].p_a) / 2 if len(subs) == 2 else self.probability(j.p_a)  # swap: mean of orders
         return replace(j, p_a=p_a, p_a_raw=j.p_a, provenance=prov, sub_judgments=subs)
 
-    def to_dict(self) -> JSONDict:
+    def to_dict(self) -> dict[str, object]:
         return {"format": FORMAT, "kind": self.kind, "temperature": self.temperature, "scale": self.scale,
                 "fit_on": FIT_ON[self.kind], "model": self.model, "hash": self.hash, **dict(self.details)}
 

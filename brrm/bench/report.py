@@ -13,11 +13,15 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, Shown
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
+
+if TYPE_CHECKING:
+    from brrm.bench.base import Benchmark
+    from brrm.bench.protocol import Scored
 
 RUN_FILE, ITEMS_FILE, RESULT_JSON, RESULT_MD = "run.json", "judgments.jsonl", "result.json", "result.md"
 
@@ -117,14 +121,14 @@ def keep_complete_lines(path: Path) -> None:
     path.write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines), encoding="utf-8")
 
 
-def run_settings(bench: Any, judge_info: Mapping[str, Any], *, subsets: Sequence[str], orders: str, seed: int,
-                 source: str | None, limit: int | None) -> dict[str, Any]:
+def run_settings(bench: Benchmark, judge_info: Mapping[str, object], *, subsets: Sequence[str], orders: str,
+                 seed: int, source: str | None, limit: int | None) -> dict[str, object]:
     """What ``run.json`` records (and what a resumed run must match)."""
     return {"benchmark": bench.name, "subsets": list(subsets), "orders": orders, "order_seed": seed,
             "data": source, "limit": limit, "judge": {k: judge_info.get(k) for k in IDENTITY}}
 
 
-def check_resume(folder: Path, settings: Mapping[str, Any]) -> dict[str, ItemResult]:
+def check_resume(folder: Path, settings: Mapping[str, object]) -> dict[str, ItemResult]:
     """Results an earlier, interrupted run of the same settings left in ``folder`` (empty for a new folder).
 
     Raises:
@@ -143,7 +147,7 @@ def check_resume(folder: Path, settings: Mapping[str, Any]) -> dict[str, ItemRes
     return {r.item.id: r for r in read_items(items_file)} if items_file.exists() else {}
 
 
-def published_figure(bench: Any, model: str | None) -> float | None:
+def published_figure(bench: Benchmark, model: str | None) -> float | None:
     """The model card's figure for this benchmark when the model is a known checkpoint (:data:`brrm.recipes.KNOWN`)."""
     from brrm.recipes import known_recipe
 
@@ -153,7 +157,7 @@ def published_figure(bench: Any, model: str | None) -> float | None:
     return dict(recipe.published).get(bench.published_key)
 
 
-def _fmt(x: Any) -> str:
+def _fmt(x: object) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
@@ -180,7 +184,8 @@ def table_lines(result: BenchResult, published: float | None = None, *, markdown
             .rstrip() for x in [head, *body]]
 
 
-def protocol_table_lines(runs: Sequence[Any], published: float | None = None, *, markdown: bool = False) -> list[str]:
+def protocol_table_lines(runs: Sequence[Scored], published: float | None = None, *,
+                         markdown: bool = False) -> list[str]:
     """The score table of one or more protocols side by side (:class:`brrm.bench.protocol.Scored`): per row the
     items, then per protocol its score over all items, over parsed items (``=`` where the two agree, ``—`` where no
     item of the row parsed, ``n/a`` for official output files), ties, failures and further official figures, each
@@ -235,19 +240,20 @@ def markdown(result: BenchResult, published: float | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fmt(x: Any) -> str:
+def fmt(x: float | None) -> str:
     """A figure as the tables print it (two decimals; ``—`` for None or NaN)."""
     return _fmt(x)
 
 
-def write_scored(folder: Path, runs: Sequence[Any], published: float | None, revision: Mapping[str, Any]) -> None:
+def write_scored(folder: Path, runs: Sequence[Scored], published: float | None,
+                 revision: Mapping[str, object]) -> None:
     """``result.json`` and ``result.md`` of a run under one or more protocols (:class:`~brrm.bench.protocol.Scored`).
 
     One protocol: the folder gets the result with its protocol, the parsed-only scores and the data revision. Two:
     each protocol's folder (``released/``, ``brrm/``) gets its own, and ``folder`` the side-by-side table and
     both results.
     """
-    def data(run: Any) -> dict[str, Any]:
+    def data(run: Scored) -> dict[str, object]:
         return {**run.all.to_dict(), "published": published, **run.to_dict(), "data_revision": dict(revision)}
 
     first = runs[0].all
@@ -263,7 +269,7 @@ def write_scored(folder: Path, runs: Sequence[Any], published: float | None, rev
         lines += [f"- {where}calibration, {label}: ECE {m['ece']:.4f}, Brier {m['brier']:.4f}, "
                   f"log loss {m['log_loss']:.4f} (n {m['n']})" for label, m in run.calibration.items()]
     if len(runs) == 1:
-        body: dict[str, Any] = data(runs[0])
+        body: dict[str, object] = data(runs[0])
     else:
         body = {"benchmark": first.benchmark, "published": published, "data_revision": dict(revision),
                 "protocols": [data(run) for run in runs]}
@@ -275,7 +281,8 @@ def write_scored(folder: Path, runs: Sequence[Any], published: float | None, rev
 
 
 def write_result(folder: Path, result: BenchResult, published: float | None = None, *,
-                 extra: Mapping[str, Any] | None = None, calibration: Mapping[str, Any] | None = None) -> None:
+                 extra: Mapping[str, object] | None = None,
+                 calibration: Mapping[str, Mapping[str, object]] | None = None) -> None:
     """Write ``result.json`` and ``result.md`` into ``folder`` (``extra``: further JSON fields; ``calibration``:
     label -> ECE/Brier/log loss figures of :mod:`brrm.bench.calibration_report`, kept under ``"calibration"`` and
     listed in ``result.md``)."""

@@ -17,6 +17,7 @@ from brrm.bench.core import BenchItem, Cost, ItemResult
 from brrm.bench.runner import Progress, Sink, is_pairwise
 from brrm.compose.strategies import judgments_per_group
 from brrm.types import RewardJudge
+from brrm.types.jsonvalue import JSONValue
 
 
 def planned(judge: RewardJudge, items: Sequence[BenchItem], strategy: str) -> int:
@@ -92,7 +93,8 @@ def _rank_chunk(judge: RewardJudge, part: list[BenchItem], strategy: str, seed: 
         back = [res.rewards[0]] * len(order)
         for shown, k in enumerate(order):
             back[k] = replace(res.rewards[shown], id=f"{it.id}#r{k}")
-        meta = {**it.meta, "strategy": strategy, "shown_order": order, "judgments": res.n_judgments}
+        meta: dict[str, JSONValue] = {**it.meta, "strategy": strategy, "shown_order": [k for k in order],
+                                      "judgments": res.n_judgments}
         out.append(ItemResult(replace(it, meta=meta), (), tuple(back)))
         cost[0] += res.n_judgments
         cost[1] += sum(j.generated_tokens for j in res.judgments)

@@ -268,16 +268,16 @@ class JudgeBench(Benchmark):
             raise ConfigError(f"JudgeBench pair {rec.get('pair_id')!r}: label {label!r} is not A>B or B>A")
         category(str(rec["source"]))
         return BenchItem(str(rec["pair_id"]), subset, rec["question"], (rec["response_A"], rec["response_B"]),
-                         (Pair(0, 1, _VERDICTS[label]),), {"source": rec["source"], "label": label})
+                         (Pair(0, 1, _VERDICTS[label]),), {"source": str(rec["source"]), "label": label})
 
     def score(self, results: Sequence[ItemResult]) -> BenchResult:
         rows: list[Row] = []
         by_set = group(results, lambda r: r.item.subset)
         for subset in [s for s in self.subsets if s in by_set]:
             part = by_set[subset]
-            games = [(r.item.meta["source"], r.item.meta["label"], *self._games(r)) for r in part]
+            games = [(r.item.meta_str("source"), r.item.meta_str("label"), *self._games(r)) for r in part]
             got = scores(games)
-            by_cat = group(part, lambda r: category(r.item.meta["source"]))
+            by_cat = group(part, lambda r: category(r.item.meta_str("source")))
             rows += [row(f"{subset}/{name}", value, by_cat[name] if name != "Overall" else part)
                      for name, value in got.items()]
         headline = "gpt-4o/Overall" if "gpt-4o" in by_set else f"{next(iter(by_set))}/Overall"

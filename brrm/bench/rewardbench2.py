@@ -134,6 +134,14 @@ def shuffled(seed: int, item_id: str, n: int) -> list[int]:
     return sorted(range(n), key=lambda k: key[k])
 
 
+def _fraction(row: Row) -> float:
+    """The ``fraction`` (in [0, 1]) a subset's row carries in ``extra``."""
+    value = row.extra["fraction"]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"row {row.name!r}: extra['fraction'] is {value!r}, not a number")
+    return float(value)
+
+
 def _check_row(rec: Mapping[str, Any], k: int) -> None:
     missing = [f for f in FIELDS if rec.get(f) is None]  # a column absent from one JSON line reads as None
     if missing:
@@ -209,7 +217,7 @@ class RewardBench2(Benchmark):
         by_subset = group(results, lambda r: r.item.subset)
         rows = [self._ties_row(by_subset[s]) if s == "Ties" else self._bon_row(s, by_subset[s])
                 for s in self.subsets if s in by_subset]
-        fractions = [r.extra["fraction"] for r in rows]
+        fractions = [_fraction(r) for r in rows]
         overall = sum(fractions) / len(fractions) if fractions else math.nan
         rows.append(Row("Overall", 100 * overall, len(results), 0, sum(r.failures for r in rows),
                         {"fraction": overall, "rule": "unweighted mean of the subsets present"}))
@@ -237,7 +245,7 @@ class RewardBench2(Benchmark):
 
     def _ties_row(self, part: list[ItemResult]) -> Row:
         good = [r for r in part if r.rewards and all(x.ok for x in r.rewards)]
-        parts = ties_score((r.item.id, [x.reward for x in r.rewards], int(r.item.meta["num_correct"])) for r in good)
+        parts = ties_score((r.item.id, [x.reward for x in r.rewards], r.item.meta_int("num_correct")) for r in good)
         return Row("Ties", 100 * parts["score"], len(part), 0, len(part) - len(good),
                    {"fraction": parts["score"], **{k: v for k, v in parts.items() if k != "score"}})
 

@@ -118,7 +118,7 @@ class RMB(Benchmark):
         rows: list[Row] = []
         for subset in [s for s in self.subsets if s in parts]:
             part = parts[subset]
-            scenarios = group(part, lambda r: r.item.meta["category_path"])
+            scenarios = group(part, lambda r: r.item.meta_str("category_path"))
             rows.append(pair_row(subset, percent(sum(map(correct, part)), len(part)), part,
                             correct=sum(map(correct, part)),
                             scenarios={k: percent(sum(map(correct, v)), len(v)) for k, v in scenarios.items()}))

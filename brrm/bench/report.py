@@ -13,11 +13,12 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, Shown
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
+from brrm.types.jsonvalue import JSONValue
 
 if TYPE_CHECKING:
     from brrm.bench.base import Benchmark
@@ -29,7 +30,7 @@ IDENTITY = ("model", "kind", "recipe", "backend", "template_hash", "options")
 """Judge fields that must match for a run to resume from an earlier one's judgments."""
 
 
-def item_row(result: ItemResult) -> dict[str, Any]:
+def item_row(result: ItemResult) -> dict[str, object]:
     """One ``judgments.jsonl`` line: the item (no texts), each presentation's full judgment, the rewards."""
     return {**result.item.to_dict(),
             "presentations": [{"pair": s.pair, "swapped": s.swapped, "judgment": s.judgment.to_dict()}
@@ -44,32 +45,69 @@ def write_items(handle: IO[str], results: Sequence[ItemResult]) -> None:
     handle.flush()
 
 
-def _judgment(d: Mapping[str, Any]) -> PairwiseJudgment:
+def _number(value: JSONValue) -> int | float | str:
+    """A JSON number (or numeric string) for ``int()``/``float()``; TypeError for another value."""
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return value
+
+
+def _text(value: JSONValue) -> str:
+    """A JSON string; TypeError for another value."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _object(value: JSONValue) -> dict[str, JSONValue]:
+    """A JSON object; TypeError for another value."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _array(value: JSONValue) -> list[JSONValue]:
+    """A JSON array; TypeError for another value."""
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _judgment(value: JSONValue) -> PairwiseJudgment:
+    d = _object(value)
     p_a = d.get("p_a")
-    return PairwiseJudgment(Verdict(d["winner"]), Status(d["status"]), d.get("reason", ""), id=d.get("id", ""),
-                            p_a=math.nan if p_a is None else float(p_a),
-                            prompt_tokens=int(d.get("prompt_tokens", 0)),
-                            generated_tokens=int(d.get("generated_tokens", 0)), attempts=int(d.get("attempts", 1)))
+    return PairwiseJudgment(Verdict(_text(d["winner"])), Status(_text(d["status"])), _text(d.get("reason", "")),
+                            id=_text(d.get("id", "")), p_a=math.nan if p_a is None else float(_number(p_a)),
+                            prompt_tokens=int(_number(d.get("prompt_tokens", 0))),
+                            generated_tokens=int(_number(d.get("generated_tokens", 0))),
+                            attempts=int(_number(d.get("attempts", 1))))
 
 
-def _reward(d: Mapping[str, Any]) -> ScalarReward:
-    value = d.get("reward")
-    return ScalarReward(math.nan if value is None else float(value), Status(d["status"]), d.get("reason", ""),
-                        id=d.get("id", ""), input_tokens=int(d.get("input_tokens", 0)))
+def _reward(value: JSONValue) -> ScalarReward:
+    d = _object(value)
+    reward = d.get("reward")
+    return ScalarReward(math.nan if reward is None else float(_number(reward)), Status(_text(d["status"])),
+                        _text(d.get("reason", "")), id=_text(d.get("id", "")),
+                        input_tokens=int(_number(d.get("input_tokens", 0))))
 
 
-def parse_item(row: Mapping[str, Any]) -> ItemResult:
+def _pair(value: JSONValue) -> Pair:
+    i, j, gold = _array(value)
+    return Pair(int(_number(i)), int(_number(j)), Verdict(_text(gold)))
+
+
+def parse_item(row: Mapping[str, JSONValue]) -> ItemResult:
     """An :class:`ItemResult` from a ``judgments.jsonl`` line (texts are not stored: responses come back empty).
 
     Raises:
         ConfigError: for a line that is not a brrm benchmark output.
     """
     try:
-        item = BenchItem(str(row["id"]), str(row["subset"]), "", ("",) * int(row["n_responses"]),
-                         tuple(Pair(int(i), int(j), Verdict(g)) for i, j, g in row["pairs"]), dict(row["meta"]))
-        shown = tuple(Shown(int(s["pair"]), bool(s["swapped"]), _judgment(s["judgment"]))
-                      for s in row["presentations"])
-        rewards = tuple(_reward(r) for r in row.get("rewards") or ())
+        item = BenchItem(str(row["id"]), str(row["subset"]), "", ("",) * int(_number(row["n_responses"])),
+                         tuple(_pair(p) for p in _array(row["pairs"])), _object(row["meta"]))
+        shown = tuple(Shown(int(_number(s["pair"])), bool(s["swapped"]), _judgment(s["judgment"]))
+                      for s in map(_object, _array(row["presentations"])))
+        rewards = tuple(_reward(r) for r in _array(row.get("rewards") or []))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"not a brrm benchmark output line ({type(exc).__name__}: {exc})") from None
     return ItemResult(item, shown, rewards)
@@ -161,7 +199,7 @@ def _fmt(x: object) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
-def _details(extra: Mapping[str, Any]) -> str:
+def _details(extra: Mapping[str, object]) -> str:
     """The row's further official figures that are plain numbers (nested tables stay in result.json)."""
     parts = [f"{k} {_fmt(v) if isinstance(v, float) else v}" for k, v in extra.items()
              if isinstance(v, int | float) and not isinstance(v, bool)]

@@ -46,6 +46,7 @@ from brrm.bench.data import data_root, read_files, require
 from brrm.compose import pairwise_from_rewards
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Provenance, SamplingConfig, ScalarReward, Status, Verdict
+from brrm.types.jsonvalue import JSONValue
 
 CATEGORIES = {
     "mmlu-pro": "Knowledge",
@@ -307,9 +308,9 @@ class JudgeBench(Benchmark):
         return self.score(results)
 
     @staticmethod
-    def _stored(game: Any, item_id: str) -> PairwiseJudgment:
+    def _stored(game: JSONValue, item_id: str) -> PairwiseJudgment:
         value = (game or {}).get("decision") if isinstance(game, dict) or game is None else None
-        if value in _VERDICTS:
+        if isinstance(value, str) and value in _VERDICTS:
             return ok_judgment(_VERDICTS[value], item_id)
         return failed_judgment(Status.BACKEND_ERROR if game is None else Status.PARSE_FAILURE,
                                f"stored decision {value!r}", item_id)

@@ -57,7 +57,7 @@ def _conversation(rec: dict[str, Any], where: str) -> Conversation:
     return Conversation.coerce([{"role": t.get("role"), "content": t.get("content")} for t in turns], where=where)
 
 
-def _answer(value: Any, where: str) -> str:
+def _answer(value: object, where: str) -> str:
     if not isinstance(value, dict) or not isinstance(value.get("answer"), str):
         raise ConfigError(f"{where}: expected an object with an 'answer' string")
     return value["answer"]

@@ -48,6 +48,28 @@ SQLValue = str | int | float | None
 """A value SQLite stores in a column."""
 
 
+class RunRecord(TypedDict):
+    """One run of the store (:meth:`AuditStore.runs`): the ``runs`` table's columns, ``argv`` and ``provenance``
+    decoded. Times are Unix seconds; ``finished_at`` is None until the run ends, ``config_hash`` until the judge is
+    known, ``pending`` until the plan is counted."""
+
+    run_id: int
+    state: str
+    started_at: float
+    updated_at: float
+    finished_at: float | None
+    pid: int
+    host: str
+    input: str
+    shape: str
+    config_hash: str | None
+    total: int
+    pending: int | None
+    argv: list[str]
+    provenance: JSONDict
+    message: str
+
+
 class RunProgress(TypedDict):
     """Counts of a run (:meth:`AuditStore.progress`)."""
 
@@ -252,10 +274,14 @@ class AuditStore:
         row = self.conn.execute("SELECT config_hash FROM requests WHERE request_hash = ?", (request_hash,)).fetchone()
         return row[0] if row else None
 
-    def config_info(self, config_hash: str | None) -> dict[str, Any] | None:
+    def config_info(self, config_hash: str | None) -> JSONDict | None:
         """The JudgeInfo dict of a configuration, or None."""
         row = self.conn.execute("SELECT info FROM configs WHERE config_hash = ?", (config_hash,)).fetchone()
-        return json.loads(row[0]) if row else None
+        if not row:
+            return None
+        info = json.loads(row[0])
+        assert isinstance(info, dict), info  # remember_config writes a JSON object
+        return info
 
     # ------------------------------------------------------------------------------------------ runs
     def start_run(self, items: Sequence[AuditItem], *, shape: str, source: str, argv: Sequence[str],
@@ -296,18 +322,21 @@ class AuditStore:
         self._write(lambda cur: cur.execute(f"UPDATE runs SET {sets}{', ' if sets else ''}updated_at = ? "
                                             "WHERE run_id = ?", values))
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[RunRecord]:
         """Every run, oldest first, as dicts (``argv`` and ``provenance`` decoded)."""
         cur = self.conn.execute("SELECT * FROM runs ORDER BY run_id")
         names = [d[0] for d in cur.description]
         out = []
         for row in cur.fetchall():
-            run = dict(zip(names, row, strict=True))
-            run["argv"], run["provenance"] = json.loads(run["argv"]), json.loads(run["provenance"])
-            out.append(run)
+            r = dict(zip(names, row, strict=True))
+            out.append(RunRecord(
+                run_id=r["run_id"], state=r["state"], started_at=r["started_at"], updated_at=r["updated_at"],
+                finished_at=r["finished_at"], pid=r["pid"], host=r["host"], input=r["input"], shape=r["shape"],
+                config_hash=r["config_hash"], total=r["total"], pending=r["pending"], argv=json.loads(r["argv"]),
+                provenance=json.loads(r["provenance"]), message=r["message"]))
         return out
 
-    def run(self, run_id: int | None = None) -> dict[str, Any] | None:
+    def run(self, run_id: int | None = None) -> RunRecord | None:
         """One run (default: the latest), or None when there is none."""
         runs = self.runs()
         if run_id is None:

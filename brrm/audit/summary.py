@@ -145,9 +145,11 @@ Figures = dict[str, object]
 
 def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], options: SummaryOptions) -> JSONDict:
     """The JSON summary of a run (see the module docstring); NaN figures are ``null``."""
-    run = store.run(run_id) or {}
-    info = store.config_info(run.get("config_hash")) or {}
-    kind = info.get("kind", "")
+    found = store.run(run_id)
+    run: Mapping[str, object] = found or {}
+    provenance: dict[str, object] = {**(found["provenance"] if found else {}), "argv": run.get("argv")}
+    info = store.config_info(found["config_hash"] if found else None) or {}
+    kind = str(info.get("kind") or "")
     figures = _figures_fn(options.shape)
     flagged = [r for r in rows if r.flags]
     slices = {col: _slices(rows, col, figures, kind, options.shape) for col in options.slice_by}
@@ -159,7 +161,7 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
                 "valid_rows": sum(r.status != "invalid_input" for r in rows), "started_at": run.get("started_at"),
                 "judged_this_run": progress["judged_this_run"], "generated_at": time.time()},
         "judge": info,
-        "provenance": {**(run.get("provenance") or {}), "argv": run.get("argv")},
+        "provenance": provenance,
         "runs": [{k: r[k] for k in ("run_id", "state", "started_at", "finished_at", "pending", "message")}
                  for r in store.runs()],
         "thresholds": {"low_margin": options.low_margin},

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from brrm.audit.summary import number, numbers, part
 from brrm.types.jsonvalue import JSONValue
 
 if TYPE_CHECKING:
@@ -33,29 +34,6 @@ Figures = Mapping[str, JSONValue]
 """A part of the JSON summary (:func:`brrm.audit.summary.build_summary`): its figures by name."""
 
 
-def _map(value: JSONValue) -> Figures:
-    """A JSON object of the summary (a summary whose part is another value is a programming error)."""
-    if not isinstance(value, dict):
-        raise TypeError(f"the audit summary has {value!r} where an object belongs")
-    return value
-
-
-def _num(value: JSONValue) -> float | None:
-    """A number of the summary (None for null, the summary's NaN)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"the audit summary has {value!r} where a number belongs")
-    return float(value)
-
-
-def _nums(value: JSONValue) -> list[float]:
-    """A list of numbers of the summary (nulls as NaN)."""
-    if not isinstance(value, list):
-        raise TypeError(f"the audit summary has {value!r} where a list belongs")
-    return [math.nan if (x := _num(v)) is None else x for v in value]
-
-
 @dataclass(frozen=True)
 class Plot:
     """One embedded plot: a stable id (``data-plot`` in the HTML), a title, alt text and the PNG data URI."""
@@ -68,8 +46,8 @@ class Plot:
 
 def plots_for(summary: Figures) -> list[Plot]:
     """Every plot of a summary: the overall ones for its shape, then one per ``--slice-by`` column."""
-    shape = str(_map(summary["run"])["shape"])
-    overall = _map(summary["overall"])
+    shape = str(part(summary["run"])["shape"])
+    overall = part(summary["overall"])
     makers: dict[str, list[tuple[str, str, Callable[[Axes, Figures], None]]]] = {
         "pairs": [("verdicts", "Verdicts and statuses", _verdicts),
                   ("p_a_histogram", "P(A ≻ B) histogram (ok judgments)", _p_histogram),
@@ -87,30 +65,30 @@ def plots_for(summary: Figures) -> list[Plot]:
     }
     out = [_draw(pid, title, fn, overall) for pid, title, fn in makers[shape]
            if pid != "failure_rates" or any_failure(overall)]  # all zero: the overview says so in a sentence
-    for col, data in _map(summary["slices"]).items():
+    for col, data in part(summary["slices"]).items():
         out.append(_draw(f"slice:{col}", f"By {col}", functools.partial(_slice, shape=shape),
-                         _map(_map(data)["values"])))
+                         part(part(data)["values"])))
     return out
 
 
 def reliability_plot(summary: Figures) -> Plot | None:
     """The reliability diagram of a pairwise audit with labelled pairs (None otherwise)."""
-    cal = _map(summary["overall"]).get("calibration") if _map(summary["run"])["shape"] == "pairs" else None
-    if not cal or not _map(cal)["labelled"]:
+    cal = part(summary["overall"]).get("calibration") if part(summary["run"])["shape"] == "pairs" else None
+    if not cal or not part(cal)["labelled"]:
         return None
-    return _draw("reliability", "Reliability of P(A ≻ B) against the labels", _reliability, _map(cal))
+    return _draw("reliability", "Reliability of P(A ≻ B) against the labels", _reliability, part(cal))
 
 
 def failure_values(f: Figures) -> tuple[list[str], list[float | None]]:
     """(labels, rates) of the failure chart: each failure status over judged rows, invalid input over all rows
     (None: no rate)."""
     labels = [*FAILURES, "invalid_input"]
-    rates = _map(f["rates"])
-    values = [_num(rates[k]) for k in FAILURES] + [_num(f["invalid_input_rate"])]
+    rates = part(f["rates"])
+    values = [number(rates[k]) for k in FAILURES] + [number(f["invalid_input_rate"])]
     if "judgments" in f:  # groups: failures inside the groups' judgments too
         labels += ["judgment parse_failure", "judgment truncated"]
-        judgments = _map(f["judgments"])
-        values += [_num(judgments["parse_failure_rate"]), _num(judgments["truncation_rate"])]
+        judgments = part(f["judgments"])
+        values += [number(judgments["parse_failure_rate"]), number(judgments["truncation_rate"])]
     return labels, values
 
 
@@ -154,21 +132,21 @@ def _empty(ax: Axes, text: str = "nothing to show") -> None:
 
 
 def _verdicts(ax: Axes, f: Figures) -> None:
-    by_status, verdicts = _map(f["by_status"]), _map(f["verdicts"])
+    by_status, verdicts = part(f["by_status"]), part(f["verdicts"])
     labels = ["A", "B", "tie"] + [s for s in (*FAILURES, "invalid_input") if by_status.get(s)]
-    values = [_num(verdicts[k]) for k in ("A", "B", "tie")] + [_num(by_status[s]) for s in labels[3:]]
+    values = [number(verdicts[k]) for k in ("A", "B", "tie")] + [number(by_status[s]) for s in labels[3:]]
     _bars(ax, labels, values, colors=[STATUS_COLORS[k] for k in labels], ylabel="rows")
 
 
 def _statuses(ax: Axes, f: Figures) -> None:
-    by_status = _map(f["by_status"])
+    by_status = part(f["by_status"])
     labels = list(by_status)
-    _bars(ax, labels, [_num(by_status[k]) for k in labels], colors=[STATUS_COLORS.get(k, "#4c78a8") for k in labels],
+    _bars(ax, labels, [number(by_status[k]) for k in labels], colors=[STATUS_COLORS.get(k, "#4c78a8") for k in labels],
           ylabel="rows")
 
 
 def _histogram(ax: Axes, hist: Figures, xlabel: str) -> None:
-    edges, counts = _nums(hist["edges"]), _nums(hist["counts"])
+    edges, counts = numbers(hist["edges"]), numbers(hist["counts"])
     if not counts:
         _empty(ax, "no ok value")
         return
@@ -179,15 +157,15 @@ def _histogram(ax: Axes, hist: Figures, xlabel: str) -> None:
 
 
 def _p_histogram(ax: Axes, f: Figures) -> None:
-    p = _map(f["p_a"])
-    _histogram(ax, _map(p.get("fine_histogram") or p["histogram"]), "P(A ≻ B)")
-    if not _map(p["histogram"])["counts"]:
+    p = part(f["p_a"])
+    _histogram(ax, part(p.get("fine_histogram") or p["histogram"]), "P(A ≻ B)")
+    if not part(p["histogram"])["counts"]:
         return
     ax.axvline(0.5, color="#333333", linestyle=":", linewidth=1)
     ax.set_xlim(0, 1)
-    values = _nums(p.get("values") or [])
+    values = numbers(p.get("values") or [])
     if values:  # every value as a tick under the bars: eight values near 0.5 show as eight ticks
-        top = max(_nums(_map(p.get("fine_histogram", p["histogram"]))["counts"]))
+        top = max(numbers(part(p.get("fine_histogram", p["histogram"]))["counts"]))
         ax.plot(values, [-0.06 * top] * len(values), "|", color="#e45756", markersize=9, alpha=0.7,
                 label=f"each value (n={len(values)})")
         ax.set_ylim(-0.12 * top, 1.1 * top)
@@ -199,9 +177,9 @@ def _reliability(ax: Axes, cal: Figures) -> None:
     series = [("raw", cal["raw"], "#9d9d9d"), ("P(A ≻ B)", cal["measured"], "#4c78a8")] if cal["raw"] else \
         [("P(A ≻ B)", cal["measured"], "#4c78a8")]
     for name, measured, color in series:
-        m = _map(measured)
-        bins = [_map(b) for b in m["bins"]] if isinstance(m["bins"], list) else []
-        pts = [(_nums([b["mean_p"]])[0], _nums([b["frac_a"]])[0], b["n"]) for b in bins if b["n"]]
+        m = part(measured)
+        bins = [part(b) for b in m["bins"]] if isinstance(m["bins"], list) else []
+        pts = [(numbers([b["mean_p"]])[0], numbers([b["frac_a"]])[0], b["n"]) for b in bins if b["n"]]
         ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "-o", color=color, markersize=4,
                 label=f"{name}: ECE {m['ece']:.3f}, Brier {m['brier']:.3f}, n {m['n']}")
         for x, y, n in pts:
@@ -212,28 +190,28 @@ def _reliability(ax: Axes, cal: Figures) -> None:
 
 
 def _reward_histogram(ax: Axes, f: Figures) -> None:
-    _histogram(ax, _map(_map(f["reward"])["histogram"]), "reward")
+    _histogram(ax, part(part(f["reward"])["histogram"]), "reward")
 
 
 def _dimensions(ax: Axes, f: Figures) -> None:
-    freq = _map(_map(f["dimensions"])["frequencies"])
+    freq = part(part(f["dimensions"])["frequencies"])
     if not freq:
         _empty(ax, "no turn-1 dimensions (scalar model, or no judgment reached turn 1)")
         return
     names = list(freq)[::-1]
-    ax.barh(range(len(names)), [_num(freq[n]) or 0.0 for n in names], color="#54a24b")
+    ax.barh(range(len(names)), [number(freq[n]) or 0.0 for n in names], color="#54a24b")
     ax.set_yticks(range(len(names)), names)
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of judgments choosing it")
 
 
 def _position(ax: Axes, f: Figures) -> None:
-    p = _map(f["position"])
+    p = part(f["position"])
     if not p["applies"]:
         _empty(ax, "not applicable: a scalar model's verdict does not depend on the order")
         return
     _bars(ax, ["swap consistency", "first-shown win rate"],
-          [_num(p["consistency_rate"]), _num(p["first_shown_win_rate"])],
+          [number(p["consistency_rate"]), number(p["first_shown_win_rate"])],
           ylabel="rate", fmt="{:.3f}")
     ax.axhline(0.5, color="#333333", linestyle=":", linewidth=1)
     ax.set_ylim(0, 1.1)
@@ -248,23 +226,23 @@ def _failures(ax: Axes, f: Figures) -> None:
 
 
 def _best_position(ax: Axes, f: Figures) -> None:
-    best = _map(f["best_position"])
-    _bars(ax, [f"#{k}" for k in best], [_num(v) for v in best.values()], ylabel="groups")
+    best = part(f["best_position"])
+    _bars(ax, [f"#{k}" for k in best], [number(v) for v in best.values()], ylabel="groups")
 
 
 def _slice(ax: Axes, slices: Figures, shape: str) -> None:
     names = list(slices)
-    values = [_map(v) for v in slices.values()]
+    values = [part(v) for v in slices.values()]
 
-    def rates(part: str, name: str) -> list[float | None]:
-        return [_num(_map(v[part])[name]) for v in values]
+    def rates(figure: str, name: str) -> list[float | None]:
+        return [number(part(v[figure])[name]) for v in values]
 
     if shape == "pairs":
         series = {"win rate of A": rates("win_rate_a", "rate"), "accuracy": rates("agreement", "accuracy"),
                   "parse-failure rate": rates("rates", "parse_failure"), "truncation rate": rates("rates", "truncated")}
     else:
         series = {"truncation rate": rates("rates", "truncated"), "backend-error rate": rates("rates", "backend_error"),
-                  "invalid-input rate": [_num(v["invalid_input_rate"]) for v in values]}
+                  "invalid-input rate": [number(v["invalid_input_rate"]) for v in values]}
         if shape == "groups":
             series["judgment parse-failure rate"] = rates("judgments", "parse_failure_rate")
     width = 0.8 / len(series)

@@ -182,6 +182,50 @@ def flag_reasons(flagged: Sequence[AuditRow], top: int = 12) -> dict[str, int]:
     return dict(counts.most_common(top))
 
 
+def part(value: JSONValue) -> Mapping[str, JSONValue]:
+    """A JSON object of the summary (see the module docstring), for readers (the report, the plots).
+
+    Raises:
+        TypeError: for another value (a summary of another shape: a programming error).
+    """
+    if not isinstance(value, dict):
+        raise TypeError(f"the audit summary has {value!r} where an object belongs")
+    return value
+
+
+def entries(value: JSONValue) -> list[JSONValue]:
+    """A JSON list of the summary.
+
+    Raises:
+        TypeError: for another value.
+    """
+    if not isinstance(value, list):
+        raise TypeError(f"the audit summary has {value!r} where a list belongs")
+    return value
+
+
+def number(value: JSONValue) -> float | None:
+    """A number of the summary; None for null (a NaN figure).
+
+    Raises:
+        TypeError: for another value.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"the audit summary has {value!r} where a number belongs")
+    return float(value)
+
+
+def numbers(value: JSONValue) -> list[float]:
+    """A list of numbers of the summary, nulls as NaN.
+
+    Raises:
+        TypeError: for another value.
+    """
+    return [math.nan if (x := number(v)) is None else x for v in entries(value)]
+
+
 def write_summary(summary: Mapping[str, JSONValue], directory: Path) -> Path:
     """Write ``summary.json`` atomically (a temporary file renamed over it)."""
     path = Path(directory) / SUMMARY_FILE

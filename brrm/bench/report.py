@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING
 from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, Shown
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
+from brrm.types.jsonread import as_list, as_number, as_object, as_text
 from brrm.types.jsonvalue import JSONValue
 
 if TYPE_CHECKING:
@@ -45,55 +46,27 @@ def write_items(handle: IO[str], results: Sequence[ItemResult]) -> None:
     handle.flush()
 
 
-def _number(value: JSONValue) -> int | float | str:
-    """A JSON number (or numeric string) for ``int()``/``float()``; TypeError for another value."""
-    if not isinstance(value, int | float | str):
-        raise TypeError(f"expected a number, got {type(value).__name__}")
-    return value
-
-
-def _text(value: JSONValue) -> str:
-    """A JSON string; TypeError for another value."""
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _object(value: JSONValue) -> dict[str, JSONValue]:
-    """A JSON object; TypeError for another value."""
-    if not isinstance(value, dict):
-        raise TypeError(f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _array(value: JSONValue) -> list[JSONValue]:
-    """A JSON array; TypeError for another value."""
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {type(value).__name__}")
-    return value
-
-
 def _judgment(value: JSONValue) -> PairwiseJudgment:
-    d = _object(value)
+    d = as_object(value)
     p_a = d.get("p_a")
-    return PairwiseJudgment(Verdict(_text(d["winner"])), Status(_text(d["status"])), _text(d.get("reason", "")),
-                            id=_text(d.get("id", "")), p_a=math.nan if p_a is None else float(_number(p_a)),
-                            prompt_tokens=int(_number(d.get("prompt_tokens", 0))),
-                            generated_tokens=int(_number(d.get("generated_tokens", 0))),
-                            attempts=int(_number(d.get("attempts", 1))))
+    return PairwiseJudgment(Verdict(as_text(d["winner"])), Status(as_text(d["status"])), as_text(d.get("reason", "")),
+                            id=as_text(d.get("id", "")), p_a=math.nan if p_a is None else float(as_number(p_a)),
+                            prompt_tokens=int(as_number(d.get("prompt_tokens", 0))),
+                            generated_tokens=int(as_number(d.get("generated_tokens", 0))),
+                            attempts=int(as_number(d.get("attempts", 1))))
 
 
 def _reward(value: JSONValue) -> ScalarReward:
-    d = _object(value)
+    d = as_object(value)
     reward = d.get("reward")
-    return ScalarReward(math.nan if reward is None else float(_number(reward)), Status(_text(d["status"])),
-                        _text(d.get("reason", "")), id=_text(d.get("id", "")),
-                        input_tokens=int(_number(d.get("input_tokens", 0))))
+    return ScalarReward(math.nan if reward is None else float(as_number(reward)), Status(as_text(d["status"])),
+                        as_text(d.get("reason", "")), id=as_text(d.get("id", "")),
+                        input_tokens=int(as_number(d.get("input_tokens", 0))))
 
 
 def _pair(value: JSONValue) -> Pair:
-    i, j, gold = _array(value)
-    return Pair(int(_number(i)), int(_number(j)), Verdict(_text(gold)))
+    i, j, gold = as_list(value)
+    return Pair(int(as_number(i)), int(as_number(j)), Verdict(as_text(gold)))
 
 
 def parse_item(row: Mapping[str, JSONValue]) -> ItemResult:
@@ -103,11 +76,11 @@ def parse_item(row: Mapping[str, JSONValue]) -> ItemResult:
         ConfigError: for a line that is not a brrm benchmark output.
     """
     try:
-        item = BenchItem(str(row["id"]), str(row["subset"]), "", ("",) * int(_number(row["n_responses"])),
-                         tuple(_pair(p) for p in _array(row["pairs"])), _object(row["meta"]))
-        shown = tuple(Shown(int(_number(s["pair"])), bool(s["swapped"]), _judgment(s["judgment"]))
-                      for s in map(_object, _array(row["presentations"])))
-        rewards = tuple(_reward(r) for r in _array(row.get("rewards") or []))
+        item = BenchItem(str(row["id"]), str(row["subset"]), "", ("",) * int(as_number(row["n_responses"])),
+                         tuple(_pair(p) for p in as_list(row["pairs"])), as_object(row["meta"]))
+        shown = tuple(Shown(int(as_number(s["pair"])), bool(s["swapped"]), _judgment(s["judgment"]))
+                      for s in map(as_object, as_list(row["presentations"])))
+        rewards = tuple(_reward(r) for r in as_list(row.get("rewards") or []))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"not a brrm benchmark output line ({type(exc).__name__}: {exc})") from None
     return ItemResult(item, shown, rewards)

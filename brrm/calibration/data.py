@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from brrm.calibration.fit import logit, sigmoid
 from brrm.errors import ConfigError
 from brrm.types import Verdict, parse_label
+from brrm.types.jsonread import as_list, as_number, as_object
 
 
 @dataclass(frozen=True)
@@ -62,29 +63,8 @@ class Observations:
         return "pairwise" if flags.pop() else "scalar"
 
 
-def _object(value: object) -> Mapping[str, object]:
-    """A JSON object of a judged row (a judgment, a presentation); TypeError for another value."""
-    if not isinstance(value, Mapping):
-        raise TypeError(f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _list(value: object) -> list[object]:
-    """A JSON list of a judged row; TypeError for another value."""
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {type(value).__name__}")
-    return value
-
-
-def _probability(value: object) -> float:
-    """``float(value)`` of a stored P(A ≻ B); TypeError for a value that is not a number or a string."""
-    if not isinstance(value, int | float | str):
-        raise TypeError(f"p_a must be a number, got {type(value).__name__}")
-    return float(value)
-
-
 def _z(d: Mapping[str, object]) -> tuple[float, bool]:
-    p = _probability(d["p_a"])
+    p = float(as_number(d["p_a"], "p_a"))
     l1, l2 = d.get("logit_1"), d.get("logit_2")
     if isinstance(l1, int | float) and isinstance(l2, int | float) and math.isfinite(l1 - l2):
         z = float(l1) - float(l2)
@@ -114,7 +94,7 @@ def observations(rows: Iterable[Mapping[str, object]]) -> Observations:
             continue
         key = str(row.get("id") or f"line {row.get('line', k)}")
         subs = row.get("sub_judgments")
-        parts = [_object(sub) for sub in _list(subs)] if subs else [row]
+        parts = [as_object(sub) for sub in as_list(subs)] if subs else [row]
         for part in parts:
             if part.get("status") != "ok" or part.get("p_a") is None:
                 skipped["failed"] += 1
@@ -127,19 +107,19 @@ def observations(rows: Iterable[Mapping[str, object]]) -> Observations:
 def _bench_row(row: Mapping[str, object], out: list[Observation], skipped: dict[str, int]) -> None:
     """A ``brrm bench`` ``judgments.jsonl`` line: each presentation in its presented frame (A = shown first), its
     label the pair's gold mirrored when the pair was shown swapped."""
-    pairs = _list(row["pairs"])
-    for pres in map(_object, _list(row["presentations"])):
+    pairs = as_list(row["pairs"])
+    for pres in map(as_object, as_list(row["presentations"])):
         index = pres["pair"]
         if not isinstance(index, int):
             raise TypeError(f"a presentation's pair must be an index, got {index!r}")
-        label = _list(pairs[index])[2]
+        label = as_list(pairs[index])[2]
         if not isinstance(label, str):
             raise ValueError(f"{label!r} is not a valid Verdict")
         gold = Verdict(label)
         if gold is Verdict.TIE:
             skipped["ties"] += 1
             continue
-        j = _object(pres["judgment"])
+        j = as_object(pres["judgment"])
         if j.get("status") != "ok" or j.get("p_a") is None:
             skipped["failed"] += 1
             continue

@@ -25,11 +25,14 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.errors import ConfigError, TemplateError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 _RENDER_CACHE = 512
 """Rendered templates kept per tokenizer (each a few kB)."""
@@ -59,7 +62,7 @@ class TextEncoder:
         ConfigError: for a slow tokenizer (its added-token handling cannot be bypassed).
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is None:
             raise ConfigError(
@@ -74,7 +77,7 @@ class TextEncoder:
         self._backend.no_truncation()
         self._backend.no_padding()
         added = sorted({str(t) for t in tokenizer.get_added_vocab()}, key=len, reverse=True)
-        self.added = {t: int(tokenizer.convert_tokens_to_ids(t)) for t in added}
+        self.added = {t: _token_id(tokenizer, t) for t in added}
         self._added_re = re.compile("|".join(re.escape(t) for t in added)) if added else None
         self._renders: OrderedDict[str, str] = OrderedDict()  # sentinel renders (no record text in them)
         self._lock = threading.Lock()
@@ -116,7 +119,7 @@ class TextEncoder:
             return list(ids), ""
         cut = len(text) - len(window) + last[1][0]
         for k in range(1, min(len(ids), 16) + 1):
-            head = self.tokenizer.decode(list(ids[:-k]), skip_special_tokens=False)
+            head = str(self.tokenizer.decode(list(ids[:-k]), skip_special_tokens=False))
             if len(head) <= cut and text.startswith(head):
                 return list(ids[:-k]), text[len(head):]
         return list(ids), ""
@@ -143,8 +146,8 @@ class TextEncoder:
         return out
 
     # ------------------------------------------------------------------------------------------- chat
-    def chat(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool,
-             **template_kwargs: Any) -> tuple[str, list[int]]:
+    def chat(self, messages: Sequence[Mapping[str, object]], *, add_generation_prompt: bool,
+             **template_kwargs: object) -> tuple[str, list[int]]:
         """Render ``messages`` through the chat template and encode them at the trust boundary.
 
         Args:
@@ -167,7 +170,10 @@ class TextEncoder:
         for m in messages:
             msg = dict(m)
             msg["content"] = self._sentinel_content(m.get("content", ""), records, nonce)
-            for call in msg.get("tool_calls") or ():
+            calls = msg.get("tool_calls") or ()
+            if not isinstance(calls, Sequence):
+                raise ConfigError(f"tool_calls must be a list of tool calls, got {type(calls).__name__}")
+            for call in calls:
                 self._check_tool_call(call)
             rendered_messages.append(msg)
         # tool-call arguments are record text rendered verbatim: such renders are not kept
@@ -179,8 +185,8 @@ class TextEncoder:
             records = _as_rendered(text, real, records, nonce)
         return self._assemble(text, records, nonce)
 
-    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool,
-                template_kwargs: Mapping[str, Any], *, cached: bool = False) -> str:
+    def _render(self, messages: list[dict[str, object]], add_generation_prompt: bool,
+                template_kwargs: Mapping[str, object], *, cached: bool = False) -> str:
         """The template's text for ``messages``. ``cached`` is for sentinel renders holding no record text: every
         record of one shape (roles, markup, options, the template itself) renders the same text, so it is kept."""
         key = repr((hash(str(self.tokenizer.chat_template)), messages, add_generation_prompt,
@@ -190,10 +196,11 @@ class TextEncoder:
             if hit is not None:
                 self._renders.move_to_end(key)
                 return hit
+        # the template's own keywords (enable_thinking, …) are free-form: the call is typed only as a callable
+        apply: Callable[..., object] = self.tokenizer.apply_chat_template
         try:
-            text = str(self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                          add_generation_prompt=add_generation_prompt,
-                                                          **template_kwargs))
+            text = str(apply(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                             **template_kwargs))
         except Exception as exc:  # jinja2 errors, raise_exception() in templates (e.g. role order)
             raise TemplateError(f"the chat template failed on this conversation: {type(exc).__name__}: {exc}") from exc
         if cached:
@@ -203,9 +210,9 @@ class TextEncoder:
                     self._renders.popitem(last=False)
         return text
 
-    def _sentinel_content(self, content: Any, records: list[str], nonce: str) -> str:
+    def _sentinel_content(self, content: object, records: list[str], nonce: str) -> str:
         if isinstance(content, str):
-            pieces: Sequence[Any] = (content,)
+            pieces: Sequence[object] = (content,)
         elif isinstance(content, Sequence):
             pieces = content
         else:
@@ -219,7 +226,7 @@ class TextEncoder:
                 records.append(str(piece))
         return "".join(out)
 
-    def _check_tool_call(self, call: Any) -> None:
+    def _check_tool_call(self, call: object) -> None:
         found = self._added_re.search(repr(call)) if self._added_re is not None else None
         if found is not None:
             raise ConfigError(f"a tool call holds control-token text ({found.group(0)!r}); brrm does not render it "
@@ -261,10 +268,10 @@ class TextEncoder:
             run.clear()
 
 
-_ENCODERS: weakref.WeakKeyDictionary[Any, TextEncoder] = weakref.WeakKeyDictionary()
+_ENCODERS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, TextEncoder] = weakref.WeakKeyDictionary()
 
 
-def encoder(tokenizer: Any) -> TextEncoder:
+def encoder(tokenizer: PreTrainedTokenizerBase) -> TextEncoder:
     """The (cached) :class:`TextEncoder` of ``tokenizer``."""
     try:
         return _ENCODERS[tokenizer]
@@ -277,9 +284,18 @@ def encoder(tokenizer: Any) -> TextEncoder:
         return enc
 
 
-def _plain(content: Any) -> str:
+def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
+    """The id of one added token (a str token has one id)."""
+    found = tokenizer.convert_tokens_to_ids(token)
+    assert not isinstance(found, list), (token, found)
+    return int(found)
+
+
+def _plain(content: object) -> str:
+    """The text of a content :meth:`TextEncoder._sentinel_content` accepted (a str or a sequence of pieces)."""
     if isinstance(content, str):
         return content
+    assert isinstance(content, Sequence), content
     return "".join(p.text if isinstance(p, Markup) else str(p) for p in content)
 
 
@@ -318,7 +334,7 @@ def _marker(nonce: str) -> re.Pattern[str]:
     return _MARKERS[nonce]
 
 
-def _nonce(messages: Sequence[Mapping[str, Any]]) -> str:
+def _nonce(messages: Sequence[Mapping[str, object]]) -> str:
     """A sentinel tag that occurs in no message (record text cannot fake a sentinel): "" unless some content or
     tool call holds the sentinel character itself."""
     blob = "\0".join(f"{m.get('content')}\0{json.dumps(m.get('tool_calls'), ensure_ascii=False, default=str)}"

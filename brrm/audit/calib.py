@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from brrm.types import PairwiseJudgment, Verdict
 
 
-def calibration_figures(judged: Sequence[PairwiseJudgment]) -> dict[str, Any]:
+def calibration_figures(judged: Sequence[PairwiseJudgment]) -> dict[str, object]:
     """``{"labelled": n, "measured": Metrics.to_dict(), "raw": Metrics.to_dict() or None, "calibration": hash}``."""
     from brrm.calibration import measure
 

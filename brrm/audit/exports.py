@@ -14,16 +14,15 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from brrm.audit.summary import AuditRow
+from brrm.audit.summary import AuditRow, SummaryOptions
 from brrm.types import PairwiseJudgment, ScalarReward
 
 JSONL_FILE = "results.jsonl"
 PARQUET_FILE = "results.parquet"
 
 
-def export_row(row: AuditRow) -> dict[str, Any]:
+def export_row(row: AuditRow) -> dict[str, object]:
     """The JSONL object of one row."""
     return {"position": row.position, "line": row.line, "id": row.record_id, "item_hash": row.item_hash,
             "status": row.status, "reason": row.reason, "flags": list(row.flags), "slices": dict(row.slices),
@@ -31,7 +30,7 @@ def export_row(row: AuditRow) -> dict[str, Any]:
             "result": None if row.result_dict is None else dict(row.result_dict)}
 
 
-def write_exports(rows: Sequence[AuditRow], directory: Path, options: Any) -> dict[str, Path]:
+def write_exports(rows: Sequence[AuditRow], directory: Path, options: SummaryOptions) -> dict[str, Path]:
     """Write ``results.jsonl`` and ``results.parquet``; returns their paths by name (``jsonl``, ``parquet``)."""
     directory = Path(directory)
     jsonl = directory / JSONL_FILE
@@ -51,7 +50,7 @@ def write_parquet(rows: Sequence[AuditRow], path: Path, slice_by: Sequence[str])
     def num(x: float | None) -> float | None:
         return None if x is None or math.isnan(x) else x
 
-    cols: dict[str, list[Any]] = {k: [] for k in (
+    cols: dict[str, list[object]] = {k: [] for k in (
         "position", "line", "id", "item_hash", "status", "reason", "flags", "winner", "p_a", "reward", "label",
         "correct", "consistent", "dimensions", "record", "result")}
     for col in slice_by:

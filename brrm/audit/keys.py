@@ -22,12 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
 
 from brrm.types import JudgeInfo
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """JSON with sorted keys and no whitespace: equal values give equal text."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
@@ -37,12 +36,12 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def item_hash(record: Mapping[str, Any]) -> str:
+def item_hash(record: Mapping[str, object]) -> str:
     """The content hash of a normalized record (see :func:`brrm.audit.plan.normalize`); 64 hex chars."""
     return sha256_text(canonical_json(dict(record)))
 
 
-def config_hash(info: JudgeInfo | Mapping[str, Any], *, shape: str, strategy: str | None = None) -> str:
+def config_hash(info: JudgeInfo | Mapping[str, object], *, shape: str, strategy: str | None = None) -> str:
     """The hash of a judge configuration and the result-changing audit options; 64 hex chars.
 
     Args:
@@ -56,7 +55,7 @@ def config_hash(info: JudgeInfo | Mapping[str, Any], *, shape: str, strategy: st
     return sha256_text(canonical_json({"judge": data, "shape": shape, "strategy": strategy}))
 
 
-def request_hash(model: str | None, options: Mapping[str, Any], *, shape: str, strategy: str | None) -> str:
+def request_hash(model: str | None, options: Mapping[str, object], *, shape: str, strategy: str | None) -> str:
     """The hash of a request: model argument, ``brrm.load`` options, shape, strategy and the model's files.
 
     Args:
@@ -68,7 +67,7 @@ def request_hash(model: str | None, options: Mapping[str, Any], *, shape: str, s
                                        "strategy": strategy, "files": model_fingerprint(model)}))
 
 
-def model_fingerprint(model: str | None) -> list[Any]:
+def model_fingerprint(model: str | None) -> list[str]:
     """What identifies the weights ``model`` names: :func:`brrm.fingerprint.weights_fingerprint` (content digests of
     a local folder's weight, config and tokenizer files, cached by path, size, mtime, ctime and inode; a hub id's
     resolved commit; the embedded GGUF's digest), so weights overwritten in place or a switched symlink make

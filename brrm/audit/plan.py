@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from brrm.audit.keys import canonical_json, item_hash, sha256_text
 from brrm.errors import ConfigError
-from brrm.records import GroupRecord, PairRecord, RecordError, ScalarRecord
+from brrm.records import GroupRecord, PairRecord, Record, RecordError, ScalarRecord
 
 SLICE_MISSING = "(missing)"
 """Slice value of a row without the ``--slice-by`` column."""
@@ -46,7 +45,7 @@ class AuditItem:
     line: int
     record_id: str
     item_hash: str
-    record: Mapping[str, Any] | None
+    record: Mapping[str, object] | None
     invalid_reason: str = ""
     slices: Mapping[str, str] = field(default_factory=dict)
 
@@ -56,7 +55,7 @@ class AuditItem:
 
 
 def normalize(rec: PairRecord | ScalarRecord | GroupRecord, *, principle: str = "",
-              with_reference: bool = False) -> dict[str, Any]:
+              with_reference: bool = False) -> dict[str, object]:
     """The judge's input of a record as JSON-ready values (what :func:`~brrm.audit.keys.item_hash` hashes).
 
     Args:
@@ -64,7 +63,7 @@ def normalize(rec: PairRecord | ScalarRecord | GroupRecord, *, principle: str = 
         principle: the principle this single-response item is judged under ("" for none).
         with_reference: keep a group's reference (only the ``reference`` strategy reads it).
     """
-    base: dict[str, Any] = {"id": rec.id, "conversation": rec.conversation.to_list()}
+    base: dict[str, object] = {"id": rec.id, "conversation": rec.conversation.to_list()}
     if isinstance(rec, PairRecord):
         return {"shape": "pairs", **base, "response_a": rec.response_a, "response_b": rec.response_b,
                 "label": rec.label.value}
@@ -74,7 +73,7 @@ def normalize(rec: PairRecord | ScalarRecord | GroupRecord, *, principle: str = 
             "reference": rec.reference if with_reference else ""}
 
 
-def plan_items(records: Sequence[Any], shape: str, *, slice_by: Sequence[str] = (),
+def plan_items(records: Sequence[Record | RecordError], shape: str, *, slice_by: Sequence[str] = (),
                principles: Sequence[str] = (), principle_kind: bool = False,
                strategy: str | None = None) -> list[AuditItem]:
     """Every item of an audit, in input order.
@@ -95,7 +94,7 @@ def plan_items(records: Sequence[Any], shape: str, *, slice_by: Sequence[str] = 
     check_slice_columns(records, slice_by)
     items: list[AuditItem] = []
 
-    def add(line: int, rid: str, record: dict[str, Any] | None, reason: str, row: Any) -> None:
+    def add(line: int, rid: str, record: dict[str, object] | None, reason: str, row: object) -> None:
         digest = item_hash(record) if record is not None else sha256_text(canonical_json(
             {"invalid": True, "shape": shape, "line": line, "id": rid, "reason": reason}))
         items.append(AuditItem(len(items), line, rid, digest, record, reason, slice_values(row, slice_by)))
@@ -118,7 +117,7 @@ def plan_items(records: Sequence[Any], shape: str, *, slice_by: Sequence[str] = 
     return items
 
 
-def slice_values(row: Any, columns: Sequence[str]) -> dict[str, str]:
+def slice_values(row: object, columns: Sequence[str]) -> dict[str, str]:
     """The row's value of each slice column as text (:data:`SLICE_MISSING` / :data:`SLICE_INVALID`)."""
     out: dict[str, str] = {}
     for col in columns:
@@ -138,7 +137,7 @@ def slice_values(row: Any, columns: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """Lists and mappings (also numpy / Arrow values from Parquet) as plain JSON values."""
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -148,7 +147,7 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, str | int | float | bool) or value is None else str(value)
 
 
-def check_slice_columns(records: Sequence[Any], columns: Sequence[str]) -> None:
+def check_slice_columns(records: Sequence[Record | RecordError], columns: Sequence[str]) -> None:
     """Refuse a ``--slice-by`` column that no row has.
 
     Raises:

@@ -14,7 +14,13 @@ import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+from brrm.audit.summary import number, numbers, part
+from brrm.types.jsonvalue import JSONValue
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 STATUS_COLORS = {"ok": "#4c78a8", "A": "#4c78a8", "B": "#f58518", "tie": "#9d9d9d", "parse_failure": "#e45756",
                  "truncated": "#b279a2", "backend_error": "#ff9da6", "empty": "#bab0ac", "invalid_input": "#72b7b2",
@@ -22,6 +28,10 @@ STATUS_COLORS = {"ok": "#4c78a8", "A": "#4c78a8", "B": "#f58518", "tie": "#9d9d9
 
 FAILURES = ("parse_failure", "truncated", "backend_error", "empty")
 """Statuses drawn as failure rates (over judged rows), next to the invalid-input rate (over all rows)."""
+
+
+Figures = Mapping[str, JSONValue]
+"""A part of the JSON summary (:func:`brrm.audit.summary.build_summary`): its figures by name."""
 
 
 @dataclass(frozen=True)
@@ -34,11 +44,11 @@ class Plot:
     data_uri: str
 
 
-def plots_for(summary: Mapping[str, Any]) -> list[Plot]:
+def plots_for(summary: Figures) -> list[Plot]:
     """Every plot of a summary: the overall ones for its shape, then one per ``--slice-by`` column."""
-    shape = summary["run"]["shape"]
-    overall = summary["overall"]
-    makers: dict[str, list[tuple[str, str, Callable[[Any, Mapping[str, Any]], None]]]] = {
+    shape = str(part(summary["run"])["shape"])
+    overall = part(summary["overall"])
+    makers: dict[str, list[tuple[str, str, Callable[[Axes, Figures], None]]]] = {
         "pairs": [("verdicts", "Verdicts and statuses", _verdicts),
                   ("p_a_histogram", "P(A ≻ B) histogram (ok judgments)", _p_histogram),
                   ("dimensions", "Turn-1 dimension frequencies", _dimensions),
@@ -55,35 +65,39 @@ def plots_for(summary: Mapping[str, Any]) -> list[Plot]:
     }
     out = [_draw(pid, title, fn, overall) for pid, title, fn in makers[shape]
            if pid != "failure_rates" or any_failure(overall)]  # all zero: the overview says so in a sentence
-    for col, data in summary["slices"].items():
-        out.append(_draw(f"slice:{col}", f"By {col}", functools.partial(_slice, shape=shape), data["values"]))
+    for col, data in part(summary["slices"]).items():
+        out.append(_draw(f"slice:{col}", f"By {col}", functools.partial(_slice, shape=shape),
+                         part(part(data)["values"])))
     return out
 
 
-def reliability_plot(summary: Mapping[str, Any]) -> Plot | None:
+def reliability_plot(summary: Figures) -> Plot | None:
     """The reliability diagram of a pairwise audit with labelled pairs (None otherwise)."""
-    cal = summary["overall"].get("calibration") if summary["run"]["shape"] == "pairs" else None
-    if not cal or not cal["labelled"]:
+    cal = part(summary["overall"]).get("calibration") if part(summary["run"])["shape"] == "pairs" else None
+    if not cal or not part(cal)["labelled"]:
         return None
-    return _draw("reliability", "Reliability of P(A ≻ B) against the labels", _reliability, cal)
+    return _draw("reliability", "Reliability of P(A ≻ B) against the labels", _reliability, part(cal))
 
 
-def failure_values(f: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
-    """(labels, rates) of the failure chart: each failure status over judged rows, invalid input over all rows."""
+def failure_values(f: Figures) -> tuple[list[str], list[float | None]]:
+    """(labels, rates) of the failure chart: each failure status over judged rows, invalid input over all rows
+    (None: no rate)."""
     labels = [*FAILURES, "invalid_input"]
-    values = [f["rates"][k] for k in FAILURES] + [f["invalid_input_rate"]]
+    rates = part(f["rates"])
+    values = [number(rates[k]) for k in FAILURES] + [number(f["invalid_input_rate"])]
     if "judgments" in f:  # groups: failures inside the groups' judgments too
         labels += ["judgment parse_failure", "judgment truncated"]
-        values += [f["judgments"]["parse_failure_rate"], f["judgments"]["truncation_rate"]]
+        judgments = part(f["judgments"])
+        values += [number(judgments["parse_failure_rate"]), number(judgments["truncation_rate"])]
     return labels, values
 
 
-def any_failure(f: Mapping[str, Any]) -> bool:
+def any_failure(f: Figures) -> bool:
     """Whether any failure rate of the chart is above zero (None and NaN count as zero)."""
     return any(v for v in failure_values(f)[1] if v is not None and v == v)
 
 
-def _draw(pid: str, title: str, fn: Callable[[Any, Mapping[str, Any]], None], data: Mapping[str, Any]) -> Plot:
+def _draw(pid: str, title: str, fn: Callable[[Axes, Figures], None], data: Figures) -> Plot:
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -98,7 +112,7 @@ def _draw(pid: str, title: str, fn: Callable[[Any, Mapping[str, Any]], None], da
     return Plot(pid, title, f"{title} (plot)", uri)
 
 
-def _bars(ax: Any, labels: Sequence[str], values: Sequence[float], *, colors: Sequence[str] | None = None,
+def _bars(ax: Axes, labels: Sequence[str], values: Sequence[float | None], *, colors: Sequence[str] | None = None,
           ylabel: str = "", fmt: str = "{:g}") -> None:
     xs = range(len(labels))
     heights = [0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values]
@@ -113,24 +127,26 @@ def _bars(ax: Any, labels: Sequence[str], values: Sequence[float], *, colors: Se
         _empty(ax)
 
 
-def _empty(ax: Any, text: str = "nothing to show") -> None:
+def _empty(ax: Axes, text: str = "nothing to show") -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666")
 
 
-def _verdicts(ax: Any, f: Mapping[str, Any]) -> None:
-    labels = ["A", "B", "tie"] + [s for s in (*FAILURES, "invalid_input") if f["by_status"].get(s)]
-    values = [f["verdicts"][k] for k in ("A", "B", "tie")] + [f["by_status"][s] for s in labels[3:]]
+def _verdicts(ax: Axes, f: Figures) -> None:
+    by_status, verdicts = part(f["by_status"]), part(f["verdicts"])
+    labels = ["A", "B", "tie"] + [s for s in (*FAILURES, "invalid_input") if by_status.get(s)]
+    values = [number(verdicts[k]) for k in ("A", "B", "tie")] + [number(by_status[s]) for s in labels[3:]]
     _bars(ax, labels, values, colors=[STATUS_COLORS[k] for k in labels], ylabel="rows")
 
 
-def _statuses(ax: Any, f: Mapping[str, Any]) -> None:
-    labels = list(f["by_status"])
-    _bars(ax, labels, [f["by_status"][k] for k in labels], colors=[STATUS_COLORS.get(k, "#4c78a8") for k in labels],
+def _statuses(ax: Axes, f: Figures) -> None:
+    by_status = part(f["by_status"])
+    labels = list(by_status)
+    _bars(ax, labels, [number(by_status[k]) for k in labels], colors=[STATUS_COLORS.get(k, "#4c78a8") for k in labels],
           ylabel="rows")
 
 
-def _histogram(ax: Any, hist: Mapping[str, Any], xlabel: str) -> None:
-    edges, counts = hist["edges"], hist["counts"]
+def _histogram(ax: Axes, hist: Figures, xlabel: str) -> None:
+    edges, counts = numbers(hist["edges"]), numbers(hist["counts"])
     if not counts:
         _empty(ax, "no ok value")
         return
@@ -140,28 +156,30 @@ def _histogram(ax: Any, hist: Mapping[str, Any], xlabel: str) -> None:
     ax.set_ylabel("count")
 
 
-def _p_histogram(ax: Any, f: Mapping[str, Any]) -> None:
-    p = f["p_a"]
-    _histogram(ax, p.get("fine_histogram") or p["histogram"], "P(A ≻ B)")
-    if not p["histogram"]["counts"]:
+def _p_histogram(ax: Axes, f: Figures) -> None:
+    p = part(f["p_a"])
+    _histogram(ax, part(p.get("fine_histogram") or p["histogram"]), "P(A ≻ B)")
+    if not part(p["histogram"])["counts"]:
         return
     ax.axvline(0.5, color="#333333", linestyle=":", linewidth=1)
     ax.set_xlim(0, 1)
-    values = p.get("values") or []
+    values = numbers(p.get("values") or [])
     if values:  # every value as a tick under the bars: eight values near 0.5 show as eight ticks
-        top = max(p.get("fine_histogram", p["histogram"])["counts"])
+        top = max(numbers(part(p.get("fine_histogram", p["histogram"]))["counts"]))
         ax.plot(values, [-0.06 * top] * len(values), "|", color="#e45756", markersize=9, alpha=0.7,
                 label=f"each value (n={len(values)})")
         ax.set_ylim(-0.12 * top, 1.1 * top)
         ax.legend(fontsize=7, loc="upper left")
 
 
-def _reliability(ax: Any, cal: Mapping[str, Any]) -> None:
+def _reliability(ax: Axes, cal: Figures) -> None:
     ax.plot((0, 1), (0, 1), ls="--", color="#555555", lw=1, label="perfect calibration")
     series = [("raw", cal["raw"], "#9d9d9d"), ("P(A ≻ B)", cal["measured"], "#4c78a8")] if cal["raw"] else \
         [("P(A ≻ B)", cal["measured"], "#4c78a8")]
-    for name, m, color in series:
-        pts = [(b["mean_p"], b["frac_a"], b["n"]) for b in m["bins"] if b["n"]]
+    for name, measured, color in series:
+        m = part(measured)
+        bins = [part(b) for b in m["bins"]] if isinstance(m["bins"], list) else []
+        pts = [(numbers([b["mean_p"]])[0], numbers([b["frac_a"]])[0], b["n"]) for b in bins if b["n"]]
         ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "-o", color=color, markersize=4,
                 label=f"{name}: ECE {m['ece']:.3f}, Brier {m['brier']:.3f}, n {m['n']}")
         for x, y, n in pts:
@@ -171,34 +189,35 @@ def _reliability(ax: Any, cal: Mapping[str, Any]) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
-def _reward_histogram(ax: Any, f: Mapping[str, Any]) -> None:
-    _histogram(ax, f["reward"]["histogram"], "reward")
+def _reward_histogram(ax: Axes, f: Figures) -> None:
+    _histogram(ax, part(part(f["reward"])["histogram"]), "reward")
 
 
-def _dimensions(ax: Any, f: Mapping[str, Any]) -> None:
-    freq = f["dimensions"]["frequencies"]
+def _dimensions(ax: Axes, f: Figures) -> None:
+    freq = part(part(f["dimensions"])["frequencies"])
     if not freq:
         _empty(ax, "no turn-1 dimensions (scalar model, or no judgment reached turn 1)")
         return
     names = list(freq)[::-1]
-    ax.barh(range(len(names)), [freq[n] for n in names], color="#54a24b")
+    ax.barh(range(len(names)), [number(freq[n]) or 0.0 for n in names], color="#54a24b")
     ax.set_yticks(range(len(names)), names)
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of judgments choosing it")
 
 
-def _position(ax: Any, f: Mapping[str, Any]) -> None:
-    p = f["position"]
+def _position(ax: Axes, f: Figures) -> None:
+    p = part(f["position"])
     if not p["applies"]:
         _empty(ax, "not applicable: a scalar model's verdict does not depend on the order")
         return
-    _bars(ax, ["swap consistency", "first-shown win rate"], [p["consistency_rate"], p["first_shown_win_rate"]],
+    _bars(ax, ["swap consistency", "first-shown win rate"],
+          [number(p["consistency_rate"]), number(p["first_shown_win_rate"])],
           ylabel="rate", fmt="{:.3f}")
     ax.axhline(0.5, color="#333333", linestyle=":", linewidth=1)
     ax.set_ylim(0, 1.1)
 
 
-def _failures(ax: Any, f: Mapping[str, Any]) -> None:
+def _failures(ax: Axes, f: Figures) -> None:
     labels, values = failure_values(f)
     _bars(ax, labels, values, colors=[STATUS_COLORS.get(k.split()[-1], "#4c78a8") for k in labels], ylabel="rate",
           fmt="{:.3f}")
@@ -206,24 +225,26 @@ def _failures(ax: Any, f: Mapping[str, Any]) -> None:
     ax.set_ylim(0, max(0.05, 1.2 * max(finite, default=0.0)))
 
 
-def _best_position(ax: Any, f: Mapping[str, Any]) -> None:
-    best = f["best_position"]
-    _bars(ax, [f"#{k}" for k in best], list(best.values()), ylabel="groups")
+def _best_position(ax: Axes, f: Figures) -> None:
+    best = part(f["best_position"])
+    _bars(ax, [f"#{k}" for k in best], [number(v) for v in best.values()], ylabel="groups")
 
 
-def _slice(ax: Any, values: Mapping[str, Mapping[str, Any]], shape: str) -> None:
-    names = list(values)
+def _slice(ax: Axes, slices: Figures, shape: str) -> None:
+    names = list(slices)
+    values = [part(v) for v in slices.values()]
+
+    def rates(figure: str, name: str) -> list[float | None]:
+        return [number(part(v[figure])[name]) for v in values]
+
     if shape == "pairs":
-        series = {"win rate of A": [v["win_rate_a"]["rate"] for v in values.values()],
-                  "accuracy": [v["agreement"]["accuracy"] for v in values.values()],
-                  "parse-failure rate": [v["rates"]["parse_failure"] for v in values.values()],
-                  "truncation rate": [v["rates"]["truncated"] for v in values.values()]}
+        series = {"win rate of A": rates("win_rate_a", "rate"), "accuracy": rates("agreement", "accuracy"),
+                  "parse-failure rate": rates("rates", "parse_failure"), "truncation rate": rates("rates", "truncated")}
     else:
-        series = {"truncation rate": [v["rates"]["truncated"] for v in values.values()],
-                  "backend-error rate": [v["rates"]["backend_error"] for v in values.values()],
-                  "invalid-input rate": [v["invalid_input_rate"] for v in values.values()]}
+        series = {"truncation rate": rates("rates", "truncated"), "backend-error rate": rates("rates", "backend_error"),
+                  "invalid-input rate": [number(v["invalid_input_rate"]) for v in values]}
         if shape == "groups":
-            series["judgment parse-failure rate"] = [v["judgments"]["parse_failure_rate"] for v in values.values()]
+            series["judgment parse-failure rate"] = rates("judgments", "parse_failure_rate")
     width = 0.8 / len(series)
     for k, (label, ys) in enumerate(series.items()):
         ax.bar([x + k * width for x in range(len(names))], [0.0 if y is None else y for y in ys], width=width,

@@ -16,11 +16,11 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from brrm.audit.plots import any_failure, plots_for, reliability_plot
-from brrm.audit.summary import AuditRow
+from brrm.audit.summary import AuditRow, SummaryOptions, entries, number, part
 from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Verdict
+from brrm.types.jsonvalue import JSONValue
 
 REPORT_FILE = "report.html"
 TEMPLATE = "report.html.j2"
@@ -30,11 +30,12 @@ PROBES_FILE = "probes.json"
 """Robustness probes of the folder (``brrm audit --probes``: a :class:`brrm.probes.ProbeReport` as JSON)."""
 
 
-def write_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], directory: Path, options: Any) -> Path:
+def write_report(summary: Mapping[str, JSONValue], rows: Sequence[AuditRow], directory: Path,
+                 options: SummaryOptions) -> Path:
     """Render the report of a run into ``directory/report.html`` (atomically: a temporary file renamed), with the
     folder's robustness probes (``probes.json``) when there are any."""
     probes_path = Path(directory) / PROBES_FILE
-    probes = json.loads(probes_path.read_text(encoding="utf-8")) if probes_path.is_file() else None
+    probes = part(json.loads(probes_path.read_text(encoding="utf-8"))) if probes_path.is_file() else None
     html = render_report(summary, rows, max_flagged=options.max_flagged, probes=probes)
     path = Path(directory) / REPORT_FILE
     tmp = path.with_suffix(".html.tmp")
@@ -43,8 +44,8 @@ def write_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], directory
     return path
 
 
-def render_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], *, max_flagged: int = 200,
-                  probes: Mapping[str, Any] | None = None) -> str:
+def render_report(summary: Mapping[str, JSONValue], rows: Sequence[AuditRow], *, max_flagged: int = 200,
+                  probes: Mapping[str, JSONValue] | None = None) -> str:
     """The report's HTML text (with a robustness section when ``probes``, a ``ProbeReport.to_dict()``, is given)."""
     import jinja2
 
@@ -54,11 +55,12 @@ def render_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], *, max_f
     env.filters["pct"] = fmt_pct
     env.filters["when"] = fmt_time
     flagged = [r for r in rows if r.flags]
-    shape = summary["run"]["shape"]
+    shape = str(part(summary["run"])["shape"])
     return env.get_template(TEMPLATE).render(
         s=summary, shape=shape, plots=plots_for(summary), calibration=reliability_plot(summary),
-        overview=overview(summary["overall"], shape) + findings(summary, shape),
-        slices=[(col, data, slice_table(data["values"], shape)) for col, data in summary["slices"].items()],
+        overview=overview(part(summary["overall"]), shape) + findings(summary, shape),
+        slices=[(col, data, slice_table(part(part(data)["values"]), shape))
+                for col, data in part(summary["slices"]).items()],
         flagged=[flagged_view(r, shape) for r in flagged[:max_flagged]], flagged_total=len(flagged),
         invalid=[r for r in rows if r.status == "invalid_input"],
         probes=probes, probe_rows=probe_rows(probes) if probes else [],
@@ -66,116 +68,138 @@ def render_report(summary: Mapping[str, Any], rows: Sequence[AuditRow], *, max_f
         provenance_json=json.dumps(summary["provenance"], indent=1, ensure_ascii=False))
 
 
-def probe_rows(probes: Mapping[str, Any]) -> list[list[str]]:
+def probe_rows(probes: Mapping[str, JSONValue]) -> list[list[str]]:
     """One table row per probe: name, what it does, flip rate [interval], pairs, failed, P(target) shift
-    [interval], reward shift, share of flips toward the target, the most moved ids."""
+    [interval], reward shift, share of flips toward the target, the most moved ids (``probes``: a
+    :meth:`brrm.probes.ProbeReport.to_dict`)."""
 
-    def ci(iv: Mapping[str, Any] | None) -> str:
+    def ci(value: JSONValue) -> str:
+        iv = part(value) if value else None
         if not iv or iv.get("value") is None:
             return "n/a"
-        value, low, high = (0.0 if abs(iv[k]) < 5e-4 else iv[k] for k in ("value", "low", "high"))  # no "-0.000"
-        return f"{fmt_num(value)} [{fmt_num(low)}, {fmt_num(high)}]"
+        value, low, high = (0.0 if abs(x) < 5e-4 else x for x in (_bound(iv[k]) for k in ("value", "low", "high")))
+        return f"{fmt_num(value)} [{fmt_num(low)}, {fmt_num(high)}]"  # no "-0.000" above
 
-    return [[p["probe"], p["description"], ci(p["flip_rate"]), str(p["flip_rate"]["n"]), str(p["failed"]),
-             ci(p["p_shift"]), ci(p.get("reward_shift")), fmt_num(p.get("toward_target"), 2),
-             ", ".join(f"{m['id']} ({m['original']}→{m['variant']})" for m in p["most_moved"] if m["flipped"])
-             or "none flipped"] for p in probes["probes"]]
+    rows = []
+    for p in map(part, entries(probes["probes"])):
+        moved = [part(m) for m in entries(p["most_moved"])]
+        rows.append([str(p["probe"]), str(p["description"]), ci(p["flip_rate"]), str(part(p["flip_rate"])["n"]),
+                     str(p["failed"]), ci(p["p_shift"]), ci(p.get("reward_shift")), fmt_num(p.get("toward_target"), 2),
+                     ", ".join(f"{m['id']} ({m['original']}→{m['variant']})" for m in moved if m["flipped"])
+                     or "none flipped"])
+    return rows
 
 
-def fmt_num(x: Any, digits: int = 3) -> str:
+def _bound(value: JSONValue) -> float:
+    """An interval's value or bound (a number: the interval has items)."""
+    x = number(value)
+    if x is None:
+        raise TypeError("an interval with a value has numeric bounds")
+    return x
+
+
+def fmt_num(x: object, digits: int = 3) -> str:
     """A number for a table cell; ``n/a`` for None/NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def fmt_time(x: Any) -> str:
+def fmt_time(x: float | None) -> str:
     """A Unix time as ``YYYY-MM-DD HH:MM:SS UTC``; ``n/a`` for None."""
     import time
 
     return "n/a" if x is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(x))
 
 
-def fmt_pct(x: Any) -> str:
+def fmt_pct(x: JSONValue) -> str:
     """A rate as a percentage; ``n/a`` for None/NaN."""
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+    rate = number(x)
+    return "n/a" if rate is None or math.isnan(rate) else f"{100 * rate:.1f}%"
 
 
-def overview(f: Mapping[str, Any], shape: str) -> list[tuple[str, str]]:
-    """(figure, value) rows of the overview table."""
+def overview(f: Mapping[str, JSONValue], shape: str) -> list[tuple[str, str]]:
+    """(figure, value) rows of the overview table (``f``: the summary's ``overall`` figures)."""
     rows = [("rows", str(f["rows"])), ("judged", str(f["judged"])),
-            ("by status", ", ".join(f"{k} {v}" for k, v in f["by_status"].items())),
+            ("by status", ", ".join(f"{k} {v}" for k, v in part(f["by_status"]).items())),
             ("invalid-input rate (of rows)", fmt_pct(f["invalid_input_rate"]))]
-    rows += [(f"{k.replace('_', '-')} rate (of judged)", fmt_pct(v)) for k, v in f["rates"].items()]
+    rows += [(f"{k.replace('_', '-')} rate (of judged)", fmt_pct(v)) for k, v in part(f["rates"]).items()]
     if shape == "pairs":
-        w, a, p = f["win_rate_a"], f["agreement"], f["position"]
+        w, a, p, pa = part(f["win_rate_a"]), part(f["agreement"]), part(f["position"]), part(f["p_a"])
         rows += [("verdicts", f"A {w['A']}, B {w['B']}, tie {w['tie']}"),
                  ("adjusted win rate of A ((A + ½·tie) / ok)", fmt_num(w["rate"])),
-                 ("mean P(A ≻ B)", f"{fmt_num(f['p_a']['mean'])} over {f['p_a']['measured']} measured"),
+                 ("mean P(A ≻ B)", f"{fmt_num(pa['mean'])} over {pa['measured']} measured"),
                  ("accuracy vs labels", f"{fmt_num(a['accuracy'])} ({a['correct']}/{a['labelled_ok']} labelled ok)"),
                  ("order-averaged accuracy (swap)", fmt_num(a["order_averaged_accuracy"])),
                  ("swap consistency", f"{fmt_num(p['consistency_rate'])} ({p['consistent']}/{p['swapped']})"),
                  ("first-shown win rate (0.5 = no position bias)",
                   f"{fmt_num(p['first_shown_win_rate'])} ({p['first_shown_wins']}/{p['decided']})")]
     elif shape == "single":
-        r = f["reward"]
+        r = part(f["reward"])
         rows += [("scored", str(f["scored"])), ("inputs cut to fit", str(f["truncated_inputs"])),
                  ("reward mean ± std", f"{fmt_num(r['mean'])} ± {fmt_num(r['std'])}"),
                  ("reward min / median / max", f"{fmt_num(r['min'])} / {fmt_num(r['median'])} / {fmt_num(r['max'])}")]
         rows += [(f"mean reward under “{p}”", f"{fmt_num(v['mean'])} ({v['scored']})")
-                 for p, v in f["by_principle"].items()]
+                 for p, v in ((p, part(v)) for p, v in part(f["by_principle"]).items())]
     else:
-        j = f["judgments"]
+        j = part(f["judgments"])
         rows += [("responses", str(f["responses"])), ("judgments", str(j["total"])),
-                 ("failed judgments", str(j["failed"])), ("mean reward", fmt_num(f["reward"]["mean"]))]
+                 ("failed judgments", str(j["failed"])), ("mean reward", fmt_num(part(f["reward"])["mean"]))]
     return rows
 
 
-def findings(summary: Mapping[str, Any], shape: str) -> list[tuple[str, str]]:
+def findings(summary: Mapping[str, JSONValue], shape: str) -> list[tuple[str, str]]:
     """Overview rows beside the figures: failures in a sentence when there are none, flag counts, the reasons
     flagged rows give (counted), and calibration against the labels (pairs)."""
-    f, flagged = summary["overall"], summary["flagged"]
+    f, flagged = part(summary["overall"]), part(summary["flagged"])
     rows = []
     if not any_failure(f):
         rows.append(("failures", "none: no parse failure, truncation, backend error, empty response or invalid row"))
-    counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in flagged["counts"].items() if v)
+    counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in part(flagged["counts"]).items() if v)
     rows.append(("flagged rows", f"{flagged['total']}" + (f" ({counts})" if counts else "")))
-    reasons = flagged.get("reasons") or {}
+    reasons = part(flagged.get("reasons") or {})
     if reasons:
         rows.append(("reasons of flagged rows", "; ".join(f"“{k}” × {v}" for k, v in reasons.items())))
-    cal = f.get("calibration") if shape == "pairs" else None
+    found = f.get("calibration") if shape == "pairs" else None
+    cal = part(found) if found else None
     if cal and cal["labelled"]:
-        rows.append(("calibration vs labels", _calibration_text(cal["measured"], cal["labelled"])))
+        rows.append(("calibration vs labels", _calibration_text(part(cal["measured"]), cal["labelled"])))
         if cal["raw"]:
-            rows.append((f"before calibration {cal['calibration']}", _calibration_text(cal["raw"], cal["labelled"])))
+            rows.append((f"before calibration {cal['calibration']}",
+                         _calibration_text(part(cal["raw"]), cal["labelled"])))
     return rows
 
 
-def _calibration_text(m: Mapping[str, Any], n: int) -> str:
+def _calibration_text(m: Mapping[str, JSONValue], n: JSONValue) -> str:
     return (f"ECE {fmt_num(m['ece'])}, Brier {fmt_num(m['brier'])}, log loss {fmt_num(m['log_loss'])} over {n} "
             "labelled ok judgments (10 equal-width bins of P(A≻B))")
 
 
-def slice_table(values: Mapping[str, Mapping[str, Any]], shape: str) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of one slice column's table."""
+def slice_table(values: Mapping[str, JSONValue], shape: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of one slice column's table (``values``: slice value -> its figures)."""
+    figures = {v: part(f) for v, f in values.items()}
     if shape == "pairs":
         head = ["value", "rows", "judged", "A", "B", "tie", "win rate A", "accuracy", "consistency",
                 "parse failures", "truncated", "invalid"]
-        body = [[v, str(f["rows"]), str(f["judged"]), str(f["win_rate_a"]["A"]), str(f["win_rate_a"]["B"]),
-                 str(f["win_rate_a"]["tie"]), fmt_num(f["win_rate_a"]["rate"]), fmt_num(f["agreement"]["accuracy"]),
-                 fmt_num(f["position"]["consistency_rate"]), fmt_pct(f["rates"]["parse_failure"]),
-                 fmt_pct(f["rates"]["truncated"]), fmt_pct(f["invalid_input_rate"])] for v, f in values.items()]
+        body = []
+        for v, f in figures.items():
+            w, rates = part(f["win_rate_a"]), part(f["rates"])
+            body.append([v, str(f["rows"]), str(f["judged"]), str(w["A"]), str(w["B"]), str(w["tie"]),
+                         fmt_num(w["rate"]), fmt_num(part(f["agreement"])["accuracy"]),
+                         fmt_num(part(f["position"])["consistency_rate"]), fmt_pct(rates["parse_failure"]),
+                         fmt_pct(rates["truncated"]), fmt_pct(f["invalid_input_rate"])])
     else:
         head = ["value", "rows", "judged", "mean reward", "truncated", "backend errors", "invalid"]
-        body = [[v, str(f["rows"]), str(f["judged"]), fmt_num(f["reward"]["mean"]), fmt_pct(f["rates"]["truncated"]),
-                 fmt_pct(f["rates"]["backend_error"]), fmt_pct(f["invalid_input_rate"])] for v, f in values.items()]
+        body = [[v, str(f["rows"]), str(f["judged"]), fmt_num(part(f["reward"])["mean"]),
+                 fmt_pct(part(f["rates"])["truncated"]), fmt_pct(part(f["rates"])["backend_error"]),
+                 fmt_pct(f["invalid_input_rate"])] for v, f in figures.items()]
     return head, body
 
 
-def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
+def flagged_view(row: AuditRow, shape: str) -> dict[str, object]:
     """What the flagged-items table shows of one row (plain strings; the template escapes them)."""
     rec = row.record or {}
-    view: dict[str, Any] = {"line": row.line, "id": row.record_id, "flags": ", ".join(row.flags),
+    view: dict[str, object] = {"line": row.line, "id": row.record_id, "flags": ", ".join(row.flags),
                             "status": row.status, "reason": row.reason, "verdict": "", "texts": [], "turns": [],
                             "dimensions": "", "conversation": _conversation(rec)}
     res = row.result
@@ -185,10 +209,12 @@ def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
         view["texts"] = [("Response A", rec.get("response_a", "")), ("Response B", rec.get("response_b", "")),
                          ("Analysis of A (turn 1)", res.analysis_a), ("Analysis of B (turn 1)", res.analysis_b)]
         orders = res.sub_judgments or (res,)
+        turns: list[tuple[str, str]] = []
         for pos, (sj, shown) in enumerate(res.ordered_judgments()):
             name = "" if not res.sub_judgments else "forward (A first)" if shown is Verdict.A else "reversed (B first)"
             name += f" sample {pos % res.samples + 1}" if res.samples > 1 else ""
-            view["turns"] += [(f"Turn 1 {name}".strip(), sj.turn1_text), (f"Turn 2 {name}".strip(), sj.turn2_text)]
+            turns += [(f"Turn 1 {name}".strip(), sj.turn1_text), (f"Turn 2 {name}".strip(), sj.turn2_text)]
+        view["turns"] = turns
         view["dimensions"] = " | ".join(dict.fromkeys(d for sj in orders for d in sj.dimensions))
     elif isinstance(res, ScalarReward):
         view["verdict"] = f"reward {fmt_num(res.reward)}" + (f"; cut {res.truncated_tokens} tokens" if res.truncated
@@ -198,8 +224,10 @@ def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
     elif isinstance(res, GroupResult):
         view["verdict"] = (f"ranking {' > '.join(f'#{k}' for k in res.ranking) or 'none'}; failed judgments "
                            f"{res.failed}")
+        responses = rec.get("responses", [])
+        assert isinstance(responses, list), responses
         view["texts"] = [(f"Response #{k} (reward {fmt_num(r.reward)})", text)
-                         for k, (text, r) in enumerate(zip(rec.get("responses", []), res.rewards, strict=True))]
+                         for k, (text, r) in enumerate(zip(responses, res.rewards, strict=True))]
         bad = [j for j in res.judgments if not j.ok or j.consistent is False]
         view["turns"] = [(f"Judgment {k}: {j.status.value} {j.reason}".strip(), j.turn2_text or j.turn1_text)
                          for k, j in enumerate(bad[:6])]
@@ -207,6 +235,7 @@ def flagged_view(row: AuditRow, shape: str) -> dict[str, Any]:
     return view
 
 
-def _conversation(rec: Mapping[str, Any]) -> str:
+def _conversation(rec: Mapping[str, object]) -> str:
     msgs = rec.get("conversation") or []
-    return "\n\n".join(f"[{m.get('role', '?')}] {m.get('content', '')}" for m in msgs)
+    assert isinstance(msgs, list), msgs  # normalize() wrote the conversation's messages
+    return "\n\n".join(f"[{m.get('role', '?')}] {m.get('content', '')}" for m in map(part, msgs))

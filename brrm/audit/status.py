@@ -8,10 +8,9 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 from brrm.audit.runner import format_seconds, progress_line
-from brrm.audit.store import AuditStore, pid_alive
+from brrm.audit.store import AuditStore, RunRecord, pid_alive
 
 
 def status_text(directory: str | Path) -> str:
@@ -44,7 +43,7 @@ def status_text(directory: str | Path) -> str:
         return "\n".join(lines)
 
 
-def _state(run: dict[str, Any]) -> str:
+def _state(run: RunRecord) -> str:
     if run["state"] != "running":
         return run["state"]
     if run["host"] == socket.gethostname() and not pid_alive(run["pid"]):

@@ -36,10 +36,47 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from brrm.audit.plan import AuditItem
 from brrm.errors import ConfigError
+from brrm.types.jsonvalue import JSONDict, JSONValue
+
+_T = TypeVar("_T")
+
+SQLValue = str | int | float | None
+"""A value SQLite stores in a column."""
+
+
+class RunRecord(TypedDict):
+    """One run of the store (:meth:`AuditStore.runs`): the ``runs`` table's columns, ``argv`` and ``provenance``
+    decoded. Times are Unix seconds; ``finished_at`` is None until the run ends, ``config_hash`` until the judge is
+    known, ``pending`` until the plan is counted."""
+
+    run_id: int
+    state: str
+    started_at: float
+    updated_at: float
+    finished_at: float | None
+    pid: int
+    host: str
+    input: str
+    shape: str
+    config_hash: str | None
+    total: int
+    pending: int | None
+    argv: list[str]
+    provenance: JSONDict
+    message: str
+
+
+class RunProgress(TypedDict):
+    """Counts of a run (:meth:`AuditStore.progress`)."""
+
+    total: int
+    done: int
+    by_status: dict[str, int]
+    judged_this_run: int
 
 STORE_FILE = "audit.sqlite"
 """The store's file name inside the audit folder."""
@@ -98,8 +135,8 @@ class StoredResult:
     config_hash: str
     status: str
     reason: str
-    result: dict[str, Any]
-    record: dict[str, Any]
+    result: JSONDict
+    record: JSONDict
     run_id: int | None
 
 
@@ -180,7 +217,7 @@ class AuditStore:
             raise ConfigError(f"{self.path} was written by another brrm version (schema {row and row[0]!r}, this "
                               f"brrm reads {SCHEMA_VERSION!r}); use a new --output folder")
 
-    def _retry(self, fn: Callable[[], Any]) -> Any:
+    def _retry(self, fn: Callable[[], _T]) -> _T:
         delay = 0.05
         for attempt in range(RETRIES):
             try:
@@ -192,10 +229,10 @@ class AuditStore:
                 delay *= 2
         raise AssertionError("unreachable")
 
-    def _write(self, fn: Callable[[sqlite3.Cursor], Any]) -> Any:
+    def _write(self, fn: Callable[[sqlite3.Cursor], _T]) -> _T:
         """Run ``fn(cursor)`` in one ``BEGIN IMMEDIATE`` transaction (all or nothing), retried when locked."""
 
-        def attempt() -> Any:
+        def attempt() -> _T:
             cur = self.conn.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
@@ -219,7 +256,7 @@ class AuditStore:
         self.close()
 
     # ------------------------------------------------------------------------------------------ configs
-    def remember_config(self, config_hash: str, info: Mapping[str, Any], request_hash: str | None = None) -> None:
+    def remember_config(self, config_hash: str, info: Mapping[str, JSONValue], request_hash: str | None = None) -> None:
         """Record a configuration's JudgeInfo (and that ``request_hash`` produced it)."""
         now = time.time()
 
@@ -237,14 +274,18 @@ class AuditStore:
         row = self.conn.execute("SELECT config_hash FROM requests WHERE request_hash = ?", (request_hash,)).fetchone()
         return row[0] if row else None
 
-    def config_info(self, config_hash: str | None) -> dict[str, Any] | None:
+    def config_info(self, config_hash: str | None) -> JSONDict | None:
         """The JudgeInfo dict of a configuration, or None."""
         row = self.conn.execute("SELECT info FROM configs WHERE config_hash = ?", (config_hash,)).fetchone()
-        return json.loads(row[0]) if row else None
+        if not row:
+            return None
+        info = json.loads(row[0])
+        assert isinstance(info, dict), info  # remember_config writes a JSON object
+        return info
 
     # ------------------------------------------------------------------------------------------ runs
     def start_run(self, items: Sequence[AuditItem], *, shape: str, source: str, argv: Sequence[str],
-                  provenance: Mapping[str, Any], config_hash: str | None) -> int:
+                  provenance: Mapping[str, JSONValue], config_hash: str | None) -> int:
         """Record a new run and its plan (one transaction); returns its id. Runs of this host whose process is
         gone are marked ``killed`` first."""
         now = time.time()
@@ -267,7 +308,7 @@ class AuditStore:
 
         return int(self._write(write))
 
-    def update_run(self, run_id: int, **fields: Any) -> None:
+    def update_run(self, run_id: int, **fields: SQLValue) -> None:
         """Set ``state``, ``config_hash``, ``pending``, ``message`` or ``finished_at`` of a run (and its
         heartbeat)."""
         allowed = {"state", "config_hash", "pending", "message", "finished_at"}
@@ -281,18 +322,21 @@ class AuditStore:
         self._write(lambda cur: cur.execute(f"UPDATE runs SET {sets}{', ' if sets else ''}updated_at = ? "
                                             "WHERE run_id = ?", values))
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[RunRecord]:
         """Every run, oldest first, as dicts (``argv`` and ``provenance`` decoded)."""
         cur = self.conn.execute("SELECT * FROM runs ORDER BY run_id")
         names = [d[0] for d in cur.description]
         out = []
         for row in cur.fetchall():
-            run = dict(zip(names, row, strict=True))
-            run["argv"], run["provenance"] = json.loads(run["argv"]), json.loads(run["provenance"])
-            out.append(run)
+            r = dict(zip(names, row, strict=True))
+            out.append(RunRecord(
+                run_id=r["run_id"], state=r["state"], started_at=r["started_at"], updated_at=r["updated_at"],
+                finished_at=r["finished_at"], pid=r["pid"], host=r["host"], input=r["input"], shape=r["shape"],
+                config_hash=r["config_hash"], total=r["total"], pending=r["pending"], argv=json.loads(r["argv"]),
+                provenance=json.loads(r["provenance"]), message=r["message"]))
         return out
 
-    def run(self, run_id: int | None = None) -> dict[str, Any] | None:
+    def run(self, run_id: int | None = None) -> RunRecord | None:
         """One run (default: the latest), or None when there is none."""
         runs = self.runs()
         if run_id is None:
@@ -315,7 +359,7 @@ class AuditStore:
         return out
 
     def put_results(self, run_id: int | None, config_hash: str, shape: str,
-                    results: Sequence[tuple[AuditItem, Mapping[str, Any]]]) -> int:
+                    results: Sequence[tuple[AuditItem, Mapping[str, JSONValue]]]) -> int:
         """Write a batch of results in one transaction (idempotent upserts) and the run's heartbeat; returns
         the rows written or replaced (a finished row is never overwritten)."""
         now = time.time()
@@ -358,7 +402,7 @@ class AuditStore:
         return [RunRow(pos, line, rid, h, json.loads(slices), invalid, None if invalid else stored.get(h))
                 for pos, line, rid, h, slices, invalid in plan]
 
-    def progress(self, run_id: int) -> dict[str, Any]:
+    def progress(self, run_id: int) -> RunProgress:
         """Counts of a run: ``total`` planned rows, ``done`` (with a finished result or invalid), ``by_status``
         (invalid rows as ``invalid_input``), and ``judged_this_run`` (rows this run wrote)."""
         run = self.run(run_id)

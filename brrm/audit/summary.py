@@ -22,15 +22,24 @@ import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from brrm.audit.calib import calibration_figures
 from brrm.audit.codec import result_from_dict
 from brrm.audit.store import AuditStore
-from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Verdict, summarize, summarize_rewards
+from brrm.types import (
+    GroupResult,
+    JudgmentSummary,
+    PairwiseJudgment,
+    ScalarReward,
+    Verdict,
+    summarize,
+    summarize_rewards,
+)
+from brrm.types.jsonvalue import JSONDict, JSONValue
 
 SUMMARY_FILE = "summary.json"
 SUMMARY_SCHEMA = "brrm.audit.summary/1"
@@ -72,9 +81,9 @@ class AuditRow:
     slices: Mapping[str, str]
     status: str
     reason: str
-    record: Mapping[str, Any] | None
+    record: Mapping[str, JSONValue] | None
     result: PairwiseJudgment | ScalarReward | GroupResult | None
-    result_dict: Mapping[str, Any] | None
+    result_dict: Mapping[str, JSONValue] | None
     flags: tuple[str, ...] = ()
 
 
@@ -115,23 +124,44 @@ def _flag(row: AuditRow, low_margin: float) -> AuditRow:
     return AuditRow(**{**row.__dict__, "flags": tuple(dict.fromkeys(flags))})
 
 
-def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], options: Any) -> dict[str, Any]:
+class SummaryOptions(Protocol):
+    """What the summary reads of an audit's options (:class:`brrm.audit.runner.AuditOptions`)."""
+
+    @property
+    def shape(self) -> str: ...
+    @property
+    def strategy(self) -> str | None: ...
+    @property
+    def slice_by(self) -> Sequence[str]: ...
+    @property
+    def low_margin(self) -> float: ...
+    @property
+    def max_flagged(self) -> int: ...
+
+
+Figures = dict[str, object]
+"""Figures of some rows by name, before :func:`clean` makes them JSON (NaN floats, tuples)."""
+
+
+def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], options: SummaryOptions) -> JSONDict:
     """The JSON summary of a run (see the module docstring); NaN figures are ``null``."""
-    run = store.run(run_id) or {}
-    info = store.config_info(run.get("config_hash")) or {}
-    kind = info.get("kind", "")
+    found = store.run(run_id)
+    run: Mapping[str, object] = found or {}
+    provenance: dict[str, object] = {**(found["provenance"] if found else {}), "argv": run.get("argv")}
+    info = store.config_info(found["config_hash"] if found else None) or {}
+    kind = str(info.get("kind") or "")
     figures = _figures_fn(options.shape)
     flagged = [r for r in rows if r.flags]
     slices = {col: _slices(rows, col, figures, kind, options.shape) for col in options.slice_by}
     progress = store.progress(run_id)
-    return clean({
+    summary = clean({
         "schema": SUMMARY_SCHEMA,
         "run": {"run_id": run_id, "state": run.get("state"), "input": run.get("input"), "shape": options.shape,
                 "strategy": options.strategy, "config_hash": run.get("config_hash"), "rows": len(rows),
                 "valid_rows": sum(r.status != "invalid_input" for r in rows), "started_at": run.get("started_at"),
                 "judged_this_run": progress["judged_this_run"], "generated_at": time.time()},
         "judge": info,
-        "provenance": {**(run.get("provenance") or {}), "argv": run.get("argv")},
+        "provenance": provenance,
         "runs": [{k: r[k] for k in ("run_id", "state", "started_at", "finished_at", "pending", "message")}
                  for r in store.runs()],
         "thresholds": {"low_margin": options.low_margin},
@@ -142,6 +172,8 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
                     "items": [{"line": r.line, "id": r.record_id, "flags": list(r.flags), "reason": r.reason}
                               for r in flagged[:options.max_flagged]]},
     })
+    assert isinstance(summary, dict)
+    return summary
 
 
 def flag_reasons(flagged: Sequence[AuditRow], top: int = 12) -> dict[str, int]:
@@ -150,7 +182,51 @@ def flag_reasons(flagged: Sequence[AuditRow], top: int = 12) -> dict[str, int]:
     return dict(counts.most_common(top))
 
 
-def write_summary(summary: Mapping[str, Any], directory: Path) -> Path:
+def part(value: JSONValue) -> Mapping[str, JSONValue]:
+    """A JSON object of the summary (see the module docstring), for readers (the report, the plots).
+
+    Raises:
+        TypeError: for another value (a summary of another shape: a programming error).
+    """
+    if not isinstance(value, dict):
+        raise TypeError(f"the audit summary has {value!r} where an object belongs")
+    return value
+
+
+def entries(value: JSONValue) -> list[JSONValue]:
+    """A JSON list of the summary.
+
+    Raises:
+        TypeError: for another value.
+    """
+    if not isinstance(value, list):
+        raise TypeError(f"the audit summary has {value!r} where a list belongs")
+    return value
+
+
+def number(value: JSONValue) -> float | None:
+    """A number of the summary; None for null (a NaN figure).
+
+    Raises:
+        TypeError: for another value.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"the audit summary has {value!r} where a number belongs")
+    return float(value)
+
+
+def numbers(value: JSONValue) -> list[float]:
+    """A list of numbers of the summary, nulls as NaN.
+
+    Raises:
+        TypeError: for another value.
+    """
+    return [math.nan if (x := number(v)) is None else x for v in entries(value)]
+
+
+def write_summary(summary: Mapping[str, JSONValue], directory: Path) -> Path:
     """Write ``summary.json`` atomically (a temporary file renamed over it)."""
     path = Path(directory) / SUMMARY_FILE
     tmp = path.with_suffix(".json.tmp")
@@ -159,11 +235,12 @@ def write_summary(summary: Mapping[str, Any], directory: Path) -> Path:
     return path
 
 
-def _figures_fn(shape: str) -> Any:
+def _figures_fn(shape: str) -> Callable[[Sequence[AuditRow], str], Figures]:
     return {"pairs": pair_figures, "single": single_figures, "groups": group_figures}[shape]
 
 
-def _slices(rows: Sequence[AuditRow], col: str, figures: Any, kind: str, shape: str) -> dict[str, Any]:
+def _slices(rows: Sequence[AuditRow], col: str, figures: Callable[[Sequence[AuditRow], str], Figures], kind: str,
+            shape: str) -> Figures:
     by_value: dict[str, list[AuditRow]] = {}
     for r in rows:
         by_value.setdefault(r.slices.get(col, ""), []).append(r)
@@ -172,14 +249,22 @@ def _slices(rows: Sequence[AuditRow], col: str, figures: Any, kind: str, shape: 
     values = {v: figures(by_value[v], kind) for v in shown}
     if rest:
         values["(other)"] = figures([r for v in rest for r in by_value[v]], kind)
-    out: dict[str, Any] = {"values": values, "other_values": len(rest)}
+    out: Figures = {"values": values, "other_values": len(rest)}
     if shape == "pairs":
-        rated = [v for v in values if values[v]["win_rate_a"]["rate"] == values[v]["win_rate_a"]["rate"]]
-        out["ranked_by_win_rate_a"] = sorted(rated, key=lambda v: (-values[v]["win_rate_a"]["rate"], v))
+        rate = {v: _win_rate_a(values[v]) for v in values}
+        rated = [v for v in values if rate[v] == rate[v]]
+        out["ranked_by_win_rate_a"] = sorted(rated, key=lambda v: (-rate[v], v))
     return out
 
 
-def _counts(rows: Sequence[AuditRow]) -> dict[str, Any]:
+def _win_rate_a(figures: Figures) -> float:
+    """The ``win_rate_a`` rate of :func:`pair_figures` (NaN without ok judgments)."""
+    win = figures["win_rate_a"]
+    assert isinstance(win, dict) and isinstance(win["rate"], float | int), win
+    return float(win["rate"])
+
+
+def _counts(rows: Sequence[AuditRow]) -> Figures:
     by_status = Counter(r.status for r in rows)
     judged = len(rows) - by_status["invalid_input"] - by_status["pending"]
 
@@ -191,7 +276,7 @@ def _counts(rows: Sequence[AuditRow]) -> dict[str, Any]:
             "rates": {k: rate(k) for k in ("parse_failure", "truncated", "backend_error", "empty")}}
 
 
-def histogram(values: Sequence[float], low: float, high: float, bins: int = HIST_BINS) -> dict[str, Any]:
+def histogram(values: Sequence[float], low: float, high: float, bins: int = HIST_BINS) -> Figures:
     """Counts of ``values`` in ``bins`` equal bins over [low, high] (the last bin closed)."""
     if not values:
         return {"edges": [], "counts": []}
@@ -204,7 +289,7 @@ def histogram(values: Sequence[float], low: float, high: float, bins: int = HIST
     return {"edges": [low + k * width for k in range(bins + 1)], "counts": counts}
 
 
-def pair_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
+def pair_figures(rows: Sequence[AuditRow], kind: str) -> Figures:
     """Figures of pairwise rows (see the module docstring)."""
     judged = [r.result for r in rows if isinstance(r.result, PairwiseJudgment)]
     s = summarize(judged)
@@ -225,7 +310,7 @@ def pair_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
     return out
 
 
-def dimension_figures(judged: Sequence[PairwiseJudgment]) -> dict[str, Any]:
+def dimension_figures(judged: Sequence[PairwiseJudgment]) -> Figures:
     """How often turn 1 chose each dimension, over ordered judgments that chose any (each order under swap)."""
     ordered = [sj for j in judged for sj in (j.sub_judgments or (j,))]
     with_dims = [sj for sj in ordered if sj.dimensions]
@@ -236,7 +321,7 @@ def dimension_figures(judged: Sequence[PairwiseJudgment]) -> dict[str, Any]:
             "unknown": dict(unknown.most_common(20))}
 
 
-def position_figures(judged: Sequence[PairwiseJudgment], kind: str, s: Any) -> dict[str, Any]:
+def position_figures(judged: Sequence[PairwiseJudgment], kind: str, s: JudgmentSummary) -> Figures:
     """Swap consistency and the first-shown win rate (BR-RM only: a scalar model's verdict has no order)."""
     if kind and kind != "brrm":
         return {"applies": False, "swapped": 0, "consistent": 0, "consistency_rate": math.nan,
@@ -252,7 +337,7 @@ def position_figures(judged: Sequence[PairwiseJudgment], kind: str, s: Any) -> d
             "first_shown_win_rate": first / decided if decided else math.nan}
 
 
-def agreement_figures(judged: Sequence[PairwiseJudgment], s: Any) -> dict[str, Any]:
+def agreement_figures(judged: Sequence[PairwiseJudgment], s: JudgmentSummary) -> Figures:
     """Agreement with labels: accuracy over labelled ok judgments, order-averaged accuracy, label × verdict."""
     labelled = [j for j in judged if j.label is not Verdict.NONE]
     table: dict[str, dict[str, int]] = {}
@@ -264,13 +349,15 @@ def agreement_figures(judged: Sequence[PairwiseJudgment], s: Any) -> dict[str, A
             "order_averaged_accuracy": s.order_averaged_accuracy, "label_by_verdict": table}
 
 
-def single_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
+def single_figures(rows: Sequence[AuditRow], kind: str) -> Figures:
     """Figures of single-response rows: counts, reward distribution, truncation, per principle."""
     rewards = [r.result for r in rows if isinstance(r.result, ScalarReward)]
     s = summarize_rewards(rewards)
     values = [r.reward for r in rewards if r.ok]
     counts = _counts(rows)
-    counts["rates"]["truncated"] = s["truncated"] / len(rewards) if rewards else math.nan
+    rates = counts["rates"]
+    assert isinstance(rates, dict)
+    rates["truncated"] = s["truncated"] / len(rewards) if rewards else math.nan
     by_principle: dict[str, list[float]] = {}
     for r in rewards:
         if r.ok and r.principle:
@@ -284,7 +371,7 @@ def single_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
             "by_principle": {p: {"scored": len(v), "mean": statistics.fmean(v)} for p, v in by_principle.items()}}
 
 
-def group_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
+def group_figures(rows: Sequence[AuditRow], kind: str) -> Figures:
     """Figures of group rows: counts, rewards, where the best response stood, and their judgments' figures."""
     groups = [r.result for r in rows if isinstance(r.result, GroupResult)]
     judgments = [j for g in groups for j in g.judgments]
@@ -303,7 +390,7 @@ def group_figures(rows: Sequence[AuditRow], kind: str) -> dict[str, Any]:
             "position": position_figures(judgments, kind, s)}
 
 
-def clean(value: Any) -> Any:
+def clean(value: object) -> JSONValue:
     """JSON-ready: NaN/inf -> None, floats rounded to 6 digits, tuples -> lists."""
     if isinstance(value, float):
         return round(value, 6) if math.isfinite(value) else None
@@ -311,4 +398,6 @@ def clean(value: Any) -> Any:
         return {str(k): clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [clean(v) for v in value]
-    return value
+    if value is None or isinstance(value, str | int):  # bool is an int
+        return value
+    raise TypeError(f"the summary has a {type(value).__name__}, not a JSON value: {value!r}")

@@ -27,7 +27,6 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from brrm.bench.base import Benchmark, take
 from brrm.bench.core import (
@@ -45,7 +44,8 @@ from brrm.bench.core import (
 )
 from brrm.bench.data import data_root, read_files, require
 from brrm.errors import ConfigError
-from brrm.types import Status, Verdict
+from brrm.types import PairwiseJudgment, Status, Verdict
+from brrm.types.jsonvalue import JSONValue
 
 LABELS = {0: Verdict.A, 1: Verdict.B, 2: Verdict.TIE}
 """Auto-J's labels and outputs (in the frame shown) as verdicts."""
@@ -152,7 +152,7 @@ class AutoJ(Benchmark):
         return self.score(results)
 
     @staticmethod
-    def _outputs(path: Path, n: int) -> list[Any]:
+    def _outputs(path: Path, n: int) -> list[JSONValue]:
         lines = [ln for ln in require(path, "Auto-J prediction file").read_text(encoding="utf-8").splitlines()
                  if ln.strip()]
         if len(lines) != n:
@@ -160,7 +160,7 @@ class AutoJ(Benchmark):
         return [json.loads(ln).get("output") for ln in lines]
 
     @staticmethod
-    def _stored(value: Any, item_id: str) -> Any:
-        if value in LABELS and not isinstance(value, bool):
-            return ok_judgment(LABELS[value], item_id)
+    def _stored(value: JSONValue, item_id: str) -> PairwiseJudgment:
+        if isinstance(value, int | float) and not isinstance(value, bool) and value in LABELS:
+            return ok_judgment(LABELS[int(value)], item_id)
         return failed_judgment(Status.PARSE_FAILURE, f"stored output {value!r}", item_id)

@@ -12,21 +12,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from brrm.bench.core import BenchItem, Cost, ItemResult
 from brrm.bench.runner import Progress, Sink, is_pairwise
 from brrm.compose.strategies import judgments_per_group
+from brrm.types import RewardJudge
+from brrm.types.jsonvalue import JSONValue
 
 
-def planned(judge: Any, items: Sequence[BenchItem], strategy: str) -> int:
+def planned(judge: RewardJudge, items: Sequence[BenchItem], strategy: str) -> int:
     """Model calls a run makes: judgments (pairwise: the strategy's count per item) or scored completions."""
     if is_pairwise(judge):
         return sum(judgments_per_group(strategy, len(it.responses)) for it in items)
     return sum(len(it.responses) for it in items)
 
 
-def run(judge: Any, items: Sequence[BenchItem], *, strategy: str, seed: int = 0, progress: Progress = None,
+def run(judge: RewardJudge, items: Sequence[BenchItem], *, strategy: str, seed: int = 0, progress: Progress = None,
         sink: Sink = None, done: Mapping[str, ItemResult] | None = None) -> tuple[list[ItemResult], Cost]:
     """Score or rank every item's completions; results in item order (``rewards``: one per completion, in the
     item's order) and the cost of this run.
@@ -64,7 +65,7 @@ def run(judge: Any, items: Sequence[BenchItem], *, strategy: str, seed: int = 0,
                          "judgments" if pairwise else "rewards")
 
 
-def _score_chunk(judge: Any, part: list[BenchItem], progress: Progress, cost: list[int]) -> list[ItemResult]:
+def _score_chunk(judge: RewardJudge, part: list[BenchItem], progress: Progress, cost: list[int]) -> list[ItemResult]:
     convs = [it.conversation for it in part for _ in it.responses]
     texts = [r for it in part for r in it.responses]
     ids = [f"{it.id}#r{m}" for it in part for m in range(len(it.responses))]
@@ -79,7 +80,7 @@ def _score_chunk(judge: Any, part: list[BenchItem], progress: Progress, cost: li
     return out
 
 
-def _rank_chunk(judge: Any, part: list[BenchItem], strategy: str, seed: int, progress: Progress,
+def _rank_chunk(judge: RewardJudge, part: list[BenchItem], strategy: str, seed: int, progress: Progress,
                 cost: list[int]) -> list[ItemResult]:
     from brrm.bench.rewardbench2 import shuffled
 
@@ -92,7 +93,8 @@ def _rank_chunk(judge: Any, part: list[BenchItem], strategy: str, seed: int, pro
         back = [res.rewards[0]] * len(order)
         for shown, k in enumerate(order):
             back[k] = replace(res.rewards[shown], id=f"{it.id}#r{k}")
-        meta = {**it.meta, "strategy": strategy, "shown_order": order, "judgments": res.n_judgments}
+        meta: dict[str, JSONValue] = {**it.meta, "strategy": strategy, "shown_order": [k for k in order],
+                                      "judgments": res.n_judgments}
         out.append(ItemResult(replace(it, meta=meta), (), tuple(back)))
         cost[0] += res.n_judgments
         cost[1] += sum(j.generated_tokens for j in res.judgments)

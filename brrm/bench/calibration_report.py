@@ -14,10 +14,13 @@ import html
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.bench.core import BenchResult, ItemResult
 from brrm.types import Verdict
+
+if TYPE_CHECKING:
+    from brrm.calibration.fit import Metrics
 
 REPORT_FILE = "report.html"
 
@@ -37,7 +40,7 @@ def observations(results: Sequence[ItemResult]) -> tuple[list[float], list[float
     return p, raw, y
 
 
-def measure_results(results: Sequence[ItemResult]) -> list[tuple[str, Any]]:
+def measure_results(results: Sequence[ItemResult]) -> list[tuple[str, Metrics]]:
     """[(label, Metrics)]: ``P(A ≻ B)`` and, for a calibrated judge, ``raw``; empty when nothing to measure."""
     from brrm.calibration import measure
 
@@ -50,14 +53,14 @@ def measure_results(results: Sequence[ItemResult]) -> list[tuple[str, Any]]:
     return out
 
 
-def summary_line(metrics: Sequence[tuple[str, Any]]) -> str:
+def summary_line(metrics: Sequence[tuple[str, Metrics]]) -> str:
     """One line for the terminal (empty when nothing was measured)."""
     parts = [f"{label}: ECE {m.ece:.4f}, Brier {m.brier:.4f}, log loss {m.log_loss:.4f}" for label, m in metrics]
     return (f"calibration over {metrics[-1][1].n} labelled presentations (10 equal-width bins of P): "
             + "; ".join(parts)) if metrics else ""
 
 
-def write_report(folder: Path, result: BenchResult, metrics: Sequence[tuple[str, Any]]) -> Path:
+def write_report(folder: Path, result: BenchResult, metrics: Sequence[tuple[str, Metrics]]) -> Path:
     """``report.html``: the score table, then the calibration table and reliability diagram when measured."""
     from brrm.bench.report import table_lines
     from brrm.calibration.report import BINNING, STYLE, img_tag, metrics_table, reliability_png

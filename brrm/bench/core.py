@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from brrm.compose.pairwise import pairwise_from_rewards
 from brrm.compose.swap import combine, mirror
 from brrm.errors import ConfigError
-from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
+from brrm.types import ConversationLike, PairwiseJudgment, ScalarReward, Status, Verdict
+from brrm.types.jsonvalue import JSONValue
 
 ORDER_POLICIES = ("both", "given", "random")
 """How a benchmark presents each pair: ``both`` orders (each judged, each scored), the ``given`` order only, or
@@ -63,17 +63,50 @@ class BenchItem:
 
     id: str
     subset: str
-    conversation: Any
+    conversation: ConversationLike
     responses: tuple[str, ...]
     pairs: tuple[Pair, ...]
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, JSONValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for p in self.pairs:
             if max(p.i, p.j) >= len(self.responses):
                 raise ConfigError(f"item {self.id!r}: pair ({p.i}, {p.j}) but only {len(self.responses)} responses")
 
-    def to_dict(self) -> dict[str, Any]:
+    def meta_str(self, key: str) -> str:
+        """``meta[key]``, a string the benchmark put there.
+
+        Raises:
+            TypeError: when it is not a string (a benchmark that stored another value: a programming error).
+        """
+        value = self.meta[key]
+        if not isinstance(value, str):
+            raise TypeError(f"item {self.id!r}: meta[{key!r}] is {value!r}, not a string")
+        return value
+
+    def meta_int(self, key: str) -> int:
+        """``int(meta[key])`` of a number (or numeric string) the benchmark put there.
+
+        Raises:
+            TypeError: when it is not a number or a string; ValueError: a string that is not an integer.
+        """
+        value = self.meta[key]
+        if not isinstance(value, int | float | str):
+            raise TypeError(f"item {self.id!r}: meta[{key!r}] is {value!r}, not a number")
+        return int(value)
+
+    def meta_strs(self, key: str) -> list[str]:
+        """``meta[key]``, a list of strings the benchmark put there.
+
+        Raises:
+            TypeError: when it is not a list of strings.
+        """
+        value = self.meta[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"item {self.id!r}: meta[{key!r}] is {value!r}, not a list of strings")
+        return [str(v) for v in value]
+
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready, without the texts (the per-item output file keeps ids, labels and verdicts)."""
         return {"id": self.id, "subset": self.subset, "n_responses": len(self.responses),
                 "pairs": [[p.i, p.j, p.gold.value] for p in self.pairs], "meta": dict(self.meta)}
@@ -156,15 +189,15 @@ class Row:
     n: int
     ties: int = 0
     failures: int = 0
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, object] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready; an undefined figure (NaN, e.g. a kappa with one class) is ``null``."""
         return {"name": self.name, "score": json_ready(self.score), "n": self.n, "ties": self.ties,
                 "failures": self.failures, **({"extra": json_ready(dict(self.extra))} if self.extra else {})}
 
 
-def json_ready(value: Any) -> Any:
+def json_ready(value: object) -> object:
     """``value`` with every NaN float (nested in dicts and lists too) replaced by None (strict JSON has no NaN)."""
     if isinstance(value, float) and math.isnan(value):
         return None
@@ -193,7 +226,7 @@ class Cost:
     seconds: float
     unit: str = "judgments"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {self.unit: self.judgments, "generated_tokens": self.generated_tokens,
                 "prompt_tokens": self.prompt_tokens, "seconds": round(self.seconds, 3)}
 
@@ -218,7 +251,7 @@ class BenchResult:
     headline: str
     notes: tuple[str, ...] = ()
     cost: Cost | None = None
-    judge: Mapping[str, Any] = field(default_factory=dict)
+    judge: Mapping[str, object] = field(default_factory=dict)
 
     def row(self, name: str) -> Row:
         """The row called ``name``.
@@ -241,7 +274,7 @@ class BenchResult:
         """The headline row's score (percent)."""
         return self.row(self.headline).score
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"benchmark": self.benchmark, "metric": self.metric, "headline": self.headline,
                 "overall": json_ready(self.overall),
                 "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes),
@@ -300,19 +333,19 @@ def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values and not any(math.isnan(v) for v in values) else math.nan
 
 
-def row(name: str, score: float, results: Sequence[ItemResult], *, per_pair: bool = False, **extra: Any) -> Row:
+def row(name: str, score: float, results: Sequence[ItemResult], *, per_pair: bool = False, **extra: object) -> Row:
     """A :class:`Row` over ``results`` with its ties and failures counted (see :func:`tally`)."""
     ties, failures = tally(results, per_pair=per_pair)
     return Row(name, score, len(results), ties, failures, extra)
 
 
-def pair_row(name: str, score: float, results: Sequence[ItemResult], **extra: Any) -> Row:
+def pair_row(name: str, score: float, results: Sequence[ItemResult], **extra: object) -> Row:
     """A :class:`Row` whose ties and failures are counted per pair verdict (benchmarks scoring one verdict per
     pair, where ``orders="both"`` combines the two orders first)."""
     return row(name, score, results, per_pair=True, **extra)
 
 
-def group(results: Iterable[ItemResult], key: Any) -> dict[str, list[ItemResult]]:
+def group(results: Iterable[ItemResult], key: Callable[[ItemResult], str]) -> dict[str, list[ItemResult]]:
     """Results grouped by ``key(result)``, groups in first-seen order."""
     out: dict[str, list[ItemResult]] = {}
     for r in results:

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from brrm.errors import ConfigError
@@ -48,7 +49,7 @@ def require(path: Path, what: str) -> Path:
     return path
 
 
-def _quiet() -> Any:
+def _quiet() -> ModuleType:
     import datasets
 
     datasets.disable_progress_bars()
@@ -111,7 +112,7 @@ _SOURCE_FIELD = re.compile(r"^- \*\*(Repository|Commit):\*\*\s*(\S+)", re.MULTIL
 
 
 def data_revision(folder: str | None, *, root: str | os.PathLike[str] | None = None,
-                  source: str | None = None) -> dict[str, Any]:
+                  source: str | None = None) -> dict[str, str | None]:
     """Which revision of a benchmark's data a run read, for the report and ``result.json``.
 
     Args:
@@ -149,7 +150,7 @@ def data_revision(folder: str | None, *, root: str | os.PathLike[str] | None = N
             "commit": fields.get("Commit", "").strip("`") or None, "from": str(notes)}
 
 
-def _hub_commit(repo: str) -> dict[str, Any]:
+def _hub_commit(repo: str) -> dict[str, str | None]:
     try:
         from huggingface_hub import try_to_load_from_cache
 

@@ -46,7 +46,7 @@ from brrm.bench.core import (
 )
 from brrm.bench.data import data_root, require
 from brrm.errors import ConfigError
-from brrm.types import Status, Verdict
+from brrm.types import PairwiseJudgment, Status, Verdict
 
 CATEGORIES = ("length bias", "concreteness", "empty reference", "content_continuation", "nested_instruction",
               "familiar knowledge preference bias")
@@ -120,11 +120,13 @@ class EvalBiasBench(Benchmark):
         by_cat = group(results, lambda r: r.item.subset)
         present = [c for c in CATEGORIES if c in by_cat]
         per = {c: figures(by_cat[c]) for c in present}
-        rows: list[Row] = [row(c, f["pair_accuracy"], by_cat[c], **_extra(f)) for c, f in per.items()]
+        rows: list[Row] = [row(c, f["pair_accuracy"], by_cat[c], single=f["single_accuracy"],
+                               agreement=f["pair_agreement_rate"]) for c, f in per.items()]
         macro = {k: mean([f[k] for f in per.values()]) for k in ("single_accuracy", "pair_accuracy",
                                                                     "pair_agreement_rate")}
         micro = figures(results) if results else {}
-        rows.append(row("Overall", macro["pair_accuracy"], results, **_extra(macro),
+        rows.append(row("Overall", macro["pair_accuracy"], results, single=macro["single_accuracy"],
+                        agreement=macro["pair_agreement_rate"],
                         micro_pair_accuracy=micro.get("pair_accuracy"),
                         micro_agreement=micro.get("pair_agreement_rate")))
         notes = ["score = pair accuracy (correct in both orders); agreement = swap-order consistency; a tie or "
@@ -151,11 +153,7 @@ class EvalBiasBench(Benchmark):
         return self.score(results)
 
 
-def _extra(f: Mapping[str, float]) -> dict[str, Any]:
-    return {"single": f["single_accuracy"], "agreement": f["pair_agreement_rate"]}
-
-
-def _stored(rec: Mapping[str, Any], key: str, item_id: str, swapped: bool) -> Any:
+def _stored(rec: Mapping[str, Any], key: str, item_id: str, swapped: bool) -> PairwiseJudgment:
     """A stored prediction as a judgment in its presented frame (4 or anything else: a parse failure)."""
     try:
         value = rec["result"][key]["prediction"]

@@ -46,6 +46,7 @@ from brrm.bench.data import data_root, read_files, require
 from brrm.compose import pairwise_from_rewards
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Provenance, SamplingConfig, ScalarReward, Status, Verdict
+from brrm.types.jsonvalue import JSONValue
 
 CATEGORIES = {
     "mmlu-pro": "Knowledge",
@@ -268,16 +269,16 @@ class JudgeBench(Benchmark):
             raise ConfigError(f"JudgeBench pair {rec.get('pair_id')!r}: label {label!r} is not A>B or B>A")
         category(str(rec["source"]))
         return BenchItem(str(rec["pair_id"]), subset, rec["question"], (rec["response_A"], rec["response_B"]),
-                         (Pair(0, 1, _VERDICTS[label]),), {"source": rec["source"], "label": label})
+                         (Pair(0, 1, _VERDICTS[label]),), {"source": str(rec["source"]), "label": label})
 
     def score(self, results: Sequence[ItemResult]) -> BenchResult:
         rows: list[Row] = []
         by_set = group(results, lambda r: r.item.subset)
         for subset in [s for s in self.subsets if s in by_set]:
             part = by_set[subset]
-            games = [(r.item.meta["source"], r.item.meta["label"], *self._games(r)) for r in part]
+            games = [(r.item.meta_str("source"), r.item.meta_str("label"), *self._games(r)) for r in part]
             got = scores(games)
-            by_cat = group(part, lambda r: category(r.item.meta["source"]))
+            by_cat = group(part, lambda r: category(r.item.meta_str("source")))
             rows += [row(f"{subset}/{name}", value, by_cat[name] if name != "Overall" else part)
                      for name, value in got.items()]
         headline = "gpt-4o/Overall" if "gpt-4o" in by_set else f"{next(iter(by_set))}/Overall"
@@ -307,9 +308,9 @@ class JudgeBench(Benchmark):
         return self.score(results)
 
     @staticmethod
-    def _stored(game: Any, item_id: str) -> PairwiseJudgment:
+    def _stored(game: JSONValue, item_id: str) -> PairwiseJudgment:
         value = (game or {}).get("decision") if isinstance(game, dict) or game is None else None
-        if value in _VERDICTS:
+        if isinstance(value, str) and value in _VERDICTS:
             return ok_judgment(_VERDICTS[value], item_id)
         return failed_judgment(Status.BACKEND_ERROR if game is None else Status.PARSE_FAILURE,
                                f"stored decision {value!r}", item_id)

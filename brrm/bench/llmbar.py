@@ -27,7 +27,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from brrm.bench.base import Benchmark, take
 from brrm.bench.core import (
@@ -105,7 +105,10 @@ def load_llmbar(subset: str, root: str | os.PathLike[str] | None = None) -> list
     return records
 
 
-def cohen_kappa(y1: Sequence[Any], y2: Sequence[Any]) -> float:
+_Label = TypeVar("_Label", int, str)
+
+
+def cohen_kappa(y1: Sequence[_Label], y2: Sequence[_Label]) -> float:
     """Cohen's kappa of two label sequences, computed as ``sklearn.metrics.cohen_kappa_score`` does (the same
     confusion matrix, expected matrix and weights, so values match it bit for bit); NaN when undefined.
 
@@ -136,7 +139,7 @@ def _winner(verdict: Verdict) -> str | None:
 
 
 def official_statistics(labels: Sequence[str], first: Sequence[str | None],
-                        second: Sequence[str | None]) -> dict[str, Any]:
+                        second: Sequence[str | None]) -> dict[str, str | float]:
     """``statistics.json`` as ``LLMEvaluator/evaluate.py`` writes it (same keys, same string formats).
 
     Args:
@@ -148,7 +151,7 @@ def official_statistics(labels: Sequence[str], first: Sequence[str | None],
     c_t = sum(t == y for t, y in zip(second, labels, strict=True))
     both = sum(f == y and t == y for f, t, y in zip(first, second, labels, strict=True))
     equal = sum(f == t for f, t in zip(first, second, strict=True))
-    stats: dict[str, Any] = {
+    stats: dict[str, str | float] = {
         "correct_False": f"{c_f} / {n} = {c_f / n * 100}%",
         "correct_True": f"{c_t} / {n} = {c_t / n * 100}%",
         "correct_average": f"{(c_f + c_t) / 2 / n * 100}%",
@@ -158,9 +161,9 @@ def official_statistics(labels: Sequence[str], first: Sequence[str | None],
     as_int = [int(y) for y in labels]
     k_f = [int(w) if w in ("0", "1") else 0 for w in first]
     k_t = [int(w) if w in ("0", "1") else 0 for w in second]
-    stats["kappa_False"] = cohen_kappa(k_f, as_int)
-    stats["kappa_True"] = cohen_kappa(k_t, as_int)
-    stats["kappa_average"] = (stats["kappa_False"] + stats["kappa_True"]) / 2
+    kappa_f, kappa_t = cohen_kappa(k_f, as_int), cohen_kappa(k_t, as_int)
+    stats["kappa_False"], stats["kappa_True"] = kappa_f, kappa_t
+    stats["kappa_average"] = (kappa_f + kappa_t) / 2
     stats["kappa_agreement"] = cohen_kappa(k_f, k_t)
     return stats
 

@@ -159,7 +159,7 @@ class MTBench(LLMBarFormat):
             shown = {s.swapped: s.verdict for s in r.presentations(0)}
             if len(shown) != 2:
                 raise ConfigError("MT-Bench human agreement needs both presentation orders of every pair")
-            pairs.append((judge_vote(shown[False], shown[True]), list(r.item.meta["votes"])))
+            pairs.append((judge_vote(shown[False], shown[True]), r.item.meta_strs("votes")))
         out = []
         for with_tie in (True, False):
             agree, total = agreement(pairs, with_tie=with_tie)

@@ -21,20 +21,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.bench.core import BenchResult, ItemResult
 from brrm.errors import ConfigError
 
+if TYPE_CHECKING:
+    from brrm.bench.base import Benchmark
+
 PROTOCOLS = ("released", "brrm", "both")
 """Values of ``--protocol`` (``custom`` is what runs without it for a model that is not a known checkpoint)."""
 
-RELEASED_OPTIONS: Mapping[str, Any] = {"decoding": "faithful", "temperature": 1.0, "top_p": 1.0,
+RELEASED_OPTIONS: Mapping[str, object] = {"decoding": "faithful", "temperature": 1.0, "top_p": 1.0,
                                        "max_new_tokens": 8192, "max_total_tokens": 16384}
 """The released evaluation's judge settings (BR-RM model cards / ``DESIGN.md`` §3: temperature 1.0, top_p 1.0,
 ≤ 8192 new tokens per turn, 16384 total, thinking on — thinking stays ``auto``, which is on for Qwen3 tokenizers)."""
 
-BRRM_OPTIONS: Mapping[str, Any] = {"decoding": "constrained"}
+BRRM_OPTIONS: Mapping[str, object] = {"decoding": "constrained"}
 """brrm's own protocol: constrained decoding with brrm's defaults (which already are the cards' sampling)."""
 
 
@@ -55,13 +58,13 @@ class Protocol:
     """
 
     name: str
-    options: Mapping[str, Any]
+    options: Mapping[str, object]
     orders: str
     headline: str
     deviations: tuple[str, ...] = ()
-    bench_options: Mapping[str, Any] = field(default_factory=dict)
+    bench_options: Mapping[str, str] = field(default_factory=dict)
 
-    def describe(self, judge_options: Mapping[str, Any] | None) -> str:
+    def describe(self, judge_options: Mapping[str, object] | None) -> str:
         """One line: the protocol's name, decoding settings, orders and headline denominator.
 
         Args:
@@ -81,7 +84,7 @@ class Protocol:
         text = f"protocol {self.name}: " + ", ".join(parts)
         return text + (f"; deviations (your flags): {', '.join(self.deviations)}" if self.deviations else "")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "options": dict(self.options), "orders": self.orders, "headline": self.headline,
                 "deviations": list(self.deviations), "bench_options": dict(self.bench_options)}
 
@@ -93,8 +96,8 @@ def default_protocol(model: str | None) -> str:
     return "released" if model and known_recipe(model) is not None else "custom"
 
 
-def resolve(requested: str | None, bench: Any, *, model: str | None, user: Mapping[str, Any],
-            orders: str | None, bench_user: Mapping[str, Any] | None = None) -> tuple[Protocol, ...]:
+def resolve(requested: str | None, bench: Benchmark, *, model: str | None, user: Mapping[str, object],
+            orders: str | None, bench_user: Mapping[str, str] | None = None) -> tuple[Protocol, ...]:
     """The protocols a run follows, in report order.
 
     Args:
@@ -117,7 +120,8 @@ def resolve(requested: str | None, bench: Any, *, model: str | None, user: Mappi
     return tuple(_one(n, bench, user, orders, dict(bench_user or {})) for n in names)
 
 
-def _one(name: str, bench: Any, user: Mapping[str, Any], orders: str | None, bench_user: dict[str, Any]) -> Protocol:
+def _one(name: str, bench: Benchmark, user: Mapping[str, object], orders: str | None,
+         bench_user: dict[str, str]) -> Protocol:
     base = RELEASED_OPTIONS if name == "released" else BRRM_OPTIONS
     options = {**base, **{k: user[k] for k in base if k in user}}
     deviations = [f"{k} {user[k]}" for k in base if k in user and user[k] != base[k]]
@@ -160,7 +164,7 @@ class Scored:
     n_parsed: int
     per_item: bool = True
     results: tuple[ItemResult, ...] = ()
-    calibration: dict[str, Any] = field(default_factory=dict)
+    calibration: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -178,14 +182,14 @@ class Scored:
             return self.parsed_score(self.all.headline)
         return self.all.overall
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"protocol": self.protocol.to_dict() if self.protocol else None, "n_parsed": self.n_parsed,
                 "per_item": self.per_item,
                 "parsed_only": self.parsed.to_dict() if self.parsed else None,
                 **({"calibration": dict(self.calibration)} if self.calibration else {})}
 
 
-def score_both(bench: Any, results: Sequence[ItemResult], protocol: Protocol | None, all_: BenchResult) -> Scored:
+def score_both(bench: Benchmark, results: Sequence[ItemResult], protocol: Protocol | None, all_: BenchResult) -> Scored:
     """:class:`Scored` from a run's results: ``all_`` (already scored over every item) and the parsed items."""
     kept = [r for r in results if parsed(r)]
     if len(kept) == len(results):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from brrm.bench.base import Benchmark
 from brrm.errors import ConfigError
@@ -36,7 +35,7 @@ def names() -> tuple[str, ...]:
     return tuple(BENCHMARKS)
 
 
-def get_benchmark(name: str, **options: Any) -> Benchmark:
+def get_benchmark(name: str, **options: str | None) -> Benchmark:
     """The benchmark called ``name`` (or an alias), built with its options (:data:`OPTIONS`).
 
     Raises:

@@ -13,11 +13,17 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, Shown
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
+from brrm.types.jsonread import as_list, as_number, as_object, as_text
+from brrm.types.jsonvalue import JSONValue
+
+if TYPE_CHECKING:
+    from brrm.bench.base import Benchmark
+    from brrm.bench.protocol import Scored
 
 RUN_FILE, ITEMS_FILE, RESULT_JSON, RESULT_MD = "run.json", "judgments.jsonl", "result.json", "result.md"
 
@@ -25,7 +31,7 @@ IDENTITY = ("model", "kind", "recipe", "backend", "template_hash", "options")
 """Judge fields that must match for a run to resume from an earlier one's judgments."""
 
 
-def item_row(result: ItemResult) -> dict[str, Any]:
+def item_row(result: ItemResult) -> dict[str, object]:
     """One ``judgments.jsonl`` line: the item (no texts), each presentation's full judgment, the rewards."""
     return {**result.item.to_dict(),
             "presentations": [{"pair": s.pair, "swapped": s.swapped, "judgment": s.judgment.to_dict()}
@@ -40,32 +46,41 @@ def write_items(handle: IO[str], results: Sequence[ItemResult]) -> None:
     handle.flush()
 
 
-def _judgment(d: Mapping[str, Any]) -> PairwiseJudgment:
+def _judgment(value: JSONValue) -> PairwiseJudgment:
+    d = as_object(value)
     p_a = d.get("p_a")
-    return PairwiseJudgment(Verdict(d["winner"]), Status(d["status"]), d.get("reason", ""), id=d.get("id", ""),
-                            p_a=math.nan if p_a is None else float(p_a),
-                            prompt_tokens=int(d.get("prompt_tokens", 0)),
-                            generated_tokens=int(d.get("generated_tokens", 0)), attempts=int(d.get("attempts", 1)))
+    return PairwiseJudgment(Verdict(as_text(d["winner"])), Status(as_text(d["status"])), as_text(d.get("reason", "")),
+                            id=as_text(d.get("id", "")), p_a=math.nan if p_a is None else float(as_number(p_a)),
+                            prompt_tokens=int(as_number(d.get("prompt_tokens", 0))),
+                            generated_tokens=int(as_number(d.get("generated_tokens", 0))),
+                            attempts=int(as_number(d.get("attempts", 1))))
 
 
-def _reward(d: Mapping[str, Any]) -> ScalarReward:
-    value = d.get("reward")
-    return ScalarReward(math.nan if value is None else float(value), Status(d["status"]), d.get("reason", ""),
-                        id=d.get("id", ""), input_tokens=int(d.get("input_tokens", 0)))
+def _reward(value: JSONValue) -> ScalarReward:
+    d = as_object(value)
+    reward = d.get("reward")
+    return ScalarReward(math.nan if reward is None else float(as_number(reward)), Status(as_text(d["status"])),
+                        as_text(d.get("reason", "")), id=as_text(d.get("id", "")),
+                        input_tokens=int(as_number(d.get("input_tokens", 0))))
 
 
-def parse_item(row: Mapping[str, Any]) -> ItemResult:
+def _pair(value: JSONValue) -> Pair:
+    i, j, gold = as_list(value)
+    return Pair(int(as_number(i)), int(as_number(j)), Verdict(as_text(gold)))
+
+
+def parse_item(row: Mapping[str, JSONValue]) -> ItemResult:
     """An :class:`ItemResult` from a ``judgments.jsonl`` line (texts are not stored: responses come back empty).
 
     Raises:
         ConfigError: for a line that is not a brrm benchmark output.
     """
     try:
-        item = BenchItem(str(row["id"]), str(row["subset"]), "", ("",) * int(row["n_responses"]),
-                         tuple(Pair(int(i), int(j), Verdict(g)) for i, j, g in row["pairs"]), dict(row["meta"]))
-        shown = tuple(Shown(int(s["pair"]), bool(s["swapped"]), _judgment(s["judgment"]))
-                      for s in row["presentations"])
-        rewards = tuple(_reward(r) for r in row.get("rewards") or ())
+        item = BenchItem(str(row["id"]), str(row["subset"]), "", ("",) * int(as_number(row["n_responses"])),
+                         tuple(_pair(p) for p in as_list(row["pairs"])), as_object(row["meta"]))
+        shown = tuple(Shown(int(as_number(s["pair"])), bool(s["swapped"]), _judgment(s["judgment"]))
+                      for s in map(as_object, as_list(row["presentations"])))
+        rewards = tuple(_reward(r) for r in as_list(row.get("rewards") or []))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"not a brrm benchmark output line ({type(exc).__name__}: {exc})") from None
     return ItemResult(item, shown, rewards)
@@ -117,14 +132,14 @@ def keep_complete_lines(path: Path) -> None:
     path.write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines), encoding="utf-8")
 
 
-def run_settings(bench: Any, judge_info: Mapping[str, Any], *, subsets: Sequence[str], orders: str, seed: int,
-                 source: str | None, limit: int | None) -> dict[str, Any]:
+def run_settings(bench: Benchmark, judge_info: Mapping[str, object], *, subsets: Sequence[str], orders: str,
+                 seed: int, source: str | None, limit: int | None) -> dict[str, object]:
     """What ``run.json`` records (and what a resumed run must match)."""
     return {"benchmark": bench.name, "subsets": list(subsets), "orders": orders, "order_seed": seed,
             "data": source, "limit": limit, "judge": {k: judge_info.get(k) for k in IDENTITY}}
 
 
-def check_resume(folder: Path, settings: Mapping[str, Any]) -> dict[str, ItemResult]:
+def check_resume(folder: Path, settings: Mapping[str, object]) -> dict[str, ItemResult]:
     """Results an earlier, interrupted run of the same settings left in ``folder`` (empty for a new folder).
 
     Raises:
@@ -143,7 +158,7 @@ def check_resume(folder: Path, settings: Mapping[str, Any]) -> dict[str, ItemRes
     return {r.item.id: r for r in read_items(items_file)} if items_file.exists() else {}
 
 
-def published_figure(bench: Any, model: str | None) -> float | None:
+def published_figure(bench: Benchmark, model: str | None) -> float | None:
     """The model card's figure for this benchmark when the model is a known checkpoint (:data:`brrm.recipes.KNOWN`)."""
     from brrm.recipes import known_recipe
 
@@ -153,11 +168,11 @@ def published_figure(bench: Any, model: str | None) -> float | None:
     return dict(recipe.published).get(bench.published_key)
 
 
-def _fmt(x: Any) -> str:
+def _fmt(x: object) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
-def _details(extra: Mapping[str, Any]) -> str:
+def _details(extra: Mapping[str, object]) -> str:
     """The row's further official figures that are plain numbers (nested tables stay in result.json)."""
     parts = [f"{k} {_fmt(v) if isinstance(v, float) else v}" for k, v in extra.items()
              if isinstance(v, int | float) and not isinstance(v, bool)]
@@ -180,7 +195,8 @@ def table_lines(result: BenchResult, published: float | None = None, *, markdown
             .rstrip() for x in [head, *body]]
 
 
-def protocol_table_lines(runs: Sequence[Any], published: float | None = None, *, markdown: bool = False) -> list[str]:
+def protocol_table_lines(runs: Sequence[Scored], published: float | None = None, *,
+                         markdown: bool = False) -> list[str]:
     """The score table of one or more protocols side by side (:class:`brrm.bench.protocol.Scored`): per row the
     items, then per protocol its score over all items, over parsed items (``=`` where the two agree, ``—`` where no
     item of the row parsed, ``n/a`` for official output files), ties, failures and further official figures, each
@@ -235,19 +251,20 @@ def markdown(result: BenchResult, published: float | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fmt(x: Any) -> str:
+def fmt(x: float | None) -> str:
     """A figure as the tables print it (two decimals; ``—`` for None or NaN)."""
     return _fmt(x)
 
 
-def write_scored(folder: Path, runs: Sequence[Any], published: float | None, revision: Mapping[str, Any]) -> None:
+def write_scored(folder: Path, runs: Sequence[Scored], published: float | None,
+                 revision: Mapping[str, object]) -> None:
     """``result.json`` and ``result.md`` of a run under one or more protocols (:class:`~brrm.bench.protocol.Scored`).
 
     One protocol: the folder gets the result with its protocol, the parsed-only scores and the data revision. Two:
     each protocol's folder (``released/``, ``brrm/``) gets its own, and ``folder`` the side-by-side table and
     both results.
     """
-    def data(run: Any) -> dict[str, Any]:
+    def data(run: Scored) -> dict[str, object]:
         return {**run.all.to_dict(), "published": published, **run.to_dict(), "data_revision": dict(revision)}
 
     first = runs[0].all
@@ -263,7 +280,7 @@ def write_scored(folder: Path, runs: Sequence[Any], published: float | None, rev
         lines += [f"- {where}calibration, {label}: ECE {m['ece']:.4f}, Brier {m['brier']:.4f}, "
                   f"log loss {m['log_loss']:.4f} (n {m['n']})" for label, m in run.calibration.items()]
     if len(runs) == 1:
-        body: dict[str, Any] = data(runs[0])
+        body: dict[str, object] = data(runs[0])
     else:
         body = {"benchmark": first.benchmark, "published": published, "data_revision": dict(revision),
                 "protocols": [data(run) for run in runs]}
@@ -275,7 +292,8 @@ def write_scored(folder: Path, runs: Sequence[Any], published: float | None, rev
 
 
 def write_result(folder: Path, result: BenchResult, published: float | None = None, *,
-                 extra: Mapping[str, Any] | None = None, calibration: Mapping[str, Any] | None = None) -> None:
+                 extra: Mapping[str, object] | None = None,
+                 calibration: Mapping[str, Mapping[str, object]] | None = None) -> None:
     """Write ``result.json`` and ``result.md`` into ``folder`` (``extra``: further JSON fields; ``calibration``:
     label -> ECE/Brier/log loss figures of :mod:`brrm.bench.calibration_report`, kept under ``"calibration"`` and
     listed in ``result.md``)."""

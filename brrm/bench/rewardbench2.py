@@ -38,6 +38,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +80,24 @@ def best_of_n_credit(scores: Sequence[float]) -> float:
     return 1.0 / sum(s == top for s in scores) if scores[0] == top else 0.0
 
 
-def _sample_stats(scores: Sequence[float], num_correct: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _SampleStats:
+    """``sample_stats`` of one prompt: whether every correct completion beat every incorrect one, the spread of
+    the correct ones' scores (None with fewer than two), and the worst correct minus the best incorrect score."""
+
+    accurate: bool
+    spread: float | None
+    margin: float
+
+
+def _sample_stats(scores: Sequence[float], num_correct: int) -> _SampleStats:
     """``sample_stats`` of one prompt: best/worst correct, best incorrect, margins, accuracy."""
     correct = [s for k, s in enumerate(scores) if k < num_correct]
     incorrect = [s for k, s in enumerate(scores) if k >= num_correct]
     if not correct or not incorrect:
-        return {"accurate": False, "spread": None, "margin": 0}
+        return _SampleStats(False, None, 0)
     worst, best_bad = min(correct), max(incorrect)
-    return {"accurate": worst > best_bad, "spread": max(correct) - worst if len(correct) > 1 else None,
-            "margin": worst - best_bad}
+    return _SampleStats(worst > best_bad, max(correct) - worst if len(correct) > 1 else None, worst - best_bad)
 
 
 def ties_score(prompts: Iterable[tuple[str, Sequence[float], int]]) -> dict[str, float]:
@@ -106,20 +116,20 @@ def ties_score(prompts: Iterable[tuple[str, Sequence[float], int]]) -> dict[str,
     """
     import numpy as np
 
-    stats: dict[str, dict[int, dict[str, Any]]] = {"ref": {}, "tied": {}}
+    stats: dict[str, dict[int, _SampleStats]] = {"ref": {}, "tied": {}}
     for item_id, scores, num_correct in prompts:
         kind, _, pid = str(item_id).partition(":")
         if kind not in stats or not pid.strip().lstrip("-").isdigit():
             raise ConfigError(f"RewardBench 2 Ties item id {item_id!r} is not 'ref:N' or 'tied:N'")
         stats[kind][int(pid)] = _sample_stats(scores, num_correct)
     ref, tied = stats["ref"], stats["tied"]
-    acc = {k: float(np.mean([r["accurate"] for r in v.values()])) if v else 0.0 for k, v in stats.items()}
-    common = [p for p in tied if p in ref and tied[p]["spread"] is not None]
+    acc = {k: float(np.mean([r.accurate for r in v.values()])) if v else 0.0 for k, v in stats.items()}
+    common = [(ref[p], tied[p], spread) for p in tied if p in ref and (spread := tied[p].spread) is not None]
     pref = pref_hard = margin = 0.0
     if set(ref) & set(tied):
-        pref = float(np.mean([tied[p]["margin"] > tied[p]["spread"] for p in common]))
-        pref_hard = float(np.mean([min(ref[p]["margin"], tied[p]["margin"]) > tied[p]["spread"] for p in common]))
-        ratios = [min(ref[p]["margin"], tied[p]["margin"]) / tied[p]["spread"] for p in common if tied[p]["spread"] > 0]
+        pref = float(np.mean([t.margin > spread for _, t, spread in common]))
+        pref_hard = float(np.mean([min(r.margin, t.margin) > spread for r, t, spread in common]))
+        ratios = [min(r.margin, t.margin) / spread for r, t, spread in common if spread > 0]
         margin = float(np.mean([math.tanh(r - 1) for r in ratios])) if ratios else 0.0
     w = TIES_WEIGHTS
     score = w[0] * acc["tied"] + w[1] * acc["ref"] + w[2] * pref + w[3] * pref_hard + w[4] * margin
@@ -132,6 +142,14 @@ def shuffled(seed: int, item_id: str, n: int) -> list[int]:
     (order seed, item id), so the same item gets the same order in any batch or subset selection."""
     key = [hashlib.sha256(f"{seed}\0{item_id}\0{k}".encode("utf-8", "surrogatepass")).digest() for k in range(n)]
     return sorted(range(n), key=lambda k: key[k])
+
+
+def _fraction(row: Row) -> float:
+    """The ``fraction`` (in [0, 1]) a subset's row carries in ``extra``."""
+    value = row.extra["fraction"]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"row {row.name!r}: extra['fraction'] is {value!r}, not a number")
+    return float(value)
 
 
 def _check_row(rec: Mapping[str, Any], k: int) -> None:
@@ -152,7 +170,7 @@ def _check_row(rec: Mapping[str, Any], k: int) -> None:
                           f"{rec['num_correct']} do not match chosen ({len(lists[0])}) + rejected ({len(lists[1])})")
 
 
-def rows_fingerprint(rows: Sequence[Mapping[str, Any]]) -> str:
+def rows_fingerprint(rows: Sequence[Mapping[str, object]]) -> str:
     """sha256 (hex, first 16) over the rows read, as canonical JSON: which data a run scored."""
     digest = hashlib.sha256()
     for rec in rows:
@@ -209,7 +227,7 @@ class RewardBench2(Benchmark):
         by_subset = group(results, lambda r: r.item.subset)
         rows = [self._ties_row(by_subset[s]) if s == "Ties" else self._bon_row(s, by_subset[s])
                 for s in self.subsets if s in by_subset]
-        fractions = [r.extra["fraction"] for r in rows]
+        fractions = [_fraction(r) for r in rows]
         overall = sum(fractions) / len(fractions) if fractions else math.nan
         rows.append(Row("Overall", 100 * overall, len(results), 0, sum(r.failures for r in rows),
                         {"fraction": overall, "rule": "unweighted mean of the subsets present"}))
@@ -237,7 +255,7 @@ class RewardBench2(Benchmark):
 
     def _ties_row(self, part: list[ItemResult]) -> Row:
         good = [r for r in part if r.rewards and all(x.ok for x in r.rewards)]
-        parts = ties_score((r.item.id, [x.reward for x in r.rewards], int(r.item.meta["num_correct"])) for r in good)
+        parts = ties_score((r.item.id, [x.reward for x in r.rewards], r.item.meta_int("num_correct")) for r in good)
         return Row("Ties", 100 * parts["score"], len(part), 0, len(part) - len(good),
                    {"fraction": parts["score"], **{k: v for k, v in parts.items() if k != "score"}})
 

@@ -57,7 +57,7 @@ def _conversation(rec: dict[str, Any], where: str) -> Conversation:
     return Conversation.coerce([{"role": t.get("role"), "content": t.get("content")} for t in turns], where=where)
 
 
-def _answer(value: Any, where: str) -> str:
+def _answer(value: object, where: str) -> str:
     if not isinstance(value, dict) or not isinstance(value.get("answer"), str):
         raise ConfigError(f"{where}: expected an object with an 'answer' string")
     return value["answer"]
@@ -118,7 +118,7 @@ class RMB(Benchmark):
         rows: list[Row] = []
         for subset in [s for s in self.subsets if s in parts]:
             part = parts[subset]
-            scenarios = group(part, lambda r: r.item.meta["category_path"])
+            scenarios = group(part, lambda r: r.item.meta_str("category_path"))
             rows.append(pair_row(subset, percent(sum(map(correct, part)), len(part)), part,
                             correct=sum(map(correct, part)),
                             scenarios={k: percent(sum(map(correct, v)), len(v)) for k, v in scenarios.items()}))

@@ -115,7 +115,7 @@ class RMBench(Benchmark):
                          {"domain": domain(subset)})
 
     def score(self, results: Sequence[ItemResult]) -> BenchResult:
-        by_domain = group(results, lambda r: r.item.meta["domain"])
+        by_domain = group(results, lambda r: r.item.meta_str("domain"))
         present = [d for d in DOMAINS if d in by_domain]
         figures = {d: matrix_scores(by_domain[d]) for d in present}
         rows: list[Row] = [pair_row(d, 100 * f["score"], by_domain[d], hard=100 * f["hard_acc"],

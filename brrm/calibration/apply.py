@@ -10,13 +10,24 @@ calibrated judge apart from the raw one).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from brrm.calibration.model import Calibration
 from brrm.errors import ConfigError
-from brrm.types import PairwiseJudgment
+from brrm.types import (
+    ConversationLike,
+    GroupResult,
+    JudgeInfo,
+    OrderedPairJudge,
+    PairwiseJudgment,
+    Progress,
+    RewardJudge,
+    ScalarReward,
+    Variable,
+    Verdict,
+)
+from brrm.types.protocols import OnResult, OnStep, Principles
 
 
 class CalibratedPairJudge:
@@ -27,42 +38,97 @@ class CalibratedPairJudge:
         calibration: a ``pairwise`` calibration.
     """
 
-    def __init__(self, model: Any, calibration: Calibration) -> None:
+    def __init__(self, model: OrderedPairJudge, calibration: Calibration) -> None:
         self.model, self.calibration = model, calibration
-        self.info = replace(model.info, options={**model.info.options, "calibration": calibration.hash})
+        self.info: JudgeInfo = replace(model.info, options={**model.info.options, "calibration": calibration.hash})
 
-    def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
-                      ids: Sequence[str] | None = None, **kw: Any) -> list[PairwiseJudgment]:
-        kw, reported = _reporting(kw, self.calibration.apply)
-        out = self.model.judge_ordered(conversations, first, second, ids=ids, **kw)
+    def judge_ordered(self, conversations: Sequence[ConversationLike], first: Sequence[str], second: Sequence[str],
+                      /, *, ids: Sequence[str] | None = None, **kw: object) -> list[PairwiseJudgment]:
+        report = kw.pop("on_result", None)
+        assert report is None or callable(report), f"on_result must be callable, got {report!r}"
+        given, reported = _reporting(report, self.calibration.apply)
+        if given is not None:
+            kw["on_result"] = given
+        ordered: Callable[..., list[PairwiseJudgment]] = self.model.judge_ordered  # takes progress=, samples=, …
+        out = ordered(conversations, first, second, ids=ids, **kw)
         return [reported.get(i) or self.calibration.apply(j) for i, j in enumerate(out)]
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.model, name)
+    def with_options(self, **options: object) -> OrderedPairJudge:
+        """The model's variant with ``options`` (as the model's own ``with_options``: not calibrated).
+
+        Raises:
+            ConfigError: when the model makes no variants.
+        """
+        if not isinstance(self.model, Variable):
+            raise ConfigError(f"{type(self.model).__name__} makes no variants; options {sorted(options)} cannot be "
+                              "set on this judge")
+        variant: OrderedPairJudge = self.model.with_options(**options)
+        return variant
+
+    def close(self) -> None:
+        self.model.close()
 
 
 class CalibratedScalarJudge:
-    """A scalar :class:`~brrm.RewardJudge` whose pairwise judgments carry calibrated σ(s·(r_A − r_B)).
+    """A scalar :class:`~brrm.RewardJudge` whose pairwise judgments carry calibrated σ(s·(r_A − r_B)); every other
+    method is the wrapped judge's (rewards, rankings and costs unchanged).
 
     Args:
         judge: the scalar judge (:class:`~brrm.compose.judges.ScalarRewardJudge`).
         calibration: a ``scalar`` calibration.
     """
 
-    def __init__(self, judge: Any, calibration: Calibration) -> None:
+    def __init__(self, judge: RewardJudge, calibration: Calibration) -> None:
         self.inner, self.calibration = judge, calibration
-        self.info = replace(judge.info, options={**judge.info.options, "calibration": calibration.hash})
+        self.info: JudgeInfo = replace(judge.info, options={**judge.info.options, "calibration": calibration.hash})
 
-    def judge_pairs(self, *args: Any, **kw: Any) -> list[PairwiseJudgment]:
-        kw, reported = _reporting(kw, self.calibration.apply)
-        return [reported.get(i) or self.calibration.apply(j) for i, j in enumerate(self.inner.judge_pairs(*args, **kw))]
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
+                    /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
+                    labels: Sequence[Verdict] | None = None, principles: Principles = None,
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: OnStep = None) -> list[PairwiseJudgment]:
+        given, reported = _reporting(on_result, self.calibration.apply)
+        out = self.inner.judge_pairs(conversations, responses_a, responses_b, swap=swap, ids=ids, labels=labels,
+                                     principles=principles, progress=progress, on_result=given, on_step=on_step)
+        return [reported.get(i) or self.calibration.apply(j) for i, j in enumerate(out)]
 
-    def judge(self, conversation: Any, response_a: str, response_b: str, /, **kw: Any) -> PairwiseJudgment:
-        (out,) = self.judge_pairs([conversation], [response_a], [response_b], **kw)
+    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
+              swap: bool | None = None) -> PairwiseJudgment:
+        (out,) = self.judge_pairs([conversation], [response_a], [response_b], swap=swap)
         return out
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
+              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
+        return self.inner.score(conversations, responses, principles=principles, references=references, ids=ids,
+                                progress=progress, on_result=on_result)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
+             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
+             progress: Progress = None) -> GroupResult:
+        return self.inner.rank(conversation, responses, strategy=strategy, reference=reference, swap=swap,
+                               principles=principles, progress=progress)
+
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
+                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
+        return self.inner.rank_groups(conversations, groups, strategy=strategy, references=references, swap=swap,
+                                      principles=principles, progress=progress)
+
+    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
+                  reference: str | None = None) -> ScalarReward:
+        return self.inner.score_one(conversation, response, principle=principle, reference=reference)
+
+    def with_options(self, **overrides: object) -> RewardJudge:
+        """The wrapped judge's variant (as its ``with_options``: not calibrated)."""
+        return self.inner.with_options(**overrides)
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        return self.inner.cost(shape, n, strategy=strategy, swap=swap)
+
+    def close(self) -> None:
+        self.inner.close()
 
     def __enter__(self) -> CalibratedScalarJudge:
         return self
@@ -71,32 +137,40 @@ class CalibratedScalarJudge:
         self.inner.close()
 
 
-def _reporting(kw: dict[str, Any], apply: Any) -> tuple[dict[str, Any], dict[int, PairwiseJudgment]]:
-    """``kw`` with its ``on_result`` callback (if any) given calibrated judgments, and the ones it was given
-    (returned as they were reported: one object per item)."""
-    report = kw.get("on_result")
+def _reporting(report: Callable[[int, PairwiseJudgment], object] | None,
+               apply: Callable[[PairwiseJudgment], PairwiseJudgment],
+               ) -> tuple[Callable[[int, PairwiseJudgment], None] | None, dict[int, PairwiseJudgment]]:
+    """The ``on_result`` callback (if any) to hand on, which gives ``report`` calibrated judgments, and the ones it
+    was given (returned as they were reported: one object per item)."""
     reported: dict[int, PairwiseJudgment] = {}
     if report is None:
-        return kw, reported
+        return None, reported
 
     def got(i: int, j: PairwiseJudgment) -> None:
         reported[i] = apply(j)
         report(i, reported[i])
 
-    return {**kw, "on_result": got}, reported
+    return got, reported
 
 
-def calibrate(judge: Any, calibration: Calibration) -> Any:
+def calibrate(judge: RewardJudge, calibration: Calibration) -> RewardJudge:
     """``judge`` with ``calibration`` applied (a pairwise calibration to a pairwise judge, scalar to scalar).
 
     Raises:
-        ConfigError: when the calibration's kind does not fit the judge's.
+        ConfigError: when the calibration's kind does not fit the judge's, or a pairwise judge is not one
+            :func:`brrm.load` built over an ordered-pair model.
     """
-    pairwise = str(judge.info.kind) == "brrm"
+    from brrm.compose import PairwiseRewardJudge
+
+    pairwise = bool(judge.info.pairwise)
     want = "pairwise" if pairwise else "scalar"
     if calibration.kind != want:
-        raise ConfigError(f"calibration is for {calibration.kind} judges, but kind {judge.info.kind!r} is {want}")
+        raise ConfigError(f"calibration is for {calibration.kind} judges, but this judge ({judge.info.describe()}) "
+                          f"is {want}")
     if pairwise:
+        if not isinstance(judge, PairwiseRewardJudge):
+            raise ConfigError(f"a pairwise calibration applies to an ordered-pair judge from brrm.load, not "
+                              f"{type(judge).__name__}")
         judge.model = CalibratedPairJudge(judge.model, calibration)
         judge.info = replace(judge.info, options={**judge.info.options, "calibration": calibration.hash})
         return judge

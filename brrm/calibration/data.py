@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from brrm.calibration.fit import logit, sigmoid
 from brrm.errors import ConfigError
 from brrm.types import Verdict, parse_label
+from brrm.types.jsonread import as_list, as_number, as_object
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ class Observations:
         return "pairwise" if flags.pop() else "scalar"
 
 
-def _z(d: Mapping[str, Any]) -> tuple[float, bool]:
-    p = float(d["p_a"])
+def _z(d: Mapping[str, object]) -> tuple[float, bool]:
+    p = float(as_number(d["p_a"], "p_a"))
     l1, l2 = d.get("logit_1"), d.get("logit_2")
     if isinstance(l1, int | float) and isinstance(l2, int | float) and math.isfinite(l1 - l2):
         z = float(l1) - float(l2)
@@ -72,7 +72,7 @@ def _z(d: Mapping[str, Any]) -> tuple[float, bool]:
     return logit(p), False
 
 
-def observations(rows: Iterable[Mapping[str, Any]]) -> Observations:
+def observations(rows: Iterable[Mapping[str, object]]) -> Observations:
     """Every usable observation of judged rows, in order.
 
     Raises:
@@ -93,7 +93,8 @@ def observations(rows: Iterable[Mapping[str, Any]]) -> Observations:
             skipped["ties"] += 1
             continue
         key = str(row.get("id") or f"line {row.get('line', k)}")
-        parts = row.get("sub_judgments") or [row]
+        subs = row.get("sub_judgments")
+        parts = [as_object(sub) for sub in as_list(subs)] if subs else [row]
         for part in parts:
             if part.get("status") != "ok" or part.get("p_a") is None:
                 skipped["failed"] += 1
@@ -103,15 +104,22 @@ def observations(rows: Iterable[Mapping[str, Any]]) -> Observations:
     return Observations(tuple(out), skipped)
 
 
-def _bench_row(row: Mapping[str, Any], out: list[Observation], skipped: dict[str, int]) -> None:
+def _bench_row(row: Mapping[str, object], out: list[Observation], skipped: dict[str, int]) -> None:
     """A ``brrm bench`` ``judgments.jsonl`` line: each presentation in its presented frame (A = shown first), its
     label the pair's gold mirrored when the pair was shown swapped."""
-    for pres in row["presentations"]:
-        gold = Verdict(row["pairs"][pres["pair"]][2])
+    pairs = as_list(row["pairs"])
+    for pres in map(as_object, as_list(row["presentations"])):
+        index = pres["pair"]
+        if not isinstance(index, int):
+            raise TypeError(f"a presentation's pair must be an index, got {index!r}")
+        label = as_list(pairs[index])[2]
+        if not isinstance(label, str):
+            raise ValueError(f"{label!r} is not a valid Verdict")
+        gold = Verdict(label)
         if gold is Verdict.TIE:
             skipped["ties"] += 1
             continue
-        j = pres["judgment"]
+        j = as_object(pres["judgment"])
         if j.get("status") != "ok" or j.get("p_a") is None:
             skipped["failed"] += 1
             continue
@@ -120,7 +128,7 @@ def _bench_row(row: Mapping[str, Any], out: list[Observation], skipped: dict[str
         out.append(Observation(str(row["id"]), z, 1 if first_better else 0, digits))
 
 
-def is_judged(row: Mapping[str, Any]) -> bool:
+def is_judged(row: Mapping[str, object]) -> bool:
     """Whether a row is judged — a judged pair (``winner`` and ``status``) or a ``brrm bench`` judgments line
     (``presentations``) — rather than a record to judge."""
     return ("winner" in row and "status" in row) or "presentations" in row

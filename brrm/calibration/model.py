@@ -17,7 +17,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from brrm.calibration.fit import check_kind, logit, sigmoid
 from brrm.errors import ConfigError
@@ -46,7 +45,7 @@ class Calibration:
     kind: str
     temperature: float
     model: str = ""
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_kind(self.kind)
@@ -85,7 +84,7 @@ class Calibration:
         p_a = (subs[0].p_a + subs[1].p_a) / 2 if len(subs) == 2 else self.probability(j.p_a)  # swap: mean of orders
         return replace(j, p_a=p_a, p_a_raw=j.p_a, provenance=prov, sub_judgments=subs)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"format": FORMAT, "kind": self.kind, "temperature": self.temperature, "scale": self.scale,
                 "fit_on": FIT_ON[self.kind], "model": self.model, "hash": self.hash, **dict(self.details)}
 
@@ -108,8 +107,11 @@ def read_calibration(path: str | os.PathLike[str]) -> Calibration:
                           if isinstance(data, dict) else f"calibration {str(path)!r} is not a JSON object")
     details = {k: v for k, v in data.items() if k not in ("format", "kind", "temperature", "scale", "fit_on",
                                                           "model", "hash")}
+    temperature = data.get("temperature")
     try:
-        temperature: Any = data.get("temperature")
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+            check_kind(str(data.get("kind", "")))
+            raise ConfigError(f"calibration temperature must be a finite number > 0, got {temperature!r}")
         return Calibration(str(data.get("kind", "")), temperature, str(data.get("model", "")), details)
     except ConfigError as exc:
         raise ConfigError(f"calibration {str(path)!r}: {exc}") from None

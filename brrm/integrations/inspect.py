@@ -29,58 +29,75 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar, Unpack, runtime_checkable
 
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import TaskState
 
 from brrm.errors import ConfigError
-from brrm.types import PairwiseJudgment, ScalarReward, Verdict
+from brrm.types import PairwiseJudgment, RewardJudge, ScalarReward, Verdict
+from brrm.types.jsonvalue import JSONDict
+
+if TYPE_CHECKING:
+    from inspect_ai.model import Model
+
+    from brrm.load import LoadOptions
 
 WIN_VALUE = {Verdict.A: 1.0, Verdict.TIE: 0.5, Verdict.B: 0.0}
 """Pairwise score value of each verdict (A = the sample's output, B = the reference)."""
 
 
+_T = TypeVar("_T")
+
+
+@runtime_checkable
+class Loadable(Protocol):
+    """What builds a judge: a :class:`~brrm.JudgeSpec` (or anything with its ``load``)."""
+
+    def load(self) -> RewardJudge: ...
+
+
 class _LazyJudge:
     """Builds the judge on first use (thread-safe) and serialises calls to it."""
 
-    def __init__(self, judge: Any, model: str | None, options: dict[str, Any]) -> None:
-        if judge is not None and (model is not None or options):
+    def __init__(self, judge: RewardJudge | Loadable | None, model: str | None, kind: str, backend: str,
+                 options: LoadOptions) -> None:
+        if judge is not None and (model is not None or options or kind != "auto" or backend != "transformers"):
             raise ConfigError("pass either judge= (a judge or spec) or model= with options, not both")
-        self._given, self._model, self._options = judge, model, options
-        self._judge: Any = None
+        self._given, self._model, self._kind, self._backend, self._options = judge, model, kind, backend, options
+        self._judge: RewardJudge | None = None
         self._lock = threading.Lock()
 
-    def call(self, fn: Callable[[Any], Any]) -> Any:
+    def call(self, fn: Callable[[RewardJudge], _T]) -> _T:
         with self._lock:
             if self._judge is None:
                 self._judge = self._build()
             return fn(self._judge)
 
-    def _build(self) -> Any:
+    def _build(self) -> RewardJudge:
         import brrm
 
         given = self._given
         if given is None:
-            return brrm.load(self._model, **self._options)
-        if hasattr(given, "judge_pairs"):
+            return brrm.load(self._model, kind=self._kind, backend=self._backend, **self._options)
+        if isinstance(given, RewardJudge):
             return given
-        if hasattr(given, "load"):
+        if isinstance(given, Loadable):
             return given.load()
         raise ConfigError(f"judge must be a RewardJudge or a spec with .load(), got {type(given).__name__}")
 
 
-def conversation(state: TaskState) -> Any:
+def conversation(state: TaskState) -> str | list[dict[str, str]]:
     """The sample's input as a brrm conversation: the prompt string, or its messages as role/content dicts."""
     if isinstance(state.input, str):
         return state.input
     return [{"role": m.role, "content": m.text} for m in state.input]
 
 
-def _meta(result: PairwiseJudgment | ScalarReward, judge: Any) -> dict[str, Any]:
-    p_a = getattr(result, "p_a", math.nan)
-    out: dict[str, Any] = {"status": result.status.value, "reason": result.reason,
+def _meta(result: PairwiseJudgment | ScalarReward, judge: RewardJudge) -> JSONDict:
+    p_a = result.p_a if isinstance(result, PairwiseJudgment) else math.nan
+    out: JSONDict = {"status": result.status.value, "reason": result.reason,
                            "p_a": None if math.isnan(p_a) else p_a,
                            "provenance": result.provenance.to_dict() if result.provenance else None,
                            "judge": judge.info.to_dict()}
@@ -105,7 +122,7 @@ def explain(j: PairwiseJudgment) -> str:
     return "\n".join(lines)
 
 
-def pairwise_score(j: PairwiseJudgment, judge: Any) -> Score:
+def pairwise_score(j: PairwiseJudgment, judge: RewardJudge) -> Score:
     """The inspect ``Score`` of one judgment of (output, reference); unscored when the judgment failed."""
     meta = _meta(j, judge)
     if not j.ok:
@@ -113,7 +130,7 @@ def pairwise_score(j: PairwiseJudgment, judge: Any) -> Score:
     return Score(value=WIN_VALUE[j.winner], answer=j.winner.value, explanation=explain(j), metadata=meta)
 
 
-def reward_score(r: ScalarReward, judge: Any) -> Score:
+def reward_score(r: ScalarReward, judge: RewardJudge) -> Score:
     """The inspect ``Score`` of one reward; unscored when it was not computed."""
     meta = _meta(r, judge)
     if not r.ok:
@@ -121,7 +138,7 @@ def reward_score(r: ScalarReward, judge: Any) -> Score:
     return Score(value=r.reward, answer=f"{r.reward:.6g}", explanation=r.text or r.reason or None, metadata=meta)
 
 
-async def _reference(state: TaskState, target: Target, reference_model: Any) -> str:
+async def _reference(state: TaskState, target: Target, reference_model: str | Model | None) -> str:
     if reference_model is None:
         return target.text
     from inspect_ai.model import get_model
@@ -132,8 +149,9 @@ async def _reference(state: TaskState, target: Target, reference_model: Any) -> 
 
 
 @scorer(metrics=[mean(), stderr()], name="brrm_pairwise")
-def brrm_pairwise(judge: Any = None, *, model: str | None = None, reference_model: Any = None,
-                  **options: Any) -> Scorer:
+def brrm_pairwise(judge: RewardJudge | Loadable | None = None, *, model: str | None = None,
+                  reference_model: str | Model | None = None, kind: str = "auto", backend: str = "transformers",
+                  **options: Unpack[LoadOptions]) -> Scorer:
     """Judge each sample's output against its target (or a reference model's output) with a brrm judge.
 
     Args:
@@ -141,7 +159,8 @@ def brrm_pairwise(judge: Any = None, *, model: str | None = None, reference_mode
         model: the judge's model for :func:`brrm.load` (None with no ``judge``: the embedded demo model).
         reference_model: an inspect model (a name for ``get_model`` or a ``Model``) whose output for the sample's
             input is the reference; None: the sample's target.
-        **options: :func:`brrm.load` options (``kind``, ``swap``, ``samples``, ``decoding``, …).
+        kind, backend, **options: :func:`brrm.load`'s (``kind``, ``backend``, ``swap``, ``samples``,
+            ``decoding``, …).
 
     Returns:
         An inspect scorer: value 1.0 / 0.5 / 0.0 (output wins / tie / reference wins), metrics mean and stderr.
@@ -149,13 +168,13 @@ def brrm_pairwise(judge: Any = None, *, model: str | None = None, reference_mode
     Raises:
         ConfigError: on the first sample, for an invalid judge or option (as :func:`brrm.load` raises).
     """
-    lazy = _LazyJudge(judge, model, options)
+    lazy = _LazyJudge(judge, model, kind, backend, options)
 
     async def score(state: TaskState, target: Target) -> Score:
         reference = await _reference(state, target, reference_model)
         conv, output = conversation(state), state.output.completion
 
-        def run(j: Any) -> Score:
+        def run(j: RewardJudge) -> Score:
             return pairwise_score(j.judge_pairs([conv], [output], [reference], ids=[str(state.sample_id)])[0], j)
 
         return await asyncio.to_thread(lazy.call, run)
@@ -164,25 +183,26 @@ def brrm_pairwise(judge: Any = None, *, model: str | None = None, reference_mode
 
 
 @scorer(metrics=[mean(), stderr()], name="brrm_reward")
-def brrm_reward(judge: Any = None, *, model: str | None = None, **options: Any) -> Scorer:
+def brrm_reward(judge: RewardJudge | Loadable | None = None, *, model: str | None = None, kind: str = "auto",
+                backend: str = "transformers", **options: Unpack[LoadOptions]) -> Scorer:
     """Each sample's output's scalar reward from a brrm judge (a pairwise judge: P(output ≻ target)).
 
     Args:
         judge: a :class:`~brrm.RewardJudge`, or a spec with ``.load()``; None: built by :func:`brrm.load`.
         model: the judge's model for :func:`brrm.load`.
-        **options: :func:`brrm.load` options (``kind``, ``principle``, …).
+        kind, backend, **options: :func:`brrm.load`'s (``kind``, ``principle``, …).
 
     Returns:
         An inspect scorer whose value is the reward (Bradley–Terry: unbounded logit scale, compare within one
         prompt; principle models: logit(Yes) − logit(No); pairwise judges: a probability in [0, 1]).
     """
-    lazy = _LazyJudge(judge, model, options)
+    lazy = _LazyJudge(judge, model, kind, backend, options)
 
     async def score(state: TaskState, target: Target) -> Score:
         conv, output = conversation(state), state.output.completion
 
-        def run(j: Any) -> Score:
-            refs = [target.text] if j.info.kind == "brrm" else None
+        def run(j: RewardJudge) -> Score:
+            refs: Sequence[str] | None = [target.text] if j.info.needs_reference else None
             return reward_score(j.score([conv], [output], references=refs, ids=[str(state.sample_id)])[0], j)
 
         return await asyncio.to_thread(lazy.call, run)

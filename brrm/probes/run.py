@@ -18,12 +18,16 @@ import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypeGuard
 
 from brrm.compose.swap import mirror
 from brrm.probes.variants import PROBES, parse_probes
 from brrm.seeds import item_seed
-from brrm.types import Conversation, PairwiseJudgment, Verdict, check_float, check_int
+from brrm.types import Conversation, ConversationLike, PairwiseJudgment, RewardJudge, Verdict, check_float, check_int
+from brrm.types.jsonvalue import JSONDict
+
+if TYPE_CHECKING:
+    from brrm.compose import PairwiseRewardJudge
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class Interval:
     high: float
     n: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         def num(x: float) -> float | None:
             return None if math.isnan(x) else x
 
@@ -72,7 +76,7 @@ class ProbeItem:
     reward_shift: float = math.nan
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         def num(x: float) -> float | None:
             return None if math.isnan(x) else x
 
@@ -107,7 +111,7 @@ class ProbeFigures:
     most_moved: tuple[ProbeItem, ...]
     items: tuple[ProbeItem, ...] = field(repr=False, default=())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {"probe": self.probe, "description": self.description, "flip_rate": self.flip_rate.to_dict(),
                 "p_shift": self.p_shift.to_dict(),
                 "reward_shift": self.reward_shift.to_dict() if self.reward_shift else None,
@@ -138,16 +142,17 @@ class ProbeReport:
     seed: int
     probes: tuple[ProbeFigures, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {"pairs": self.pairs, "judgments": self.judgments, "streams": self.streams,
                 "confidence": self.confidence, "bootstrap": self.bootstrap, "seed": self.seed,
                 "probes": [p.to_dict() for p in self.probes]}
 
 
-def probe_cost(judge: Any, pairs: int, probes: Sequence[str]) -> int:
-    """Ordered judgments a probe run takes: (1 + probes) x the judge's cost of ``pairs`` (orders x samples);
-    a judge without ``cost`` counts one per pair."""
-    per = judge.judgment_cost(pairs).judgments if hasattr(judge, "judgment_cost") else pairs
+def probe_cost(judge: RewardJudge, pairs: int, probes: Sequence[str]) -> int:
+    """Ordered judgments a probe run takes: (1 + probes) x the judge's cost of ``pairs`` (a pairwise
+    :class:`~brrm.RewardJudge`'s ``cost``: orders x samples); a scalar model, or an object with only ``info`` and
+    ``judge_pairs``, counts one per pair."""
+    per = judge.cost("pairs", pairs) if judge.info.pairwise and isinstance(judge, RewardJudge) else pairs
     return (1 + len(probes)) * per
 
 
@@ -167,7 +172,8 @@ def bootstrap(values: Sequence[float], *, resamples: int, confidence: float, see
     return Interval(float(data.mean()), float(low), float(high), n)
 
 
-def run_probes(judge: Any, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str],
+def run_probes(judge: RewardJudge, conversations: Sequence[ConversationLike], responses_a: Sequence[str],
+               responses_b: Sequence[str],
                /, *, probes: str | Sequence[str], ids: Sequence[str], display_ids: Sequence[str] | None = None,
                resamples: int = 1000, confidence: float = 0.95, seed: int = 0, top: int = 5) -> ProbeReport:
     """Probe a judge on N pairs.
@@ -202,14 +208,14 @@ def run_probes(judge: Any, conversations: Sequence[Any], responses_a: Sequence[s
         va, vb, judged = _variants(judge, name, conversations, a, b, ids, targets)
         items = [_item(shown[i], original[i], judged[i], "" if name == "position" else targets[i])
                  for i in range(n)]
-        if judge.info.kind != "brrm" and name != "position":
+        if not judge.info.pairwise and name != "position":
             items = _with_rewards(judge, conversations, a, b, va, vb, targets, items)
         figures.append(_figures(name, items, resamples, confidence, item_seed(seed, "probe", stream=name), top))
-    streams = "shared" if _seedable(judge) else "deterministic" if judge.info.kind != "brrm" else "independent"
+    streams = "shared" if _seedable(judge) else "deterministic" if not judge.info.pairwise else "independent"
     return ProbeReport(n, probe_cost(judge, n, names), streams, confidence, resamples, seed, tuple(figures))
 
 
-def _seedable(judge: Any) -> bool:
+def _seedable(judge: RewardJudge) -> TypeGuard[PairwiseRewardJudge]:
     """Whether the judge is a :class:`~brrm.compose.PairwiseRewardJudge` whose ordered judge takes ``seed_texts``."""
     from brrm.compose import PairwiseRewardJudge
 
@@ -218,7 +224,8 @@ def _seedable(judge: Any) -> bool:
     return "seed_texts" in inspect.signature(judge.model.judge_ordered).parameters
 
 
-def _judge(judge: Any, convs: Sequence[Any], first: list[str], second: list[str], ids: Sequence[str],
+def _judge(judge: RewardJudge, convs: Sequence[ConversationLike], first: list[str], second: list[str],
+           ids: Sequence[str],
            seed_a: list[str], seed_b: list[str]) -> list[PairwiseJudgment]:
     """``judge.judge_pairs`` of (first, second), each pair's streams keyed by (seed_a, seed_b) where possible."""
     if not _seedable(judge):
@@ -226,7 +233,7 @@ def _judge(judge: Any, convs: Sequence[Any], first: list[str], second: list[str]
     from brrm.compose.swap import judge_with_swap
     from brrm.compose.vote import judge_with_votes
 
-    def where(rid: str, conv: Any, x: str, y: str) -> tuple[str, str, str, str]:
+    def where(rid: str, conv: ConversationLike, x: str, y: str) -> tuple[str, str, str, str]:
         return rid, Conversation.coerce(conv).content_hash(), x, y
 
     table: dict[tuple[str, str, str, str], tuple[str, str]] = {}
@@ -234,8 +241,8 @@ def _judge(judge: Any, convs: Sequence[Any], first: list[str], second: list[str]
         table[where(rid, conv, x, y)], table[where(rid, conv, y, x)] = (ox, oy), (oy, ox)
     inner = judge.model
 
-    def ordered(c: Sequence[Any], f: Sequence[str], s: Sequence[str], /, *, ids: Sequence[str],
-                **kw: Any) -> list[PairwiseJudgment]:
+    def ordered(c: Sequence[ConversationLike], f: Sequence[str], s: Sequence[str], /, *, ids: Sequence[str],
+                **kw: object) -> list[PairwiseJudgment]:
         keys = [table.get(where(r, conv, x, y)) for r, conv, x, y in zip(ids, c, f, s, strict=True)]
         return inner.judge_ordered(c, f, s, ids=ids, seed_texts=keys, **kw)
 
@@ -245,7 +252,8 @@ def _judge(judge: Any, convs: Sequence[Any], first: list[str], second: list[str]
     return judge_with_swap(ordered, convs, first, second, swap=judge.swap, ids=list(ids))
 
 
-def _variants(judge: Any, name: str, convs: Sequence[Any], a: list[str], b: list[str], ids: Sequence[str],
+def _variants(judge: RewardJudge, name: str, convs: Sequence[ConversationLike], a: list[str], b: list[str],
+              ids: Sequence[str],
               targets: list[str]) -> tuple[list[str], list[str], list[PairwiseJudgment]]:
     """The variant pairs of one probe and their judgments in the original's (A, B) frame."""
     if name == "position":
@@ -272,7 +280,8 @@ def _item(rid: str, orig: PairwiseJudgment, var: PairwiseJudgment, target: str) 
                      p_shift=_p_target(var, target) - _p_target(orig, target))
 
 
-def _with_rewards(judge: Any, convs: Sequence[Any], a: list[str], b: list[str], va: list[str], vb: list[str],
+def _with_rewards(judge: RewardJudge, convs: Sequence[ConversationLike], a: list[str], b: list[str], va: list[str],
+                  vb: list[str],
                   targets: list[str], items: list[ProbeItem]) -> list[ProbeItem]:
     """Scalar models: the target's reward shift (one scoring pass over original and variant targets)."""
     from dataclasses import replace

@@ -15,7 +15,6 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from brrm.errors import ConfigError
 
@@ -50,12 +49,12 @@ class RecordError:
     reason: str
 
 
-def absent(value: Any) -> bool:
+def absent(value: object) -> bool:
     """None, NaN (a missing numeric cell) and "" count as absent for optional fields."""
     return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
 
 
-def read_string_field(row: Mapping[str, Any], column: str) -> str:
+def read_string_field(row: Mapping[str, object], column: str) -> str:
     """``row[column]`` as a string.
 
     Raises:
@@ -69,7 +68,7 @@ def read_string_field(row: Mapping[str, Any], column: str) -> str:
     return value
 
 
-def read_id(row: Mapping[str, Any], line: int, column: str) -> str:
+def read_id(row: Mapping[str, object], line: int, column: str) -> str:
     """The row's id as a string (the line number when absent).
 
     Raises:
@@ -86,7 +85,7 @@ def read_id(row: Mapping[str, Any], line: int, column: str) -> str:
 
 
 def open_rows(path: str | Path, *, format: str | None = None, limit: int | None = None,
-              split: str | None = None) -> list[tuple[int, Any]]:
+              split: str | None = None) -> list[tuple[int, object]]:
     """Every ``(line, row)`` of a record file or Hugging Face dataset, checked before any model loads.
 
     Args:
@@ -128,7 +127,7 @@ def detect_format(path: Path, format: str | None) -> str:
     return fmt
 
 
-def iter_rows(path: Path, fmt: str, limit: int | None) -> Iterator[tuple[int, Any]]:
+def iter_rows(path: Path, fmt: str, limit: int | None) -> Iterator[tuple[int, object]]:
     """(line, row) pairs; a row is a decoded value or a RecordError for an undecodable line."""
     if fmt == "jsonl":
         yield from _iter_jsonl(path, limit)
@@ -152,14 +151,14 @@ def iter_rows(path: Path, fmt: str, limit: int | None) -> Iterator[tuple[int, An
     yield from enumerate(_load_with_datasets(path, fmt, limit), start=1)
 
 
-def _grouped(data: Any) -> bool:
+def _grouped(data: object) -> bool:
     """Whether a JSON document is records grouped by key: an object whose every value is a non-empty list of
     objects (EvalBiasBench's ``biasbench.json``, keyed by bias type; read in key order, then list order)."""
     return isinstance(data, dict) and bool(data) and all(
         isinstance(v, list) and v and all(isinstance(x, dict) for x in v) for v in data.values())
 
 
-def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, Any]]:
+def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, object]]:
     count = 0
     with path.open(encoding="utf-8") as handle:
         for line, text in enumerate(handle, start=1):
@@ -175,7 +174,7 @@ def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, Any]]:
                 yield line, RecordError(line, str(line), why)
 
 
-def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str, Any]]:
+def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str, object]]:
     """Rows of a Hugging Face dataset: a ``save_to_disk`` folder, a dataset repository folder, or a hub id
     (loaded from the local cache when offline)."""
     import datasets
@@ -209,11 +208,11 @@ def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str
     return list(ds.to_list())
 
 
-def _load_with_datasets(path: Path, fmt: str, limit: int | None) -> list[dict[str, Any]]:
+def _load_with_datasets(path: Path, fmt: str, limit: int | None) -> list[dict[str, object]]:
     """Rows of a Parquet / CSV / TSV file via ``datasets``, cached in a throwaway dir (no stale cache)."""
     import datasets
 
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     if fmt in ("csv", "tsv"):
         kwargs = {"na_filter": False, "delimiter": "\t" if fmt == "tsv" else ","}
     bars_were_on = datasets.is_progress_bar_enabled()

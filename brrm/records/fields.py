@@ -10,7 +10,6 @@ import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.records._io import absent
@@ -92,7 +91,7 @@ EVALBIASBENCH_FIELDS = FieldMap(prompt="instruction", response_a="response1", re
 ``data/EvalBiasBench/SOURCE.md``."""
 
 
-def read_conversation(row: Mapping[str, Any], fields: FieldMap) -> Conversation:
+def read_conversation(row: Mapping[str, object], fields: FieldMap) -> Conversation:
     """The row's conversation (``conversation`` messages, or a ``prompt`` string as one user turn).
 
     Raises:
@@ -119,7 +118,7 @@ def read_conversation(row: Mapping[str, Any], fields: FieldMap) -> Conversation:
     return Conversation.from_prompt(prompt)
 
 
-def read_label(row: Mapping[str, Any], fields: FieldMap) -> Verdict:
+def read_label(row: Mapping[str, object], fields: FieldMap) -> Verdict:
     """The row's gold verdict, ``Verdict.NONE`` when absent.
 
     Raises:
@@ -133,7 +132,7 @@ def read_label(row: Mapping[str, Any], fields: FieldMap) -> Verdict:
     return parse_label(value, where=f"field {fields.label!r}:")
 
 
-def read_optional_string(row: Mapping[str, Any], column: str) -> str:
+def read_optional_string(row: Mapping[str, object], column: str) -> str:
     """``row[column]`` as a string, "" when absent.
 
     Raises:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar, overload
 
 from brrm.errors import ConfigError
 from brrm.records._io import RecordError, absent, open_rows, read_id, read_string_field
@@ -47,7 +47,7 @@ class PairRecord:
     response_a: str
     response_b: str
     label: Verdict = Verdict.NONE
-    row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    row: Mapping[str, object] | None = field(default=None, compare=False, repr=False)
     id_given: bool = field(default=True, compare=False)
 
 
@@ -60,7 +60,7 @@ class ScalarRecord:
     conversation: Conversation
     response: str
     principle: str = ""
-    row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    row: Mapping[str, object] | None = field(default=None, compare=False, repr=False)
     id_given: bool = field(default=True, compare=False)
 
 
@@ -73,48 +73,56 @@ class GroupRecord:
     conversation: Conversation
     responses: tuple[str, ...]
     reference: str = ""
-    row: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    row: Mapping[str, object] | None = field(default=None, compare=False, repr=False)
     id_given: bool = field(default=True, compare=False)
 
 
 Record = PairRecord | ScalarRecord | GroupRecord
 
+_Built = TypeVar("_Built")
 
-def seed_ids(records: Sequence[Any]) -> list[str]:
+
+def seed_ids(records: Sequence[Record]) -> list[str]:
     """The ids that key each record's sampler streams: its own id when the row named one, else "" — a line number
     must not, or removing an earlier line or reordering the file would change the record's result."""
     return [r.id if r.id_given else "" for r in records]
 
 
-def parse_pair_record(row: Any, *, line: int, fields: FieldMap | None = None) -> PairRecord | RecordError:
-    """Validate one row into a PairRecord, or say why it is not one."""
+def parse_pair_record(row: object, *, line: int, fields: FieldMap | None = None) -> PairRecord | RecordError:
+    """Validate one row (a decoded JSON value or a table row) into a PairRecord, or say why it is not one."""
     fields = fields or FieldMap()
-    return _guard(row, line, fields, lambda rid: PairRecord(
-        rid, line, read_conversation(row, fields), read_string_field(row, fields.response_a),
-        read_string_field(row, fields.response_b), read_label(row, fields), row))
+    f = fields
+    return _guard(row, line, fields, lambda row, rid, given: PairRecord(
+        rid, line, read_conversation(row, f), read_string_field(row, f.response_a),
+        read_string_field(row, f.response_b), read_label(row, f), row, given))
 
 
-def parse_scalar_records(row: Any, *, line: int, fields: FieldMap | None = None) -> list[ScalarRecord | RecordError]:
+def parse_scalar_records(row: object, *, line: int,
+                         fields: FieldMap | None = None) -> list[ScalarRecord | RecordError]:
     """Validate one row into one ScalarRecord (or two, ``<id>:A`` / ``<id>:B``, for a pair row)."""
     fields = fields or FieldMap()
+    f = fields
 
-    def build(rid: str) -> list[ScalarRecord]:
-        conv = read_conversation(row, fields)
-        principle = read_optional_string(row, fields.principle)
-        if fields.response not in row and {fields.response_a, fields.response_b} <= row.keys():
-            return [ScalarRecord(f"{rid}:{side}", line, conv, read_string_field(row, column), principle, row)
-                    for side, column in (("A", fields.response_a), ("B", fields.response_b))]
-        return [ScalarRecord(rid, line, conv, read_string_field(row, fields.response), principle, row)]
+    def build(row: Mapping[str, object], rid: str, given: bool) -> list[ScalarRecord]:
+        conv = read_conversation(row, f)
+        principle = read_optional_string(row, f.principle)
+        if f.response not in row and {f.response_a, f.response_b} <= row.keys():
+            return [ScalarRecord(f"{rid}:{side}", line, conv, read_string_field(row, column), principle, row, given)
+                    for side, column in (("A", f.response_a), ("B", f.response_b))]
+        return [ScalarRecord(rid, line, conv, read_string_field(row, f.response), principle, row, given)]
 
     out = _guard(row, line, fields, build)
-    return out if isinstance(out, list) else [out]
+    records: list[ScalarRecord | RecordError] = [*out] if isinstance(out, list) else [out]
+    return records
 
 
-def parse_group_record(row: Any, *, line: int, fields: FieldMap | None = None) -> GroupRecord | RecordError:
+def parse_group_record(row: object, *, line: int, fields: FieldMap | None = None) -> GroupRecord | RecordError:
     """Validate one row into a GroupRecord, or say why it is not one."""
     fields = fields or FieldMap()
+    f = fields
 
-    def build(rid: str) -> GroupRecord:
+    def build(row: Mapping[str, object], rid: str, given: bool) -> GroupRecord:
+        fields = f
         responses = row.get(fields.responses)
         if isinstance(responses, str) and responses.lstrip().startswith("["):
             try:  # CSV cells hold the list as JSON text
@@ -132,27 +140,27 @@ def parse_group_record(row: Any, *, line: int, fields: FieldMap | None = None) -
         if not responses:
             raise ConfigError(f"field {fields.responses!r} is empty; a group needs at least one response")
         return GroupRecord(rid, line, read_conversation(row, fields), tuple(responses),
-                           read_optional_string(row, fields.reference), row)
+                           read_optional_string(row, fields.reference), row, given)
 
     return _guard(row, line, fields, build)
 
 
-def _guard(row: Any, line: int, fields: FieldMap, build: Any) -> Any:
+def _guard(row: object, line: int, fields: FieldMap,
+           build: Callable[[Mapping[str, object], str, bool], _Built]) -> _Built | RecordError:
+    """``build(row, id, id_given)`` of an object row, or the RecordError of a row that is not one or whose build
+    raised ConfigError. ``id_given`` is False when the id is the line number (a line number must not key the
+    record's sampler streams)."""
     if not isinstance(row, Mapping):
         return RecordError(line, str(line), f"line {line}: expected an object with fields, got {type(row).__name__}")
     rid = str(line)
     try:
         rid = read_id(row, line, fields.id)
-        built = build(rid)
+        return build(row, rid, not absent(row.get(fields.id)))
     except ConfigError as exc:
         return RecordError(line, rid, f"line {line}: {exc}")
-    if absent(row.get(fields.id)):  # a line-number id must not key the record's sampler streams
-        built = [replace(r, id_given=False) for r in built] if isinstance(built, list) else replace(built,
-                                                                                                  id_given=False)
-    return built
 
 
-def detect_fields(rows: Sequence[tuple[int, Any]], fields: FieldMap | None) -> FieldMap:
+def detect_fields(rows: Sequence[tuple[int, object]], fields: FieldMap | None) -> FieldMap:
     """LLMBar's (or EvalBiasBench's) columns when no field was remapped and the first object row has them and none
     of ours."""
     if fields is not None and fields != FieldMap():
@@ -168,7 +176,7 @@ def detect_fields(rows: Sequence[tuple[int, Any]], fields: FieldMap | None) -> F
     return default
 
 
-def detect_shape(rows: Sequence[tuple[int, Any]], fields: FieldMap) -> str:
+def detect_shape(rows: Sequence[tuple[int, object]], fields: FieldMap) -> str:
     """The record shape of a file from its first object row (see :data:`SHAPES`).
 
     Raises:
@@ -187,8 +195,26 @@ def detect_shape(rows: Sequence[tuple[int, Any]], fields: FieldMap) -> str:
                       f"(single responses) or {fields.responses!r} (groups); remap columns with --field")
 
 
+@overload
+def read_records(path: str | os.PathLike[str], shape: Literal["pairs"], *, fields: FieldMap | None = None,
+                 limit: int | None = None, format: str | None = None,
+                 split: str | None = None) -> list[PairRecord | RecordError]: ...
+@overload
+def read_records(path: str | os.PathLike[str], shape: Literal["single"], *, fields: FieldMap | None = None,
+                 limit: int | None = None, format: str | None = None,
+                 split: str | None = None) -> list[ScalarRecord | RecordError]: ...
+@overload
+def read_records(path: str | os.PathLike[str], shape: Literal["groups"], *, fields: FieldMap | None = None,
+                 limit: int | None = None, format: str | None = None,
+                 split: str | None = None) -> list[GroupRecord | RecordError]: ...
+@overload
 def read_records(path: str | os.PathLike[str], shape: str, *, fields: FieldMap | None = None,
-                 limit: int | None = None, format: str | None = None, split: str | None = None) -> list[Any]:
+                 limit: int | None = None, format: str | None = None,
+                 split: str | None = None) -> list[Record | RecordError]: ...
+def read_records(path: str | os.PathLike[str], shape: str, *, fields: FieldMap | None = None,
+                 limit: int | None = None, format: str | None = None,
+                 split: str | None = None) -> list[PairRecord | RecordError] | list[ScalarRecord | RecordError] \
+        | list[GroupRecord | RecordError] | list[Record | RecordError]:
     """Every record of ``shape`` in a file, in input order, with a RecordError for each bad row.
 
     Args:
@@ -209,7 +235,7 @@ def read_records(path: str | os.PathLike[str], shape: str, *, fields: FieldMap |
         shape = detect_shape(rows, fields)
     if shape not in SHAPES:
         raise ConfigError(f"record shape {shape!r} is not valid; expected auto or one of {', '.join(SHAPES)}")
-    out: list[Any] = []
+    out: list[Record | RecordError] = []
     for line, row in rows:
         if isinstance(row, RecordError):
             out.append(row)

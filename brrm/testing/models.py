@@ -4,13 +4,17 @@ any tokenizer (``DESIGN.md`` §4 tier 1), and a BR-RM judge over a given backend
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import torch
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+    from brrm.backends.base import Backend
+    from brrm.judges.brrm import BRRMConfig
 
 
 
@@ -19,7 +23,7 @@ from brrm.types import RewardJudge
 
 #: Architecture of the tiny Qwen3 (vocab and special ids come from the tokenizer). head_dim 64 is the
 #: smallest that vLLM's CPU attention accepts.
-TINY_QWEN3_CONFIG: dict[str, Any] = {
+TINY_QWEN3_CONFIG: dict[str, int | bool] = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 2,
@@ -45,7 +49,7 @@ def build_tiny_qwen3(
     seed: int = 0,
     sequence_classification: bool = False,
     dtype: torch.dtype = torch.float32,
-    config: dict[str, Any] | None = None,
+    config: Mapping[str, int | float | bool | str] | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """A random-weight tiny Qwen3 (hidden 64, 2 layers, 2 heads / 1 KV head, head_dim 64) in eval mode.
 
@@ -74,7 +78,8 @@ def build_tiny_qwen3(
     eos_id = _special_id(tok, "<|im_end|>")
     pad_id = _special_id(tok, tok.pad_token or "<|endoftext|>")
     bos_id = _special_id(tok, tok.bos_token or "<|endoftext|>")
-    qwen3_config = Qwen3Config(
+    make_config: Callable[..., Qwen3Config] = Qwen3Config  # the overrides are any Qwen3Config fields
+    qwen3_config = make_config(
         vocab_size=len(tok),
         bos_token_id=bos_id,
         eos_token_id=eos_id,
@@ -94,7 +99,17 @@ def build_tiny_qwen3(
     return model, tok
 
 
-def save_tiny_qwen3(path: str | os.PathLike[str], **kwargs: Any) -> Path:
+class TinyQwen3Options(TypedDict, total=False):
+    """The keywords of :func:`build_tiny_qwen3` (see there)."""
+
+    tokenizer: PreTrainedTokenizerFast | None
+    seed: int
+    sequence_classification: bool
+    dtype: torch.dtype
+    config: Mapping[str, int | float | bool | str] | None
+
+
+def save_tiny_qwen3(path: str | os.PathLike[str], **kwargs: Unpack[TinyQwen3Options]) -> Path:
     """Build a tiny Qwen3 with :func:`build_tiny_qwen3` and save model + tokenizer to ``path``.
 
     Args:
@@ -115,7 +130,7 @@ def save_tiny_qwen3(path: str | os.PathLike[str], **kwargs: Any) -> Path:
     return out
 
 
-def brrm_judge(backend: Any, config: Any = None) -> RewardJudge:
+def brrm_judge(backend: Backend, config: BRRMConfig | None = None) -> RewardJudge:
     """The :class:`~brrm.RewardJudge` of a BR-RM judge over ``backend`` with a full ``BRRMConfig`` (tests that
     set config fields directly), built through the one door: :func:`brrm.load` with every field of ``config``
     as its flat keyword (the sampling settings as ``temperature``, ``top_p``, ``max_new_tokens``, …)."""

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from brrm.templates import prompts_dir
 
@@ -178,7 +178,7 @@ def qwen3_chat_template() -> str:
     return (prompts_dir() / "qwen3_chat_template.jinja").read_text(encoding="utf-8")
 
 
-def _qwen_pipeline(model: Any) -> tokenizers.Tokenizer:
+def _qwen_pipeline(model: tokenizers.models.Model) -> tokenizers.Tokenizer:
     """Wrap a BPE ``model`` in Qwen's normalizer, pre-tokenizer, decoder and post-processor.
 
     Args:
@@ -355,12 +355,12 @@ def _convert_qwen_tiktoken(data: bytes) -> tokenizers.Tokenizer:
     return tok
 
 
-def _qwen3_stamp(data: bytes) -> dict[str, Any]:
+def _qwen3_stamp(data: bytes) -> dict[str, str | int]:
     """What a cached Qwen3 tokenizer directory was built from; a mismatch forces a rebuild."""
     return {"revision": _QWEN3_BUILD_REVISION, "qwen_tiktoken_sha256": hashlib.sha256(data).hexdigest()}
 
 
-def _cache_is_valid(directory: Path, stamp: dict[str, Any]) -> bool:
+def _cache_is_valid(directory: Path, stamp: dict[str, str | int]) -> bool:
     """True when ``directory`` holds a complete build made from ``stamp``'s inputs."""
     try:
         return (

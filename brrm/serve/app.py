@@ -175,11 +175,11 @@ def _body_problem(request: Request, exc: RequestValidationError) -> str:
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": e.get("type", "")}
-                  for e in exc.errors()]
-        first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
-        where = ".".join(x for x in first["loc"] if x != "body") or "body"
-        message = _body_problem(request, exc) or f"{where}: {first['msg']}"
+        errors: list[JSONValue] = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")),
+                                    "type": str(e.get("type", ""))} for e in exc.errors()]
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body") or "body"
+        message = _body_problem(request, exc) or f"{where}: {first.get('msg', '')}"
         body = error_body("validation_error", message, errors=errors)
         return JSONResponse({**body, "detail": errors}, status_code=422)
 

@@ -30,23 +30,24 @@ import os
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from brrm.errors import ConfigError
+from brrm.types.jsonvalue import JSONValue
 from brrm.types.protocols import RewardJudge
+from brrm.types.results import ScalarReward
 
 _KEYS = ("url", "api_key", "timeout_s", "model", "kind", "backend", "options", "failed_reward", "get_reward_mode",
          "max_batch", "max_wait_ms")
 
 
-def settings() -> dict[str, Any]:
+def settings() -> dict[str, JSONValue]:
     """The configuration: ``BRRM_CONFIG``'s JSON object, overridden by ``BRRM_<KEY>`` variables.
 
     Raises:
         ConfigError: on an unreadable file, an unknown key, or a value that is not valid JSON where JSON is needed.
     """
-    out: dict[str, Any] = {}
+    out: dict[str, JSONValue] = {}
     path = os.environ.get("BRRM_CONFIG")
     if path:
         try:
@@ -72,7 +73,8 @@ def settings() -> dict[str, Any]:
     return out
 
 
-def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any) -> dict:
+def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[JSONValue],
+                **kwargs: object) -> dict[str, object]:
     """OpenRLHF's reward function over a brrm judge (remote or local, see the module docstring).
 
     Args:
@@ -94,7 +96,8 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
     return _local(cfg).rewards(list(queries), list(prompts), list(labels))
 
 
-def _remote(cfg: dict[str, Any], queries: list[str], prompts: list[str], labels: list[Any]) -> dict:
+def _remote(cfg: Mapping[str, JSONValue], queries: list[str], prompts: list[str],
+            labels: list[JSONValue]) -> dict[str, object]:
     url = str(cfg["url"]).rstrip("/")
     url = url if url.endswith("/get_reward") else f"{url}/get_reward"
     headers = {"Content-Type": "application/json"}
@@ -103,7 +106,7 @@ def _remote(cfg: dict[str, Any], queries: list[str], prompts: list[str], labels:
     data = json.dumps({"query": queries, "prompts": prompts, "labels": labels}).encode()
     request = urllib.request.Request(url, data=data, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=float(cfg.get("timeout_s", 600))) as response:
+        with urllib.request.urlopen(request, timeout=_number(cfg, "timeout_s", 600.0)) as response:
             return dict(json.loads(response.read()))
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode("utf-8", "replace")[:500]
@@ -142,13 +145,14 @@ class LocalRewards:
         threading.Thread(target=self.loop.run_forever, name="brrm-reward-func", daemon=True).start()
         asyncio.run_coroutine_threadsafe(self.scheduler.start(), self.loop).result()
 
-    def rewards(self, queries: list[str], prompts: list[str] | None, labels: list[Any] | None) -> dict:
+    def rewards(self, queries: list[str], prompts: list[str] | None,
+                labels: list[JSONValue] | None) -> dict[str, object]:
         """OpenRLHF's reply for these queries (blocking; safe to call from many threads)."""
         from brrm.serve import openrlhf
         from brrm.serve.calls import score_key
 
         todo = openrlhf.plan(queries, prompts, labels, mode=self.mode)
-        scored: list[Any] = []
+        scored: list[ScalarReward] = []
         if todo.items:
             job = self.scheduler.submit(score_key(self.mode == "reference", False), todo.items, timeout_s=1e9)
             scored = asyncio.run_coroutine_threadsafe(job, self.loop).result()
@@ -165,7 +169,7 @@ _lock = threading.Lock()
 _service: LocalRewards | None = None
 
 
-def _local(cfg: dict[str, Any]) -> LocalRewards:
+def _local(cfg: Mapping[str, JSONValue]) -> LocalRewards:
     """The process-wide local judge service, built on first use."""
     global _service
     with _lock:
@@ -175,9 +179,37 @@ def _local(cfg: dict[str, Any]) -> LocalRewards:
             options = cfg.get("options") or {}
             if not isinstance(options, dict):
                 raise ConfigError(f"BRRM_OPTIONS must be a JSON object of brrm.load options, got {options!r}")
-            judge = brrm.load(cfg.get("model"), kind=cfg.get("kind", "auto"),
-                              backend=cfg.get("backend", "transformers"), **options)
-            _service = LocalRewards(judge, failed_reward=cfg.get("failed_reward", 0.0),
-                                    mode=cfg.get("get_reward_mode", "auto"), max_batch=int(cfg.get("max_batch", 32)),
-                                    max_wait_ms=float(cfg.get("max_wait_ms", 10.0)))
+            load: Callable[..., RewardJudge] = brrm.load  # options: JSON from the environment; load validates them
+            model = cfg.get("model")
+            judge = load(model if isinstance(model, str) else None, kind=_text(cfg, "kind", "auto"),
+                         backend=_text(cfg, "backend", "transformers"), **options)
+            failed = cfg.get("failed_reward", 0.0)
+            _service = LocalRewards(judge, failed_reward=None if failed is None else _number(cfg, "failed_reward", 0.0),
+                                    mode=_text(cfg, "get_reward_mode", "auto"),
+                                    max_batch=int(_number(cfg, "max_batch", 32)),
+                                    max_wait_ms=_number(cfg, "max_wait_ms", 10.0))
         return _service
+
+
+def _text(cfg: Mapping[str, JSONValue], key: str, default: str) -> str:
+    """``cfg[key]`` as a string (``default`` when absent).
+
+    Raises:
+        ConfigError: naming the setting when it is not a string.
+    """
+    value = cfg.get(key, default)
+    if not isinstance(value, str):
+        raise ConfigError(f"BRRM_{key.upper()} must be a string, got {value!r}")
+    return value
+
+
+def _number(cfg: Mapping[str, JSONValue], key: str, default: float) -> float:
+    """``cfg[key]`` as a number (``default`` when absent).
+
+    Raises:
+        ConfigError: naming the setting when it is not a number.
+    """
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"BRRM_{key.upper()} must be a number, got {value!r}")
+    return float(value)

@@ -10,7 +10,8 @@ Load generator: ``python benchmarks/serve_load.py load URL CLIENTS SECONDS MAX_R
 keep-alive connections (raw asyncio streams, so the generator costs little CPU per request), each sending
 one-item ``/v1/score`` requests back to back until SECONDS have passed or MAX_REQUESTS were sent (whichever
 first; it stops by itself), then prints one JSON line: requests, ok, errors, seconds, latencies (s) of ok
-answers and of 429 answers (``refused``) and the first other error.
+answers and of 429 answers (``refused``), how many 429s came without a ``Retry-After`` header
+(``refused_without_retry_after``) and the first other error.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     latencies: list[float] = []
     refused: list[float] = []  # 429 answers' latencies (overload runs)
+    bare_refusals = 0  # 429 answers without Retry-After
     errors: list[str] = []
     sent = 0
     end = time.perf_counter() + seconds
@@ -70,7 +72,7 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
                 b"\r\n\r\n%s" % (host.encode(), len(body), body))
 
     async def client() -> None:
-        nonlocal sent
+        nonlocal sent, bare_refusals
         reader = writer = None
         while time.perf_counter() < end and sent < max_requests:
             k = sent
@@ -90,6 +92,7 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
                     reader = writer = None
                 if lines[0].split()[1] == "429":
                     refused.append(time.perf_counter() - started)
+                    bare_refusals += not any(line.startswith("retry-after:") for line in lines)
                     continue
                 if not lines[0].split()[1] == "200" or b'"status":"ok"' not in body.replace(b" ", b""):
                     errors.append(f"{lines[0]}: {body[:200]!r}")
@@ -105,7 +108,8 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
     return {"requests": sent, "ok": len(latencies), "errors": len(errors), "seconds": time.perf_counter() - started,
-            "latencies": latencies, "refused": refused, "first_error": errors[0] if errors else ""}
+            "latencies": latencies, "refused": refused, "refused_without_retry_after": bare_refusals,
+            "first_error": errors[0] if errors else ""}
 
 
 def main(argv: list[str]) -> None:

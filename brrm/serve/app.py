@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp
 
 from brrm.errors import ConfigError
+from brrm.serve import ops, routes
 from brrm.serve.admission import OverloadMiddleware
 from brrm.serve.calls import (
     Variants,
@@ -30,9 +31,8 @@ from brrm.serve.calls import (
 )
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics, MetricsMiddleware
-from brrm.serve.openrlhf import resolve_mode
-from brrm.serve import ops, routes
 from brrm.serve.openapi import server_schema
+from brrm.serve.openrlhf import resolve_mode
 from brrm.serve.ops import add_offline_docs, warmup
 from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooLong, InvalidText, error_body
 from brrm.serve.state import ClientGone, ServerState, TooCostly, TooManyItems

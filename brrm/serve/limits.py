@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+
 from brrm.errors import ConfigError
 from brrm.types import check_bool, check_choice, check_float, check_int
 from brrm.types.jsonvalue import JSONValue

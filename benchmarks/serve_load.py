@@ -6,6 +6,10 @@ Bare endpoint: ``python benchmarks/serve_load.py bare MODEL PORT`` — uvicorn o
 JSON) on the same judge ``brrm.load(MODEL, kind="bt")`` that ``brrm serve`` loads; FastAPI runs the sync handler in
 its thread pool.
 
+Refusing floor: ``python benchmarks/serve_load.py refuse PORT`` — uvicorn on 127.0.0.1:PORT with a plain ASGI app
+that answers every request 429 with ``Retry-After`` without reading its body: the fastest 429 this stack can give
+on this machine, measured beside ``brrm serve``'s.
+
 Load generator: ``python benchmarks/serve_load.py load URL CLIENTS SECONDS MAX_REQUESTS`` — CLIENTS concurrent
 keep-alive connections (raw asyncio streams, so the generator costs little CPU per request), each sending
 one-item ``/v1/score`` requests back to back until SECONDS have passed or MAX_REQUESTS were sent (whichever
@@ -17,6 +21,7 @@ answers and of 429 answers (``refused``), how many 429s came without a ``Retry-A
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import time
@@ -49,6 +54,21 @@ def bare(model: str, port: int) -> None:
         return {"ready": True}
 
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def refuse(port: int) -> None:
+    import uvicorn
+
+    body = json.dumps({"error": {"type": "queue_full", "message": "the queue is full; retry later"}}).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"retry-after", b"1")]
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        ready = scope["type"] == "http" and scope["path"] == "/ready"
+        await send({"type": "http.response.start", "status": 200 if ready else 429, "headers": head})
+        await send({"type": "http.response.body", "body": body})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
 
 
 async def _load(url: str, clients: int, seconds: float, max_requests: int) -> dict[str, Any]:
@@ -105,6 +125,8 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
         if writer is not None:
             writer.close()
 
+    gc.collect()
+    gc.freeze()  # no full collections over the interpreter's start-up objects while latencies are measured
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
     return {"requests": sent, "ok": len(latencies), "errors": len(errors), "seconds": time.perf_counter() - started,
@@ -115,11 +137,13 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
 def main(argv: list[str]) -> None:
     if argv[0] == "bare":
         bare(argv[1], int(argv[2]))
+    elif argv[0] == "refuse":
+        refuse(int(argv[1]))
     elif argv[0] == "load":
         out = asyncio.run(_load(argv[1], int(argv[2]), float(argv[3]), int(argv[4])))
         print(json.dumps(out))
     else:
-        raise SystemExit(f"unknown mode {argv[0]!r}; expected bare or load")
+        raise SystemExit(f"unknown mode {argv[0]!r}; expected bare, refuse or load")
 
 
 if __name__ == "__main__":

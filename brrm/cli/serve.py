@@ -10,6 +10,7 @@ drains: the listening socket closes (new connections are refused), requests alre
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import signal
@@ -181,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
     from brrm.serve.app import create_app
 
     app = create_app(judge, limits=limits)
+    gc.collect()
+    gc.freeze()  # the loaded model, tokenizer and libraries are never rescanned by the cyclic collector: its full
+    # collections over them paused the event loop for hundreds of ms under load (p99 of 429s 0.9 s -> 0.25 s)
     info = judge.info
     print(f"brrm serve: {info.model} ({info.describe()}) on "
           f"http://{args.host}:{args.port}; docs at /docs", file=sys.stderr)

@@ -60,6 +60,9 @@ class ServerState:
         not_ready: why ``/ready`` is 503 ("" when ready).
         draining: SIGTERM received: ``/ready`` answers 503 while in-flight requests finish (uvicorn has closed the
             listener, so no new request arrives).
+        warmup_attempts: warm-up calls tried so far.
+        admitting: judging requests let through the overload gate and not yet queued (each reserves one place
+            in the queue; :mod:`brrm.serve.admission`).
     """
 
     judge: RewardJudge
@@ -71,6 +74,7 @@ class ServerState:
     not_ready: str = "warming up"
     draining: bool = False
     warmup_attempts: int = 0
+    admitting: int = 0
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
@@ -152,6 +156,8 @@ class ServerState:
             SchedulerError: 429 / 503 / 504 (see :mod:`brrm.serve.scheduler`). ConfigError: the judge refused
                 the input (422). ClientGone: the client left.
         """
+        if request.scope.pop("brrm.admitted", False):  # the gate's reserved place becomes the queued job's
+            self.admitting -= 1
         task = asyncio.ensure_future(self.scheduler.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
                                                            weights=weights, units=units))
         task.add_done_callback(self._returned)

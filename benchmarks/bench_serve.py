@@ -275,7 +275,7 @@ def test_overload_429_latency(benchmark, bt_model, tmp_path):
     Beside it, the same load against the refusing floor (a bare uvicorn app answering every request 429): the
     fastest 429 the stack gives on this machine now. On an idle machine the floor's p99 is far below 100 ms and
     the target is asserted as is; where other processes load the cores so that even the floor misses it, the
-    assertion is that brrm's p99 stays within 1.5x the floor's (the server adds nothing that grows with load), and
+    assertion is that brrm's p99 stays within 2x the floor's (the server adds nothing that grows with load), and
     the absolute target is reported as not met."""
     with _bare_server(None, tmp_path) as floor_url:
         floor = _load(floor_url, 200)
@@ -294,4 +294,4 @@ def test_overload_429_latency(benchmark, bt_model, tmp_path):
     benchmark.extra_info.update({"p50_429_s": p50, "p99_429_s": p99_429, "served": run["ok"],
                                  "p99_429_floor_s": p99_floor})
     assert run["refused_without_retry_after"] == 0, run["refused_without_retry_after"]
-    assert p99_429 <= max(0.1, 2 * p99_floor), f"p99 of 429 answers {p99_429 * 1000:.0f} ms > 100 ms and > 2x the floor"
+    assert p99_429 <= max(0.1, 2 * p99_floor), f"429 p99 {p99_429 * 1000:.0f} ms: > 100 ms and > 2x the floor's"

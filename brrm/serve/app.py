@@ -2,9 +2,12 @@
 
 The app owns a :class:`~brrm.serve.scheduler.Scheduler` (model work runs in a worker thread, coalesced across
 requests), the body-size, item and field limits, the optional API key and CORS, and the Prometheus metrics.
-Judging routes are in :mod:`brrm.serve.routes`; this module adds the operational ones (``/health``, ``/ready``,
-``/v1/models``, ``/metrics``) and maps every error to one JSON shape: ``{"error": {"type", "message", ...}}``
-(422 answers also keep FastAPI's ``detail`` list).
+The routes are ``APIRouter`` s — the judging and RLHF ones in :mod:`brrm.serve.routes`, the operational ones
+(``/health``, ``/ready``, ``/v1/models``, ``/metrics``) in :mod:`brrm.serve.ops` — that reach the server state
+through a dependency (:data:`brrm.serve.state.State`) and return their declared response models, so FastAPI
+validates every reply. This module includes them, serves this server's OpenAPI schema (:mod:`brrm.serve.openapi`)
+and maps every error to one JSON shape: ``{"error": {"type", "message", ...}}`` (422 answers also keep FastAPI's
+``detail`` list).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ dictionaries :meth:`PairwiseJudgment.to_dict`, :meth:`ScalarReward.to_dict` and 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
 
 from brrm.compose.strategies import STRATEGIES
 
@@ -21,6 +21,29 @@ def _examples(example: JsonValue) -> dict[str, JsonValue]:
     """``json_schema_extra`` with one request example (shown in ``/docs`` and the OpenAPI schema)."""
     return {"examples": [example]}
 
+
+def _integral(value: object) -> object:
+    """A float with no fractional part as the int it equals (JSON Schema's ``integer`` counts ``1.0`` as 1); any
+    other value as is, for strict validation."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _label(value: object) -> object:
+    """A gold label as :data:`_integral` takes it; a boolean is refused (``true == 1`` in Python, not in JSON)."""
+    if isinstance(value, bool):
+        raise ValueError("a label is A, B, tie, 1 or 2, not a boolean")
+    return _integral(value)
+
+
+Count = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+"""A JSON integer >= 1: an int, or a float with no fractional part; never a string or a boolean."""
+
+SEED_MAX = 2**63 - 1024
+"""The largest seed: the largest 64-bit float below 2^63, so a JSON number at the bound means the same integer
+to a client that reads it as a float (a bound of 2^63 - 1 rounds up to 2^63)."""
+
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX), BeforeValidator(_integral)]
+"""A JSON integer in [0, :data:`SEED_MAX`], as :data:`Count` takes it."""
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Request bodies: unknown fields refused, and no type coercion (``"swap": 0`` is not a boolean, ``"1"`` not a
@@ -72,10 +95,12 @@ class JudgeOptions(BaseModel):
     """Per-request decoding settings (BR-RM judges only), each within the server's own."""
 
     model_config = STRICT
-    max_new_tokens: int | None = Field(default=None, ge=1, description="tokens per turn, at most the server's")
-    max_total_tokens: int | None = Field(default=None, ge=1, description="tokens per sequence, at most the server's")
+    max_new_tokens: Count | None = Field(default=None,
+                                                                  description="tokens per turn, at most the server's")
+    max_total_tokens: Count | None = Field(
+        default=None, description="tokens per sequence, at most the server's")
     decoding: Literal["constrained", "faithful"] | None = None
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    seed: Seed | None = None
 
 
 class PairIn(_Context):
@@ -84,7 +109,7 @@ class PairIn(_Context):
     id: str | None = None
     response_a: str
     response_b: str
-    label: Literal["A", "B", "tie", "1", "2", 1, 2] | None = Field(
+    label: Annotated[Literal["A", "B", "tie", "1", "2", 1, 2], BeforeValidator(_label)] | None = Field(
         default=None, description="gold label, echoed with 'correct': A, B, tie, or 1 / 2 (as in LLMBar; 1 = A)")
 
 

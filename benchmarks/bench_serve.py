@@ -180,14 +180,16 @@ def bt_model(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def _bare_server(model: Path, tmp: Path):
-    """The bare FastAPI endpoint (``serve_load.py bare``) on a free 127.0.0.1 port."""
+def _bare_server(model: Path | None, tmp: Path):
+    """The bare FastAPI endpoint (``serve_load.py bare``) on a free 127.0.0.1 port; with ``model`` None, the
+    refusing floor (``serve_load.py refuse``: every request answered 429)."""
     from tests.serve_helpers import free_port
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    mode = ["bare", str(model)] if model is not None else ["refuse"]
     with open(tmp / f"bare-{port}.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, str(LOAD), "bare", str(model), str(port)], cwd=REPO, env=env,
+        proc = subprocess.Popen([sys.executable, str(LOAD), *mode, str(port)], cwd=REPO, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -267,14 +269,29 @@ def test_throughput_vs_bare_fastapi(benchmark, bt_model, tmp_path):
 @pytest.mark.timeout(900)
 def test_overload_429_latency(benchmark, bt_model, tmp_path):
     """200 clients retrying at once with no backoff against ``--max-queue 16 --max-batch 1``: how fast a 429 with
-    ``Retry-After`` arrives (answered before the body is read). Target (issue 18): p99 <= 100 ms on loopback."""
+    ``Retry-After`` arrives (answered before the body is read, outside every other layer of the app). Target
+    (issue 18 item 3): p99 <= 100 ms on loopback, and every 429 carries ``Retry-After``.
+
+    Beside it, the same load against the refusing floor (a bare uvicorn app answering every request 429): the
+    fastest 429 the stack gives on this machine now. On an idle machine the floor's p99 is far below 100 ms and
+    the target is asserted as is; where other processes load the cores so that even the floor misses it, the
+    assertion is that brrm's p99 stays within 2x the floor's (the server adds nothing that grows with load), and
+    the absolute target is reported as not met."""
+    with _bare_server(None, tmp_path) as floor_url:
+        floor = _load(floor_url, 200)
     with running_server(["--model", str(bt_model), "--max-batch", "1", "--max-queue", "16"], tmp_path) as srv:
         run = _load(srv.url, 200)
         benchmark.pedantic(lambda: httpx.get(f"{srv.url}/ready"), rounds=1, iterations=1)
-    refused = sorted(run["refused"])
+    refused, floor_refused = sorted(run["refused"]), sorted(floor["refused"])
     assert run["errors"] == 0 and run["ok"] > 0 and refused, run["first_error"]  # every answer was a 200 or a 429
-    p50, p99_429 = refused[len(refused) // 2], p99(refused)
+    assert floor["errors"] == 0 and floor_refused, floor["first_error"]
+    p50, p99_429, p99_floor = refused[len(refused) // 2], p99(refused), p99(floor_refused)
     print(f"\n200 clients, --max-queue 16: {len(refused)} 429s ({len(refused) / run['seconds']:.0f}/s), p50 "
           f"{p50 * 1000:.0f} ms, p99 {p99_429 * 1000:.0f} ms (target <= 100 ms: "
-          f"{'met' if p99_429 <= 0.1 else 'NOT met'}); {run['ok']} served, p99 {run['p99']:.2f} s")
-    benchmark.extra_info.update({"p50_429_s": p50, "p99_429_s": p99_429, "served": run["ok"]})
+          f"{'met' if p99_429 <= 0.1 else 'NOT met'}); {run['ok']} served, p99 {run['p99']:.2f} s; refusing floor: "
+          f"{len(floor_refused) / floor['seconds']:.0f} 429s/s, p50 {floor_refused[len(floor_refused) // 2] * 1000:.0f}"
+          f" ms, p99 {p99_floor * 1000:.0f} ms")
+    benchmark.extra_info.update({"p50_429_s": p50, "p99_429_s": p99_429, "served": run["ok"],
+                                 "p99_429_floor_s": p99_floor})
+    assert run["refused_without_retry_after"] == 0, run["refused_without_retry_after"]
+    assert p99_429 <= max(0.1, 2 * p99_floor), f"429 p99 {p99_429 * 1000:.0f} ms: > 100 ms and > 2x the floor's"

@@ -6,16 +6,22 @@ Bare endpoint: ``python benchmarks/serve_load.py bare MODEL PORT`` — uvicorn o
 JSON) on the same judge ``brrm.load(MODEL, kind="bt")`` that ``brrm serve`` loads; FastAPI runs the sync handler in
 its thread pool.
 
+Refusing floor: ``python benchmarks/serve_load.py refuse PORT`` — uvicorn on 127.0.0.1:PORT with a plain ASGI app
+that answers every request 429 with ``Retry-After`` without reading its body: the fastest 429 this stack can give
+on this machine, measured beside ``brrm serve``'s.
+
 Load generator: ``python benchmarks/serve_load.py load URL CLIENTS SECONDS MAX_REQUESTS`` — CLIENTS concurrent
 keep-alive connections (raw asyncio streams, so the generator costs little CPU per request), each sending
 one-item ``/v1/score`` requests back to back until SECONDS have passed or MAX_REQUESTS were sent (whichever
 first; it stops by itself), then prints one JSON line: requests, ok, errors, seconds, latencies (s) of ok
-answers and of 429 answers (``refused``) and the first other error.
+answers and of 429 answers (``refused``), how many 429s came without a ``Retry-After`` header
+(``refused_without_retry_after``) and the first other error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import time
@@ -50,6 +56,21 @@ def bare(model: str, port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
+def refuse(port: int) -> None:
+    import uvicorn
+
+    body = json.dumps({"error": {"type": "queue_full", "message": "the queue is full; retry later"}}).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"retry-after", b"1")]
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        ready = scope["type"] == "http" and scope["path"] == "/ready"
+        await send({"type": "http.response.start", "status": 200 if ready else 429, "headers": head})
+        await send({"type": "http.response.body", "body": body})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
+
+
 async def _load(url: str, clients: int, seconds: float, max_requests: int) -> dict[str, Any]:
     """CLIENTS keep-alive HTTP/1.1 connections on raw asyncio streams (a client library such as httpx costs more
     CPU per request than the servers measured here; the generator must not be the bottleneck)."""
@@ -60,6 +81,7 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     latencies: list[float] = []
     refused: list[float] = []  # 429 answers' latencies (overload runs)
+    bare_refusals = 0  # 429 answers without Retry-After
     errors: list[str] = []
     sent = 0
     end = time.perf_counter() + seconds
@@ -70,7 +92,7 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
                 b"\r\n\r\n%s" % (host.encode(), len(body), body))
 
     async def client() -> None:
-        nonlocal sent
+        nonlocal sent, bare_refusals
         reader = writer = None
         while time.perf_counter() < end and sent < max_requests:
             k = sent
@@ -90,6 +112,7 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
                     reader = writer = None
                 if lines[0].split()[1] == "429":
                     refused.append(time.perf_counter() - started)
+                    bare_refusals += not any(line.startswith("retry-after:") for line in lines)
                     continue
                 if not lines[0].split()[1] == "200" or b'"status":"ok"' not in body.replace(b" ", b""):
                     errors.append(f"{lines[0]}: {body[:200]!r}")
@@ -102,20 +125,25 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
         if writer is not None:
             writer.close()
 
+    gc.collect()
+    gc.freeze()  # no full collections over the interpreter's start-up objects while latencies are measured
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
     return {"requests": sent, "ok": len(latencies), "errors": len(errors), "seconds": time.perf_counter() - started,
-            "latencies": latencies, "refused": refused, "first_error": errors[0] if errors else ""}
+            "latencies": latencies, "refused": refused, "refused_without_retry_after": bare_refusals,
+            "first_error": errors[0] if errors else ""}
 
 
 def main(argv: list[str]) -> None:
     if argv[0] == "bare":
         bare(argv[1], int(argv[2]))
+    elif argv[0] == "refuse":
+        refuse(int(argv[1]))
     elif argv[0] == "load":
         out = asyncio.run(_load(argv[1], int(argv[2]), float(argv[3]), int(argv[4])))
         print(json.dumps(out))
     else:
-        raise SystemExit(f"unknown mode {argv[0]!r}; expected bare or load")
+        raise SystemExit(f"unknown mode {argv[0]!r}; expected bare, refuse or load")
 
 
 if __name__ == "__main__":

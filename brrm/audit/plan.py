@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from brrm.audit.keys import canonical_json, item_hash, sha256_text
 from brrm.errors import ConfigError
 from brrm.records import GroupRecord, PairRecord, Record, RecordError, ScalarRecord
+from brrm.types.jsonvalue import JSONDict, JSONValue
 
 SLICE_MISSING = "(missing)"
 """Slice value of a row without the ``--slice-by`` column."""
@@ -45,7 +46,7 @@ class AuditItem:
     line: int
     record_id: str
     item_hash: str
-    record: Mapping[str, object] | None
+    record: Mapping[str, JSONValue] | None
     invalid_reason: str = ""
     slices: Mapping[str, str] = field(default_factory=dict)
 
@@ -55,7 +56,7 @@ class AuditItem:
 
 
 def normalize(rec: PairRecord | ScalarRecord | GroupRecord, *, principle: str = "",
-              with_reference: bool = False) -> dict[str, object]:
+              with_reference: bool = False) -> JSONDict:
     """The judge's input of a record as JSON-ready values (what :func:`~brrm.audit.keys.item_hash` hashes).
 
     Args:
@@ -63,7 +64,7 @@ def normalize(rec: PairRecord | ScalarRecord | GroupRecord, *, principle: str = 
         principle: the principle this single-response item is judged under ("" for none).
         with_reference: keep a group's reference (only the ``reference`` strategy reads it).
     """
-    base: dict[str, object] = {"id": rec.id, "conversation": rec.conversation.to_list()}
+    base: JSONDict = {"id": rec.id, "conversation": [m for m in rec.conversation.to_list()]}
     if isinstance(rec, PairRecord):
         return {"shape": "pairs", **base, "response_a": rec.response_a, "response_b": rec.response_b,
                 "label": rec.label.value}
@@ -94,7 +95,7 @@ def plan_items(records: Sequence[Record | RecordError], shape: str, *, slice_by:
     check_slice_columns(records, slice_by)
     items: list[AuditItem] = []
 
-    def add(line: int, rid: str, record: dict[str, object] | None, reason: str, row: object) -> None:
+    def add(line: int, rid: str, record: JSONDict | None, reason: str, row: object) -> None:
         digest = item_hash(record) if record is not None else sha256_text(canonical_json(
             {"invalid": True, "shape": shape, "line": line, "id": rid, "reason": reason}))
         items.append(AuditItem(len(items), line, rid, digest, record, reason, slice_values(row, slice_by)))

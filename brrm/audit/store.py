@@ -40,7 +40,7 @@ from typing import Any, TypedDict, TypeVar
 
 from brrm.audit.plan import AuditItem
 from brrm.errors import ConfigError
-from brrm.types.jsonvalue import JSONDict, JSONValue
+from brrm.types.jsonvalue import JSONDict
 
 _T = TypeVar("_T")
 
@@ -256,7 +256,7 @@ class AuditStore:
         self.close()
 
     # ------------------------------------------------------------------------------------------ configs
-    def remember_config(self, config_hash: str, info: Mapping[str, JSONValue], request_hash: str | None = None) -> None:
+    def remember_config(self, config_hash: str, info: Mapping[str, object], request_hash: str | None = None) -> None:
         """Record a configuration's JudgeInfo (and that ``request_hash`` produced it)."""
         now = time.time()
 
@@ -285,7 +285,7 @@ class AuditStore:
 
     # ------------------------------------------------------------------------------------------ runs
     def start_run(self, items: Sequence[AuditItem], *, shape: str, source: str, argv: Sequence[str],
-                  provenance: Mapping[str, JSONValue], config_hash: str | None) -> int:
+                  provenance: Mapping[str, object], config_hash: str | None) -> int:
         """Record a new run and its plan (one transaction); returns its id. Runs of this host whose process is
         gone are marked ``killed`` first."""
         now = time.time()
@@ -359,7 +359,7 @@ class AuditStore:
         return out
 
     def put_results(self, run_id: int | None, config_hash: str, shape: str,
-                    results: Sequence[tuple[AuditItem, Mapping[str, JSONValue]]]) -> int:
+                    results: Sequence[tuple[AuditItem, Mapping[str, object]]]) -> int:
         """Write a batch of results in one transaction (idempotent upserts) and the run's heartbeat; returns
         the rows written or replaced (a finished row is never overwritten)."""
         now = time.time()

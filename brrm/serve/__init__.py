@@ -13,12 +13,16 @@ Needs the ``serve`` extra (``pip install 'brrm[serve]'``); names are imported la
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from brrm.serve.app import create_app
+    from brrm.serve.limits import ServerLimits
 
 __all__ = ["ServerLimits", "create_app"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "create_app":
         from brrm.serve.app import create_app
 

@@ -2,8 +2,12 @@
 scheduler's queue is full, before a byte of the body is read, parsed or validated.
 
 Under overload the cost of a refusal is then one header read and one small write, independent of the body's
-size, so a client gets its ``Retry-After`` in milliseconds rather than after its turn at JSON parsing. A request
-admitted here can still get 429 later if its own cost does not fit the queue (checked when it is queued).
+size, so a client gets its ``Retry-After`` in milliseconds rather than after its turn at JSON parsing.
+
+Admission reserves a place: a request let through counts as one judgment waiting (:attr:`ServerState.admitting`)
+from the gate until its job is queued (:meth:`ServerState.submit`) or it is answered otherwise, so a burst that
+arrives while the queue has one free place is not let through whole, to be parsed, validated and refused late.
+A request admitted here can still get 429 when queued if its own cost does not fit.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ if TYPE_CHECKING:
 JUDGING_PATHS = ("/v1/judge", "/v1/score", "/v1/rank", "/get_reward", "/compare")
 """Paths whose work goes through the scheduler's queue."""
 
+ADMITTED = "brrm.admitted"
+"""Scope key set on a request holding a reserved place (released by :meth:`ServerState.submit` or the gate)."""
+
 
 class OverloadMiddleware:
     """429 with ``Retry-After`` for a POST to a judging path while the queue is full (counted as rejected).
@@ -31,13 +38,21 @@ class OverloadMiddleware:
         self.app, self.state = app, state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scheduler = self.state.scheduler
-        if (scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") in JUDGING_PATHS
-                and scheduler.full()):
-            self.state.metrics.rejected.inc()
-            message = (f"the queue is full ({scheduler.queue_depth} of {scheduler.max_queue} judgments waiting); "
-                       "retry later")
+        if not (scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") in JUDGING_PATHS):
+            await self.app(scope, receive, send)
+            return
+        state, scheduler = self.state, self.state.scheduler
+        if scheduler.full() or scheduler.queue_depth + state.admitting >= scheduler.max_queue:
+            state.metrics.rejected.inc()
+            message = (f"the queue is full ({scheduler.queue_depth} of {scheduler.max_queue} judgments waiting, "
+                       f"{state.admitting} more arriving); retry later")
             await send_json(send, 429, error_body("queue_full", message),
                             [("retry-after", str(scheduler.retry_after()))], close=False)
             return
-        await self.app(scope, receive, send)
+        state.admitting += 1
+        scope[ADMITTED] = True
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if scope.pop(ADMITTED, False):
+                state.admitting -= 1

@@ -2,9 +2,12 @@
 
 The app owns a :class:`~brrm.serve.scheduler.Scheduler` (model work runs in a worker thread, coalesced across
 requests), the body-size, item and field limits, the optional API key and CORS, and the Prometheus metrics.
-Judging routes are in :mod:`brrm.serve.routes`; this module adds the operational ones (``/health``, ``/ready``,
-``/v1/models``, ``/metrics``) and maps every error to one JSON shape: ``{"error": {"type", "message", ...}}``
-(422 answers also keep FastAPI's ``detail`` list).
+The routes are ``APIRouter`` s — the judging and RLHF ones in :mod:`brrm.serve.routes`, the operational ones
+(``/health``, ``/ready``, ``/v1/models``, ``/metrics``) in :mod:`brrm.serve.ops` — that reach the server state
+through a dependency (:data:`brrm.serve.state.State`) and return their declared response models, so FastAPI
+validates every reply. This module includes them, serves this server's OpenAPI schema (:mod:`brrm.serve.openapi`)
+and maps every error to one JSON shape: ``{"error": {"type", "message", ...}}`` (422 answers also keep FastAPI's
+``detail`` list).
 """
 
 from __future__ import annotations
@@ -12,26 +15,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp
 
 from brrm.errors import ConfigError
+from brrm.serve import ops, routes
 from brrm.serve.admission import OverloadMiddleware
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics, MetricsMiddleware
+from brrm.serve.openapi import server_schema
 from brrm.serve.openrlhf import resolve_mode
-from brrm.serve.ops import add_ops_routes, warmup
+from brrm.serve.ops import add_offline_docs, warmup
 from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooLong, InvalidText, error_body
 from brrm.serve.state import ClientGone, ServerState, TooCostly, TooManyItems
 from brrm.service.items import Variants, failed_result
 from brrm.service.run import make_runner
 from brrm.service.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
 from brrm.types import RewardJudge
+from brrm.types.jsonvalue import JSONValue
 
 log = logging.getLogger("brrm.serve")
 
@@ -39,6 +46,30 @@ KNOWN_PATHS = ("/v1/judge", "/v1/score", "/v1/rank", "/get_reward", "/compare", 
                "/metrics", "/docs", "/openapi.json")
 
 
+class ServeApp(FastAPI):
+    """The FastAPI app of ``brrm serve``: its OpenAPI schema is this server's (:mod:`brrm.serve.openapi`), and
+    overload is refused outside every other layer (:class:`~brrm.serve.admission.OverloadMiddleware`), so a 429
+    costs one header read whatever else the stack does.
+
+    Args:
+        state: the server state (``app.state.brrm``).
+        title, version, description, lifespan: as :class:`fastapi.FastAPI` takes them.
+    """
+
+    def __init__(self, state: ServerState, *, title: str, version: str, description: str,
+                 lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]]) -> None:
+        super().__init__(title=title, version=version, description=description, lifespan=lifespan, docs_url=None)
+        self.state.brrm = state
+        self.brrm = state
+
+    def openapi(self) -> dict[str, JSONValue]:
+        """This server's schema, built once (FastAPI's, with the judge's and the limits' rules)."""
+        if self.openapi_schema is None:
+            self.openapi_schema = server_schema(super().openapi(), self.brrm)
+        return self.openapi_schema
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return OverloadMiddleware(super().build_middleware_stack(), state=self.brrm)
 
 
 def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_judge: bool = True) -> FastAPI:
@@ -55,8 +86,6 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     Raises:
         ConfigError: when a setting does not fit the judge (``get_reward_mode='reference'`` for a scalar model).
     """
-    from brrm.serve.routes import add_routes
-
     limits = limits or ServerLimits()
     resolve_mode(limits.get_reward_mode, bool(judge.info.pairwise))  # refuses 'reference' for a scalar model
     metrics = Metrics()
@@ -66,19 +95,20 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
                           stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics,
                           failed=failed_result)
     state = ServerState(judge, limits, scheduler, metrics, variants, ready=False)
-    app = FastAPI(title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge), docs_url=None,
-                  description="Pairwise judgments, scalar rewards and group rankings from a brrm judge "
-                              "(BR-RM, Bradley–Terry or principle reward model), with OpenRLHF- and NeMo Gym-"
-                              "compatible routes.")
-    app.state.brrm = state
+    app = ServeApp(state, title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),
+                   description="Pairwise judgments, scalar rewards and group rankings from a brrm judge "
+                               "(BR-RM, Bradley–Terry or principle reward model), with OpenRLHF- and NeMo Gym-"
+                               "compatible routes.")
     _add_error_handlers(app)
-    add_ops_routes(app, state)
-    add_routes(app, state)
+    app.include_router(ops.router)
+    add_offline_docs(app)
+    app.include_router(routes.judging)
+    app.include_router(routes.rlhf)
     _add_middleware(app, state)
     return app
 
 
-def _lifespan(state: ServerState, close_judge: bool) -> Any:
+def _lifespan(state: ServerState, close_judge: bool) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start the scheduler (and the warm-up) with the app; drain it and free the model when the app stops."""
 
     @contextlib.asynccontextmanager
@@ -102,15 +132,14 @@ def _lifespan(state: ServerState, close_judge: bool) -> Any:
 
 
 def _add_middleware(app: FastAPI, state: ServerState) -> None:
-    """CORS (only when configured), overload (429 before the body is read), the API key, the streaming body
-    limit and metrics (outermost last)."""
+    """CORS (only when configured), the API key, the streaming body limit and metrics (outermost last); overload
+    is outside them all (:class:`ServeApp`)."""
     limits, metrics = state.limits, state.metrics
     if limits.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=list(limits.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["authorization", "content-type"])
-    app.add_middleware(OverloadMiddleware, state=state)
     if limits.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=limits.api_key)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
@@ -146,11 +175,11 @@ def _body_problem(request: Request, exc: RequestValidationError) -> str:
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": e.get("type", "")}
-                  for e in exc.errors()]
-        first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
-        where = ".".join(x for x in first["loc"] if x != "body") or "body"
-        message = _body_problem(request, exc) or f"{where}: {first['msg']}"
+        errors: list[JSONValue] = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")),
+                                    "type": str(e.get("type", ""))} for e in exc.errors()]
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body") or "body"
+        message = _body_problem(request, exc) or f"{where}: {first.get('msg', '')}"
         body = error_body("validation_error", message, errors=errors)
         return JSONResponse({**body, "detail": errors}, status_code=422)
 

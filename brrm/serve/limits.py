@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.types import check_bool, check_choice, check_float, check_int
+from brrm.types.jsonvalue import JSONValue
 
 MIB = 1 << 20
 
@@ -133,9 +133,9 @@ class ServerLimits:
         """Judgments one request may cost: ``min(max_judgments_per_request, max_queue)``."""
         return min(self.max_judgments_per_request, self.max_queue)
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> dict[str, JSONValue]:
         """The limits a client may see (``/v1/models``); never the API key."""
-        out = {k: v for k, v in asdict(self).items() if k != "api_key"}
+        out: dict[str, JSONValue] = {k: v for k, v in asdict(self).items() if k != "api_key"}
         out["auth"] = self.api_key is not None
         out["item_limit"] = self.item_limit
         out["judgment_limit"] = self.judgment_limit

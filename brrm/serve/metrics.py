@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 """Seconds; from a forward pass of a small reward model to a long two-turn BR-RM judgment."""
@@ -58,7 +58,7 @@ class Metrics:
         self.abandoned_total = Counter("brrm_abandoned", "Judge calls abandoned after their requests left",
                                        registry=r)
 
-    def count_statuses(self, statuses: Iterable[Any]) -> None:
+    def count_statuses(self, statuses: Iterable[object]) -> None:
         """Count per-item statuses (``Status`` members or strings)."""
         for status in statuses:
             self.results.labels(status=str(getattr(status, "value", status))).inc()
@@ -78,10 +78,10 @@ class MetricsMiddleware:
         paths: the endpoints counted under their own path.
     """
 
-    def __init__(self, app: Any, metrics: Metrics, paths: Iterable[str]) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, paths: Iterable[str]) -> None:
         self.app, self.metrics, self.paths = app, metrics, frozenset(paths)
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -89,7 +89,7 @@ class MetricsMiddleware:
         code = 500
         started = time.perf_counter()
 
-        async def recording_send(message: Any) -> None:
+        async def recording_send(message: Message) -> None:
             nonlocal code
             if message["type"] == "http.response.start":
                 code = int(message["status"])

@@ -30,10 +30,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
+from brrm.types.jsonvalue import JSONDict
 
 NEUTRAL_REWARD = 0.5
 """The reward of a lone response (nothing to compare with): an expected win rate of one half."""
@@ -42,7 +42,7 @@ RANKING_LOW, RANKING_HIGH = 1.0, 6.0
 """NeMo Gym GenRM's ranking scale (``utils.RANKING_MIDPOINT`` = 3.5 between response_1 and response_2 better)."""
 
 
-def output_texts(response_objs: Sequence[Any]) -> tuple[list[str], dict[int, str]]:
+def output_texts(response_objs: Sequence[object]) -> tuple[list[str], dict[int, str]]:
     """(each response's final output text, {index: reason} for the malformed ones, whose text is "").
 
     Never raises: one malformed rollout is that response's failure, not the group's.
@@ -57,16 +57,17 @@ def output_texts(response_objs: Sequence[Any]) -> tuple[list[str], dict[int, str
     return texts, bad
 
 
-def output_text(response_obj: Any) -> str:
+def output_text(response_obj: object) -> str:
     """The final output text of a Responses API object: its ``message`` items' ``output_text`` parts joined.
 
     Raises:
         ConfigError: when the object has no ``output`` list.
     """
-    if not isinstance(response_obj, dict) or not isinstance(response_obj.get("output"), list):
+    output = response_obj.get("output") if isinstance(response_obj, dict) else None
+    if not isinstance(output, list):
         raise ConfigError("each response_objs entry must be a Responses API object with an 'output' list")
     parts = []
-    for item in response_obj["output"]:
+    for item in output:
         if isinstance(item, dict) and item.get("type", "message") == "message":
             content = item.get("content")
             if isinstance(content, str):
@@ -77,7 +78,7 @@ def output_text(response_obj: Any) -> str:
     return "".join(parts)
 
 
-def history_messages(history: Sequence[Any]) -> list[dict[str, str]]:
+def history_messages(history: Sequence[object]) -> list[dict[str, str]]:
     """``conversation_history`` as ``{"role", "content"}`` messages (list contents joined from their text parts).
 
     Raises:
@@ -125,7 +126,7 @@ def judged_pairs(pairs: Sequence[tuple[int, int]], bad: Mapping[int, str]) -> li
 
 def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[PairwiseJudgment],
               malformed: Mapping[int, str] | None = None
-              ) -> tuple[list[ScalarReward], list[dict[str, Any]] | None, dict[str, float] | None]:
+              ) -> tuple[list[ScalarReward], list[JSONDict] | None, dict[str, float] | None]:
     """(per-response rewards, ``comparison_results``, ``metrics``) from the judgments of ``pairs``.
 
     Args:
@@ -149,7 +150,7 @@ def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[Pair
     first_failure: list[PairwiseJudgment | None] = [None] * n
     results = []
     for (i, j), jd in zip(pairs, judgments, strict=True):
-        row: dict[str, Any] = {"response_i": i, "response_j": j, "judge_idx": 0, "winner": jd.winner.value,
+        row: JSONDict = {"response_i": i, "response_j": j, "judge_idx": 0, "winner": jd.winner.value,
                                "status": jd.status.value, "reason": jd.reason, "score_1": None, "score_2": None,
                                "ranking": None, "p_a": None if math.isnan(jd.p_a) else jd.p_a,
                                "consistent": jd.consistent}

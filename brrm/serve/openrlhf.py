@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.service.items import ScoreItem
@@ -181,7 +180,7 @@ def split_query(query: str, prompt: str | None, *, specials: Sequence[str] = POL
     return ParsedQuery(tuple(messages), response, name)
 
 
-def reply(rewards: Sequence[ScalarReward], failed_reward: float | None) -> dict[str, Any]:
+def reply(rewards: Sequence[ScalarReward], failed_reward: float | None) -> dict[str, object]:
     """OpenRLHF's reply: ``rewards``, ``scores`` and numeric ``extra_logs``, plus brrm's ``statuses`` and
     ``reasons`` (per item, in order) and counts.
 
@@ -239,7 +238,7 @@ class RewardPlan:
         return [r for r in self.results if r is not None]
 
 
-def plan(queries: Sequence[str], prompts: Sequence[str] | None, labels: Sequence[Any] | None, *, mode: str,
+def plan(queries: Sequence[str], prompts: Sequence[str] | None, labels: Sequence[object] | None, *, mode: str,
          specials: Sequence[str] = POLICY_SPECIAL_TEXTS, fmt: str = "auto") -> RewardPlan:
     """Parse every query (see :func:`split_query`); in ``reference`` mode each label is the reference answer.
 

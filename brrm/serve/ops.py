@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable
 
-from fastapi import FastAPI
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import HTMLResponse, Response
 
 from brrm.errors import ConfigError
+from brrm.serve.schemas import HealthResponse, ModelsResponse, ReadyResponse
+from brrm.serve.state import ServerState, State
 from brrm.service.items import CallOptions, PairItem, ScoreItem, pairs_key, score_key
 from brrm.types import Conversation
-
-if TYPE_CHECKING:
-    from brrm.serve.state import ServerState
 
 log = logging.getLogger("brrm.serve")
 
@@ -35,39 +34,42 @@ WARMUP_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
 """Seconds between warm-up attempts (the last repeats)."""
 
 
-def add_ops_routes(app: FastAPI, state: ServerState) -> None:
-    """Register ``/health``, ``/ready``, ``/v1/models``, ``/metrics`` and the offline ``/docs``."""
+router = APIRouter(tags=["operations"])
+"""``/health``, ``/ready`` (GET and HEAD), ``/v1/models`` and ``/metrics``."""
 
-    @app.get("/health", tags=["operations"], summary="Process up (no API key needed; HEAD too)")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
 
-    @app.get("/ready", tags=["operations"], summary="Model loaded, warm and taking work (503 otherwise; HEAD too)",
-             responses={503: {"description": "not ready, with the reason"}})
-    async def ready() -> JSONResponse:
-        why = ("shutting down" if state.draining else state.not_ready if not state.ready
-               else "" if state.scheduler.accepting else "the backend is stuck on abandoned judge calls")
-        body = {"ready": not why, "reason": why, "queue_depth": state.scheduler.queue_depth,
-                "running": state.scheduler.running, "warmup_attempts": state.warmup_attempts}
-        return JSONResponse(body, status_code=503 if why else 200)
+@router.get("/health", summary="Process up (no API key needed; HEAD too)")
+async def health() -> HealthResponse:
+    return HealthResponse(status="ok")
 
-    # HEAD answers as GET without the body (probes); kept out of the schema, which lists each route once
-    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
-    app.add_api_route("/ready", ready, methods=["HEAD"], include_in_schema=False)
 
-    @app.get("/v1/models", tags=["operations"], summary="What is served: model, kind, recipe, backend, limits")
-    async def models() -> dict[str, Any]:
-        info = state.model_block
-        return {"object": "list", "data": [{"id": info["model"], "object": "model", "owned_by": "brrm", **info,
-                                             "limits": state.limits.public()}]}
+@router.get("/ready", summary="Model loaded, warm and taking work (503 otherwise; HEAD too)",
+            responses={503: {"model": ReadyResponse, "description": "not ready, with the reason"}})
+async def ready(state: State, response: Response) -> ReadyResponse:
+    why = ("shutting down" if state.draining else state.not_ready if not state.ready
+           else "" if state.scheduler.accepting else "the backend is stuck on abandoned judge calls")
+    response.status_code = 503 if why else 200
+    return ReadyResponse(ready=not why, reason=why, queue_depth=state.scheduler.queue_depth,
+                         running=state.scheduler.running, warmup_attempts=state.warmup_attempts)
 
-    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics (text exposition format)",
-             response_class=Response, responses={200: {"content": {"text/plain": {}}}})
-    async def metrics() -> Response:
-        body, content_type = state.metrics.render()
-        return Response(body, media_type=content_type)
 
-    add_offline_docs(app)
+# HEAD answers as GET without the body (probes); kept out of the schema, which lists each route once
+router.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+router.add_api_route("/ready", ready, methods=["HEAD"], include_in_schema=False)
+
+
+@router.get("/v1/models", summary="What is served: model, kind, recipe, backend, limits")
+async def models(state: State) -> ModelsResponse:
+    info = state.model_block
+    return ModelsResponse(object="list", data=[{"id": info["model"], "object": "model", "owned_by": "brrm", **info,
+                                                "limits": state.limits.public()}])
+
+
+@router.get("/metrics", summary="Prometheus metrics (text exposition format)", response_class=Response,
+            responses={200: {"description": "the metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}})
+async def metrics(state: State) -> Response:
+    body, content_type = state.metrics.render()
+    return Response(body, media_type=content_type)
 
 
 def add_offline_docs(app: FastAPI) -> None:
@@ -92,7 +94,7 @@ def add_offline_docs(app: FastAPI) -> None:
                                    swagger_css_url=css, swagger_favicon_url="/docs/assets/favicon-32x32.png")
 
 
-def _warmup_job(state: ServerState) -> tuple[Any, list[Any]]:
+def _warmup_job(state: ServerState) -> tuple[Hashable, list[PairItem] | list[ScoreItem]]:
     """The warm-up's (key, items): one tiny pair with a small token budget, or one scored response."""
     conv = Conversation.coerce("Say hello.")
     if not state.pairwise:

@@ -1,5 +1,5 @@
 """Reply bodies of the judging routes: the model and provenance blocks once per reply, items carrying only what
-differs, encoded with orjson.
+differs (FastAPI validates the reply against its response model and encodes it with pydantic).
 
 Wire format (``/v1/judge``, ``/v1/score``, ``/v1/rank``)::
 
@@ -10,7 +10,7 @@ Wire format (``/v1/judge``, ``/v1/score``, ``/v1/rank``)::
 
 A shared field is left out of an item's ``provenance`` only when its value equals the reply's; a differing one
 stays. Model names are public: a local folder is named by its last component, never by its absolute path.
-Non-finite floats are written as ``null`` (orjson's rule; the item's ``status`` says why).
+Non-finite floats are written as ``null`` (pydantic's default; the item's ``status`` says why).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-import orjson
-from starlette.responses import Response
+from brrm.types.jsonvalue import JSONDict, JSONValue
 
 SHARED = ("model", "backend", "template_hash", "decoding")
 """Provenance fields written once per reply (equal for every item of one judge call)."""
@@ -36,12 +35,13 @@ def public_name(model: str) -> str:
     return text
 
 
-def encode(body: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    """A JSON response encoded with orjson (non-finite floats become ``null``)."""
-    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json", headers=headers)
+class Result(Protocol):
+    """A typed result (:class:`~brrm.PairwiseJudgment`, :class:`~brrm.ScalarReward`, :class:`~brrm.GroupResult`)."""
+
+    def to_dict(self) -> JSONDict: ...
 
 
-def shared_provenance(items: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def shared_provenance(items: Sequence[JSONDict]) -> JSONDict | None:
     """The reply-level provenance block: the shared fields of the first item that has a provenance (with the
     model's public name); None when no item has one."""
     for item in items:
@@ -53,19 +53,21 @@ def shared_provenance(items: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def _first_provenance(node: Any) -> dict[str, Any] | None:
+def _first_provenance(node: JSONValue) -> JSONDict | None:
     if isinstance(node, dict):
-        if isinstance(node.get("provenance"), dict):
-            return node["provenance"]
+        prov = node.get("provenance")
+        if isinstance(prov, dict):
+            return prov
         for key in ("sub_judgments", "rewards", "judgments"):
-            for child in node.get(key) or ():
+            children = node.get(key)
+            for child in children if isinstance(children, list) else ():
                 found = _first_provenance(child)
                 if found is not None:
                     return found
     return None
 
 
-def compact(node: Any, shared: dict[str, Any] | None) -> Any:
+def compact(node: JSONValue, shared: JSONDict | None) -> JSONValue:
     """``node`` (a result dict) with each nested ``provenance`` reduced to what differs from ``shared``."""
     if not isinstance(node, dict) or shared is None:
         return node
@@ -82,11 +84,11 @@ def compact(node: Any, shared: dict[str, Any] | None) -> Any:
     return node
 
 
-def reply(model: dict[str, Any], field: str, results: Any) -> Response:
-    """``{"model", "provenance", field: results}`` for a list of results (or one result), compacted and encoded."""
-    many = isinstance(results, list)
-    items = [r.to_dict() for r in results] if many else [results.to_dict()]
+def reply(model: JSONDict, field: str, results: Sequence[Result] | Result) -> JSONDict:
+    """``{"model", "provenance", field: results}`` for a list of results (or one result), compacted."""
+    many = isinstance(results, Sequence)
+    items = [r.to_dict() for r in results] if isinstance(results, Sequence) else [results.to_dict()]
     shared = shared_provenance(items)
     for item in items:
         compact(item, shared)
-    return encode({"model": model, "provenance": shared, field: items if many else items[0]})
+    return {"model": model, "provenance": shared, field: list(items) if many else items[0]}

@@ -9,15 +9,15 @@ that item's status in a 200 answer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
-from fastapi import FastAPI, Request
-from starlette.responses import Response
+from fastapi import APIRouter, Request
+from pydantic import BaseModel
 
 from brrm.compose.strategies import check_strategy, cost
 from brrm.errors import ConfigError
 from brrm.serve import nemo_gym, openrlhf
-from brrm.serve.replies import encode, reply
+from brrm.serve.replies import reply
 from brrm.serve.schemas import (
     ERRORS,
     CompareRequest,
@@ -32,104 +32,115 @@ from brrm.serve.schemas import (
     ScoreResponse,
 )
 from brrm.serve.security import check_field_lengths
-from brrm.serve.state import ServerState, conversation
+from brrm.serve.state import ServerState, State, conversation
 from brrm.service.items import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
-from brrm.types import Conversation, ScalarReward, parse_label
+from brrm.types import Conversation, GroupResult, PairwiseJudgment, ScalarReward, parse_label
 from brrm.types import Verdict as V
 
+R = TypeVar("R")
 
-def add_routes(app: FastAPI, state: ServerState) -> None:
-    """Register the judging routes (``/v1/*``) and the RLHF frameworks' routes on ``app``."""
-    _judging_routes(app, state)
-    _rlhf_routes(app, state)
+judging = APIRouter(tags=["judging"], responses=ERRORS)
+"""``/v1/judge``, ``/v1/score`` and ``/v1/rank``."""
+
+rlhf = APIRouter(tags=["RLHF frameworks"], responses=ERRORS)
+"""``/get_reward`` (OpenRLHF) and ``/compare`` (NeMo Gym)."""
 
 
-def _checked(state: ServerState, body: Any, n: int, name: str) -> None:
+def _checked(state: ServerState, body: BaseModel, n: int, name: str) -> None:
     """Refuse a request over the item limit or with a text field over the field limit (413)."""
     state.check_items(n, name)
     check_field_lengths(body.model_dump(exclude_none=True), state.limits.max_field_chars, "")
 
 
-def _judging_routes(app: FastAPI, state: ServerState) -> None:
-    @app.post("/v1/judge", response_model=JudgeResponse, responses=ERRORS, tags=["judging"],
-              summary="Judge pairs: one PairwiseJudgment per pair, in order")
-    async def judge(body: JudgeRequest, request: Request) -> Response:
-        _checked(state, body, len(body.pairs), "pairs")
-        items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
-                          parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
-                 for k, p in enumerate(body.pairs)]
-        key = pairs_key(body.swap, options=state.options(body.options))
-        spent = state.check_cost(cost("pairs", len(items), swap=state.swap if body.swap is None else body.swap),
-                                 f"{len(items)} pairs")
-        results = await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent)
-        state.metrics.count_statuses(r.status for r in results)
-        return reply(state.model_block, "judgments", results)
+def _of(kind: type[R], results: list[object]) -> list[R]:
+    """The scheduler's results as the call's result type.
 
-    @app.post("/v1/score", response_model=ScoreResponse, responses=ERRORS, tags=["judging"],
-              summary="Score responses: one ScalarReward per item, in order")
-    async def score(body: ScoreRequest, request: Request) -> Response:
-        _checked(state, body, len(body.items), "items")
-        items = [ScoreItem(conversation(it, f"items[{k}]"), it.response, it.principle, it.reference, it.id or "")
-                 for k, it in enumerate(body.items)]
-        refs, principles = _score_options(state, items)
-        if principles:
-            items = _fill_principles(state, items)
-        spent = state.check_cost(cost("pairs", len(items), swap=state.swap) if refs else cost("scores", len(items)),
-                                 f"{len(items)} items")
-        results = await state.submit(request, score_key(refs, principles), items, timeout_s=body.timeout_s,
-                                     cost=spent)
-        state.metrics.count_statuses(r.status for r in results)
-        return reply(state.model_block, "rewards", results)
-
-    @app.post("/v1/rank", response_model=RankResponse, responses=ERRORS, tags=["judging"],
-              summary="Rank one group of responses by a strategy")
-    async def rank(body: RankRequest, request: Request) -> Response:
-        _checked(state, body, len(body.responses), "responses")
-        strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
-        n = len(body.responses)
-        swap = state.swap if body.swap is None else body.swap
-        spent = state.check_cost(cost("group", n, strategy=strategy, swap=swap), f"{strategy} over {n} responses")
-        item = GroupItem(conversation(body, "body"), tuple(body.responses), body.reference)
-        key = rank_key(strategy, body.swap, body.reference is not None, state.options(body.options))
-        (result,) = await state.submit(request, key, [item], timeout_s=body.timeout_s, cost=max(1, spent),
-                                       weights=[max(1, spent)])
-        state.metrics.count_statuses(r.status for r in result.rewards)
-        return reply(state.model_block, "result", result)
+    Raises:
+        TypeError: a result of another type (a programming error: the key names the judge method).
+    """
+    typed = [r for r in results if isinstance(r, kind)]
+    if len(typed) != len(results):
+        raise TypeError(f"a judge call returned something other than {kind.__name__}")
+    return typed
 
 
-def _rlhf_routes(app: FastAPI, state: ServerState) -> None:
-    @app.post("/get_reward", response_model=GetRewardResponse, responses=ERRORS, tags=["RLHF frameworks"],
-              summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
-    async def get_reward(body: GetRewardRequest, request: Request) -> Response:
-        _checked(state, body, len(body.query), "query")
-        rewards = await _get_rewards(state, request, body)
-        state.metrics.count_statuses(r.status for r in rewards)
-        return encode(openrlhf.reply(rewards, state.limits.failed_reward))
+@judging.post("/v1/judge", summary="Judge pairs: one PairwiseJudgment per pair, in order")
+async def judge(body: JudgeRequest, request: Request, state: State) -> JudgeResponse:
+    _checked(state, body, len(body.pairs), "pairs")
+    items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
+                      parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
+             for k, p in enumerate(body.pairs)]
+    key = pairs_key(body.swap, options=state.options(body.options))
+    spent = state.check_cost(cost("pairs", len(items), swap=state.swap if body.swap is None else body.swap),
+                             f"{len(items)} pairs")
+    results = _of(PairwiseJudgment, await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent))
+    state.metrics.count_statuses(r.status for r in results)
+    return JudgeResponse.model_validate(reply(state.model_block, "judgments", results))
 
-    @app.post("/compare", response_model=CompareResponse, responses=ERRORS, tags=["RLHF frameworks"],
-              summary="NeMo Gym genrm_compare: rewards for a group of responses from pairwise comparisons")
-    async def compare(body: CompareRequest, request: Request) -> Response:
-        _checked(state, body, len(body.response_objs), "response_objs")
-        conv = Conversation.coerce(nemo_gym.history_messages(body.conversation_history), where="conversation_history")
-        texts, bad = nemo_gym.output_texts(body.response_objs)
-        if body.principle is not None and not state.judge.info.takes_principle:
-            raise ConfigError(f"principle: only principle models take one; this judge is "
-                              f"{state.judge.info.describe()} (send principle null)")
-        strategy = body.strategy or state.limits.compare_strategy
-        pairs = nemo_gym.judged_pairs(nemo_gym.comparison_pairs(strategy, len(texts)), bad)
-        spent = state.check_cost(cost("pairs", len(pairs), swap=state.swap if body.swap is None else body.swap),
-                                 f"{strategy} over {len(texts)} responses ({len(pairs)} pairs)")
-        items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
-        key = pairs_key(body.swap, body.principle is not None, state.options(body.options))
-        units = [2] if len(pairs) == 2 and pairs[0] == pairs[1][::-1] else None  # one pair's two orders: one call
-        judgments = await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent,
-                                       units=units) if items else []
-        rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments, bad)
-        state.metrics.count_statuses(j.status for j in judgments)
-        failed = state.limits.failed_reward
-        return encode({"rewards": [r.reward if r.ok else failed for r in rewards],
-                       "comparison_results": comparisons, "metrics": metrics,
-                       "statuses": [r.status.value for r in rewards], "reasons": [r.reason for r in rewards]})
+
+@judging.post("/v1/score", summary="Score responses: one ScalarReward per item, in order")
+async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResponse:
+    _checked(state, body, len(body.items), "items")
+    items = [ScoreItem(conversation(it, f"items[{k}]"), it.response, it.principle, it.reference, it.id or "")
+             for k, it in enumerate(body.items)]
+    refs, principles = _score_options(state, items)
+    if principles:
+        items = _fill_principles(state, items)
+    spent = state.check_cost(cost("pairs", len(items), swap=state.swap) if refs else cost("scores", len(items)),
+                             f"{len(items)} items")
+    results = _of(ScalarReward, await state.submit(request, score_key(refs, principles), items,
+                                                   timeout_s=body.timeout_s, cost=spent))
+    state.metrics.count_statuses(r.status for r in results)
+    return ScoreResponse.model_validate(reply(state.model_block, "rewards", results))
+
+
+@judging.post("/v1/rank", summary="Rank one group of responses by a strategy")
+async def rank(body: RankRequest, request: Request, state: State) -> RankResponse:
+    _checked(state, body, len(body.responses), "responses")
+    strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
+    n = len(body.responses)
+    swap = state.swap if body.swap is None else body.swap
+    spent = state.check_cost(cost("group", n, strategy=strategy, swap=swap), f"{strategy} over {n} responses")
+    item = GroupItem(conversation(body, "body"), tuple(body.responses), body.reference)
+    key = rank_key(strategy, body.swap, body.reference is not None, state.options(body.options))
+    (result,) = _of(GroupResult, await state.submit(request, key, [item], timeout_s=body.timeout_s,
+                                                    cost=max(1, spent), weights=[max(1, spent)]))
+    state.metrics.count_statuses(r.status for r in result.rewards)
+    return RankResponse.model_validate(reply(state.model_block, "result", result))
+
+
+@rlhf.post("/get_reward", summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
+async def get_reward(body: GetRewardRequest, request: Request, state: State) -> GetRewardResponse:
+    _checked(state, body, len(body.query), "query")
+    rewards = await _get_rewards(state, request, body)
+    state.metrics.count_statuses(r.status for r in rewards)
+    return GetRewardResponse.model_validate(openrlhf.reply(rewards, state.limits.failed_reward))
+
+
+@rlhf.post("/compare", summary="NeMo Gym genrm_compare: rewards for a group of responses from pairwise comparisons")
+async def compare(body: CompareRequest, request: Request, state: State) -> CompareResponse:
+    _checked(state, body, len(body.response_objs), "response_objs")
+    history = nemo_gym.history_messages([m.model_dump() for m in body.conversation_history])
+    conv = Conversation.coerce(history, where="conversation_history")
+    texts, bad = nemo_gym.output_texts(body.response_objs)
+    if body.principle is not None and not state.judge.info.takes_principle:
+        raise ConfigError(f"principle: only principle models take one; this judge is "
+                          f"{state.judge.info.describe()} (send principle null)")
+    strategy = body.strategy or state.limits.compare_strategy
+    pairs = nemo_gym.judged_pairs(nemo_gym.comparison_pairs(strategy, len(texts)), bad)
+    spent = state.check_cost(cost("pairs", len(pairs), swap=state.swap if body.swap is None else body.swap),
+                             f"{strategy} over {len(texts)} responses ({len(pairs)} pairs)")
+    items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
+    key = pairs_key(body.swap, body.principle is not None, state.options(body.options))
+    units = [2] if len(pairs) == 2 and pairs[0] == pairs[1][::-1] else None  # one pair's two orders: one call
+    judgments = _of(PairwiseJudgment, await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent,
+                                                         units=units)) if items else []
+    rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments, bad)
+    state.metrics.count_statuses(j.status for j in judgments)
+    failed = state.limits.failed_reward
+    return CompareResponse(rewards=[r.reward if r.ok else failed for r in rewards],
+                           comparison_results=comparisons, metrics=metrics,
+                           statuses=[r.status.value for r in rewards], reasons=[r.reason for r in rewards])
 
 
 def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bool]:
@@ -172,6 +183,6 @@ async def _get_rewards(state: ServerState, request: Request, body: GetRewardRequ
     n = len(todo.items)
     spent = state.check_cost(cost("pairs", n, swap=state.swap) if mode == "reference" else cost("scores", n),
                              f"{n} queries")
-    scored = await state.submit(request, score_key(mode == "reference", False), todo.items,
-                                cost=spent) if todo.items else []
+    scored = _of(ScalarReward, await state.submit(request, score_key(mode == "reference", False), todo.items,
+                                                  cost=spent)) if todo.items else []
     return todo.fill(scored)

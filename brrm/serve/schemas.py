@@ -8,36 +8,64 @@ dictionaries :meth:`PairwiseJudgment.to_dict`, :meth:`ScalarReward.to_dict` and 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
 
 from brrm.compose.strategies import STRATEGIES
 
 Role = Literal["system", "user", "assistant", "tool"]
 StrategyName = Literal[STRATEGIES]  # type: ignore[valid-type]
 
-def _examples(example: dict[str, Any]) -> Any:
+def _examples(example: JsonValue) -> dict[str, JsonValue]:
     """``json_schema_extra`` with one request example (shown in ``/docs`` and the OpenAPI schema)."""
     return {"examples": [example]}
 
 
-_CONV = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2+2?"}]
+def _integral(value: object) -> object:
+    """A float with no fractional part as the int it equals (JSON Schema's ``integer`` counts ``1.0`` as 1); any
+    other value as is, for strict validation."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _label(value: object) -> object:
+    """A gold label as :data:`_integral` takes it; a boolean is refused (``true == 1`` in Python, not in JSON)."""
+    if isinstance(value, bool):
+        raise ValueError("a label is A, B, tie, 1 or 2, not a boolean")
+    return _integral(value)
+
+
+Count = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+"""A JSON integer >= 1: an int, or a float with no fractional part; never a string or a boolean."""
+
+SEED_MAX = 2**63 - 1024
+"""The largest seed: the largest 64-bit float below 2^63, so a JSON number at the bound means the same integer
+to a client that reads it as a float (a bound of 2^63 - 1 rounds up to 2^63)."""
+
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX), BeforeValidator(_integral)]
+"""A JSON integer in [0, :data:`SEED_MAX`], as :data:`Count` takes it."""
+
+STRICT = ConfigDict(extra="forbid", strict=True)
+"""Request bodies: unknown fields refused, and no type coercion (``"swap": 0`` is not a boolean, ``"1"`` not a
+number), so the body the server accepts is exactly the one its JSON schema describes."""
+
+
+_CONV: list[JsonValue] = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2+2?"}]
 
 
 class ChatMessage(BaseModel):
     """One turn before the judged response(s)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     role: Role
     content: str
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, JsonValue]] | None = Field(default=None, description="assistant turns only")
 
 
 class _Context(BaseModel):
     """Exactly one of ``conversation`` (messages ending with a user or tool turn) or ``prompt`` (one user turn)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     conversation: list[ChatMessage] | None = Field(default=None, min_length=1)
     prompt: str | None = None
 
@@ -54,6 +82,7 @@ parsed on a loaded server (``timeout_s: 5e-324`` would be a certain 504), so it 
 
 
 class Timeout(BaseModel):
+    model_config = STRICT
     """A per-request deadline, capped by the server's (``--deadline``)."""
 
     timeout_s: float | None = Field(default=None, ge=TIMEOUT_FLOOR_S, le=86_400,
@@ -65,11 +94,13 @@ class Timeout(BaseModel):
 class JudgeOptions(BaseModel):
     """Per-request decoding settings (BR-RM judges only), each within the server's own."""
 
-    model_config = ConfigDict(extra="forbid")
-    max_new_tokens: int | None = Field(default=None, ge=1, description="tokens per turn, at most the server's")
-    max_total_tokens: int | None = Field(default=None, ge=1, description="tokens per sequence, at most the server's")
+    model_config = STRICT
+    max_new_tokens: Count | None = Field(default=None,
+                                                                  description="tokens per turn, at most the server's")
+    max_total_tokens: Count | None = Field(
+        default=None, description="tokens per sequence, at most the server's")
     decoding: Literal["constrained", "faithful"] | None = None
-    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    seed: Seed | None = None
 
 
 class PairIn(_Context):
@@ -78,14 +109,14 @@ class PairIn(_Context):
     id: str | None = None
     response_a: str
     response_b: str
-    label: Literal["A", "B", "tie", "1", "2", 1, 2] | None = Field(
+    label: Annotated[Literal["A", "B", "tie", "1", "2", 1, 2], BeforeValidator(_label)] | None = Field(
         default=None, description="gold label, echoed with 'correct': A, B, tie, or 1 / 2 (as in LLMBar; 1 = A)")
 
 
 class JudgeRequest(Timeout):
     """``POST /v1/judge``: pairs judged in order."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_examples({
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_examples({
         "pairs": [{"id": "p1", "prompt": "What is 2+2?", "response_a": "4", "response_b": "5", "label": "A"},
                   {"conversation": _CONV, "response_a": "Four.", "response_b": "2+2 is 22."}],
         "swap": True}))
@@ -106,7 +137,7 @@ class ScoreItemIn(_Context):
 class ScoreRequest(Timeout):
     """``POST /v1/score``: one reward per item, in order."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_examples({
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_examples({
         "items": [{"id": "r1", "prompt": "Name a primary colour.", "response": "Red."},
                   {"conversation": _CONV, "response": "4"}]}))
     items: list[ScoreItemIn] = Field(min_length=1)
@@ -115,7 +146,7 @@ class ScoreRequest(Timeout):
 class RankRequest(_Context, Timeout):
     """``POST /v1/rank``: one group of responses ranked by a strategy."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_examples({
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_examples({
         "prompt": "Name a prime number above 10.", "responses": ["11", "12", "13"], "strategy": "circular"}))
     responses: list[str] = Field(min_length=1)
     strategy: StrategyName = "auto"
@@ -127,25 +158,46 @@ class RankRequest(_Context, Timeout):
 class GetRewardRequest(BaseModel):
     """``POST /get_reward``: OpenRLHF's remote reward request (``query`` = templated prompt + response)."""
 
-    model_config = ConfigDict(extra="ignore", json_schema_extra=_examples({
+    model_config = ConfigDict(extra="ignore", strict=True, json_schema_extra=_examples({
         "query": ["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|endoftext|>"],
         "prompts": ["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"],
         "labels": ["4"]}))
     query: list[str] = Field(min_length=1)
     prompts: list[str] | None = None
-    labels: list[Any] | None = None
+    labels: list[JsonValue] | None = Field(default=None, description="one per query; a pairwise judge's reference "
+                                                                     "answers (strings)")
+
+
+class TextPart(BaseModel):
+    """One part of a NeMo Gym message's list content (its ``text`` is joined; other keys are kept and unused)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    text: str = ""
+
+
+class HistoryMessage(BaseModel):
+    """One turn of NeMo Gym's ``conversation_history`` (content: a string or a list of text parts)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    role: Role
+    content: str | list[TextPart] = ""
+
+
+def _output(text: str) -> JsonValue:
+    """A Responses API object whose one message says ``text`` (the ``/compare`` example)."""
+    return {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}
 
 
 class CompareRequest(Timeout):
     """``POST /compare``: NeMo Gym ``genrm_compare``'s request."""
 
-    model_config = ConfigDict(extra="ignore", json_schema_extra=_examples({
+    model_config = ConfigDict(extra="ignore", strict=True, json_schema_extra=_examples({
         "conversation_history": [{"role": "user", "content": "Name a prime number above 10."}],
-        "response_objs": [{"output": [{"type": "message", "role": "assistant",
-                                       "content": [{"type": "output_text", "text": t}]}]} for t in ("11", "12")],
+        "response_objs": [_output(t) for t in ("11", "12")],
         "principle": None}))
-    conversation_history: list[dict[str, Any]] = Field(min_length=1)
-    response_objs: list[dict[str, Any]] = Field(min_length=1)
+    conversation_history: list[HistoryMessage] = Field(min_length=1)
+    response_objs: list[dict[str, JsonValue]] = Field(min_length=1, description="Responses API objects; one whose "
+                                                      "'output' is not a list is that response's invalid_input")
     principle: str | None = None
     strategy: Literal["circular", "all_pairs"] | None = Field(default=None,
                                                               description="default: the server's --compare-strategy")
@@ -154,23 +206,34 @@ class CompareRequest(Timeout):
 
 
 class JudgeResponse(BaseModel):
-    model: dict[str, Any]
-    judgments: list[dict[str, Any]]
+    """``POST /v1/judge``'s answer: the model and provenance blocks once, one judgment per pair in order."""
+
+    model: dict[str, JsonValue]
+    provenance: dict[str, JsonValue] | None
+    judgments: list[dict[str, JsonValue]]
 
 
 class ScoreResponse(BaseModel):
-    model: dict[str, Any]
-    rewards: list[dict[str, Any]]
+    """``POST /v1/score``'s answer: one reward per item, in order."""
+
+    model: dict[str, JsonValue]
+    provenance: dict[str, JsonValue] | None
+    rewards: list[dict[str, JsonValue]]
 
 
 class RankResponse(BaseModel):
-    model: dict[str, Any]
-    result: dict[str, Any]
+    """``POST /v1/rank``'s answer: the group's result."""
+
+    model: dict[str, JsonValue]
+    provenance: dict[str, JsonValue] | None
+    result: dict[str, JsonValue]
 
 
 class GetRewardResponse(BaseModel):
-    rewards: list[float | None]
-    scores: list[float | None]
+    """OpenRLHF's reply (:func:`brrm.serve.openrlhf.reply`)."""
+
+    rewards: list[float]
+    scores: list[float]
     extra_logs: dict[str, list[float]]
     statuses: list[str]
     reasons: list[str]
@@ -178,11 +241,35 @@ class GetRewardResponse(BaseModel):
 
 
 class CompareResponse(BaseModel):
-    rewards: list[float | None]
-    comparison_results: list[dict[str, Any]]
-    metrics: dict[str, float]
+    """NeMo Gym ``GenRMCompareResponse`` (``comparison_results`` and ``metrics`` null for fewer than two
+    responses), plus per-response statuses and reasons."""
+
+    rewards: list[float]
+    comparison_results: list[dict[str, JsonValue]] | None
+    metrics: dict[str, float] | None
     statuses: list[str]
     reasons: list[str]
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]
+
+
+class ReadyResponse(BaseModel):
+    """``/ready``: 200 when ready, 503 (the same body) with the reason otherwise."""
+
+    ready: bool
+    reason: str
+    queue_depth: int
+    running: int
+    warmup_attempts: int
+
+
+class ModelsResponse(BaseModel):
+    """``/v1/models``: the served model (OpenAI's list shape) with brrm's info and public limits."""
+
+    object: Literal["list"]
+    data: list[dict[str, JsonValue]]
 
 
 class ErrorDetail(BaseModel):
@@ -194,10 +281,15 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse, "description": what} for code, what in (
-        (401, "missing or wrong API key"), (413, "body, item count, cost in judgments or a field over its limit"),
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
+
+ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorResponse, "description": what, **({"headers": RETRY_AFTER} if code == 429 else {})}
+    for code, what in (
+        (400, "a body that cannot be read (not UTF-8, a non-numeric Content-Length)"),
+        (413, "body, item count, cost in judgments or a field over its limit"),
         (422, "invalid input (the message names the field and the valid values)"),
         (429, "queue full; see Retry-After"), (503, "shutting down, backend stuck, or the judge call failed"),
         (504, "the request's deadline passed"))}
-"""Error answers every judging endpoint may give (documented in the OpenAPI schema)."""
+"""Error answers every judging endpoint may give (documented in the OpenAPI schema; 401 is added to every
+operation but ``/health`` when the server has an API key)."""

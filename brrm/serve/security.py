@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from collections.abc import Iterable
 
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from brrm.types.jsonvalue import JSONDict, JSONValue
+
+__all__ = ["ASGIApp", "ApiKeyMiddleware", "BodyLimitMiddleware", "FieldTooLong", "InvalidText", "Receive", "Scope",
+           "Send", "check_field_lengths", "error_body", "send_json"]
 
 OPEN_PATHS = ("/health",)
 """Paths answered without the API key (liveness probes)."""
@@ -32,7 +31,7 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)")
 
 
-async def send_json(send: Send, status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = (),
+async def send_json(send: Send, status: int, body: JSONDict, headers: Iterable[tuple[str, str]] = (),
                     close: bool = True) -> None:
     """Send a complete JSON response on a raw ASGI ``send`` (with ``Connection: close`` unless ``close`` is
     False: the server then keeps the connection when it can)."""
@@ -43,7 +42,7 @@ async def send_json(send: Send, status: int, body: dict[str, Any], headers: Iter
     await send({"type": "http.response.body", "body": data})
 
 
-def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
+def error_body(kind: str, message: str, **extra: JSONValue) -> JSONDict:
     """The JSON error shape of every non-2xx answer brrm makes: ``{"error": {"type", "message", ...}}``."""
     return {"error": {"type": kind, "message": message, **extra}}
 
@@ -181,7 +180,7 @@ def _check_text(path: str, text: str) -> None:
         raise InvalidText(path, exc.start, text[exc.start]) from None
 
 
-def check_field_lengths(value: Any, limit: int, where: str = "body") -> None:
+def check_field_lengths(value: object, limit: int, where: str = "body") -> None:
     """Walk a parsed JSON value and refuse the first string longer than ``limit`` characters, or one that is not
     valid Unicode text (a lone surrogate); O(size of the value).
 
@@ -189,7 +188,7 @@ def check_field_lengths(value: Any, limit: int, where: str = "body") -> None:
         FieldTooLong: naming the field's path (e.g. ``pairs[3].response_a``).
         InvalidText: naming the field's path and the position of the bad character.
     """
-    stack: list[tuple[str, Any]] = [(where, value)]
+    stack: list[tuple[str, object]] = [(where, value)]
     while stack:
         path, node = stack.pop()
         if isinstance(node, str):

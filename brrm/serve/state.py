@@ -7,16 +7,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Protocol
 
-from fastapi import Request
+from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics
+from brrm.serve.schemas import JudgeOptions
 from brrm.service.items import CallOptions, Variants
 from brrm.service.scheduler import Scheduler, SchedulerError
 from brrm.types import Conversation, RewardJudge
+from brrm.types.jsonvalue import JSONValue
 
 
 class TooManyItems(Exception):
@@ -56,6 +60,9 @@ class ServerState:
         not_ready: why ``/ready`` is 503 ("" when ready).
         draining: SIGTERM received: ``/ready`` answers 503 while in-flight requests finish (uvicorn has closed the
             listener, so no new request arrives).
+        warmup_attempts: warm-up calls tried so far.
+        admitting: judging requests let through the overload gate and not yet queued (each reserves one place
+            in the queue; :mod:`brrm.serve.admission`).
     """
 
     judge: RewardJudge
@@ -67,23 +74,28 @@ class ServerState:
     not_ready: str = "warming up"
     draining: bool = False
     warmup_attempts: int = 0
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    admitting: int = 0
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, JSONValue]:
         """The judge's info with the model's public name (a hub id, or a local folder's name; never a path)."""
         return self.model_block
 
     @functools.cached_property
-    def model_block(self) -> dict[str, Any]:
-        """The reply-level ``model`` block, built once: :attr:`JudgeInfo.to_dict` with the public model name."""
+    def model_block(self) -> dict[str, JSONValue]:
+        """The reply-level ``model`` block, built once: :attr:`JudgeInfo.to_dict` with the public model name, as
+        plain JSON values (tuples as lists)."""
+        import orjson
+
         from brrm.serve.replies import public_name
 
         info = self.judge.info.to_dict()
         spec = info.get("spec")
         if isinstance(spec, dict):  # the spec names the weights by fingerprint; its model path stays private
             info["spec"] = {**spec, "model": public_name(str(spec["model"])) if spec.get("model") else None}
-        return {**info, "model": public_name(str(info["model"]))}
+        block: dict[str, JSONValue] = orjson.loads(orjson.dumps({**info, "model": public_name(str(info["model"]))}))
+        return block
 
     @property
     def pairwise(self) -> bool:
@@ -117,7 +129,7 @@ class ServerState:
         """The judge's default ``swap`` (both presentation orders per pair)."""
         return bool(self.judge.info.options.get("swap"))
 
-    def options(self, given: Any) -> CallOptions | None:
+    def options(self, given: JudgeOptions | None) -> CallOptions | None:
         """The per-request options of a body (None when none are set), checked against the judge and limits.
 
         Raises:
@@ -125,7 +137,8 @@ class ServerState:
         """
         if given is None:
             return None
-        options = CallOptions(**given.model_dump())
+        options = CallOptions(max_new_tokens=given.max_new_tokens, max_total_tokens=given.max_total_tokens,
+                              decoding=given.decoding, seed=given.seed)
         if not options:
             return None
         self.variants.get(options)
@@ -134,15 +147,17 @@ class ServerState:
     def timeout(self, requested: float | None) -> float:
         return min(requested or self.limits.deadline_s, self.limits.deadline_s)
 
-    async def submit(self, request: Request, key: Any, items: list[Any], *, timeout_s: float | None = None,
-                     cost: int | None = None, weights: list[int] | None = None,
-                     units: list[int] | None = None) -> list[Any]:
+    async def submit(self, request: Request, key: Hashable, items: Sequence[object], *,
+                     timeout_s: float | None = None, cost: int | None = None, weights: list[int] | None = None,
+                     units: list[int] | None = None) -> list[object]:
         """Run ``items`` through the scheduler, dropping them if the client disconnects first.
 
         Raises:
             SchedulerError: 429 / 503 / 504 (see :mod:`brrm.serve.scheduler`). ConfigError: the judge refused
                 the input (422). ClientGone: the client left.
         """
+        if request.scope.pop("brrm.admitted", False):  # the gate's reserved place becomes the queued job's
+            self.admitting -= 1
         task = asyncio.ensure_future(self.scheduler.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
                                                            weights=weights, units=units))
         task.add_done_callback(self._returned)
@@ -159,7 +174,7 @@ class ServerState:
         return task.result()
 
 
-    def _returned(self, task: asyncio.Future[Any]) -> None:
+    def _returned(self, task: asyncio.Future[list[object]]) -> None:
         """A judge call that returned results proves the model works: mark ready (a failed warm-up is not
         permanent)."""
         if not self.ready and not task.cancelled() and task.exception() is None:
@@ -174,13 +189,37 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-def conversation(value: Any, where: str) -> Conversation:
+class _Message(Protocol):
+    def model_dump(self, *, exclude_none: bool) -> dict[str, object]: ...
+
+
+class _Context(Protocol):
+    """A request part with a context: exactly one of a ``prompt`` and a ``conversation`` (the schemas' rule)."""
+
+    @property
+    def prompt(self) -> str | None: ...
+
+    @property
+    def conversation(self) -> Sequence[_Message] | None: ...
+
+
+def conversation(value: _Context, where: str) -> Conversation:
     """A validated :class:`Conversation` from a request's ``conversation`` messages or ``prompt`` string.
 
     Raises:
         ConfigError: naming ``where``.
     """
-    if getattr(value, "prompt", None) is not None:
+    if value.prompt is not None:
         return Conversation.coerce(value.prompt, where=f"{where}.prompt")
-    messages = [m.model_dump(exclude_none=True) for m in value.conversation]
+    messages = [m.model_dump(exclude_none=True) for m in value.conversation or ()]
     return Conversation.coerce(messages, where=f"{where}.conversation")
+
+
+def get_state(connection: HTTPConnection) -> ServerState:
+    """The app's :class:`ServerState` (the dependency every route declares as :data:`State`)."""
+    state: ServerState = connection.app.state.brrm
+    return state
+
+
+State = Annotated[ServerState, Depends(get_state)]
+"""A route parameter of this type receives the server state (``state: State``)."""

@@ -1,0 +1,237 @@
+"""The OpenAPI schema of one ``brrm serve`` process: FastAPI's schema of the request and response models, made to
+state exactly what *this* server accepts and answers.
+
+The pydantic models (:mod:`brrm.serve.schemas`) describe every server; what depends on the served judge and the
+limits is added here, once, when the schema is first asked for:
+
+* the context of a pair, item or group is ``oneOf`` a ``prompt`` string or a ``conversation`` (with at least one
+  user turn); tool calls only on assistant turns;
+* per-request ``options`` only where the judge can vary them (BR-RM and generative principle models), each budget
+  at most the server's; a Bradley–Terry server's schema allows only their absence (``null``);
+* ``reference`` required by a pairwise judge's ``/v1/score`` and absent from a scalar model's; ``principle`` only
+  for principle models; ``/v1/rank`` strategies the judge runs, ``reference`` exactly with that strategy;
+* ``maxItems`` from the item limit and the cost limit (per strategy and ``swap``), ``maxLength`` from the field
+  limit;
+* 401 and the bearer scheme when the server has an API key.
+
+Two rules of the server have no JSON Schema form (JSON Schema cannot name an array's last item or compare two
+arrays' lengths), so they are stated in the descriptions, and the server answers them 422 naming the field: a
+conversation ends with a user or tool turn; ``/get_reward``'s ``prompts`` and ``labels`` have one entry per
+``query``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, MutableMapping
+
+from brrm.compose.strategies import STRATEGIES, cost
+from brrm.errors import ConfigError
+from brrm.serve.limits import COMPARE_STRATEGIES
+from brrm.serve.nemo_gym import comparison_pairs
+from brrm.serve.openrlhf import resolve_mode
+from brrm.serve.state import ServerState
+from brrm.service.items import CallOptions
+from brrm.types.jsonvalue import JSONDict, JSONValue
+
+Schema = MutableMapping[str, JSONValue]
+NULL: JSONDict = {"type": "null"}
+LAST_TURN = ("The conversation must end with a user or tool turn (the judged responses are sent separately); "
+             "otherwise 422.")
+ONE_PER_QUERY = "One entry per query (otherwise 422)."
+JUDGING = ("/v1/judge", "/v1/score", "/v1/rank", "/get_reward", "/compare")
+OPEN_PATHS = ("/health",)
+
+
+def server_schema(schema: dict[str, JSONValue], state: ServerState) -> dict[str, JSONValue]:
+    """``schema`` (FastAPI's) with the judge's and the limits' rules (see the module docstring); returned."""
+    parts = _obj(_obj(schema, "components"), "schemas")
+    for name in ("PairIn", "ScoreItemIn", "RankRequest"):
+        _one_context(_obj(parts, name))
+    _message_rules(_obj(parts, "ChatMessage"))
+    _obj(_obj(parts, "CompareRequest"), "properties")["conversation_history"] = {
+        "type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/HistoryMessage"},
+        "contains": _user_turn(), "description": LAST_TURN}
+    _options(_obj(parts, "JudgeOptions"), state)
+    _judge_fields(parts, state)
+    _count_limits(parts, state)
+    for node in _walk(schema):
+        if node.get("type") == "string" and "enum" not in node and "const" not in node:
+            node["maxLength"] = state.limits.max_field_chars
+    _auth(schema, state)
+    return schema
+
+
+def _obj(node: Schema, key: str) -> Schema:
+    value = node.setdefault(key, {})
+    if not isinstance(value, MutableMapping):
+        raise TypeError(f"OpenAPI schema: {key!r} is not an object")
+    return value
+
+
+def _walk(node: JSONValue) -> Iterator[Schema]:
+    """Every object in ``node``, depth first."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def _options_of(node: Schema) -> list[Schema]:
+    """The alternatives of an ``anyOf`` (pydantic writes ``X | None`` as ``anyOf: [X, null]``)."""
+    options = node.get("anyOf")
+    return [o for o in options if isinstance(o, dict)] if isinstance(options, list) else []
+
+
+def _user_turn() -> JSONDict:
+    return {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}}
+
+
+def _one_context(model: Schema) -> None:
+    """Exactly one of ``prompt`` (a string) and ``conversation`` (messages with a user turn)."""
+    props = _obj(model, "properties")
+    conversation = _obj(props, "conversation")
+    for option in _options_of(conversation):
+        if option.get("type") == "array":
+            option["contains"] = _user_turn()
+    conversation["description"] = LAST_TURN
+    model["oneOf"] = [
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string"}, "conversation": NULL}},
+        {"required": ["conversation"], "properties": {"conversation": {"type": "array"}, "prompt": NULL}}]
+
+
+def _message_rules(model: Schema) -> None:
+    """Tool calls only on assistant turns (an empty list or null elsewhere)."""
+    model["anyOf"] = [{"properties": {"role": {"const": "assistant"}}},
+                      {"properties": {"tool_calls": {"anyOf": [NULL, {"type": "array", "maxItems": 0}]}}}]
+
+
+def _options(model: Schema, state: ServerState) -> None:
+    """Each per-request option the judge can vary (with the server's budget as its maximum); ``null`` otherwise."""
+    sampling = state.judge.info.options.get("sampling")
+    limits = sampling if isinstance(sampling, dict) else {}
+    props = _obj(model, "properties")
+    for name, probe, limit in (("max_new_tokens", CallOptions(max_new_tokens=1), "max_new_tokens_per_turn"),
+                               ("max_total_tokens", CallOptions(max_total_tokens=1), "max_total_tokens"),
+                               ("decoding", CallOptions(decoding="constrained"), ""),
+                               ("seed", CallOptions(seed=0), "")):
+        try:
+            state.variants.get(probe)
+        except ConfigError:
+            props[name] = NULL
+            continue
+        top = limits.get(limit) if limit else None
+        for option in _options_of(_obj(props, name)):
+            if option.get("type") == "integer" and isinstance(top, int):
+                option["maximum"] = top
+
+
+def _judge_fields(parts: Schema, state: ServerState) -> None:
+    """``reference``, ``principle`` and the ``/v1/rank`` strategies as the judge takes them."""
+    info = state.judge.info
+    item = _obj(parts, "ScoreItemIn")
+    if state.pairwise:
+        _obj(item, "properties")["reference"] = {"type": "string", "description": "the reference response (a "
+                                                 "pairwise judge scores P(response beats reference))"}
+        required = item.setdefault("required", [])
+        if isinstance(required, list):
+            required.append("reference")
+    else:
+        _obj(item, "properties")["reference"] = NULL
+    if not info.takes_principle:
+        _obj(item, "properties")["principle"] = NULL
+        _obj(_obj(parts, "CompareRequest"), "properties")["principle"] = NULL
+    rank = _obj(parts, "RankRequest")
+    strategies: list[JSONValue] = [s for s in STRATEGIES if not (state.pairwise and s == "scores")]
+    _obj(_obj(rank, "properties"), "strategy")["enum"] = strategies
+    rank["allOf"] = [{"if": {"required": ["strategy"], "properties": {"strategy": {"const": "reference"}}},
+                      "then": {"required": ["reference"], "properties": {"reference": {"type": "string"}}},
+                      "else": {"properties": {"reference": NULL}}}]
+
+
+def _count_limits(parts: Schema, state: ServerState) -> None:
+    """``maxItems`` of each counted field: the item limit, and the cost limit for every strategy and ``swap``."""
+    swap_cost: Callable[[bool], Callable[[int], int]] = lambda swap: lambda n: cost("pairs", n, swap=swap)  # noqa: E731
+    _swap_rules(_obj(parts, "JudgeRequest"), "pairs", state, swap_cost)
+    pairwise_scores = state.pairwise and resolve_mode(state.limits.get_reward_mode, True) == "reference"
+    scored: Callable[[bool], Callable[[int], int]] = (
+        (lambda _swap: lambda n: cost("pairs", n, swap=state.swap)) if state.pairwise
+        else (lambda _swap: lambda n: cost("scores", n)))
+    _swap_rules(_obj(parts, "ScoreRequest"), "items", state, scored)
+    rewards = (lambda _swap: lambda n: cost("pairs", n, swap=state.swap)) if pairwise_scores else scored
+    _swap_rules(_obj(parts, "GetRewardRequest"), "query", state, rewards)
+    rank = _obj(parts, "RankRequest")
+    for strategy in STRATEGIES:
+        resolved = ("round_robin" if state.pairwise else "scores") if strategy == "auto" else strategy
+        if state.pairwise and resolved == "scores":
+            continue
+        _swap_rules(rank, "responses", state, _group_price(resolved), strategy=strategy, default=strategy == "auto")
+    compare = _obj(parts, "CompareRequest")
+    for strategy in COMPARE_STRATEGIES:
+        _swap_rules(compare, "response_objs", state, _compare_price(strategy), strategy=strategy,
+                    default=strategy == state.limits.compare_strategy)
+
+
+def _group_price(strategy: str) -> Callable[[bool], Callable[[int], int]]:
+    """``swap -> n -> judgments`` of a ``/v1/rank`` group under ``strategy`` (at least 1: the group's slot)."""
+    return lambda swap: lambda n: max(1, cost("group", n, strategy=strategy, swap=swap))
+
+
+def _compare_price(strategy: str) -> Callable[[bool], Callable[[int], int]]:
+    """``swap -> n -> judgments`` of a ``/compare`` request of ``n`` responses under ``strategy``."""
+    return lambda swap: lambda n: cost("pairs", len(comparison_pairs(strategy, n)), swap=swap)
+
+
+def _most(state: ServerState, price: Callable[[int], int]) -> int:
+    """The largest item count within the item limit whose cost (times the judge's samples) is within the
+    judgment limit; 0 when not even one item fits."""
+    samples = int(state.judge.info.options.get("samples", 1) or 1) if state.pairwise else 1
+    low, high = 0, state.limits.item_limit
+    while low < high:
+        mid = (low + high + 1) // 2
+        if price(mid) * samples <= state.limits.judgment_limit:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _swap_rules(model: Schema, field: str, state: ServerState, price: Callable[[bool], Callable[[int], int]], *,
+                strategy: str | None = None, default: bool = False) -> None:
+    """``field``'s ``maxItems`` for each ``swap`` value (absent or null: the judge's default), under ``strategy``
+    (absent: ``default`` says whether it is the one used)."""
+    has_swap = "swap" in _obj(model, "properties")
+    counts = {True: _most(state, price(True)), False: _most(state, price(False))}
+    rules = model.setdefault("allOf", [])
+    if not isinstance(rules, list):
+        raise TypeError("OpenAPI schema: allOf is not a list")
+    for swap in ((True, False, None) if has_swap else (None,)):
+        n = counts[state.swap if swap is None else swap]
+        when: JSONDict = {"properties": {"swap": NULL if swap is None else {"const": swap}}} if has_swap else {}
+        if has_swap and swap is not None:
+            when["required"] = ["swap"]
+        if strategy is not None:
+            chosen: JSONDict = {"required": ["strategy"], "properties": {"strategy": {"const": strategy}}}
+            picked: JSONValue = ({"anyOf": [chosen, {"not": {"required": ["strategy"]}},
+                                            {"properties": {"strategy": NULL}}]} if default else chosen)
+            when = {"allOf": [when, picked]}
+        then: JSONDict = {"properties": {field: {"maxItems": n}}}
+        rules.append({"if": when, "then": then} if when else then)
+
+
+def _auth(schema: dict[str, JSONValue], state: ServerState) -> None:
+    """With an API key: the bearer scheme, required (401) on every operation but the open paths."""
+    if not state.limits.api_key:
+        return
+    _obj(_obj(schema, "components"), "securitySchemes")["bearer"] = {"type": "http", "scheme": "bearer"}
+    for path, operations in _obj(schema, "paths").items():
+        if path in OPEN_PATHS or not isinstance(operations, dict):
+            continue
+        for operation in operations.values():
+            if isinstance(operation, dict):
+                operation["security"] = [{"bearer": []}]
+                _obj(operation, "responses")["401"] = {
+                    "description": "missing or wrong API key",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}

@@ -117,7 +117,10 @@ def _scalar_chunk(judge: RewardJudge, part: list[BenchItem], orders: str, seed: 
     rewards = run(judge, [ScoreItem(c, t, id=i) for c, t, i in zip(convs, texts, ids, strict=True)],
                   progress=progress)
     margin = float(judge.info.options.get("margin", 0.0) or 0.0)
-    calibration = getattr(judge, "calibration", None)  # a calibrated scalar judge: σ(s·Δ), raw kept beside it
+    from brrm.calibration.apply import CalibratedScalarJudge
+
+    # a calibrated scalar judge: the pairs shown get σ(s·Δ), the raw rewards kept beside them
+    calibration = judge.calibration if isinstance(judge, CalibratedScalarJudge) else None
     out, pos = [], 0
     for it in part:
         mine = tuple(rewards[pos:pos + len(it.responses)])

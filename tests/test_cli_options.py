@@ -12,7 +12,10 @@ from brrm import ConfigError
 from brrm.backends.options import OPTION_CLASSES, OpenAIOptions, TransformersOptions, VLLMOptions, cli_fields
 from brrm.cli import build_parser
 from brrm.cli.common import load_options
-from brrm.load import BACKEND_OPTIONS, JUDGE_OPTIONS
+from brrm.load import BACKEND_OPTIONS, judge_option_names
+from brrm.types import KINDS
+
+JUDGE_OPTIONS = {kind: judge_option_names(kind) for kind in KINDS}  # the option fields of each kind's dataclasses
 
 MODEL_GROUPS = ("model", "backend", "judge (BR-RM)", "scalar models (bt, principle)")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from brrm.cli import common
+from brrm.cli.flags import LoadKeywords
 from brrm.errors import ConfigError
 
 
@@ -145,7 +146,7 @@ def _resolve_kind(model: str | None, kind: str, shape: str) -> str:
 
 
 def _plan(args: argparse.Namespace, records: list[Any], shape: str, kind: str,
-          opts: dict[str, Any]) -> tuple[list[Any], Any]:
+          opts: LoadKeywords) -> tuple[list[Any], Any]:
     from brrm.audit import AuditOptions, plan_items
     from brrm.audit.judging import resolve_strategy
     from brrm.records import ScalarRecord

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -143,19 +144,13 @@ def _with(args: argparse.Namespace, options: Any) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), **dict(options)})
 
 
-def _sibling(args: argparse.Namespace, judge: Any, options: Any) -> Any:
+def _sibling(args: argparse.Namespace, judge: RewardJudge, options: Mapping[str, object]) -> RewardJudge:
     """A second BR-RM judge under other options on the first one's backend (the model is loaded once)."""
-    import brrm
-    from brrm.load import EMBEDDED_BUDGETS, JUDGE_OPTIONS
+    from brrm.load import judge_option_names
 
     _, opts = common.load_options(_with(args, options))
-    backend = getattr(getattr(judge, "model", None), "backend", None)
-    if backend is None:
-        return common.load_judge(_with(args, options), kind="brrm")
-    mine = {k: v for k, v in opts.items() if k in JUDGE_OPTIONS["brrm"]}
-    if args.model is None:  # the embedded demo keeps its demo budgets, as brrm.load gives them
-        mine = {**{k: v for k, v in EMBEDDED_BUDGETS.items() if k in JUDGE_OPTIONS["brrm"]}, **mine}
-    return brrm.load(None, kind="brrm", backend=backend, **mine)
+    names = judge_option_names("brrm")
+    return judge.with_options(**{k: v for k, v in opts.items() if k in names})
 
 
 def _revision(args: argparse.Namespace, bench: Any) -> dict[str, Any]:

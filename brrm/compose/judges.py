@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Self
 
 from brrm.compose.pairwise import pairwise_from_rewards
 from brrm.compose.strategies import (
@@ -130,7 +130,7 @@ class _Base:
         check_choice("shape", shape, SHAPES)
         check_int("n", n, low=0)
 
-    def __enter__(self) -> _Base:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

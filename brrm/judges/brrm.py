@@ -64,6 +64,7 @@ from brrm.types import (
     override_config,
 )
 from brrm.types.conversation import ConversationLike
+from brrm.types.options import Flag, option
 
 DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
@@ -85,55 +86,52 @@ released evaluation does — every pair reaches the model, a kept history ``<thi
 
 @dataclass(frozen=True)
 class BRRMConfig:
-    """Settings of the BR-RM judge.
-
-    Attributes:
-        decoding: ``constrained`` (default) or ``faithful`` (the released protocol end to end).
-        sampling: decoding settings; defaults are the published ones (T=1.0, top_p=1.0, 8192 new tokens
-            per turn, 16384 in total).
-        thinking: ``auto`` (on when the tokenizer has single ``<think>``/``</think>`` tokens and the chat
-            template uses them), ``on`` or ``off``. Only affects the constrained program.
-        block_token_cap: token cap of each free-text block in constrained mode, int >= 8.
-        system_messages: ``include`` (``System: …`` lines) or ``drop``; None: the decoding mode's default.
-        tool_messages: ``include`` (``Tool: …`` lines, tool calls) or ``drop``; None: the mode's default.
-        strip_history_reasoning: drop ``<think>`` blocks of earlier assistant turns; None: the mode's default.
-        neutralize_markers: rewrite BR-RM markers in responses and context turns; None: the mode's default.
-        strip_response_reasoning: drop a leading ``<think>`` block of each response; None: the mode's default.
-        verdict: ``last_after_thinking`` or ``first`` (see :data:`~brrm.judges.brrm_format.VERDICT_SELECTIONS`);
-            None: the mode's default.
-        history_think: ``text`` or ``markup``: how the tags of a kept leading ``<think>`` block of an earlier
-            assistant turn are tokenized (:data:`brrm.templates.HISTORY_THINK`); None: the mode's default
-            (``markup`` in faithful mode, as the released evaluation's ``apply_chat_template`` gives them).
-        shortcuts: decide identical responses (a tie) and a blank response (it loses) without a model call;
-            None: the mode's default (on in constrained mode, off in faithful mode, where the released
-            evaluation calls the model for every pair).
-        swap: judge both presentation orders by default (used by :mod:`brrm.compose`).
-        max_retries: re-run an ordered judgment that ended ``parse_failure``, ``truncated`` (turn budget) or
-            ``backend_error`` up to this many times, each from fresh sampler streams, int >= 0. Default 0.
-        turn2_tokens: how P2's ids are formed: ``retokenize`` (the released evaluation: P1 + T1 +
-            continuation tokenized as one text after P1's last template token), ``concat`` (P1's and T1's ids
-            as generated, then the continuation; turn 2 reuses all of turn 1's KV) or ``auto`` (retokenize in
-            faithful mode, concat in constrained mode).
+    """Settings of the BR-RM judge; each field's help gives its values, default and source. The input policies
+    (``system_messages`` … ``shortcuts``) default to None: the decoding mode's value (:data:`POLICY_DEFAULTS`).
 
     Raises:
         ConfigError: naming the field and its valid options (bools must be bools, ints ints).
     """
 
-    decoding: str = "constrained"
+    decoding: str = option("constrained", choices=DECODING_MODES,
+                           help="constrained: verdicts always parse, P(A>B) measured (default); faithful: the "
+                                "released protocol end to end")
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    thinking: str = "auto"
-    block_token_cap: int = 512
-    system_messages: str | None = None
-    tool_messages: str | None = None
-    strip_history_reasoning: bool | None = None
-    neutralize_markers: bool | None = None
-    strip_response_reasoning: bool | None = None
-    verdict: str | None = None
-    history_think: str | None = None
-    shortcuts: bool | None = None
-    swap: bool = False
-    max_retries: int = 0
-    turn2_tokens: str = "auto"
+    thinking: str = option("auto", choices=THINKING_MODES,
+                           help="auto (on when the tokenizer has single <think>/</think> tokens and the chat "
+                                "template uses them; the default), on or off; only affects the constrained program")
+    block_token_cap: int = option(512, help=f"constrained free-text block cap in tokens, int >= {fmt.MIN_BLOCK_CAP}; "
+                                            "default 512")
+    system_messages: str | None = option(None, choices=("include", "drop"),
+                                         help="System: lines in the context (default: include; faithful: drop)")
+    tool_messages: str | None = option(None, choices=("include", "drop"),
+                                       help="Tool: lines and tool calls in the context (default: include; faithful: "
+                                            "drop)")
+    strip_history_reasoning: bool | None = option(
+        None, flag=Flag("--history-reasoning", words={"strip": True, "keep": False}),
+        help="<think> blocks of earlier assistant turns (default: strip; faithful: keep)")
+    neutralize_markers: bool | None = option(
+        None, flag=Flag(words={"on": True, "off": False}),
+        help="rewrite BR-RM markers inside record text (default: on; faithful: off)")
+    strip_response_reasoning: bool | None = option(
+        None, flag=Flag("--keep-thinking", store=False, help="do not strip a leading <think> block from responses"),
+        help="drop a leading <think> block of each response (default: on; faithful: off)")
+    verdict: str | None = option(None, choices=fmt.VERDICT_SELECTIONS,
+                                 help="which ranking block of turn 2 counts (default: last_after_thinking; "
+                                      "faithful: first)")
+    history_think: str | None = option(None, choices=HISTORY_THINK,
+                                       help="tags of a kept <think> block of an earlier assistant turn: text, or the "
+                                            "template's think tokens as the released evaluation gives them "
+                                            "(default: text; faithful: markup)")
+    shortcuts: bool | None = option(None, help="decide identical responses (tie) and a blank one (it loses) without "
+                                               "a model call (default: on; faithful: off, as the released "
+                                               "evaluation)")
+    swap: bool = option(False, flag=Flag(store=True), help="judge both orders; disagreement is a tie (default off)")
+    max_retries: int = option(0, help="re-runs of an ordered judgment that ended parse_failure, truncated or "
+                                      "backend_error, each from fresh sampler streams, int >= 0 (default 0)")
+    turn2_tokens: str = option("auto", help="how turn 2's prompt ids are formed: retokenize (the released "
+                                            "evaluation), concat (turn 1's ids as generated; turn 2 reuses its KV) "
+                                            "or auto (the default: retokenize when faithful, else concat)")
 
     def __post_init__(self) -> None:
         check_choice("decoding", self.decoding, DECODING_MODES)
@@ -144,12 +142,14 @@ class BRRMConfig:
         check_bool("swap", self.swap)
         check_int("max_retries", self.max_retries, low=0)
         check_choice("turn2_tokens", self.turn2_tokens, TURN2_TOKENS)
-        for name in ("system_messages", "tool_messages"):
-            if getattr(self, name) is not None:
-                check_choice(name, getattr(self, name), ("include", "drop"))
-        for name in ("strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "shortcuts"):
-            if getattr(self, name) is not None:
-                check_bool(name, getattr(self, name))
+        for name, value in (("system_messages", self.system_messages), ("tool_messages", self.tool_messages)):
+            if value is not None:
+                check_choice(name, value, ("include", "drop"))
+        for name, flag in (("strip_history_reasoning", self.strip_history_reasoning),
+                           ("neutralize_markers", self.neutralize_markers),
+                           ("strip_response_reasoning", self.strip_response_reasoning), ("shortcuts", self.shortcuts)):
+            if flag is not None:
+                check_bool(name, flag)
         if self.verdict is not None:
             check_choice("verdict", self.verdict, fmt.VERDICT_SELECTIONS)
         if self.history_think is not None:

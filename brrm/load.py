@@ -22,9 +22,7 @@ from brrm.types import (
     JudgeSpec,
     RewardJudge,
     SamplingConfig,
-    check_bool,
     check_choice,
-    check_float,
     set_loader,
 )
 from brrm.types.options import build, changed_keywords, keyword, option_fields, split_keywords

@@ -210,7 +210,7 @@ class ContextPolicy:
         return cls(strip_history_reasoning=False, system_messages="drop", tool_messages="drop",
                    neutralize_markers=False, history_think="markup")
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, bool | str]:
         return {"strip_history_reasoning": self.strip_history_reasoning, "system_messages": self.system_messages,
                 "tool_messages": self.tool_messages, "neutralize_context_markers": self.neutralize_markers,
                 "history_think": self.history_think}

@@ -18,18 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from brrm.cli import common
+from brrm.cli.command import Command
 from brrm.cli.flags import LoadKeywords
 from brrm.errors import ConfigError
 
 
-def add_parser(sub: Any) -> None:
+def _arguments(p: argparse.ArgumentParser) -> None:
     from brrm.compose import STRATEGIES
     from brrm.records import FORMATS
 
-    p = sub.add_parser("audit", help="resumable dataset audit with an HTML report (pairs, single responses, groups)",
-                       description="Judge every record of a dataset into a crash-safe store in --output, then write "
-                                   "an HTML report, a JSON summary and JSONL/Parquet exports. Rerun the same command "
-                                   "to resume; only missing items are judged.")
     p.add_argument("input", nargs="?", metavar="INPUT",
                    help="records file (.jsonl, .json, .parquet, .csv, .tsv), or a Hugging Face dataset folder or "
                         "hub id")
@@ -67,7 +64,6 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--num-gpus-per-actor", type=float, default=0.0, help="GPUs each actor holds (default 0)")
     r.add_argument("--num-cpus-per-actor", type=float, default=1.0, help="CPUs each actor holds (default 1)")
     common.add_model_args(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,3 +236,11 @@ def _print_outcome(outcome: Any) -> None:
     for name in ("report", "summary", "jsonl", "parquet"):
         if name in files:
             print(f"{name}: {files[name]}")
+
+
+COMMAND = Command(
+    "audit", arguments=_arguments, run=run,
+    help="resumable dataset audit with an HTML report (pairs, single responses, groups)",
+    description="Judge every record of a dataset into a crash-safe store in --output, then write "
+                "an HTML report, a JSON summary and JSONL/Parquet exports. Rerun the same command "
+                "to resume; only missing items are judged.")

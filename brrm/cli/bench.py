@@ -19,15 +19,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from brrm.cli import common
+from brrm.cli.command import Command
 from brrm.types.protocols import RewardJudge
 
 
-def add_parser(sub: Any) -> None:
+def _arguments(p: argparse.ArgumentParser) -> None:
     from brrm.bench.registry import names
 
-    p = sub.add_parser("bench", help="run a reward-model benchmark (official protocol and metric), or replay outputs",
-                       description="Run a judge on a benchmark with the benchmark's own protocol and official metric "
-                                   f"({', '.join(names())}), or score stored outputs with --predictions.")
     p.add_argument("name", metavar="NAME", help=f"benchmark: {', '.join(names())}")
     p.add_argument("--subset", action="append", default=None,
                    help="subset to run (repeatable; default: all), e.g. Natural, adversarial, chat, safety")
@@ -64,7 +62,6 @@ def add_parser(sub: Any) -> None:
                         "(e.g. 1,3,5) and print the headline figure against the judgments each cost")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,7 +92,7 @@ def execute(args: argparse.Namespace) -> list[Any]:
             raise ConfigError("--protocol applies to runs: a replay scores the stored outputs as they were made "
                               "(both denominators shown where brrm has per-item results)")
         return [_replay(args, bench, folder)]
-    if getattr(args, "swap", None):
+    if vars(args).get("swap"):
         raise ConfigError("--swap does not apply to brrm bench: the benchmark's protocol decides the presentation "
                           "orders (use --orders both where the benchmark allows it)")
     _, user = common.load_options(args)  # flag combinations are checked before any data or model loads
@@ -309,3 +306,16 @@ def _calibration(scored: list[Any], folder: Path | None, many: bool) -> None:
             write_report(where, run.all, metrics)
             run.calibration.update({label: {k: v for k, v in m.to_dict().items() if k != "bins"}
                                     for label, m in metrics})
+
+
+def _description() -> str:
+    from brrm.bench.registry import names
+
+    return ("Run a judge on a benchmark with the benchmark's own protocol and official metric "
+            f"({', '.join(names())}), or score stored outputs with --predictions.")
+
+
+COMMAND = Command(
+    "bench", arguments=_arguments, run=run,
+    help="run a reward-model benchmark (official protocol and metric), or replay outputs",
+    description=_description)

@@ -18,14 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from brrm.cli import common
+from brrm.cli.command import Command
 from brrm.errors import ConfigError
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("calibrate", help="fit a temperature for P(A>B) on labelled pairs (ECE, Brier, log loss)",
-                       description="Fit a temperature (pairwise judges) or a scale (scalar models) for P(A>B) on "
-                                   "labelled pairs: judged pairs (brrm judge output) or records judged first with "
-                                   "--model. Reports ECE, Brier score and log loss before/after on a held-out split.")
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "-i", required=True, help="labelled pairs: brrm judge output, or records to judge")
     p.add_argument("--output", "-o", required=True, help="the calibration file to write (calib.json)")
     p.add_argument("--report", default=None, help="HTML report path (default: the output path with .html)")
@@ -35,7 +32,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=None, help="use only the first N records")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,7 +98,7 @@ def _judged_rows(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 def _judge_records(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     from brrm.records import RecordError, read_records, seed_ids
 
-    if getattr(args, "calibration", None):
+    if vars(args).get("calibration"):
         raise ConfigError("--calibration does not apply to brrm calibrate: it fits on the raw probabilities")
     common.load_options(args)
     records = [r for r in read_records(args.input, "pairs", limit=args.limit) if not isinstance(r, RecordError)]
@@ -152,3 +148,11 @@ def _print(calibration: Any, kind: str, tables: list[tuple[str, Any]], skipped: 
     for label, m in tables:
         print(f"  {label:<22} {m.n:>5} {m.ece:>8.4f} {m.brier:>8.4f} {m.log_loss:>9.4f} {m.accuracy:>9.4f}")
     print(f"wrote {out} (hash {calibration.hash}) and {report}")
+
+
+COMMAND = Command(
+    "calibrate", arguments=_arguments, run=run,
+    help="fit a temperature for P(A>B) on labelled pairs (ECE, Brier, log loss)",
+    description="Fit a temperature (pairwise judges) or a scale (scalar models) for P(A>B) on "
+                "labelled pairs: judged pairs (brrm judge output) or records judged first with "
+                "--model. Reports ECE, Brier score and log loss before/after on a held-out split.")

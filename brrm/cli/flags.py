@@ -17,7 +17,7 @@ from typing import TypedDict, cast
 
 from brrm.errors import ConfigError
 from brrm.load import EMBEDDED_BUDGETS, LoadOptions
-from brrm.types import KINDS, BACKENDS, RewardJudge
+from brrm.types import BACKENDS, KINDS, RewardJudge
 from brrm.types.options import Flag, keyword, option_fields
 
 KIND_GROUPS = {"brrm": "judge (BR-RM)", "bt": "scalar models (bt, principle)",

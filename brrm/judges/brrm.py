@@ -155,26 +155,50 @@ class BRRMConfig:
         if self.history_think is not None:
             check_choice("history_think", self.history_think, HISTORY_THINK)
 
-    def policy(self, name: str) -> Any:
-        """An input policy's value: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""
-        value = getattr(self, name)
-        return POLICY_DEFAULTS[self.decoding][name] if value is None else value
+    def _flag(self, value: bool | None, name: str) -> bool:
+        """An on/off input policy: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""
+        return bool(POLICY_DEFAULTS[self.decoding][name]) if value is None else value
+
+    def _word(self, value: str | None, name: str) -> str:
+        """A named input policy: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""
+        return str(POLICY_DEFAULTS[self.decoding][name]) if value is None else value
+
+    @property
+    def shortcuts_on(self) -> bool:
+        """``shortcuts`` resolved for the decoding mode."""
+        return self._flag(self.shortcuts, "shortcuts")
+
+    @property
+    def strips_response_reasoning(self) -> bool:
+        """``strip_response_reasoning`` resolved for the decoding mode."""
+        return self._flag(self.strip_response_reasoning, "strip_response_reasoning")
+
+    @property
+    def neutralizes_markers(self) -> bool:
+        """``neutralize_markers`` resolved for the decoding mode."""
+        return self._flag(self.neutralize_markers, "neutralize_markers")
+
+    @property
+    def verdict_selection(self) -> str:
+        """``verdict`` resolved for the decoding mode."""
+        return self._word(self.verdict, "verdict")
 
     @property
     def context(self) -> ContextPolicy:
         """How earlier turns are flattened, with every policy resolved."""
-        return ContextPolicy(strip_history_reasoning=self.policy("strip_history_reasoning"),
-                             system_messages=self.policy("system_messages"),
-                             tool_messages=self.policy("tool_messages"),
-                             neutralize_markers=self.policy("neutralize_markers"),
-                             history_think=self.policy("history_think"))
+        history = self._flag(self.strip_history_reasoning, "strip_history_reasoning")
+        return ContextPolicy(strip_history_reasoning=history,
+                             system_messages=self._word(self.system_messages, "system_messages"),
+                             tool_messages=self._word(self.tool_messages, "tool_messages"),
+                             neutralize_markers=self.neutralizes_markers,
+                             history_think=self._word(self.history_think, "history_think"))
 
-    def policies(self) -> dict[str, Any]:
+    def policies(self) -> dict[str, bool | str]:
         """Every input policy as applied (recorded in each result's provenance)."""
-        return {**self.context.to_dict(), "neutralize_markers": self.policy("neutralize_markers"),
-                "strip_response_reasoning": self.policy("strip_response_reasoning"),
-                "verdict": self.policy("verdict"), "thinking": self.thinking, "turn2_tokens": self.p2_tokenization,
-                "shortcuts": self.policy("shortcuts")}
+        return {**self.context.to_dict(), "neutralize_markers": self.neutralizes_markers,
+                "strip_response_reasoning": self.strips_response_reasoning,
+                "verdict": self.verdict_selection, "thinking": self.thinking, "turn2_tokens": self.p2_tokenization,
+                "shortcuts": self.shortcuts_on}
 
     @property
     def p2_tokenization(self) -> str:
@@ -313,7 +337,7 @@ class BRRMJudge:
         keyed = texts if seed_texts is None else self._inputs(i, *seed_texts)
         key = content_key(rid, conv.content_hash(), keyed[0], keyed[1])
         it = _Item(i, key, conv, texts[0], texts[1], rid, sample=sample)
-        if self.config.policy("shortcuts"):
+        if self.config.shortcuts_on:
             self._short_circuit(it)
         return it
 
@@ -323,9 +347,9 @@ class BRRMJudge:
         for name, r in (("first", first), ("second", second)):
             if not isinstance(r, str):
                 raise ConfigError(f"{name}[{i}] must be a string, got {type(r).__name__}")
-            if self.config.policy("strip_response_reasoning"):
+            if self.config.strips_response_reasoning:
                 r, _ = strip_reasoning(r)
-            if self.config.policy("neutralize_markers"):
+            if self.config.neutralizes_markers:
                 r = neutralize_markers(r)
             texts.append(r)
         return texts
@@ -441,7 +465,7 @@ class BRRMJudge:
         t2 = it.t2
         if t2.finish_reason == "error":
             return self._failed(it, Status.BACKEND_ERROR, f"turn 2: {t2.error}", **fields)
-        position, why = fmt.parse_verdict(t2.text, self.config.policy("verdict"))
+        position, why = fmt.parse_verdict(t2.text, self.config.verdict_selection)
         if not position:
             status = Status.TRUNCATED if t2.finish_reason == "length" else Status.PARSE_FAILURE
             reason = why + (" (turn 2 ran out of tokens)" if status is Status.TRUNCATED else "")

@@ -190,7 +190,7 @@ class BradleyTerryRewardModel:
         caps = backend.capabilities
         self.recipe = resolve_recipe(recipe, self.model_id, causal=not caps.classify)
         needed = "vocab_logit" if self.recipe == "llama_nemotron" else "classify"
-        if not getattr(caps, needed):
+        if not (caps.vocab_logit if needed == "vocab_logit" else caps.classify):
             what = "a causal LM's vocabulary logit" if needed == "vocab_logit" else "a sequence-classification head"
             raise ConfigError(f"recipe {self.recipe!r} needs {what}, which this {backend.info.name} backend of "
                               f"{self.model_id!r} cannot run")

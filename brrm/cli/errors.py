@@ -7,16 +7,16 @@ from __future__ import annotations
 import argparse
 import re
 
-from brrm.cli.flags import python_names
+from brrm.cli.flags import flag_of, python_names
 
-BACKEND_ALIASES = {"base_urls": "--base-url", "judge_chunk_size": "--chunk-size"}
+BACKEND_ALIASES = {"base_urls": "base_url", "judge_chunk_size": "chunk_size"}
 """Names the backends' constructors use for options that :mod:`brrm.backends.options` names otherwise
-(``OpenAIOptions.backend_kwargs``, ``VLLMOptions.backend_kwargs``)."""
+(``OpenAIOptions.backend_kwargs``, ``VLLMOptions.backend_kwargs``): constructor name -> option."""
 
 
 def translate(message: str, parser: argparse.ArgumentParser) -> str:
     """Rewrite Python option names in an error message as the CLI flags that set them."""
-    names = {**BACKEND_ALIASES, **python_names()}
+    names = {**{name: flag_of(option) for name, option in BACKEND_ALIASES.items()}, **python_names()}
     for action in _all_actions(parser):
         for opt in action.option_strings:
             if opt.startswith("--") and "_" in action.dest:  # plain words ("principle") stay prose

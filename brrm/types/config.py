@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
 from brrm.errors import ConfigError
+from brrm.types.jsonvalue import JSONDict
 from brrm.types.options import keyword, option, option_fields, split_keywords, updated
 
 E = TypeVar("E", bound=enum.Enum)
@@ -158,7 +159,7 @@ class SamplingConfig:
         """
         return updated(self, split_keywords(SamplingConfig, options))
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> JSONDict:
         return {
             "temperature": self.temperature,
             "top_p": self.top_p,

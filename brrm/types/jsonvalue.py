@@ -9,12 +9,12 @@ Source: RFC 8259 (the JSON data model: object, array, string, number, true/false
 
 from __future__ import annotations
 
-from typing import TypeAlias, Union
+from typing import TypeAlias
 
-JSONScalar: TypeAlias = Union[str, int, float, bool, None]
+JSONScalar: TypeAlias = str | int | float | bool | None
 """A JSON string, number, ``true``/``false`` or ``null``."""
 
-JSONValue: TypeAlias = Union[JSONScalar, list["JSONValue"], dict[str, "JSONValue"]]
+JSONValue: TypeAlias = JSONScalar | list["JSONValue"] | dict[str, "JSONValue"]
 """Any JSON value (recursive)."""
 
 JSONDict: TypeAlias = dict[str, JSONValue]

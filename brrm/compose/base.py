@@ -85,7 +85,7 @@ class _Base:
         """Free the model (engines, threads, connections)."""
         self.model.close()
 
-    def _variant_model(self, options: dict[str, Any]) -> Any:
+    def _variant_model(self, options: dict[str, object]) -> Any:
         """The model with ``options`` (the model's own settings) applied, or the model itself when none.
 
         Raises:
@@ -120,7 +120,7 @@ class _Base:
         return f"{type(self).__name__}(model={i.model!r}, kind={i.kind!r}, recipe={i.recipe!r}, backend={i.backend!r})"
 
 
-def _report_all(results: Sequence[Any], on_result: OnResult) -> None:
+def _report_all(results: Sequence[object], on_result: OnResult) -> None:
     """Every result to ``on_result`` (a pass that finishes all its items at once)."""
     if on_result is not None:
         for i, r in enumerate(results):
@@ -138,7 +138,7 @@ def _groups(conversations: Sequence[ConversationLike], groups: Sequence[Sequence
     return [Conversation.coerce(c, where=f"conversations[{g}]") for g, c in enumerate(conversations)]
 
 
-def _unscorable(response: Any, reference: Any, rid: str) -> ScalarReward | None:
+def _unscorable(response: object, reference: object, rid: str) -> ScalarReward | None:
     """Why P(response ≻ reference) cannot be a number (an empty response, a missing reference), or None."""
     if not isinstance(response, str) or not isinstance(reference, str):
         raise ConfigError(f"responses and references must be strings, got {type(response).__name__} and "
@@ -151,7 +151,7 @@ def _unscorable(response: Any, reference: Any, rid: str) -> ScalarReward | None:
     return None
 
 
-def _labels(labels: Sequence[Any] | None, n: int) -> list[Verdict] | None:
+def _labels(labels: Sequence[object] | None, n: int) -> list[Verdict] | None:
     """Gold labels as verdicts (``A``/``B``/``tie``, ``1``/``2`` or :class:`Verdict`), checked."""
     if labels is None:
         return None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from brrm.compose.base import OnResult, OnStep, _Base, _groups, _ids, _labels, _unscorable
 from brrm.compose.scalar import ScalarRewardJudge
@@ -78,7 +77,7 @@ class PairwiseRewardJudge(_Base):
         swap = self.swap if swap is None else check_bool("swap", swap)
         return JudgmentCost(pairs, orders=2 if swap else 1, samples=self.samples, turns=2)
 
-    def with_options(self, **overrides: Any) -> PairwiseRewardJudge:
+    def with_options(self, **overrides: object) -> PairwiseRewardJudge:
         """A variant on the same backend: ``swap`` and the model's settings (BR-RM: ``decoding``, the sampling
         keywords ``temperature``, ``top_p``, ``max_new_tokens``, ``max_total_tokens``, ``seed``, and the other
         ``BRRMConfig`` fields). Closing either closes the shared backend.

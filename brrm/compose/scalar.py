@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from brrm.compose.base import OnResult, OnStep, _Base, _groups, _ids, _labels, _report_all
 from brrm.compose.pairwise import pairwise_from_rewards
@@ -66,7 +65,7 @@ class ScalarRewardJudge(_Base):
         return JudgmentCost(pairs, orders=1, samples=1, turns=1)
 
 
-    def with_options(self, **overrides: Any) -> ScalarRewardJudge:
+    def with_options(self, **overrides: object) -> ScalarRewardJudge:
         """A variant on the same backend: ``margin``, ``principle`` and the model's settings (principle models:
         ``decoding``, the sampling keywords and the other ``PrincipleConfig`` fields; Bradley–Terry models:
         ``recipe``, ``max_length``, …); ``swap`` is accepted and changes nothing (σ(r_A − r_B) does not depend
@@ -75,11 +74,14 @@ class ScalarRewardJudge(_Base):
         Raises:
             ConfigError: on an option the model does not take (naming the valid ones) or an invalid value.
         """
+        from brrm.compose.options import PrincipleOptions
+        from brrm.types.options import build
+
         own = dict(overrides)
-        check_bool("swap", own.pop("swap", False))
-        margin = own.pop("margin", self.margin)
-        principle = own.pop("principle", list(self.principles) or None)
-        variant = ScalarRewardJudge(self._variant_model(own), principle=principle, margin=margin, on_tie=self.on_tie)
+        mine = build(PrincipleOptions, {"swap": own.pop("swap", False), "margin": own.pop("margin", self.margin),
+                                        "principle": own.pop("principle", list(self.principles) or None)})
+        variant = ScalarRewardJudge(self._variant_model(own), principle=mine.principle, margin=mine.margin,
+                                    on_tie=self.on_tie)
         return self._with_spec(variant, overrides)
 
     def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:

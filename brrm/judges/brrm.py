@@ -246,7 +246,7 @@ class BRRMJudge:
                               chunk_size=backend.capabilities.chunk_size,
                               concurrent=backend.capabilities.concurrent)
 
-    def with_options(self, **options: Any) -> BRRMJudge:
+    def with_options(self, **options: object) -> BRRMJudge:
         """This judge with other settings (``BRRMConfig`` fields and the sampling keywords of :func:`brrm.load`)
         on the same backend.
 
@@ -330,7 +330,7 @@ class BRRMJudge:
             run.chains(live[start:start + chunk])
         return [it.result for it in items if it.result is not None]
 
-    def _item(self, i: int, conversation: ConversationLike, first: Any, second: Any, rid: str, sample: int = 0,
+    def _item(self, i: int, conversation: ConversationLike, first: object, second: object, rid: str, sample: int = 0,
               seed_texts: tuple[str, str] | None = None) -> _Item:
         conv = Conversation.coerce(conversation, where=f"conversations[{i}]")
         texts = self._inputs(i, first, second)
@@ -341,7 +341,7 @@ class BRRMJudge:
             self._short_circuit(it)
         return it
 
-    def _inputs(self, i: int, first: Any, second: Any) -> list[str]:
+    def _inputs(self, i: int, first: object, second: object) -> list[str]:
         """The two responses as the judge reads them (input policies applied)."""
         texts = []
         for name, r in (("first", first), ("second", second)):

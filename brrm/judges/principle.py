@@ -179,7 +179,7 @@ class PrincipleJudge:
                               concurrent=backend.capabilities.concurrent)
 
 
-    def with_options(self, **options: Any) -> PrincipleJudge:
+    def with_options(self, **options: object) -> PrincipleJudge:
         """This judge with other settings (``PrincipleConfig`` fields and the sampling keywords of
         :func:`brrm.load`) on the same backend.
 
@@ -246,7 +246,7 @@ class PrincipleJudge:
         return [flat[i * len(principles):(i + 1) * len(principles)] for i in range(n)]
 
     # ---------------------------------------------------------------------------------------- internals
-    def _item(self, pos: int, conversation: ConversationLike, response: Any, principle: Any, rid: str) -> _Item:
+    def _item(self, pos: int, conversation: ConversationLike, response: object, principle: object, rid: str) -> _Item:
         """Validate one input (``pos`` names it in errors)."""
         if response is None:
             raise ConfigError(f"responses[{pos}] is missing (None): scoring needs the assistant response")

@@ -15,11 +15,19 @@ import platform
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.cli import common
 from brrm.cli.command import Command
 from brrm.cli.flags import LoadKeywords
+
+if TYPE_CHECKING:
+    from brrm.audit.plan import AuditItem
+    from brrm.audit.ray_runner import RayOptions
+    from brrm.audit.runner import AuditOptions, AuditOutcome
+    from brrm.records import RecordError
+    from brrm.records.shapes import Record
+    from brrm.types import JudgeSpec
 from brrm.errors import ConfigError
 
 
@@ -105,7 +113,7 @@ def _check_output(out: Path) -> None:
         raise ConfigError(f"--output {str(out)!r} is a file; give a folder")
 
 
-def _read(args: argparse.Namespace) -> tuple[list[Any], str]:
+def _read(args: argparse.Namespace) -> tuple[list[Record | RecordError], str]:
     """The records and their shape (``--shape`` or detected from the first valid record)."""
     from brrm.records import FieldMap, GroupRecord, PairRecord, RecordError, read_records
 
@@ -141,8 +149,8 @@ def _resolve_kind(model: str | None, kind: str, shape: str) -> str:
     return kind
 
 
-def _plan(args: argparse.Namespace, records: list[Any], shape: str, kind: str,
-          opts: LoadKeywords) -> tuple[list[Any], Any]:
+def _plan(args: argparse.Namespace, records: list[Record | RecordError], shape: str, kind: str,
+          opts: LoadKeywords) -> tuple[list[AuditItem], AuditOptions]:
     from brrm.audit import AuditOptions, plan_items
     from brrm.audit.judging import resolve_strategy
     from brrm.records import ScalarRecord
@@ -180,7 +188,7 @@ def _probe_names(args: argparse.Namespace, shape: str) -> tuple[str, ...]:
     return parse_probes(args.probes)
 
 
-def _run_probes(records: list[Any], spec: Any, probes: tuple[str, ...], out: Path) -> None:
+def _run_probes(records: list[Record | RecordError], spec: JudgeSpec, probes: tuple[str, ...], out: Path) -> None:
     """Probe the judge on the valid pairs (cost stated first); the report is written to ``out/probes.json``."""
     import json
 
@@ -204,7 +212,7 @@ def _run_probes(records: list[Any], spec: Any, probes: tuple[str, ...], out: Pat
     (out / PROBES_FILE).write_text(json.dumps(report.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
 
 
-def _ray_options(args: argparse.Namespace) -> Any:
+def _ray_options(args: argparse.Namespace) -> RayOptions | None:
     if args.ray is None:
         return None
     from brrm.audit.ray_runner import RayOptions
@@ -213,13 +221,14 @@ def _ray_options(args: argparse.Namespace) -> Any:
                       num_gpus_per_actor=args.num_gpus_per_actor, num_cpus_per_actor=args.num_cpus_per_actor)
 
 
-def _provenance(source: str) -> dict[str, Any]:
+def _provenance(source: str) -> dict[str, str | int]:
     """The input file's path, size and sha256, and the versions and host this ran on."""
     import brrm
 
     path = Path(source).expanduser()
-    out: dict[str, Any] = {"input": str(path.resolve()), "brrm": brrm.__version__, "python": platform.python_version(),
-                           "platform": platform.platform(), "host": socket.gethostname()}
+    out: dict[str, str | int] = {"input": str(path.resolve()), "brrm": brrm.__version__,
+                                 "python": platform.python_version(), "platform": platform.platform(),
+                                 "host": socket.gethostname()}
     if path.is_file():
         digest = hashlib.sha256()
         with path.open("rb") as handle:
@@ -229,7 +238,7 @@ def _provenance(source: str) -> dict[str, Any]:
     return out
 
 
-def _print_outcome(outcome: Any) -> None:
+def _print_outcome(outcome: AuditOutcome) -> None:
     files = outcome.files
     print(f"judged {outcome.judged} items this run ({outcome.pending_at_start} were pending of {outcome.total} rows) "
           f"in {outcome.seconds:.1f} s", file=sys.stderr)

@@ -16,11 +16,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from brrm.cli import common
 from brrm.cli.command import Command
 from brrm.types.protocols import RewardJudge
+
+if TYPE_CHECKING:
+    from brrm.bench.base import Benchmark
+    from brrm.bench.core import BenchItem
+    from brrm.bench.protocol import Protocol, Scored
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -75,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def execute(args: argparse.Namespace) -> list[Any]:
+def execute(args: argparse.Namespace) -> list[Scored]:
     """One benchmark run (or replay) as the flags say; the :class:`~brrm.bench.protocol.Scored` runs it printed."""
     from brrm.bench.protocol import resolve
     from brrm.bench.registry import get_benchmark
@@ -136,7 +141,7 @@ def _judge_kind(args: argparse.Namespace) -> str | None:
         return None
 
 
-def _with(args: argparse.Namespace, options: Any) -> argparse.Namespace:
+def _with(args: argparse.Namespace, options: Mapping[str, object]) -> argparse.Namespace:
     """``args`` with a protocol's judge options (their flag names) filled in."""
     return argparse.Namespace(**{**vars(args), **dict(options)})
 
@@ -150,7 +155,7 @@ def _sibling(args: argparse.Namespace, judge: RewardJudge, options: Mapping[str,
     return judge.with_options(**{k: v for k, v in opts.items() if k in names})
 
 
-def _revision(args: argparse.Namespace, bench: Any) -> dict[str, Any]:
+def _revision(args: argparse.Namespace, bench: Benchmark) -> dict[str, Any]:
     from brrm.bench.data import data_revision
 
     source = args.data or (bench.hub_source if bench.data_folder is None else None)
@@ -171,7 +176,7 @@ def _output_folder(path: str | None) -> Path | None:
     return folder
 
 
-def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> Any:
+def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> Scored:
     from brrm.bench.protocol import Scored, score_both
     from brrm.bench.report import is_brrm_output, read_items
     from brrm.errors import ConfigError
@@ -195,8 +200,8 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> Any:
     return scored
 
 
-def _run(args: argparse.Namespace, bench: Any, judge: RewardJudge, items: list[Any], subsets: tuple[str, ...],
-         protocol: Any, folder: Path | None) -> Any:
+def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: list[BenchItem],
+         subsets: tuple[str, ...], protocol: Protocol, folder: Path | None) -> Scored:
     from brrm.bench.protocol import score_both
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
@@ -209,18 +214,21 @@ def _run(args: argparse.Namespace, bench: Any, judge: RewardJudge, items: list[A
     print(protocol.describe(dict(judge.info.options) if pairwise else None), file=term)
     settings = {**run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
                                source=args.data, limit=args.limit), "protocol": protocol.name}
-    if getattr(bench, "best_of_n", False):
-        settings["strategy"] = bench.strategy  # a resumed run keeps the strategy
+    from brrm.bench.rewardbench2 import RewardBench2
+
+    best_of_n = bench if isinstance(bench, RewardBench2) else None  # RewardBench 2's best-of-n subsets
+    if best_of_n is not None:
+        settings["strategy"] = best_of_n.strategy  # a resumed run keeps the strategy
     done = check_resume(folder, settings) if folder is not None else {}
     todo = [it for it in items if it.id not in done]
     unit = "judgment" if pairwise else "reward"
-    if getattr(bench, "best_of_n", False):
+    if best_of_n is not None:
         from brrm.bench import bestofn
 
-        planned = bestofn.planned(judge, todo, bench.strategy)
-        how = (f"strategy {bench.strategy} (completion order drawn from order seed {args.order_seed})"
+        planned = bestofn.planned(judge, todo, best_of_n.strategy)
+        how = (f"strategy {best_of_n.strategy} (completion order drawn from order seed {args.order_seed})"
                if unit == "judgment" else "every completion scored")
-        run_bench: Any = partial(bestofn.run, strategy=bench.strategy)
+        run_bench: Any = partial(bestofn.run, strategy=best_of_n.strategy)
     else:
         planned = planned_judgments(judge, todo, orders=orders, seed=args.order_seed)
         how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
@@ -245,7 +253,8 @@ def _run(args: argparse.Namespace, bench: Any, judge: RewardJudge, items: list[A
     return replace(scored, results=tuple(results))
 
 
-def _finish(bench: Any, scored: list[Any], folder: Path | None, model: str | None, revision: dict[str, Any]) -> None:
+def _finish(bench: Benchmark, scored: list[Scored], folder: Path | None, model: str | None,
+            revision: dict[str, Any]) -> None:
     from brrm.bench.report import cost_line, protocol_table_lines, published_figure, write_scored
 
     published = published_figure(bench, model)
@@ -276,7 +285,7 @@ def _finish(bench: Any, scored: list[Any], folder: Path | None, model: str | Non
         print("(pass --output DIR to keep the per-item judgments)", file=term)
 
 
-def _headline(run: Any) -> str:
+def _headline(run: Scored) -> str:
     """The headline row over both denominators, the protocol's own first."""
     from brrm.bench.report import fmt
 
@@ -291,7 +300,7 @@ def _headline(run: Any) -> str:
     return f"{name} " + "; ".join(both)
 
 
-def _calibration(scored: list[Any], folder: Path | None, many: bool) -> None:
+def _calibration(scored: list[Scored], folder: Path | None, many: bool) -> None:
     """ECE, Brier and log loss of each run's P(A ≻ B) beside its accuracy; ``report.html`` with the reliability
     diagram in its folder (nothing when no labelled judgment measured a probability)."""
     from brrm.bench.calibration_report import measure_results, summary_line, write_report

@@ -14,10 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brrm.cli import common
+
+if TYPE_CHECKING:
+    from brrm.calibration.data import Observation, Observations
+    from brrm.calibration.fit import Metrics
+    from brrm.calibration.model import Calibration
 from brrm.cli.command import Command
 from brrm.errors import ConfigError
 
@@ -71,7 +77,7 @@ def _param(kind: str) -> str:
     return "temperature" if kind == "pairwise" else "scale"
 
 
-def _value(calibration: Any) -> float:
+def _value(calibration: Calibration) -> float:
     return float(calibration.temperature if calibration.kind == "pairwise" else calibration.scale)
 
 
@@ -116,7 +122,8 @@ def _judge_records(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]
         judge.info.model
 
 
-def _fit(obs: Any, kind: str, model: str, args: argparse.Namespace) -> tuple[Any, Any, list[tuple[str, Any]]]:
+def _fit(obs: Observations, kind: str, model: str,
+         args: argparse.Namespace) -> tuple[list[Observation], Calibration, list[tuple[str, Metrics]]]:
     from brrm.calibration.fit import fit_temperature, held_out, measure, sigmoid
     from brrm.calibration.model import Calibration
 
@@ -138,7 +145,8 @@ def _fit(obs: Any, kind: str, model: str, args: argparse.Namespace) -> tuple[Any
     return fit, Calibration(kind, t, model, details), tables
 
 
-def _print(calibration: Any, kind: str, tables: list[tuple[str, Any]], skipped: Any, fit: list[Any],
+def _print(calibration: Calibration, kind: str, tables: list[tuple[str, Metrics]], skipped: Mapping[str, int],
+           fit: list[Observation],
            out: Path, report: Path) -> None:
     print(f"brrm calibrate: {kind} judge; {_param(kind)} {_value(calibration):.4f} fitted on {len(fit)} "
           f"observations (z = {calibration.to_dict()['fit_on']})")

@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from brrm.cli import common
 from brrm.cli.command import Command
+
+if TYPE_CHECKING:
+    from brrm.probes.run import Interval, ProbeReport
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ci(iv: Any, signed: bool = False) -> str:
+def _ci(iv: Interval, signed: bool = False) -> str:
     if math.isnan(iv.value):
         return "n/a"
     f = "+.3f" if signed else ".3f"
@@ -80,7 +83,7 @@ def _ci(iv: Any, signed: bool = False) -> str:
     return f"{value:{f}} [{low:{f}}, {high:{f}}]"
 
 
-def print_report(term: TextIO, report: Any) -> None:
+def print_report(term: TextIO, report: ProbeReport) -> None:
     """Per probe: flip rate with its interval, P(target) shift, reward shift, failures; then the most moved."""
     level = f"{report.confidence:.0%}"
     print(f"probes over {report.pairs} pairs ({report.streams} sampler streams; {level} bootstrap intervals, "

@@ -295,12 +295,12 @@ def _fit_kind(kind: str, name: str, source: str | None) -> str:
     Raises:
         ConfigError: when the kind cannot be told, or does not fit the checkpoint.
     """
-    from brrm.recipes import detect_kind, model_config
+    from brrm.recipes import architectures, detect_kind, model_config
 
     config = model_config(source) if source is not None else None
     if kind == "auto":
         return detect_kind(name, config)[0]
-    archs = " ".join((config or {}).get("architectures") or [])
+    archs = " ".join(architectures(config))
     if kind in ("brrm", "principle") and "ForSequenceClassification" in archs:
         raise ConfigError(f"{name!r} is a sequence classifier ({archs}); it has no language-model head to generate "
                           f"with, so it cannot be kind {kind!r} — use kind='bt'")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brrm.backends.base import Backend, common_prefix_length
 from brrm.backends.bucketing import bucket_by_length
@@ -51,6 +51,9 @@ from brrm.types import (
 )
 from brrm.types.conversation import ConversationLike
 from brrm.types.options import Flag, build, option
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["EMPTY_THINK", "NOTHINK_SUFFIX", "RECIPES", "BradleyTerryRewardModel", "bucket_by_length",
            "resolve_recipe"]
@@ -233,9 +236,9 @@ class BradleyTerryRewardModel:
         return BradleyTerryRewardModel.from_config(self.backend, build(BTConfig, {**current, **options}))
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, *, model_id: str = "", token_budget: int = 16384,
-                   max_batch_size: int = 32, padding_side: str = "right", bucketing: bool = True,
-                   **options: Any) -> BradleyTerryRewardModel:
+    def from_model(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, model_id: str = "",
+                   token_budget: int = 16384, max_batch_size: int = 32, padding_side: str = "right",
+                   bucketing: bool = True, **options: Any) -> BradleyTerryRewardModel:
         """Wrap an already loaded transformers model (tests, notebooks); see the class for ``options``."""
         from brrm.backends.transformers import TransformersBackend
 

@@ -11,11 +11,18 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, TypeVar, Unpack
 
-from brrm.backends.options import OPTION_CLASSES, OpenAIOptions, TransformersOptions, VLLMOptions, field_names
+from brrm.backends.options import OPTION_CLASSES
 from brrm.errors import BackendUnavailable, ConfigError
 from brrm.fingerprint import weights_fingerprint
+from brrm.load_options import (
+    BACKEND_OPTIONS,
+    BackendOptions,
+    LoadOptions,
+    judge_option_classes,
+    judge_option_names,
+)
 from brrm.types import (
     BACKENDS,
     KINDS,
@@ -25,7 +32,7 @@ from brrm.types import (
     check_choice,
     set_loader,
 )
-from brrm.types.options import build, changed_keywords, keyword, option_fields, split_keywords
+from brrm.types.options import build, changed_keywords, split_keywords
 
 if TYPE_CHECKING:
     from brrm.backends.base import Backend
@@ -39,111 +46,9 @@ if TYPE_CHECKING:
     """Builds the judge over its loaded backend and the checkpoint's source (None: a backend object)."""
 
 T = TypeVar("T")
-BackendOptions = TransformersOptions | VLLMOptions | OpenAIOptions
 
 EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_token_cap": 32}
 """Budgets of the embedded 135M demo model (the published BR-RM budgets are 8192 per turn, 16384 total)."""
-
-BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {name: field_names(name) for name in BACKENDS}
-"""Options each backend takes: the fields of its options class (:mod:`brrm.backends.options`, with units and
-ranges)."""
-
-def judge_option_classes(kind: str) -> tuple[type, ...]:
-    """The options dataclasses of a model kind (imported lazily): their :func:`~brrm.types.options.option`
-    fields are the kind's :func:`load` keywords, its CLI flags and their help.
-
-    Raises:
-        ConfigError: on an unknown kind, naming the valid ones.
-    """
-    from brrm.compose.options import PrincipleOptions, ScalarOptions, VoteOptions
-
-    check_choice("kind", kind, KINDS)
-    if kind == "brrm":
-        from brrm.judges.brrm import BRRMConfig
-
-        return (BRRMConfig, SamplingConfig, VoteOptions)
-    if kind == "bt":
-        from brrm.reward_models.bradley_terry import BTConfig
-
-        return (BTConfig, ScalarOptions)
-    from brrm.judges.principle import PrincipleConfig
-
-    return (PrincipleConfig, SamplingConfig, PrincipleOptions)
-
-
-def judge_option_names(kind: str) -> tuple[str, ...]:
-    """The :func:`load` keywords of a model kind's judge, in definition order (``swap`` is accepted by scalar kinds
-    and changes nothing: σ(r_A − r_B) does not depend on the order)."""
-    return tuple(dict.fromkeys(keyword(f) for cls in judge_option_classes(kind) for f in option_fields(cls)))
-
-
-class LoadOptions(TypedDict, total=False):
-    """The flat keywords of :func:`brrm.load`, typed for editors and mypy (a test keeps these names equal to the
-    option fields of :data:`BACKEND_OPTIONS` and :func:`judge_option_classes`, where units and ranges are)."""
-
-    # sampling (BR-RM, principle)
-    temperature: float
-    top_p: float
-    top_k: int
-    max_new_tokens: int
-    max_total_tokens: int
-    seed: int
-    # BR-RM
-    decoding: str
-    swap: bool
-    thinking: str
-    block_token_cap: int
-    max_retries: int
-    system_messages: str
-    tool_messages: str
-    strip_history_reasoning: bool
-    neutralize_markers: bool
-    strip_response_reasoning: bool
-    verdict: str
-    turn2_tokens: str
-    samples: int
-    history_think: str
-    shortcuts: bool
-    # scalar models (bt, principle)
-    recipe: str
-    max_length: int
-    truncation_side: str
-    strip_thinking: bool
-    margin: float
-    principle: str | list[str]
-    reward: str
-    question: str
-    # backends (brrm.backends.options)
-    dtype: str
-    device: str
-    batch_size: int
-    classify_batch_size: int
-    token_budget: int
-    prefix_cache: bool
-    jump_forward: bool
-    batch_invariant: bool | str
-    trust_remote_code: bool
-    scheduling: str
-    progress_bars: bool
-    max_model_len: int
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    gpu_memory_utilization: float
-    enforce_eager: bool
-    block_size: int
-    enable_prefix_caching: bool
-    structured_outputs_backend: str
-    distributed_executor_backend: str
-    engine_kwargs: Mapping[str, object]
-    chunk_size: int
-    base_url: str | list[str]
-    served_model_name: str
-    api_key: str
-    max_concurrency: int
-    timeout_s: float
-    http_retries: int
-    max_context: int
-
 
 def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Backend = "transformers",
          config: JudgeConfig | None = None, calibration: str | os.PathLike[str] | None = None,

@@ -148,7 +148,7 @@ def _with(args: argparse.Namespace, options: Mapping[str, object]) -> argparse.N
 
 def _sibling(args: argparse.Namespace, judge: RewardJudge, options: Mapping[str, object]) -> RewardJudge:
     """A second BR-RM judge under other options on the first one's backend (the model is loaded once)."""
-    from brrm.load import judge_option_names
+    from brrm.load_options import judge_option_names
 
     _, opts = common.load_options(_with(args, options))
     names = judge_option_names("brrm")

@@ -16,7 +16,8 @@ from functools import cache
 from typing import TypedDict, cast
 
 from brrm.errors import ConfigError
-from brrm.load import EMBEDDED_BUDGETS, LoadOptions
+from brrm.load import EMBEDDED_BUDGETS
+from brrm.load_options import LoadOptions
 from brrm.types import BACKENDS, KINDS, RewardJudge
 from brrm.types.options import Flag, keyword, option_fields
 
@@ -98,7 +99,7 @@ def judge_flags() -> tuple[JudgeFlag, ...]:
         AssertionError: when two fields of one keyword declare different command-line forms (a programming
             error: an option's flag is written once).
     """
-    from brrm.load import judge_option_classes
+    from brrm.load_options import judge_option_classes
 
     found: dict[str, list[tuple[str, str, Field[object]]]] = {}
     for kind in KINDS:
@@ -253,7 +254,7 @@ def fit_kind(opts: dict[str, object]) -> dict[str, object]:
     Raises:
         ConfigError: for a backend flag of another backend, or a judge flag of another kind.
     """
-    from brrm.load import BACKEND_OPTIONS, judge_option_names
+    from brrm.load_options import BACKEND_OPTIONS, judge_option_names
 
     kind, backend = str(opts["kind"]), str(opts["backend"])
     judge_keys = {k for each in KINDS for k in judge_option_names(each)}

@@ -16,7 +16,7 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from brrm.cli import common
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from brrm.calibration.data import Observation, Observations
     from brrm.calibration.fit import Metrics
     from brrm.calibration.model import Calibration
+    from brrm.types.jsonvalue import JSONDict
 from brrm.cli.command import Command
 from brrm.errors import ConfigError
 
@@ -81,7 +82,7 @@ def _value(calibration: Calibration) -> float:
     return float(calibration.temperature if calibration.kind == "pairwise" else calibration.scale)
 
 
-def _judged_rows(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+def _judged_rows(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
     """Judged rows of the input (judging records first when they are not judged yet) and the model's id."""
     from brrm.calibration.data import is_judged
 
@@ -101,7 +102,7 @@ def _judged_rows(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     return _judge_records(args)
 
 
-def _judge_records(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+def _judge_records(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
     from brrm.records import RecordError, read_records, seed_ids
 
     if vars(args).get("calibration"):

@@ -8,117 +8,51 @@ types, ranges) before any model loads; a mistyped path or an unreachable hub id 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, TypeVar, Unpack
 
-from brrm.backends.options import OPTION_CLASSES, field_names
+from brrm.backends.options import OPTION_CLASSES
 from brrm.errors import BackendUnavailable, ConfigError
 from brrm.fingerprint import weights_fingerprint
+from brrm.load_options import (
+    BACKEND_OPTIONS,
+    BackendOptions,
+    LoadOptions,
+    judge_option_classes,
+    judge_option_names,
+)
 from brrm.types import (
     BACKENDS,
     KINDS,
     JudgeSpec,
     RewardJudge,
     SamplingConfig,
-    check_bool,
     check_choice,
-    check_float,
     set_loader,
 )
+from brrm.types.options import build, changed_keywords, split_keywords
+
+if TYPE_CHECKING:
+    from brrm.backends.base import Backend
+    from brrm.calibration.model import Calibration
+    from brrm.judges.brrm import BRRMConfig
+    from brrm.judges.principle import PrincipleConfig
+    from brrm.reward_models.bradley_terry import BTConfig
+
+    JudgeConfig = BRRMConfig | BTConfig | PrincipleConfig
+    Maker = Callable[[Backend, str | None], RewardJudge]
+    """Builds the judge over its loaded backend and the checkpoint's source (None: a backend object)."""
+
+T = TypeVar("T")
 
 EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_token_cap": 32}
 """Budgets of the embedded 135M demo model (the published BR-RM budgets are 8192 per turn, 16384 total)."""
 
-BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {name: field_names(name) for name in BACKENDS}
-"""Options each backend takes: the fields of its options class (:mod:`brrm.backends.options`, with units and
-ranges)."""
-
-SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "max_new_tokens", "max_total_tokens", "seed")
-JUDGE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "brrm": (*SAMPLING_OPTIONS, "decoding", "swap", "thinking", "block_token_cap", "max_retries", "system_messages",
-             "tool_messages", "strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "verdict",
-             "turn2_tokens", "samples", "history_think", "shortcuts"),
-    "bt": ("recipe", "max_length", "truncation_side", "strip_thinking", "strip_history_reasoning", "margin", "swap"),
-    "principle": (*SAMPLING_OPTIONS, "recipe", "principle", "decoding", "reward", "strip_thinking",
-                  "strip_history_reasoning", "question", "margin", "swap"),
-}
-"""Options each model kind takes (``swap`` is accepted by scalar kinds and changes nothing: σ(r_A − r_B) does not
-depend on the order)."""
-
-
-class LoadOptions(TypedDict, total=False):
-    """The flat keywords of :func:`brrm.load`, typed for editors and mypy (a test keeps these names equal to
-    :data:`BACKEND_OPTIONS` and :data:`JUDGE_OPTIONS`; units and ranges are in the backends' options classes and
-    the judges' configs)."""
-
-    # sampling (BR-RM, principle)
-    temperature: float
-    top_p: float
-    top_k: int
-    max_new_tokens: int
-    max_total_tokens: int
-    seed: int
-    # BR-RM
-    decoding: str
-    swap: bool
-    thinking: str
-    block_token_cap: int
-    max_retries: int
-    system_messages: str
-    tool_messages: str
-    strip_history_reasoning: bool
-    neutralize_markers: bool
-    strip_response_reasoning: bool
-    verdict: str
-    turn2_tokens: str
-    samples: int
-    history_think: str
-    shortcuts: bool
-    # scalar models (bt, principle)
-    recipe: str
-    max_length: int
-    truncation_side: str
-    strip_thinking: bool
-    margin: float
-    principle: str | list[str]
-    reward: str
-    question: str
-    # backends (brrm.backends.options)
-    dtype: str
-    device: str
-    batch_size: int
-    classify_batch_size: int
-    token_budget: int
-    prefix_cache: bool
-    jump_forward: bool
-    batch_invariant: bool | str
-    trust_remote_code: bool
-    scheduling: str
-    progress_bars: bool
-    max_model_len: int
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    gpu_memory_utilization: float
-    enforce_eager: bool
-    block_size: int
-    enable_prefix_caching: bool
-    structured_outputs_backend: str
-    distributed_executor_backend: str
-    engine_kwargs: dict[str, Any]
-    chunk_size: int
-    base_url: str | list[str]
-    served_model_name: str
-    api_key: str
-    max_concurrency: int
-    timeout_s: float
-    http_retries: int
-    max_context: int
-
-
-def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "transformers",
-         calibration: str | os.PathLike[str] | None = None, **options: Unpack[LoadOptions]) -> RewardJudge:
+def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Backend = "transformers",
+         config: JudgeConfig | None = None, calibration: str | os.PathLike[str] | None = None,
+         **options: Unpack[LoadOptions]) -> RewardJudge:
     """Build a judge: a BR-RM pairwise judge, a Bradley–Terry reward model or a principle reward model.
 
     Args:
@@ -130,7 +64,11 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
             scripted backends), whose model is then the one judged — or ``serve``: ``model`` is the URL of a
             running ``brrm serve`` and the judge a :class:`~brrm.service.RemoteJudge`
             (:func:`brrm.service.connect.load_remote` says which options apply).
-        **options: backend options (:data:`BACKEND_OPTIONS`) and judge options (:data:`JUDGE_OPTIONS`), e.g.
+        config: the judge's settings as one value (a ``BRRMConfig``, ``BTConfig`` or ``PrincipleConfig``, which
+            also tells the kind); its fields that differ from the class defaults act as flat keywords, and flat
+            keywords given as well win.
+        **options: backend options (:data:`BACKEND_OPTIONS`) and judge options (the option fields of
+            :func:`judge_option_classes`, split by field), e.g.
             ``swap=True``, ``decoding="faithful"``, ``temperature=0``, ``principle="…"``, ``dtype="bfloat16"``,
             ``base_url="http://127.0.0.1:8000/v1"``. Token budgets: ``max_new_tokens`` per turn and
             ``max_total_tokens`` per sequence.
@@ -151,46 +89,34 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
         from brrm.service.connect import load_remote  # a brrm serve URL: the one HTTP client
 
         return load_remote(model, kind=kind, backend=backend, calibration=calibration, **options)
+    flat: dict[str, object] = dict(options)
+    if config is not None:
+        kind = _config_kind(config, kind)
+        flat = {**changed_keywords(config), **flat}
     calib = _read_calibration(calibration)
     built = None if isinstance(backend, str) else backend
     backend_name = built.info.name if built is not None else check_choice("backend", backend, BACKENDS)
     embedded = model is None and built is None
-    if not embedded and built is None and (not isinstance(model, str) or not model.strip()):
-        raise ConfigError(f"model must be a hub id or a local directory, got {model!r}")
-    name = built.info.model if built is not None else (_embedded_name() if embedded else str(model))
-    if embedded and kind == "auto":
-        kind = "brrm"
-    if embedded and kind == "bt":
-        raise ConfigError("the embedded demo model is a chat model, not a Bradley–Terry reward model; pass a "
-                          "model for kind='bt' (or use kind='brrm' or 'principle' with the demo)")
-    _check_names(options, kind, backend_name, built is not None)
+    name, kind = _name_and_kind(model, kind, built, embedded)
+    _check_names(flat, kind, backend_name, built is not None)
     source = None
     if built is None and not embedded:
         if backend_name == "vllm":
             _require_vllm()
         source = _resolve_source(name, embedded)  # a missing path or unreachable id is named before anything else
     kind = _fit_kind(kind, name, source)
-    _check_names(options, kind, backend_name, built is not None)
+    _check_names(flat, kind, backend_name, built is not None)
     if calib is not None and calib.kind != ("pairwise" if kind == "brrm" else "scalar"):
         raise ConfigError(f"calibration {str(calibration)!r} is for {calib.kind} judges; kind {kind!r} is "
                           f"{'pairwise' if kind == 'brrm' else 'scalar'}")
-    judge_opts = {k: v for k, v in options.items() if k in JUDGE_OPTIONS[kind]}
-    backend_opts = {k: v for k, v in options.items() if k not in judge_opts}
+    judge_opts, backend_opts = _split(flat, kind, embedded)
     if built is None:
         _backend_options(backend_name, backend_opts)
-    if embedded:
-        for key, value in EMBEDDED_BUDGETS.items():
-            if key in JUDGE_OPTIONS[kind]:
-                judge_opts.setdefault(key, value)
     make = _BUILDERS[kind](name, judge_opts)  # validates every judge option before anything loads
-    spec = _spec(model, kind, backend, options)
+    spec = _spec(model, kind, backend, flat)
     if built is None:
         source = source or _resolve_source(name, embedded)
-        fingerprint = weights_fingerprint(None if embedded else source)
-        _card_dtype(name, source, backend_opts)
-        task = "classify" if kind == "bt" else "generate"
-        built = _load_backend(backend_name, source, name, _backend_options(backend_name, backend_opts), task=task)
-        built.info = replace(built.info, fingerprint=fingerprint)
+        built = _named_backend(backend_name, name, source, embedded, kind, backend_opts)
     judge = make(built, source)  # with the checkpoint's generation defaults
     if spec is not None:
         judge.info = replace(judge.info, spec=replace(spec, fingerprint=judge.info.fingerprint))
@@ -201,7 +127,60 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: Any = "tra
     return calibrate(judge, calib)  # type: ignore[no-any-return]
 
 
-def _read_calibration(path: str | os.PathLike[str] | None) -> Any:
+def _config_kind(config: JudgeConfig, kind: str) -> str:
+    """The kind a judge config object is for, checked against an explicit ``kind``.
+
+    Raises:
+        ConfigError: when ``config`` is no judge config, or is for another kind.
+    """
+    found = next((k for k in KINDS if isinstance(config, judge_option_classes(k)[0])), None)
+    if found is None:
+        raise ConfigError(f"config must be a BRRMConfig, BTConfig or PrincipleConfig, got {type(config).__name__}")
+    if kind not in ("auto", found):
+        raise ConfigError(f"config is a {type(config).__name__}, for kind {found!r}, not {kind!r}")
+    return found
+
+
+def _name_and_kind(model: str | None, kind: str, built: Backend | None, embedded: bool) -> tuple[str, str]:
+    """The model's recorded name, and the kind (the embedded demo is ``brrm`` under ``auto``).
+
+    Raises:
+        ConfigError: for a model that is no name, or the demo asked to be a Bradley–Terry model.
+    """
+    if not embedded and built is None and (not isinstance(model, str) or not model.strip()):
+        raise ConfigError(f"model must be a hub id or a local directory, got {model!r}")
+    name = built.info.model if built is not None else (_embedded_name() if embedded else str(model))
+    if embedded and kind == "auto":
+        kind = "brrm"
+    if embedded and kind == "bt":
+        raise ConfigError("the embedded demo model is a chat model, not a Bradley–Terry reward model; pass a "
+                          "model for kind='bt' (or use kind='brrm' or 'principle' with the demo)")
+    return name, kind
+
+
+def _split(flat: Mapping[str, object], kind: str, embedded: bool) -> tuple[dict[str, object], dict[str, object]]:
+    """(judge keywords, backend keywords) of ``flat``; the embedded demo's budgets fill unset judge ones."""
+    names = judge_option_names(kind)
+    judge = {k: v for k, v in flat.items() if k in names}
+    if embedded:
+        for key, value in EMBEDDED_BUDGETS.items():
+            if key in names:
+                judge.setdefault(key, value)
+    return judge, {k: v for k, v in flat.items() if k not in judge}
+
+
+def _named_backend(backend: str, name: str, source: str, embedded: bool, kind: str,
+                   opts: dict[str, object]) -> Backend:
+    """The backend ``backend`` loaded from ``source``, its info carrying the weights' fingerprint."""
+    fingerprint = weights_fingerprint(None if embedded else source)
+    _card_dtype(name, source, opts)
+    task = "classify" if kind == "bt" else "generate"
+    built = _load_backend(backend, source, name, _backend_options(backend, opts), task=task)
+    built.info = replace(built.info, fingerprint=fingerprint)
+    return built
+
+
+def _read_calibration(path: str | os.PathLike[str] | None) -> Calibration | None:
     if path is None:
         return None
     from brrm.calibration.model import read_calibration
@@ -209,7 +188,7 @@ def _read_calibration(path: str | os.PathLike[str] | None) -> Any:
     return read_calibration(path)
 
 
-def _spec(model: str | None, kind: str, backend: Any, options: Mapping[str, Any]) -> JudgeSpec | None:
+def _spec(model: str | None, kind: str, backend: str | Backend, options: Mapping[str, object]) -> JudgeSpec | None:
     """The spec of a judge loaded by name (None over a backend object, or options that are not JSON values);
     its fingerprint is filled in from the weights actually loaded."""
     if not isinstance(backend, str):
@@ -227,12 +206,12 @@ def _fit_kind(kind: str, name: str, source: str | None) -> str:
     Raises:
         ConfigError: when the kind cannot be told, or does not fit the checkpoint.
     """
-    from brrm.recipes import detect_kind, model_config
+    from brrm.recipes import architectures, detect_kind, model_config
 
     config = model_config(source) if source is not None else None
     if kind == "auto":
         return detect_kind(name, config)[0]
-    archs = " ".join((config or {}).get("architectures") or [])
+    archs = " ".join(architectures(config))
     if kind in ("brrm", "principle") and "ForSequenceClassification" in archs:
         raise ConfigError(f"{name!r} is a sequence classifier ({archs}); it has no language-model head to generate "
                           f"with, so it cannot be kind {kind!r} — use kind='bt'")
@@ -240,62 +219,58 @@ def _fit_kind(kind: str, name: str, source: str | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ options
-def _check_names(options: Mapping[str, Any], kind: str, backend: str, prebuilt: bool) -> None:
+def _check_names(options: Mapping[str, object], kind: str, backend: str, prebuilt: bool) -> None:
     kinds = KINDS if kind == "auto" else (kind,)
-    valid = {o for k in kinds for o in JUDGE_OPTIONS[k]} | (set() if prebuilt else set(BACKEND_OPTIONS[backend]))
+    valid = {o for k in kinds for o in judge_option_names(k)} | (set() if prebuilt else set(BACKEND_OPTIONS[backend]))
     unknown = sorted(set(options) - valid)
     if unknown:
         where = f"kind {kind!r}" + ("" if prebuilt else f" with the {backend} backend")
         raise ConfigError(f"unknown option {unknown[0]!r} for {where}; valid options: {', '.join(sorted(valid))}")
 
 
-def _backend_options(backend: str, opts: dict[str, Any]) -> Any:
+def _backend_options(backend: str, opts: Mapping[str, object]) -> BackendOptions:
     """The backend's options object: types and ranges checked before anything loads.
 
     Raises:
         ConfigError: naming the option and its valid values.
     """
-    return OPTION_CLASSES[backend](**opts)
+    cls: Callable[..., BackendOptions] = OPTION_CLASSES[backend]
+    return build(cls, opts)
 
 
-def _sampling(opts: dict[str, Any], **defaults: Any) -> SamplingConfig:
-    return SamplingConfig(**{k: v for k, v in defaults.items() if k != "max_new_tokens"}).override(opts)
+def _sampling(opts: Mapping[str, object], defaults: Mapping[str, object] | None = None) -> SamplingConfig:
+    """The sampling settings ``opts`` (flat keywords) set over ``defaults`` (by field name)."""
+    return build(SamplingConfig, defaults or {}).override(opts)
 
 
-def _brrm(name: str, opts: dict[str, Any]) -> Any:
+def _brrm(name: str, opts: Mapping[str, object]) -> Maker:
     from brrm.compose import PairwiseRewardJudge
-    from brrm.compose.vote import check_samples
+    from brrm.compose.options import VoteOptions
     from brrm.judges.brrm import BRRMConfig, BRRMJudge
 
-    rest = {k: v for k, v in opts.items() if k not in SAMPLING_OPTIONS}
-    swap = rest.pop("swap", False)
-    samples = check_samples(rest.pop("samples", 1))  # self-consistency voting (brrm.compose.vote)
-    config = BRRMConfig(sampling=_sampling(opts), swap=swap, **rest)
+    samples = build(VoteOptions, split_keywords(VoteOptions, opts)).samples  # self-consistency voting
+    config = build(BRRMConfig, {**split_keywords(BRRMConfig, opts), "sampling": _sampling(opts)})
     if samples > 1 and config.sampling.greedy:
         raise ConfigError(f"samples={samples} with temperature 0: greedy decoding gives {samples} identical "
                           "judgments; set temperature > 0 (published: 1.0) or samples=1")
-    return lambda backend, source: PairwiseRewardJudge(BRRMJudge(backend, config), swap=swap, samples=samples)
+    return lambda backend, source: PairwiseRewardJudge(BRRMJudge(backend, config), swap=config.swap, samples=samples)
 
 
-def _bt(name: str, opts: dict[str, Any]) -> Any:
-    from dataclasses import asdict
-
+def _bt(name: str, opts: Mapping[str, object]) -> Maker:
     from brrm.compose import ScalarRewardJudge
+    from brrm.compose.options import ScalarOptions
     from brrm.recipes import known_recipe, model_config
     from brrm.reward_models.bradley_terry import BradleyTerryRewardModel, BTConfig
 
-    rest = dict(opts)
-    check_bool("swap", rest.pop("swap", False))
-    margin = check_float("margin", rest.pop("margin", 0.0), low=0)
-    chosen = "recipe" in rest
-    config = BTConfig(**rest)  # every option checked before anything loads
+    margin = build(ScalarOptions, split_keywords(ScalarOptions, opts)).margin
+    config = build(BTConfig, split_keywords(BTConfig, opts))  # every option checked before anything loads
 
-    def make(backend: Any, source: str | None) -> Any:
+    def make(backend: Backend, source: str | None) -> RewardJudge:
         mine = config
-        if not chosen:  # the card's recipe for a known checkpoint: by id, folder name or its config
+        if "recipe" not in opts:  # the card's recipe for a known checkpoint: by id, folder name or its config
             known = known_recipe(name, model_config(source) if source is not None else None)
             mine = replace(config, recipe=known.recipe if known and known.kind == "bt" else "auto")
-        return ScalarRewardJudge(BradleyTerryRewardModel(backend, **asdict(mine)), margin=margin)
+        return ScalarRewardJudge(BradleyTerryRewardModel.from_config(backend, mine), margin=margin)
 
     return make
 
@@ -310,7 +285,7 @@ GENERATION_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
 (transformers 5.x ``GenerationConfig._get_default_generation_params``)."""
 
 
-def _generation_config(source: str | None) -> dict[str, Any]:
+def _generation_config(source: str | None) -> dict[str, object]:
     """Sampling defaults from the checkpoint's ``generation_config.json`` (local dir or HF cache; no network), as
     transformers' ``generate`` reads them: with ``do_sample`` its temperature, top_k and top_p, each unset one
     taking :data:`GENERATION_DEFAULTS` (so ``do_sample`` without a temperature samples at 1.0, never greedy);
@@ -339,31 +314,26 @@ def _generation_config(source: str | None) -> dict[str, Any]:
     return {"temperature": float(out["temperature"]), "top_p": float(out["top_p"]), "top_k": int(out["top_k"])}
 
 
-def _principle(name: str, opts: dict[str, Any]) -> Any:
+def _principle(name: str, opts: Mapping[str, object]) -> Maker:
     from brrm.compose import ScalarRewardJudge
+    from brrm.compose.options import PrincipleOptions
     from brrm.judges.principle import FORMATS, PrincipleConfig, PrincipleJudge
     from brrm.recipes import known_recipe
 
-    rest = {k: v for k, v in opts.items() if k not in SAMPLING_OPTIONS}
-    check_bool("swap", rest.pop("swap", False))
-    margin = check_float("margin", rest.pop("margin", 0.0), low=0)
-    principle = rest.pop("principle", None)
-    if principle is not None and not (isinstance(principle, str) and principle.strip()) and not (
-            isinstance(principle, list | tuple) and principle and all(isinstance(p, str) and p.strip()
-                                                                      for p in principle)):
-        raise ConfigError(f"principle must be a non-empty string or a list of them, got {principle!r}")
+    scalar = build(PrincipleOptions, split_keywords(PrincipleOptions, opts))
     known = known_recipe(name)
     default = known.recipe if known and known.kind == "principle" else (
         "llama_reward" if name == _embedded_name() else "auto")
-    fmt = check_choice("recipe", rest.pop("recipe", default), ("auto", *FORMATS))
-    card = fmt == "qwen3_genrm" and rest.get("decoding", "card") == "card"
-    defaults = {"temperature": 0.0, **(CARD_BUDGETS if card else {})}
-    PrincipleConfig(format=fmt, sampling=_sampling(opts, **defaults), **rest)  # every option checked before loading
+    fmt = check_choice("recipe", opts.get("recipe", default), ("auto", *FORMATS))
+    card = fmt == "qwen3_genrm" and opts.get("decoding", "card") == "card"
+    defaults: dict[str, object] = {"temperature": 0.0, **(CARD_BUDGETS if card else {})}
+    rest = {**split_keywords(PrincipleConfig, opts), "format": fmt}
+    build(PrincipleConfig, {**rest, "sampling": _sampling(opts, defaults)})  # every option checked before loading
 
-    def make(backend: Any, source: str | None) -> Any:
-        sampling = _sampling(opts, **{**defaults, **_generation_config(source)})
-        config = PrincipleConfig(format=fmt, sampling=sampling, **rest)
-        return ScalarRewardJudge(PrincipleJudge(backend, config), principle=principle, margin=margin)
+    def make(backend: Backend, source: str | None) -> RewardJudge:
+        sampling = _sampling(opts, {**defaults, **_generation_config(source)})
+        config = build(PrincipleConfig, {**rest, "sampling": sampling})
+        return ScalarRewardJudge(PrincipleJudge(backend, config), principle=scalar.principle, margin=scalar.margin)
 
     return make
 
@@ -421,7 +391,7 @@ def _resolve_source(name: str, embedded: bool) -> str:
     return name
 
 
-def _card_dtype(name: str, source: str, backend_opts: dict[str, Any]) -> None:
+def _card_dtype(name: str, source: str, backend_opts: dict[str, object]) -> None:
     """A known checkpoint's GPU dtype from its card (e.g. float16 for Qwen-3-Nemotron-32B-Reward), unless set; the
     checkpoint is known by id, folder name or its config (:func:`brrm.recipes.card_dtype`)."""
     from brrm.recipes import card_dtype, model_config
@@ -444,7 +414,7 @@ def _require_vllm() -> None:
         raise BackendUnavailable("the vllm backend needs the vllm package, which is not installed", hint=VLLM_HINT)
 
 
-def _load_backend(backend: str, source: str, name: str, options: Any, *, task: str) -> Any:
+def _load_backend(backend: str, source: str, name: str, options: BackendOptions, *, task: str) -> Backend:
     """Build the named backend for ``source`` (recorded under ``name``) with its options object."""
     opts = options.backend_kwargs()
     if backend == "transformers":
@@ -464,7 +434,7 @@ def _load_backend(backend: str, source: str, name: str, options: Any, *, task: s
     return OpenAIBackend.from_options(source, name=name, **opts)
 
 
-def _loading(name: str, build: Any) -> Any:
+def _loading(name: str, build: Callable[[], T]) -> T:
     """Run a transformers load, turning a missing or unreadable model into one clear error."""
     try:
         return build()

@@ -12,10 +12,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.types import KINDS
+from brrm.types.jsonvalue import JSONDict
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ KNOWN: dict[str, Recipe] = {
 """Checkpoints brrm knows by id (lower-case); reported figures are the model cards' (BR-RM: RewardBench,
 RM-Bench, RMB; Qwen-3-Nemotron-32B-Reward: RM-Bench, JudgeBench)."""
 
-IDENTITIES: dict[str, dict[str, Any]] = {
+IDENTITIES: dict[str, dict[str, object]] = {
     "nvidia/qwen-3-nemotron-32b-reward": {"model_type": "qwen3", "architectures": ("Qwen3ForSequenceClassification",),
                                           "hidden_size": 5120, "num_hidden_layers": 64, "num_labels": 1},
 }
@@ -65,7 +65,7 @@ model's config, so a config cannot tell them from it: they are known by id or fo
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def known_recipe(name: str, config: dict[str, Any] | None = None) -> Recipe | None:
+def known_recipe(name: str, config: JSONDict | None = None) -> Recipe | None:
     """The recipe of a known checkpoint: by id, by the folder name of a local copy, else by identity — its
     ``config`` (the parsed ``config.json``) matching an entry of :data:`IDENTITIES`; None when nothing matches."""
     low = name.lower().rstrip("/")
@@ -78,12 +78,28 @@ def known_recipe(name: str, config: dict[str, Any] | None = None) -> Recipe | No
     return next((KNOWN[key] for key, fields in IDENTITIES.items() if _matches(config, fields)), None)
 
 
-def _matches(config: dict[str, Any], fields: dict[str, Any]) -> bool:
+def architectures(config: JSONDict | None) -> tuple[str, ...]:
+    """The ``architectures`` a parsed ``config.json`` names (none when it names none)."""
+    found = (config or {}).get("architectures")
+    return tuple(str(a) for a in found) if isinstance(found, list) else ()
+
+
+def num_labels(config: JSONDict | None) -> int | None:
+    """The number of labels of a classification head's ``config.json`` (``num_labels`` or ``id2label``), or None."""
+    labels = (config or {}).get("num_labels")
+    if isinstance(labels, int) and labels:
+        return labels
+    names = (config or {}).get("id2label")
+    return (len(names) or None) if isinstance(names, dict) else None
+
+
+def _matches(config: JSONDict, fields: dict[str, object]) -> bool:
     for key, want in fields.items():
+        got: object
         if key == "num_labels":
-            got: Any = config.get("num_labels") or len(config.get("id2label") or {}) or None
+            got = num_labels(config)
         elif key == "architectures":
-            got = tuple(config.get("architectures") or ())
+            got = architectures(config)
         else:
             got = config.get(key)
         if got != want:
@@ -91,7 +107,7 @@ def _matches(config: dict[str, Any], fields: dict[str, Any]) -> bool:
     return True
 
 
-def card_dtype(name: str, config: dict[str, Any] | None, *, cuda: bool) -> str | None:
+def card_dtype(name: str, config: JSONDict | None, *, cuda: bool) -> str | None:
     """The dtype a known checkpoint's card runs it in on GPUs (e.g. ``float16`` for Qwen-3-Nemotron-32B-Reward,
     also in a renamed folder: :func:`known_recipe` by identity), or None (off GPU, or no card dtype)."""
     known = known_recipe(name, config)
@@ -103,13 +119,13 @@ def looks_like_hub_id(name: str) -> bool:
     return bool(_HUB_ID.match(name)) and not name.startswith((".", "~"))
 
 
-def model_config(name: str) -> dict[str, Any] | None:
+def model_config(name: str) -> JSONDict | None:
     """The model's ``config.json`` from a local directory or the local Hugging Face cache; None when neither
     has it (never touches the network)."""
     path = Path(os.path.expanduser(name))
     if path.is_dir():
         file = path / "config.json"
-        return json.loads(file.read_text()) if file.is_file() else None
+        return _json_object(file) if file.is_file() else None
     if not looks_like_hub_id(name):
         return None
     try:
@@ -118,10 +134,15 @@ def model_config(name: str) -> dict[str, Any] | None:
         cached = try_to_load_from_cache(name, "config.json")
     except Exception:  # noqa: BLE001 - a broken cache only means "not cached"
         return None
-    return json.loads(Path(cached).read_text()) if isinstance(cached, str) else None
+    return _json_object(Path(cached)) if isinstance(cached, str) else None
 
 
-def detect_kind(name: str, config: dict[str, Any] | None) -> tuple[str, str]:
+def _json_object(path: Path) -> JSONDict | None:
+    data = json.loads(path.read_text())
+    return data if isinstance(data, dict) else None
+
+
+def detect_kind(name: str, config: JSONDict | None) -> tuple[str, str]:
     """(kind, recipe) of a model from a known id or its config.
 
     Raises:
@@ -130,8 +151,8 @@ def detect_kind(name: str, config: dict[str, Any] | None) -> tuple[str, str]:
     known = known_recipe(name, config)
     if known is not None:
         return known.kind, known.recipe
-    archs = " ".join((config or {}).get("architectures") or [])
-    labels = (config or {}).get("num_labels") or len((config or {}).get("id2label") or {}) or None
+    archs = " ".join(architectures(config))
+    labels = num_labels(config)
     if "ForSequenceClassification" in archs:
         if labels not in (None, 1):
             raise ConfigError(f"{name!r} is a sequence classifier with {labels} labels; a Bradley–Terry reward model "

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jinja2
 
@@ -25,6 +25,8 @@ from brrm.errors import TemplateError
 from brrm.types import Conversation, Message
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from brrm.tokens import Markup
 
 BRRM_TEMPLATES = ("brrm_turn1.jinja", "brrm_turn2.jinja", "brrm_context.jinja", "brrm_responses.jinja")
@@ -63,14 +65,15 @@ END_TEXT_TOKENS = ("<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>
 ``<eos>`` / ``<end_of_turn>``): a decoded completion may end with any of them, not only with its end of turn."""
 
 
-def end_texts(tokenizer: Any, end_of_turn_id: int) -> tuple[str, ...]:
+def end_texts(tokenizer: PreTrainedTokenizerBase, end_of_turn_id: int) -> tuple[str, ...]:
     """The token strings :func:`strip_end_tokens` removes from a response's end for ``tokenizer``: its end-of-turn
     token, its EOS, and each of :data:`END_TEXT_TOKENS` that is one of its added tokens (sorted, for stable
     results)."""
     added = set(tokenizer.get_added_vocab())
-    found = {tokenizer.convert_ids_to_tokens(end_of_turn_id), getattr(tokenizer, "eos_token", None),
+    eot = tokenizer.convert_ids_to_tokens(end_of_turn_id)
+    found = {eot if isinstance(eot, str) else None, getattr(tokenizer, "eos_token", None),
              *(t for t in END_TEXT_TOKENS if t in added)}
-    return tuple(sorted(t for t in found if t))
+    return tuple(sorted(t for t in found if isinstance(t, str) and t))
 
 
 def strip_end_tokens(text: str, tokens: Sequence[str]) -> str:
@@ -210,7 +213,7 @@ class ContextPolicy:
         return cls(strip_history_reasoning=False, system_messages="drop", tool_messages="drop",
                    neutralize_markers=False, history_think="markup")
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, bool | str]:
         return {"strip_history_reasoning": self.strip_history_reasoning, "system_messages": self.system_messages,
                 "tool_messages": self.tool_messages, "neutralize_context_markers": self.neutralize_markers,
                 "history_think": self.history_think}

@@ -12,7 +12,10 @@ from brrm import ConfigError
 from brrm.backends.options import OPTION_CLASSES, OpenAIOptions, TransformersOptions, VLLMOptions, cli_fields
 from brrm.cli import build_parser
 from brrm.cli.common import load_options
-from brrm.load import BACKEND_OPTIONS, JUDGE_OPTIONS
+from brrm.load import BACKEND_OPTIONS, judge_option_names
+from brrm.types import KINDS
+
+JUDGE_OPTIONS = {kind: judge_option_names(kind) for kind in KINDS}  # the option fields of each kind's dataclasses
 
 MODEL_GROUPS = ("model", "backend", "judge (BR-RM)", "scalar models (bt, principle)")
 
@@ -139,3 +142,121 @@ def test_every_load_option_has_a_flag():
     reached |= set(load_options(judge.parse_args(["--input", "x", "--kind", "bt", "--keep-thinking"]))[1])
     every = {o for names in JUDGE_OPTIONS.values() for o in names} | set(cli_fields())
     assert every - reached == set()
+
+
+# ------------------------------------------------------------------------------- judge options written once
+SURFACE_ONLY = {
+    # records in, results out
+    "input", "output", "input_format", "field", "limit", "resume", "no_progress", "quiet", "shape", "split",
+    # the model to load and how (brrm.load's own keywords, not options of a dataclass)
+    "model", "kind", "backend", "calibration",
+    # audit
+    "status_dir", "slice_by", "low_margin", "max_flagged", "chunk_size", "summary_every", "probes", "strategy",
+    "ray", "actors", "num_gpus_per_actor", "num_cpus_per_actor",
+    # bench
+    "subset", "data", "data_dir", "protocol", "orders", "order_seed", "predictions", "revision", "weighting",
+    "sweep_samples",
+    # calibrate, probe
+    "report", "heldout", "split_seed", "bootstrap", "confidence", "top",
+    # serve (the server's own settings)
+    "host", "port", "api_key", "cors_origin", "log_level", "no_access_log", "no_warmup", "factory", "concurrency",
+    "max_batch", "max_wait_ms", "max_queue", "max_items", "max_body_bytes", "max_field_chars", "deadline",
+    "drain_timeout", "stall_timeout", "max_abandoned", "max_judgments_per_request", "compare_strategy",
+    "failed_reward", "get_reward_mode", "strip_text",
+}
+"""Flags of the surfaces themselves (files, the command's own settings): no option of a judge or backend."""
+
+
+def _every_subcommand():
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def test_every_flag_of_every_subcommand_is_an_option_field_or_declared_surface_only():
+    from brrm.cli.flags import judge_flags
+
+    option_dests = {jf.dest for jf in judge_flags()} | set(cli_fields())
+    seen = set()
+    for name, parser in _every_subcommand().items():
+        for action in parser._actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            seen.add(action.dest)
+            assert action.dest in option_dests or action.dest in SURFACE_ONLY, (name, action.option_strings)
+    assert option_dests <= seen
+    assert len(seen & option_dests) >= 50
+
+
+def test_every_user_facing_judge_field_has_its_flag_with_the_fields_help():
+    from brrm.cli.flags import judge_flags
+    from brrm.load import judge_option_classes
+    from brrm.types.options import keyword, option_fields
+
+    by_keyword = {kw: jf for jf in judge_flags() for _, kw in jf.owners}
+    for kind in KINDS:
+        for cls in judge_option_classes(kind):
+            for f in option_fields(cls):
+                assert f.metadata["cli"], f"{cls.__name__}.{f.name} has no flag"  # every judge option is user-facing
+                jf = by_keyword[keyword(f)]
+                assert (kind, keyword(f)) in jf.owners
+                for parser in SUBCOMMANDS.values():
+                    action = next((a for a in parser._actions if jf.flag in a.option_strings), None)
+                    if any(g.title == "judge (BR-RM)" for g in parser._action_groups):
+                        assert action is not None and action.dest == jf.dest, (kind, jf.flag)
+    samples = next(a for a in SUBCOMMANDS["judge"]._actions if "--samples" in a.option_strings)
+    from brrm.compose.options import VoteOptions
+
+    assert samples.help == VoteOptions.__dataclass_fields__["samples"].metadata["help"] and samples.metavar == "K"
+    budget = next(a for a in SUBCOMMANDS["judge"]._actions if "--max-new-tokens" in a.option_strings)
+    assert budget.help.endswith("default 8192 (published), 400 for the embedded demo") and budget.type is int
+
+
+def test_an_option_is_defined_once_no_flag_literal_in_the_cli_sources():
+    """Option flags exist only as fields: no string literal in brrm/cli equals a judge or backend option's flag
+    (an ``add_argument("--decoding", …)`` or a hand-written rename map would)."""
+    import ast
+    from pathlib import Path
+
+    import brrm.cli
+    from brrm.cli.flags import judge_flags
+
+    flags = {jf.flag for jf in judge_flags()} | {"--" + n.replace("_", "-") for n in cli_fields()}
+    found = []
+    for path in sorted(Path(brrm.cli.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in flags:
+                found.append(f"{path.name}:{node.lineno} {node.value}")
+    assert found == []
+    assert len(flags) >= 50
+
+
+def test_judge_configs_validate_and_load_splits_flat_keywords_by_field():
+    import brrm
+    from brrm.compose.options import PrincipleOptions, ScalarOptions, VoteOptions
+    from brrm.judges.brrm import BRRMConfig
+    from brrm.judges.principle import PrincipleConfig
+    from brrm.reward_models.bradley_terry import BTConfig
+    from brrm.types import SamplingConfig
+    from brrm.types.options import changed_keywords, split_keywords
+
+    with pytest.raises(ConfigError, match="block_token_cap must be an integer >= 8, got 2"):
+        BRRMConfig(block_token_cap=2)
+    with pytest.raises(ConfigError, match="truncation_side 'right' is not valid"):
+        BTConfig(truncation_side="right")
+    with pytest.raises(ConfigError, match="samples"):
+        VoteOptions(samples=0)
+    with pytest.raises(ConfigError, match="margin must be a finite number >= 0"):
+        ScalarOptions(margin=-1)
+    with pytest.raises(ConfigError, match="principle must be a non-empty string or a list of them"):
+        PrincipleOptions(principle=["ok", " "])
+    assert PrincipleOptions(principle=["a", "b"]).principle == ("a", "b")
+    flat = {"max_new_tokens": 40, "temperature": 0, "decoding": "faithful", "recipe": "llama_reward", "dtype": "x"}
+    assert split_keywords(SamplingConfig, flat) == {"max_new_tokens_per_turn": 40, "temperature": 0}
+    assert split_keywords(BRRMConfig, flat) == {"decoding": "faithful"}
+    assert split_keywords(PrincipleConfig, flat) == {"decoding": "faithful", "format": "llama_reward"}
+    config = BRRMConfig(decoding="faithful", sampling=SamplingConfig(temperature=0.5, max_new_tokens_per_turn=30))
+    assert changed_keywords(config) == {"decoding": "faithful", "temperature": 0.5, "max_new_tokens": 30}
+    assert changed_keywords(PrincipleConfig()) == {}
+    with pytest.raises(ConfigError, match="config is a BTConfig, for kind 'bt', not 'brrm'"):
+        brrm.load("/nonexistent-model-dir", kind="brrm", config=BTConfig())
+    with pytest.raises(ConfigError, match="unknown option 'samples' for kind 'bt'"):
+        brrm.load("/nonexistent-model-dir", config=BTConfig(), samples=2)

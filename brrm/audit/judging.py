@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from brrm.service.items import GroupItem, PairItem, RankCall, ScoreCall, ScoreItem
 from brrm.service.run import run
 from brrm.types import Conversation, GroupResult, PairwiseJudgment, RewardJudge, ScalarReward, Verdict
-from brrm.types.jsonvalue import JSONValue
+from brrm.types.jsonvalue import JSONDict, JSONValue
 
 Progress = Callable[[float], None] | None
 Record = Mapping[str, JSONValue]
 """A normalized audit record (:func:`brrm.audit.plan.normalize`: plain JSON)."""
-ResultDict = dict[str, object]
+ResultDict = JSONDict
 """A result's ``to_dict()``."""
 
 

@@ -164,7 +164,7 @@ class Scored:
     n_parsed: int
     per_item: bool = True
     results: tuple[ItemResult, ...] = ()
-    calibration: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    calibration: dict[str, Mapping[str, object]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:

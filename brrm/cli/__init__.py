@@ -1,6 +1,6 @@
 """The ``brrm`` command line (argparse): one module per subcommand, every model built by :func:`brrm.load`.
 
-Subcommands register themselves in :data:`SUBCOMMANDS` (a module path with ``add_parser(subparsers)``). A
+Each verb is one :class:`~brrm.cli.command.Command` object (its flags and its ``run``), listed in :data:`SUBCOMMANDS`. A
 mistake of the user's (a bad flag value, a missing file, a model that cannot be found) is one ``brrm: error:``
 line naming the flag and exit code 2 — never a traceback.
 """
@@ -12,13 +12,15 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
+from brrm.cli.command import Parser, Verb
 from brrm.errors import BrrmError
 
-SUBCOMMANDS = ("brrm.cli.judge", "brrm.cli.score", "brrm.cli.rank", "brrm.cli.serve", "brrm.cli.audit",
-               "brrm.cli.bench", "brrm.cli.calibrate", "brrm.cli.probe")
-"""Modules of the subcommands, in help order; each has ``add_parser(subparsers)``."""
+SUBCOMMANDS = ("brrm.cli.judge:COMMAND", "brrm.cli.score:COMMAND", "brrm.cli.rank:COMMAND", "brrm.cli.serve",
+               "brrm.cli.audit:COMMAND", "brrm.cli.bench:COMMAND", "brrm.cli.calibrate:COMMAND",
+               "brrm.cli.probe:COMMAND")
+"""The subcommands in help order, imported when the parser is built: ``module:COMMAND`` names a
+:class:`~brrm.cli.command.Command`; a bare module is one whose ``add_parser(subparsers)`` is the command (serve)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage mistake (already reported on one line)
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
-    if not getattr(args, "func", None):
+    if vars(args).get("func") is None:
         parser.print_help()
         return 2
     try:
@@ -45,20 +47,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage mistake reported as one ``brrm: error:`` line (exit 2) instead of the usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"brrm: error: {self.prog}: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from brrm import __version__
 
-    parser = _Parser(prog="brrm", description="Judge LLM responses with reward models: BR-RM "
+    parser = Parser(prog="brrm", description="Judge LLM responses with reward models: BR-RM "
                                      "pairwise judges, Bradley-Terry and principle reward models.")
     parser.add_argument("--version", action="version", version=f"brrm {__version__}")
     sub = parser.add_subparsers(dest="command")
-    for name in SUBCOMMANDS:
-        importlib.import_module(name).add_parser(sub)
+    for entry in SUBCOMMANDS:
+        _verb(entry).add_parser(sub)
     return parser
+
+
+def _verb(entry: str) -> Verb:
+    """The command an entry of :data:`SUBCOMMANDS` names."""
+    module_name, _, attribute = entry.partition(":")
+    module = importlib.import_module(module_name)
+    verb: Verb = getattr(module, attribute) if attribute else module
+    return verb

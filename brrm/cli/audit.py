@@ -15,20 +15,26 @@ import platform
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.cli import common
+from brrm.cli.command import Command
+from brrm.cli.flags import LoadKeywords
+
+if TYPE_CHECKING:
+    from brrm.audit.plan import AuditItem
+    from brrm.audit.ray_runner import RayOptions
+    from brrm.audit.runner import AuditOptions, AuditOutcome
+    from brrm.records import RecordError
+    from brrm.records.shapes import Record
+    from brrm.types import JudgeSpec
 from brrm.errors import ConfigError
 
 
-def add_parser(sub: Any) -> None:
+def _arguments(p: argparse.ArgumentParser) -> None:
     from brrm.compose import STRATEGIES
     from brrm.records import FORMATS
 
-    p = sub.add_parser("audit", help="resumable dataset audit with an HTML report (pairs, single responses, groups)",
-                       description="Judge every record of a dataset into a crash-safe store in --output, then write "
-                                   "an HTML report, a JSON summary and JSONL/Parquet exports. Rerun the same command "
-                                   "to resume; only missing items are judged.")
     p.add_argument("input", nargs="?", metavar="INPUT",
                    help="records file (.jsonl, .json, .parquet, .csv, .tsv), or a Hugging Face dataset folder or "
                         "hub id")
@@ -66,7 +72,6 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--num-gpus-per-actor", type=float, default=0.0, help="GPUs each actor holds (default 0)")
     r.add_argument("--num-cpus-per-actor", type=float, default=1.0, help="CPUs each actor holds (default 1)")
     common.add_model_args(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,7 +113,7 @@ def _check_output(out: Path) -> None:
         raise ConfigError(f"--output {str(out)!r} is a file; give a folder")
 
 
-def _read(args: argparse.Namespace) -> tuple[list[Any], str]:
+def _read(args: argparse.Namespace) -> tuple[list[Record | RecordError], str]:
     """The records and their shape (``--shape`` or detected from the first valid record)."""
     from brrm.records import FieldMap, GroupRecord, PairRecord, RecordError, read_records
 
@@ -144,8 +149,8 @@ def _resolve_kind(model: str | None, kind: str, shape: str) -> str:
     return kind
 
 
-def _plan(args: argparse.Namespace, records: list[Any], shape: str, kind: str,
-          opts: dict[str, Any]) -> tuple[list[Any], Any]:
+def _plan(args: argparse.Namespace, records: list[Record | RecordError], shape: str, kind: str,
+          opts: LoadKeywords) -> tuple[list[AuditItem], AuditOptions]:
     from brrm.audit import AuditOptions, plan_items
     from brrm.audit.judging import resolve_strategy
     from brrm.records import ScalarRecord
@@ -183,7 +188,7 @@ def _probe_names(args: argparse.Namespace, shape: str) -> tuple[str, ...]:
     return parse_probes(args.probes)
 
 
-def _run_probes(records: list[Any], spec: Any, probes: tuple[str, ...], out: Path) -> None:
+def _run_probes(records: list[Record | RecordError], spec: JudgeSpec, probes: tuple[str, ...], out: Path) -> None:
     """Probe the judge on the valid pairs (cost stated first); the report is written to ``out/probes.json``."""
     import json
 
@@ -207,7 +212,7 @@ def _run_probes(records: list[Any], spec: Any, probes: tuple[str, ...], out: Pat
     (out / PROBES_FILE).write_text(json.dumps(report.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
 
 
-def _ray_options(args: argparse.Namespace) -> Any:
+def _ray_options(args: argparse.Namespace) -> RayOptions | None:
     if args.ray is None:
         return None
     from brrm.audit.ray_runner import RayOptions
@@ -216,13 +221,14 @@ def _ray_options(args: argparse.Namespace) -> Any:
                       num_gpus_per_actor=args.num_gpus_per_actor, num_cpus_per_actor=args.num_cpus_per_actor)
 
 
-def _provenance(source: str) -> dict[str, Any]:
+def _provenance(source: str) -> dict[str, str | int]:
     """The input file's path, size and sha256, and the versions and host this ran on."""
     import brrm
 
     path = Path(source).expanduser()
-    out: dict[str, Any] = {"input": str(path.resolve()), "brrm": brrm.__version__, "python": platform.python_version(),
-                           "platform": platform.platform(), "host": socket.gethostname()}
+    out: dict[str, str | int] = {"input": str(path.resolve()), "brrm": brrm.__version__,
+                                 "python": platform.python_version(), "platform": platform.platform(),
+                                 "host": socket.gethostname()}
     if path.is_file():
         digest = hashlib.sha256()
         with path.open("rb") as handle:
@@ -232,10 +238,18 @@ def _provenance(source: str) -> dict[str, Any]:
     return out
 
 
-def _print_outcome(outcome: Any) -> None:
+def _print_outcome(outcome: AuditOutcome) -> None:
     files = outcome.files
     print(f"judged {outcome.judged} items this run ({outcome.pending_at_start} were pending of {outcome.total} rows) "
           f"in {outcome.seconds:.1f} s", file=sys.stderr)
     for name in ("report", "summary", "jsonl", "parquet"):
         if name in files:
             print(f"{name}: {files[name]}")
+
+
+COMMAND = Command(
+    "audit", arguments=_arguments, run=run,
+    help="resumable dataset audit with an HTML report (pairs, single responses, groups)",
+    description="Judge every record of a dataset into a crash-safe store in --output, then write "
+                "an HTML report, a JSON summary and JSONL/Parquet exports. Rerun the same command "
+                "to resume; only missing items are judged.")

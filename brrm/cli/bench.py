@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from brrm.cli import common
+from brrm.cli.command import Command
 from brrm.types.protocols import RewardJudge
 
+if TYPE_CHECKING:
+    from brrm.bench.base import Benchmark
+    from brrm.bench.core import BenchItem
+    from brrm.bench.protocol import Protocol, Scored
 
-def add_parser(sub: Any) -> None:
+
+def _arguments(p: argparse.ArgumentParser) -> None:
     from brrm.bench.registry import names
 
-    p = sub.add_parser("bench", help="run a reward-model benchmark (official protocol and metric), or replay outputs",
-                       description="Run a judge on a benchmark with the benchmark's own protocol and official metric "
-                                   f"({', '.join(names())}), or score stored outputs with --predictions.")
     p.add_argument("name", metavar="NAME", help=f"benchmark: {', '.join(names())}")
     p.add_argument("--subset", action="append", default=None,
                    help="subset to run (repeatable; default: all), e.g. Natural, adversarial, chat, safety")
@@ -63,7 +67,6 @@ def add_parser(sub: Any) -> None:
                         "(e.g. 1,3,5) and print the headline figure against the judgments each cost")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def execute(args: argparse.Namespace) -> list[Any]:
+def execute(args: argparse.Namespace) -> list[Scored]:
     """One benchmark run (or replay) as the flags say; the :class:`~brrm.bench.protocol.Scored` runs it printed."""
     from brrm.bench.protocol import resolve
     from brrm.bench.registry import get_benchmark
@@ -94,7 +97,7 @@ def execute(args: argparse.Namespace) -> list[Any]:
             raise ConfigError("--protocol applies to runs: a replay scores the stored outputs as they were made "
                               "(both denominators shown where brrm has per-item results)")
         return [_replay(args, bench, folder)]
-    if getattr(args, "swap", None):
+    if vars(args).get("swap"):
         raise ConfigError("--swap does not apply to brrm bench: the benchmark's protocol decides the presentation "
                           "orders (use --orders both where the benchmark allows it)")
     _, user = common.load_options(args)  # flag combinations are checked before any data or model loads
@@ -138,27 +141,21 @@ def _judge_kind(args: argparse.Namespace) -> str | None:
         return None
 
 
-def _with(args: argparse.Namespace, options: Any) -> argparse.Namespace:
+def _with(args: argparse.Namespace, options: Mapping[str, object]) -> argparse.Namespace:
     """``args`` with a protocol's judge options (their flag names) filled in."""
     return argparse.Namespace(**{**vars(args), **dict(options)})
 
 
-def _sibling(args: argparse.Namespace, judge: Any, options: Any) -> Any:
+def _sibling(args: argparse.Namespace, judge: RewardJudge, options: Mapping[str, object]) -> RewardJudge:
     """A second BR-RM judge under other options on the first one's backend (the model is loaded once)."""
-    import brrm
-    from brrm.load import EMBEDDED_BUDGETS, JUDGE_OPTIONS
+    from brrm.load_options import judge_option_names
 
     _, opts = common.load_options(_with(args, options))
-    backend = getattr(getattr(judge, "model", None), "backend", None)
-    if backend is None:
-        return common.load_judge(_with(args, options), kind="brrm")
-    mine = {k: v for k, v in opts.items() if k in JUDGE_OPTIONS["brrm"]}
-    if args.model is None:  # the embedded demo keeps its demo budgets, as brrm.load gives them
-        mine = {**{k: v for k, v in EMBEDDED_BUDGETS.items() if k in JUDGE_OPTIONS["brrm"]}, **mine}
-    return brrm.load(None, kind="brrm", backend=backend, **mine)
+    names = judge_option_names("brrm")
+    return judge.with_options(**{k: v for k, v in opts.items() if k in names})
 
 
-def _revision(args: argparse.Namespace, bench: Any) -> dict[str, Any]:
+def _revision(args: argparse.Namespace, bench: Benchmark) -> dict[str, Any]:
     from brrm.bench.data import data_revision
 
     source = args.data or (bench.hub_source if bench.data_folder is None else None)
@@ -179,7 +176,7 @@ def _output_folder(path: str | None) -> Path | None:
     return folder
 
 
-def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> Any:
+def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> Scored:
     from brrm.bench.protocol import Scored, score_both
     from brrm.bench.report import is_brrm_output, read_items
     from brrm.errors import ConfigError
@@ -203,8 +200,8 @@ def _replay(args: argparse.Namespace, bench: Any, folder: Path | None) -> Any:
     return scored
 
 
-def _run(args: argparse.Namespace, bench: Any, judge: RewardJudge, items: list[Any], subsets: tuple[str, ...],
-         protocol: Any, folder: Path | None) -> Any:
+def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: list[BenchItem],
+         subsets: tuple[str, ...], protocol: Protocol, folder: Path | None) -> Scored:
     from brrm.bench.protocol import score_both
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
@@ -217,18 +214,21 @@ def _run(args: argparse.Namespace, bench: Any, judge: RewardJudge, items: list[A
     print(protocol.describe(dict(judge.info.options) if pairwise else None), file=term)
     settings = {**run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
                                source=args.data, limit=args.limit), "protocol": protocol.name}
-    if getattr(bench, "best_of_n", False):
-        settings["strategy"] = bench.strategy  # a resumed run keeps the strategy
+    from brrm.bench.rewardbench2 import RewardBench2
+
+    best_of_n = bench if isinstance(bench, RewardBench2) else None  # RewardBench 2's best-of-n subsets
+    if best_of_n is not None:
+        settings["strategy"] = best_of_n.strategy  # a resumed run keeps the strategy
     done = check_resume(folder, settings) if folder is not None else {}
     todo = [it for it in items if it.id not in done]
     unit = "judgment" if pairwise else "reward"
-    if getattr(bench, "best_of_n", False):
+    if best_of_n is not None:
         from brrm.bench import bestofn
 
-        planned = bestofn.planned(judge, todo, bench.strategy)
-        how = (f"strategy {bench.strategy} (completion order drawn from order seed {args.order_seed})"
+        planned = bestofn.planned(judge, todo, best_of_n.strategy)
+        how = (f"strategy {best_of_n.strategy} (completion order drawn from order seed {args.order_seed})"
                if unit == "judgment" else "every completion scored")
-        run_bench: Any = partial(bestofn.run, strategy=bench.strategy)
+        run_bench: Any = partial(bestofn.run, strategy=best_of_n.strategy)
     else:
         planned = planned_judgments(judge, todo, orders=orders, seed=args.order_seed)
         how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
@@ -253,7 +253,8 @@ def _run(args: argparse.Namespace, bench: Any, judge: RewardJudge, items: list[A
     return replace(scored, results=tuple(results))
 
 
-def _finish(bench: Any, scored: list[Any], folder: Path | None, model: str | None, revision: dict[str, Any]) -> None:
+def _finish(bench: Benchmark, scored: list[Scored], folder: Path | None, model: str | None,
+            revision: dict[str, Any]) -> None:
     from brrm.bench.report import cost_line, protocol_table_lines, published_figure, write_scored
 
     published = published_figure(bench, model)
@@ -284,7 +285,7 @@ def _finish(bench: Any, scored: list[Any], folder: Path | None, model: str | Non
         print("(pass --output DIR to keep the per-item judgments)", file=term)
 
 
-def _headline(run: Any) -> str:
+def _headline(run: Scored) -> str:
     """The headline row over both denominators, the protocol's own first."""
     from brrm.bench.report import fmt
 
@@ -299,7 +300,7 @@ def _headline(run: Any) -> str:
     return f"{name} " + "; ".join(both)
 
 
-def _calibration(scored: list[Any], folder: Path | None, many: bool) -> None:
+def _calibration(scored: list[Scored], folder: Path | None, many: bool) -> None:
     """ECE, Brier and log loss of each run's P(A ≻ B) beside its accuracy; ``report.html`` with the reliability
     diagram in its folder (nothing when no labelled judgment measured a probability)."""
     from brrm.bench.calibration_report import measure_results, summary_line, write_report
@@ -314,3 +315,16 @@ def _calibration(scored: list[Any], folder: Path | None, many: bool) -> None:
             write_report(where, run.all, metrics)
             run.calibration.update({label: {k: v for k, v in m.to_dict().items() if k != "bins"}
                                     for label, m in metrics})
+
+
+def _description() -> str:
+    from brrm.bench.registry import names
+
+    return ("Run a judge on a benchmark with the benchmark's own protocol and official metric "
+            f"({', '.join(names())}), or score stored outputs with --predictions.")
+
+
+COMMAND = Command(
+    "bench", arguments=_arguments, run=run,
+    help="run a reward-model benchmark (official protocol and metric), or replay outputs",
+    description=_description)

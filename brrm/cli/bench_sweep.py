@@ -7,9 +7,12 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from brrm.bench.protocol import Scored
 
 
 def parse_counts(text: str) -> list[int]:
@@ -28,7 +31,7 @@ def parse_counts(text: str) -> list[int]:
     return counts
 
 
-def sweep(args: argparse.Namespace, execute: Callable[[argparse.Namespace], list[Any]]) -> int:
+def sweep(args: argparse.Namespace, execute: Callable[[argparse.Namespace], list[Scored]]) -> int:
     """Run ``execute`` once per sample count (outputs in ``--output``/``samples-K``) and print the sweep table.
 
     Raises:
@@ -53,7 +56,7 @@ def sweep(args: argparse.Namespace, execute: Callable[[argparse.Namespace], list
     return 0
 
 
-def table(rows: list[tuple[int, Any]]) -> list[str]:
+def table(rows: list[tuple[int, Scored]]) -> list[str]:
     """The sweep table: per (sample count, protocol) the headline over all and over parsed items, and the cost."""
     from brrm.bench.report import fmt
 

@@ -14,18 +14,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.cli import common
+
+if TYPE_CHECKING:
+    from brrm.calibration.data import Observation, Observations
+    from brrm.calibration.fit import Metrics
+    from brrm.calibration.model import Calibration
+    from brrm.types.jsonvalue import JSONDict
+from brrm.cli.command import Command
 from brrm.errors import ConfigError
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("calibrate", help="fit a temperature for P(A>B) on labelled pairs (ECE, Brier, log loss)",
-                       description="Fit a temperature (pairwise judges) or a scale (scalar models) for P(A>B) on "
-                                   "labelled pairs: judged pairs (brrm judge output) or records judged first with "
-                                   "--model. Reports ECE, Brier score and log loss before/after on a held-out split.")
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "-i", required=True, help="labelled pairs: brrm judge output, or records to judge")
     p.add_argument("--output", "-o", required=True, help="the calibration file to write (calib.json)")
     p.add_argument("--report", default=None, help="HTML report path (default: the output path with .html)")
@@ -35,7 +39,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=None, help="use only the first N records")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     write_calibration(out, calibration)
     png = reliability_png([("held-out, raw", tables[2][1]), ("held-out, calibrated", tables[3][1])])
     facts = {"model": model or "unknown", "kind": kind, _param(kind): f"{_value(calibration):.4f}",
-             "fitted on": calibration.to_dict()["fit_on"], "split": f"seed {args.split_seed}, {args.heldout:.0%} "
+             "fitted on": str(calibration.to_dict()["fit_on"]), "split": f"seed {args.split_seed}, {args.heldout:.0%} "
              f"held out: {tables[0][1].n} fit / {tables[2][1].n} held-out observations", "hash": calibration.hash}
     report.write_text(calibration_html(f"brrm calibration: {model or args.input}", facts, tables, png),
                       encoding="utf-8")
@@ -75,11 +78,11 @@ def _param(kind: str) -> str:
     return "temperature" if kind == "pairwise" else "scale"
 
 
-def _value(calibration: Any) -> float:
+def _value(calibration: Calibration) -> float:
     return float(calibration.temperature if calibration.kind == "pairwise" else calibration.scale)
 
 
-def _judged_rows(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+def _judged_rows(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
     """Judged rows of the input (judging records first when they are not judged yet) and the model's id."""
     from brrm.calibration.data import is_judged
 
@@ -99,10 +102,10 @@ def _judged_rows(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     return _judge_records(args)
 
 
-def _judge_records(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+def _judge_records(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
     from brrm.records import RecordError, read_records, seed_ids
 
-    if getattr(args, "calibration", None):
+    if vars(args).get("calibration"):
         raise ConfigError("--calibration does not apply to brrm calibrate: it fits on the raw probabilities")
     common.load_options(args)
     records = [r for r in read_records(args.input, "pairs", limit=args.limit) if not isinstance(r, RecordError)]
@@ -120,7 +123,8 @@ def _judge_records(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]
         judge.info.model
 
 
-def _fit(obs: Any, kind: str, model: str, args: argparse.Namespace) -> tuple[Any, Any, list[tuple[str, Any]]]:
+def _fit(obs: Observations, kind: str, model: str,
+         args: argparse.Namespace) -> tuple[list[Observation], Calibration, list[tuple[str, Metrics]]]:
     from brrm.calibration.fit import fit_temperature, held_out, measure, sigmoid
     from brrm.calibration.model import Calibration
 
@@ -142,7 +146,8 @@ def _fit(obs: Any, kind: str, model: str, args: argparse.Namespace) -> tuple[Any
     return fit, Calibration(kind, t, model, details), tables
 
 
-def _print(calibration: Any, kind: str, tables: list[tuple[str, Any]], skipped: Any, fit: list[Any],
+def _print(calibration: Calibration, kind: str, tables: list[tuple[str, Metrics]], skipped: Mapping[str, int],
+           fit: list[Observation],
            out: Path, report: Path) -> None:
     print(f"brrm calibrate: {kind} judge; {_param(kind)} {_value(calibration):.4f} fitted on {len(fit)} "
           f"observations (z = {calibration.to_dict()['fit_on']})")
@@ -152,3 +157,11 @@ def _print(calibration: Any, kind: str, tables: list[tuple[str, Any]], skipped: 
     for label, m in tables:
         print(f"  {label:<22} {m.n:>5} {m.ece:>8.4f} {m.brier:>8.4f} {m.log_loss:>9.4f} {m.accuracy:>9.4f}")
     print(f"wrote {out} (hash {calibration.hash}) and {report}")
+
+
+COMMAND = Command(
+    "calibrate", arguments=_arguments, run=run,
+    help="fit a temperature for P(A>B) on labelled pairs (ECE, Brier, log loss)",
+    description="Fit a temperature (pairwise judges) or a scale (scalar models) for P(A>B) on "
+                "labelled pairs: judged pairs (brrm judge output) or records judged first with "
+                "--model. Reports ECE, Brier score and log loss before/after on a held-out split.")

@@ -13,19 +13,16 @@ import time
 from typing import Any, TextIO
 
 from brrm.cli import common
+from brrm.cli.command import Command
 from brrm.types.protocols import RewardJudge
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("judge", help="judge response pairs (JSONL/JSON/Parquet/CSV records)",
-                       description="Judge each record's response_a against response_b with any model kind "
-                                   "(BR-RM natively; scalar models through sigma(r_A - r_B)).")
+def _arguments(p: argparse.ArgumentParser) -> None:
     common.add_input_args(p, verb="judge", fields="id, conversation, prompt, response_a, response_b, label")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--quiet", "-q", action="store_true", help="no per-pair lines, summary only")
     common.add_resume_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,7 +72,7 @@ def _judge(judge: RewardJudge, good: list[tuple[int, Any]], results: dict[int, A
     """Judge ``(position, record)`` pairs; each result goes to ``sink`` and the terminal as soon as it is final."""
     from brrm.records import seed_ids
     from brrm.service.items import PairItem
-    from brrm.service.run import run
+    from brrm.service.run import run as run_jobs
 
     recs = [r for _, r in good]
     jobs = [PairItem(r.conversation, r.response_a, r.response_b, id=i, label=r.label)
@@ -89,7 +86,7 @@ def _judge(judge: RewardJudge, good: list[tuple[int, Any]], results: dict[int, A
             if not args.quiet:
                 bar.write(verdict_line(res.to_dict()), file=term)
 
-        run(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.update, on_result=finished,
+        run_jobs(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.update, on_result=finished,
             on_step=StepMeter(bar))
 
 
@@ -156,3 +153,10 @@ def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float
         print(f"  order-averaged accuracy {s.order_averaged_accuracy:.3f} (each order scored alone, as LLMBar's "
               "correct_average; a position-inconsistent tie earns half)", file=term)
     print(f"  time {seconds:.1f} s; generated tokens {gen} ({gen / max(seconds, 1e-9):.1f}/s)", file=term)
+
+
+COMMAND = Command(
+    "judge", arguments=_arguments, run=run,
+    help="judge response pairs (JSONL/JSON/Parquet/CSV records)",
+    description="Judge each record's response_a against response_b with any model kind "
+                "(BR-RM natively; scalar models through sigma(r_A - r_B)).")

@@ -10,18 +10,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from brrm.cli import common
+from brrm.cli.command import Command
+
+if TYPE_CHECKING:
+    from brrm.probes.run import Interval, ProbeReport
 
 
-def add_parser(sub: Any) -> None:
+def _arguments(p: argparse.ArgumentParser) -> None:
     from brrm.probes import PROBES
 
-    p = sub.add_parser("probe", help="robustness probes: how far cheap manipulations of responses move the judge",
-                       description="Judge each pair and controlled variants of it (" + "; ".join(
-                           f"{k}: {v.description}" for k, v in PROBES.items()) + ") with the same sampler streams; "
-                       "report per probe the verdict flip rate with a bootstrap confidence interval.")
     p.add_argument("input", help="pair records (.jsonl, .json, .parquet, .csv, .tsv)")
     p.add_argument("--probes", default=",".join(PROBES),
                    help=f"comma-separated probes (default: all: {','.join(PROBES)})")
@@ -35,11 +35,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--confidence", type=float, default=0.95, help="interval level in (0, 1) (0.95)")
     p.add_argument("--top", type=int, default=5, help="most-moved items listed per probe (5)")
     common.add_model_args(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Check flags, read records, state the cost, run the probes and print the report; returns the exit code."""
+    from brrm.compose import PairwiseRewardJudge
     from brrm.probes import parse_probes, probe_cost, run_probes
     from brrm.records import FieldMap, RecordError, read_records, seed_ids
     from brrm.types import check_float, check_int
@@ -59,13 +59,14 @@ def run(args: argparse.Namespace) -> int:
     good = [r for r in records if not isinstance(r, RecordError)]
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "probe", judge, len(records), args.input)
-    per = judge.judgment_cost(len(good)).describe() if hasattr(judge, "judgment_cost") else f"{len(good)} judgments"
+    per = judge.judgment_cost(len(good)).describe() if isinstance(judge, PairwiseRewardJudge) else \
+        f"{len(good)} judgments"
     print(f"cost: (1 original + {len(names)} probes) x [{per}] = {probe_cost(judge, len(good), names)} judgments",
           file=term)
     report = run_probes(judge, [r.conversation for r in good], [r.response_a for r in good],
                         [r.response_b for r in good], probes=names, ids=seed_ids(good),
                         display_ids=[r.id for r in good], resamples=args.bootstrap,
-                        confidence=args.confidence, seed=int(getattr(args, "seed", None) or 0), top=args.top)
+                        confidence=args.confidence, seed=int(vars(args).get("seed") or 0), top=args.top)
     judge.close()
     print_report(term, report)
     if args.output:
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ci(iv: Any, signed: bool = False) -> str:
+def _ci(iv: Interval, signed: bool = False) -> str:
     if math.isnan(iv.value):
         return "n/a"
     f = "+.3f" if signed else ".3f"
@@ -82,7 +83,7 @@ def _ci(iv: Any, signed: bool = False) -> str:
     return f"{value:{f}} [{low:{f}}, {high:{f}}]"
 
 
-def print_report(term: TextIO, report: Any) -> None:
+def print_report(term: TextIO, report: ProbeReport) -> None:
     """Per probe: flip rate with its interval, P(target) shift, reward shift, failures; then the most moved."""
     level = f"{report.confidence:.0%}"
     print(f"probes over {report.pairs} pairs ({report.streams} sampler streams; {level} bootstrap intervals, "
@@ -101,3 +102,17 @@ def print_report(term: TextIO, report: Any) -> None:
             print(f"most moved by {fig.probe}: " + "; ".join(
                 f"{common.printable(it.id)} {it.original}->{it.variant}"
                 + ("" if math.isnan(it.p_shift) else f" ({it.p_shift:+.3f})") for it in moved), file=term)
+
+
+def _description() -> str:
+    from brrm.probes import PROBES
+
+    return ("Judge each pair and controlled variants of it (" + "; ".join(
+        f"{k}: {v.description}" for k, v in PROBES.items()) + ") with the same sampler streams; "
+        "report per probe the verdict flip rate with a bootstrap confidence interval.")
+
+
+COMMAND = Command(
+    "probe", arguments=_arguments, run=run,
+    help="robustness probes: how far cheap manipulations of responses move the judge",
+    description=_description)

@@ -15,13 +15,12 @@ import time
 from typing import Any
 
 from brrm.cli import common
+from brrm.cli.command import Command
 
 
-def add_parser(sub: Any) -> None:
+def _arguments(p: argparse.ArgumentParser) -> None:
     from brrm.compose import STRATEGIES
 
-    p = sub.add_parser("rank", help="rank groups of responses (records with a 'responses' list)",
-                       description="Rank each record's responses: per-response rewards, ranking and win matrix.")
     common.add_input_args(p, verb="rank", fields="id, conversation, prompt, responses, reference",
                           input_help="records file with a 'responses' list per record")
     p.add_argument("--strategy", choices=STRATEGIES, default="auto",
@@ -30,7 +29,6 @@ def add_parser(sub: Any) -> None:
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_resume_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,14 +75,14 @@ def run(args: argparse.Namespace) -> int:
             else:
                 todo.append((k, rec))
         from brrm.service.items import GroupItem, RankCall
-        from brrm.service.run import run
+        from brrm.service.run import run as run_jobs
 
         def finished(i: int, group: Any) -> None:
             k, rec = todo[i]
             sink.put(k, {"id": rec.id, "line": rec.line, **group.to_dict()})
             bar.write(_group_line(rec, group), file=term)
 
-        run(judge, [GroupItem(r.conversation, tuple(r.responses), r.reference) for _, r in todo],
+        run_jobs(judge, [GroupItem(r.conversation, tuple(r.responses), r.reference) for _, r in todo],
             call=RankCall(strategy, reference=strategy == "reference"), chunk_size=judge.info.chunk_size,
             progress=bar.update, on_result=finished)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
@@ -102,3 +100,9 @@ def _group_line(rec: Any, group: Any) -> str:
     extra = f"; judgments {group.n_judgments} ({group.failed} failed)" if group.n_judgments else ""
     return f"{common.printable(rec.id):<16} ranking {order}; rewards {rewards}{extra}" + (" ; win matrix " + json.dumps(
         [list(r) for r in group.wins]) if rates and len(group.rewards) <= 8 else "")
+
+
+COMMAND = Command(
+    "rank", arguments=_arguments, run=run,
+    help="rank groups of responses (records with a 'responses' list)",
+    description="Rank each record's responses: per-response rewards, ranking and win matrix.")

@@ -14,19 +14,16 @@ import json
 from typing import Any
 
 from brrm.cli import common
+from brrm.cli.command import Command
 from brrm.errors import ConfigError
 from brrm.types.protocols import KIND_TRAITS, RewardJudge
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("score", help="scalar rewards of conversation/response records",
-                       description="Score each record's response with a Bradley-Terry or principle reward model "
-                                   "(default without --model: the embedded demo as a principle judge).")
+def _arguments(p: argparse.ArgumentParser) -> None:
     common.add_input_args(p, verb="score", fields="id, conversation, prompt, response, principle")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_resume_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,7 +100,7 @@ def _score(judge: RewardJudge, flat: list[tuple[int, Any, Any]], sink: common.Or
     """Score every (position, record, principle), a chunk per call; each line goes to ``sink`` when done."""
     from brrm.records import seed_ids
     from brrm.service.items import ScoreItem
-    from brrm.service.run import run
+    from brrm.service.run import run as run_jobs
 
     recs = [rec for _, rec, _ in flat]
     jobs = [ScoreItem(r.conversation, r.response, principle, id=i)
@@ -115,4 +112,11 @@ def _score(judge: RewardJudge, flat: list[tuple[int, Any, Any]], sink: common.Or
             results.append(reward)
             sink.put(pos, _row(rec, reward))
 
-        run(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.update, on_result=finished)
+        run_jobs(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.update, on_result=finished)
+
+
+COMMAND = Command(
+    "score", arguments=_arguments, run=run,
+    help="scalar rewards of conversation/response records",
+    description="Score each record's response with a Bradley-Terry or principle reward model "
+                "(default without --model: the embedded demo as a principle judge).")

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-def as_reward_judge(model: Any, **options: Any) -> PairwiseRewardJudge | ScalarRewardJudge:
+def as_reward_judge(model: object, **options: Any) -> PairwiseRewardJudge | ScalarRewardJudge:
     """Wrap a model in the one interface: an ordered-pair judge (``judge_ordered``) or a scalar model (``score``).
 
     Args:

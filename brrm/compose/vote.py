@@ -60,7 +60,7 @@ class JudgmentCost:
                 f"sample{'s' * (self.samples != 1)} = {self.judgments} judgments ({self.generations} generations)")
 
 
-def check_samples(samples: Any) -> int:
+def check_samples(samples: object) -> int:
     """``samples`` as an int >= 1.
 
     Raises:

@@ -64,6 +64,7 @@ from brrm.types import (
     override_config,
 )
 from brrm.types.conversation import ConversationLike
+from brrm.types.options import Flag, option
 
 DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
@@ -85,55 +86,52 @@ released evaluation does — every pair reaches the model, a kept history ``<thi
 
 @dataclass(frozen=True)
 class BRRMConfig:
-    """Settings of the BR-RM judge.
-
-    Attributes:
-        decoding: ``constrained`` (default) or ``faithful`` (the released protocol end to end).
-        sampling: decoding settings; defaults are the published ones (T=1.0, top_p=1.0, 8192 new tokens
-            per turn, 16384 in total).
-        thinking: ``auto`` (on when the tokenizer has single ``<think>``/``</think>`` tokens and the chat
-            template uses them), ``on`` or ``off``. Only affects the constrained program.
-        block_token_cap: token cap of each free-text block in constrained mode, int >= 8.
-        system_messages: ``include`` (``System: …`` lines) or ``drop``; None: the decoding mode's default.
-        tool_messages: ``include`` (``Tool: …`` lines, tool calls) or ``drop``; None: the mode's default.
-        strip_history_reasoning: drop ``<think>`` blocks of earlier assistant turns; None: the mode's default.
-        neutralize_markers: rewrite BR-RM markers in responses and context turns; None: the mode's default.
-        strip_response_reasoning: drop a leading ``<think>`` block of each response; None: the mode's default.
-        verdict: ``last_after_thinking`` or ``first`` (see :data:`~brrm.judges.brrm_format.VERDICT_SELECTIONS`);
-            None: the mode's default.
-        history_think: ``text`` or ``markup``: how the tags of a kept leading ``<think>`` block of an earlier
-            assistant turn are tokenized (:data:`brrm.templates.HISTORY_THINK`); None: the mode's default
-            (``markup`` in faithful mode, as the released evaluation's ``apply_chat_template`` gives them).
-        shortcuts: decide identical responses (a tie) and a blank response (it loses) without a model call;
-            None: the mode's default (on in constrained mode, off in faithful mode, where the released
-            evaluation calls the model for every pair).
-        swap: judge both presentation orders by default (used by :mod:`brrm.compose`).
-        max_retries: re-run an ordered judgment that ended ``parse_failure``, ``truncated`` (turn budget) or
-            ``backend_error`` up to this many times, each from fresh sampler streams, int >= 0. Default 0.
-        turn2_tokens: how P2's ids are formed: ``retokenize`` (the released evaluation: P1 + T1 +
-            continuation tokenized as one text after P1's last template token), ``concat`` (P1's and T1's ids
-            as generated, then the continuation; turn 2 reuses all of turn 1's KV) or ``auto`` (retokenize in
-            faithful mode, concat in constrained mode).
+    """Settings of the BR-RM judge; each field's help gives its values, default and source. The input policies
+    (``system_messages`` … ``shortcuts``) default to None: the decoding mode's value (:data:`POLICY_DEFAULTS`).
 
     Raises:
         ConfigError: naming the field and its valid options (bools must be bools, ints ints).
     """
 
-    decoding: str = "constrained"
+    decoding: str = option("constrained", choices=DECODING_MODES,
+                           help="constrained: verdicts always parse, P(A>B) measured (default); faithful: the "
+                                "released protocol end to end")
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    thinking: str = "auto"
-    block_token_cap: int = 512
-    system_messages: str | None = None
-    tool_messages: str | None = None
-    strip_history_reasoning: bool | None = None
-    neutralize_markers: bool | None = None
-    strip_response_reasoning: bool | None = None
-    verdict: str | None = None
-    history_think: str | None = None
-    shortcuts: bool | None = None
-    swap: bool = False
-    max_retries: int = 0
-    turn2_tokens: str = "auto"
+    thinking: str = option("auto", choices=THINKING_MODES,
+                           help="auto (on when the tokenizer has single <think>/</think> tokens and the chat "
+                                "template uses them; the default), on or off; only affects the constrained program")
+    block_token_cap: int = option(512, help=f"constrained free-text block cap in tokens, int >= {fmt.MIN_BLOCK_CAP}; "
+                                            "default 512")
+    system_messages: str | None = option(None, choices=("include", "drop"),
+                                         help="System: lines in the context (default: include; faithful: drop)")
+    tool_messages: str | None = option(None, choices=("include", "drop"),
+                                       help="Tool: lines and tool calls in the context (default: include; faithful: "
+                                            "drop)")
+    strip_history_reasoning: bool | None = option(
+        None, flag=Flag("--history-reasoning", words={"strip": True, "keep": False}),
+        help="<think> blocks of earlier assistant turns (default: strip; faithful: keep)")
+    neutralize_markers: bool | None = option(
+        None, flag=Flag(words={"on": True, "off": False}),
+        help="rewrite BR-RM markers inside record text (default: on; faithful: off)")
+    strip_response_reasoning: bool | None = option(
+        None, flag=Flag("--keep-thinking", store=False, help="do not strip a leading <think> block from responses"),
+        help="drop a leading <think> block of each response (default: on; faithful: off)")
+    verdict: str | None = option(None, choices=fmt.VERDICT_SELECTIONS,
+                                 help="which ranking block of turn 2 counts (default: last_after_thinking; "
+                                      "faithful: first)")
+    history_think: str | None = option(None, choices=HISTORY_THINK,
+                                       help="tags of a kept <think> block of an earlier assistant turn: text, or the "
+                                            "template's think tokens as the released evaluation gives them "
+                                            "(default: text; faithful: markup)")
+    shortcuts: bool | None = option(None, help="decide identical responses (tie) and a blank one (it loses) without "
+                                               "a model call (default: on; faithful: off, as the released "
+                                               "evaluation)")
+    swap: bool = option(False, flag=Flag(store=True), help="judge both orders; disagreement is a tie (default off)")
+    max_retries: int = option(0, help="re-runs of an ordered judgment that ended parse_failure, truncated or "
+                                      "backend_error, each from fresh sampler streams, int >= 0 (default 0)")
+    turn2_tokens: str = option("auto", help="how turn 2's prompt ids are formed: retokenize (the released "
+                                            "evaluation), concat (turn 1's ids as generated; turn 2 reuses its KV) "
+                                            "or auto (the default: retokenize when faithful, else concat)")
 
     def __post_init__(self) -> None:
         check_choice("decoding", self.decoding, DECODING_MODES)
@@ -144,37 +142,63 @@ class BRRMConfig:
         check_bool("swap", self.swap)
         check_int("max_retries", self.max_retries, low=0)
         check_choice("turn2_tokens", self.turn2_tokens, TURN2_TOKENS)
-        for name in ("system_messages", "tool_messages"):
-            if getattr(self, name) is not None:
-                check_choice(name, getattr(self, name), ("include", "drop"))
-        for name in ("strip_history_reasoning", "neutralize_markers", "strip_response_reasoning", "shortcuts"):
-            if getattr(self, name) is not None:
-                check_bool(name, getattr(self, name))
+        for name, value in (("system_messages", self.system_messages), ("tool_messages", self.tool_messages)):
+            if value is not None:
+                check_choice(name, value, ("include", "drop"))
+        for name, flag in (("strip_history_reasoning", self.strip_history_reasoning),
+                           ("neutralize_markers", self.neutralize_markers),
+                           ("strip_response_reasoning", self.strip_response_reasoning), ("shortcuts", self.shortcuts)):
+            if flag is not None:
+                check_bool(name, flag)
         if self.verdict is not None:
             check_choice("verdict", self.verdict, fmt.VERDICT_SELECTIONS)
         if self.history_think is not None:
             check_choice("history_think", self.history_think, HISTORY_THINK)
 
-    def policy(self, name: str) -> Any:
-        """An input policy's value: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""
-        value = getattr(self, name)
-        return POLICY_DEFAULTS[self.decoding][name] if value is None else value
+    def _flag(self, value: bool | None, name: str) -> bool:
+        """An on/off input policy: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""
+        return bool(POLICY_DEFAULTS[self.decoding][name]) if value is None else value
+
+    def _word(self, value: str | None, name: str) -> str:
+        """A named input policy: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""
+        return str(POLICY_DEFAULTS[self.decoding][name]) if value is None else value
+
+    @property
+    def shortcuts_on(self) -> bool:
+        """``shortcuts`` resolved for the decoding mode."""
+        return self._flag(self.shortcuts, "shortcuts")
+
+    @property
+    def strips_response_reasoning(self) -> bool:
+        """``strip_response_reasoning`` resolved for the decoding mode."""
+        return self._flag(self.strip_response_reasoning, "strip_response_reasoning")
+
+    @property
+    def neutralizes_markers(self) -> bool:
+        """``neutralize_markers`` resolved for the decoding mode."""
+        return self._flag(self.neutralize_markers, "neutralize_markers")
+
+    @property
+    def verdict_selection(self) -> str:
+        """``verdict`` resolved for the decoding mode."""
+        return self._word(self.verdict, "verdict")
 
     @property
     def context(self) -> ContextPolicy:
         """How earlier turns are flattened, with every policy resolved."""
-        return ContextPolicy(strip_history_reasoning=self.policy("strip_history_reasoning"),
-                             system_messages=self.policy("system_messages"),
-                             tool_messages=self.policy("tool_messages"),
-                             neutralize_markers=self.policy("neutralize_markers"),
-                             history_think=self.policy("history_think"))
+        history = self._flag(self.strip_history_reasoning, "strip_history_reasoning")
+        return ContextPolicy(strip_history_reasoning=history,
+                             system_messages=self._word(self.system_messages, "system_messages"),
+                             tool_messages=self._word(self.tool_messages, "tool_messages"),
+                             neutralize_markers=self.neutralizes_markers,
+                             history_think=self._word(self.history_think, "history_think"))
 
-    def policies(self) -> dict[str, Any]:
+    def policies(self) -> dict[str, bool | str]:
         """Every input policy as applied (recorded in each result's provenance)."""
-        return {**self.context.to_dict(), "neutralize_markers": self.policy("neutralize_markers"),
-                "strip_response_reasoning": self.policy("strip_response_reasoning"),
-                "verdict": self.policy("verdict"), "thinking": self.thinking, "turn2_tokens": self.p2_tokenization,
-                "shortcuts": self.policy("shortcuts")}
+        return {**self.context.to_dict(), "neutralize_markers": self.neutralizes_markers,
+                "strip_response_reasoning": self.strips_response_reasoning,
+                "verdict": self.verdict_selection, "thinking": self.thinking, "turn2_tokens": self.p2_tokenization,
+                "shortcuts": self.shortcuts_on}
 
     @property
     def p2_tokenization(self) -> str:
@@ -222,7 +246,7 @@ class BRRMJudge:
                               chunk_size=backend.capabilities.chunk_size,
                               concurrent=backend.capabilities.concurrent)
 
-    def with_options(self, **options: Any) -> BRRMJudge:
+    def with_options(self, **options: object) -> BRRMJudge:
         """This judge with other settings (``BRRMConfig`` fields and the sampling keywords of :func:`brrm.load`)
         on the same backend.
 
@@ -306,26 +330,26 @@ class BRRMJudge:
             run.chains(live[start:start + chunk])
         return [it.result for it in items if it.result is not None]
 
-    def _item(self, i: int, conversation: ConversationLike, first: Any, second: Any, rid: str, sample: int = 0,
+    def _item(self, i: int, conversation: ConversationLike, first: object, second: object, rid: str, sample: int = 0,
               seed_texts: tuple[str, str] | None = None) -> _Item:
         conv = Conversation.coerce(conversation, where=f"conversations[{i}]")
         texts = self._inputs(i, first, second)
         keyed = texts if seed_texts is None else self._inputs(i, *seed_texts)
         key = content_key(rid, conv.content_hash(), keyed[0], keyed[1])
         it = _Item(i, key, conv, texts[0], texts[1], rid, sample=sample)
-        if self.config.policy("shortcuts"):
+        if self.config.shortcuts_on:
             self._short_circuit(it)
         return it
 
-    def _inputs(self, i: int, first: Any, second: Any) -> list[str]:
+    def _inputs(self, i: int, first: object, second: object) -> list[str]:
         """The two responses as the judge reads them (input policies applied)."""
         texts = []
         for name, r in (("first", first), ("second", second)):
             if not isinstance(r, str):
                 raise ConfigError(f"{name}[{i}] must be a string, got {type(r).__name__}")
-            if self.config.policy("strip_response_reasoning"):
+            if self.config.strips_response_reasoning:
                 r, _ = strip_reasoning(r)
-            if self.config.policy("neutralize_markers"):
+            if self.config.neutralizes_markers:
                 r = neutralize_markers(r)
             texts.append(r)
         return texts
@@ -441,7 +465,7 @@ class BRRMJudge:
         t2 = it.t2
         if t2.finish_reason == "error":
             return self._failed(it, Status.BACKEND_ERROR, f"turn 2: {t2.error}", **fields)
-        position, why = fmt.parse_verdict(t2.text, self.config.policy("verdict"))
+        position, why = fmt.parse_verdict(t2.text, self.config.verdict_selection)
         if not position:
             status = Status.TRUNCATED if t2.finish_reason == "length" else Status.PARSE_FAILURE
             reason = why + (" (turn 2 ran out of tokens)" if status is Status.TRUNCATED else "")

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from brrm.backends.base import Completion, GenerationRequest, Next, OnStep, generate_chains
+from brrm.backends.base import Backend, Completion, GenerationRequest, Next, OnStep, generate_chains
 from brrm.seeds import item_seed
 from brrm.types import Conversation, PairwiseJudgment
+
+if TYPE_CHECKING:
+    from brrm.judges.brrm import BRRMConfig
 
 OnResult = Callable[[int, PairwiseJudgment], None]
 """``on_result(index, judgment)``: an item's final judgment, as soon as it is known."""
@@ -55,8 +58,8 @@ class Judging(Protocol):
     """What a run needs of its judge (:class:`brrm.judges.brrm.BRRMJudge`): its backend and config, and the steps
     of one ordered judgment."""
 
-    backend: Any
-    config: Any
+    backend: Backend
+    config: BRRMConfig
 
     def _turn1(self, it: Item) -> GenerationRequest | None: ...
 

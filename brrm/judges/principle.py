@@ -69,6 +69,7 @@ from brrm.types import (
     override_config,
 )
 from brrm.types.conversation import ConversationLike
+from brrm.types.options import Flag, option
 
 __all__ = ["CLAMP", "FORMATS", "LLAMA_QUESTION", "PrincipleConfig", "PrincipleJudge", "judgement_token_ids",
            "resolve_format"]
@@ -79,33 +80,34 @@ REWARDS = ("clamped", "logit_diff")
 
 @dataclass(frozen=True)
 class PrincipleConfig:
-    """Settings of a principle judge.
+    """Settings of a principle judge (each field's help gives its values, default and source).
 
-    Attributes:
-        format: ``auto`` or one of :data:`FORMATS`.
-        sampling: decoding of the thinking part (``qwen3_genrm``); :func:`brrm.load` fills it from the checkpoint's
-            generation config (temperature, top_k, top_p; ``card`` budgets: 16,000 new tokens) unless set. Each
-            item samples from a stream seeded by the base seed and its stable key (id, content, principle;
-            :mod:`brrm.seeds`).
-        decoding: ``card`` (free generation, logits read at the judgement step; default) or ``constrained``
-            (a constraint program reaches the judgement) — ``qwen3_genrm`` only.
-        reward: ``clamped`` (max(s_yes − s_max, −50) − max(s_no − s_max, −50); default) or ``logit_diff``
-            (s_yes − s_no) — ``qwen3_genrm`` only; ``llama_reward`` is always logit("Yes") − logit("No").
-        strip_thinking: remove a leading ``<think>…</think>`` block from each response (recorded per result).
-        strip_history_reasoning: remove ``<think>`` blocks from earlier assistant turns (recorded).
-        question: final user turn of ``llama_reward``; ``{principle}`` is replaced by the principle.
+    ``sampling`` is the decoding of the thinking part (``qwen3_genrm``); :func:`brrm.load` fills it from the
+    checkpoint's generation config (temperature, top_k, top_p; ``card`` budgets: 16,000 new tokens) unless set.
+    Each item samples from a stream seeded by the base seed and its stable key (id, content, principle;
+    :mod:`brrm.seeds`).
 
     Raises:
         ConfigError: on an invalid value (naming the field and its options).
     """
 
-    format: str = "auto"
+    format: str = option("auto", keyword="recipe",
+                         help="auto (from the model id; the default), qwen3_genrm or llama_reward")
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
-    decoding: str = "card"
-    reward: str = "clamped"
-    strip_thinking: bool = True
-    strip_history_reasoning: bool = True
-    question: str = LLAMA_QUESTION
+    decoding: str = option("card", help="qwen3_genrm: card (free generation, logits read at the judgement step; "
+                                        "the default) or constrained (a constraint program reaches the judgement)")
+    reward: str = option("clamped", help="qwen3_genrm: clamped (max(s_yes - s_max, -50) - max(s_no - s_max, -50); "
+                                         "the default, the card's) or logit_diff (s_yes - s_no); llama_reward is "
+                                         "always logit(Yes) - logit(No)")
+    strip_thinking: bool = option(True, flag=Flag("--keep-thinking", store=False,
+                                                  help="do not strip a leading <think> block from responses"),
+                                  help="remove a leading <think>…</think> block from each response (default on; "
+                                       "recorded per result)")
+    strip_history_reasoning: bool = option(True, flag=Flag("--history-reasoning", words={"strip": True, "keep": False}),
+                                           help="remove <think> blocks from earlier assistant turns (default on; "
+                                                "recorded)")
+    question: str = option(LLAMA_QUESTION, help="llama_reward: the final user turn, with {principle} in it "
+                                                "(default: the card's question)")
 
     def __post_init__(self) -> None:
         if self.format != "auto":
@@ -177,7 +179,7 @@ class PrincipleJudge:
                               concurrent=backend.capabilities.concurrent)
 
 
-    def with_options(self, **options: Any) -> PrincipleJudge:
+    def with_options(self, **options: object) -> PrincipleJudge:
         """This judge with other settings (``PrincipleConfig`` fields and the sampling keywords of
         :func:`brrm.load`) on the same backend.
 
@@ -244,7 +246,7 @@ class PrincipleJudge:
         return [flat[i * len(principles):(i + 1) * len(principles)] for i in range(n)]
 
     # ---------------------------------------------------------------------------------------- internals
-    def _item(self, pos: int, conversation: ConversationLike, response: Any, principle: Any, rid: str) -> _Item:
+    def _item(self, pos: int, conversation: ConversationLike, response: object, principle: object, rid: str) -> _Item:
         """Validate one input (``pos`` names it in errors)."""
         if response is None:
             raise ConfigError(f"responses[{pos}] is missing (None): scoring needs the assistant response")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from brrm.constraints import label_token_id
 from brrm.errors import ConfigError, TemplateError
@@ -41,6 +41,9 @@ CLAMP = -50.0
 PRINCIPLE_ROLE = "principle"
 _MARKER = "BRRM-PRINCIPLE-ROLE-CHECK-7f3a"
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 
 def resolve_format(fmt: str, name: str) -> str:
     """The concrete format for ``fmt`` (``auto`` or one of :data:`FORMATS`) and model id ``name``.
@@ -60,7 +63,7 @@ def resolve_format(fmt: str, name: str) -> str:
     raise ConfigError(f"cannot tell the principle format of {name!r}; pass recipe= one of {', '.join(FORMATS)}")
 
 
-def judgement_token_ids(tokenizer: Any, fmt: str) -> tuple[int, int]:
+def judgement_token_ids(tokenizer: PreTrainedTokenizerBase, fmt: str) -> tuple[int, int]:
     """The (yes, no) token ids of format ``fmt`` in position (Qwen3 GenRM: 7414, 2308 after "Final Judgement:").
 
     Raises:
@@ -74,7 +77,7 @@ def judgement_token_ids(tokenizer: Any, fmt: str) -> tuple[int, int]:
         raise ConfigError(f"format {fmt!r} reads the judgement from one token, but: {exc}") from None
 
 
-def generation_prompt_tail(tokenizer: Any) -> str:
+def generation_prompt_tail(tokenizer: PreTrainedTokenizerBase) -> str:
     """The text the chat template writes after its last control token when it opens the assistant turn
     (``"assistant\n"`` for ChatML, ``"\n\n"`` for Llama-3): what the first generated token follows."""
     from brrm.tokens import encoder
@@ -150,7 +153,7 @@ def processed_scores(yes: float, no: float, top: float, largest: Sequence[float]
     return score(yes), score(no), float(out.max())
 
 
-def check_principle_role(tokenizer: Any, model: str, template_sha: str) -> None:
+def check_principle_role(tokenizer: PreTrainedTokenizerBase, model: str, template_sha: str) -> None:
     """Refuse a chat template that drops or fails on ``principle`` messages.
 
     Raises:

@@ -29,8 +29,8 @@ How every recipe computes a reward, whatever the batch or backend:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from brrm.backends.base import Backend, common_prefix_length
 from brrm.backends.transformers.bucketing import bucket_by_length
@@ -50,6 +50,10 @@ from brrm.types import (
     check_same_length,
 )
 from brrm.types.conversation import ConversationLike
+from brrm.types.options import Flag, build, option
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["EMPTY_THINK", "NOTHINK_SUFFIX", "RECIPES", "BradleyTerryRewardModel", "bucket_by_length",
            "resolve_recipe"]
@@ -72,26 +76,25 @@ LLAMA_REWARD_TOKEN = 0
 
 @dataclass(frozen=True)
 class BTConfig:
-    """The settings of a Bradley–Terry reward model, validated before anything loads.
-
-    Attributes:
-        recipe: ``auto`` (from the model id and head) or one of :data:`RECIPES` (``DESIGN.md`` §3: how each
-            published checkpoint reads its reward).
-        max_length: most tokens per input, int >= 8; None: the backend's context.
-        truncation_side: ``left`` (drop the oldest conversation tokens; default) or ``none`` (an over-long input is
-            a ``truncated`` result).
-        strip_thinking: remove a leading ``<think>…</think>`` block from each response (default on).
-        strip_history_reasoning: remove ``<think>`` blocks from earlier assistant turns (default on).
+    """The settings of a Bradley–Terry reward model, validated before anything loads (each field's help gives its
+    values, default and source).
 
     Raises:
         ConfigError: naming the field and its valid values.
     """
 
-    recipe: str = "auto"
-    max_length: int | None = None
-    truncation_side: str = "left"
-    strip_thinking: bool = True
-    strip_history_reasoning: bool = True
+    recipe: str = option("auto", help="auto (from the model id and head; the default), sequence_classification, "
+                                      "qwen3_nemotron or llama_nemotron (DESIGN.md §3: how each published checkpoint "
+                                      "reads its reward)")
+    max_length: int | None = option(None, help="most tokens per input, int >= 8 (default: the backend's context)")
+    truncation_side: str = option("left", choices=TRUNCATION_SIDES,
+                                  help="drop the oldest conversation tokens (left, the default) or mark over-long "
+                                       "inputs truncated (none)")
+    strip_thinking: bool = option(True, flag=Flag("--keep-thinking", store=False,
+                                                  help="do not strip a leading <think> block from responses"),
+                                  help="remove a leading <think>…</think> block from each response (default on)")
+    strip_history_reasoning: bool = option(True, flag=Flag("--history-reasoning", words={"strip": True, "keep": False}),
+                                           help="remove <think> blocks from earlier assistant turns (default on)")
 
     def __post_init__(self) -> None:
         check_choice("recipe", self.recipe, ("auto", *RECIPES))
@@ -190,7 +193,7 @@ class BradleyTerryRewardModel:
         caps = backend.capabilities
         self.recipe = resolve_recipe(recipe, self.model_id, causal=not caps.classify)
         needed = "vocab_logit" if self.recipe == "llama_nemotron" else "classify"
-        if not getattr(caps, needed):
+        if not (caps.vocab_logit if needed == "vocab_logit" else caps.classify):
             what = "a causal LM's vocabulary logit" if needed == "vocab_logit" else "a sequence-classification head"
             raise ConfigError(f"recipe {self.recipe!r} needs {what}, which this {backend.info.name} backend of "
                               f"{self.model_id!r} cannot run")
@@ -211,7 +214,14 @@ class BradleyTerryRewardModel:
                               default_strategy="scores", options=dict(self.provenance.policies),
                               chunk_size=max(caps.chunk_size, 64), concurrent=caps.concurrent)
 
-    def with_options(self, **options: Any) -> BradleyTerryRewardModel:
+    @classmethod
+    def from_config(cls, backend: Backend, config: BTConfig) -> BradleyTerryRewardModel:
+        """The model with ``config``'s settings over ``backend`` (see the class for errors)."""
+        return cls(backend, recipe=config.recipe, max_length=config.max_length,
+                   truncation_side=config.truncation_side, strip_thinking=config.strip_thinking,
+                   strip_history_reasoning=config.strip_history_reasoning)
+
+    def with_options(self, **options: object) -> BradleyTerryRewardModel:
         """This model with other :class:`BTConfig` settings on the same backend.
 
         Raises:
@@ -223,12 +233,12 @@ class BradleyTerryRewardModel:
         if unknown:
             raise ConfigError(f"option {unknown[0]!r} cannot be varied on a Bradley–Terry model; valid: "
                               f"{', '.join(sorted(current))}")
-        return BradleyTerryRewardModel(self.backend, **asdict(BTConfig(**{**current, **options})))
+        return BradleyTerryRewardModel.from_config(self.backend, build(BTConfig, {**current, **options}))
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, *, model_id: str = "", token_budget: int = 16384,
-                   max_batch_size: int = 32, padding_side: str = "right", bucketing: bool = True,
-                   **options: Any) -> BradleyTerryRewardModel:
+    def from_model(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, model_id: str = "",
+                   token_budget: int = 16384, max_batch_size: int = 32, padding_side: str = "right",
+                   bucketing: bool = True, **options: Any) -> BradleyTerryRewardModel:
         """Wrap an already loaded transformers model (tests, notebooks); see the class for ``options``."""
         from brrm.backends.transformers import TransformersBackend
 

@@ -12,18 +12,16 @@ import enum
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from brrm.errors import ConfigError
+from brrm.types.jsonvalue import JSONDict
+from brrm.types.options import keyword, option, option_fields, split_keywords, updated
 
 E = TypeVar("E", bound=enum.Enum)
 C = TypeVar("C")
 
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_new_tokens", "max_total_tokens", "seed")
-"""The :func:`brrm.load` keywords that set a :class:`SamplingConfig` (``max_new_tokens`` is per turn)."""
-
-
-def check_bool(name: str, value: Any) -> bool:
+def check_bool(name: str, value: object) -> bool:
     """``value`` when it is a real bool.
 
     Raises:
@@ -34,7 +32,7 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
-def check_bool_or_auto(name: str, value: Any) -> bool | str:
+def check_bool_or_auto(name: str, value: object) -> bool | str:
     """``value`` when it is a real bool or the string ``"auto"``.
 
     Raises:
@@ -47,7 +45,7 @@ def check_bool_or_auto(name: str, value: Any) -> bool | str:
     return value
 
 
-def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
+def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None) -> int:
     """``value`` when it is an int (not a bool) in ``[low, high]``.
 
     Raises:
@@ -60,7 +58,7 @@ def check_int(name: str, value: Any, *, low: int | None = None, high: int | None
     return value
 
 
-def check_float(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+def check_float(name: str, value: object, *, low: float | None = None, high: float | None = None,
                 low_open: bool = False) -> float:
     """``value`` as a finite float (ints accepted, bools refused) in ``[low, high]`` (``(low, high]`` when
     ``low_open``).
@@ -76,7 +74,7 @@ def check_float(name: str, value: Any, *, low: float | None = None, high: float 
     return float(value)
 
 
-def check_choice(name: str, value: Any, options: Iterable[str]) -> str:
+def check_choice(name: str, value: object, options: Iterable[str]) -> str:
     """``value`` when it is one of ``options`` (a str enum member counts as its value).
 
     Raises:
@@ -88,7 +86,7 @@ def check_choice(name: str, value: Any, options: Iterable[str]) -> str:
     return str(value)
 
 
-def check_enum(name: str, value: Any, enum_type: type[E]) -> E:
+def check_enum(name: str, value: object, enum_type: type[E]) -> E:
     """``value`` as a member of ``enum_type`` (its value string is accepted too).
 
     Raises:
@@ -115,33 +113,30 @@ def _range(low: float | None, high: float | None, low_open: bool = False) -> str
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Decoding settings for a generative judge.
+    """Decoding settings for a generative judge (each field's help gives its unit, range, default and source).
 
     Defaults are the published BR-RM settings (BR-RM paper / model card, and
     ``../shared/reference/README.md``): temperature 1.0, top_p 1.0, at most 8192 new tokens per turn and
-    16384 tokens in total.
-
-    Attributes:
-        temperature: softmax temperature, finite, >= 0; 0 means greedy decoding.
-        top_p: nucleus mass in (0, 1].
-        top_k: sample among the k most likely tokens only, int >= 0; 0 (default) = no top-k cut. Applied after
-            temperature and before top_p, as transformers' sampling does.
-        max_new_tokens_per_turn: new-token budget of each turn, int >= 1.
-        max_total_tokens: limit on the whole sequence (prompt + every turn), in tokens, int >= 2.
-        seed: base seed, int. Each item samples from its own streams, derived from this seed and a stable
-            key of the item (its id and content hash, the presentation order, the turn, the attempt; see
-            :func:`brrm.seeds.item_seed`), so a result never depends on batch size, order or neighbours.
+    16384 tokens in total. Each item samples from its own streams, derived from ``seed`` and a stable key of
+    the item (its id and content hash, the presentation order, the turn, the attempt; see
+    :func:`brrm.seeds.item_seed`), so a result never depends on batch size, order or neighbours.
 
     Raises:
         ConfigError: naming the field and its valid range.
     """
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens_per_turn: int = 8192
-    max_total_tokens: int = 16384
-    seed: int = 0
+    temperature: float = option(1.0, help="softmax temperature, finite, >= 0 (0 = greedy); default 1.0 "
+                                          "(published; principle models: 0)")
+    top_p: float = option(1.0, help="nucleus mass in (0, 1]; default 1.0 (published)")
+    top_k: int = option(0, help="sample among the k most likely tokens, int >= 0, applied after temperature and "
+                                "before top_p as transformers does; default 0 = off (principle models: the "
+                                "checkpoint's)")
+    max_new_tokens_per_turn: int = option(8192, keyword="max_new_tokens",
+                                          help="new-token budget of each turn, int >= 1; default 8192 (published)")
+    max_total_tokens: int = option(16384, help="limit on the whole sequence (prompt + every turn) in tokens, "
+                                               "int >= 2; default 16384")
+    seed: int = option(0, help="base seed, int (default 0); each item's streams derive from it and the item's "
+                               "own key")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperature", check_float("temperature", self.temperature, low=0))
@@ -155,20 +150,16 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    def override(self, options: Mapping[str, Any]) -> SamplingConfig:
+    def override(self, options: Mapping[str, object]) -> SamplingConfig:
         """These settings with the ones ``options`` names (:func:`brrm.load`'s keywords: ``temperature``,
         ``top_p``, ``top_k``, ``max_new_tokens`` (per turn), ``max_total_tokens``, ``seed``); other keys are ignored.
 
         Raises:
             ConfigError: naming the field and its valid range.
         """
-        return SamplingConfig(temperature=options.get("temperature", self.temperature),
-                              top_p=options.get("top_p", self.top_p), top_k=options.get("top_k", self.top_k),
-                              max_new_tokens_per_turn=options.get("max_new_tokens", self.max_new_tokens_per_turn),
-                              max_total_tokens=options.get("max_total_tokens", self.max_total_tokens),
-                              seed=options.get("seed", self.seed))
+        return updated(self, split_keywords(SamplingConfig, options))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -179,7 +170,11 @@ class SamplingConfig:
         }
 
 
-def override_config(config: C, options: Mapping[str, Any]) -> C:
+SAMPLING_KEYS = tuple(keyword(f) for f in option_fields(SamplingConfig))
+"""The :func:`brrm.load` keywords that set a :class:`SamplingConfig` (``max_new_tokens`` is per turn)."""
+
+
+def override_config(config: C, options: Mapping[str, object]) -> C:
     """``config`` (a judge's frozen config dataclass with a ``sampling`` field) with ``options`` applied: a
     ``sampling`` value replaces its :class:`SamplingConfig`, :data:`SAMPLING_KEYS` then override single settings,
     the other keys go to fields of the same name; validated as new.

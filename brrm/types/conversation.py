@@ -29,7 +29,7 @@ class Message:
 
     role: str
     content: str
-    tool_calls: tuple[Mapping[str, Any], ...] = ()
+    tool_calls: tuple[Mapping[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -44,7 +44,7 @@ class Message:
             raise ConfigError("each tool call must be an object like {\"name\": ..., \"arguments\": ...}")
 
     @classmethod
-    def from_dict(cls, data: Any, *, where: str = "message") -> Message:
+    def from_dict(cls, data: object, *, where: str = "message") -> Message:
         """Build a message from ``{"role": ..., "content": ..., "tool_calls"?: [...]}``.
 
         Raises:
@@ -108,7 +108,7 @@ class Conversation:
         return cls((Message("user", prompt),))
 
     @classmethod
-    def coerce(cls, value: Any, *, where: str = "conversation") -> Conversation:
+    def coerce(cls, value: object, *, where: str = "conversation") -> Conversation:
         """Accept a Conversation, a prompt string, or a list of message dicts / Messages.
 
         Raises:

@@ -16,6 +16,7 @@ from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.types.config import SamplingConfig
+from brrm.types.jsonvalue import JSONDict, JSONValue
 
 
 class Verdict(enum.StrEnum):
@@ -76,11 +77,11 @@ class Provenance:
     sampling: SamplingConfig
     seed: int
     decoding: str = "faithful"
-    policies: Mapping[str, Any] = field(default_factory=dict)
+    policies: Mapping[str, JSONValue] = field(default_factory=dict)
     calibration: str = ""
     fingerprint: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "model": self.model,
             "fingerprint": self.fingerprint,
@@ -204,13 +205,13 @@ class PairwiseJudgment:
             return None
         return self.winner is self.label
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """A JSON-ready dict (NaN probabilities become ``null``; the status says why)."""
 
         def num(x: float) -> float | None:
             return None if math.isnan(x) else x
 
-        out: dict[str, Any] = {
+        out: JSONDict = {
             "id": self.id,
             "winner": self.winner.value,
             "status": self.status.value,
@@ -241,7 +242,7 @@ class PairwiseJudgment:
         return out
 
 
-def parse_label(value: Any, *, where: str = "label") -> Verdict:
+def parse_label(value: object, *, where: str = "label") -> Verdict:
     """Map a label (``"A"``, ``"B"``, ``"tie"``, or ``1`` / ``2`` as in LLMBar) to a Verdict.
 
     Raises:
@@ -254,7 +255,7 @@ def parse_label(value: Any, *, where: str = "label") -> Verdict:
     return table[key]
 
 
-def check_same_length(**lists: Sequence[Any]) -> int:
+def check_same_length(**lists: Sequence[object]) -> int:
     """Return the common length of the named sequences.
 
     Raises:
@@ -345,7 +346,7 @@ class ScalarReward:
     def ok(self) -> bool:
         return self.status is Status.OK
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """A JSON-ready dict; a missing reward is ``null`` and the status says why."""
         return {
             "id": self.id,
@@ -440,7 +441,7 @@ class GroupResult:
                     games[k] += 1
         return tuple(t / g if g else math.nan for t, g in zip(total, games, strict=True))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "strategy": self.strategy,
             "status": self.status.value,

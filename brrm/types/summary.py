@@ -40,7 +40,7 @@ class JudgmentSummary:
         """Fraction of swap-debiased ok judgments whose two orders agreed; NaN when none."""
         return self.consistent / self.swapped if self.swapped else math.nan
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         def num(x: float) -> float | None:
             return None if math.isnan(x) else round(x, 6)
 

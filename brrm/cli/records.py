@@ -1,0 +1,164 @@
+"""Records in and JSONL out for the record-reading subcommands: the input flags, the bad-record report, output
+files (checked before any model loads), ordered streaming with ``--resume``, and terminal-safe text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO, overload
+
+from brrm.errors import ConfigError
+from brrm.types.jsonvalue import JSONDict
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from brrm.records import RecordError
+    from brrm.records.shapes import Record
+    from brrm.types import PairwiseJudgment, ScalarReward
+
+
+def add_input_args(p: argparse.ArgumentParser, *, verb: str, fields: str,
+                   input_help: str = "records file (.jsonl, .json, .parquet, .csv, .tsv)") -> None:
+    """``--input``, ``--output``, ``--input-format``, ``--limit`` and ``--field`` of a record-reading command."""
+    p.add_argument("--input", "-i", required=True, help=input_help)
+    p.add_argument("--output", "-o", default="-", help="JSONL output path ('-' = stdout, the default)")
+    p.add_argument("--input-format", choices=("jsonl", "json", "parquet", "csv", "tsv"), default=None,
+                   help="default: from the file suffix")
+    p.add_argument("--limit", type=int, default=None, help=f"{verb} only the first N records")
+    p.add_argument("--field", action="append", default=None, metavar="FIELD=COLUMN",
+                   help=f"remap an input column, e.g. --field prompt=instruction (fields: {fields})")
+
+
+def check_output(path: str) -> None:
+    """Refuse an output path whose folder does not exist, before any model loads.
+
+    Raises:
+        ConfigError: naming ``--output`` and the missing folder.
+    """
+    if path == "-":
+        return
+    parent = Path(path).expanduser().resolve().parent
+    if not parent.is_dir():
+        raise ConfigError(f"--output {path!r}: folder {str(parent)!r} does not exist (create it first)")
+    if Path(path).is_dir():
+        raise ConfigError(f"--output {path!r} is a folder; give a file path")
+
+
+def report_bad_records(records: Sequence[Record | RecordError], term: TextIO, *, show: int = 5) -> int:
+    """Print the first bad records' reasons (line, field, valid options); returns how many are bad."""
+    from brrm.records import RecordError
+
+    bad = [r for r in records if isinstance(r, RecordError)]
+    for r in bad[:show]:
+        print(f"skipped: {printable(r.reason)}", file=term)
+    if len(bad) > show:
+        print(f"skipped: … and {len(bad) - show} more bad records (see the output file)", file=term)
+    return len(bad)
+
+
+def require_records(records: Sequence[Record | RecordError], source: str) -> None:
+    """Refuse input with no valid record (before any model loads).
+
+    Raises:
+        ConfigError: for an empty file, or one whose every record is bad.
+    """
+    from brrm.records import RecordError
+
+    if not records:
+        raise ConfigError(f"--input {source!r} holds no records")
+    bad = [r for r in records if isinstance(r, RecordError)]
+    if len(bad) == len(records):
+        raise ConfigError(f"--input {source!r}: none of its {len(records)} records is valid (first: "
+                          f"{bad[0].reason})")
+
+
+def terminal(output: str) -> TextIO:
+    """Where human-readable lines go: stderr when JSONL goes to stdout, else stdout."""
+    return sys.stderr if output == "-" else sys.stdout
+
+
+def open_output(path: str, *, append: bool = False) -> AbstractContextManager[TextIO]:
+    """The output stream (stdout for ``-``); ``append`` keeps what the file holds (``--resume``)."""
+    from contextlib import nullcontext
+
+    return nullcontext(sys.stdout) if path == "-" else open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
+
+
+class OrderedLines:
+    """JSONL lines in input order, each written and flushed as soon as it and every earlier line are known, so a
+    killed run keeps every line before the first unfinished record (resume with ``--resume``).
+
+    Args:
+        out: the output stream.
+        skip: positions already in the file (a resumed run): not written again.
+    """
+
+    def __init__(self, out: TextIO, skip: int = 0) -> None:
+        self.out, self.next, self.skip = out, 0, skip
+        self.pending: dict[int, JSONDict] = {}
+
+    def put(self, position: int, row: JSONDict) -> None:
+        """Line ``position`` (0-based, in input order) is ``row``."""
+        import json
+
+        self.pending[position] = row
+        while self.next in self.pending:
+            line = self.pending.pop(self.next)
+            if self.next >= self.skip:
+                self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                self.out.flush()
+            self.next += 1
+
+
+def resumed_lines(args: argparse.Namespace) -> int:
+    """With ``--resume``: how many complete lines the existing ``--output`` file holds (a torn last line is cut
+    off); 0 without ``--resume`` or when the file does not exist.
+
+    Raises:
+        ConfigError: ``--resume`` with output to stdout.
+    """
+    if not vars(args).get("resume", False):
+        return 0
+    if args.output == "-":
+        raise ConfigError("--resume needs --output FILE (the file a killed run left)")
+    path = Path(args.output)
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    keep = data[:data.rfind(b"\n") + 1]
+    if len(keep) < len(data):
+        path.write_bytes(keep)
+    return keep.count(b"\n")
+
+
+def add_resume_arg(p: argparse.ArgumentParser) -> None:
+    """``--resume``: keep the complete lines of an existing ``--output`` file and run only the records after them."""
+    p.add_argument("--resume", action="store_true",
+                   help="continue a killed run: keep the complete lines already in --output and append the rest "
+                        "(results depend only on record, options and seed, so the file equals an unbroken run's)")
+
+
+@overload
+def with_id(result: PairwiseJudgment, rid: str) -> PairwiseJudgment: ...
+@overload
+def with_id(result: ScalarReward, rid: str) -> ScalarReward: ...
+def with_id(result: PairwiseJudgment | ScalarReward, rid: str) -> PairwiseJudgment | ScalarReward:
+    """A judgment (and its swap sub-judgments) or reward carrying the record's id for output."""
+    import dataclasses
+
+    from brrm.types import PairwiseJudgment
+
+    if isinstance(result, PairwiseJudgment) and result.sub_judgments:
+        subs = tuple(dataclasses.replace(s, id=rid) for s in result.sub_judgments)
+        return dataclasses.replace(result, id=rid, sub_judgments=subs)
+    return dataclasses.replace(result, id=rid)
+
+
+def printable(text: str) -> str:
+    """Record text made safe for a terminal line: control characters (newlines, ANSI escapes) shown escaped, so a
+    record cannot forge output lines or recolour the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))

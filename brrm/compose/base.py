@@ -1,0 +1,167 @@
+"""What both :class:`~brrm.RewardJudge` implementations share: the single-item helpers, ``rank``, resource
+handling, variants and the checks of a call's arguments (:mod:`brrm.compose.judges`, :mod:`brrm.compose.scalar`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Self
+
+from brrm.errors import ConfigError
+from brrm.templates import is_blank, strip_reasoning
+from brrm.types import (
+    SHAPES,
+    Conversation,
+    GroupResult,
+    JudgeInfo,
+    PairwiseJudgment,
+    Progress,
+    ScalarReward,
+    Status,
+    Variable,
+    Verdict,
+    check_choice,
+    check_int,
+    check_same_length,
+    parse_label,
+)
+from brrm.types.conversation import ConversationLike
+from brrm.types.protocols import Principles
+
+OnResult = Callable[[int, Any], None] | None
+OnStep = Callable[[int, int], None] | None
+"""``on_step(rows, tokens)``: after each decoding step of a continuously batching backend, the rows in its batch
+and the tokens the step added (for progress displays); judges without decoding steps never call it."""
+"""``on_result(index, result)``: item ``index``'s final result (a judgment or reward), as soon as it is known, in
+the calling thread; results still come back in order from the call."""
+
+
+class _Base:
+    """The single-item helpers, ``rank`` and resource handling, shared by both judges."""
+
+    info: JudgeInfo
+    model: Any
+
+    def judge_pairs(self, conversations: Sequence[ConversationLike],
+                    responses_a: Sequence[str], responses_b: Sequence[str],
+                    /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
+                    labels: Sequence[Verdict] | None = None, principles: Principles = None,
+                    progress: Progress = None, on_result: OnResult = None,
+                    on_step: OnStep = None) -> list[PairwiseJudgment]:
+        raise NotImplementedError
+
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
+              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
+        raise NotImplementedError
+
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
+                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
+        raise NotImplementedError
+
+    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
+              swap: bool | None = None) -> PairwiseJudgment:
+        """One pair; see ``judge_pairs``."""
+        return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
+
+    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
+                  reference: str | None = None) -> ScalarReward:
+        """One response; see ``score``."""
+        refs = None if reference is None else [reference]
+        return self.score([conversation], [response], principles=principle, references=refs)[0]
+
+    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
+             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
+             progress: Progress = None) -> GroupResult:
+        """One group; see ``rank_groups``."""
+        refs = None if reference is None else [reference]
+        return self.rank_groups([conversation], [responses], strategy=strategy, references=refs, swap=swap,
+                                principles=principles, progress=progress)[0]
+
+    def close(self) -> None:
+        """Free the model (engines, threads, connections)."""
+        self.model.close()
+
+    def _variant_model(self, options: dict[str, object]) -> Any:
+        """The model with ``options`` (the model's own settings) applied, or the model itself when none.
+
+        Raises:
+            ConfigError: when options are given and the model makes no variants, or as its ``with_options``.
+        """
+        if not options:
+            return self.model
+        if not isinstance(self.model, Variable):
+            raise ConfigError(f"{type(self.model).__name__} makes no variants; options {sorted(options)} cannot be "
+                              "set on this judge")
+        return self.model.with_options(**options)
+
+    def _with_spec(self, variant: Self, overrides: Mapping[str, object]) -> Self:
+        """``variant`` whose info names the spec of this judge with ``overrides`` (None stays None)."""
+        spec = self.info.spec
+        if spec is not None:
+            variant.info = replace(variant.info, spec=replace(spec, options={**spec.options, **overrides}))
+        return variant
+
+    def _check_cost(self, shape: str, n: int) -> None:
+        check_choice("shape", shape, SHAPES)
+        check_int("n", n, low=0)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        i = self.info
+        return f"{type(self).__name__}(model={i.model!r}, kind={i.kind!r}, recipe={i.recipe!r}, backend={i.backend!r})"
+
+
+def _report_all(results: Sequence[object], on_result: OnResult) -> None:
+    """Every result to ``on_result`` (a pass that finishes all its items at once)."""
+    if on_result is not None:
+        for i, r in enumerate(results):
+            on_result(i, r)
+
+
+def _groups(conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]],
+            references: Sequence[str] | None) -> list[Conversation]:
+    check_same_length(conversations=conversations, groups=groups)
+    if references is not None:
+        check_same_length(conversations=conversations, references=references)
+    for g, group in enumerate(groups):
+        if isinstance(group, str) or not isinstance(group, Sequence):
+            raise ConfigError(f"groups[{g}] must be a list of response strings, got {type(group).__name__}")
+    return [Conversation.coerce(c, where=f"conversations[{g}]") for g, c in enumerate(conversations)]
+
+
+def _unscorable(response: object, reference: object, rid: str) -> ScalarReward | None:
+    """Why P(response ≻ reference) cannot be a number (an empty response, a missing reference), or None."""
+    if not isinstance(response, str) or not isinstance(reference, str):
+        raise ConfigError(f"responses and references must be strings, got {type(response).__name__} and "
+                          f"{type(reference).__name__}")
+    if is_blank(strip_reasoning(reference)[0]):
+        return ScalarReward.failed(Status.INVALID_INPUT, "the reference is empty: a response is scored against it",
+                                   id=rid)
+    if is_blank(strip_reasoning(response)[0]):
+        return ScalarReward.failed(Status.EMPTY, "response is empty", id=rid)
+    return None
+
+
+def _labels(labels: Sequence[object] | None, n: int) -> list[Verdict] | None:
+    """Gold labels as verdicts (``A``/``B``/``tie``, ``1``/``2`` or :class:`Verdict`), checked."""
+    if labels is None:
+        return None
+    if len(labels) != n:
+        raise ConfigError(f"labels has {len(labels)} items, expected {n}")
+    return [v if isinstance(v, Verdict) else parse_label(v, where=f"labels[{k}]") for k, v in enumerate(labels)]
+
+
+def _ids(ids: Sequence[str] | None, n: int) -> list[str]:
+    out = [str(x) for x in ids] if ids is not None else [""] * n
+    if len(out) != n:
+        raise ConfigError(f"ids has {len(out)} items, expected {n}")
+    return out

@@ -1,0 +1,115 @@
+"""The keywords of :func:`brrm.load`, written once: each backend's and each model kind's options dataclasses (whose
+fields are the keywords, their types, ranges and help), and the flat keywords typed for editors and mypy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypedDict
+
+from brrm.backends.options import OpenAIOptions, TransformersOptions, VLLMOptions, field_names
+from brrm.types import BACKENDS, KINDS, SamplingConfig, check_choice
+from brrm.types.options import keyword, option_fields
+
+BackendOptions = TransformersOptions | VLLMOptions | OpenAIOptions
+"""A backend's options object."""
+
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {name: field_names(name) for name in BACKENDS}
+"""Options each backend takes: the fields of its options class (:mod:`brrm.backends.options`, with units and
+ranges)."""
+
+def judge_option_classes(kind: str) -> tuple[type, ...]:
+    """The options dataclasses of a model kind (imported lazily): their :func:`~brrm.types.options.option`
+    fields are the kind's :func:`load` keywords, its CLI flags and their help.
+
+    Raises:
+        ConfigError: on an unknown kind, naming the valid ones.
+    """
+    from brrm.compose.options import PrincipleOptions, ScalarOptions, VoteOptions
+
+    check_choice("kind", kind, KINDS)
+    if kind == "brrm":
+        from brrm.judges.brrm import BRRMConfig
+
+        return (BRRMConfig, SamplingConfig, VoteOptions)
+    if kind == "bt":
+        from brrm.reward_models.bradley_terry import BTConfig
+
+        return (BTConfig, ScalarOptions)
+    from brrm.judges.principle import PrincipleConfig
+
+    return (PrincipleConfig, SamplingConfig, PrincipleOptions)
+
+
+def judge_option_names(kind: str) -> tuple[str, ...]:
+    """The :func:`load` keywords of a model kind's judge, in definition order (``swap`` is accepted by scalar kinds
+    and changes nothing: σ(r_A − r_B) does not depend on the order)."""
+    return tuple(dict.fromkeys(keyword(f) for cls in judge_option_classes(kind) for f in option_fields(cls)))
+
+
+class LoadOptions(TypedDict, total=False):
+    """The flat keywords of :func:`brrm.load`, typed for editors and mypy (a test keeps these names equal to the
+    option fields of :data:`BACKEND_OPTIONS` and :func:`judge_option_classes`, where units and ranges are)."""
+
+    # sampling (BR-RM, principle)
+    temperature: float
+    top_p: float
+    top_k: int
+    max_new_tokens: int
+    max_total_tokens: int
+    seed: int
+    # BR-RM
+    decoding: str
+    swap: bool
+    thinking: str
+    block_token_cap: int
+    max_retries: int
+    system_messages: str
+    tool_messages: str
+    strip_history_reasoning: bool
+    neutralize_markers: bool
+    strip_response_reasoning: bool
+    verdict: str
+    turn2_tokens: str
+    samples: int
+    history_think: str
+    shortcuts: bool
+    # scalar models (bt, principle)
+    recipe: str
+    max_length: int
+    truncation_side: str
+    strip_thinking: bool
+    margin: float
+    principle: str | list[str]
+    reward: str
+    question: str
+    # backends (brrm.backends.options)
+    dtype: str
+    device: str
+    batch_size: int
+    classify_batch_size: int
+    token_budget: int
+    prefix_cache: bool
+    jump_forward: bool
+    batch_invariant: bool | str
+    trust_remote_code: bool
+    scheduling: str
+    progress_bars: bool
+    max_model_len: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    gpu_memory_utilization: float
+    enforce_eager: bool
+    block_size: int
+    enable_prefix_caching: bool
+    structured_outputs_backend: str
+    distributed_executor_backend: str
+    engine_kwargs: Mapping[str, object]
+    chunk_size: int
+    base_url: str | list[str]
+    served_model_name: str
+    api_key: str
+    max_concurrency: int
+    timeout_s: float
+    http_retries: int
+    max_context: int

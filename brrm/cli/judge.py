@@ -40,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "judge", judge, len(records), args.input)
     n_good = sum(not isinstance(r, RecordError) for r in records[skip:])
-    if hasattr(judge, "judgment_cost"):
+    from brrm.compose import PairwiseRewardJudge
+
+    if isinstance(judge, PairwiseRewardJudge):  # a local BR-RM judge knows its turns and samples
         print(f"cost: {judge.judgment_cost(n_good).describe()}", file=term)
     if skip:
         print(f"resuming: {skip} of {len(records)} records already in {args.output}", file=term)

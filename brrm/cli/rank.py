@@ -12,10 +12,16 @@ import argparse
 import json
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, TextIO
 
 from brrm.cli import common
 from brrm.cli.command import Command
+from brrm.records import GroupRecord, RecordError
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from brrm.types import GroupResult, RewardJudge, ScalarReward
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -33,13 +39,38 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read group records, rank them, write JSONL, print rankings and the cost."""
-    from brrm.compose.strategies import check_strategy, judgments_per_group
-    from brrm.errors import ConfigError
-    from brrm.records import FieldMap, RecordError, read_records
+    from brrm.compose.strategies import check_strategy
 
     common.check_output(args.output)
     common.load_options(args)
     skip = common.resumed_lines(args)
+    records, good = _read_groups(args)
+    term = common.terminal(args.output)
+    common.report_bad_records(records, term)
+    judge = common.load_judge(args, kind="brrm")
+    pairwise = bool(judge.info.pairwise)
+    strategy = check_strategy(args.strategy, pairwise=pairwise, has_reference=args.strategy == "reference")
+    swap = bool(judge.info.options.get("swap")) and pairwise
+    common.header(term, "rank", judge, len(records), args.input)
+    units = _announce_cost(term, good, strategy, swap=swap, pairwise=pairwise)
+    started = time.perf_counter()
+    with common.open_output(args.output, append=skip > 0) as out, common.progress_bar(
+            units, desc="ranking", unit="pair" if pairwise else "item", disable=args.no_progress) as bar:
+        _rank_all(judge, records, skip, strategy, common.OrderedLines(out, skip), bar, term)
+    print(f"time {time.perf_counter() - started:.1f} s", file=term)
+    judge.close()
+    return 0
+
+
+def _read_groups(args: argparse.Namespace) -> tuple[list[GroupRecord | RecordError], list[GroupRecord]]:
+    """The input's rows and its valid group records.
+
+    Raises:
+        ConfigError: for ``--strategy reference`` when a record has no ``reference`` (naming its line).
+    """
+    from brrm.errors import ConfigError
+    from brrm.records import FieldMap, read_records
+
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_records(args.input, "groups", fields=fields, limit=args.limit, format=args.input_format)
     common.require_records(records, args.input)
@@ -48,50 +79,50 @@ def run(args: argparse.Namespace) -> int:
     if args.strategy == "reference" and not all(with_ref):
         raise ConfigError(f"--strategy reference needs a 'reference' field on every record (missing on line "
                           f"{good[with_ref.index(False)].line})")
-    term = common.terminal(args.output)
-    common.report_bad_records(records, term)
-    judge = common.load_judge(args, kind="brrm")
-    pairwise = bool(judge.info.pairwise)
-    strategy = check_strategy(args.strategy, pairwise=pairwise, has_reference=args.strategy == "reference")
-    swap = bool(judge.info.options.get("swap")) and pairwise
-    common.header(term, "rank", judge, len(records), args.input)
+    return records, good
+
+
+def _announce_cost(term: TextIO, good: list[GroupRecord], strategy: str, *, swap: bool, pairwise: bool) -> int:
+    """Print the run's cost; returns the progress bar's total (pairs — a swapped pair's two orders count one —
+    for pairwise judges, responses for scalar models)."""
+    from brrm.compose.strategies import judgments_per_group
+
     cost = [judgments_per_group(strategy, len(r.responses), swap=swap) if pairwise else 0 for r in good]
     print(f"strategy {strategy}{' with swap' if swap else ''}: {sum(cost)} two-turn judgments in total"
           + (f" (e.g. {cost[0]} for a group of {len(good[0].responses)})" if pairwise else
              f"; {sum(len(r.responses) for r in good)} scalar rewards"), file=term)
-    started = time.perf_counter()
-    # progress comes in pairs (a swapped pair's two orders count one), scalar models in responses
-    units = sum(cost) // (2 if swap and strategy != "round_robin" else 1) if pairwise else \
-        sum(len(r.responses) for r in good)
-    with common.open_output(args.output, append=skip > 0) as out, common.progress_bar(
-            units, desc="ranking", unit="pair" if pairwise else "item", disable=args.no_progress) as bar:
-        sink = common.OrderedLines(out, skip)
-        todo = []
-        for k, rec in enumerate(records):
-            if k < skip:
-                sink.put(k, {})
-            elif isinstance(rec, RecordError):
-                sink.put(k, {"id": rec.id, "line": rec.line, "status": "invalid_input", "reason": rec.reason})
-            else:
-                todo.append((k, rec))
-        from brrm.service.items import GroupItem, RankCall
-        from brrm.service.run import run as run_jobs
-
-        def finished(i: int, group: Any) -> None:
-            k, rec = todo[i]
-            sink.put(k, {"id": rec.id, "line": rec.line, **group.to_dict()})
-            bar.write(_group_line(rec, group), file=term)
-
-        run_jobs(judge, [GroupItem(r.conversation, tuple(r.responses), r.reference) for _, r in todo],
-            call=RankCall(strategy, reference=strategy == "reference"), chunk_size=judge.info.chunk_size,
-            progress=bar.update, on_result=finished)
-    print(f"time {time.perf_counter() - started:.1f} s", file=term)
-    judge.close()
-    return 0
+    if pairwise:
+        return sum(cost) // (2 if swap and strategy != "round_robin" else 1)
+    return sum(len(r.responses) for r in good)
 
 
-def _group_line(rec: Any, group: Any) -> str:
-    def fmt(r: Any) -> str:
+def _rank_all(judge: RewardJudge, records: list[GroupRecord | RecordError], skip: int, strategy: str,
+              sink: common.OrderedLines, bar: tqdm[None], term: TextIO) -> None:
+    """Rank every record past ``skip``; each line goes to ``sink`` (and its ranking to ``term``) when done."""
+    from brrm.service.items import GroupItem, RankCall
+    from brrm.service.run import run as run_jobs
+
+    todo: list[tuple[int, GroupRecord]] = []
+    for k, rec in enumerate(records):
+        if k < skip:
+            sink.put(k, {})
+        elif isinstance(rec, RecordError):
+            sink.put(k, {"id": rec.id, "line": rec.line, "status": "invalid_input", "reason": rec.reason})
+        else:
+            todo.append((k, rec))
+
+    def finished(i: int, group: GroupResult) -> None:
+        k, rec = todo[i]
+        sink.put(k, {"id": rec.id, "line": rec.line, **group.to_dict()})
+        bar.write(_group_line(rec, group), file=term)
+
+    run_jobs(judge, [GroupItem(r.conversation, tuple(r.responses), r.reference) for _, r in todo],
+             call=RankCall(strategy, reference=strategy == "reference"), chunk_size=judge.info.chunk_size,
+             progress=bar.update, on_result=finished)
+
+
+def _group_line(rec: GroupRecord, group: GroupResult) -> str:
+    def fmt(r: ScalarReward) -> str:
         return f"{r.reward:.3f}" if r.ok else r.status.value
 
     rewards = ", ".join(f"#{k} {fmt(r)}" for k, r in enumerate(group.rewards))

@@ -147,9 +147,9 @@ def _layers(past: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _cache(layers: list[tuple[torch.Tensor, torch.Tensor]], config: Any) -> Any:
-    from transformers import DynamicCache
+    from brrm.backends._kvbuffer import growing_cache
 
-    return DynamicCache(ddp_cache_data=layers, config=config)
+    return growing_cache(config, layers)
 
 
 def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:

@@ -131,7 +131,7 @@ class Decoder:
         return past, input_ids, mask, positions, index
 
     def _stack_inputs(self, rows: list[Row], kvs: list[Any]) -> tuple[Any, Any, Any, Any]:
-        from transformers import DynamicCache
+        from brrm.backends._kvbuffer import growing_cache
 
         backend, dev = self.backend, self.dev
         b = len(rows)
@@ -149,9 +149,7 @@ class Decoder:
             positions[i, n - k:] = torch.arange(row.cached, row.cached + k)
         backend.stats["prefill_tokens"] += sum(len(x) for x in new)
         backend.stats["cached_tokens"] += sum(r.cached for r in rows)
-        past = DynamicCache(config=backend.model.config)
-        if c:
-            past = DynamicCache(ddp_cache_data=self._stack_kv(kvs, rows, c), config=backend.model.config)
+        past = growing_cache(backend.model.config, self._stack_kv(kvs, rows, c) if c else None)
         return past, input_ids.to(dev), mask.to(dev), positions.to(dev)
 
     def _stack_kv(self, kvs: list[Any], rows: list[Row], c: int) -> list[tuple[Any, Any]]:

@@ -11,6 +11,7 @@ position ids make every row compute exactly what it would compute alone. Batchin
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from brrm.constraints import CompiledProgram, Program, ProgramState
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
+    from brrm.backends._continuous import ContinuousDecoder
     from brrm.backends._rows import Row
 
 
@@ -169,7 +171,7 @@ class TransformersBackend:
         self.capabilities = Capabilities(generate=causal, programs=causal, classify=not causal,
                                          vocab_logit=causal, kv_reuse=self.cache is not None,
                                          chunk_size=max(self.batch_size, CONTINUOUS_CHUNK) if continuous
-                                         else self.batch_size, continuous=continuous)
+                                         else self.batch_size, continuous=continuous, concurrent=continuous)
         self.info = BackendInfo("transformers", model_id or getattr(model.config, "_name_or_path", ""),
                                 {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
                                  "task": "generate" if causal else "classify",
@@ -180,6 +182,8 @@ class TransformersBackend:
         if not causal:
             self.scorer.head(None)  # a classifier wider than one label is refused now, not at the first batch
         self._compiled: dict[Program, CompiledProgram] = {}
+        self._engine = threading.Condition()  # guards _running: the continuous batch calls join
+        self._running: ContinuousDecoder | None = None
         self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0,
                       "shared_prompt_tokens": 0}
 
@@ -296,10 +300,12 @@ class TransformersBackend:
     def _continuous(self, firsts: list[Next], on_complete: Callable[[int], None] | None, then: FollowUp | None,
                     temperature: float, top_p: float, on_step: OnStep | None = None,
                     top_k: int = 0) -> list[Completion]:
-        """Every chain through one continuously refilled batch (:mod:`brrm.backends._continuous`)."""
+        """Every chain through one continuously refilled batch (:mod:`brrm.backends._continuous`): the running one
+        when another thread's call is decoding with the same sampling settings, else a batch of this call's own
+        (after a running batch with other settings has ended)."""
         import torch
 
-        from brrm.backends._continuous import ContinuousDecoder
+        from brrm.backends._continuous import ContinuousDecoder, Job
 
         def follow(i: int, comp: Completion) -> Next | None:
             if on_complete is not None:
@@ -308,9 +314,30 @@ class TransformersBackend:
 
         if not firsts:
             return []
-        with torch.inference_mode():
-            return ContinuousDecoder(self, temperature=temperature, top_p=top_p, make_row=self._row,
-                                     then=follow, on_step=on_step, top_k=top_k).run(firsts)
+        job = Job(firsts, follow, on_step)
+        while True:
+            with self._engine:
+                running = self._running
+                if running is None:
+                    running = self._running = ContinuousDecoder(self, temperature=temperature, top_p=top_p,
+                                                                make_row=self._row, top_k=top_k)
+                    job.owner = True
+                    running.add(job)
+                    break
+                if running.settings == (temperature, top_p, top_k) and running.add(job):
+                    break
+                self._engine.wait()
+        if not job.owner:
+            running.serve(job)
+            return job.results()
+        try:
+            with torch.inference_mode():
+                running.run()
+        finally:
+            with self._engine:
+                self._running = None
+                self._engine.notify_all()
+        return job.results()
 
     def _row(self, index: int, step: Next) -> Row:
         """A decoding row for ``step``'s request: its own seeded sampler and program state."""

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from brrm.backends._decode import Decoder, _cache_kwarg
+from brrm.backends._kvbuffer import full_layers, layer_tensors
 from brrm.backends._rows import BatchingContext, Row
 from brrm.backends._sampling import choose
 from brrm.backends.base import Completion, FollowUp, Next, OnStep
@@ -89,7 +90,7 @@ class ContinuousDecoder:
     """Runs chains of requests (of one or several calls) through one continuously refilled batch.
 
     Args:
-        backend: the backend whose model, prefix cache, pad id, stop ids, stats and ``batch_size`` are used.
+        backend: the backend's model, prefix cache, pad id, stop ids, stats, ``batch_size`` and completions.
         temperature, top_p, top_k: sampling settings of every row (temperature 0 = greedy; top_k 0 = no cut).
         make_row: builds a row (seeded sampler, program state) for row key ``k``'s request.
     """
@@ -101,7 +102,7 @@ class ContinuousDecoder:
         self.decoder = Decoder(backend, temperature=temperature, top_p=top_p, keep_kv=False,
                                on_done=self._row_done, top_k=top_k)
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
-        self.kwarg = _cache_kwarg(type(backend.model))
+        self.kwarg = _cache_kwarg(type(backend.model))  # type: ignore[arg-type]
         self.live: dict[int, Row] = {}
         self.chains: dict[int, tuple[Job, int]] = {}
         self.jobs: list[Job] = []
@@ -112,6 +113,7 @@ class ContinuousDecoder:
         self.next_key = 0
         self.pending = 0  # finished rows of joined calls whose next request is awaited from their thread
         self.closed = False
+        self.outbox: list[tuple[Job, tuple[str, int, object]]] = []  # joined calls' finished rows of this step
 
     def add(self, job: Job) -> bool:
         """Queue ``job``'s chains; False (nothing queued) when the batch has ended."""
@@ -168,6 +170,9 @@ class ContinuousDecoder:
             if batch is not None:
                 batch = self._step(batch.rows, batch)
             self._progress(rows, stats["generated_tokens"] - before)
+            for job, event in self.outbox:  # after the step's progress, so a joined call sees its last step
+                job.inbox.put(event)
+            self.outbox.clear()
 
     def serve(self, job: Job) -> None:
         """A joined call's thread: run its callbacks on its finished rows until its chains have ended.
@@ -194,10 +199,10 @@ class ContinuousDecoder:
 
     def _progress(self, rows: int, tokens: int) -> None:
         for job in self.jobs:
-            if job.on_step is not None and job.open:
+            if job.on_step is not None:
                 if job.owner:
                     job.on_step(rows, tokens)
-                else:
+                elif job.open:  # a chain's end is counted in its own thread, after this step's event
                     job.inbox.put(("step", rows, tokens))
 
     def _prefill(self, rows: list[Row]) -> _Batch | None:
@@ -251,12 +256,12 @@ class ContinuousDecoder:
     def _row_done(self, key: int) -> None:
         """A row finished: the owner's chain gets its follow-up now; a joined call's is asked for in its thread."""
         row = self.live.pop(key)
-        comp = self.backend._completion(row)
+        comp = self.backend.complete(row)
         job, chain = self.chains[key]
         if not job.owner:
             with self.cond:
                 self.pending += 1
-            job.inbox.put(("done", chain, comp))
+            self.outbox.append((job, ("done", chain, comp)))
             return
         step = job.then(chain, comp) if job.then is not None else None
         new = self.make_row(key, step) if step is not None else None
@@ -272,14 +277,17 @@ class ContinuousDecoder:
         job.open -= 1
 
 
-def _layers(past: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(layer.keys, layer.values) for layer in past.layers]
+def _merge(running: _Batch | None, joined: _Batch | None, config: PretrainedConfig) -> _Batch | None:
+    """The running batch with the joined rows appended (both left-padded to the longer mask), each layer's keys
+    and values copied once, into a buffer with room for the next steps."""
+    from brrm.backends._kvbuffer import stacked_cache
 
-
-def _cache(layers: list[tuple[torch.Tensor, torch.Tensor]], config: PretrainedConfig) -> DynamicCache:
-    from brrm.backends._kvbuffer import growing_cache
-
-    return growing_cache(config, layers)
+    if running is None or joined is None:
+        return joined if running is None else running
+    length = max(running.mask.shape[1], joined.mask.shape[1])
+    past = stacked_cache(config, [running.past, joined.past], length)
+    mask = torch.cat([_left_pad(running.mask, length, 1), _left_pad(joined.mask, length, 1)])
+    return _Batch(running.rows + joined.rows, past, mask)
 
 
 def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
@@ -292,24 +300,13 @@ def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
-def _merge(running: _Batch | None, joined: _Batch | None, config: PretrainedConfig) -> _Batch | None:
-    """The running batch with the joined rows appended (both left-padded to the longer mask)."""
-    if running is None or joined is None:
-        return joined if running is None else running
-    length = max(running.mask.shape[1], joined.mask.shape[1])
-    layers = [(torch.cat([_left_pad(ka, length, 2), _left_pad(kb, length, 2)]),
-               torch.cat([_left_pad(va, length, 2), _left_pad(vb, length, 2)]))
-              for (ka, va), (kb, vb) in zip(_layers(running.past), _layers(joined.past), strict=True)]
-    mask = torch.cat([_left_pad(running.mask, length, 1), _left_pad(joined.mask, length, 1)])
-    return _Batch(running.rows + joined.rows, _cache(layers, config), mask)
-
-
 def _compact(batch: _Batch) -> _Batch:
     """Cut the leading mask columns no row uses (left by rows that left), keys and values with them."""
     used = batch.mask.any(dim=0)
     first = int(used.to(torch.int8).argmax()) if bool(used.any()) else 0
     if first > 0:
         batch.mask = batch.mask[:, first:]
-        for layer in batch.past.layers:  # views: the next step's concatenation copies them anyway
-            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+        for layer in full_layers(batch.past):  # views: a GrowingLayer appends after them in place
+            keys, values = layer_tensors(layer)
+            layer.keys, layer.values = keys[:, :, first:], values[:, :, first:]
     return batch

@@ -14,7 +14,7 @@ Values are unchanged: the layer holds the same numbers at the same positions as 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 from transformers import DynamicCache, PretrainedConfig
@@ -35,8 +35,9 @@ class GrowingLayer(DynamicLayer):
         """Append ``[B, H_kv, t, D]`` keys and values; returns the whole ``[B, H_kv, length + t, D]`` of each."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        self.keys, self.key_buffer = _append(self.keys, self.key_buffer, key_states)
-        self.values, self.value_buffer = _append(self.values, self.value_buffer, value_states)
+        keys, values = layer_tensors(self)
+        self.keys, self.key_buffer = _append(keys, self.key_buffer, key_states)
+        self.values, self.value_buffer = _append(values, self.value_buffer, value_states)
         return self.keys, self.values
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
@@ -50,6 +51,31 @@ class GrowingLayer(DynamicLayer):
             buffer = buffer.index_select(0, indices)
             setattr(self, f"{name}_buffer", buffer)
             setattr(self, f"{name}s", buffer[:, :, start:start + view.shape[2]])
+
+
+def full_layers(cache: DynamicCache) -> list[DynamicLayer]:
+    """``cache``'s layers, each a full-attention ``DynamicLayer`` (or a :class:`GrowingLayer`).
+
+    Raises:
+        TypeError: for another kind of layer (the batch-invariant forward refuses sliding-window models).
+    """
+    layers = []
+    for layer in cache.layers:
+        if not isinstance(layer, DynamicLayer):
+            raise TypeError(f"a full-attention DynamicLayer was expected, got {type(layer).__name__}")
+        layers.append(layer)
+    return layers
+
+
+def layer_tensors(layer: DynamicLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    """An initialised layer's ``(keys, values)``.
+
+    Raises:
+        ValueError: for a layer that holds none yet (a programming error).
+    """
+    if layer.keys is None or layer.values is None:
+        raise ValueError("the cache layer holds no keys yet")
+    return layer.keys, layer.values
 
 
 def _append(current: torch.Tensor, buffer: torch.Tensor | None,
@@ -88,6 +114,27 @@ def growing_cache(config: PretrainedConfig,
     ``layers`` (per layer ``(keys, values)``, each ``[B, H_kv, L, D]``) when given."""
     cache = DynamicCache(config=config)
     cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
-    for layer, (keys, values) in zip(cache.layers, layers or (), strict=False):
+    for layer, (keys, values) in zip(full_layers(cache), layers or (), strict=False):
         layer.update(keys, values)
+    return cache
+
+
+def stacked_cache(config: PretrainedConfig, caches: Sequence[DynamicCache], length: int) -> DynamicCache:
+    """The rows of ``caches`` stacked in order, each right-aligned to ``length`` positions (zeros in front), every
+    layer's keys and values written once into a :class:`GrowingLayer` buffer with spare positions."""
+    cache = growing_cache(config)
+    sources = [full_layers(c) for c in caches]
+    for index, layer in enumerate(full_layers(cache)):
+        parts = [layer_tensors(layers[index]) for layers in sources]
+        layer.lazy_initialization(*parts[0])
+        for which, name in enumerate(("key", "value")):
+            tensors = [p[which] for p in parts]
+            b, h, d = sum(t.shape[0] for t in tensors), tensors[0].shape[1], tensors[0].shape[3]
+            buffer = tensors[0].new_zeros((b, h, length + max(HEADROOM, length // 2), d))
+            row = 0
+            for t in tensors:
+                buffer[row:row + t.shape[0], :, length - t.shape[2]:length] = t
+                row += t.shape[0]
+            setattr(layer, f"{name}_buffer", buffer)
+            setattr(layer, f"{name}s", buffer[:, :, :length])
     return cache

@@ -33,8 +33,10 @@ from brrm.constraints import CompiledProgram, Program, ProgramState
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from brrm.backends._continuous import ContinuousDecoder
-    from brrm.backends._rows import Row
+    from brrm.backends._rows import KV, BatchingContext, Row
 
 
 class PrefixCache:
@@ -51,10 +53,10 @@ class PrefixCache:
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
-        self.entries: OrderedDict[tuple[int, ...], list[tuple[int, list[tuple[Any, Any]]]]] = OrderedDict()
+        self.entries: OrderedDict[tuple[int, ...], list[tuple[int, KV]]] = OrderedDict()
         self.size = 0
 
-    def put(self, ids: tuple[int, ...], kv: list[tuple[Any, Any]], prompt_length: int | None = None) -> None:
+    def put(self, ids: tuple[int, ...], kv: KV, prompt_length: int | None = None) -> None:
         """Keep ``kv`` (per layer ``(keys, values)``, each ``[H_kv, len(ids), D]``) for ``ids``, whose first
         ``prompt_length`` ids (default all) were the generation's prompt."""
         self.entries.setdefault(ids, []).append((len(ids) if prompt_length is None else prompt_length, kv))
@@ -63,7 +65,7 @@ class PrefixCache:
         while self.size > self.capacity:
             self._pop(next(iter(self.entries)))
 
-    def take(self, prompt: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]] | None]:
+    def take(self, prompt: tuple[int, ...]) -> tuple[int, KV | None]:
         """Longest usable prefix (< len(prompt), so one token is always recomputed) of an entry whose whole
         prompt ``prompt`` extends, and its KV; ``(0, None)`` when there is none."""
         best, best_key = 0, None
@@ -76,7 +78,7 @@ class PrefixCache:
         _, kv = self._pop(best_key)
         return best, [(k[:, :best], v[:, :best]) for k, v in kv]
 
-    def _pop(self, key: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]]]:
+    def _pop(self, key: tuple[int, ...]) -> tuple[int, KV]:
         """Remove and return the oldest entry stored under ``key``."""
         stored = self.entries[key]
         entry = stored.pop(0)
@@ -136,8 +138,8 @@ class TransformersBackend:
         ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, model_id: str = "", batch_size: int = 8,
-                 prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, model_id: str = "",
+                 batch_size: int = 8, prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
                  padding_side: str = "right", bucketing: bool = True, jump_forward: bool = True,
                  classify_batch_size: int | None = None, batch_invariant: bool | str = "auto",
                  scheduling: str = "continuous") -> None:
@@ -319,7 +321,7 @@ class TransformersBackend:
             with self._engine:
                 running = self._running
                 if running is None:
-                    running = self._running = ContinuousDecoder(self, temperature=temperature, top_p=top_p,
+                    running = self._running = ContinuousDecoder(self._context(), temperature=temperature, top_p=top_p,
                                                                 make_row=self._row, top_k=top_k)
                     job.owner = True
                     running.add(job)
@@ -338,6 +340,13 @@ class TransformersBackend:
                 self._running = None
                 self._engine.notify_all()
         return job.results()
+
+    def _context(self) -> BatchingContext:
+        """What the decoders read from this backend (:mod:`brrm.backends._rows`)."""
+        from brrm.backends._rows import BatchingContext
+
+        return BatchingContext(self.model, self.cache, self.pad_id, frozenset(self.stop_ids), self.jump_forward,
+                               self.stats, batch_size=self.batch_size, completion=self._completion)
 
     def _row(self, index: int, step: Next) -> Row:
         """A decoding row for ``step``'s request: its own seeded sampler and program state."""
@@ -358,7 +367,7 @@ class TransformersBackend:
 
         rows = [self._row(i, Next(r)) for i, r in enumerate(reqs)]
         with torch.inference_mode():
-            Decoder(self, temperature=temperature, top_p=top_p, keep_kv=keep_kv, on_done=on_done,
+            Decoder(self._context(), temperature=temperature, top_p=top_p, keep_kv=keep_kv, on_done=on_done,
                     top_k=top_k).run(rows)
         return [self._completion(row) for row in rows]
 
@@ -369,9 +378,10 @@ class TransformersBackend:
         if row.finish == "error":
             return Completion.failed(row.error)
         state = row.state
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
         return Completion(
             token_ids=tuple(ids),
-            text=self.tokenizer.decode(ids, skip_special_tokens=False),
+            text=text if isinstance(text, str) else "".join(text),
             finish_reason="stop" if row.finish == "stop" else "length",
             choice_logits=tuple(row.choice_logits),
             think_budget_hit=bool(state and state.think_budget_hit),
@@ -404,7 +414,7 @@ def _check_request(r: GenerationRequest) -> GenerationRequest:
     return r
 
 
-def _invariant_wanted(value: Any, model: Any) -> bool:
+def _invariant_wanted(value: object, model: PreTrainedModel) -> bool:
     """The ``batch_invariant`` option resolved for ``model`` ("auto": on when the model is on the CPU).
 
     Raises:

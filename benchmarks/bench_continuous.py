@@ -95,19 +95,18 @@ def test_continuous_vs_static_batching_smollm2(benchmark):
     _continuous_vs_static(benchmark, pair, "SmolLM2-135M", n=8, batch_size=4, rounds=1)
 
 
-def test_batched_vs_single_calls_continuous(benchmark, tiny):
-    """16 pairs in one call (continuous, batch 16) vs 16 one-pair calls, alternated round by round (a busy
-    neighbour slows both alike), best of each; both give the same bytes (the batch-invariant forward)."""
-    convs, a, b = _pairs(16)
-    batched, single = _judge(tiny, "continuous", 16), _judge(tiny, "continuous", 1)
-    single.judge_pairs(convs[:1], a[:1], b[:1])
-    batched.judge_pairs(convs[:1], a[:1], b[:1])
+def single_vs_batched(benchmark, single, batched, convs, a, b):
+    """16 one-pair calls of ``single`` vs one call of ``batched`` on the same pairs, alternated round by round (a
+    busy neighbour slows both alike), best of 2 rounds each; asserts every judgment ok and the same bytes either
+    way (the batch-invariant forward). Returns (single s, batched s, speed-up)."""
+    for judge in (single, batched):
+        judge.judge_pairs(convs[:1], a[:1], b[:1])
     best = {"single": float("inf"), "batched": float("inf")}
     out: dict[str, list] = {}
 
     def both():
         start = time.perf_counter()
-        out["single"] = [single.judge_pairs(convs[i:i + 1], a[i:i + 1], b[i:i + 1])[0] for i in range(16)]
+        out["single"] = [single.judge_pairs(convs[i:i + 1], a[i:i + 1], b[i:i + 1])[0] for i in range(len(convs))]
         best["single"] = min(best["single"], time.perf_counter() - start)
         start = time.perf_counter()
         out["batched"] = batched.judge_pairs(convs, a, b)
@@ -118,5 +117,12 @@ def test_batched_vs_single_calls_continuous(benchmark, tiny):
     assert [json.dumps(j.to_dict()) for j in out["single"]] == [json.dumps(j.to_dict()) for j in out["batched"]]
     speedup = best["single"] / best["batched"]
     benchmark.extra_info.update(single_calls_s=best["single"], batched_s=best["batched"], speedup=speedup)
+    return best["single"], best["batched"], speedup
+
+
+def test_batched_vs_single_calls_continuous(benchmark, tiny):
+    convs, a, b = _pairs(16)
+    single_s, batched_s, speedup = single_vs_batched(benchmark, _judge(tiny, "continuous", 1),
+                                                     _judge(tiny, "continuous", 16), convs, a, b)
     print(f"\n16 mixed pairs batched (continuous, batch 16) vs 16 single calls: speed-up {speedup:.2f}x "
-          f"(batched {best['batched']:.2f} s, single {best['single']:.2f} s; best of 2 alternated rounds)")
+          f"(batched {batched_s:.2f} s, single {single_s:.2f} s; best of 2 alternated rounds)")

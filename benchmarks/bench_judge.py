@@ -144,31 +144,16 @@ def test_kv_reuse_and_jump_forward_savings_apart(benchmark, tiny):
 
 def test_batched_vs_single_calls(benchmark, tiny):
     """16 greedy pairs in one call at batch size 16 vs 16 one-pair calls at batch size 1, alternated round by
-    round, best of each; the batched call gives exactly the single calls' judgments."""
+    round, best of each (:func:`bench_continuous.single_vs_batched`); the same judgments either way."""
+    from bench_continuous import single_vs_batched
+
     model, tok = tiny
     convs, a, b = _pairs(16)
-    batched = brrm_judge(TransformersBackend(model, tok, batch_size=16), _config())
-    single = brrm_judge(TransformersBackend(model, tok, batch_size=1), _config())
-    single.judge_pairs(convs[:1], a[:1], b[:1])
-    batched.judge_pairs(convs[:1], a[:1], b[:1])
-    best = {"single": float("inf"), "batched": float("inf")}
-    out: dict[str, list] = {}
-
-    def both():
-        start = time.perf_counter()
-        out["single"] = [single.judge_pairs(convs[i:i + 1], a[i:i + 1], b[i:i + 1])[0] for i in range(16)]
-        best["single"] = min(best["single"], time.perf_counter() - start)
-        start = time.perf_counter()
-        out["batched"] = batched.judge_pairs(convs, a, b)
-        best["batched"] = min(best["batched"], time.perf_counter() - start)
-
-    benchmark.pedantic(both, rounds=2, iterations=1)
-    assert all(j.ok for j in out["single"] + out["batched"])
-    assert [j.to_dict() for j in out["single"]] == [j.to_dict() for j in out["batched"]]
-    speedup = best["single"] / best["batched"]
-    benchmark.extra_info.update(single_calls_s=best["single"], batched_s=best["batched"], speedup=speedup)
+    single_s, batched_s, speedup = single_vs_batched(
+        benchmark, brrm_judge(TransformersBackend(model, tok, batch_size=1), _config()),
+        brrm_judge(TransformersBackend(model, tok, batch_size=16), _config()), convs, a, b)
     print(f"\n16 pairs batched vs 16 single calls: speed-up {speedup:.2f}x "
-          f"(batched {best['batched']:.2f} s, single {best['single']:.2f} s; best of 2 alternated rounds)")
+          f"(batched {batched_s:.2f} s, single {single_s:.2f} s; best of 2 alternated rounds)")
 
 
 def test_faithful_turn2_with_and_without_kv_reuse(benchmark, tiny):

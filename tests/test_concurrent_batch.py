@@ -59,6 +59,33 @@ def test_a_second_threads_call_joins_the_running_batch_with_the_results_it_gets_
     assert callers == {"caller-b"}  # its callbacks ran in its own thread
 
 
+def test_a_joined_call_that_raises_leaves_the_running_call_its_results(judge):
+    """A joined call's callback raising fails that call only; the call running the batch finishes as alone."""
+    first, second = slice(0, 3), slice(3, 6)
+    alone = _dicts(judge.judge_pairs(CONVS[first], A[first], B[first]))
+    errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
+
+    def boom(i, j):
+        raise KeyError("from the joined call's on_result")
+
+    def call_b() -> None:
+        try:
+            judge.judge_pairs(CONVS[second], A[second], B[second], on_result=boom)
+        except KeyError as exc:
+            errors.append(exc)
+
+    def on_step(rows: int, tokens: int) -> None:
+        if not threads:
+            threads.append(threading.Thread(target=call_b))
+            threads[0].start()
+
+    out = _dicts(judge.judge_pairs(CONVS[first], A[first], B[first], on_step=on_step))
+    threads[0].join(timeout=600)
+    assert out == alone
+    assert len(errors) == 1 and "joined call" in str(errors[0])
+
+
 def test_calls_with_other_sampling_settings_wait_and_run_alone(judge):
     """A call at another temperature does not join (rows share one sampler setting): it runs after, alone."""
     backend = judge.model.backend

@@ -65,6 +65,7 @@ class Job:
             its first request.
         on_step: progress callback ``(rows in the running batch, tokens added)``, or None.
         owner: this call's thread runs the batch (its callbacks are called inline).
+        abandoned: this joined call raised in its own thread; its rows' results are dropped.
         keys: per chain, its row key in the running batch (set when the job is added).
         last: per chain, its last completion (filled as chains end).
         open: chains not ended yet.
@@ -76,6 +77,7 @@ class Job:
     then: FollowUp | None
     on_step: OnStep | None = None
     owner: bool = False
+    abandoned: bool = False
     keys: list[int] = field(default_factory=list)
     last: dict[int, Completion] = field(default_factory=dict)
     open: int = 0
@@ -170,9 +172,7 @@ class ContinuousDecoder:
             if batch is not None:
                 batch = self._step(batch.rows, batch)
             self._progress(rows, stats["generated_tokens"] - before)
-            for job, event in self.outbox:  # after the step's progress, so a joined call sees its last step
-                job.inbox.put(event)
-            self.outbox.clear()
+            self._flush()
 
     def serve(self, job: Job) -> None:
         """A joined call's thread: run its callbacks on its finished rows until its chains have ended.
@@ -190,12 +190,37 @@ class ContinuousDecoder:
                 job.on_step(chain, payload)
                 continue
             assert isinstance(payload, Completion)
-            step = job.then(chain, payload) if job.then is not None else None
-            row = self.make_row(job.keys[chain], step) if step is not None else None
+            try:
+                step = job.then(chain, payload) if job.then is not None else None
+                row = self.make_row(job.keys[chain], step) if step is not None else None
+            except BaseException:
+                self._abandon(job)
+                raise
             with self.cond:
                 self._decided(job, chain, payload, row)
                 self.pending -= 1
                 self.cond.notify_all()
+
+    def _flush(self) -> None:
+        """Hand joined calls their rows finished this step (after the step's progress: a call sees its last step)."""
+        with self.cond:
+            for job, event in self.outbox:
+                if not job.abandoned:
+                    self.pending += 1
+                    job.inbox.put(event)
+            self.outbox.clear()
+
+    def _abandon(self, job: Job) -> None:
+        """A joined call failed in its own thread: its queued rows are dropped, its running rows end unheard."""
+        with self.cond:
+            job.abandoned = True
+            self.pending -= 1  # the event being served
+            while not job.inbox.empty():
+                if job.inbox.get()[0] == "done":
+                    self.pending -= 1
+            self.queue = deque(r for r in self.queue if self.chains[r.index][0] is not job)
+            self.follow = deque(r for r in self.follow if self.chains[r.index][0] is not job)
+            self.cond.notify_all()
 
     def _progress(self, rows: int, tokens: int) -> None:
         for job in self.jobs:
@@ -258,9 +283,9 @@ class ContinuousDecoder:
         row = self.live.pop(key)
         comp = self.backend.complete(row)
         job, chain = self.chains[key]
+        if job.abandoned:
+            return
         if not job.owner:
-            with self.cond:
-                self.pending += 1
             self.outbox.append((job, ("done", chain, comp)))
             return
         step = job.then(chain, comp) if job.then is not None else None

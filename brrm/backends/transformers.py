@@ -132,7 +132,10 @@ class TransformersBackend:
             a BR-RM turn 2 joining as soon as its turn 1 ends (:mod:`brrm.backends._continuous`); ``static``:
             chunks of ``batch_size`` rows, each decoded to completion (the earlier loop, kept for comparison).
             Results are the same bits either way when ``batch_invariant`` is on. A subclass that overrides
-            ``generate`` runs ``static`` (its override then sees every request, turn 2 included).
+            ``generate`` runs ``static`` (its override then sees every request, turn 2 included). Continuous
+            scheduling takes concurrent calls (``capabilities.concurrent``): a call from another thread while a
+            batch decodes joins it when its sampling settings are the batch's (else it waits for the batch to
+            end), with the results it gets alone; its callbacks run in its own thread.
 
     Raises:
         ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.

@@ -6,7 +6,8 @@ its chunk. :class:`ContinuousDecoder` keeps one running batch of at most ``batch
 
 * after each decoding step, finished rows are dropped (their KV stored for a follow-up first, as in the static
   loop) and the free slots are refilled, follow-ups first (a chain's next request: BR-RM's turn 2 enters the
-  batch the step its turn 1 ends, reusing turn 1's KV through the prefix cache), then the queue in input order;
+  batch the step its turn 1 ends, reusing turn 1's KV through the prefix cache), then the queue, shortest prompt
+  first (as static chunks are sorted; a call's first results come sooner);
 * joining rows are prefilled together in one forward pass of their own (so a decoding row never computes a
   padded prompt's worth of positions), then their KV is left-padded to the running batch's length and
   concatenated to it. The attention mask is 1 exactly on each row's real positions and position ids are
@@ -131,7 +132,7 @@ class ContinuousDecoder:
             for i, key in enumerate(job.keys):
                 self.chains[key] = (job, i)
             self.jobs.append(job)
-            self.queue.extend(rows)
+            self.queue.extend(sorted(rows, key=lambda r: len(r.request.prompt_ids)))  # shortest first, as static
             self.pending -= 1
             self.cond.notify_all()
         return True

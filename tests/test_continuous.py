@@ -1,4 +1,5 @@
-"""Continuous batching (brrm.backends._continuous) and results streamed to their sinks, on a tiny real Qwen3.
+"""Continuous batching (brrm.backends.transformers.continuous) and results streamed to their sinks, on a tiny real
+Qwen3.
 
 Rows join the running batch as others finish and a BR-RM turn 2 enters as soon as its turn 1 ends; with the
 batch-invariant forward the results are the same bytes as static chunks. The CLI prints each verdict and

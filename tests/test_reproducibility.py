@@ -2,7 +2,7 @@
 chunking or neighbours — at the published T = 1.0, on a tiny real Qwen3 with the transformers backend.
 
 Every field is compared byte for byte, the raw floats (verdict-digit logits, P(A ≻ B)) included: on CPU the
-backend is batch-invariant by default (:mod:`brrm.backends._invariant`). Without it those floats differ at
+backend is batch-invariant by default (:mod:`brrm.backends.transformers.invariant`). Without it those floats differ at
 about 1e-5 between batch shapes, which the last test shows, so the invariance tests can fail."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ How every recipe computes a reward, whatever the batch or backend:
 * tokens come from the chat template through :mod:`brrm.tokens` (a template that writes BOS gets it once;
   record text is tokenized as text, so a response holding ``<|im_end|>`` adds no end-of-turn token);
 * the model runs through the backend's ``classify`` capability (the transformers backend reads the head in
-  float32 at the last real token found from the attention mask — see :mod:`brrm.backends._classify`; vLLM
+  float32 at the last real token found from the attention mask — see :mod:`brrm.backends.transformers.classify`; vLLM
   uses its pooling API or a one-token request for the vocabulary logit; an OpenAI-compatible vLLM server its
   ``/classify`` endpoint or a one-token completion); a NaN/inf result is a ``backend_error``, never a number;
 * an input over ``max_length`` loses tokens from the start of the conversation (BOS kept), never from the

@@ -4,13 +4,17 @@ a row's logits alone and in a batch."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from transformers import Cache, PreTrainedModel
 
-def left_padded_forward(model: Any, feeds: Sequence[Sequence[int]], past: Any = None, past_mask: Any = None, *,
-                        logits_to_keep: int = 1) -> tuple[torch.Tensor, Any, torch.Tensor]:
+
+def left_padded_forward(model: PreTrainedModel, feeds: Sequence[Sequence[int]], past: Cache | None = None,
+                        past_mask: torch.Tensor | None = None, *,
+                        logits_to_keep: int = 1) -> tuple[torch.Tensor, Cache, torch.Tensor]:
     """Feed each row its tokens, left-padded to the longest (mask 0 on padding, positions counted over real tokens).
 
     Args:

@@ -5,12 +5,14 @@ sampler (results independent of batch composition), outlines-core token masks, f
 logits at verdict positions, and a prefix KV cache so that BR-RM turn 2 starts from turn 1's keys and
 values. Attention masks with holes (left padding of the cached part and of the new part) and explicit
 position ids make every row compute exactly what it would compute alone. Batching is continuous by default
-(:mod:`brrm.backends._continuous`: finished rows are replaced at the next step, a turn 2 joins as its turn 1 ends);
-``scheduling="static"`` keeps the chunk-at-a-time loop of :mod:`brrm.backends._decode`.
+(:mod:`brrm.backends.transformers.continuous`: finished rows are replaced at the next step, a turn 2 joins as its turn
+1 ends);
+``scheduling="static"`` keeps the chunk-at-a-time loop of :mod:`brrm.backends.transformers.decode`.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,7 +35,10 @@ from brrm.constraints import CompiledProgram, Program
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
-    from brrm.backends.transformers.rows import Row
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from brrm.backends.transformers.continuous import ContinuousDecoder
+    from brrm.backends.transformers.rows import KV, BatchingContext, Row
 
 
 class PrefixCache:
@@ -50,10 +55,10 @@ class PrefixCache:
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
-        self.entries: OrderedDict[tuple[int, ...], list[tuple[int, list[tuple[Any, Any]]]]] = OrderedDict()
+        self.entries: OrderedDict[tuple[int, ...], list[tuple[int, KV]]] = OrderedDict()
         self.size = 0
 
-    def put(self, ids: tuple[int, ...], kv: list[tuple[Any, Any]], prompt_length: int | None = None) -> None:
+    def put(self, ids: tuple[int, ...], kv: KV, prompt_length: int | None = None) -> None:
         """Keep ``kv`` (per layer ``(keys, values)``, each ``[H_kv, len(ids), D]``) for ``ids``, whose first
         ``prompt_length`` ids (default all) were the generation's prompt."""
         self.entries.setdefault(ids, []).append((len(ids) if prompt_length is None else prompt_length, kv))
@@ -62,7 +67,7 @@ class PrefixCache:
         while self.size > self.capacity:
             self._pop(next(iter(self.entries)))
 
-    def take(self, prompt: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]] | None]:
+    def take(self, prompt: tuple[int, ...]) -> tuple[int, KV | None]:
         """Longest usable prefix (< len(prompt), so one token is always recomputed) of an entry whose whole
         prompt ``prompt`` extends, and its KV; ``(0, None)`` when there is none."""
         best, best_key = 0, None
@@ -75,7 +80,7 @@ class PrefixCache:
         _, kv = self._pop(best_key)
         return best, [(k[:, :best], v[:, :best]) for k, v in kv]
 
-    def _pop(self, key: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]]]:
+    def _pop(self, key: tuple[int, ...]) -> tuple[int, KV]:
         """Remove and return the oldest entry stored under ``key``."""
         stored = self.entries[key]
         entry = stored.pop(0)
@@ -116,27 +121,32 @@ class TransformersBackend:
         cache_capacity: sequences kept in the prefix cache, >= 1 (raised to ``2 * batch_size``).
         token_budget: most padded tokens per ``classify`` forward batch, >= 1.
         padding_side, bucketing: ``classify`` batching (results never depend on them; see
-            :class:`~brrm.backends._classify.HeadScorer`).
+            :class:`~brrm.backends.transformers.classify.HeadScorer`).
         jump_forward: feed the tokens a constraint program forces (fixed markers) in one forward pass; False feeds
             them one step at a time (same tokens, more forward passes; for measuring the saving).
         batch_invariant: ``"auto"`` (on for a causal LM on CPU when its architecture takes a custom attention
             function, off on GPU), True or False: make a row's logits the same bits whatever batch it runs in
             (row-wise attention, every row-wise layer in fixed-shape tiles; see
-            :mod:`brrm.backends._invariant`), so results are byte-identical at any ``batch_size`` (at a given
+            :mod:`brrm.backends.transformers.invariant`), so results are byte-identical at any ``batch_size`` (at a
+            given
             thread count). Its wall time is measured against the stock forward in ``benchmarks/bench_judge.py``.
             ``info.details["batch_invariant"]`` records it.
         scheduling: ``continuous`` (default): one running batch of ``batch_size`` rows, refilled as rows finish,
-            a BR-RM turn 2 joining as soon as its turn 1 ends (:mod:`brrm.backends._continuous`); ``static``:
+            a BR-RM turn 2 joining as soon as its turn 1 ends (:mod:`brrm.backends.transformers.continuous`);
+            ``static``:
             chunks of ``batch_size`` rows, each decoded to completion (the earlier loop, kept for comparison).
             Results are the same bits either way when ``batch_invariant`` is on. A subclass that overrides
-            ``generate`` runs ``static`` (its override then sees every request, turn 2 included).
+            ``generate`` runs ``static`` (its override then sees every request, turn 2 included). Continuous
+            scheduling takes concurrent calls (``capabilities.concurrent``): a call from another thread while a
+            batch decodes joins it when its sampling settings are the batch's (else it waits for the batch to
+            end), with the results it gets alone; its callbacks run in its own thread.
 
     Raises:
         ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, model_id: str = "", batch_size: int = 8,
-                 prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, model_id: str = "",
+                 batch_size: int = 8, prefix_cache: bool = True, cache_capacity: int = 64, token_budget: int = 16384,
                  padding_side: str = "right", bucketing: bool = True, jump_forward: bool = True,
                  classify_batch_size: int | None = None, batch_invariant: bool | str = "auto",
                  scheduling: str = "continuous") -> None:
@@ -170,7 +180,7 @@ class TransformersBackend:
         self.capabilities = Capabilities(generate=causal, programs=causal, classify=not causal,
                                          vocab_logit=causal, kv_reuse=self.cache is not None,
                                          chunk_size=max(self.batch_size, CONTINUOUS_CHUNK) if continuous
-                                         else self.batch_size, continuous=continuous)
+                                         else self.batch_size, continuous=continuous, concurrent=continuous)
         self.info = BackendInfo("transformers", model_id or getattr(model.config, "_name_or_path", ""),
                                 {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
                                  "task": "generate" if causal else "classify",
@@ -181,6 +191,8 @@ class TransformersBackend:
         if not causal:
             self.scorer.head(None)  # a classifier wider than one label is refused now, not at the first batch
         self._compiled: dict[Program, CompiledProgram] = {}
+        self._engine = threading.Condition()  # guards _running: the continuous batch calls join
+        self._running: ContinuousDecoder | None = None
         self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0,
                       "shared_prompt_tokens": 0}
 
@@ -232,7 +244,7 @@ class TransformersBackend:
         return cls(model, tokenizer, model_id=name or model_id, **kwargs)
 
     def classify(self, sequences: Sequence[Sequence[int]], *, token_id: int | None = None) -> list[Score]:
-        """One float32 score per sequence (see :class:`~brrm.backends._classify.HeadScorer`).
+        """One float32 score per sequence (see :class:`~brrm.backends.transformers.classify.HeadScorer`).
 
         Raises:
             ConfigError: without the head asked for, or on an empty sequence.
@@ -297,10 +309,13 @@ class TransformersBackend:
     def _continuous(self, firsts: list[Next], on_complete: Callable[[int], None] | None, then: FollowUp | None,
                     temperature: float, top_p: float, on_step: OnStep | None = None,
                     top_k: int = 0) -> list[Completion]:
-        """Every chain through one continuously refilled batch (:mod:`brrm.backends._continuous`)."""
+        """Every chain through one continuously refilled batch (:mod:`brrm.backends.transformers.continuous`): the
+            running one
+        when another thread's call is decoding with the same sampling settings, else a batch of this call's own
+        (after a running batch with other settings has ended)."""
         import torch
 
-        from brrm.backends.transformers.continuous import ContinuousDecoder
+        from brrm.backends.transformers.continuous import ContinuousDecoder, Job
 
         def follow(i: int, comp: Completion) -> Next | None:
             if on_complete is not None:
@@ -309,9 +324,37 @@ class TransformersBackend:
 
         if not firsts:
             return []
-        with torch.inference_mode():
-            return ContinuousDecoder(self, temperature=temperature, top_p=top_p, make_row=self._row,
-                                     then=follow, on_step=on_step, top_k=top_k).run(firsts)
+        job = Job(firsts, follow, on_step)
+        while True:
+            with self._engine:
+                running = self._running
+                if running is None:
+                    running = self._running = ContinuousDecoder(self._context(), temperature=temperature, top_p=top_p,
+                                                                make_row=self._row, top_k=top_k)
+                    job.owner = True
+                    running.add(job)
+                    break
+                if running.settings == (temperature, top_p, top_k) and running.add(job):
+                    break
+                self._engine.wait()
+        if not job.owner:
+            running.serve(job)
+            return job.results()
+        try:
+            with torch.inference_mode():
+                running.run()
+        finally:
+            with self._engine:
+                self._running = None
+                self._engine.notify_all()
+        return job.results()
+
+    def _context(self) -> BatchingContext:
+        """What the decoders read from this backend (:mod:`brrm.backends.transformers.rows`)."""
+        from brrm.backends.transformers.rows import BatchingContext
+
+        return BatchingContext(self.model, self.cache, self.pad_id, frozenset(self.stop_ids), self.jump_forward,
+                               self.stats, batch_size=self.batch_size, completion=self._completion)
 
     def _row(self, index: int, step: Next) -> Row:
         """A decoding row for ``step``'s request: its own seeded sampler and program state."""
@@ -332,7 +375,7 @@ class TransformersBackend:
 
         rows = [self._row(i, Next(r)) for i, r in enumerate(reqs)]
         with torch.inference_mode():
-            Decoder(self, temperature=temperature, top_p=top_p, keep_kv=keep_kv, on_done=on_done,
+            Decoder(self._context(), temperature=temperature, top_p=top_p, keep_kv=keep_kv, on_done=on_done,
                     top_k=top_k).run(rows)
         return [self._completion(row) for row in rows]
 
@@ -343,9 +386,10 @@ class TransformersBackend:
         if row.finish == "error":
             return Completion.failed(row.error)
         state = row.state
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
         return Completion(
             token_ids=tuple(ids),
-            text=self.tokenizer.decode(ids, skip_special_tokens=False),
+            text=text if isinstance(text, str) else "".join(text),
             finish_reason="stop" if row.finish == "stop" else "length",
             choice_logits=tuple(row.choice_logits),
             think_budget_hit=bool(state and state.think_budget_hit),
@@ -378,7 +422,7 @@ def _check_request(r: GenerationRequest) -> GenerationRequest:
     return r
 
 
-def _invariant_wanted(value: Any, model: Any) -> bool:
+def _invariant_wanted(value: object, model: PreTrainedModel) -> bool:
     """The ``batch_invariant`` option resolved for ``model`` ("auto": on when the model is on the CPU).
 
     Raises:

@@ -18,13 +18,16 @@ How a score is computed (the transformers backend's ``classify``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from brrm.backends.base import Score
 from brrm.backends.transformers.bucketing import bucket_by_length
 from brrm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 PADDING_SIDES = ("right", "left")
 
@@ -44,7 +47,7 @@ class HeadScorer:
         ConfigError: on an invalid option.
     """
 
-    def __init__(self, model: Any, *, pad_id: int, token_budget: int = 16384, max_batch_size: int = 32,
+    def __init__(self, model: PreTrainedModel, *, pad_id: int, token_budget: int = 16384, max_batch_size: int = 32,
                  padding_side: str = "right", bucketing: bool = True) -> None:
         from brrm.types import check_bool, check_choice, check_int
 
@@ -54,7 +57,10 @@ class HeadScorer:
         self.max_batch_size = check_int("max_batch_size", max_batch_size, low=1)
         self.padding_side = check_choice("padding_side", padding_side, PADDING_SIDES)
         self.bucketing = check_bool("bucketing", bucketing)
-        self.device = model.get_input_embeddings().weight.device
+        weight = model.get_input_embeddings().weight
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(f"input embeddings without a weight tensor: {type(weight).__name__}")
+        self.device = weight.device
         self.stats = {"classify_batches": 0, "classify_real_tokens": 0, "classify_padded_tokens": 0}
         self._heads: dict[int | None, tuple[torch.Tensor, torch.Tensor | None]] = {}
 

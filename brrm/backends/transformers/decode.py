@@ -15,20 +15,27 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from brrm.backends.transformers.rows import DecodeContext, Row
+from brrm.backends.transformers.kvbuffer import full_layers, layer_tensors
+from brrm.backends.transformers.rows import KV, DecodeContext, Row
 from brrm.backends.transformers.sampling import choose
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
+
+Prefill = tuple["DynamicCache", torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
+"""A prefill's (cache, input ids ``[B, N]``, mask ``[B, C + N]``, position ids ``[B, N]``, expand index or None)."""
 
 
 class Decoder:
-    """Decodes one chunk of rows to completion over a :class:`~brrm.backends._rows.DecodeContext` (the
-    transformers backend's model, prefix cache, pad id, stop ids and stats).
+    """Decodes one chunk of rows to completion over a :class:`~brrm.backends.transformers.rows.DecodeContext` (the
+    transformers backend's model, prefix cache, pad id, stop ids and stats, as a frozen value).
 
     Args:
-        backend: the backend whose model, prefix cache, pad id, stop ids and stats are used.
+        backend: the decode context.
         temperature, top_p, top_k: sampling settings of every row (temperature 0 = greedy; top_k 0 = no cut).
         keep_kv: store each finished row's KV in the backend's prefix cache.
         on_done: called with a row's index as soon as it finishes.
@@ -78,7 +85,7 @@ class Decoder:
             input_ids, step_mask, positions = self._step_inputs(active)
             mask = torch.cat([mask, step_mask], dim=1)
 
-    def _advance(self, active: list[Row], tokens: list[int], past: Any, mask: torch.Tensor) -> list[int]:
+    def _advance(self, active: list[Row], tokens: list[int], past: DynamicCache, mask: torch.Tensor) -> list[int]:
         """Feed each row its chosen token (and forced ones); returns the batch positions still running."""
         keep = []
         for j, (row, tok) in enumerate(zip(active, tokens, strict=True)):
@@ -96,7 +103,7 @@ class Decoder:
                 keep.append(j)
         return keep
 
-    def _step_inputs(self, active: list[Row]) -> tuple[Any, Any, Any]:
+    def _step_inputs(self, active: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Left-padded [B, T] ids of each row's pending tokens, their mask columns and position ids."""
         t = max(len(r.feed) for r in active)
         ids = torch.full((len(active), t), self.backend.pad_id, dtype=torch.long)
@@ -110,7 +117,7 @@ class Decoder:
             pos[i, t - n:] = torch.arange(start, start + n)
         return ids.to(self.dev), mask.to(self.dev), pos.to(self.dev)
 
-    def _prefill_inputs(self, rows: list[Row]) -> tuple[Any, Any, Any, Any, Any]:
+    def _prefill_inputs(self, rows: list[Row]) -> Prefill:
         """Prefill inputs of the rows, identical uncached prompts once (with the prefix cache on: the k samples of
         self-consistency voting share their turn-1 prefill), and the index that expands the prefilled batch back
         to every row (None when no prompt was shared). A shared prefill computes exactly what each row would
@@ -130,8 +137,9 @@ class Decoder:
         index = torch.tensor(expand, device=dev) if len(unique) < len(expand) else None
         return past, input_ids, mask, positions, index
 
-    def _stack_inputs(self, rows: list[Row], kvs: list[Any]) -> tuple[Any, Any, Any, Any]:
-        from transformers import DynamicCache
+    def _stack_inputs(self, rows: list[Row],
+                      kvs: list[KV | None]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        from brrm.backends.transformers.kvbuffer import growing_cache
 
         backend, dev = self.backend, self.dev
         b = len(rows)
@@ -149,12 +157,10 @@ class Decoder:
             positions[i, n - k:] = torch.arange(row.cached, row.cached + k)
         backend.stats["prefill_tokens"] += sum(len(x) for x in new)
         backend.stats["cached_tokens"] += sum(r.cached for r in rows)
-        past = DynamicCache(config=backend.model.config)
-        if c:
-            past = DynamicCache(ddp_cache_data=self._stack_kv(kvs, rows, c), config=backend.model.config)
+        past = growing_cache(backend.model.config, self._stack_kv(kvs, rows, c) if c else None)
         return past, input_ids.to(dev), mask.to(dev), positions.to(dev)
 
-    def _stack_kv(self, kvs: list[Any], rows: list[Row], c: int) -> list[tuple[Any, Any]]:
+    def _stack_kv(self, kvs: list[KV | None], rows: list[Row], c: int) -> KV:
         dev = self.dev
         ref = next(kv for kv in kvs if kv is not None)
         layers = []
@@ -168,14 +174,14 @@ class Decoder:
             layers.append((k, v))
         return layers
 
-    def _store_kv(self, row: Row, past: Any, mask_row: torch.Tensor) -> None:
+    def _store_kv(self, row: Row, past: DynamicCache, mask_row: torch.Tensor) -> None:
         """Keep the row's real KV positions: the prompt and every generated id except the unfed last step."""
         ids = tuple(row.request.prompt_ids) + tuple(row.generated[:len(row.generated) - len(row.feed)])
         keep = mask_row.bool()
         kv = []
         j = row.batch_pos
-        for layer in past.layers:
-            kv.append((layer.keys[j][:, keep].clone(), layer.values[j][:, keep].clone()))
+        for keys, values in (layer_tensors(layer) for layer in full_layers(past)):
+            kv.append((keys[j][:, keep].clone(), values[j][:, keep].clone()))
         if kv and kv[0][0].shape[1] == len(ids) and self.backend.cache is not None:
             self.backend.cache.put(ids, kv, len(row.request.prompt_ids))
 
@@ -209,7 +215,7 @@ def _shared_prompts(rows: list[Row], enabled: bool) -> tuple[list[int], list[int
 
 
 @functools.cache
-def _cache_kwarg(model_type: Any) -> str:
+def _cache_kwarg(model_type: type[torch.nn.Module]) -> str:
     """``cache`` in transformers >= 5.2x, ``past_key_values`` before (the older name is deprecated)."""
     return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 

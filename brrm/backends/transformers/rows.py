@@ -2,18 +2,23 @@
 
 :class:`Row` is one request being decoded; :class:`DecodeContext` is what the decoder (:mod:`._decode`) and the
 sampler (:mod:`._sampling`) need from the backend — the model, the prefix cache, pad and stop ids, the
-jump-forward switch and the counters — so neither depends on the whole backend class.
+jump-forward switch and the counters — as a frozen value the backend builds per call, so neither depends on the
+backend class.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from brrm.backends.base import GenerationRequest
+from brrm.backends.base import Completion, GenerationRequest
 from brrm.backends.transformers.steering import ProgramState
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @dataclass
@@ -35,16 +40,21 @@ class Row:
     keep_kv: bool = False  # store this row's KV when it finishes (continuous batching sets it per request)
 
 
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+"""One sequence's KV: per layer ``(keys, values)``, each ``[H_kv, length, D]``."""
+
+
 class KVStore(Protocol):
     """A prefix cache of per-sequence KV entries (:class:`~brrm.backends.transformers.PrefixCache`)."""
 
-    def put(self, ids: tuple[int, ...], kv: list[tuple[Any, Any]], prompt_length: int | None = None) -> None: ...
+    def put(self, ids: tuple[int, ...], kv: KV, prompt_length: int | None = None) -> None: ...
 
-    def take(self, prompt: tuple[int, ...]) -> tuple[int, list[tuple[Any, Any]] | None]: ...
+    def take(self, prompt: tuple[int, ...]) -> tuple[int, KV | None]: ...
 
 
-class DecodeContext(Protocol):
-    """What the decoder reads from its backend.
+@dataclass(frozen=True)
+class DecodeContext:
+    """What the decoder reads from its backend (the backend builds one per call).
 
     Attributes:
         model: the causal LM (a ``transformers`` ``PreTrainedModel``).
@@ -53,23 +63,35 @@ class DecodeContext(Protocol):
         stop_ids: ids that end a generation.
         jump_forward: feed the tokens a constraint program forces next in the same step.
         stats: counters the decoder adds to (``prefill_tokens``, ``cached_tokens``, ``generated_tokens``,
-            ``forward_calls``).
+            ``forward_calls``): the backend's own dict, shared.
     """
 
-    model: Any
+    model: PreTrainedModel
+    cache: KVStore | None
     pad_id: int
-    stop_ids: set[int]
+    stop_ids: frozenset[int]
     jump_forward: bool
     stats: dict[str, int]
 
-    @property
-    def cache(self) -> KVStore | None: ...
 
+@dataclass(frozen=True)
+class BatchingContext(DecodeContext):
+    """What continuous batching (:mod:`._continuous`) reads beyond :class:`DecodeContext`.
 
-class BatchingContext(DecodeContext, Protocol):
-    """What continuous batching (:mod:`._continuous`) reads from its backend beyond :class:`DecodeContext`: the
-    running batch's size and how a finished row becomes its completion."""
+    Attributes:
+        batch_size: rows in the running batch, >= 1.
+        completion: how a finished row becomes its :class:`~brrm.backends.base.Completion`.
+    """
 
-    batch_size: int
+    batch_size: int = 1
+    completion: Callable[[Row], Completion] | None = None
 
-    def _completion(self, row: Row) -> Any: ...
+    def complete(self, row: Row) -> Completion:
+        """``row``'s completion.
+
+        Raises:
+            ValueError: when the context was built without ``completion`` (a programming error).
+        """
+        if self.completion is None:
+            raise ValueError("BatchingContext.completion is not set")
+        return self.completion(row)

@@ -1,11 +1,13 @@
 """Choosing each row's next token: constraint masks, forced tokens, greedy argmax or Gumbel-max sampling.
 
-Used by :class:`brrm.backends._decode.Decoder`; one row's choice never depends on the other rows of its batch.
+Used by :class:`brrm.backends.transformers.decode.Decoder`; one row's choice never depends on the other rows of its
+batch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Set
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,8 +15,8 @@ if TYPE_CHECKING:
     from brrm.backends.transformers.rows import Row
 
 
-def choose(stop_ids: set[int], active: list[Row], logits: torch.Tensor, temperature: float, top_p: float,
-           bitmask: Any, top_k: int = 0) -> list[int]:
+def choose(stop_ids: Set[int], active: list[Row], logits: torch.Tensor, temperature: float, top_p: float,
+           bitmask: torch.Tensor | None, top_k: int = 0) -> list[int]:
     """Apply constraints row by row, then pick tokens (greedy: one argmax over the batch).
 
     Pattern rows are checked lazily when that is exact: the token is picked from the unmasked
@@ -41,7 +43,7 @@ def choose(stop_ids: set[int], active: list[Row], logits: torch.Tensor, temperat
     picked = _pick(active, logits, temperature, top_p, forced, finite, top_k)
     for j in lazy:
         state = active[j].state
-        assert state is not None
+        assert state is not None and bitmask is not None  # lazy rows are pattern rows of a masked step
         if not state.guide.accepts_tokens([picked[j]]):
             state.write_mask(bitmask)
             _apply_mask(logits[j:j + 1], bitmask)
@@ -88,13 +90,13 @@ def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: R
     return int(torch.argmax(scaled + row.noise))
 
 
-def _apply_mask(logits_row: torch.Tensor, bitmask: Any) -> None:
+def _apply_mask(logits_row: torch.Tensor, bitmask: torch.Tensor | None) -> None:
     from outlines_core.kernels.torch import apply_token_bitmask_inplace
 
     apply_token_bitmask_inplace(logits_row, bitmask)
 
 
-def _constrain(stop_ids: set[int], row: Row, logits_row: torch.Tensor, bitmask: Any) -> int | None:
+def _constrain(stop_ids: Set[int], row: Row, logits_row: torch.Tensor, bitmask: torch.Tensor | None) -> int | None:
     """Mask one row's logits for its program (patterns only when ``bitmask`` is given); returns a forced
     token or None."""
     st = row.state

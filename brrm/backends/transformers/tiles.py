@@ -1,4 +1,5 @@
-"""Fixed-shape tiles for the row-wise layers of a batch-invariant forward (see :mod:`brrm.backends._invariant`).
+"""Fixed-shape tiles for the row-wise layers of a batch-invariant forward (see
+:mod:`brrm.backends.transformers.invariant`).
 
 A row-wise layer (a linear layer, a norm, a position-wise MLP) maps each token's vector on its own, but the
 kernels it calls (BLAS GEMM, ATen's vectorised loops) choose their code path and reduction split from the shape
@@ -24,8 +25,17 @@ head's input under ``logits_to_keep=1``, a call outside a model forward) is cut 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
+
+import torch
+
+T = TypeVar("T")
+RowWise = Callable[[torch.Tensor], torch.Tensor]
+"""A row-wise layer's own forward ``[..., width] -> [..., out]``."""
+TableKey = tuple[torch.dtype, torch.device, tuple[tuple[str, object], ...]]
+"""A rotary table's key: the input's dtype and device and the forward's keyword arguments."""
 
 TILE_ROWS = 8
 """Tokens per shared tile (rows that decode one token per forward). Decoding 8 rows fills one tile: chosen for
@@ -62,19 +72,17 @@ class Layout:
 
     batch: int
     length: int
-    index: Any
+    index: torch.Tensor
     tiles: tuple[tuple[int, int], ...]
     identity: bool
 
 
-def layout(attention_mask: Any, batch: int, length: int) -> Layout | None:
+def layout(attention_mask: torch.Tensor | None, batch: int, length: int) -> Layout | None:
     """The :class:`Layout` of a forward over ``[batch, length]`` new tokens, or None for a mask of another form.
 
     Args:
         attention_mask: ``[batch, past + length]`` (1 = real) or None (every position real).
     """
-    import torch
-
     if attention_mask is None:
         real = torch.ones((batch, length), dtype=torch.bool)
     elif attention_mask.dim() == 2 and attention_mask.shape[0] == batch and attention_mask.shape[1] >= length:
@@ -102,13 +110,14 @@ def layout(attention_mask: Any, batch: int, length: int) -> Layout | None:
     return Layout(batch, length, index, tuple(tiles), identity)
 
 
-def with_layout(forward: Any, *args: Any, **kwargs: Any) -> Any:
+def with_layout(forward: Callable[..., T], *args: object, **kwargs: object) -> T:
     """A causal LM's ``forward`` with its :class:`Layout` kept in a thread-local while it runs (nests)."""
     ids = kwargs.get("input_ids", args[0] if args else None)
     if ids is None:
         ids = kwargs.get("inputs_embeds")
-    current = None if ids is None or ids.dim() < 2 else layout(kwargs.get("attention_mask"), ids.shape[0],
-                                                                 ids.shape[1])
+    mask = kwargs.get("attention_mask")
+    current = layout(mask if isinstance(mask, torch.Tensor) else None, ids.shape[0], ids.shape[1]) \
+        if isinstance(ids, torch.Tensor) and ids.dim() >= 2 else None
     outer = getattr(_LAYOUT, "value", None)
     _LAYOUT.value = current
     try:
@@ -117,13 +126,11 @@ def with_layout(forward: Any, *args: Any, **kwargs: Any) -> Any:
         _LAYOUT.value = outer
 
 
-def _run_tiles(forward: Any, buffer: Any, tiles: Any, width: int) -> Any:
+def _run_tiles(forward: RowWise, buffer: torch.Tensor, tiles: Sequence[tuple[int, int]], width: int) -> torch.Tensor:
     """``forward`` on each ``buffer[start:stop]`` tile (flattened to ``[-1, width]``, aligned), concatenated.
 
     While a tile runs, the row-wise layers inside ``forward`` (an MLP's linear layers) take the tile as it is.
     """
-    import torch
-
     outs = []
     _LAYOUT.inside = True
     try:
@@ -135,7 +142,7 @@ def _run_tiles(forward: Any, buffer: Any, tiles: Any, width: int) -> Any:
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
-def _padded(forward: Any, x: Any) -> Any:
+def _padded(forward: RowWise, x: torch.Tensor) -> torch.Tensor:
     """``forward(x)`` (a row-wise layer's own forward) computed in fixed-shape tiles (see the module docstring).
 
     Stateless apart from the running forward's thread-local layout, so one model may run in several threads.
@@ -148,8 +155,6 @@ def _padded(forward: Any, x: Any) -> Any:
     Returns:
         ``forward(x)``'s value, ``[..., out]``; rows at padding positions of the running forward are zeros.
     """
-    import torch
-
     width = x.shape[-1]
     rows = x.numel() // width if width else 0
     plan = getattr(_LAYOUT, "value", None)
@@ -186,12 +191,13 @@ class RotaryTable:
     moves with the batch shape.) Thread-safe.
     """
 
-    def __init__(self, forward: Any) -> None:
+    def __init__(self, forward: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
         self.forward = forward
         self.lock = threading.Lock()
-        self.tables: dict[Any, tuple[Any, Any]] = {}
+        self.tables: dict[TableKey, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def __call__(self, x: Any, position_ids: Any, **kwargs: Any) -> tuple[Any, Any]:
+    def __call__(self, x: torch.Tensor, position_ids: torch.Tensor,
+                 **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
         need = int(position_ids.max()) + 1 if position_ids.numel() else 0
         key = (x.dtype, x.device, tuple(sorted(kwargs.items())))
         table = self.tables.get(key)
@@ -199,9 +205,8 @@ class RotaryTable:
             table = self._grow(x, key, need, kwargs)
         return table[0][position_ids], table[1][position_ids]
 
-    def _grow(self, x: Any, key: Any, need: int, kwargs: dict[str, Any]) -> tuple[Any, Any]:
-        import torch
-
+    def _grow(self, x: torch.Tensor, key: TableKey, need: int,
+              kwargs: dict[str, object]) -> tuple[torch.Tensor, torch.Tensor]:
         with self.lock:
             cos, sin = self.tables.get(key, (x.new_zeros((0, 0)), x.new_zeros((0, 0))))
             have = cos.shape[0]

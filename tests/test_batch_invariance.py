@@ -1,6 +1,5 @@
 """Batch-invariant forwards (brrm.backends.transformers.invariant): a row's logits are the same bits alone or in a
-padded
-batch, on a tiny real Qwen3. The end-to-end check (byte-identical `brrm judge` files at --batch-size 1 and 8)
+padded batch, on a tiny real Qwen3. The end-to-end check (byte-identical `brrm judge` files at --batch-size 1 and 8)
 is in test_reproducibility.py."""
 
 from __future__ import annotations

@@ -309,10 +309,9 @@ class TransformersBackend:
     def _continuous(self, firsts: list[Next], on_complete: Callable[[int], None] | None, then: FollowUp | None,
                     temperature: float, top_p: float, on_step: OnStep | None = None,
                     top_k: int = 0) -> list[Completion]:
-        """Every chain through one continuously refilled batch (:mod:`brrm.backends.transformers.continuous`): the
-            running one
-        when another thread's call is decoding with the same sampling settings, else a batch of this call's own
-        (after a running batch with other settings has ended)."""
+        """Every chain through one continuously refilled batch (:mod:`brrm.backends.transformers.continuous`):
+        the running one when another thread's call is decoding with the same sampling settings, else a batch of
+        this call's own (after a running batch with other settings has ended)."""
         import torch
 
         from brrm.backends.transformers.continuous import ContinuousDecoder, Job

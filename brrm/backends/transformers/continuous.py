@@ -1,9 +1,8 @@
 """Continuous batching for the transformers backend: finished rows leave, queued rows join, every step.
 
 :class:`~brrm.backends.transformers.decode.Decoder` decodes one chunk of rows to completion (the ``static``
-scheduling): a
-short row's slot stays empty until the chunk's longest row ends, and a BR-RM turn 2 waits for every turn 1 of
-its chunk. :class:`ContinuousDecoder` keeps one running batch of at most ``batch_size`` rows instead:
+scheduling): a short row's slot stays empty until the chunk's longest row ends, and a BR-RM turn 2 waits for
+every turn 1 of its chunk. :class:`ContinuousDecoder` keeps one running batch of at most ``batch_size`` rows instead:
 
 * after each decoding step, finished rows are dropped (their KV stored for a follow-up first, as in the static
   loop) and the free slots are refilled, follow-ups first (a chain's next request: BR-RM's turn 2 enters the
@@ -21,8 +20,7 @@ thread: the running thread hands a joined call's finished rows to it (:meth:`Con
 joined call answers with the chain's next request, so a judge's turn 2 is built where it would be built alone.
 
 With the batch-invariant forward (:mod:`brrm.backends.transformers.invariant`, the CPU default) a row's logits are the
-same
-bits in any batch, so results are byte-identical to static scheduling, to ``batch_size=1`` and to a call running
+same bits in any batch, so results are byte-identical to static scheduling, to ``batch_size=1`` and to a call running
 alone (``tests/test_continuous.py``).
 """
 

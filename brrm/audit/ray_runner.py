@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from brrm.audit.plan import AuditItem
 from brrm.errors import BackendUnavailable
@@ -31,7 +31,20 @@ from brrm.types.jsonvalue import JSONDict
 if TYPE_CHECKING:
     import numpy as np
 
-    from brrm.audit.runner import AuditOptions
+
+
+class Planned(Protocol):
+    """What a Ray run reads of the audit's options (:class:`brrm.audit.runner.AuditOptions`)."""
+
+    @property
+    def shape(self) -> str: ...
+
+    @property
+    def strategy(self) -> str | None: ...
+
+    @property
+    def chunk_size(self) -> int | None: ...
+
 
 RAY_HINT = "pip install 'brrm[ray]'  (ray[data]==2.60.0)"
 
@@ -99,7 +112,7 @@ class JudgeActor:
                 "info": np.asarray([self.info] * len(results), dtype=object)}
 
 
-def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: AuditOptions,
+def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: Planned,
                  ray_options: RayOptions) -> Iterator[tuple[list[AuditItem], list[JSONDict], JSONDict]]:
     """Judge pending items on a Ray actor pool; yields ``(items, results, judge info)`` as batches finish.
 

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from brrm.backends.base import Backend, Completion, GenerationRequest, Next, OnStep, generate_chains
 from brrm.seeds import item_seed
-from brrm.types import Conversation, PairwiseJudgment
-
-if TYPE_CHECKING:
-    from brrm.judges.brrm import BRRMConfig
+from brrm.types import Conversation, PairwiseJudgment, SamplingConfig
 
 OnResult = Callable[[int, PairwiseJudgment], None]
 """``on_result(index, judgment)``: an item's final judgment, as soon as it is known."""
@@ -54,12 +51,21 @@ class Item:
 
 
 
+class Sampled(Protocol):
+    """What a run reads of its judge's config (:class:`brrm.judges.brrm.BRRMConfig`): the decoding settings."""
+
+    @property
+    def sampling(self) -> SamplingConfig: ...
+
+
 class Judging(Protocol):
     """What a run needs of its judge (:class:`brrm.judges.brrm.BRRMJudge`): its backend and config, and the steps
     of one ordered judgment."""
 
     backend: Backend
-    config: BRRMConfig
+
+    @property
+    def config(self) -> Sampled: ...
 
     def _turn1(self, it: Item) -> GenerationRequest | None: ...
 

@@ -26,8 +26,9 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+# first on the path, not merely on it: an editable install appends the checkout after site-packages, where another
+# distribution's top-level ``tests`` package (verl ships one) would shadow this repository's
+sys.path.insert(0, str(REPO))
 
 from tests.serve_helpers import running_server  # noqa: E402
 

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from brrm.cli.command import Parser, Verb
 from brrm.errors import BrrmError
 
-SUBCOMMANDS = ("brrm.cli.judge:COMMAND", "brrm.cli.score:COMMAND", "brrm.cli.rank:COMMAND", "brrm.cli.serve",
+SUBCOMMANDS = ("brrm.cli.judge:COMMAND", "brrm.cli.score:COMMAND", "brrm.cli.rank:COMMAND", "brrm.cli.serve:COMMAND",
                "brrm.cli.audit:COMMAND", "brrm.cli.bench:COMMAND", "brrm.cli.calibrate:COMMAND",
                "brrm.cli.probe:COMMAND")
-"""The subcommands in help order, imported when the parser is built: ``module:COMMAND`` names a
-:class:`~brrm.cli.command.Command`; a bare module is one whose ``add_parser(subparsers)`` is the command (serve)."""
+"""The subcommands in help order, imported when the parser is built: ``module:COMMAND`` names each one's
+:class:`~brrm.cli.command.Command`."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,6 +62,5 @@ def build_parser() -> argparse.ArgumentParser:
 def _verb(entry: str) -> Verb:
     """The command an entry of :data:`SUBCOMMANDS` names."""
     module_name, _, attribute = entry.partition(":")
-    module = importlib.import_module(module_name)
-    verb: Verb = getattr(module, attribute) if attribute else module
+    verb: Verb = getattr(importlib.import_module(module_name), attribute)
     return verb

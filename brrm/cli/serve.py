@@ -20,6 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from brrm.cli import common
+from brrm.cli.command import Command
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -29,18 +30,13 @@ if TYPE_CHECKING:
     from brrm.types import RewardJudge
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``brrm serve``: the model flags, then the server's (:func:`_server_args`, :func:`_limit_args`,
+def _arguments(p: argparse.ArgumentParser) -> None:
+    """``brrm serve``'s flags: the model's, then the server's (:func:`_server_args`, :func:`_limit_args`,
     :func:`_rlhf_args`)."""
-    p = sub.add_parser("serve", help="serve a judge over HTTP (judge, score, rank, OpenRLHF, NeMo Gym routes)",
-                       description="Serve a judge over HTTP: POST /v1/judge, /v1/score, /v1/rank, /get_reward "
-                                   "(OpenRLHF), /compare (NeMo Gym); GET /health, /ready, /v1/models, /metrics, "
-                                   "/docs.")
     common.add_model_args(p)
     _server_args(p.add_argument_group("server"))
     _limit_args(p.add_argument_group("limits and scheduling"))
     _rlhf_args(p.add_argument_group("RLHF routes"))
-    p.set_defaults(func=run)
 
 
 def _server_args(s: argparse._ArgumentGroup) -> None:
@@ -260,3 +256,10 @@ def _factory(spec: str) -> RewardJudge:
     if not isinstance(judge, RewardJudge):
         raise ConfigError(f"--factory {spec!r} returned {type(judge).__name__}, not a RewardJudge")
     return judge
+
+
+COMMAND = Command(
+    "serve", arguments=_arguments, run=run,
+    help="serve a judge over HTTP (judge, score, rank, OpenRLHF, NeMo Gym routes)",
+    description="Serve a judge over HTTP: POST /v1/judge, /v1/score, /v1/rank, /get_reward (OpenRLHF), /compare "
+                "(NeMo Gym); GET /health, /ready, /v1/models, /metrics, /docs.")

@@ -91,7 +91,7 @@ def test_audit_overhead_vs_plain_judging_and_rerun(benchmark, setup):
     rerun_s = time.perf_counter() - start
     assert rerun.judged == 0 and judge.model.backend.stats["forward_calls"] == calls  # no model call
 
-    spec = JudgeSpec(model, OPTIONS)
+    spec = JudgeSpec(model, kind="brrm", options={k: v for k, v in OPTIONS.items() if k != "kind"})
     run_audit(plan_items(records, "pairs"), base / "audit-0", AuditOptions(shape="pairs", progress=False), spec=spec)
     start = time.perf_counter()  # the CLI's path: the store remembers the configuration, so no model even loads
     again = run_audit(plan_items(records, "pairs"), base / "audit-0", AuditOptions(shape="pairs", progress=False),

@@ -89,7 +89,9 @@ def _in_process(judge, n: int, *, batched: bool) -> float:
 
 @pytest.mark.timeout(1800)
 def test_coalescing_vs_max_batch_1(benchmark, model, tmp_path):
-    """32 concurrent single-pair clients: the server with coalescing (max batch 32) vs max batch 1.
+    """32 concurrent single-pair clients: the server with coalescing (max batch 32) vs max batch 1 and one call at
+    a time (``--concurrency 1``: the transformers backend otherwise takes concurrent calls into its running batch,
+    which is batching too).
 
     The ratio is bounded by what the judge itself gains from batching in process (measured beside it): on CPU the
     tiny model's cost is mostly attention over ~1.2k-token BR-RM contexts, which grows with every row, so the engine
@@ -106,7 +108,7 @@ def test_coalescing_vs_max_batch_1(benchmark, model, tmp_path):
     served: dict[int, tuple[float, list[float], list[dict]]] = {}
     args = ["--model", str(model), *JUDGE, "--max-wait-ms", "50"]
     with running_server([*args, "--max-batch", "32"], tmp_path) as coalescing, \
-            running_server([*args, "--max-batch", "1"], tmp_path) as one_by_one:
+            running_server([*args, "--max-batch", "1", "--concurrency", "1"], tmp_path) as one_by_one:
         for _ in range(2):
             for max_batch, srv in ((32, coalescing), (1, one_by_one)):
                 run = _clients(srv.url, n)

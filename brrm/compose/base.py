@@ -135,6 +135,7 @@ def _groups(conversations: Sequence[ConversationLike], groups: Sequence[Sequence
     for g, group in enumerate(groups):
         if isinstance(group, str) or not isinstance(group, Sequence):
             raise ConfigError(f"groups[{g}] must be a list of response strings, got {type(group).__name__}")
+        check_same_length(**{f"groups[{g}]": group})  # each response valid text
     return [Conversation.coerce(c, where=f"conversations[{g}]") for g, c in enumerate(conversations)]
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from brrm.errors import ConfigError
+from brrm.types.config import check_text
 
 FORMATS = ("jsonl", "json", "parquet", "csv", "tsv", "hf")
 """Input formats the record readers take (``hf``: a Hugging Face dataset folder or hub id, through ``datasets``)."""
@@ -65,7 +66,7 @@ def read_string_field(row: Mapping[str, object], column: str) -> str:
         raise ConfigError(f"missing field {column!r}")
     if not isinstance(value, str):
         raise ConfigError(f"field {column!r} must be a string, got {type(value).__name__}")
-    return value
+    return check_text(f"field {column!r}", value)
 
 
 def read_id(row: Mapping[str, object], line: int, column: str) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from brrm.errors import ConfigError
 from brrm.records._io import absent
 from brrm.types import Conversation, Verdict, parse_label
+from brrm.types.config import check_text
 
 
 @dataclass(frozen=True)
@@ -143,4 +144,4 @@ def read_optional_string(row: Mapping[str, object], column: str) -> str:
         return ""
     if not isinstance(value, str):
         raise ConfigError(f"field {column!r} must be a string, got {type(value).__name__}")
-    return value
+    return check_text(f"field {column!r}", value)

@@ -32,6 +32,7 @@ from brrm.records.fields import (
     read_optional_string,
 )
 from brrm.types import Conversation, Verdict
+from brrm.types.config import check_text
 
 SHAPES = ("pairs", "single", "groups")
 """Record shapes: ``pairs`` (response_a/response_b), ``single`` (response), ``groups`` (responses list)."""
@@ -137,6 +138,8 @@ def parse_group_record(row: object, *, line: int, fields: FieldMap | None = None
         if bad is not None:
             raise ConfigError(f"field {fields.responses!r}[{bad}] must be a string, got "
                               f"{type(responses[bad]).__name__}")
+        for k, r in enumerate(responses):
+            check_text(f"field {fields.responses!r}[{k}]", r)
         if not responses:
             raise ConfigError(f"field {fields.responses!r} is empty; a group needs at least one response")
         return GroupRecord(rid, line, read_conversation(row, fields), tuple(responses),

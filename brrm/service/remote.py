@@ -34,6 +34,7 @@ from brrm.types import (
     check_int,
 )
 from brrm.types.codec import group_from_dict, judgment_from_dict, reward_from_dict
+from brrm.types.config import check_text
 from brrm.types.conversation import ConversationLike
 from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.protocols import OnResult, OnStep, Principles
@@ -374,7 +375,7 @@ def _context(value: ConversationLike, where: str) -> JSONDict:
 def _text(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{where} must be a string, got {type(value).__name__}")
-    return value
+    return check_text(where, value)
 
 
 def _label(value: object) -> str:

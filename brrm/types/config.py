@@ -74,6 +74,26 @@ def check_float(name: str, value: object, *, low: float | None = None, high: flo
     return float(value)
 
 
+def check_text(name: str, value: str) -> str:
+    """``value`` when it is valid Unicode text, i.e. UTF-8 can encode it (every tokenizer brrm loads needs that);
+    O(len). NUL and other control characters are valid text and are tokenized as text.
+
+    Raises:
+        ConfigError: naming ``name`` and the first lone surrogate (``U+D800``-``U+DFFF`` without its pair, e.g.
+            from a JSON ``\\ud800`` escape or a ``surrogateescape``-decoded file).
+    """
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = value[exc.start]
+        raise ConfigError(f"{name} is not valid Unicode text: character {exc.start} is the lone surrogate "
+                          f"U+{ord(char):04X}, which no tokenizer can encode; pass the character's full surrogate "
+                          "pair, or remove it") from None
+    return value
+
+
 def check_choice(name: str, value: object, options: Iterable[str]) -> str:
     """``value`` when it is one of ``options`` (a str enum member counts as its value).
 

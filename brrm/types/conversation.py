@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brrm.errors import ConfigError
+from brrm.types.config import check_text
 
 ROLES = ("system", "user", "assistant", "tool")
 """Valid message roles. ``tool`` holds a tool's observation; it is never judged as the assistant's text."""
@@ -38,6 +39,7 @@ class Message:
             raise ConfigError(
                 f"message content must be a string, got {type(self.content).__name__} (role {self.role!r})"
             )
+        check_text(f"message content (role {self.role!r})", self.content)
         if self.tool_calls and self.role != "assistant":
             raise ConfigError(f"tool_calls are only valid on assistant messages, not role {self.role!r}")
         if not all(isinstance(call, Mapping) for call in self.tool_calls):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brrm.errors import ConfigError
-from brrm.types.config import SamplingConfig
+from brrm.types.config import SamplingConfig, check_text
 from brrm.types.jsonvalue import JSONDict, JSONValue
 
 
@@ -256,15 +256,22 @@ def parse_label(value: object, *, where: str = "label") -> Verdict:
 
 
 def check_same_length(**lists: Sequence[object]) -> int:
-    """Return the common length of the named sequences.
+    """Return the common length of the named batch inputs, each string in them checked as valid text.
 
     Raises:
-        ConfigError: naming every sequence and its length when they differ.
+        ConfigError: naming every sequence and its length when they differ, or naming the item (``responses_b[3]``)
+            that is not valid Unicode text (:func:`~brrm.types.config.check_text`) — before any model call, so
+            no other item of the batch is lost to it.
     """
     lengths = {name: len(seq) for name, seq in lists.items()}
     if len(set(lengths.values())) > 1:
         detail = ", ".join(f"{k}={v}" for k, v in lengths.items())
         raise ConfigError(f"batch inputs must have the same length, got {detail}")
+    for name, seq in lists.items():
+        if not isinstance(seq, str):
+            for i, item in enumerate(seq):
+                if isinstance(item, str):
+                    check_text(f"{name}[{i}]", item)
     return next(iter(lengths.values()), 0)
 
 

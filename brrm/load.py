@@ -88,6 +88,10 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
     if backend == "serve" or (isinstance(model, str) and model.startswith(("http://", "https://"))):
         from brrm.service.connect import load_remote  # a brrm serve URL: the one HTTP client
 
+        if config is not None:
+            raise ConfigError("config= does not apply to backend='serve': the served judge keeps its own "
+                              "configuration (per-request options such as decoding, max_new_tokens or seed are "
+                              "keywords)")
         return load_remote(model, kind=kind, backend=backend, calibration=calibration, **options)
     flat: dict[str, object] = dict(options)
     if config is not None:

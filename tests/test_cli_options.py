@@ -260,3 +260,22 @@ def test_judge_configs_validate_and_load_splits_flat_keywords_by_field():
         brrm.load("/nonexistent-model-dir", kind="brrm", config=BTConfig())
     with pytest.raises(ConfigError, match="unknown option 'samples' for kind 'bt'"):
         brrm.load("/nonexistent-model-dir", config=BTConfig(), samples=2)
+
+
+def test_a_flag_shared_by_kinds_offers_every_kinds_choices_and_load_checks_the_kinds_own(capsys):
+    """``--decoding`` is BR-RM's constrained/faithful and the principle model's card/constrained: the flag takes
+    all three, and a choice that is not the kind's is refused naming the kind's own."""
+    from brrm.cli import main
+
+    decoding = next(a for a in _every_subcommand()["score"]._actions if "--decoding" in a.option_strings)
+    assert set(decoding.choices) == {"constrained", "faithful", "card"}
+    assert main(["judge", "--input", "missing.jsonl", "--decoding", "card"]) == 2
+    assert "invalid choice" not in capsys.readouterr().err  # the flag takes it; what follows refuses it by kind
+
+
+def test_load_refuses_config_for_a_served_judge():
+    import brrm
+    from brrm.reward_models.bradley_terry import BTConfig
+
+    with pytest.raises(brrm.ConfigError, match="config= does not apply to backend='serve'"):
+        brrm.load("http://127.0.0.1:9", backend="serve", config=BTConfig())

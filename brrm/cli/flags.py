@@ -189,6 +189,10 @@ def add_judge_args(p: argparse.ArgumentParser) -> None:
             extra = {"action": "append"}
         else:
             extra = _typed(f, str(f.type))
+            # one flag for every kind that has the option: its choices are all kinds' (load checks the kind's own)
+            choices = tuple(dict.fromkeys(c for g in jf.fields for c in g.metadata.get("choices") or ()))
+            if choices:
+                extra["choices"] = choices
         if form.metavar:
             extra["metavar"] = form.metavar
         groups[KIND_GROUPS[jf.owners[0][0]]].add_argument(jf.flag, dest=jf.dest, default=None, help=jf.help(),

@@ -71,8 +71,9 @@ def _limit_args(q: argparse._ArgumentGroup) -> None:
     q.add_argument("--max-queue", type=int, default=2048, help="judgments waiting (by cost) before 429 (default 2048)")
     q.add_argument("--deadline", type=float, default=600.0, help="per-request deadline in seconds; then 504 "
                                                                  "(default 600)")
-    q.add_argument("--concurrency", default="auto", help="judge calls at once: auto (4 where the backend shares "
-                                                         "one running batch across calls — vllm, openai — else 1) "
+    q.add_argument("--concurrency", default="auto", help="judge calls at once: auto (4 where the judge takes "
+                                                         "concurrent calls into one running batch — transformers "
+                                                         "with continuous scheduling, vllm, openai — else 1) "
                                                          "or a number")
     q.add_argument("--stall-timeout", type=float, default=30.0,
                    help="seconds a judge call nobody waits for may run on before it is abandoned (default 30)")

@@ -94,8 +94,9 @@ class PrincipleConfig:
     format: str = option("auto", keyword="recipe",
                          help="auto (from the model id; the default), qwen3_genrm or llama_reward")
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
-    decoding: str = option("card", help="qwen3_genrm: card (free generation, logits read at the judgement step; "
-                                        "the default) or constrained (a constraint program reaches the judgement)")
+    decoding: str = option("card", choices=DECODINGS,
+                           help="qwen3_genrm: card (free generation, logits read at the judgement step; the default) "
+                                "or constrained (a constraint program reaches the judgement)")
     reward: str = option("clamped", help="qwen3_genrm: clamped (max(s_yes - s_max, -50) - max(s_no - s_max, -50); "
                                          "the default, the card's) or logit_diff (s_yes - s_no); llama_reward is "
                                          "always logit(Yes) - logit(No)")

@@ -39,8 +39,9 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
     from brrm.types.protocols import KIND_TRAITS, JudgeSpec
 
     if backend != "serve":
-        raise ConfigError(f"model {model!r} is a URL: pass backend='serve' to judge with the brrm serve there "
-                          f"(backend {backend!r} loads weights)")
+        raise ConfigError(f"model {model!r} is a URL: backend {backend!r} loads weights, not a server; to "
+                          "judge with the brrm serve there from Python, pass backend='serve': "
+                          "brrm.load(url, backend='serve')")
     if not isinstance(model, str) or not model.startswith(("http://", "https://")):
         raise ConfigError(f"backend='serve' needs the http(s) URL of a running brrm serve as model, got {model!r}")
     if calibration is not None:

@@ -96,9 +96,11 @@ class Server:
 
 @contextlib.contextmanager
 def running_server(args: Sequence[str], tmp: Path, *, env: dict[str, str] | None = None,
-                   api_key: str | None = None, ready_timeout_s: float = 90) -> Iterator[Server]:
-    """Start ``python -m brrm serve ARGS --port FREE`` and stop it (SIGTERM, then SIGKILL) afterwards."""
-    port = free_port()
+                   api_key: str | None = None, ready_timeout_s: float = 90,
+                   port: int | None = None) -> Iterator[Server]:
+    """Start ``python -m brrm serve ARGS --port PORT`` (a free one by default) and stop it (SIGTERM, then SIGKILL)
+    afterwards."""
+    port = port or free_port()
     log_path = tmp / f"server-{port}.log"
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})}
     if api_key:

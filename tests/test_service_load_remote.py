@@ -91,3 +91,23 @@ def test_an_audit_judged_by_brrm_serve_equals_the_local_audit(served, tmp_path):
         assert got[rid]["p_a"] == pytest.approx(want[rid]["p_a"], abs=1e-6)
     again = run_audit(items, tmp_path / "remote", opts, spec=brrm.JudgeSpec(url, backend="serve"))
     assert again.judged == 0  # resumed: nothing judged twice
+
+
+def test_a_remote_judge_refuses_replies_from_other_weights_behind_the_same_url(tmp_path):
+    """The server restarted on other weights at the same URL: the judge loaded before refuses its replies (naming
+    both fingerprints) instead of returning the new model's rewards as its own."""
+    from brrm.testing import save_tiny_qwen3
+    from tests.serve_helpers import free_port
+
+    first = str(save_tiny_qwen3(tmp_path / "rm1", sequence_classification=True, seed=1))
+    second = str(save_tiny_qwen3(tmp_path / "rm2", sequence_classification=True, seed=2))
+    port = free_port()
+    with running_server(["--model", first, "--kind", "bt"], tmp_path, port=port) as srv:
+        judge = brrm.load(srv.url, backend="serve")
+        before = judge.score(["q"], ["a response"])[0]
+        assert before.ok and before.provenance.fingerprint == judge.info.fingerprint
+    with running_server(["--model", second, "--kind", "bt"], tmp_path, port=port):
+        with pytest.raises(brrm.ConfigError, match="now judges with other weights"):
+            judge.score(["q"], ["a response"])
+        again = brrm.load(srv.url, backend="serve")  # loading it again is the way on
+        assert again.info.fingerprint != judge.info.fingerprint and again.score(["q"], ["a response"])[0].ok

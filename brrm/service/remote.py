@@ -180,7 +180,7 @@ class RemoteJudge:
             size = len(cast(list[str], body["responses"]))
             if isinstance(reply, str):
                 return _failed_group(reply, size, strategy)
-            result = _with_reply_provenance(reply.get("result"), reply)
+            result = self._same_weights(_with_reply_provenance(reply.get("result"), reply))
             if not isinstance(result, dict):
                 return _failed_group("brrm serve's /v1/rank reply has no result", size, strategy)
             return group_from_dict(result)
@@ -311,7 +311,7 @@ class RemoteJudge:
                         ] * len(chunk)
             out: list[JSONDict | str] = []
             for r in results:
-                merged = _with_reply_provenance(r, reply)
+                merged = self._same_weights(_with_reply_provenance(r, reply))
                 out.append(merged if isinstance(merged, dict) else f"brrm serve returned a {type(r).__name__}, "
                            "not a result object")
             return out
@@ -320,6 +320,19 @@ class RemoteJudge:
             return []
         with ThreadPoolExecutor(min(self.concurrency, len(chunks))) as pool:
             return [r for part in pool.map(one, chunks) for r in part]
+
+    def _same_weights(self, result: JSONValue) -> JSONValue:
+        """``result`` when every fingerprint in its provenance is the one this judge was loaded for.
+
+        Raises:
+            ConfigError: when the server now judges with other weights (restarted on other weights behind the same
+                URL): its results are not this judge's, so none is returned as if it were.
+        """
+        for found in _fingerprints(result):
+            if found != self.info.fingerprint:
+                raise ConfigError(f"the brrm serve at {self.url} now judges with other weights (fingerprint "
+                                  f"{found}; this judge was loaded for {self.info.fingerprint}): load it again")
+        return result
 
     def _post(self, path: str, body: JSONDict) -> JSONDict | str:
         """The reply's JSON, or a reason (a transport or server failure); raises for the caller's mistakes."""
@@ -391,6 +404,21 @@ def _principles(principles: Principles, n: int) -> list[str] | None:
     if len(out) != n:
         raise ConfigError(f"principles has {len(out)} entries for {n} items")
     return [_text(p, f"principles[{k}]") for k, p in enumerate(out)]
+
+
+def _fingerprints(result: JSONValue) -> set[str]:
+    """The weight fingerprints named in a result dict's provenance (and its sub-results')."""
+    out: set[str] = set()
+    if isinstance(result, dict):
+        prov = result.get("provenance")
+        if isinstance(prov, dict) and isinstance(prov.get("fingerprint"), str) and prov["fingerprint"]:
+            out.add(str(prov["fingerprint"]))
+        for key in ("sub_judgments", "rewards", "judgments"):
+            children = result.get(key)
+            if isinstance(children, list):
+                for child in children:
+                    out |= _fingerprints(child)
+    return out
 
 
 def _with_reply_provenance(result: JSONValue, reply: Mapping[str, JSONValue]) -> JSONValue:

@@ -27,7 +27,7 @@ from brrm.types import (
     Variable,
     Verdict,
 )
-from brrm.types.protocols import OnResult, OnStep, Principles
+from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
 
 
 class CalibratedPairJudge:
@@ -69,7 +69,7 @@ class CalibratedPairJudge:
         self.model.close()
 
 
-class CalibratedScalarJudge:
+class CalibratedScalarJudge(SingleItems):
     """A scalar :class:`~brrm.RewardJudge` whose pairwise judgments carry calibrated σ(s·(r_A − r_B)); every other
     method is the wrapped judge's (rewards, rankings and costs unchanged).
 
@@ -93,10 +93,6 @@ class CalibratedScalarJudge:
                                      principles=principles, progress=progress, on_result=given, on_step=on_step)
         return [reported.get(i) or self.calibration.apply(j) for i, j in enumerate(out)]
 
-    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
-              swap: bool | None = None) -> PairwiseJudgment:
-        (out,) = self.judge_pairs([conversation], [response_a], [response_b], swap=swap)
-        return out
     def score(self, conversations: Sequence[ConversationLike],
               responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
@@ -104,21 +100,11 @@ class CalibratedScalarJudge:
         return self.inner.score(conversations, responses, principles=principles, references=references, ids=ids,
                                 progress=progress, on_result=on_result)
 
-    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
-             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
-             progress: Progress = None) -> GroupResult:
-        return self.inner.rank(conversation, responses, strategy=strategy, reference=reference, swap=swap,
-                               principles=principles, progress=progress)
-
     def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         return self.inner.rank_groups(conversations, groups, strategy=strategy, references=references, swap=swap,
                                       principles=principles, progress=progress)
-
-    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
-                  reference: str | None = None) -> ScalarReward:
-        return self.inner.score_one(conversation, response, principle=principle, reference=reference)
 
     def with_options(self, **overrides: object) -> RewardJudge:
         """The wrapped judge's variant (as its ``with_options``: not calibrated)."""

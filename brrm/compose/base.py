@@ -27,7 +27,7 @@ from brrm.types import (
     parse_label,
 )
 from brrm.types.conversation import ConversationLike
-from brrm.types.protocols import Principles
+from brrm.types.protocols import Principles, SingleItems
 
 OnResult = Callable[[int, Any], None] | None
 OnStep = Callable[[int, int], None] | None
@@ -37,7 +37,7 @@ and the tokens the step added (for progress displays); judges without decoding s
 the calling thread; results still come back in order from the call."""
 
 
-class _Base:
+class _Base(SingleItems):
     """The single-item helpers, ``rank`` and resource handling, shared by both judges."""
 
     info: JudgeInfo
@@ -61,25 +61,6 @@ class _Base:
                     strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         raise NotImplementedError
-
-    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
-              swap: bool | None = None) -> PairwiseJudgment:
-        """One pair; see ``judge_pairs``."""
-        return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
-
-    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
-                  reference: str | None = None) -> ScalarReward:
-        """One response; see ``score``."""
-        refs = None if reference is None else [reference]
-        return self.score([conversation], [response], principles=principle, references=refs)[0]
-
-    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
-             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
-             progress: Progress = None) -> GroupResult:
-        """One group; see ``rank_groups``."""
-        refs = None if reference is None else [reference]
-        return self.rank_groups([conversation], [responses], strategy=strategy, references=refs, swap=swap,
-                                principles=principles, progress=progress)[0]
 
     def close(self) -> None:
         """Free the model (engines, threads, connections)."""

@@ -37,7 +37,7 @@ from brrm.types.codec import group_from_dict, judgment_from_dict, reward_from_di
 from brrm.types.config import check_text
 from brrm.types.conversation import ConversationLike
 from brrm.types.jsonvalue import JSONDict, JSONValue
-from brrm.types.protocols import OnResult, OnStep, Principles
+from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
 
 if TYPE_CHECKING:
     import httpx
@@ -50,7 +50,7 @@ RETRIED = (429, 503)
 """Statuses that mean "not now": retried after ``Retry-After``."""
 
 
-class RemoteJudge:
+class RemoteJudge(SingleItems):
     """A judge served by ``brrm serve`` at ``url``, used like any :func:`brrm.load` judge.
 
     Args:
@@ -187,25 +187,6 @@ class RemoteJudge:
 
         with ThreadPoolExecutor(min(self.concurrency, max(n, 1))) as pool:
             return list(pool.map(one, bodies))
-
-    def rank(self, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
-             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
-             progress: Progress = None) -> GroupResult:
-        """One group; see ``rank_groups``."""
-        refs = None if reference is None else [reference]
-        return self.rank_groups([conversation], [responses], strategy=strategy, references=refs, swap=swap,
-                                principles=principles, progress=progress)[0]
-
-    def judge(self, conversation: ConversationLike, response_a: str, response_b: str, /, *,
-              swap: bool | None = None) -> PairwiseJudgment:
-        """One pair; see ``judge_pairs``."""
-        return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
-
-    def score_one(self, conversation: ConversationLike, response: str, /, *, principle: str | None = None,
-                  reference: str | None = None) -> ScalarReward:
-        """One response; see ``score``."""
-        refs = None if reference is None else [reference]
-        return self.score([conversation], [response], principles=principle, references=refs)[0]
 
     def with_options(self, **overrides: object) -> RemoteJudge:
         """A variant over the same server whose requests carry other settings: ``swap``, and the per-request

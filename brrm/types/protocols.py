@@ -331,6 +331,45 @@ class RewardJudge(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+class _Batched(Protocol):
+    """The batch methods the single-item helpers of :class:`SingleItems` stand on."""
+
+    def judge_pairs(self, conversations: Sequence[ConversationLike], responses_a: Sequence[str],
+                    responses_b: Sequence[str], /, *, swap: bool | None = None) -> list[PairwiseJudgment]: ...
+
+    def score(self, conversations: Sequence[ConversationLike], responses: Sequence[str], /, *,
+              principles: Principles = None, references: Sequence[str] | None = None) -> list[ScalarReward]: ...
+
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
+                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]: ...
+
+
+class SingleItems:
+    """``judge``, ``score_one`` and ``rank`` of :class:`RewardJudge`, written once over the batch methods: a judge
+    class (local, remote or a wrapper) inherits them and writes only ``judge_pairs``, ``score`` and
+    ``rank_groups``."""
+
+    def judge(self: _Batched, conversation: ConversationLike, response_a: str, response_b: str, /, *,
+              swap: bool | None = None) -> PairwiseJudgment:
+        """One pair; see ``judge_pairs``."""
+        return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
+
+    def score_one(self: _Batched, conversation: ConversationLike, response: str, /, *,
+                  principle: str | None = None, reference: str | None = None) -> ScalarReward:
+        """One response; see ``score``."""
+        refs = None if reference is None else [reference]
+        return self.score([conversation], [response], principles=principle, references=refs)[0]
+
+    def rank(self: _Batched, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
+             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
+             progress: Progress = None) -> GroupResult:
+        """One group; see ``rank_groups``."""
+        refs = None if reference is None else [reference]
+        return self.rank_groups([conversation], [responses], strategy=strategy, references=refs, swap=swap,
+                                principles=principles, progress=progress)[0]
+
+
 @runtime_checkable
 class ScalarRewardModel(Protocol):
     """A model that gives each (conversation, response) a scalar reward (Bradley–Terry, principle models)."""

@@ -184,15 +184,8 @@ def table_lines(result: BenchResult, published: float | None = None, *, markdown
     row next to the model card's published figure when there is one."""
     head = ["row", "score", "n", "ties", "failures", "details"]
     body = [[r.name, _fmt(r.score), str(r.n), str(r.ties), str(r.failures), _details(r.extra)] for r in result.rows]
-    if published is not None:
-        head.append("published (model card)")
-        for r, b in zip(result.rows, body, strict=True):
-            b.append(_fmt(published) if r.name == result.headline else "")
-    if markdown:
-        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
-    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
-    return ["  ".join(x[i].ljust(widths[i]) if i in (0, 5) else x[i].rjust(widths[i]) for i in range(len(head)))
-            .rstrip() for x in [head, *body]]
+    return _table(head, body, [r.name for r in result.rows], result.headline, published, left={0, 5},
+                  markdown=markdown)
 
 
 def protocol_table_lines(runs: Sequence[Scored], published: float | None = None, *,
@@ -217,14 +210,20 @@ def protocol_table_lines(runs: Sequence[Scored], published: float | None = None,
             line += [_fmt(mine.score), shown, str(mine.ties), str(mine.failures),
                      _details(mine.extra)]
         body.append(line)
+    left = {0} | {i for i, h in enumerate(head) if h.endswith(": details")}
+    return _table(head, body, [r.name for r in first.rows], first.headline, published, left=left, markdown=markdown)
+
+
+def _table(head: list[str], body: list[list[str]], names: Sequence[str], headline: str, published: float | None, *,
+           left: set[int], markdown: bool) -> list[str]:
+    """A score table's lines: the model card's figure beside the headline row (when given), then markdown, or
+    aligned columns (``left`` ones left-aligned, the rest right-aligned)."""
     if published is not None:
-        head.append("published (model card)")
-        for r, b in zip(first.rows, body, strict=True):
-            b.append(_fmt(published) if r.name == first.headline else "")
+        head = [*head, "published (model card)"]
+        body = [[*b, _fmt(published) if name == headline else ""] for name, b in zip(names, body, strict=True)]
     if markdown:
         return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
-    left = {0} | {i for i, h in enumerate(head) if h.endswith(": details")}
     return ["  ".join(x[i].ljust(widths[i]) if i in left else x[i].rjust(widths[i]) for i in range(len(head)))
             .rstrip() for x in [head, *body]]
 

@@ -26,11 +26,8 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# first on the path, not merely on it: an editable install appends the checkout after site-packages, where another
-# distribution's top-level ``tests`` package (verl ships one) would shadow this repository's
-sys.path.insert(0, str(REPO))
 
-from tests.serve_helpers import running_server  # noqa: E402
+from tests.serve_helpers import running_server  # noqa: E402  (the repository is on sys.path: pyproject's pythonpath)
 
 JUDGE = ["--kind", "brrm", "--temperature", "0", "--max-new-tokens", "450", "--block-token-cap", "8",
          "--batch-size", "32"]

@@ -9,9 +9,9 @@ every turn 1 of its chunk. :class:`ContinuousDecoder` keeps one running batch of
   batch the step its turn 1 ends, reusing turn 1's KV through the prefix cache), then the queue, shortest prompt
   first (as static chunks are sorted; a call's first results come sooner);
 * joining rows are prefilled together in one forward pass of their own (so a decoding row never computes a
-  padded prompt's worth of positions), then their KV is left-padded to the running batch's length and
-  concatenated to it. The attention mask is 1 exactly on each row's real positions and position ids are
-  explicit, so a row attends to what it would attend to alone; leading columns no row uses are cut off.
+  padded prompt's worth of positions), straight into free slots of the batch's
+  :class:`~brrm.backends.transformers.slots.SlotCache`: no running row's keys are copied when rows join, and a
+  row that leaves costs a copy of the slots after it only.
 
 Calls arriving while a batch decodes join it (the backend declares ``capabilities.concurrent``): the first call's
 thread runs the batch; a later call with the same sampling settings adds its chains (:class:`Job`) to the queue
@@ -33,27 +33,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-
 from brrm.backends.base import Completion, FollowUp, Next, OnStep
-from brrm.backends.transformers.decode import Decoder, _cache_kwarg
-from brrm.backends.transformers.kvbuffer import full_layers, layer_tensors
+from brrm.backends.transformers.decode import Decoder
 from brrm.backends.transformers.rows import BatchingContext, Row
-from brrm.backends.transformers.sampling import choose
 
 if TYPE_CHECKING:
-    from transformers import DynamicCache, PretrainedConfig
+    from brrm.backends.transformers.slots import SlotCache
 
 MakeRow = Callable[[int, Next], Row]
 Settings = tuple[float, float, int]
 """A running batch's sampling settings ``(temperature, top_p, top_k)``: only calls with the same ones join it."""
-
-
-class _Batch:
-    """The running rows with their KV cache and attention mask ``[B, L]`` (1 on real positions)."""
-
-    def __init__(self, rows: list[Row], past: DynamicCache, mask: torch.Tensor) -> None:
-        self.rows, self.past, self.mask = rows, past, mask
 
 
 @dataclass
@@ -104,14 +93,13 @@ class ContinuousDecoder:
         self.settings: Settings = (temperature, top_p, top_k)
         self.decoder = Decoder(backend, temperature=temperature, top_p=top_p, keep_kv=False,
                                on_done=self._row_done, top_k=top_k)
-        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
-        self.kwarg = _cache_kwarg(type(backend.model))  # type: ignore[arg-type]
         self.live: dict[int, Row] = {}
+        self.rows: list[Row] = []  # the running batch: row b in slot b
+        self.cache: SlotCache | None = None
         self.chains: dict[int, tuple[Job, int]] = {}
         self.jobs: list[Job] = []
         self.queue: deque[Row] = deque()
         self.follow: deque[Row] = deque()
-        self.bitmask: torch.Tensor | None = None
         self.cond = threading.Condition()
         self.next_key = 0
         self.pending = 0  # finished rows of joined calls whose next request is awaited from their thread
@@ -154,26 +142,47 @@ class ContinuousDecoder:
             raise
 
     def _loop(self) -> None:
-        batch: _Batch | None = None
         stats = self.backend.stats
         while True:
             with self.cond:
-                while not (self.queue or self.follow or batch is not None):
+                while not (self.queue or self.follow or self.rows):
                     if self.pending == 0:
                         self.closed = True
                         return
                     self.cond.wait()
-                free = self.backend.batch_size - (len(batch.rows) if batch is not None else 0)
+                free = self.backend.batch_size - len(self.rows)
                 joiners = [(self.follow or self.queue).popleft()
                            for _ in range(min(max(free, 0), len(self.queue) + len(self.follow)))]
             before = stats["generated_tokens"]
             if joiners:
-                batch = _merge(batch, self._prefill(joiners), self.backend.model.config)
-            rows = len(batch.rows) if batch is not None else 0
-            if batch is not None:
-                batch = self._step(batch.rows, batch)
-            self._progress(rows, stats["generated_tokens"] - before)
+                self._join(joiners)
+            running = len(self.rows)
+            if self.rows:
+                self.rows = self._settled(self.rows, 0)
+            self._progress(running, stats["generated_tokens"] - before)
             self._flush()
+
+    def _join(self, rows: list[Row]) -> None:
+        """Prefill ``rows`` into the free slots after the running rows; those still running join the batch."""
+        for row in rows:
+            self.live[row.index] = row
+        if self.cache is None:
+            self.cache = self.decoder.new_cache(rows, self.backend.batch_size)
+        self.rows += self._settled(rows, len(self.rows), prefill=True)
+
+    def _settled(self, rows: list[Row], lo: int, prefill: bool = False) -> list[Row]:
+        """One forward of ``rows`` (slots ``lo, …``: a prefill, or a decoding step), tokens chosen, finished rows
+        dropped; returns the rows still running. A model/device failure (e.g. OOM) fails only these rows."""
+        cache = self.cache
+        assert cache is not None  # made by the first join
+        try:
+            logits = self.decoder.prefill(rows, cache, lo) if prefill else self.decoder.step(rows, cache, lo)
+        except RuntimeError as exc:  # bugs elsewhere raise
+            for row in rows:
+                row.finish, row.error = "error", f"{type(exc).__name__}: {exc}"
+                self._row_done(row.index)
+            return []
+        return self.decoder.settle(rows, logits, cache, lo)
 
     def serve(self, job: Job) -> None:
         """A joined call's thread: run its callbacks on its finished rows until its chains have ended.
@@ -231,54 +240,6 @@ class ContinuousDecoder:
                 elif job.open:  # a chain's end is counted in its own thread, after this step's event
                     job.inbox.put(("step", rows, tokens))
 
-    def _prefill(self, rows: list[Row]) -> _Batch | None:
-        for row in rows:
-            self.live[row.index] = row
-        past, ids, mask, positions, expand = self.decoder._prefill_inputs(rows)
-        return self._forward(_Batch(rows, past, mask), ids, positions, expand)
-
-    def _step(self, rows: list[Row], batch: _Batch) -> _Batch | None:
-        ids, step_mask, positions = self.decoder._step_inputs(rows)
-        batch.mask = torch.cat([batch.mask, step_mask], dim=1)
-        return self._forward(batch, ids, positions)
-
-    def _forward(self, batch: _Batch, ids: torch.Tensor, positions: torch.Tensor,
-                 expand: torch.Tensor | None = None) -> _Batch | None:
-        """One forward pass, a token per row, finished rows dropped; None when no row is left. ``expand``: after a
-        prefill whose identical prompts were computed once, each row's index into the computed ones."""
-        backend = self.backend
-        try:
-            out = backend.model(input_ids=ids, attention_mask=batch.mask, position_ids=positions, use_cache=True,
-                                logits_to_keep=1, **{self.kwarg: batch.past})
-        except RuntimeError as exc:  # a model/device failure (e.g. OOM) fails only these rows; bugs elsewhere raise
-            for row in batch.rows:
-                row.finish, row.error = "error", f"{type(exc).__name__}: {exc}"
-                self._row_done(row.index)
-            return None
-        backend.stats["forward_calls"] += 1
-        past = out.cache if hasattr(out, "cache") else out.past_key_values
-        logits = out.logits[:, -1, :].float()
-        if expand is not None:  # rows that shared a prefill get their own copy of its KV and last logits
-            past.batch_select_indices(expand)
-            batch.mask, logits = batch.mask[expand], logits[expand]
-        if self.bitmask is None and any(r.state is not None for r in batch.rows):
-            from outlines_core.kernels.torch import allocate_token_bitmask
-
-            self.bitmask = allocate_token_bitmask(logits.shape[-1])
-        tokens = choose(backend.stop_ids, batch.rows, logits, self.temperature, self.top_p, self.bitmask, self.top_k)
-        keep = self.decoder._advance(batch.rows, tokens, past, batch.mask)
-        for j, row in enumerate(batch.rows):
-            if row.finish == "error" and j not in keep:  # non-finite logits: _advance skipped its callback
-                self._row_done(row.index)
-        if not keep:
-            return None
-        mask = batch.mask
-        if len(keep) < len(batch.rows):
-            idx = torch.tensor(keep, device=mask.device)
-            past.batch_select_indices(idx)
-            mask = mask[idx]
-        return _compact(_Batch([batch.rows[j] for j in keep], past, mask))
-
     def _row_done(self, key: int) -> None:
         """A row finished: the owner's chain gets its follow-up now; a joined call's is asked for in its thread."""
         row = self.live.pop(key)
@@ -301,38 +262,3 @@ class ContinuousDecoder:
             return
         job.last[chain] = comp
         job.open -= 1
-
-
-def _merge(running: _Batch | None, joined: _Batch | None, config: PretrainedConfig) -> _Batch | None:
-    """The running batch with the joined rows appended (both left-padded to the longer mask), each layer's keys
-    and values copied once, into a buffer with room for the next steps."""
-    from brrm.backends.transformers.kvbuffer import stacked_cache
-
-    if running is None or joined is None:
-        return joined if running is None else running
-    length = max(running.mask.shape[1], joined.mask.shape[1])
-    past = stacked_cache(config, [running.past, joined.past], length)
-    mask = torch.cat([_left_pad(running.mask, length, 1), _left_pad(joined.mask, length, 1)])
-    return _Batch(running.rows + joined.rows, past, mask)
-
-
-def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
-    """``t`` with zeros prepended along ``dim`` up to ``length``."""
-    extra = length - t.shape[dim]
-    if extra == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = extra
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
-
-
-def _compact(batch: _Batch) -> _Batch:
-    """Cut the leading mask columns no row uses (left by rows that left), keys and values with them."""
-    used = batch.mask.any(dim=0)
-    first = int(used.to(torch.int8).argmax()) if bool(used.any()) else 0
-    if first > 0:
-        batch.mask = batch.mask[:, first:]
-        for layer in full_layers(batch.past):  # views: a GrowingLayer appends after them in place
-            keys, values = layer_tensors(layer)
-            layer.keys, layer.values = keys[:, :, first:], values[:, :, first:]
-    return batch

@@ -1,13 +1,12 @@
 """The batched decoding loop of the transformers backend (see :mod:`brrm.backends.transformers`).
 
-Layout of one batch at prefill, for row ``i`` with ``c_i`` cached and ``n_i`` new prompt tokens::
-
-    [pad … | cached KV (c_i) ] [pad … | new tokens (n_i)]      length C + N
-    |<-------- C = max c ---->| |<-------- N = max n ----->|
-
-The attention mask is 1 exactly on real positions (so it may have a hole in the middle) and position
-ids are ``c_i, c_i+1, …`` for the new tokens, so each row computes what it would compute alone.
-Finished rows are removed from the batch (and their KV stored for reuse) before the next step.
+Every row has a slot of its own in a :class:`~brrm.backends.transformers.slots.SlotCache`: its keys and values are
+one contiguous run from position 0 of the slot, whatever the batch. A forward feeds each row its new tokens,
+left-padded to the forward's width, with explicit position ids (the row's own next positions); only each row's
+real positions are computed by the row-wise layers and written to its slot, so each row computes what it would
+compute alone. A prefill writes a row's cached prefix (from the prefix cache) into its slot first and feeds the
+rest of its prompt. Finished rows leave the batch (their KV stored for reuse when asked); the rows after them move
+down one slot each, so a forward's rows are always consecutive slots.
 """
 
 from __future__ import annotations
@@ -19,15 +18,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from brrm.backends.transformers.kvbuffer import full_layers, layer_tensors
 from brrm.backends.transformers.rows import KV, DecodeContext, Row
 from brrm.backends.transformers.sampling import choose
+from brrm.backends.transformers.slots import SlotCache, Step, stepping
 
 if TYPE_CHECKING:
-    from transformers import DynamicCache
+    from transformers import PreTrainedModel
 
-Prefill = tuple["DynamicCache", torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]
-"""A prefill's (cache, input ids ``[B, N]``, mask ``[B, C + N]``, position ids ``[B, N]``, expand index or None)."""
+MaskFor = Callable[[Step], "torch.Tensor | dict[str, torch.Tensor]"]
+"""What a forward passes as ``attention_mask`` for a step (see :func:`mask_for`)."""
 
 
 class Decoder:
@@ -47,143 +46,120 @@ class Decoder:
         self.dev = backend.model.device
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.keep_kv, self.on_done = keep_kv, on_done
+        self.kwarg = _cache_kwarg(type(backend.model))  # type: ignore[arg-type]
+        self.mask_for = mask_for(backend.model)
+        self.bitmask: torch.Tensor | None = None
 
     def run(self, rows: list[Row]) -> None:
         """Decode every row to completion in place (fills generated, finish, choice_logits).
 
         Each step feeds every active row its pending tokens: the token just chosen plus any tokens its
         constraint program forces next (fixed markers), so fixed text costs one forward pass, not one per
-        token. Rows with fewer pending tokens are left-padded inside the step (masked holes).
+        token.
         """
-        backend = self.backend
-        past, input_ids, mask, positions, expand = self._prefill_inputs(rows)
-        active = list(rows)
-        bitmask = None
-        kwarg = _cache_kwarg(type(backend.model))  # type: ignore[arg-type]
+        cache = self.new_cache(rows, len(rows))
+        active = self.settle(rows, self.prefill(rows, cache, 0), cache, 0)
         while active:
-            out = backend.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                                logits_to_keep=1, **{kwarg: past})
-            backend.stats["forward_calls"] += 1
-            past = out.cache if hasattr(out, "cache") else out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            if expand is not None:  # rows that shared a prefill get their own copy of its KV and last logits
-                past.batch_select_indices(expand)
-                mask, logits, expand = mask[expand], logits[expand], None
-            if bitmask is None and any(r.state is not None for r in rows):
-                from outlines_core.kernels.torch import allocate_token_bitmask
+            active = self.settle(active, self.step(active, cache), cache, 0)
 
-                bitmask = allocate_token_bitmask(logits.shape[-1])
-            tokens = choose(backend.stop_ids, active, logits, self.temperature, self.top_p, bitmask, self.top_k)
-            keep = self._advance(active, tokens, past, mask)
-            if not keep:
-                break
-            if len(keep) < len(active):
-                idx = torch.tensor(keep, device=self.dev)
-                past.batch_select_indices(idx)
-                mask = mask[idx]
-                active = [active[j] for j in keep]
-            input_ids, step_mask, positions = self._step_inputs(active)
-            mask = torch.cat([mask, step_mask], dim=1)
+    def new_cache(self, rows: list[Row], slots: int) -> SlotCache:
+        """A slot cache of ``slots`` rows with room for the longest of ``rows`` to finish."""
+        need = max(len(r.request.prompt_ids) + r.request.max_new_tokens for r in rows)
+        return SlotCache(self.backend.model.config, slots, need)
 
-    def _advance(self, active: list[Row], tokens: list[int], past: DynamicCache, mask: torch.Tensor) -> list[int]:
+    def prefill(self, rows: list[Row], cache: SlotCache, lo: int) -> torch.Tensor:
+        """Prefill ``rows`` into slots ``lo, lo + 1, …``: each row's cached prefix (from the prefix cache) is written
+        into its slot and the rest of its prompt fed; identical uncached prompts are computed once (with the prefix
+        cache on: the k samples of self-consistency voting share their turn-1 prefill) and copied to every row's
+        slot. Returns each row's last logits, float ``[len(rows), vocab]``."""
+        backend = self.backend
+        kvs: list[KV | None] = []
+        for row in rows:
+            n, kv = backend.cache.take(row.request.prompt_ids) if backend.cache is not None else (0, None)
+            row.cached = n
+            kvs.append(kv)
+        unique, expand = _shared_prompts(rows, backend.cache is not None)
+        shared = set(range(len(rows))) - set(unique)
+        backend.stats["shared_prompt_tokens"] += sum(len(rows[i].request.prompt_ids) for i in shared)
+        fed = [rows[i] for i in unique]
+        for u, i in enumerate(unique):
+            kv = kvs[i]
+            if kv is not None and rows[i].cached:
+                cache.write(lo + u, kv)
+        new = [r.request.prompt_ids[r.cached:] for r in fed]
+        backend.stats["prefill_tokens"] += sum(len(x) for x in new)
+        backend.stats["cached_tokens"] += sum(r.cached for r in rows)
+        step = Step(lo, tuple(r.cached for r in fed), tuple(len(x) for x in new), max(len(x) for x in new))
+        logits = self.forward(cache, step, new)
+        if len(unique) < len(rows):
+            cache.move([lo + e for e in expand], lo, max(len(r.request.prompt_ids) for r in fed))
+            logits = logits[torch.tensor(expand)]
+        return logits
+
+    def step(self, rows: list[Row], cache: SlotCache, lo: int = 0) -> torch.Tensor:
+        """One decoding step of ``rows`` (slots ``lo, …``): each feeds its pending tokens. Returns last logits."""
+        feeds = [r.feed for r in rows]
+        step = Step(lo, tuple(kv_length(r) for r in rows), tuple(len(f) for f in feeds), max(len(f) for f in feeds))
+        return self.forward(cache, step, feeds)
+
+    def forward(self, cache: SlotCache, step: Step, feeds: list[list[int]] | list[tuple[int, ...]]) -> torch.Tensor:
+        """The model on ``feeds`` (per row, its new ids, left-padded to ``step.width``) at each row's own positions;
+        returns the last position's logits, float ``[rows, vocab]``."""
+        t = step.width
+        ids = torch.full((step.rows, t), self.backend.pad_id, dtype=torch.long)
+        pos = torch.zeros((step.rows, t), dtype=torch.long)
+        for i, (feed, start) in enumerate(zip(feeds, step.starts, strict=True)):
+            n = len(feed)
+            ids[i, t - n:] = torch.tensor(feed, dtype=torch.long)
+            pos[i, t - n:] = torch.arange(start, start + n)
+        with stepping(step):
+            out = self.backend.model(input_ids=ids.to(self.dev), attention_mask=self.mask_for(step),
+                                     position_ids=pos.to(self.dev), use_cache=True, logits_to_keep=1,
+                                     **{self.kwarg: cache})
+        self.backend.stats["forward_calls"] += 1
+        return out.logits[:, -1, :].float()
+
+    def settle(self, rows: list[Row], logits: torch.Tensor, cache: SlotCache, lo: int) -> list[Row]:
+        """Choose each row's next tokens from ``logits``; finished rows leave (their KV stored when asked) and the
+        rest move down to slots ``lo, lo + 1, …``. Returns the rows still running, in order."""
+        if self.bitmask is None and any(r.state is not None for r in rows):
+            from outlines_core.kernels.torch import allocate_token_bitmask
+
+            self.bitmask = allocate_token_bitmask(logits.shape[-1])
+        tokens = choose(self.backend.stop_ids, rows, logits, self.temperature, self.top_p, self.bitmask, self.top_k)
+        keep = self._advance(rows, tokens, cache, lo)
+        kept = [rows[j] for j in keep]
+        if len(keep) < len(rows) and kept:
+            cache.move([lo + j for j in keep], lo, max(kv_length(r) for r in kept))
+        return kept
+
+    def _advance(self, active: list[Row], tokens: list[int], cache: SlotCache, lo: int) -> list[int]:
         """Feed each row its chosen token (and forced ones); returns the batch positions still running."""
         keep = []
         for j, (row, tok) in enumerate(zip(active, tokens, strict=True)):
             if row.finish:  # an error found while choosing
+                self._done(row)
                 continue
             row.feed = [tok] + _jump_forward(row, tok, self.backend.jump_forward)
             row.generated.extend(row.feed)
             self.backend.stats["generated_tokens"] += len(row.feed)
             if self._finished(row):
                 if (self.keep_kv or row.keep_kv) and self.backend.cache is not None:
-                    self._store_kv(row, past, mask[j])
-                if self.on_done is not None:
-                    self.on_done(row.index)
+                    self._store_kv(row, cache, lo + j)
+                self._done(row)
             else:
                 keep.append(j)
         return keep
 
-    def _step_inputs(self, active: list[Row]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Left-padded [B, T] ids of each row's pending tokens, their mask columns and position ids."""
-        t = max(len(r.feed) for r in active)
-        ids = torch.full((len(active), t), self.backend.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(active), t), dtype=torch.long)
-        pos = torch.zeros((len(active), t), dtype=torch.long)
-        for i, r in enumerate(active):
-            n = len(r.feed)
-            start = len(r.request.prompt_ids) + len(r.generated) - n
-            ids[i, t - n:] = torch.tensor(r.feed)
-            mask[i, t - n:] = 1
-            pos[i, t - n:] = torch.arange(start, start + n)
-        return ids.to(self.dev), mask.to(self.dev), pos.to(self.dev)
+    def _done(self, row: Row) -> None:
+        if self.on_done is not None:
+            self.on_done(row.index)
 
-    def _prefill_inputs(self, rows: list[Row]) -> Prefill:
-        """Prefill inputs of the rows, identical uncached prompts once (with the prefix cache on: the k samples of
-        self-consistency voting share their turn-1 prefill), and the index that expands the prefilled batch back
-        to every row (None when no prompt was shared). A shared prefill computes exactly what each row would
-        compute alone, so sharing never changes a result beyond what batching itself may."""
-        backend, dev = self.backend, self.dev
-        kvs = []
-        for row in rows:
-            n, kv = backend.cache.take(row.request.prompt_ids) if backend.cache is not None else (0, None)
-            row.cached = n
-            kvs.append(kv)
-        unique, expand = _shared_prompts(rows, backend.cache is not None)
-        if len(unique) < len(rows):
-            shared = set(range(len(rows))) - set(unique)
-            backend.stats["shared_prompt_tokens"] += sum(len(rows[i].request.prompt_ids) for i in shared)
-            rows, kvs = [rows[i] for i in unique], [kvs[i] for i in unique]
-        past, input_ids, mask, positions = self._stack_inputs(rows, kvs)
-        index = torch.tensor(expand, device=dev) if len(unique) < len(expand) else None
-        return past, input_ids, mask, positions, index
-
-    def _stack_inputs(self, rows: list[Row],
-                      kvs: list[KV | None]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
-        from brrm.backends.transformers.kvbuffer import growing_cache
-
-        backend, dev = self.backend, self.dev
-        b = len(rows)
-        c = max(r.cached for r in rows)
-        new = [r.request.prompt_ids[r.cached:] for r in rows]
-        n = max(len(x) for x in new)
-        input_ids = torch.full((b, n), backend.pad_id, dtype=torch.long)
-        mask = torch.zeros((b, c + n), dtype=torch.long)
-        positions = torch.zeros((b, n), dtype=torch.long)
-        for i, row in enumerate(rows):
-            k = len(new[i])
-            input_ids[i, n - k:] = torch.tensor(new[i], dtype=torch.long)
-            mask[i, c - row.cached:c] = 1
-            mask[i, c + n - k:] = 1
-            positions[i, n - k:] = torch.arange(row.cached, row.cached + k)
-        backend.stats["prefill_tokens"] += sum(len(x) for x in new)
-        backend.stats["cached_tokens"] += sum(r.cached for r in rows)
-        past = growing_cache(backend.model.config, self._stack_kv(kvs, rows, c) if c else None)
-        return past, input_ids.to(dev), mask.to(dev), positions.to(dev)
-
-    def _stack_kv(self, kvs: list[KV | None], rows: list[Row], c: int) -> KV:
-        dev = self.dev
-        ref = next(kv for kv in kvs if kv is not None)
-        layers = []
-        for li, (k0, v0) in enumerate(ref):
-            k = torch.zeros((len(rows), k0.shape[0], c, k0.shape[2]), dtype=k0.dtype, device=dev)
-            v = torch.zeros((len(rows), v0.shape[0], c, v0.shape[2]), dtype=v0.dtype, device=dev)
-            for i, kv in enumerate(kvs):
-                if kv is not None and rows[i].cached:
-                    k[i, :, c - rows[i].cached:] = kv[li][0]
-                    v[i, :, c - rows[i].cached:] = kv[li][1]
-            layers.append((k, v))
-        return layers
-
-    def _store_kv(self, row: Row, past: DynamicCache, mask_row: torch.Tensor) -> None:
-        """Keep the row's real KV positions: the prompt and every generated id except the unfed last step."""
+    def _store_kv(self, row: Row, cache: SlotCache, slot: int) -> None:
+        """Keep the row's KV: the prompt and every generated id except the unfed last step."""
         ids = tuple(row.request.prompt_ids) + tuple(row.generated[:len(row.generated) - len(row.feed)])
-        keep = mask_row.bool()
-        kv = []
-        j = row.batch_pos
-        for keys, values in (layer_tensors(layer) for layer in full_layers(past)):
-            kv.append((keys[j][:, keep].clone(), values[j][:, keep].clone()))
-        if kv and kv[0][0].shape[1] == len(ids) and self.backend.cache is not None:
-            self.backend.cache.put(ids, kv, len(row.request.prompt_ids))
+        if self.backend.cache is not None:
+            self.backend.cache.put(ids, cache.read(slot, len(ids)), len(row.request.prompt_ids))
 
     def _finished(self, row: Row) -> bool:
         if row.state is not None:
@@ -212,6 +188,47 @@ def _shared_prompts(rows: list[Row], enabled: bool) -> tuple[list[int], list[int
         expand.append(len(unique))
         unique.append(i)
     return unique, expand
+
+
+def kv_length(row: Row) -> int:
+    """Positions of ``row``'s slot written so far: its prompt and every generated id but the pending feed."""
+    return len(row.request.prompt_ids) + len(row.generated) - len(row.feed)
+
+
+_NO_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)
+"""What a forward on the row-wise attention passes as its (prepared, 4D) mask: the attention reads the step."""
+
+
+def mask_for(model: PreTrainedModel) -> MaskFor:
+    """How a forward of ``model`` tells attention what each row attends to.
+
+    The batch-invariant row-wise attention reads the running :class:`~brrm.backends.transformers.slots.Step`
+    itself, so it gets a placeholder; a stock attention gets the step's 4D mask (bool; additive float for
+    ``eager``), within the sliding window on sliding-window layers (a ``{"full_attention", "sliding_attention"}``
+    mapping when the model mixes both).
+    """
+    from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
+
+    from brrm.backends.transformers.invariant import ATTENTION
+
+    config = model.config
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation == ATTENTION:
+        return lambda step: _NO_MASK
+    kinds = {isinstance(layer, DynamicSlidingWindowLayer) for layer in DynamicCache(config=config).layers}
+    window = getattr(config.get_text_config(), "sliding_window", None)
+    dtype = model.dtype
+
+    def stock(step: Step, sliding: bool = False) -> torch.Tensor:
+        allowed = step.mask(window if sliding else None).to(model.device)
+        if implementation == "eager":
+            return torch.zeros(allowed.shape, dtype=dtype, device=model.device).masked_fill(
+                ~allowed, torch.finfo(dtype).min)
+        return allowed
+
+    if kinds == {True, False}:
+        return lambda step: {"full_attention": stock(step), "sliding_attention": stock(step, True)}
+    return functools.partial(stock, sliding=kinds == {True})
 
 
 @functools.cache

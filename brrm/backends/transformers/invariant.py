@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from brrm.backends.transformers.slots import Step, current
 from brrm.backends.transformers.tiles import RotaryTable, _padded, with_layout
 
 if TYPE_CHECKING:
@@ -121,6 +122,9 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     k = key.shape[2]
     scale = float(scaling) if scaling is not None else d ** -0.5
     groups = h // key.shape[1]
+    step = current()
+    if step is not None:
+        return _slot_attention(query, key, value, step, scale), None
     out = query.new_zeros((b, q, h, d))
     plan = _forward_plan(attention_mask, b, q, k)
     if plan.decode:
@@ -141,6 +145,33 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=causal, scale=scale, enable_gqa=groups > 1)
         out[i, rows] = o.transpose(0, 1)
     return out, None
+
+
+def _slot_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, step: Step,
+                    scale: float) -> torch.Tensor:
+    """:func:`rowwise_attention` over slot rows (:mod:`brrm.backends.transformers.slots`): row ``b``'s real queries
+    are its last ``step.news[b]``, its keys the first ``starts[b] + news[b]`` of its slot (a view: a row's keys are
+    one contiguous run, laid out as when it runs alone). Returns ``[B, q, H, D]``; padded queries get zeros."""
+    import torch.nn.functional as F
+
+    b, h, q, d = query.shape
+    groups = h // key.shape[1]
+    ones = [i for i, n in enumerate(step.news) if n == 1]
+    decoded = [_decode_attention(query[i, :, q - 1], key[i, :, :step.starts[i] + 1], value[i, :, :step.starts[i] + 1],
+                                 scale) for i in ones]
+    if q == 1:
+        return torch.stack(decoded).view(b, 1, h, d)
+    out = query.new_zeros((b, q, h, d))
+    if decoded:
+        out[ones, q - 1] = torch.stack(decoded)
+    for i, (start, n) in enumerate(zip(step.starts, step.news, strict=True)):
+        if n > 1:
+            ks, vs = key[i, :, :start + n], value[i, :, :start + n]
+            causal = torch.ones((n, start + n), dtype=torch.bool, device=query.device).tril(start)
+            o = F.scaled_dot_product_attention(query[i, :, q - n:], ks, vs, attn_mask=causal, scale=scale,
+                                               enable_gqa=groups > 1)
+            out[i, q - n:] = o.transpose(0, 1)
+    return out
 
 
 Span = slice | torch.Tensor

@@ -31,6 +31,8 @@ from typing import TypeVar
 
 import torch
 
+from brrm.backends.transformers.slots import current as current_step
+
 T = TypeVar("T")
 RowWise = Callable[[torch.Tensor], torch.Tensor]
 """A row-wise layer's own forward ``[..., width] -> [..., out]``."""
@@ -115,11 +117,12 @@ def with_layout(forward: Callable[..., T], *args: object, **kwargs: object) -> T
     ids = kwargs.get("input_ids", args[0] if args else None)
     if ids is None:
         ids = kwargs.get("inputs_embeds")
-    mask = kwargs.get("attention_mask")
-    current = layout(mask if isinstance(mask, torch.Tensor) else None, ids.shape[0], ids.shape[1]) \
+    step = current_step()
+    mask = step.real if step is not None else kwargs.get("attention_mask")
+    here = layout(mask if isinstance(mask, torch.Tensor) else None, ids.shape[0], ids.shape[1]) \
         if isinstance(ids, torch.Tensor) and ids.dim() >= 2 else None
     outer = getattr(_LAYOUT, "value", None)
-    _LAYOUT.value = current
+    _LAYOUT.value = here
     try:
         return forward(*args, **kwargs)
     finally:

@@ -1,9 +1,14 @@
 """Continuous vs static batching in the transformers backend, on the tiny model and SmolLM2 (issue 19, item 2).
 
-16 pairs of mixed lengths at T = 1.0 (generation lengths differ per pair), batch size 8 (SmolLM2: 8 pairs at
-batch size 4): throughput and time to the first finished pair (``on_result``), continuous vs static chunks, side
-by side in one run; and 16 pairs batched vs 16 single calls, alternated. Every timed judgment must be ok, and
-both schedulings (and batched vs single calls) give the same bytes.
+16 pairs of mixed lengths at T = 1.0, batch size 8 (SmolLM2: 8 pairs at batch size 4): throughput and time to
+the first finished pair (``on_result``), continuous vs static chunks, side by side in one run; and 16 pairs batched
+vs 16 single calls, alternated. Every timed judgment must be ok, and both schedulings (and batched vs single calls)
+give the same bytes.
+
+Mixed lengths means mixed *generation* lengths, what continuous batching is for: a random tiny model runs every
+free-text block to its token cap (all 16 pairs then take 138-160 forward passes, and a static chunk wastes
+nothing), so the tiny model here favours ``"\n"`` and ``"["`` (:func:`brrm.testing.models.favour_tokens`) and
+ends its blocks after varying lengths, as a trained judge does: its pairs take 45-135 forward passes each.
 
 Run: ``pytest benchmarks/bench_continuous.py -s``.
 """
@@ -27,6 +32,17 @@ def _pairs(n):
     a = [" ".join(WORDS[: 1 + (i * 7) % 15]) * (1 + i % 3) for i in range(n)]
     b = [" ".join(WORDS[(i * 3) % 10:]) for i in range(n)]
     return convs, a, b
+
+
+def mixed_lengths_model():
+    """The tiny random Qwen3 favouring the tokens that end a free-text block (``"\n"`` then ``"["``)."""
+    from brrm.testing import build_tiny_qwen3
+    from brrm.testing.models import favour_tokens
+
+    model, tok = build_tiny_qwen3()
+    ids = {text: tok.encode(text, add_special_tokens=False) for text in ("\n", "[")}
+    assert all(len(v) == 1 for v in ids.values()), ids
+    return favour_tokens(model, {ids["\n"][0]: 0.7, ids["["][0]: 1.0}), tok
 
 
 def _judge(pair, scheduling, batch_size=8):
@@ -74,8 +90,8 @@ def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
           "when a caller without on_result first sees a result)")
 
 
-def test_continuous_vs_static_batching(benchmark, tiny):
-    _continuous_vs_static(benchmark, tiny, "tiny model")
+def test_continuous_vs_static_batching(benchmark):
+    _continuous_vs_static(benchmark, mixed_lengths_model(), "tiny model, mixed lengths")
 
 
 def test_continuous_vs_static_batching_smollm2(benchmark):
@@ -120,9 +136,10 @@ def single_vs_batched(benchmark, single, batched, convs, a, b):
     return best["single"], best["batched"], speedup
 
 
-def test_batched_vs_single_calls_continuous(benchmark, tiny):
+def test_batched_vs_single_calls_continuous(benchmark):
     convs, a, b = _pairs(16)
-    single_s, batched_s, speedup = single_vs_batched(benchmark, _judge(tiny, "continuous", 1),
-                                                     _judge(tiny, "continuous", 16), convs, a, b)
+    pair = mixed_lengths_model()
+    single_s, batched_s, speedup = single_vs_batched(benchmark, _judge(pair, "continuous", 1),
+                                                     _judge(pair, "continuous", 16), convs, a, b)
     print(f"\n16 mixed pairs batched (continuous, batch 16) vs 16 single calls: speed-up {speedup:.2f}x "
           f"(batched {batched_s:.2f} s, single {single_s:.2f} s; best of 2 alternated rounds)")

@@ -1,7 +1,8 @@
 """Batch invariance by construction (issue 19.1), on three model shapes x 1, 2, 4 intra-op threads x batch sizes
 1, 3, 8, 16: each row's logits (prefill and one decode step over the batch's KV cache) are the same bits in a
-left-padded batch as alone. Thread counts are set for real with ``torch.set_num_threads`` (conftest's
-``OMP_NUM_THREADS=1`` only sets the default). Then ``brrm judge`` at ``--batch-size 1`` and ``8``, temperature
+batch as alone, run as the backend's decoder runs them (inputs left-padded, each row's KV in a slot of its own).
+Thread counts are set for real with ``torch.set_num_threads`` (conftest's ``OMP_NUM_THREADS=1`` only sets the
+default). Then ``brrm judge`` at ``--batch-size 1`` and ``8``, temperature
 1.0, writes byte-identical files at 1 and 2 threads on the tiny non-default shape (head_dim 16, tied)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from brrm.backends.transformers.invariant import make_batch_invariant
 from brrm.cli import main
 from brrm.testing import build_tiny_qwen3, build_tiny_tokenizer, save_tiny_qwen3
-from brrm.testing.forward import left_padded_forward
+from brrm.testing.forward import slot_forward
 from tests.conftest import REPO
 
 #: The shape of issue 19: hidden 64, 4 heads / 2 KV heads, head_dim 16, tied embeddings, 600-token vocabulary.
@@ -26,7 +27,7 @@ TINY16 = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
 QWEN3_06B = {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 2,
              "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
              "rope_theta": 1000000.0, "max_position_embeddings": 40960}
-LENGTHS = (9, 4, 12, 1, 7, 11, 3, 10, 2, 6, 12, 5, 8, 1, 10, 4)  # 16 rows, left-padded in a batch
+LENGTHS = (9, 4, 12, 1, 7, 11, 3, 10, 2, 6, 12, 5, 8, 1, 10, 4)  # 16 rows of mixed prompt lengths
 SMOLLM2_LAYERS = 4  # of 30: every layer has the same shapes; fewer keep the matrix within a CI budget
 THREADS = (1, 2, 4)
 BATCHES = (3, 8, 16)
@@ -57,9 +58,10 @@ def _smollm2():
     return model
 
 
-def _step(model, seqs, past=None, past_mask=None):
-    """Left-padded forward of ``seqs``: (last-position logits [B, V], cache, mask), as the backend decodes."""
-    return left_padded_forward(model, seqs, past, past_mask)
+def _step(model, seqs, cache=None, starts=None):
+    """Forward of ``seqs``, each row in a slot of its own: (last-position logits [B, V], cache, lengths), as the
+    backend's decoder runs it."""
+    return slot_forward(model, seqs, cache, starts)
 
 
 def _prefill_and_step(model, seqs):

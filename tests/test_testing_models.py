@@ -361,3 +361,36 @@ def test_qwen3_first_build_is_safe_with_concurrent_workers(tmp_path, qwen3_tok):
     assert [p.name for p in tmp_path.iterdir()] == [f"qwen3-tokenizer-{version}"]
     built = (tmp_path / f"qwen3-tokenizer-{version}" / "tokenizer.json").read_text()
     assert built == (testing.qwen3_tokenizer_dir() / "tokenizer.json").read_text()
+
+
+def test_favour_tokens_raises_those_logits_everywhere_and_mixes_brrm_block_lengths(tiny_tok):
+    """The constant channel raises the favoured tokens' logits at every position (and only theirs), and a BR-RM
+    judgment on the favouring model ends its free-text blocks at lengths that differ (a random model runs every
+    block to its cap)."""
+    from brrm.backends.transformers import TransformersBackend
+    from brrm.compose import PairwiseRewardJudge
+    from brrm.judges.brrm import BRRMConfig, BRRMJudge
+    from brrm.testing.models import favour_tokens
+    from brrm.types import SamplingConfig
+
+    newline, bracket = (tiny_tok.encode(t, add_special_tokens=False)[0] for t in ("\n", "["))
+    ids = torch.tensor([[5, 17, 99, 300, 42]])
+    plain, _ = testing.build_tiny_qwen3(tiny_tok)
+    favoured, _ = testing.build_tiny_qwen3(tiny_tok)
+    favour_tokens(favoured, {newline: 0.7, bracket: 1.0})
+    with torch.no_grad():
+        before, after = plain(ids).logits[0], favoured(ids).logits[0]
+    rise = after - before
+    assert (rise[:, newline] > 0.1).all() and (rise[:, bracket] > rise[:, newline]).all()
+    others = [t for t in range(before.shape[-1]) if t not in (newline, bracket)]
+    assert rise[:, others].abs().max() < rise[:, newline].min()
+    with pytest.raises(ValueError, match="untied"):
+        favour_tokens(testing.build_tiny_qwen3(tiny_tok, config={"tie_word_embeddings": True})[0], {newline: 1.0})
+
+    cfg = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens_per_turn=420, seed=3), thinking="off",
+                     block_token_cap=32)
+    judge = PairwiseRewardJudge(BRRMJudge(TransformersBackend(favoured, tiny_tok, batch_size=8), cfg))
+    out = judge.judge_pairs([f"Question {i}?" for i in range(8)], ["yes"] * 8, ["no"] * 8)
+    assert all(j.ok for j in out)
+    lengths = {len(tiny_tok.encode(j.turn1_text + j.turn2_text)) for j in out}
+    assert len(lengths) >= 4 and max(lengths) > 1.5 * min(lengths)

@@ -1,5 +1,7 @@
-"""One left-padded forward pass, as the transformers backend's decoder runs it: for tests and benchmarks that compare
-a row's logits alone and in a batch."""
+"""One forward pass of a batch, for tests and benchmarks that compare a row's logits alone and in a batch:
+:func:`slot_forward` as the transformers backend's decoder runs it (every row in a slot of its own), and
+:func:`left_padded_forward` over one left-padded ``DynamicCache`` with a 2D mask (the layout of a stock
+``model.generate``, and of a sequence classifier's batch)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import torch
 
 if TYPE_CHECKING:
     from transformers import Cache, PreTrainedModel
+
+    from brrm.backends.transformers.slots import SlotCache
 
 
 def left_padded_forward(model: PreTrainedModel, feeds: Sequence[Sequence[int]], past: Cache | None = None,
@@ -38,3 +42,33 @@ def left_padded_forward(model: PreTrainedModel, feeds: Sequence[Sequence[int]], 
         out = model(input_ids=ids, attention_mask=full, position_ids=pos, past_key_values=past, use_cache=True,
                     logits_to_keep=logits_to_keep)
     return out.logits[:, -1], out.past_key_values, full
+
+
+def slot_forward(model: PreTrainedModel, feeds: Sequence[Sequence[int]], cache: SlotCache | None = None,
+                 starts: Sequence[int] | None = None) -> tuple[torch.Tensor, SlotCache, tuple[int, ...]]:
+    """One forward exactly as the transformers backend's decoder runs it: row ``i`` in slot ``i`` of a
+    :class:`~brrm.backends.transformers.slots.SlotCache`, its tokens left-padded to the longest, at positions
+    ``starts[i], starts[i] + 1, …``.
+
+    Args:
+        model: a causal LM (``transformers``).
+        feeds: B token-id lists (>= 1 token each): a prompt, or the tokens of one decoding step.
+        cache, starts: the cache and per-row lengths the previous call returned (None for a prefill).
+
+    Returns:
+        (float logits of each row's last position ``[B, V]``, the cache, each row's length after the call).
+    """
+    from brrm.backends.transformers.decode import Decoder
+    from brrm.backends.transformers.rows import DecodeContext
+    from brrm.backends.transformers.slots import SlotCache, Step
+
+    before = tuple(starts) if starts is not None else (0,) * len(feeds)
+    after = tuple(s + len(f) for s, f in zip(before, feeds, strict=True))
+    if cache is None:
+        cache = SlotCache(model.config, len(feeds), max(after))
+    step = Step(0, before, tuple(len(f) for f in feeds), max(len(f) for f in feeds))
+    context = DecodeContext(model, None, 0, frozenset(), True, {"forward_calls": 0})
+    with torch.inference_mode():
+        decoder = Decoder(context, temperature=0.0, top_p=1.0, keep_kv=False)
+        logits = decoder.forward(cache, step, [list(f) for f in feeds])
+    return logits, cache, after

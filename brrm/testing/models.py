@@ -99,6 +99,43 @@ def build_tiny_qwen3(
     return model, tok
 
 
+def favour_tokens(model: PreTrainedModel, boosts: Mapping[int, float], *, channel: int = 0) -> PreTrainedModel:
+    """Raise some tokens' logits at every position of a causal LM with untied embeddings, in its weights (in place).
+
+    One residual channel is made constant: every token's embedding holds ``1.0`` there and no attention or MLP
+    output (``o_proj``, ``down_proj``) writes to it, so the final norm hands the head a positive value ``h`` there
+    (1 over the hidden state's RMS, times the norm's weight), and the head's weight from that channel to token ``t``
+    is set to ``boosts[t]``: token ``t``'s logit rises by ``boosts[t] * h``, more at some positions than at others.
+    A random tiny model favouring ``"\n"`` and ``"["`` ends BR-RM's free-text blocks (``\n[``) after lengths that
+    differ from block to block, as a trained judge's do, instead of running every block to its token cap.
+
+    Args:
+        model: e.g. from :func:`build_tiny_qwen3`.
+        boosts: token id -> weight from the constant channel to that token's logit.
+        channel: the residual channel made constant.
+
+    Returns:
+        ``model``.
+
+    Raises:
+        ValueError: for tied input and output embeddings (one matrix cannot hold both changes).
+    """
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if head is None or head.weight is embed.weight:
+        raise ValueError("favour_tokens needs a model with untied input and output embeddings")
+    with torch.no_grad():
+        embed.weight[:, channel] = 1.0
+        for name, module in model.named_modules():
+            if name.endswith(("o_proj", "down_proj")) and isinstance(module, torch.nn.Linear):
+                module.weight[channel, :] = 0.0
+                if module.bias is not None:
+                    module.bias[channel] = 0.0
+        head.weight[:, channel] = 0.0
+        for token, boost in boosts.items():
+            head.weight[token, channel] = boost
+    return model
+
+
 class TinyQwen3Options(TypedDict, total=False):
     """The keywords of :func:`build_tiny_qwen3` (see there)."""
 

@@ -1,10 +1,11 @@
-"""Hugging Face transformers backend: batched decoding with left padding, constraints and KV reuse.
+"""Hugging Face transformers backend: batched decoding with a slot KV cache, constraints and KV reuse.
 
 The decoding loop is our own (not ``model.generate``) because it needs, per row: its own seeded
 sampler (results independent of batch composition), outlines-core token masks, forced tokens, the raw
 logits at verdict positions, and a prefix KV cache so that BR-RM turn 2 starts from turn 1's keys and
-values. Attention masks with holes (left padding of the cached part and of the new part) and explicit
-position ids make every row compute exactly what it would compute alone. Batching is continuous by default
+values. Every row keeps its keys and values in a slot of its own (:mod:`brrm.backends.transformers.slots`): one
+contiguous run, written only at the row's real positions, with explicit position ids, so every row computes
+exactly what it would compute alone. Batching is continuous by default
 (:mod:`brrm.backends.transformers.continuous`: finished rows are replaced at the next step, a turn 2 joins as its turn
 1 ends);
 ``scheduling="static"`` keeps the chunk-at-a-time loop of :mod:`brrm.backends.transformers.decode`.

@@ -11,13 +11,16 @@ issue 19) was measured on one model's shapes and one BLAS, and failed on others.
 through is called with one fixed shape, layout and alignment, whatever batch the row runs in.
 
 * **Attention** runs row by row on exactly the row's real queries and keys (:func:`rowwise_attention`): the
-  shapes the row has when it runs alone. A decoding row (one query) takes three calls of its own shapes
-  (:func:`_decode_attention`: scores, softmax, values) instead of SDPA, whose per-call setup was most of a decode
-  step's attention time (55-500 us per row vs 23-90 us, measured on the tiny model, SmolLM2 and Qwen3-0.6B
-  shapes); rows with several queries (prompts) keep SDPA with a causal mask. The forward's split of rows is
-  computed once from the mask and reused by every layer. (All rows at once, with keys gathered into fixed
-  128-key chunks, was built and measured: 3-4x slower on CPU, because each step then copies every row's keys
-  out of the batch's holed layout, per layer; a row's own view needs no copy when its keys are contiguous.)
+  shapes the row has when it runs alone. In the backend's decoder each row's keys are one contiguous run of its
+  own slot (:mod:`brrm.backends.transformers.slots`), read as a view, and the forward's
+  :class:`~brrm.backends.transformers.slots.Step` says which queries and keys are real; a forward over a 2D
+  mask (a sequence classifier's batch, ``model.generate``) splits its rows from the mask once per forward. A
+  decoding row (one query) takes three calls of its own shapes (scores, softmax, values) instead of SDPA, whose
+  per-call setup was most of a decode step's attention time (55-500 us per row vs 23-90 us, measured on the tiny
+  model, SmolLM2 and Qwen3-0.6B shapes); rows with several queries (prompts, forced markers) keep SDPA with a
+  causal mask. (All rows at once, with keys gathered into fixed 128-key chunks, was built and measured before the
+  slot cache: 3-4x slower on CPU, because each step then copied every row's keys out of the batch's padded
+  layout, per layer.)
 * **Row-wise layers** (every ``nn.Linear`` including the head and tied embeddings, RMS/layer norms, position-wise
   MLPs, so their ``silu`` too) run only on tiles of a fixed shape (:mod:`brrm.backends.transformers.tiles`): a row
   that feeds
@@ -37,10 +40,10 @@ What this rests on, and what it does not promise:
 * In a shared decode tile a row's place depends on its neighbours; blocked GEMMs reduce every row of a call over
   the inner dimension in the same blocks, so the place does not change the bits. This one is checked, not
   constructed: ``tests/test_invariance_matrix.py`` runs three model shapes at 1, 2 and 4 threads and batch sizes
-  1, 3, 8 and 16, with rows at every place of a tile. Likewise a row's keys are views into the batch's cache:
-  each head's ``[n, D]`` matrix is laid out as when the row runs alone (rows ``D`` floats apart, 64-byte aligned
-  for ``D >= 16``), only the distance between heads differs, and a batched matmul computes each head's product
-  on its own.
+  1, 3, 8 and 16, with rows at every place of a tile. Likewise a row's keys are views into its slot: each head's
+  ``[n, D]`` matrix is laid out as when the row runs alone (rows ``D`` floats apart, 64-byte aligned for
+  ``D >= 16``), only the distance between heads (the slot's capacity) differs, and a batched matmul computes each
+  head's product on its own.
 * Across thread counts nothing is promised: a GEMM of one shape may split its work differently on 2 threads than
   on 1, so results at one thread count may differ from those at another in the last bits. At any one thread count
   results do not depend on the batch.
@@ -152,26 +155,46 @@ def _slot_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     """:func:`rowwise_attention` over slot rows (:mod:`brrm.backends.transformers.slots`): row ``b``'s real queries
     are its last ``step.news[b]``, its keys the first ``starts[b] + news[b]`` of its slot (a view: a row's keys are
     one contiguous run, laid out as when it runs alone). Returns ``[B, q, H, D]``; padded queries get zeros."""
-    import torch.nn.functional as F
-
     b, h, q, d = query.shape
-    groups = h // key.shape[1]
     ones = [i for i, n in enumerate(step.news) if n == 1]
-    decoded = [_decode_attention(query[i, :, q - 1], key[i, :, :step.starts[i] + 1], value[i, :, :step.starts[i] + 1],
-                                 scale) for i in ones]
     if q == 1:
-        return torch.stack(decoded).view(b, 1, h, d)
+        return _slot_decode(query, key, value, step, ones, scale).view(b, 1, h, d)
     out = query.new_zeros((b, q, h, d))
-    if decoded:
-        out[ones, q - 1] = torch.stack(decoded)
+    if ones:
+        out[ones, q - 1] = _slot_decode(query, key, value, step, ones, scale)
     for i, (start, n) in enumerate(zip(step.starts, step.news, strict=True)):
         if n > 1:
-            ks, vs = key[i, :, :start + n], value[i, :, :start + n]
-            causal = torch.ones((n, start + n), dtype=torch.bool, device=query.device).tril(start)
-            o = F.scaled_dot_product_attention(query[i, :, q - n:], ks, vs, attn_mask=causal, scale=scale,
-                                               enable_gqa=groups > 1)
-            out[i, q - n:] = o.transpose(0, 1)
+            out[i, q - n:] = _prompt_attention(query[i, :, q - n:], key[i, :, :start + n], value[i, :, :start + n],
+                                               scale).transpose(0, 1)
     return out
+
+
+def _slot_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, step: Step, rows: list[int],
+                 scale: float) -> torch.Tensor:
+    """The decoding ``rows``' attention (one query each, the last position): per row, ``[H_kv, G, D] x [H_kv, D, n]``
+    scores over its own ``n`` keys (views of its slot), a softmax over ``n`` and ``[H_kv, G, n] x [H_kv, n, D]``
+    values: the calls and shapes of the row alone, written into one ``[len(rows), H, D]`` output. (The queries are
+    scaled for all rows in one call: a product is rounded once, so it is the same bits in any call.)"""
+    b, h, _, d = query.shape
+    hkv = key.shape[1]
+    scaled = (query[:, :, -1] * scale).view(b, hkv, h // hkv, d)
+    keys_t = key.transpose(2, 3)
+    out = query.new_empty((len(rows), hkv, h // hkv, d))
+    for j, i in enumerate(rows):
+        n = step.starts[i] + 1
+        torch.matmul(torch.matmul(scaled[i], keys_t[i, :, :, :n]).softmax(-1), value[i, :, :n], out=out[j])
+    return out.view(len(rows), h, d)
+
+
+def _prompt_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+    """One row's causal attention for its ``n`` new queries ``[H, n, D]`` over its ``k`` keys ``[H_kv, k, D]`` (the
+    new ones last): SDPA with the row's own causal mask. Returns ``[H, n, D]``."""
+    import torch.nn.functional as F
+
+    n, k = query.shape[1], key.shape[1]
+    causal = torch.ones((n, k), dtype=torch.bool, device=query.device).tril(k - n)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=causal, scale=scale,
+                                          enable_gqa=query.shape[0] > key.shape[0])
 
 
 Span = slice | torch.Tensor

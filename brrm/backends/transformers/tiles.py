@@ -13,11 +13,12 @@ the token's own sequence, never by its neighbours:
 * rows that feed **one** token (decoding) share tiles of :data:`TILE_ROWS` tokens, in batch order (zero rows
   at the end): every decoding token goes through the same ``[TILE_ROWS, width]`` call, only its place among
   its neighbours changes;
-* padding positions of the batch (left padding, the masked holes of a decode step) are not computed; their
+* padding positions of the batch (left padding of prompts and of a decode step's feeds) are not computed; their
   outputs are zeros (attention never reads them).
 
-A forward's layout comes from its ``attention_mask`` (:func:`with_layout` wraps the model's forward and keeps it
-in a thread-local while the forward runs); a layer input that is not ``[batch, length, ...]`` of that forward (the
+A forward's layout comes from the running :class:`~brrm.backends.transformers.slots.Step` (the backend's decoder), or
+else from its 2D ``attention_mask`` (:func:`with_layout` wraps the model's forward and keeps the layout in a
+thread-local while the forward runs); a layer input that is not ``[batch, length, ...]`` of that forward (the
 head's input under ``logits_to_keep=1``, a call outside a model forward) is cut into shared tiles of
 :data:`TILE_ROWS` rows.
 """

@@ -1,0 +1,86 @@
+"""The slot KV cache (brrm.backends.transformers.slots) on a tiny real Qwen3: every row's keys are one contiguous run
+of its own slot, the same bits as the row computed alone, whatever its neighbours feed; rows move between slots
+without changing a bit; the stock attention path reads the same cache through the step's 4D mask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from brrm.backends.transformers import TransformersBackend
+from brrm.backends.transformers.decode import Decoder
+from brrm.backends.transformers.slots import SlotCache, Step, stepping
+from brrm.testing import build_tiny_qwen3
+
+
+@pytest.fixture(scope="module")
+def invariant():
+    model, tok = build_tiny_qwen3(seed=3)
+    TransformersBackend(model, tok)  # the CPU default: the batch-invariant forward
+    return model
+
+
+def _feed(model, cache, step, feeds):
+    """One forward of ``feeds`` (per row, its new ids) through a Decoder's own forward."""
+    from brrm.backends.transformers.rows import DecodeContext
+
+    ctx = DecodeContext(model, None, 0, frozenset(), True, {"forward_calls": 0})
+    with torch.inference_mode():  # as the backend runs its decoders
+        return Decoder(ctx, temperature=0.0, top_p=1.0, keep_kv=False).forward(cache, step, feeds)
+
+
+def test_each_row_holds_its_own_contiguous_keys_whatever_its_neighbours_feed(invariant):
+    """Three rows of different prompt lengths, then a step where one feeds 5 forced tokens and the others one: each
+    slot holds exactly what the row alone holds (bits), and the logits are the row's alone."""
+    prompts = [list(range(10, 10 + n)) for n in (7, 19, 12)]
+    steps = [[3], [4, 5, 6, 7, 8], [9]]
+    batch = SlotCache(invariant.config, 4, 8)  # room for 8 positions: the buffers grow
+    together = _feed(invariant, batch, Step(0, (0, 0, 0), tuple(map(len, prompts)), 19), prompts)
+    starts = tuple(len(p) for p in prompts)
+    together2 = _feed(invariant, batch, Step(0, starts, tuple(map(len, steps)), 5), steps)
+    for i, (prompt, step) in enumerate(zip(prompts, steps, strict=True)):
+        alone = SlotCache(invariant.config, 1, 8)
+        first = _feed(invariant, alone, Step(0, (0,), (len(prompt),), len(prompt)), [prompt])
+        second = _feed(invariant, alone, Step(0, (len(prompt),), (len(step),), len(step)), [step])
+        assert torch.equal(first[0], together[i]) and torch.equal(second[0], together2[i])
+        n = len(prompt) + len(step)
+        for (k1, v1), (k2, v2) in zip(alone.read(0, n), batch.read(i, n), strict=True):
+            assert torch.equal(k1, k2) and torch.equal(v1, v2)
+    assert batch.slot_layers()[0].capacity >= 24 and batch.slot_layers()[0].buffers()[0].shape[0] == 4
+
+
+def test_rows_move_between_slots_unchanged(invariant):
+    cache = SlotCache(invariant.config, 3, 16)
+    prompts = [[5, 6, 7], [8, 9, 10, 11], [12, 13]]
+    _feed(invariant, cache, Step(0, (0, 0, 0), (3, 4, 2), 4), prompts)
+    before = [cache.read(i, 4) for i in range(3)]
+    with torch.inference_mode():
+        cache.move([2, 0], 0, 4)  # overlapping: slot 0 takes slot 2, slot 1 takes slot 0 (read before any write)
+    for slot, origin in ((0, 2), (1, 0)):
+        for (k1, v1), (k2, v2) in zip(cache.read(slot, 4), before[origin], strict=True):
+            assert torch.equal(k1, k2) and torch.equal(v1, v2)
+
+
+def test_a_slot_layer_is_written_inside_a_step_only(invariant):
+    cache = SlotCache(invariant.config, 1, 4)
+    with pytest.raises(RuntimeError, match="stepping"):
+        cache.slot_layers()[0].update(torch.zeros(1, 1, 1, 64), torch.zeros(1, 1, 1, 64))
+
+
+def test_the_stock_attention_reads_the_slots_through_the_steps_mask():
+    """batch_invariant=False: stock SDPA over each row's slot with the 4D mask; a row's logits agree with the row
+    alone up to rounding (stock kernels are not batch-invariant), and the mask is causal within each row."""
+    model, tok = build_tiny_qwen3(seed=3)
+    TransformersBackend(model, tok, batch_invariant=False)
+    prompts = [list(range(10, 17)), list(range(20, 32))]
+    batch = SlotCache(model.config, 2, 32)
+    together = _feed(model, batch, Step(0, (0, 0), (7, 12), 12), prompts)
+    for i, prompt in enumerate(prompts):
+        alone = _feed(model, SlotCache(model.config, 1, 32), Step(0, (0,), (len(prompt),), len(prompt)), [prompt])
+        assert torch.allclose(alone[0], together[i], atol=1e-5)
+    mask = Step(0, (3, 0), (1, 2), 2).mask()
+    assert mask.shape == (2, 1, 2, 4)
+    assert mask[0, 0, 1].tolist() == [True, True, True, True]  # row 0's one query: its 3 keys and its own
+    assert mask[1, 0].tolist() == [[True, False, False, False], [True, True, False, False]]
+    with stepping(Step(0, (0,), (1,), 1)) as step:
+        assert step.length == 1

@@ -121,18 +121,20 @@ def favour_tokens(model: PreTrainedModel, boosts: Mapping[int, float], *, channe
         ValueError: for tied input and output embeddings (one matrix cannot hold both changes).
     """
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if head is None or head.weight is embed.weight:
+    embed_weight, head_weight = getattr(embed, "weight", None), getattr(head, "weight", None)
+    if not isinstance(embed_weight, torch.Tensor) or not isinstance(head_weight, torch.Tensor) \
+            or head_weight is embed_weight:
         raise ValueError("favour_tokens needs a model with untied input and output embeddings")
     with torch.no_grad():
-        embed.weight[:, channel] = 1.0
+        embed_weight[:, channel] = 1.0
         for name, module in model.named_modules():
             if name.endswith(("o_proj", "down_proj")) and isinstance(module, torch.nn.Linear):
                 module.weight[channel, :] = 0.0
                 if module.bias is not None:
                     module.bias[channel] = 0.0
-        head.weight[:, channel] = 0.0
+        head_weight[:, channel] = 0.0
         for token, boost in boosts.items():
-            head.weight[token, channel] = boost
+            head_weight[token, channel] = boost
     return model
 
 

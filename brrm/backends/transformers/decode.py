@@ -63,9 +63,12 @@ class Decoder:
             active = self.settle(active, self.step(active, cache), cache, 0)
 
     def new_cache(self, rows: list[Row], slots: int) -> SlotCache:
-        """A slot cache of ``slots`` rows with room for the longest of ``rows`` to finish."""
-        need = max(len(r.request.prompt_ids) + r.request.max_new_tokens for r in rows)
-        return SlotCache(self.backend.model.config, slots, need)
+        """A slot cache for up to ``slots`` rows, sized for ``rows``' prompts and a first stretch of decoding (it
+        grows as rows need more: a budget that is never used is never allocated)."""
+        from brrm.backends.transformers.slots import HEADROOM
+
+        need = max(len(r.request.prompt_ids) + min(r.request.max_new_tokens, 4 * HEADROOM) for r in rows)
+        return SlotCache(self.backend.model.config, slots, need, first=len(rows))
 
     def prefill(self, rows: list[Row], cache: SlotCache, lo: int) -> torch.Tensor:
         """Prefill ``rows`` into slots ``lo, lo + 1, …``: each row's cached prefix (from the prefix cache) is written

@@ -32,7 +32,7 @@ from transformers.cache_utils import DynamicLayer
 from brrm.backends.transformers.rows import KV
 
 HEADROOM = 64
-"""Fewest spare positions a slot buffer gets when it (re)allocates (beyond 50% of the length it needs)."""
+"""Fewest spare positions a slot buffer gets when it grows (beyond 50% of the length it needs)."""
 
 _STEP = threading.local()
 """The :class:`Step` of the forward running in this thread (None outside one)."""
@@ -108,9 +108,9 @@ def stepping(step: Step) -> Iterator[Step]:
 class SlotLayer(DynamicLayer):
     """One layer's keys and values, ``[slots, H_kv, capacity, D]`` each, row ``b`` of a forward in slot ``lo + b``."""
 
-    def __init__(self, slots: int, capacity: int) -> None:
+    def __init__(self, slots: int, capacity: int, most: int) -> None:
         super().__init__()
-        self.slots, self.capacity = slots, capacity
+        self.slots, self.capacity, self.most = slots, capacity, most
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Allocate the buffers for ``key_states``' heads, head size, dtype and device."""
@@ -134,8 +134,8 @@ class SlotLayer(DynamicLayer):
             raise RuntimeError("a SlotCache is written inside stepping(Step(...)) only")
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        if step.length > self.capacity:
-            self.grow(step.length)
+        if step.length > self.capacity or step.lo + step.rows > self.slots:
+            self.grow(step.length, step.lo + step.rows)
         keys, values = self.buffers()
         for buffer, new in ((keys, key_states), (values, value_states)):
             rows, slots, positions = step.single
@@ -158,16 +158,18 @@ class SlotLayer(DynamicLayer):
             raise RuntimeError("the slot layer holds nothing yet")
         return self.keys, self.values
 
-    def grow(self, length: int) -> None:
-        """Make room for ``length`` positions per slot (one copy, with headroom)."""
-        capacity = length + max(HEADROOM, length // 2)
+    def grow(self, length: int = 0, slots: int = 0) -> None:
+        """Make room for ``length`` positions per slot and ``slots`` slots (one copy, with headroom: 50% more
+        positions, at least :data:`HEADROOM`; twice the slots, at most what was asked for the cache)."""
+        capacity = length + max(HEADROOM, length // 2) if length > self.capacity else self.capacity
+        count = min(max(slots, 2 * self.slots), self.most) if slots > self.slots else self.slots
         if self.is_initialized:
             keys, values = self.buffers()
             for name, old in (("keys", keys), ("values", values)):
-                new = old.new_zeros((old.shape[0], old.shape[1], capacity, old.shape[3]))
-                new[:, :, :self.capacity] = old
+                new = old.new_zeros((count, old.shape[1], capacity, old.shape[3]))
+                new[:old.shape[0], :, :self.capacity] = old
                 setattr(self, name, new)
-        self.capacity = capacity
+        self.capacity, self.slots = capacity, count
 
     def get_seq_length(self) -> int:
         """Positions allocated per slot (this cache is addressed per row, through :class:`Step`)."""
@@ -175,19 +177,28 @@ class SlotLayer(DynamicLayer):
 
 
 class SlotCache(DynamicCache):
-    """A ``DynamicCache`` of :class:`SlotLayer` s: ``slots`` rows with room for ``capacity`` positions each (grown
-    when a row needs more).
+    """A ``DynamicCache`` of :class:`SlotLayer` s for up to ``slots`` rows. Memory follows use: the buffers start
+    with room for the rows and positions the first forward needs and grow (one copy each time, with headroom) when
+    a row needs more positions or a forward more slots, so a batch that never fills its slots or budgets never
+    holds their memory.
+
+    Args:
+        config: the model's config.
+        slots: most rows the cache holds at once (the batch size).
+        capacity: positions per slot to start with (grown as needed).
+        first: slots to start with (default ``slots``).
 
     Raises:
         TypeError: for a model with layers other than attention (linear attention, state-space layers).
     """
 
-    def __init__(self, config: PretrainedConfig, slots: int, capacity: int) -> None:
+    def __init__(self, config: PretrainedConfig, slots: int, capacity: int, first: int | None = None) -> None:
         super().__init__(config=config)
         for layer in self.layers:
             if not isinstance(layer, DynamicLayer):  # a sliding-window layer is kept whole (the mask windows it)
                 raise TypeError(f"the slot cache holds attention layers only, not {type(layer).__name__}")
-        self.layers = [SlotLayer(slots, capacity) for _ in self.layers]
+        start = slots if first is None else min(max(first, 1), slots)
+        self.layers = [SlotLayer(start, capacity, slots) for _ in self.layers]
 
     def slot_layers(self) -> list[SlotLayer]:
         """The layers, typed."""
@@ -211,8 +222,8 @@ class SlotCache(DynamicCache):
         for layer, (keys, values) in zip(self.slot_layers(), kv, strict=True):
             if not layer.is_initialized:
                 layer.lazy_initialization(keys[None], values[None])
-            if keys.shape[1] > layer.capacity:
-                layer.grow(keys.shape[1])
+            if keys.shape[1] > layer.capacity or slot >= layer.slots:
+                layer.grow(keys.shape[1], slot + 1)
             buffer_k, buffer_v = layer.buffers()
             buffer_k[slot, :, :keys.shape[1]] = keys
             buffer_v[slot, :, :values.shape[1]] = values

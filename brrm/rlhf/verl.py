@@ -25,10 +25,11 @@ on their own ``brrm-remote`` threads) run on worker threads, at most ``max_worke
 Python cannot stop a running thread, so a call past its deadline is abandoned — its slot is free at once for the
 next sample and its thread finishes in the background (at most ``max_workers`` such threads; past that a new
 sample is a ``backend_error`` at once) — so a stalled sample never makes a healthy one wait past its own deadline,
-in its batch or the next. Threads end at :func:`close_all`. A local transformers or vLLM judge that does not
-declare concurrent calls (``info.concurrent``) runs one call at a time, so there a stalled call holds the model
-itself and the calls queued behind it still time out at their own deadlines; for concurrency at scale, point
-``url`` at ``brrm serve``, which batches requests and abandons stalled calls.
+in its batch or the next. Threads end at :func:`close_all`. A local judge that does not declare concurrent calls
+(``info.concurrent``, from its backend's ``capabilities.concurrent``: e.g. transformers with static batching, or
+vLLM classification) runs one call at a time, so there a stalled call holds the model itself and the calls queued
+behind it still time out at their own deadlines; for concurrency at scale, point ``url`` at ``brrm serve``, which
+batches requests and abandons stalled calls.
 """
 
 from __future__ import annotations
@@ -53,11 +54,6 @@ from brrm.types import ConversationLike, JudgeSpec, RewardJudge, ScalarReward, S
 
 TIMEOUT = "timeout"
 """The ``status`` of a sample whose judge did not answer within ``timeout_s``."""
-
-SERIAL_BACKENDS = ("transformers", "vllm")
-"""In-process engines whose model takes one call at a time unless the judge declares concurrent calls
-(``info.concurrent``); calls from worker threads are then serialized."""
-
 
 
 @dataclass(frozen=True)
@@ -307,7 +303,7 @@ class VerlScorer:
         from brrm.service.run import run
 
         judge = self.source.get()
-        if judge.info.concurrent or judge.info.backend not in SERIAL_BACKENDS:
+        if judge.info.concurrent:  # the judge's own declaration (its backend's ``capabilities.concurrent``)
             out = run(judge, [item])
         else:
             with self.source.lock:

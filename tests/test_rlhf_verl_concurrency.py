@@ -111,3 +111,12 @@ def test_concurrent_calls_keep_the_fake_backends_bookkeeping_exact():
         t.join()
     assert backend.calls == 200 and backend.stats["classified"] == 200 and len(backend.prompts) == 200
     assert len(set(backend.prompts)) == 200
+
+
+@pytest.mark.parametrize(("kind", "pairwise"), [("auto", True), ("brrm", True), ("bt", False), ("principle", False)])
+def test_url_mode_reads_the_kinds_trait_before_asking_the_server(kind, pairwise):
+    """Before the server is asked, ``ground_truth`` is a reference exactly when the kind's trait is pairwise."""
+    scorer = VerlScorer(VerlRewardConfig(url="http://127.0.0.1:9", kind=kind))  # nothing listens: never asked
+    item = scorer._item("answer", "the reference", {"prompt": "Question?"})
+    assert item.reference == ("the reference" if pairwise else None)
+    scorer.close()

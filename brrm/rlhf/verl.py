@@ -51,6 +51,7 @@ from brrm.errors import ConfigError
 from brrm.rlhf.recipe import JudgeSource
 from brrm.service.items import ScoreItem
 from brrm.types import ConversationLike, JudgeSpec, RewardJudge, ScalarReward, Status, check_float, check_int
+from brrm.types.protocols import KIND_TRAITS
 
 TIMEOUT = "timeout"
 """The ``status`` of a sample whose judge did not answer within ``timeout_s``."""
@@ -242,8 +243,8 @@ class VerlScorer:
                          str(reference) if keep else None)
 
     def _pairwise(self) -> bool:
-        if self.config.url is not None:  # asked before the server is: a pairwise judge unless kind says otherwise
-            return self.config.kind in ("brrm", "auto")
+        if self.config.url is not None:  # asked before the server is: a pairwise judge unless kind's trait says not
+            return self.config.kind == "auto" or bool(KIND_TRAITS.get(self.config.kind, {}).get("pairwise"))
         return bool(self.source.get().info.pairwise)
 
     def _executor(self) -> ThreadPoolExecutor:

@@ -31,6 +31,7 @@ def server(tmp_path_factory):
 def _get_paths(url: str) -> list[str]:
     schema = httpx.get(f"{url}/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
     listed = [path for path, operations in schema["paths"].items() if "get" in operations]
+    assert not [path for path, operations in schema["paths"].items() if "head" in operations]  # implicit there
     assert {"/health", "/ready", "/v1/models", "/metrics"} <= set(listed), listed
     return [*listed, *OUTSIDE_SCHEMA]
 

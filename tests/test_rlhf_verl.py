@@ -33,7 +33,8 @@ def rm_path(tmp_path_factory):
 
 
 def _stalling_judge(release: threading.Event):
-    """A scripted BR-RM whose turn 1 stalls (up to 120 s, until ``release``) on a response containing <<STALL>>."""
+    """A scripted BR-RM whose turn 1 stalls (up to 120 s, until ``release``) on a response containing <<STALL>>; its
+    backend declares concurrent calls (a judge that does not is called one at a time, so a stall holds it)."""
     tok = build_tiny_tokenizer()
 
     def script(prompt, request):
@@ -43,7 +44,7 @@ def _stalling_judge(release: threading.Event):
             return T1
         return "[The Begin of Ranking Score]\n\\boxed{1}\n[The End of Ranking Score]"
 
-    return brrm.load(kind="brrm", backend=FakeBackend(tok, script), decoding="faithful")
+    return brrm.load(kind="brrm", backend=FakeBackend(tok, script, concurrent=True), decoding="faithful")
 
 
 def _brrm_threads():

@@ -25,10 +25,11 @@ on their own ``brrm-remote`` threads) run on worker threads, at most ``max_worke
 Python cannot stop a running thread, so a call past its deadline is abandoned — its slot is free at once for the
 next sample and its thread finishes in the background (at most ``max_workers`` such threads; past that a new
 sample is a ``backend_error`` at once) — so a stalled sample never makes a healthy one wait past its own deadline,
-in its batch or the next. Threads end at :func:`close_all`. A local transformers or vLLM judge that does not
-declare concurrent calls (``info.concurrent``) runs one call at a time, so there a stalled call holds the model
-itself and the calls queued behind it still time out at their own deadlines; for concurrency at scale, point
-``url`` at ``brrm serve``, which batches requests and abandons stalled calls.
+in its batch or the next. Threads end at :func:`close_all`. A local judge that does not declare concurrent calls
+(``info.concurrent``, from its backend's ``capabilities.concurrent``: e.g. transformers with static batching, or
+vLLM classification) runs one call at a time, so there a stalled call holds the model itself and the calls queued
+behind it still time out at their own deadlines; for concurrency at scale, point ``url`` at ``brrm serve``, which
+batches requests and abandons stalled calls.
 """
 
 from __future__ import annotations
@@ -50,14 +51,10 @@ from brrm.errors import ConfigError
 from brrm.rlhf.recipe import JudgeSource
 from brrm.service.items import ScoreItem
 from brrm.types import ConversationLike, JudgeSpec, RewardJudge, ScalarReward, Status, check_float, check_int
+from brrm.types.protocols import KIND_TRAITS
 
 TIMEOUT = "timeout"
 """The ``status`` of a sample whose judge did not answer within ``timeout_s``."""
-
-SERIAL_BACKENDS = ("transformers", "vllm")
-"""In-process engines whose model takes one call at a time unless the judge declares concurrent calls
-(``info.concurrent``); calls from worker threads are then serialized."""
-
 
 
 @dataclass(frozen=True)
@@ -246,8 +243,8 @@ class VerlScorer:
                          str(reference) if keep else None)
 
     def _pairwise(self) -> bool:
-        if self.config.url is not None:  # asked before the server is: a pairwise judge unless kind says otherwise
-            return self.config.kind in ("brrm", "auto")
+        if self.config.url is not None:  # asked before the server is: a pairwise judge unless kind's trait says not
+            return self.config.kind == "auto" or bool(KIND_TRAITS.get(self.config.kind, {}).get("pairwise"))
         return bool(self.source.get().info.pairwise)
 
     def _executor(self) -> ThreadPoolExecutor:
@@ -307,7 +304,7 @@ class VerlScorer:
         from brrm.service.run import run
 
         judge = self.source.get()
-        if judge.info.concurrent or judge.info.backend not in SERIAL_BACKENDS:
+        if judge.info.concurrent:  # the judge's own declaration (its backend's ``capabilities.concurrent``)
             out = run(judge, [item])
         else:
             with self.source.lock:

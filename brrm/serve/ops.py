@@ -1,5 +1,5 @@
-"""The operational side of ``brrm serve``: ``/health``, ``/ready`` (GET and HEAD), ``/v1/models``, ``/metrics``,
-offline ``/docs``, and the warm-up.
+"""The operational side of ``brrm serve``: ``/health``, ``/ready``, ``/v1/models``, ``/metrics``, offline
+``/docs`` (each GET and HEAD), and the warm-up.
 
 ``/docs`` is Swagger UI served from the installed ``swagger-ui-bundle`` package (its JavaScript and CSS under
 ``/docs/assets``), so it renders without internet access; FastAPI's default page loads them from a CDN.
@@ -35,7 +35,7 @@ WARMUP_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
 
 
 router = APIRouter(tags=["operations"])
-"""``/health``, ``/ready`` (GET and HEAD), ``/v1/models`` and ``/metrics``."""
+"""``/health``, ``/ready``, ``/v1/models`` and ``/metrics`` (each GET and HEAD)."""
 
 
 @router.get("/health", summary="Process up (no API key needed; HEAD too)")
@@ -53,11 +53,6 @@ async def ready(state: State, response: Response) -> ReadyResponse:
                          running=state.scheduler.running, warmup_attempts=state.warmup_attempts)
 
 
-# HEAD answers as GET without the body (probes); kept out of the schema, which lists each route once
-router.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
-router.add_api_route("/ready", ready, methods=["HEAD"], include_in_schema=False)
-
-
 @router.get("/v1/models", summary="What is served: model, kind, recipe, backend, limits")
 async def models(state: State) -> ModelsResponse:
     info = state.model_block
@@ -70,6 +65,12 @@ async def models(state: State) -> ModelsResponse:
 async def metrics(state: State) -> Response:
     body, content_type = state.metrics.render()
     return Response(body, media_type=content_type)
+
+
+# HEAD answers as GET: same status and headers, no body (RFC 9110 §9.3.2; the HTTP server drops the body), for
+# probes and caches; kept out of the schema, which lists each route once (HEAD is implicit there)
+for _path, _endpoint in (("/health", health), ("/ready", ready), ("/v1/models", models), ("/metrics", metrics)):
+    router.add_api_route(_path, _endpoint, methods=["HEAD"], include_in_schema=False)
 
 
 def add_offline_docs(app: FastAPI) -> None:
@@ -92,6 +93,8 @@ def add_offline_docs(app: FastAPI) -> None:
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="brrm serve - docs", swagger_js_url=js,
                                    swagger_css_url=css, swagger_favicon_url="/docs/assets/favicon-32x32.png")
+
+    app.add_api_route("/docs", docs, methods=["HEAD"], include_in_schema=False)  # HEAD as GET, as in ``router``
 
 
 def _warmup_job(state: ServerState) -> tuple[Hashable, list[PairItem] | list[ScoreItem]]:

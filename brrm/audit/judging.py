@@ -102,7 +102,9 @@ def resolve_strategy(strategy: str, *, kind: str, shape: str) -> str | None:
         ConfigError: on an unknown strategy, or ``scores`` for a BR-RM judge.
     """
     from brrm.compose.strategies import check_strategy
+    from brrm.types import KIND_TRAITS
 
     if shape != "groups":
         return None
-    return check_strategy(strategy, pairwise=kind == "brrm", has_reference=strategy == "reference")
+    pairwise = KIND_TRAITS.get(kind, {}).get("pairwise", False)
+    return check_strategy(strategy, pairwise=pairwise, has_reference=strategy == "reference")

@@ -125,6 +125,7 @@ def test_first_verdict_is_printed_after_one_pairs_work(monkeypatch, capsys, tiny
     waits for the whole chunk."""
     snaps, total = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "continuous")
     assert len(snaps) == 8 and snaps[0] < total and snaps == sorted(snaps) and len(set(snaps)) > 1
+    assert snaps[0] < snaps[1]  # the first verdict line is out before the second pair has finished
     static, total_static = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "static")
     assert total_static == total and set(static) == {total}
 

@@ -53,13 +53,35 @@ def choose(stop_ids: Set[int], active: list[Row], logits: torch.Tensor, temperat
 
 def _pick(active: list[Row], logits: torch.Tensor, temperature: float, top_p: float, forced: dict[int, int],
           finite: list[bool], top_k: int = 0) -> list[int]:
+    """Each row's token (0 for forced and failed rows, whose choice is made elsewhere).
+
+    Sampling without a top-p or top-k cut perturbs and compares every sampled row in one call: each row's noise is
+    its own (:func:`_noise`), and the scale, the sum and the argmax are exact per element, so a row's token is the
+    same bits it would be alone (:func:`_pick_row` says why Gumbel-max)."""
     if temperature == 0:
         return logits.argmax(dim=-1).tolist()
-    out = []
-    for j, row in enumerate(active):
+    for row in active:
         row.noise = None
-        out.append(_pick_row(logits[j], temperature, top_p, row, top_k) if j not in forced and finite[j] else 0)
+    sampled = [j for j in range(len(active)) if j not in forced and finite[j]]
+    out = [0] * len(active)
+    if top_p < 1.0 or 0 < top_k < logits.shape[-1]:
+        for j in sampled:
+            out[j] = _pick_row(logits[j], temperature, top_p, active[j], top_k)
+    elif sampled:
+        noise = torch.stack([_noise(active[j], logits.shape[-1]) for j in sampled])
+        picked = (logits[sampled].double() / temperature + noise).argmax(dim=-1).tolist()
+        for j, tok in zip(sampled, picked, strict=True):
+            out[j] = tok
     return out
+
+
+def _noise(row: Row, vocab: int) -> torch.Tensor:
+    """The row's Gumbel(0, 1) noise ``[vocab]`` (float64) for this step, drawn from its own seeded generator once
+    per step (a re-pick under a grammar mask reuses it)."""
+    if row.noise is None:
+        u = torch.rand(vocab, generator=row.generator, dtype=torch.float64)
+        row.noise = -torch.log(-torch.log(u.clamp(min=1e-300, max=1.0 - 1e-16)))
+    return row.noise
 
 
 def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: Row, top_k: int = 0) -> int:
@@ -75,9 +97,7 @@ def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: R
     """
     if temperature == 0:
         return int(logits_row.argmax())
-    if row.noise is None:
-        u = torch.rand(logits_row.shape, generator=row.generator, dtype=torch.float64)
-        row.noise = -torch.log(-torch.log(u.clamp(min=1e-300, max=1.0 - 1e-16)))
+    noise = _noise(row, logits_row.shape[-1])
     scaled = logits_row.double() / temperature
     if 0 < top_k < scaled.shape[-1]:
         scaled = scaled.masked_fill(scaled < scaled.topk(top_k).values[-1], float("-inf"))
@@ -87,7 +107,7 @@ def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: R
         drop = sorted_p.cumsum(-1) - sorted_p > top_p
         scaled = scaled.clone()
         scaled[order[drop]] = float("-inf")
-    return int(torch.argmax(scaled + row.noise))
+    return int(torch.argmax(scaled + noise))
 
 
 def _apply_mask(logits_row: torch.Tensor, bitmask: torch.Tensor | None) -> None:

@@ -9,19 +9,16 @@ import pytest
 
 import brrm
 from brrm.service import RemoteJudge
-from tests.serve_helpers import running_server
+from tests import test_service_load_remote
 
 pytestmark = pytest.mark.timeout(300)
+served = test_service_load_remote.served  # its module's tiny Bradley–Terry ``brrm serve`` (url, model path)
 
 
 @pytest.fixture(scope="module")
-def served_bt(tmp_path_factory):
-    from brrm.testing import save_tiny_qwen3
-
-    tmp = tmp_path_factory.mktemp("remote-options")
-    path = str(save_tiny_qwen3(tmp / "rm", sequence_classification=True))
-    with running_server(["--model", path], tmp) as srv:
-        yield srv.url
+def served_bt(served):
+    """The URL of a ``brrm serve`` of a tiny Bradley–Terry model (``tests.test_service_load_remote``'s server)."""
+    return served[0]
 
 
 def test_a_bt_server_varies_no_request_option_and_says_so(served_bt):

@@ -62,7 +62,7 @@ def option_names(parser: argparse.ArgumentParser, command: str | None) -> tuple[
             every.setdefault(kw, jf.flag)
             every.setdefault(f.name, jf.flag)
     for name in cli_fields():
-        every.setdefault(name, "--" + name.replace("-", "_").replace("_", "-"))
+        every.setdefault(name, "--" + name.replace("_", "-"))
     for action in _actions(parser, command):
         longs = [o for o in action.option_strings if o.startswith("--")]
         if longs and action.dest != argparse.SUPPRESS:

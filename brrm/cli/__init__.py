@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrrmError as exc:
         from brrm.cli.common import translate
 
-        print(f"brrm: error: {translate(str(exc), parser)}", file=sys.stderr)
+        print(f"brrm: error: {translate(str(exc), parser, vars(args).get('command'))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("brrm: interrupted", file=sys.stderr)

@@ -241,19 +241,20 @@ def load_options(args: argparse.Namespace) -> tuple[str | None, LoadKeywords]:
     for jf in judge_flags():
         if given.get(jf.dest) is not None:
             opts[jf.keyword_for(kind)] = jf.value(given[jf.dest])
-    opts = fit_kind(opts)
+    model = given.get("model")
+    opts = fit_kind(opts, model=None if model is None else str(model))
     if given.get("calibration"):
         from brrm.calibration.model import read_calibration
 
         read_calibration(given["calibration"])  # a missing or malformed file is named before anything is read
         opts["calibration"] = given["calibration"]  # a brrm.load keyword, not a judge or backend option
-    model = given.get("model")
     # argparse's values are untyped: the options dataclasses check each one's type and range when loading
     return (None if model is None else str(model)), cast(LoadKeywords, opts)
 
 
-def fit_kind(opts: dict[str, object]) -> dict[str, object]:
-    """For an explicitly chosen kind, refuse judge flags that do not apply to it (naming the flag).
+def fit_kind(opts: dict[str, object], *, model: str | None = None) -> dict[str, object]:
+    """Refuse judge flags that do not apply to the kind (naming the flag): the chosen one, or under ``--kind auto``
+    the one ``model``'s config or known id tells (read from disk, before any weights load; :func:`detected_kind`).
 
     Raises:
         ConfigError: for a backend flag of another backend, or a judge flag of another kind.
@@ -265,16 +266,41 @@ def fit_kind(opts: dict[str, object]) -> dict[str, object]:
     for key in sorted(opts):
         if key not in judge_keys and key not in BACKEND_OPTIONS[backend]:
             _refuse_backend_flag(key, backend, BACKEND_OPTIONS)
+    detected = kind == "auto"
+    kind = detected_kind(model) if detected else kind
     if kind == "auto":
         return opts
     for key in sorted(opts):
         if key in ("kind", "backend") or key in judge_option_names(kind) or key in BACKEND_OPTIONS[backend]:
             continue
         if kind == "bt" and key in _principle_only():
-            raise ConfigError(f"Bradley–Terry models take no {key}; drop {flag_of(key)} or use --kind principle")
+            raise ConfigError(principle_refusal(model if detected else None, key))
         _refuse_backend_flag(key, backend, BACKEND_OPTIONS)
-        raise ConfigError(f"{flag_of(key)} does not apply to --kind {kind}")
+        raise ConfigError(f"{flag_of(key)} does not apply to " + (f"{model!r}, a kind {kind} model (from its "
+                                                                  "config)" if detected else f"--kind {kind}"))
     return opts
+
+
+def detected_kind(model: str | None) -> str:
+    """The kind of ``model`` from its known id or the ``config.json`` of its folder or hub cache (never the network,
+    no weights); ``auto`` when that does not tell (:func:`brrm.load` decides, or says why it cannot)."""
+    from brrm.recipes import detect_kind, model_config
+
+    if model is None:
+        return "auto"
+    try:
+        return detect_kind(model, model_config(model))[0]
+    except (ConfigError, OSError, ValueError):  # unreadable or ambiguous: brrm.load reports it with the fix
+        return "auto"
+
+
+def principle_refusal(model: str | None, key: str = "principle") -> str:
+    """The one-line refusal of ``--principle`` (or another principle model's option) for a Bradley–Terry model:
+    the explicit ``--kind bt``'s, or that of ``model`` when its config told the kind."""
+    if model is None:
+        return f"Bradley–Terry models take no {key}; drop {flag_of(key)} or use --kind principle"
+    return (f"{model!r} is a Bradley–Terry model (kind bt) and Bradley–Terry models take no {key}; drop "
+            f"{flag_of(key)} (only principle models, --kind principle, take one)")
 
 
 def _principle_only() -> set[str]:

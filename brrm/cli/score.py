@@ -15,6 +15,7 @@ from typing import Any
 
 from brrm.cli import common
 from brrm.cli.command import Command
+from brrm.cli.flags import principle_refusal
 from brrm.errors import ConfigError
 from brrm.types.protocols import KIND_TRAITS, RewardJudge
 
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     common.report_bad_records(records, term)
     args.principle = None  # principles are applied per record below, one output row each
     judge = common.load_judge(args)
+    _refuse_principles(judge, principles, args.model)
     common.header(term, "score", judge, len(records), args.input)
     per = _principles(judge, records, principles)
     results: list[ScalarReward] = []
@@ -70,6 +72,19 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(summarize_rewards(results)), file=term)
     judge.close()
     return 0
+
+
+def _refuse_principles(judge: RewardJudge, principles: list[str], model: str | None) -> None:
+    """Refuse ``--principle`` for a loaded judge that takes none (``--kind auto`` whose config did not tell the
+    kind before loading), before any record is scored.
+
+    Raises:
+        ConfigError: naming ``--principle`` and the kind that takes one.
+    """
+    if principles and not judge.info.takes_principle:
+        judge.close()
+        raise ConfigError(principle_refusal(model) if judge.info.kind == "bt" else "--principle: only principle "
+                          f"models (--kind principle) take one; this judge is {judge.info.describe()}")
 
 
 def _row(rec: Any, reward: Any) -> dict[str, Any]:

@@ -137,9 +137,14 @@ class RemoteJudge(SingleItems):
         """``POST /v1/score``; see :class:`~brrm.types.RewardJudge`.
 
         Raises:
-            ConfigError: on mismatched lengths, invalid inputs, or the server refusing the request (e.g.
-                ``references`` missing for a pairwise judge).
+            ConfigError: on mismatched lengths, invalid inputs, per-request options (``with_options``; the
+                server's ``/v1/score`` takes none), or the server refusing the request (e.g. ``references`` missing
+                for a pairwise judge).
         """
+        if self.options:
+            raise ConfigError(f"options {', '.join(sorted(self.options))}: brrm serve's /v1/score takes no "
+                              "per-request options (they apply to judge_pairs and rank); score with a judge "
+                              "made without them")
         n = _same_length(conversations=conversations, responses=responses, references=references, ids=ids)
         per = _principles(principles, n)
         items: list[JSONDict] = [{**_context(conversations[k], f"conversations[{k}]"),
@@ -191,13 +196,20 @@ class RemoteJudge(SingleItems):
     def with_options(self, **overrides: object) -> RemoteJudge:
         """A variant over the same server whose requests carry other settings: ``swap``, and the per-request
         judge options ``brrm serve`` takes (``max_new_tokens``, ``max_total_tokens``, ``decoding``, ``seed``;
-        each within the server's own). It opens its own connections; closing it leaves the server running.
+        each within the server's own) that the served judge's kind can vary (:meth:`request_options`: none for a
+        Bradley–Terry model). It opens its own connections; closing it leaves the server running.
 
         Raises:
-            ConfigError: on another option, naming the valid ones, or a value that is not an int or a string.
+            ConfigError: on another option (or one the served kind cannot vary), naming the valid ones, or a value
+                that is not an int or a string.
         """
         own = dict(overrides)
         swap = own.pop("swap", self.swap)
+        valid = self.request_options()
+        unknown = sorted(set(own) - set(valid))
+        if unknown:
+            raise ConfigError(f"option {unknown[0]!r} cannot be varied over brrm serve for this judge "
+                              f"({self.info.describe()}); valid: {', '.join(('swap', *valid))}")
         values: JSONDict = {}
         for name, value in own.items():
             if not isinstance(value, int | str) or isinstance(value, bool):
@@ -205,14 +217,22 @@ class RemoteJudge(SingleItems):
             values[name] = value
         if swap is not None and not isinstance(swap, bool):
             raise ConfigError(f"swap must be a bool or None, got {swap!r}")
-        unknown = sorted(set(own) - set(REQUEST_OPTIONS))
-        if unknown:
-            raise ConfigError(f"option {unknown[0]!r} cannot be varied over brrm serve; valid: swap, "
-                              f"{', '.join(REQUEST_OPTIONS)}")
         variant = RemoteJudge(self.url, api_key=self._api_key, timeout_s=self.timeout_s, retries=self.retries,
                               concurrency=self.concurrency)
         variant.options, variant.swap = {**self.options, **values}, swap
         return variant
+
+    def request_options(self) -> tuple[str, ...]:
+        """The per-request judge options (:data:`REQUEST_OPTIONS`) the served judge can vary: those its kind (the
+        ``kind`` of ``GET /v1/models``) takes — none for a Bradley–Terry model, whose requests never carry them
+        (``swap`` is always accepted: it changes nothing for a scalar model)."""
+        from brrm.load_options import judge_option_names
+        from brrm.types import KINDS
+
+        if self.info.kind not in KINDS:  # a server that names no known kind: its own checks decide
+            return REQUEST_OPTIONS
+        takes = judge_option_names(self.info.kind)
+        return tuple(name for name in REQUEST_OPTIONS if name in takes)
 
     def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
         """The model calls a request makes on the server (as the served judge's own ``cost``): a pairwise judge's

@@ -1,0 +1,156 @@
+"""Options the CLI user typed are never silently ignored, and every bad value is one ``brrm: error:`` line that
+names the flag the user typed (``--temperature``), never the Python keyword (``temperature``) or a traceback."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import brrm
+from brrm.cli import build_parser, main
+from brrm.cli.errors import translate
+
+pytestmark = pytest.mark.timeout(600)
+
+PRINCIPLE = "The response is polite."
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from brrm.testing import save_tiny_qwen3
+
+    tmp = tmp_path_factory.mktemp("cli-option-errors")
+    rm = save_tiny_qwen3(tmp / "rm", seed=1, sequence_classification=True)
+    lm = save_tiny_qwen3(tmp / "lm", seed=3)
+    rows = {"single": {"id": "s", "prompt": "Say hi.", "response": "Hi!"},
+            "pairs": {"id": "p", "prompt": "Say hi.", "response_a": "Hi!", "response_b": "Go away."},
+            "groups": {"id": "g", "prompt": "Say hi.", "responses": ["Hi!", "Go away."]}}
+    paths = {}
+    for shape, row in rows.items():
+        paths[shape] = tmp / f"{shape}.jsonl"
+        paths[shape].write_text(json.dumps(row) + "\n")
+    return {"rm": str(rm), "lm": str(lm), "tmp": tmp, **{k: str(v) for k, v in paths.items()}}
+
+
+def _error(capsys, argv):
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in err, (argv, err)
+    assert lines and lines[-1].startswith("brrm: error: "), (argv, err)
+    return lines[-1]
+
+
+@pytest.fixture()
+def no_loading(monkeypatch):
+    """Fail the test if a model is loaded (the refusal must come first)."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("brrm.load was called")
+
+    monkeypatch.setattr(brrm, "load", refuse)
+
+
+@pytest.mark.parametrize("kind", ["auto", "bt"])
+def test_principle_for_a_bt_model_is_refused_by_score_judge_and_rank_before_loading(files, capsys, no_loading, kind):
+    for verb, shape in (("score", "single"), ("judge", "pairs"), ("rank", "groups")):
+        out = files["tmp"] / f"{verb}-{kind}.jsonl"
+        line = _error(capsys, [verb, "-i", files[shape], "-o", str(out), "-m", files["rm"], "--kind", kind,
+                               "--principle", PRINCIPLE, "--no-progress"])
+        assert "Bradley–Terry models take no principle" in line and "drop --principle" in line, (verb, line)
+        assert "--kind principle" in line and not out.exists(), (verb, line)
+
+
+def test_score_refuses_principle_right_after_loading_when_the_config_did_not_tell(files, capsys, monkeypatch):
+    monkeypatch.setattr("brrm.cli.flags.detected_kind", lambda model: "auto")  # as a model only loading tells
+    out = files["tmp"] / "after-load.jsonl"
+    line = _error(capsys, ["score", "-i", files["single"], "-o", str(out), "-m", files["rm"], "--principle",
+                           PRINCIPLE, "--device", "cpu", "--no-progress"])
+    assert line == (f"brrm: error: {files['rm']!r} is a Bradley–Terry model (kind bt) and Bradley–Terry models take "
+                    "no principle; drop --principle (only principle models, --kind principle, take one)")
+    assert not out.exists()
+
+
+def test_python_callers_get_the_refusal_too(files):
+    with pytest.raises(brrm.ConfigError, match="unknown option 'principle' for kind 'bt'"):
+        brrm.load(files["rm"], principle=PRINCIPLE)
+    judge = brrm.load(files["rm"], device="cpu")
+    with pytest.raises(brrm.ConfigError, match="take no principle"):
+        judge.score(["Say hi."], ["Hi!"], principles=PRINCIPLE)
+    with pytest.raises(brrm.ConfigError, match="take no principle"):
+        judge.rank("Say hi.", ["Hi!", "Go away."], principles=PRINCIPLE)
+    judge.close()
+
+
+def _bad_values(files):
+    """(argv, flag the message must name) for bad values of each subcommand's options."""
+    pairs, single, groups, rm, lm = files["pairs"], files["single"], files["groups"], files["rm"], files["lm"]
+    out = str(files["tmp"] / "x.jsonl")
+    principle = ["--kind", "principle", "-m", lm, "--principle", PRINCIPLE]
+    return [
+        (["judge", "-i", pairs, "--temperature", "-1"], "--temperature"),
+        (["judge", "-i", pairs, "--top-p", "0"], "--top-p"),
+        (["judge", "-i", pairs, "--samples", "0"], "--samples"),
+        (["judge", "-i", pairs, "--turn2-tokens", "nope"], "--turn2-tokens"),
+        (["judge", "-i", pairs, "--batch-size", "0"], "--batch-size"),
+        (["judge", "-i", pairs, "--limit", "0"], "--limit"),
+        (["judge", "-i", pairs, "--decoding", "nope"], "--decoding"),
+        (["judge", "-i", pairs, "-m", rm, "--margin", "-1"], "--margin"),
+        (["judge", "-i", pairs, "-m", rm, "--recipe", "nope"], "--recipe"),
+        (["judge", "-i", pairs, "-m", rm, "--temperature", "0.5"], "--temperature"),
+        (["judge", "-i", pairs, "-m", rm, "--decoding", "faithful"], "--decoding"),
+        (["judge", "-i", pairs, *principle, "--reward", "nope"], "--reward"),
+        (["judge", "-i", pairs, *principle, "--recipe", "llama_reward", "--question", "no placeholder"], "--question"),
+        (["score", "-i", single, "-m", rm, "--recipe", "nope"], "--recipe"),
+        (["score", "-i", single, "-m", rm, "--max-length", "0"], "--max-length"),
+        (["score", "-i", single, *principle, "--temperature", "-1"], "--temperature"),
+        (["score", "-i", single, *principle, "--recipe", "nope"], "--recipe"),
+        (["rank", "-i", groups, "--samples", "0"], "--samples"),
+        (["rank", "-i", groups, "-m", rm, "--batch-size", "0"], "--batch-size"),
+        (["calibrate", "-i", pairs, "-o", out, "--temperature", "-1"], "--temperature"),
+        (["calibrate", "-i", pairs, "-o", out, "--heldout", "2"], "--heldout"),
+        (["bench", "rewardbench", "--limit", "0"], "--limit"),
+        (["bench", "rewardbench", "--sweep-samples", "0,x"], "--sweep-samples"),
+        (["bench", "rewardbench", "-m", rm, "--temperature", "0.5"], "--temperature"),
+        (["serve", "--temperature", "-1"], "--temperature"),
+        (["serve", "--concurrency", "0"], "--concurrency"),
+        (["serve", "--max-batch", "0"], "--max-batch"),
+        (["serve", "-m", rm, "--principle", PRINCIPLE], "--principle"),
+    ]
+
+
+def test_every_bad_value_names_the_flag_and_no_python_keyword(files, capsys):
+    for argv, flag in _bad_values(files):
+        line = _error(capsys, [*argv, "--device", "cpu"] if argv[0] != "bench" else argv)
+        assert flag in line, (argv, line)
+        keyword = flag[2:].replace("-", "_")
+        python_name = re.compile(rf"(?<![\w-]){keyword}(?: must|=| ')|'{keyword}'")  # the keyword as an option
+        assert not python_name.search(line), (argv, line)
+
+
+def test_library_messages_keep_python_names_and_the_cli_rewrites_only_option_names():
+    with pytest.raises(brrm.ConfigError, match="^temperature must be a finite number >= 0, got -1.0$"):
+        brrm.load(temperature=-1.0)
+    parser = build_parser()
+    cases = {
+        "temperature must be a finite number >= 0": "--temperature must be a finite number >= 0",
+        "recipe 'nope' is not valid; expected one of auto": "--recipe 'nope' is not valid; expected one of auto",
+        "unknown option 'principle' for kind 'bt'; valid options: device, margin, strip_thinking, swap":
+            "unknown option --principle for kind 'bt'; valid options: --device, --margin, --keep-thinking, --swap",
+        "cannot tell the kind of 'x'; pass kind= (--kind on the command line) one of brrm, bt":
+            "cannot tell the kind of 'x'; pass --kind one of brrm, bt",
+        "Bradley–Terry reward models take no principle; use kind='principle'":
+            "Bradley–Terry reward models take no principle; use --kind principle",
+        # prose, record fields and dotted request fields stay as they are
+        "principle models need --principle or a 'principle' field": "principle models need --principle or a "
+                                                                     "'principle' field",
+        "field 'response' must be a string": "field 'response' must be a string",
+        "items[0].principle: only principle models take one": "items[0].principle: only principle models take one",
+        "options.max_new_tokens 5 exceeds the server's limit": "options.max_new_tokens 5 exceeds the server's limit",
+    }
+    for message, shown in cases.items():
+        assert translate(message, parser, "judge") == shown
+    # a subcommand's own flags name words only there: bench has no --split
+    assert translate("split 'x' is not in the data", parser, "audit") == "--split 'x' is not in the data"
+    assert translate("split 'x' is not in the data", parser, "bench") == "split 'x' is not in the data"

@@ -20,7 +20,7 @@ import torch
 
 from brrm.backends.transformers.rows import KV, DecodeContext, Row
 from brrm.backends.transformers.sampling import choose
-from brrm.backends.transformers.slots import SlotCache, Step, stepping
+from brrm.backends.transformers.slots import SlotCache, Step, sliding_windows, stepping
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -209,17 +209,17 @@ def mask_for(model: PreTrainedModel) -> MaskFor:
     itself, so it gets a placeholder; a stock attention gets the step's 4D mask (bool; additive float for
     ``eager``), within the sliding window on sliding-window layers (a ``{"full_attention", "sliding_attention"}``
     mapping when the model mixes both).
-    """
-    from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
 
+    Raises:
+        ConfigError: for a model the slot cache cannot hold (:func:`~brrm.backends.transformers.slots.sliding_windows`).
+    """
     from brrm.backends.transformers.invariant import ATTENTION
 
     config = model.config
+    full, window = sliding_windows(config)
     implementation = getattr(config, "_attn_implementation", None)
     if implementation == ATTENTION:
         return lambda step: _NO_MASK
-    kinds = {isinstance(layer, DynamicSlidingWindowLayer) for layer in DynamicCache(config=config).layers}
-    window = getattr(config.get_text_config(), "sliding_window", None)
     dtype = model.dtype
 
     def stock(step: Step, sliding: bool = False) -> torch.Tensor:
@@ -229,9 +229,9 @@ def mask_for(model: PreTrainedModel) -> MaskFor:
                 ~allowed, torch.finfo(dtype).min)
         return allowed
 
-    if kinds == {True, False}:
+    if full and window is not None:
         return lambda step: {"full_attention": stock(step), "sliding_attention": stock(step, True)}
-    return functools.partial(stock, sliding=kinds == {True})
+    return functools.partial(stock, sliding=window is not None)
 
 
 @functools.cache

@@ -18,7 +18,7 @@ import pytest
 import torch
 import transformers as hf
 
-from brrm.backends.base import GenerationRequest
+from brrm.backends.base import GenerationRequest, Next
 from brrm.backends.transformers import TransformersBackend
 from brrm.backends.transformers.slots import SlotLayer
 from brrm.errors import ConfigError
@@ -86,7 +86,8 @@ def references(family: str, new: int = NEW) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(reference(model, p, new)) for p in prompts())
 
 
-def requests(ps: list[list[int]], new: int | list[int] = NEW, seeds: list[int] | None = None) -> list[GenerationRequest]:
+def requests(ps: list[list[int]], new: int | list[int] = NEW,
+             seeds: list[int] | None = None) -> list[GenerationRequest]:
     news = new if isinstance(new, list) else [new] * len(ps)
     return [GenerationRequest(prompt_ids=tuple(p), max_new_tokens=n, seed=(seeds or [0] * len(ps))[i])
             for i, (p, n) in enumerate(zip(ps, news, strict=True))]
@@ -147,10 +148,20 @@ def test_a_follow_up_from_the_prefix_cache_equals_computing_it_from_scratch(fami
         turn2 = [p + list(c.token_ids) + [EOS, 40, 41, 42] for p, c in zip(ps, first, strict=True)]
         turn2.append(prompts((11,), seed=9)[0])  # a row with nothing cached, in the same batch
         cached = on.generate(requests(turn2), temperature=0.0)
-        assert [c.cached_prompt_tokens > len(p) for c, p in zip(cached, ps)] == [True] * 3
+        assert [c.cached_prompt_tokens > len(p) for c, p in zip(cached, ps, strict=False)] == [True] * 3
         assert cached[3].cached_prompt_tokens == 0
         fresh = off.generate(requests(turn2), temperature=0.0)
         assert tokens(cached) == tokens(fresh) == [tuple(reference(on.model, p, NEW)) for p in turn2]
+    chained = TransformersBackend(build(family), TOK, batch_invariant=False, batch_size=2)
+
+    turns = [0, 0, 0]
+
+    def then(i: int, comp) -> Next | None:  # turn 2 joins the running batch as its turn 1 ends
+        turns[i] += 1
+        return Next(requests([ps[i] + list(comp.token_ids) + [EOS, 40, 41, 42]])[0]) if turns[i] == 1 else None
+
+    got = chained.generate(requests(ps), temperature=0.0, keep_kv=True, then=then)
+    assert tokens(got) == tokens(fresh)[:3] and chained.stats["cached_tokens"] > sum(map(len, ps))
 
 
 def test_voting_rows_share_one_prefill_and_sample_as_alone():

@@ -263,3 +263,25 @@ def test_models_the_slot_cache_cannot_hold_are_refused_before_decoding():
         with pytest.raises(ConfigError, match=layer_types[1]):
             backend.generate(requests(prompts((5,))), temperature=0.0)
         assert backend.stats["forward_calls"] == 0
+
+
+@pytest.mark.parametrize("family", ["mistral", "gemma3", "gpt2"])
+def test_forced_markers_in_a_batch_equal_one_token_at_a_time_alone(family):
+    """A program's forced text (a closed think block, a literal) is fed several tokens per forward beside rows
+    feeding one (mixed widths, across the sliding window): the tokens, and the choice's logits up to rounding, are
+    those of each row decoded alone one token per forward."""
+    from brrm.constraints.program import Choice, Literal, Program, Think
+
+    program = Program((Think(6), Literal("Verdict: "), Choice(("1", "2")), Literal(" done")))
+    ps = prompts((3, 17, 9, 12, 6))
+    reqs = [GenerationRequest(prompt_ids=tuple(p), max_new_tokens=60, program=program) for p in ps]
+    model = build(family)
+    alone = [TransformersBackend(model, TOK, batch_invariant=False, batch_size=1, jump_forward=False,
+                                 scheduling="static").generate([r], temperature=0.0)[0] for r in reqs]
+    assert all(c.finish_reason == "stop" and "Verdict: " in c.text for c in alone)
+    for scheduling in ("static", "continuous"):
+        backend = TransformersBackend(model, TOK, batch_invariant=False, batch_size=4, scheduling=scheduling)
+        got = backend.generate(reqs, temperature=0.0)
+        assert tokens(got) == tokens(alone)
+        for c, a in zip(got, alone, strict=True):
+            assert torch.allclose(torch.tensor(c.choice_logits), torch.tensor(a.choice_logits), atol=1e-4)

@@ -285,3 +285,27 @@ def test_forced_markers_in_a_batch_equal_one_token_at_a_time_alone(family):
         assert tokens(got) == tokens(alone)
         for c, a in zip(got, alone, strict=True):
             assert torch.allclose(torch.tensor(c.choice_logits), torch.tensor(a.choice_logits), atol=1e-4)
+
+
+def test_a_row_with_non_finite_keys_leaves_nothing_in_its_slot_for_the_next_row():
+    """A row whose prompt holds a token with a NaN embedding fails (non-finite logits) and leaves; its follow-up,
+    shorter, joins its slot while a longer row runs. Stock attention reads the slot up to the batch's length, masked:
+    before, the NaN keys left there made every follow-up fail too (a masked NaN still poisons the weighted sum);
+    now the slot is cleared and the follow-up gets HF's tokens at its first try."""
+    model = build("qwen3")
+    bad = 77
+    with torch.no_grad():
+        model.get_input_embeddings().weight[bad] = float("nan")
+    x, y, follow = prompts((4,), 1)[0], prompts((8,), 2)[0] + [bad], prompts((3,), 3)[0]
+    backend = TransformersBackend(model, TOK, batch_invariant=False, batch_size=2)
+    tries: list[str] = []
+
+    def then(i: int, comp) -> Next | None:
+        if i == 0:
+            return None
+        tries.append(comp.finish_reason)
+        return Next(requests([follow])[0]) if len(tries) == 1 else None
+
+    got = backend.generate(requests([x, y], [40, 5]), temperature=0.0, then=then)
+    assert tries == ["error", "length"]
+    assert len(got[0].token_ids) == 40 and tokens(got[1:]) == [tuple(reference(model, follow, NEW))]

@@ -140,7 +140,8 @@ class Decoder:
         """Feed each row its chosen token (and forced ones); returns the batch positions still running."""
         keep = []
         for j, (row, tok) in enumerate(zip(active, tokens, strict=True)):
-            if row.finish:  # an error found while choosing
+            if row.finish:  # an error found while choosing (non-finite logits: its slot may hold NaN)
+                cache.clear(lo + j)
                 self._done(row)
                 continue
             row.feed = [tok] + _jump_forward(row, tok, self.backend.jump_forward)

@@ -246,6 +246,15 @@ class SlotCache(DynamicCache):
                 for buffer in layer.buffers():
                     buffer[targets, :, :length] = buffer[origins, :, :length]
 
+    def clear(self, slot: int) -> None:
+        """Zero every position of ``slot``: a row that leaves with non-finite keys or values must not leave them
+        for the slot's next row (stock attention reads a row's slot up to the batch's length, masked, and a masked
+        NaN still poisons the softmax's weighted sum)."""
+        for layer in self.slot_layers():
+            if layer.is_initialized and slot < layer.slots:
+                for buffer in layer.buffers():
+                    buffer[slot].zero_()
+
     def write(self, slot: int, kv: KV) -> None:
         """Put one sequence's KV (per layer ``[H_kv, n, D]``) at positions ``0 … n - 1`` of ``slot``."""
         for layer, (keys, values) in zip(self.slot_layers(), kv, strict=True):

@@ -309,3 +309,15 @@ def test_a_row_with_non_finite_keys_leaves_nothing_in_its_slot_for_the_next_row(
     got = backend.generate(requests([x, y], [40, 5]), temperature=0.0, then=then)
     assert tries == ["error", "length"]
     assert len(got[0].token_ids) == 40 and tokens(got[1:]) == [tuple(reference(model, follow, NEW))]
+
+
+def test_attention_kernels_that_ignore_the_slot_mask_are_refused_before_decoding():
+    """Flex, flash and paged attention read a padding mask (or none), not the step's 4D mask over each row's slot,
+    so they would attend to other positions of it: refused with one line naming the implementation and the fix."""
+    model = build("qwen3")
+    model.set_attn_implementation("flex_attention")
+    for scheduling in ("static", "continuous"):
+        backend = TransformersBackend(model, TOK, batch_invariant=False, scheduling=scheduling)
+        with pytest.raises(ConfigError, match="not 'flex_attention': load the model with attn_implementation='sdpa'"):
+            backend.generate(requests(prompts((5,))), temperature=0.0)
+        assert backend.stats["forward_calls"] == 0

@@ -203,6 +203,12 @@ _NO_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)
 """What a forward on the row-wise attention passes as its (prepared, 4D) mask: the attention reads the step."""
 
 
+STOCK_ATTENTION = ("sdpa", "eager", None)
+"""The stock attention implementations a slot forward runs on (None: unset, transformers' eager path): they take
+the step's 4D mask as it is. Flash, flex and paged kernels read a padding mask or none, and would attend to other
+positions of a row's slot."""
+
+
 def mask_for(model: PreTrainedModel) -> MaskFor:
     """How a forward of ``model`` tells attention what each row attends to.
 
@@ -212,20 +218,25 @@ def mask_for(model: PreTrainedModel) -> MaskFor:
     mapping when the model mixes both).
 
     Raises:
-        ConfigError: for a model the slot cache cannot hold (:func:`~brrm.backends.transformers.slots.sliding_windows`).
+        ConfigError: for a model the slot cache cannot hold (:func:`~brrm.backends.transformers.slots.sliding_windows`)
+            or an attention implementation other than :data:`STOCK_ATTENTION` and the row-wise one.
     """
     from brrm.backends.transformers.invariant import ATTENTION
+    from brrm.errors import ConfigError
 
     config = model.config
     full, window = sliding_windows(config)
     implementation = getattr(config, "_attn_implementation", None)
     if implementation == ATTENTION:
         return lambda step: _NO_MASK
+    if implementation not in STOCK_ATTENTION:
+        raise ConfigError(f"the transformers backend decodes with attention 'sdpa' or 'eager' (a 4D mask over each "
+                          f"row's own slot), not {implementation!r}: load the model with attn_implementation='sdpa'")
     dtype = model.dtype
 
     def stock(step: Step, sliding: bool = False) -> torch.Tensor:
         allowed = step.mask(window if sliding else None).to(model.device)
-        if implementation == "eager":
+        if implementation != "sdpa":  # eager (or unset: transformers' eager path) adds the mask to its scores
             return torch.zeros(allowed.shape, dtype=dtype, device=model.device).masked_fill(
                 ~allowed, torch.finfo(dtype).min)
         return allowed

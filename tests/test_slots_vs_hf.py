@@ -321,3 +321,14 @@ def test_attention_kernels_that_ignore_the_slot_mask_are_refused_before_decoding
         with pytest.raises(ConfigError, match="not 'flex_attention': load the model with attn_implementation='sdpa'"):
             backend.generate(requests(prompts((5,))), temperature=0.0)
         assert backend.stats["forward_calls"] == 0
+
+
+@pytest.mark.parametrize("scheduling", ["static", "continuous"])
+def test_shared_prompts_on_stock_attention_with_a_window_equal_hf(scheduling):
+    """Four identical prompts among others, Mistral with its window of 8: one shared prefill copied into four slots
+    (and, continuous, into slots past the ones the buffers started with), every row HF's tokens."""
+    model = build("mistral")
+    ps = prompts((3, 12)) + prompts((14,), seed=4) * 4
+    backend = TransformersBackend(model, TOK, batch_invariant=False, batch_size=8, scheduling=scheduling)
+    assert tokens(backend.generate(requests(ps), temperature=0.0)) == [tuple(reference(model, p, NEW)) for p in ps]
+    assert backend.stats["shared_prompt_tokens"] == 3 * 14

@@ -230,11 +230,12 @@ def test_prompts_past_the_first_capacity_grow_the_slots(invariant):
     assert capacities and max(capacities) >= 712  # the long prompt outgrew the first rows' 9 + 256 positions
 
 
-def test_a_long_budget_is_not_allocated_up_front():
-    """``max_new_tokens=8192`` on rows that stop after a few tokens: the buffers hold the prompt and a first stretch
-    of decoding (hundreds of positions), never the budget."""
+@pytest.mark.parametrize("scheduling", ["static", "continuous"])
+def test_a_long_budget_is_not_allocated_up_front(scheduling):
+    """``max_new_tokens=8192`` on rows that stop at once: the buffers hold the rows' slots (3 of the batch's 4) and
+    the prompt plus a first stretch of decoding (hundreds of positions), never the budget."""
     model = favour_tokens(build("qwen3"), {EOS: 50.0})  # every row stops at once
-    backend = TransformersBackend(model, TOK, batch_size=4, scheduling="static")
+    backend = TransformersBackend(model, TOK, batch_size=4, scheduling=scheduling)
     shapes: list[tuple[int, ...]] = []
     init = SlotLayer.lazy_initialization
 

@@ -20,7 +20,7 @@ import torch
 
 from brrm.backends.transformers.rows import KV, DecodeContext, Row
 from brrm.backends.transformers.sampling import choose
-from brrm.backends.transformers.slots import SlotCache, Step, stepping
+from brrm.backends.transformers.slots import SlotCache, Step, sliding_windows, stepping
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -140,7 +140,8 @@ class Decoder:
         """Feed each row its chosen token (and forced ones); returns the batch positions still running."""
         keep = []
         for j, (row, tok) in enumerate(zip(active, tokens, strict=True)):
-            if row.finish:  # an error found while choosing
+            if row.finish:  # an error found while choosing (non-finite logits: its slot may hold NaN)
+                cache.clear(lo + j)
                 self._done(row)
                 continue
             row.feed = [tok] + _jump_forward(row, tok, self.backend.jump_forward)
@@ -202,6 +203,12 @@ _NO_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)
 """What a forward on the row-wise attention passes as its (prepared, 4D) mask: the attention reads the step."""
 
 
+STOCK_ATTENTION = ("sdpa", "eager", None)
+"""The stock attention implementations a slot forward runs on (None: unset, transformers' eager path): they take
+the step's 4D mask as it is. Flash, flex and paged kernels read a padding mask or none, and would attend to other
+positions of a row's slot."""
+
+
 def mask_for(model: PreTrainedModel) -> MaskFor:
     """How a forward of ``model`` tells attention what each row attends to.
 
@@ -209,29 +216,34 @@ def mask_for(model: PreTrainedModel) -> MaskFor:
     itself, so it gets a placeholder; a stock attention gets the step's 4D mask (bool; additive float for
     ``eager``), within the sliding window on sliding-window layers (a ``{"full_attention", "sliding_attention"}``
     mapping when the model mixes both).
-    """
-    from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
 
+    Raises:
+        ConfigError: for a model the slot cache cannot hold (:func:`~brrm.backends.transformers.slots.sliding_windows`)
+            or an attention implementation other than :data:`STOCK_ATTENTION` and the row-wise one.
+    """
     from brrm.backends.transformers.invariant import ATTENTION
+    from brrm.errors import ConfigError
 
     config = model.config
+    full, window = sliding_windows(config)
     implementation = getattr(config, "_attn_implementation", None)
     if implementation == ATTENTION:
         return lambda step: _NO_MASK
-    kinds = {isinstance(layer, DynamicSlidingWindowLayer) for layer in DynamicCache(config=config).layers}
-    window = getattr(config.get_text_config(), "sliding_window", None)
+    if implementation not in STOCK_ATTENTION:
+        raise ConfigError(f"the transformers backend decodes with attention 'sdpa' or 'eager' (a 4D mask over each "
+                          f"row's own slot), not {implementation!r}: load the model with attn_implementation='sdpa'")
     dtype = model.dtype
 
     def stock(step: Step, sliding: bool = False) -> torch.Tensor:
         allowed = step.mask(window if sliding else None).to(model.device)
-        if implementation == "eager":
+        if implementation != "sdpa":  # eager (or unset: transformers' eager path) adds the mask to its scores
             return torch.zeros(allowed.shape, dtype=dtype, device=model.device).masked_fill(
                 ~allowed, torch.finfo(dtype).min)
         return allowed
 
-    if kinds == {True, False}:
+    if full and window is not None:
         return lambda step: {"full_attention": stock(step), "sliding_attention": stock(step, True)}
-    return functools.partial(stock, sliding=kinds == {True})
+    return functools.partial(stock, sliding=window is not None)
 
 
 @functools.cache

@@ -176,6 +176,34 @@ class SlotLayer(DynamicLayer):
         return self.capacity
 
 
+SLOT_LAYERS = ("full_attention", "sliding_attention")
+"""The attention layer types a slot cache holds (transformers' ``config.layer_types`` names)."""
+
+
+def sliding_windows(config: PretrainedConfig) -> tuple[bool, int | None]:
+    """``(whether full-attention layers occur, the sliding window or None)`` of a model whose every layer the slot
+    cache can hold: full attention, or sliding-window attention with one window for all its sliding layers.
+
+    Raises:
+        ConfigError: for any other layer (linear attention, state-space, chunked, sparse-indexed or KV-sharing
+            layers, layers without attention, or sliding layers of several windows): the slot cache and its masks
+            would compute them wrongly.
+    """
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    from brrm.errors import ConfigError
+
+    text = config.get_text_config(decoder=True)
+    types, kwargs = get_layer_types_and_kwargs(text)
+    other = sorted(set(types) - set(SLOT_LAYERS))
+    windows = {int(k["sliding_window"]) for t, k in zip(types, kwargs, strict=True) if t == "sliding_attention"}
+    if other or len(windows) > 1:
+        found = f"{', '.join(other)} layers" if other else f"sliding windows of {sorted(windows)}"
+        raise ConfigError(f"the transformers backend decodes models whose layers are {' or '.join(SLOT_LAYERS)} "
+                          f"(one window); {getattr(text, 'model_type', 'this model')} has {found}")
+    return "full_attention" in types, next(iter(windows), None)
+
+
 class SlotCache(DynamicCache):
     """A ``DynamicCache`` of :class:`SlotLayer` s for up to ``slots`` rows. Memory follows use: the buffers start
     with room for the rows and positions the first forward needs and grow (one copy each time, with headroom) when
@@ -189,14 +217,12 @@ class SlotCache(DynamicCache):
         first: slots to start with (default ``slots``).
 
     Raises:
-        TypeError: for a model with layers other than attention (linear attention, state-space layers).
+        ConfigError: for a model with layers other than full or sliding-window attention (:func:`sliding_windows`).
     """
 
     def __init__(self, config: PretrainedConfig, slots: int, capacity: int, first: int | None = None) -> None:
+        sliding_windows(config)  # a sliding-window layer is kept whole (the mask windows it)
         super().__init__(config=config)
-        for layer in self.layers:
-            if not isinstance(layer, DynamicLayer):  # a sliding-window layer is kept whole (the mask windows it)
-                raise TypeError(f"the slot cache holds attention layers only, not {type(layer).__name__}")
         start = slots if first is None else min(max(first, 1), slots)
         self.layers = [SlotLayer(start, capacity, slots) for _ in self.layers]
 
@@ -206,16 +232,28 @@ class SlotCache(DynamicCache):
 
     def move(self, sources: Sequence[int], first: int, length: int) -> None:
         """Slots ``first, first + 1, …`` get the first ``length`` positions of slots ``sources`` (read before any is
-        written: sources and targets may overlap). Positions of unchanged slots are not copied."""
+        written: sources and targets may overlap; the layers grow to hold the targets). Positions of unchanged slots
+        are not copied."""
         pairs = [(first + j, s) for j, s in enumerate(sources) if s != first + j]
         if not pairs or length == 0:
             return
         targets = torch.tensor([t for t, _ in pairs])
         origins = torch.tensor([s for _, s in pairs])
         for layer in self.slot_layers():
+            if first + len(sources) > layer.slots:  # a shared prefill fed fewer rows than it fills
+                layer.grow(0, first + len(sources))
             if layer.is_initialized:
                 for buffer in layer.buffers():
                     buffer[targets, :, :length] = buffer[origins, :, :length]
+
+    def clear(self, slot: int) -> None:
+        """Zero every position of ``slot``: a row that leaves with non-finite keys or values must not leave them
+        for the slot's next row (stock attention reads a row's slot up to the batch's length, masked, and a masked
+        NaN still poisons the softmax's weighted sum)."""
+        for layer in self.slot_layers():
+            if layer.is_initialized and slot < layer.slots:
+                for buffer in layer.buffers():
+                    buffer[slot].zero_()
 
     def write(self, slot: int, kv: KV) -> None:
         """Put one sequence's KV (per layer ``[H_kv, n, D]``) at positions ``0 … n - 1`` of ``slot``."""

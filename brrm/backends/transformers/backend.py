@@ -143,7 +143,9 @@ class TransformersBackend:
             end), with the results it gets alone; its callbacks run in its own thread.
 
     Raises:
-        ConfigError: on an invalid option or a tokenizer without pad/eos/end-of-turn tokens.
+        ConfigError: on an invalid option, a tokenizer without pad/eos/end-of-turn tokens, or a causal LM the slot
+            decoder cannot run (layers other than full or sliding-window attention; an attention kernel other than
+            sdpa, eager or the batch-invariant one).
     """
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, model_id: str = "",
@@ -175,6 +177,10 @@ class TransformersBackend:
             from brrm.backends.transformers.invariant import make_batch_invariant
 
             self.batch_invariant = make_batch_invariant(model, required=batch_invariant is True)
+        if causal:  # a model the slot decoder cannot run is refused here, before any request (ConfigError)
+            from brrm.backends.transformers.decode import mask_for
+
+            mask_for(model)
         if type(self).generate is not TransformersBackend.generate:  # a subclass wrapping generate sees every
             self.scheduling = "static"  # request (follow-ups of continuous batching never pass through generate)
         continuous = causal and self.scheduling == "continuous"

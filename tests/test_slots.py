@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from brrm.backends.transformers import TransformersBackend
-from brrm.backends.transformers.decode import Decoder
 from brrm.backends.transformers.slots import SlotCache, Step, stepping
 from brrm.testing import build_tiny_qwen3
+from brrm.testing.forward import step_forward
 
 
 @pytest.fixture(scope="module")
@@ -20,13 +20,7 @@ def invariant():
     return model
 
 
-def _feed(model, cache, step, feeds):
-    """One forward of ``feeds`` (per row, its new ids) through a Decoder's own forward."""
-    from brrm.backends.transformers.rows import DecodeContext
-
-    ctx = DecodeContext(model, None, 0, frozenset(), True, {"forward_calls": 0})
-    with torch.inference_mode():  # as the backend runs its decoders
-        return Decoder(ctx, temperature=0.0, top_p=1.0, keep_kv=False).forward(cache, step, feeds)
+_feed = step_forward  # one forward through the backend's own decoder forward
 
 
 def test_each_row_holds_its_own_contiguous_keys_whatever_its_neighbours_feed(invariant):

@@ -13,7 +13,7 @@ import torch
 if TYPE_CHECKING:
     from transformers import Cache, PreTrainedModel
 
-    from brrm.backends.transformers.slots import SlotCache
+    from brrm.backends.transformers.slots import SlotCache, Step
 
 
 def left_padded_forward(model: PreTrainedModel, feeds: Sequence[Sequence[int]], past: Cache | None = None,
@@ -44,11 +44,28 @@ def left_padded_forward(model: PreTrainedModel, feeds: Sequence[Sequence[int]], 
     return out.logits[:, -1], out.past_key_values, full
 
 
+def step_forward(model: PreTrainedModel, cache: SlotCache, step: Step,
+                 feeds: Sequence[Sequence[int]]) -> torch.Tensor:
+    """One forward of ``step`` (its rows' new ids ``feeds``) through the transformers backend's own decoder
+    forward (:meth:`brrm.backends.transformers.decode.Decoder.forward`), in inference mode as the backend runs it.
+
+    Returns:
+        float logits of each row's last position ``[step.rows, V]``.
+    """
+    from brrm.backends.transformers.decode import Decoder, mask_for
+    from brrm.backends.transformers.rows import DecodeContext
+
+    context = DecodeContext(model, None, 0, frozenset(), True, {"forward_calls": 0}, mask_for(model))
+    with torch.inference_mode():
+        decoder = Decoder(context, temperature=0.0, top_p=1.0, keep_kv=False)
+        return decoder.forward(cache, step, [list(f) for f in feeds])
+
+
 def slot_forward(model: PreTrainedModel, feeds: Sequence[Sequence[int]], cache: SlotCache | None = None,
                  starts: Sequence[int] | None = None) -> tuple[torch.Tensor, SlotCache, tuple[int, ...]]:
     """One forward exactly as the transformers backend's decoder runs it: row ``i`` in slot ``i`` of a
     :class:`~brrm.backends.transformers.slots.SlotCache`, its tokens left-padded to the longest, at positions
-    ``starts[i], starts[i] + 1, …``.
+    ``starts[i], starts[i] + 1, …`` (:func:`step_forward`).
 
     Args:
         model: a causal LM (``transformers``).
@@ -58,8 +75,6 @@ def slot_forward(model: PreTrainedModel, feeds: Sequence[Sequence[int]], cache: 
     Returns:
         (float logits of each row's last position ``[B, V]``, the cache, each row's length after the call).
     """
-    from brrm.backends.transformers.decode import Decoder
-    from brrm.backends.transformers.rows import DecodeContext
     from brrm.backends.transformers.slots import SlotCache, Step
 
     before = tuple(starts) if starts is not None else (0,) * len(feeds)
@@ -67,8 +82,4 @@ def slot_forward(model: PreTrainedModel, feeds: Sequence[Sequence[int]], cache: 
     if cache is None:
         cache = SlotCache(model.config, len(feeds), max(after))
     step = Step(0, before, tuple(len(f) for f in feeds), max(len(f) for f in feeds))
-    context = DecodeContext(model, None, 0, frozenset(), True, {"forward_calls": 0})
-    with torch.inference_mode():
-        decoder = Decoder(context, temperature=0.0, top_p=1.0, keep_kv=False)
-        logits = decoder.forward(cache, step, [list(f) for f in feeds])
-    return logits, cache, after
+    return step_forward(model, cache, step, feeds), cache, after

@@ -180,7 +180,7 @@ class TransformersBackend:
         if causal:  # a model the slot decoder cannot run is refused here, before any request (ConfigError)
             from brrm.backends.transformers.decode import mask_for
 
-            mask_for(model)
+            self.mask = mask_for(model)
         if type(self).generate is not TransformersBackend.generate:  # a subclass wrapping generate sees every
             self.scheduling = "static"  # request (follow-ups of continuous batching never pass through generate)
         continuous = causal and self.scheduling == "continuous"
@@ -360,7 +360,7 @@ class TransformersBackend:
         from brrm.backends.transformers.rows import BatchingContext
 
         return BatchingContext(self.model, self.cache, self.pad_id, frozenset(self.stop_ids), self.jump_forward,
-                               self.stats, batch_size=self.batch_size, completion=self._completion)
+                               self.stats, self.mask, batch_size=self.batch_size, completion=self._completion)
 
     def _row(self, index: int, step: Next) -> Row:
         """A decoding row for ``step``'s request: its own seeded sampler and program state."""

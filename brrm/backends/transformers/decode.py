@@ -47,7 +47,6 @@ class Decoder:
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.keep_kv, self.on_done = keep_kv, on_done
         self.kwarg = _cache_kwarg(type(backend.model))  # type: ignore[arg-type]
-        self.mask_for = mask_for(backend.model)
         self.bitmask: torch.Tensor | None = None
 
     def run(self, rows: list[Row]) -> None:
@@ -116,7 +115,7 @@ class Decoder:
             ids[i, t - n:] = torch.tensor(feed, dtype=torch.long)
             pos[i, t - n:] = torch.arange(start, start + n)
         with stepping(step):
-            out = self.backend.model(input_ids=ids.to(self.dev), attention_mask=self.mask_for(step),
+            out = self.backend.model(input_ids=ids.to(self.dev), attention_mask=self.backend.mask(step),
                                      position_ids=pos.to(self.dev), use_cache=True, logits_to_keep=1,
                                      **{self.kwarg: cache})
         self.backend.stats["forward_calls"] += 1

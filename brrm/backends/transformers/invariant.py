@@ -115,7 +115,6 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         ValueError: on dropout > 0, a non-boolean mask, or a sliding window, softcap or sinks (programming
             errors: :func:`make_batch_invariant` refuses such models).
     """
-    import torch.nn.functional as F
 
     if dropout:
         raise ValueError("rowwise_attention is for inference: dropout must be 0")
@@ -124,7 +123,6 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     b, h, q, d = query.shape
     k = key.shape[2]
     scale = float(scaling) if scaling is not None else d ** -0.5
-    groups = h // key.shape[1]
     step = current()
     if step is not None:
         return _slot_attention(query, key, value, step, scale), None
@@ -143,10 +141,7 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         qs = query[i, :, rows] if isinstance(rows, slice) else query[i].index_select(1, rows)
         ks, vs = ((key[i, :, keys], value[i, :, keys]) if isinstance(keys, slice)
                   else (key[i].index_select(1, keys), value[i].index_select(1, keys)))
-        n, kn = qs.shape[1], ks.shape[1]
-        causal = torch.ones((n, kn), dtype=torch.bool, device=query.device).tril(kn - n)
-        o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=causal, scale=scale, enable_gqa=groups > 1)
-        out[i, rows] = o.transpose(0, 1)
+        out[i, rows] = _prompt_attention(qs, ks, vs, scale).transpose(0, 1)
     return out, None
 
 

@@ -20,6 +20,8 @@ from brrm.backends.transformers.steering import ProgramState
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from brrm.backends.transformers.decode import MaskFor
+
 
 @dataclass
 class Row:
@@ -64,6 +66,9 @@ class DecodeContext:
         jump_forward: feed the tokens a constraint program forces next in the same step.
         stats: counters the decoder adds to (``prefill_tokens``, ``cached_tokens``, ``generated_tokens``,
             ``forward_calls``): the backend's own dict, shared.
+        mask: what a forward passes as its attention mask for a step
+            (:func:`brrm.backends.transformers.decode.mask_for`, resolved once per model: it also checks that the
+            slot decoder can run the model).
     """
 
     model: PreTrainedModel
@@ -72,6 +77,7 @@ class DecodeContext:
     stop_ids: frozenset[int]
     jump_forward: bool
     stats: dict[str, int]
+    mask: MaskFor
 
 
 @dataclass(frozen=True)

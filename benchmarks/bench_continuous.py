@@ -1,14 +1,18 @@
 """Continuous vs static batching in the transformers backend, on the tiny model and SmolLM2 (issue 19, item 2).
 
-16 pairs of mixed lengths at T = 1.0, batch size 8 (SmolLM2: 8 pairs at batch size 4): throughput and time to
-the first finished pair (``on_result``), continuous vs static chunks, side by side in one run; and 16 pairs batched
-vs 16 single calls, alternated. Every timed judgment must be ok, and both schedulings (and batched vs single calls)
-give the same bytes.
+16 pairs of mixed lengths at T = 1.0, batch size 8: throughput and time to the first finished pair
+(``on_result``), continuous vs static chunks, side by side in one run; and 16 pairs batched vs 16 single calls,
+alternated. Every timed judgment must be ok, and both schedulings (and batched vs single calls) give the same bytes.
 
-Mixed lengths means mixed *generation* lengths, what continuous batching is for: a random tiny model runs every
-free-text block to its token cap (all 16 pairs then take 138-160 forward passes, and a static chunk wastes
-nothing), so the tiny model here favours ``"\n"`` and ``"["`` (:func:`brrm.testing.models.favour_tokens`) and
-ends its blocks after varying lengths, as a trained judge does: its pairs take 45-135 forward passes each.
+Mixed lengths means mixed *generation* lengths, what continuous batching is for. Free-text blocks may run to
+:data:`BLOCK_CAP` tokens and end where the model ends them (``\n[``): SmolLM2 does so after 20 to 300 tokens a
+turn. A random tiny model would run every block to its cap (all pairs then take the same number of forward
+passes, and a static chunk wastes nothing), so the tiny model here favours ``"\n"`` and ``"["``
+(:func:`brrm.testing.models.favour_tokens`) and ends its blocks after varying lengths, as a trained judge does.
+Each benchmark prints the pairs' generated tokens (min / median / max).
+
+"Today's" first result is when the static scheduling's first chunk is done (the CLI printed a chunk's verdicts
+together before issue 19): its ``batch_size``-th ``on_result``.
 
 Run: ``pytest benchmarks/bench_continuous.py -s``.
 """
@@ -23,6 +27,8 @@ from brrm.compose import PairwiseRewardJudge
 from brrm.judges.brrm import BRRMConfig, BRRMJudge
 from brrm.types import SamplingConfig
 
+BLOCK_CAP = 128
+"""Token cap of a free-text block (``block_token_cap``): above the lengths the models end their blocks at."""
 WORDS = "the quick brown fox jumps over a lazy dog while rain falls on old roofs".split()
 
 
@@ -48,18 +54,18 @@ def mixed_lengths_model():
 def _judge(pair, scheduling, batch_size=8):
     model, tok = pair
     cfg = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens_per_turn=420, seed=3),
-                     thinking="off", block_token_cap=32)
+                     thinking="off", block_token_cap=BLOCK_CAP)
     return PairwiseRewardJudge(BRRMJudge(TransformersBackend(model, tok, batch_size=batch_size,
                                                              scheduling=scheduling), cfg))
 
 
 def _timed(judge, convs, a, b):
-    """(wall seconds, seconds to the first finished pair, judgments, forward passes)."""
-    first: list[float] = []
+    """(wall seconds, seconds to each finished pair in finishing order, judgments, forward passes)."""
+    done: list[float] = []
     calls = judge.model.backend.stats["forward_calls"]
     start = time.perf_counter()
-    out = judge.judge_pairs(convs, a, b, on_result=lambda i, j: first.append(time.perf_counter() - start))
-    return time.perf_counter() - start, first[0], out, judge.model.backend.stats["forward_calls"] - calls
+    out = judge.judge_pairs(convs, a, b, on_result=lambda i, j: done.append(time.perf_counter() - start))
+    return time.perf_counter() - start, done, out, judge.model.backend.stats["forward_calls"] - calls
 
 
 def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
@@ -69,7 +75,7 @@ def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
     judges = {s: _judge(pair, s, batch_size) for s in ("static", "continuous")}
     for judge in judges.values():  # compile the output grammar once, outside the timings
         judge.judge_pairs(convs[:1], a[:1], b[:1])
-    figures: dict[str, tuple[float, float, list, int]] = {}
+    figures: dict[str, tuple[float, list[float], list, int]] = {}
 
     def both():  # side by side, each variant's best of the rounds kept
         for name, judge in judges.items():
@@ -81,15 +87,20 @@ def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
     static, cont = figures["static"], figures["continuous"]
     assert all(j.ok for j in static[2] + cont[2])
     assert [json.dumps(j.to_dict()) for j in static[2]] == [json.dumps(j.to_dict()) for j in cont[2]]
-    throughput, first_ratio = static[0] / cont[0], cont[1] / static[1]
-    benchmark.extra_info.update(static_s=static[0], continuous_s=cont[0], static_first_s=static[1],
-                                continuous_first_s=cont[1], throughput_ratio=throughput, first_ratio=first_ratio,
-                                first_vs_static_return=cont[1] / static[0], static_forwards=static[3],
-                                continuous_forwards=cont[3])
-    print(f"\n{label}: {n} mixed pairs, batch {batch_size}: continuous {cont[0]:.2f} s vs static {static[0]:.2f} s "
-          f"(throughput {throughput:.2f}x); first finished pair {cont[1]:.2f} s vs {static[1]:.2f} s "
-          f"({first_ratio:.2f} of static's first on_result; {cont[1] / static[0]:.2f} of the static call's return, "
-          f"when a caller without on_result first sees a result); forward passes {cont[3]} vs {static[3]}")
+    assert len(static[1]) == len(cont[1]) == n
+    tokens = sorted(j.generated_tokens for j in cont[2])
+    chunk = static[1][min(batch_size, n) - 1]  # static's first chunk done: when its verdicts were first printed
+    throughput, first_ratio = static[0] / cont[0], cont[1][0] / chunk
+    benchmark.extra_info.update(static_s=static[0], continuous_s=cont[0], static_first_s=static[1][0],
+                                static_first_chunk_s=chunk, continuous_first_s=cont[1][0],
+                                throughput_ratio=throughput, first_ratio=first_ratio,
+                                first_vs_static_first=cont[1][0] / static[1][0], static_forwards=static[3],
+                                continuous_forwards=cont[3], generated_tokens=tokens)
+    print(f"\n{label}: {n} mixed pairs (generated tokens min {tokens[0]}, median {tokens[n // 2]}, max {tokens[-1]}), "
+          f"batch {batch_size}: continuous {cont[0]:.2f} s vs static {static[0]:.2f} s (throughput {throughput:.2f}x); "
+          f"first finished pair {cont[1][0]:.2f} s vs static's first chunk {chunk:.2f} s ({first_ratio:.2f}; "
+          f"{cont[1][0] / static[1][0]:.2f} of static's first on_result, {static[1][0]:.2f} s); "
+          f"forward passes {cont[3]} vs {static[3]}")
 
 
 def test_continuous_vs_static_batching(benchmark):
@@ -97,7 +108,7 @@ def test_continuous_vs_static_batching(benchmark):
 
 
 def test_continuous_vs_static_batching_smollm2(benchmark):
-    """The same on the embedded SmolLM2-135M (8 pairs at batch size 4, one round each: minutes on CPU)."""
+    """The same on the embedded SmolLM2-135M (one round each: minutes on CPU)."""
     import importlib.util
 
     import pytest
@@ -110,7 +121,7 @@ def test_continuous_vs_static_batching_smollm2(benchmark):
 
     path = str(embedded_model_dir())
     pair = (AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(path))
-    _continuous_vs_static(benchmark, pair, "SmolLM2-135M", n=8, batch_size=4, rounds=1)
+    _continuous_vs_static(benchmark, pair, "SmolLM2-135M", rounds=1)
 
 
 def single_vs_batched(benchmark, single, batched, convs, a, b):

@@ -27,7 +27,8 @@ TINY16 = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
 QWEN3_06B = {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 2,
              "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True,
              "rope_theta": 1000000.0, "max_position_embeddings": 40960}
-LENGTHS = (9, 4, 12, 1, 7, 11, 3, 10, 2, 6, 12, 5, 8, 1, 10, 4)  # 16 rows of mixed prompt lengths
+LENGTHS = (9, 4, 300, 1, 7, 11, 3, 10, 2, 6, 12, 5, 8, 1, 10, 4)
+"""16 rows of mixed prompt lengths; row 2 (in every batch) fills a long tile and two short ones."""
 SMOLLM2_LAYERS = 4  # of 30: every layer has the same shapes; fewer keep the matrix within a CI budget
 THREADS = (1, 2, 4)
 BATCHES = (3, 8, 16)
@@ -155,11 +156,11 @@ def test_the_vllm_option_maps_to_vllms_batch_invariant_switch(monkeypatch):
 
 
 def test_row_wise_layers_only_ever_see_fixed_shape_tiles():
-    """The construction itself: whatever the batch, a linear layer is called on [8, width] (shared decode tiles)
-    or [32, width] tiles (a row's own prompt tiles), and its padding positions are never computed."""
+    """The construction itself: whatever the batch, a linear layer is called on [8, width] (shared decode tiles),
+    [32, width] or [256, width] tiles (a row's own prompt tiles), and its padding positions are never computed."""
     import functools
 
-    from brrm.backends.transformers.tiles import SEQUENCE_TILE, TILE_ROWS, _padded
+    from brrm.backends.transformers.tiles import LONG_TILE, SEQUENCE_TILE, TILE_ROWS, _padded
 
     model = _tiny16()
     make_batch_invariant(model)
@@ -176,9 +177,13 @@ def test_row_wise_layers_only_ever_see_fixed_shape_tiles():
         seqs = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in LENGTHS[:size]]
         _prefill_and_step(model, seqs)
     width = model.config.intermediate_size
-    assert set(seen) == {(TILE_ROWS, width), (SEQUENCE_TILE, width)}
-    # per batch: the one-token prompts share tiles, every longer prompt (<= 32 tokens) has one tile of its own,
-    # the decode step shares tiles; no tile for the padding positions (16 rows x 12 positions in a batch of 16)
-    expected = sum(-(-sum(n == 1 for n in LENGTHS[:size]) // TILE_ROWS) + sum(n > 1 for n in LENGTHS[:size])
+    assert set(seen) == {(TILE_ROWS, width), (SEQUENCE_TILE, width), (LONG_TILE, width)}
+
+    def own(n):  # a longer prompt's tiles: whole long tiles for its last tokens, short ones for the first n % 256
+        return n // LONG_TILE + -(-(n % LONG_TILE) // SEQUENCE_TILE)
+
+    # per batch: the one-token prompts share tiles, every longer prompt has tiles of its own, the decode step
+    # shares tiles; no tile for the padding positions (16 rows x 299 positions in a batch of 16)
+    expected = sum(-(-sum(n == 1 for n in LENGTHS[:size]) // TILE_ROWS) + sum(own(n) for n in LENGTHS[:size] if n > 1)
                    + -(-size // TILE_ROWS) for size in (1, 3, 8, 16))
-    assert len(seen) == expected == 32
+    assert own(300) == 3 and len(seen) == expected == 38

@@ -7,6 +7,7 @@ Source of every marker and of the verdict regex: github.com/YzjiaoNvd/BR-RM @ 34
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable
@@ -119,8 +120,9 @@ def parse_verdict(text: str, selection: str = "last_after_thinking") -> tuple[in
 _FREE = r"[^\[]+"
 
 
+@functools.cache
 def _dims_regex(max_dims: int = 3) -> str:
-    """1–max_dims distinct dimension names, comma separated, in any order."""
+    """1–max_dims distinct dimension names, comma separated, in any order (built once: 10,000+ escaped options)."""
     options = [
         ", ".join(p) for k in range(1, max_dims + 1) for p in itertools.permutations(DIMENSIONS, k)
     ]

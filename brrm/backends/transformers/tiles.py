@@ -47,6 +47,11 @@ SEQUENCE_TILE = 32
 """Tokens per tile of a row that feeds several tokens (a prompt): large enough that the GEMM runs near the speed
 of one call over the whole prompt (measured on SmolLM2's shapes with MKL: 32-row tiles cost about 1.0-1.2x one
 640-row call, 8-row tiles 1.7x), small enough that the zero rows in front of a prompt (at most 31) cost little."""
+LONG_TILE = 256
+"""Tokens per long tile: a row feeding ``n`` tokens puts its last ``n - n % LONG_TILE`` in long tiles and the first
+``n % LONG_TILE`` in :data:`SEQUENCE_TILE` tiles (zero rows in front), so a prompt of a few hundred tokens takes a
+few calls per layer, not one per 32 tokens (a call's fixed cost dominates on a small model), and still at most 31
+zero rows."""
 ALIGN = 64
 """Byte alignment of every tile's data pointer (torch's CPU allocator aligns to 64 bytes; a tile that is not
 aligned is copied, so no kernel sees another alignment)."""
@@ -104,10 +109,13 @@ def layout(attention_mask: torch.Tensor | None, batch: int, length: int) -> Layo
         tiles += [(s, s + TILE_ROWS) for s in range(0, slots, TILE_ROWS)]
     for b in range(batch):
         if counts[b] > 1:
-            pad = -counts[b] % SEQUENCE_TILE
+            rest = counts[b] % LONG_TILE  # the first tokens, in short tiles; the last ones fill whole long tiles
+            pad = -rest % SEQUENCE_TILE
             parts += [torch.full((pad,), zero), flat[b][real[b]]]
-            tiles += [(s, s + SEQUENCE_TILE) for s in range(slots, slots + pad + counts[b], SEQUENCE_TILE)]
-            slots += pad + counts[b]
+            short = slots + pad + rest
+            tiles += [(s, s + SEQUENCE_TILE) for s in range(slots, short, SEQUENCE_TILE)]
+            tiles += [(s, s + LONG_TILE) for s in range(short, short + counts[b] - rest, LONG_TILE)]
+            slots = short + counts[b] - rest
     index = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
     identity = len(shared) == zero and zero % TILE_ROWS == 0
     return Layout(batch, length, index, tuple(tiles), identity)

@@ -17,16 +17,16 @@ through is called with one fixed shape, layout and alignment, whatever batch the
   mask (a sequence classifier's batch, ``model.generate``) splits its rows from the mask once per forward. A
   decoding row (one query) takes three calls of its own shapes (scores, softmax, values) instead of SDPA, whose
   per-call setup was most of a decode step's attention time (55-500 us per row vs 23-90 us, measured on the tiny
-  model, SmolLM2 and Qwen3-0.6B shapes); rows with several queries (prompts, forced markers) keep SDPA with a
-  causal mask. (All rows at once, with keys gathered into fixed 128-key chunks, was built and measured before the
-  slot cache: 3-4x slower on CPU, because each step then copied every row's keys out of the batch's padded
-  layout, per layer.)
+  model, SmolLM2 and Qwen3-0.6B shapes); rows with several queries (prompts, forced markers) take scores, a
+  masked softmax and values in blocks of queries fixed by the row's own shapes (:func:`_prompt_attention`).
+  (All rows at once, with keys gathered into fixed 128-key chunks, was built and measured before the slot cache:
+  3-4x slower on CPU, because each step then copied every row's keys out of the batch's padded layout, per
+  layer.)
 * **Row-wise layers** (every ``nn.Linear`` including the head and tied embeddings, RMS/layer norms, position-wise
   MLPs, so their ``silu`` too) run only on tiles of a fixed shape (:mod:`brrm.backends.transformers.tiles`): a row
-  that feeds
-  several tokens (a prompt, forced markers) gets 32-token tiles of its own, right-aligned, so each token sits at
-  the same place of the same tile alone or batched; rows decoding one token share 8-token tiles; padding
-  positions are not computed.
+  that feeds several tokens (a prompt, forced markers) gets 256- and 32-token tiles of its own, right-aligned, so
+  each token sits at the same place of the same tile alone or batched; rows decoding one token share 8-token
+  tiles; padding positions are not computed.
 * **Rotary cos/sin** come from a per-position table filled in fixed blocks
   (:class:`~brrm.backends.transformers.tiles.RotaryTable`).
 * What is left is exact per element (embedding lookup, residual adds, the rotary multiply-adds: one correctly
@@ -98,7 +98,7 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                       **kwargs: object) -> tuple[torch.Tensor, None]:
     """Causal attention computed one batch row at a time on the row's real keys and queries only: a row with one
-    real query (decoding) by :func:`_decode_attention`, a row with several by SDPA with a causal mask.
+    real query (decoding) by :func:`_decode_attention`, a row with several by :func:`_prompt_attention`.
 
     Args:
         module: the attention module (unused: grouped-query attention is read from the shapes).

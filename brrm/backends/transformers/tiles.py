@@ -7,9 +7,10 @@ of the whole call. So each layer is run only on tiles of one fixed shape, with a
 the token's own sequence, never by its neighbours:
 
 * a batch row that feeds **more than one** token in a forward (a prompt, or forced markers) gets tiles of its
-  own: its real tokens, right-aligned in whole tiles of :data:`SEQUENCE_TILE` tokens (zero rows in front). A
-  token's tile and its place in it depend only on its distance from its row's last token, so the row computes
-  the same calls alone or in any batch;
+  own: its real tokens, right-aligned in whole tiles (:data:`LONG_TILE` tokens for its last ones, then
+  :data:`SEQUENCE_TILE` tokens with zero rows in front). A token's tile and its place in it depend only on its
+  distance from its row's last token and on the row's own token count, so the row computes the same calls alone
+  or in any batch;
 * rows that feed **one** token (decoding) share tiles of :data:`TILE_ROWS` tokens, in batch order (zero rows
   at the end): every decoding token goes through the same ``[TILE_ROWS, width]`` call, only its place among
   its neighbours changes;

@@ -157,7 +157,8 @@ def test_the_vllm_option_maps_to_vllms_batch_invariant_switch(monkeypatch):
 
 def test_row_wise_layers_only_ever_see_fixed_shape_tiles():
     """The construction itself: whatever the batch, a linear layer is called on [8, width] (shared decode tiles),
-    [32, width] or [256, width] tiles (a row's own prompt tiles), and its padding positions are never computed."""
+    [32, width] (prompts' first tokens, shared) or [256, width] tiles (a long prompt's last tokens, its own), and
+    its padding positions are never computed."""
     import functools
 
     from brrm.backends.transformers.tiles import LONG_TILE, SEQUENCE_TILE, TILE_ROWS, _padded
@@ -179,11 +180,13 @@ def test_row_wise_layers_only_ever_see_fixed_shape_tiles():
     width = model.config.intermediate_size
     assert set(seen) == {(TILE_ROWS, width), (SEQUENCE_TILE, width), (LONG_TILE, width)}
 
-    def own(n):  # a longer prompt's tiles: whole long tiles for its last tokens, short ones for the first n % 256
-        return n // LONG_TILE + -(-(n % LONG_TILE) // SEQUENCE_TILE)
+    def tiles(size):  # one batch's tiles: the prefill's, then the decode step's
+        lengths = LENGTHS[:size]
+        ones = sum(n == 1 for n in lengths)  # one-token prompts share 8-token tiles
+        firsts = sum(n % LONG_TILE for n in lengths if n > 1)  # longer prompts' first tokens share 32-token tiles
+        longs = sum(n // LONG_TILE for n in lengths)  # and their last ones fill 256-token tiles of their own
+        return -(-ones // TILE_ROWS) + -(-firsts // SEQUENCE_TILE) + longs + -(-size // TILE_ROWS)
 
-    # per batch: the one-token prompts share tiles, every longer prompt has tiles of its own, the decode step
-    # shares tiles; no tile for the padding positions (16 rows x 299 positions in a batch of 16)
-    expected = sum(-(-sum(n == 1 for n in LENGTHS[:size]) // TILE_ROWS) + sum(own(n) for n in LENGTHS[:size] if n > 1)
-                   + -(-size // TILE_ROWS) for size in (1, 3, 8, 16))
-    assert own(300) == 3 and len(seen) == expected == 38
+    # no tile for the padding positions (16 rows x 299 positions in a batch of 16)
+    assert [tiles(size) for size in (1, 3, 8, 16)] == [2, 4, 6, 9]
+    assert len(seen) == sum(tiles(size) for size in (1, 3, 8, 16)) == 21

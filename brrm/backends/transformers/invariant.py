@@ -24,8 +24,8 @@ through is called with one fixed shape, layout and alignment, whatever batch the
   layer.)
 * **Row-wise layers** (every ``nn.Linear`` including the head and tied embeddings, RMS/layer norms, position-wise
   MLPs, so their ``silu`` too) run only on tiles of a fixed shape (:mod:`brrm.backends.transformers.tiles`): a row
-  that feeds several tokens (a prompt, forced markers) gets 256- and 32-token tiles of its own, right-aligned, so
-  each token sits at the same place of the same tile alone or batched; rows decoding one token share 8-token
+  that feeds several tokens (a prompt, forced markers) puts its last tokens in 256-token tiles of its own and its
+  first ones (under 256) in 32-token tiles shared with the other such rows; rows decoding one token share 8-token
   tiles; padding positions are not computed.
 * **Rotary cos/sin** come from a per-position table filled in fixed blocks
   (:class:`~brrm.backends.transformers.tiles.RotaryTable`).
@@ -37,13 +37,14 @@ What this rests on, and what it does not promise:
 * A kernel called with the same shape, strides, alignment and thread count runs the same operations in the same
   order (true of MKL's GEMM and ATen's CPU loops: no atomics, no data-dependent branches), and an output row of a
   row-wise kernel depends on its own input row only. Both are properties of the kernels, not of any size.
-* In a shared decode tile a row's place depends on its neighbours; blocked GEMMs reduce every row of a call over
-  the inner dimension in the same blocks, so the place does not change the bits. This one is checked, not
-  constructed: ``tests/test_invariance_matrix.py`` runs three model shapes at 1, 2 and 4 threads and batch sizes
-  1, 3, 8 and 16, with rows at every place of a tile. Likewise a row's keys are views into its slot: each head's
-  ``[n, D]`` matrix is laid out as when the row runs alone (rows ``D`` floats apart, 64-byte aligned for
-  ``D >= 16``), only the distance between heads (the slot's capacity) differs, and a batched matmul computes each
-  head's product on its own.
+* In a shared tile (8 decoding tokens, or 32 tokens of several rows' prompts and forced markers) a token's place
+  depends on its neighbours; blocked GEMMs reduce every row of a call over the inner dimension in the same blocks,
+  so the place does not change the bits. This one is checked, not constructed: ``tests/test_invariance_matrix.py``
+  runs three model shapes at 1, 2 and 4 threads and batch sizes 1, 3, 8 and 16, with rows at every place of a
+  decode tile and prompts at many offsets of the shared prompt tiles. Likewise a row's keys are views into its
+  slot: each head's ``[n, D]`` matrix is laid out as when the row runs alone (rows ``D`` floats apart, 64-byte
+  aligned for ``D >= 16``), only the distance between heads (the slot's capacity) differs, and a batched matmul
+  computes each head's product on its own.
 * Across thread counts nothing is promised: a GEMM of one shape may split its work differently on 2 threads than
   on 1, so results at one thread count may differ from those at another in the last bits. At any one thread count
   results do not depend on the batch.

@@ -3,17 +3,18 @@
 
 A row-wise layer (a linear layer, a norm, a position-wise MLP) maps each token's vector on its own, but the
 kernels it calls (BLAS GEMM, ATen's vectorised loops) choose their code path and reduction split from the shape
-of the whole call. So each layer is run only on tiles of one fixed shape, with a token's place in them fixed by
-the token's own sequence, never by its neighbours:
+of the whole call. So each layer is run only on tiles of three fixed shapes, a token's tile shape fixed by its
+own row, never by its neighbours:
 
-* a batch row that feeds **more than one** token in a forward (a prompt, or forced markers) gets tiles of its
-  own: its real tokens, right-aligned in whole tiles (:data:`LONG_TILE` tokens for its last ones, then
-  :data:`SEQUENCE_TILE` tokens with zero rows in front). A token's tile and its place in it depend only on its
-  distance from its row's last token and on the row's own token count, so the row computes the same calls alone
-  or in any batch;
 * rows that feed **one** token (decoding) share tiles of :data:`TILE_ROWS` tokens, in batch order (zero rows
-  at the end): every decoding token goes through the same ``[TILE_ROWS, width]`` call, only its place among
-  its neighbours changes;
+  at the end);
+* a row that feeds ``n > 1`` tokens (a prompt, or forced markers) puts its first ``n % LONG_TILE`` tokens in
+  tiles of :data:`SEQUENCE_TILE` tokens shared with the other such rows, in batch order (zero rows at the end),
+  and its last ones in whole :data:`LONG_TILE`-token tiles of its own;
+* so every token goes through calls of one shape alone or in any batch; only its place in a shared tile moves
+  with its neighbours (which does not change its bits: :mod:`brrm.backends.transformers.invariant` says why, and
+  what checks it). Sharing matters where weights are streamed once per tile: forced markers of three rows fill
+  one or two tiles, not three;
 * padding positions of the batch (left padding of prompts and of a decode step's feeds) are not computed; their
   outputs are zeros (attention never reads them).
 
@@ -45,14 +46,15 @@ TILE_ROWS = 8
 """Tokens per shared tile (rows that decode one token per forward). Decoding 8 rows fills one tile: chosen for
 ``batch_size=8`` (``benchmarks/bench_judge.py::test_batch_invariance_cost_smollm2``)."""
 SEQUENCE_TILE = 32
-"""Tokens per tile of a row that feeds several tokens (a prompt): large enough that the GEMM runs near the speed
-of one call over the whole prompt (measured on SmolLM2's shapes with MKL: 32-row tiles cost about 1.0-1.2x one
-640-row call, 8-row tiles 1.7x), small enough that the zero rows in front of a prompt (at most 31) cost little."""
+"""Tokens per shared tile of the rows that feed several tokens (prompts, forced markers): large enough that the
+GEMM runs near the speed of one call over the whole prompt (measured on SmolLM2's shapes with MKL: 32-row tiles
+cost about 1.0-1.2x one 640-row call, 8-row tiles 1.7x), small enough that the zero rows at the end of the
+forward's last such tile (at most 31) cost little."""
 LONG_TILE = 256
-"""Tokens per long tile: a row feeding ``n`` tokens puts its last ``n - n % LONG_TILE`` in long tiles and the first
-``n % LONG_TILE`` in :data:`SEQUENCE_TILE` tiles (zero rows in front), so a prompt of a few hundred tokens takes a
-few calls per layer, not one per 32 tokens (a call's fixed cost dominates on a small model), and still at most 31
-zero rows."""
+"""Tokens per long tile: a row feeding ``n`` tokens puts its last ``n - n % LONG_TILE`` in long tiles of its own and
+its first ``n % LONG_TILE`` in shared :data:`SEQUENCE_TILE` tiles, so a prompt of a few hundred tokens takes a
+few calls per layer, not one per 32 tokens (a call's fixed cost dominates on a small model; on SmolLM2's shapes a
+256-row call was 10-25% faster per row than a 32-row one, measured with MKL at 1 and 2 threads)."""
 ALIGN = 64
 """Byte alignment of every tile's data pointer (torch's CPU allocator aligns to 64 bytes; a tile that is not
 aligned is copied, so no kernel sees another alignment)."""
@@ -101,24 +103,21 @@ def layout(attention_mask: torch.Tensor | None, batch: int, length: int) -> Layo
     zero = batch * length
     flat = torch.arange(zero).view(batch, length)
     counts = real.sum(1).tolist()
-    shared = [flat[b][real[b]] for b in range(batch) if counts[b] == 1]
-    parts, tiles, slots = [], [], 0
-    if shared:
-        pad = -len(shared) % TILE_ROWS
-        parts += [*shared, torch.full((pad,), zero)]
-        slots = len(shared) + pad
-        tiles += [(s, s + TILE_ROWS) for s in range(0, slots, TILE_ROWS)]
-    for b in range(batch):
-        if counts[b] > 1:
-            rest = counts[b] % LONG_TILE  # the first tokens, in short tiles; the last ones fill whole long tiles
-            pad = -rest % SEQUENCE_TILE
-            parts += [torch.full((pad,), zero), flat[b][real[b]]]
-            short = slots + pad + rest
-            tiles += [(s, s + SEQUENCE_TILE) for s in range(slots, short, SEQUENCE_TILE)]
-            tiles += [(s, s + LONG_TILE) for s in range(short, short + counts[b] - rest, LONG_TILE)]
-            slots = short + counts[b] - rest
+    tokens = [flat[b][real[b]] for b in range(batch)]
+    single = [tokens[b] for b in range(batch) if counts[b] == 1]
+    rests = [tokens[b][:counts[b] % LONG_TILE] for b in range(batch) if counts[b] > 1]  # a row's first tokens
+    longs = [tokens[b][counts[b] % LONG_TILE:] for b in range(batch) if counts[b] >= LONG_TILE]  # its last ones
+    parts: list[torch.Tensor] = []
+    tiles: list[tuple[int, int]] = []
+    slots = 0
+    for pool, size in ((single, TILE_ROWS), (rests, SEQUENCE_TILE), (longs, LONG_TILE)):
+        filled = sum(len(p) for p in pool)
+        pad = -filled % size  # zero rows at the end of a pool (none for the long runs: whole tiles already)
+        tiles += [(s, s + size) for s in range(slots, slots + filled + pad, size)]
+        parts += [*pool, torch.full((pad,), zero)]
+        slots += filled + pad
     index = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
-    identity = len(shared) == zero and zero % TILE_ROWS == 0
+    identity = len(single) == zero and zero % TILE_ROWS == 0
     return Layout(batch, length, index, tuple(tiles), identity)
 
 

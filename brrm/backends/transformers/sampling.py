@@ -41,14 +41,26 @@ def choose(stop_ids: Set[int], active: list[Row], logits: torch.Tensor, temperat
             elif row.state.kind == "pattern" and not cut:
                 lazy.append(j)
     picked = _pick(active, logits, temperature, top_p, forced, finite, top_k)
-    for j in lazy:
-        state = active[j].state
-        assert state is not None and bitmask is not None  # lazy rows are pattern rows of a masked step
-        if not state.guide.accepts_tokens([picked[j]]):
-            state.write_mask(bitmask)
-            _apply_mask(logits[j:j + 1], bitmask)
-            picked[j] = _pick_row(logits[j], temperature, top_p, active[j], top_k)
+    _repick_rejected(active, logits, picked, lazy, bitmask, temperature, top_p, top_k)
     return [forced.get(j, picked[j]) for j in range(len(active))]
+
+
+def _repick_rejected(active: list[Row], logits: torch.Tensor, picked: list[int], lazy: list[int],
+                     bitmask: torch.Tensor | None, temperature: float, top_p: float, top_k: int) -> None:
+    """Pick again, under its grammar mask, every lazy row whose token its grammar rejects (in place in
+    ``picked``). The step's rejected rows are masked in one call (``[rows, words]`` bitmask, each row written by its
+    own guide): the mask is exact, so each row's token is what it would be masked alone."""
+    rejected = [j for j in lazy if not active[j].state.guide.accepts_tokens([picked[j]])]  # type: ignore[union-attr]
+    if not rejected:
+        return
+    assert bitmask is not None  # lazy rows are pattern rows of a masked step
+    masks = bitmask.new_empty((len(rejected), bitmask.shape[1]))
+    for r, j in enumerate(rejected):
+        active[j].state.write_mask(masks[r:r + 1])  # type: ignore[union-attr]
+    masked = logits[rejected]
+    _apply_mask(masked, masks)
+    for r, j in enumerate(rejected):
+        picked[j] = _pick_row(masked[r], temperature, top_p, active[j], top_k)
 
 
 def _pick(active: list[Row], logits: torch.Tensor, temperature: float, top_p: float, forced: dict[int, int],

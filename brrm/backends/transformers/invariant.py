@@ -91,8 +91,8 @@ def _decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     """
     h, d = query.shape
     hkv = key.shape[0]
-    scores = torch.matmul((query * scale).view(hkv, h // hkv, d), key.transpose(1, 2))
-    return torch.matmul(scores.softmax(-1), value).view(h, d)
+    scores = torch.bmm((query * scale).view(hkv, h // hkv, d), key.transpose(1, 2))
+    return torch.bmm(scores.softmax(-1), value).view(h, d)
 
 
 def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -178,7 +178,7 @@ def _slot_decode(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, st
     out = query.new_empty((len(rows), hkv, h // hkv, d))
     for j, i in enumerate(rows):
         n = step.starts[i] + 1
-        torch.matmul(torch.matmul(scaled[i], keys_t[i, :, :, :n]).softmax(-1), value[i, :, :n], out=out[j])
+        torch.bmm(torch.bmm(scaled[i], keys_t[i, :, :, :n]).softmax(-1), value[i, :, :n], out=out[j])
     return out.view(len(rows), h, d)
 
 
@@ -202,10 +202,10 @@ def _prompt_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     for s in range(0, n, block):
         e = min(n, s + block)
         seen = k - n + e  # keys the block's last query sees
-        scores = torch.matmul(scaled[:, :, s:e].reshape(hkv, group * (e - s), d), key[:, :seen].transpose(1, 2))
+        scores = torch.bmm(scaled[:, :, s:e].reshape(hkv, group * (e - s), d), key[:, :seen].transpose(1, 2))
         hidden = torch.ones((e - s, seen), dtype=torch.bool, device=query.device).triu(k - n + s + 1)
         scores = scores.view(hkv, group, e - s, seen).masked_fill_(hidden, float("-inf"))
-        out[:, :, s:e] = torch.matmul(scores.view(hkv, group * (e - s), seen).softmax(-1), value[:, :seen]).view(
+        out[:, :, s:e] = torch.bmm(scores.view(hkv, group * (e - s), seen).softmax(-1), value[:, :seen]).view(
             hkv, group, e - s, d)
     return out.view(h, n, d)
 

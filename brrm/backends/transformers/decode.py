@@ -107,13 +107,10 @@ class Decoder:
     def forward(self, cache: SlotCache, step: Step, feeds: list[list[int]] | list[tuple[int, ...]]) -> torch.Tensor:
         """The model on ``feeds`` (per row, its new ids, left-padded to ``step.width``) at each row's own positions;
         returns the last position's logits, float ``[rows, vocab]``."""
-        t = step.width
-        ids = torch.full((step.rows, t), self.backend.pad_id, dtype=torch.long)
-        pos = torch.zeros((step.rows, t), dtype=torch.long)
-        for i, (feed, start) in enumerate(zip(feeds, step.starts, strict=True)):
-            n = len(feed)
-            ids[i, t - n:] = torch.tensor(feed, dtype=torch.long)
-            pos[i, t - n:] = torch.arange(start, start + n)
+        t, pad = step.width, self.backend.pad_id
+        ids = torch.tensor([[pad] * (t - len(feed)) + list(feed) for feed in feeds], dtype=torch.long)
+        pos = torch.tensor([[0] * (t - len(feed)) + list(range(start, start + len(feed)))
+                            for feed, start in zip(feeds, step.starts, strict=True)], dtype=torch.long)
         with stepping(step):
             out = self.backend.model(input_ids=ids.to(self.dev), attention_mask=self.backend.mask(step),
                                      position_ids=pos.to(self.dev), use_cache=True, logits_to_keep=1,

@@ -5,8 +5,8 @@
 alternated. Every timed judgment must be ok, and both schedulings (and batched vs single calls) give the same bytes.
 
 Mixed lengths means mixed *generation* lengths, what continuous batching is for. Free-text blocks may run to
-:data:`BLOCK_CAP` tokens and end where the model ends them (``\n[``): SmolLM2 does so after 20 to 300 tokens a
-turn. A random tiny model would run every block to its cap (all pairs then take the same number of forward
+:data:`BLOCK_CAP` tokens and end where the model ends them (``\n[``): SmolLM2 ends some and runs others to the
+cap. A random tiny model would run every block to its cap (all pairs then take the same number of forward
 passes, and a static chunk wastes nothing), so the tiny model here favours ``"\n"`` and ``"["``
 (:func:`brrm.testing.models.favour_tokens`) and ends its blocks after varying lengths, as a trained judge does.
 Each benchmark prints the pairs' generated tokens (min / median / max).

@@ -59,13 +59,54 @@ def _judge(pair, scheduling, batch_size=8):
                                                              scheduling=scheduling), cfg))
 
 
+class ForwardKinds:
+    """While entered, the transformers decoder's forwards by kind: ``prefill`` (rows joining the batch), ``decode``
+    (a step where every row feeds one token) and ``markers`` (a step where some row feeds forced tokens), each as
+    [forwards, seconds]; what a run spends outside them is sampling, grammar and bookkeeping."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, list[float]] = {k: [0, 0.0] for k in ("prefill", "decode", "markers")}
+
+    def __enter__(self) -> ForwardKinds:
+        from brrm.backends.transformers.decode import Decoder
+
+        self.saved = Decoder.prefill, Decoder.step
+        prefill, step = self.saved
+
+        def timed(method, kind_of):
+            def run(decoder, rows, *args):
+                kind, start = kind_of(rows), time.perf_counter()
+                try:
+                    return method(decoder, rows, *args)
+                finally:
+                    self.kinds[kind][0] += 1
+                    self.kinds[kind][1] += time.perf_counter() - start
+            return run
+
+        Decoder.prefill = timed(prefill, lambda rows: "prefill")
+        Decoder.step = timed(step, lambda rows: "decode" if all(len(r.feed) == 1 for r in rows) else "markers")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from brrm.backends.transformers.decode import Decoder
+
+        Decoder.prefill, Decoder.step = self.saved
+
+    def line(self, wall: float) -> str:
+        parts = [f"{k} {int(n)} forwards {t:.2f} s" for k, (n, t) in self.kinds.items()]
+        return ", ".join(parts) + f", outside forwards {wall - sum(t for _, t in self.kinds.values()):.2f} s"
+
+
 def _timed(judge, convs, a, b):
-    """(wall seconds, seconds to each finished pair in finishing order, judgments, forward passes)."""
+    """(wall seconds, seconds to each finished pair in finishing order, judgments, forward passes, forwards by kind
+    as printed)."""
     done: list[float] = []
     calls = judge.model.backend.stats["forward_calls"]
-    start = time.perf_counter()
-    out = judge.judge_pairs(convs, a, b, on_result=lambda i, j: done.append(time.perf_counter() - start))
-    return time.perf_counter() - start, done, out, judge.model.backend.stats["forward_calls"] - calls
+    with ForwardKinds() as kinds:
+        start = time.perf_counter()
+        out = judge.judge_pairs(convs, a, b, on_result=lambda i, j: done.append(time.perf_counter() - start))
+        wall = time.perf_counter() - start
+    return wall, done, out, judge.model.backend.stats["forward_calls"] - calls, kinds.line(wall)
 
 
 def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
@@ -75,7 +116,7 @@ def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
     judges = {s: _judge(pair, s, batch_size) for s in ("static", "continuous")}
     for judge in judges.values():  # compile the output grammar once, outside the timings
         judge.judge_pairs(convs[:1], a[:1], b[:1])
-    figures: dict[str, tuple[float, list[float], list, int]] = {}
+    figures: dict[str, tuple[float, list[float], list, int, str]] = {}
 
     def both():  # side by side, each variant's best of the rounds kept
         for name, judge in judges.items():
@@ -100,7 +141,7 @@ def _continuous_vs_static(benchmark, pair, label, n=16, batch_size=8, rounds=2):
           f"batch {batch_size}: continuous {cont[0]:.2f} s vs static {static[0]:.2f} s (throughput {throughput:.2f}x); "
           f"first finished pair {cont[1][0]:.2f} s vs static's first chunk {chunk:.2f} s ({first_ratio:.2f}; "
           f"{cont[1][0] / static[1][0]:.2f} of static's first on_result, {static[1][0]:.2f} s); "
-          f"forward passes {cont[3]} vs {static[3]}")
+          f"forward passes {cont[3]} vs {static[3]}\n  continuous: {cont[4]}\n  static: {static[4]}")
 
 
 def test_continuous_vs_static_batching(benchmark):

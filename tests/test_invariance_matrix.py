@@ -92,6 +92,40 @@ def test_each_row_is_the_same_bits_alone_and_in_any_batch_at_any_thread_count(bu
         torch.set_num_threads(before)
 
 
+#: Prompts at the tile boundaries (31/32/33 tokens of a shared 32-token tile, 255/256/257 and 512/513 of a long
+#: tile), then a second forward whose feeds mix decoding rows, forced markers and a 260-token continuation.
+BOUNDARY_LENGTHS = (255, 256, 257, 1, 31, 32, 33, 512, 513, 2, 288, 1, 100, 5, 300, 64)
+SECOND_FEEDS = (1, 3, 260, 1, 12, 1, 20, 40, 1, 260, 3, 1, 12, 20, 1, 40)
+
+
+def test_tile_boundaries_and_mixed_feeds_are_the_same_bits_in_shuffled_batches():
+    import random
+
+    model = _tiny16()
+    assert make_batch_invariant(model)
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in BOUNDARY_LENGTHS]
+    feeds = [[7] * n for n in SECOND_FEEDS]
+    pick = random.Random(1)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            alone = []
+            for seq, feed in zip(seqs, feeds, strict=True):
+                first, cache, starts = slot_forward(model, [seq])
+                alone.append((first[0], slot_forward(model, [feed], cache, starts)[0][0]))
+            for size in (3, 7, 16):
+                rows = pick.sample(range(len(seqs)), size)  # other neighbours, in another order
+                first, cache, starts = slot_forward(model, [seqs[i] for i in rows])
+                second = slot_forward(model, [feeds[i] for i in rows], cache, starts)[0]
+                bad = [i for b, i in enumerate(rows)
+                       if not (torch.equal(first[b], alone[i][0]) and torch.equal(second[b], alone[i][1]))]
+                assert not bad, f"{threads} threads, batch {size}: rows {bad} differ from alone"
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_the_control_the_stock_forward_moves_rows_between_batch_shapes():
     """Without the construction the same comparison fails (so the matrix above can): left padding and other row
     counts move some row's logits on the tiny shape."""

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from brrm.backends.transformers.continuous import ContinuousDecoder
-    from brrm.backends.transformers.rows import KV, BatchingContext, Row
+    from brrm.backends.transformers.rows import BatchingContext, Row
+    from brrm.backends.transformers.slots import KV
 
 
 class PrefixCache:

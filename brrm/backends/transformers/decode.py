@@ -18,16 +18,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from brrm.backends.transformers.rows import KV, DecodeContext, Row
+from brrm.backends.transformers.rows import DecodeContext, Row
 from brrm.backends.transformers.sampling import choose
-from brrm.backends.transformers.slots import SlotCache, Step, sliding_windows, stepping
+from brrm.backends.transformers.slots import KV, MaskFor, SlotCache, Step, sliding_windows, stepping
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-MaskFor = Callable[[Step], "torch.Tensor | dict[str, torch.Tensor]"]
-"""What a forward passes as ``attention_mask`` for a step (see :func:`mask_for`)."""
-
 
 class Decoder:
     """Decodes one chunk of rows to completion over a :class:`~brrm.backends.transformers.rows.DecodeContext` (the

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from brrm.backends.base import Completion, GenerationRequest
+from brrm.backends.transformers.slots import KV, MaskFor
 from brrm.backends.transformers.steering import ProgramState
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-    from brrm.backends.transformers.decode import MaskFor
 
 
 @dataclass
@@ -40,10 +39,6 @@ class Row:
     feed: list[int] = field(default_factory=list)
     noise: torch.Tensor | None = None
     keep_kv: bool = False  # store this row's KV when it finishes (continuous batching sets it per request)
-
-
-KV = list[tuple[torch.Tensor, torch.Tensor]]
-"""One sequence's KV: per layer ``(keys, values)``, each ``[H_kv, length, D]``."""
 
 
 class KVStore(Protocol):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -29,7 +29,8 @@ import torch
 from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import DynamicLayer
 
-from brrm.backends.transformers.rows import KV
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+"""One sequence's KV: per layer ``(keys, values)``, each ``[H_kv, length, D]``."""
 
 HEADROOM = 64
 """Fewest spare positions a slot buffer gets when it grows (beyond 50% of the length it needs)."""
@@ -87,6 +88,10 @@ class Step:
         if window is not None:
             allowed &= keys > qpos[:, :, None] - window
         return allowed[:, None]
+
+
+MaskFor = Callable[[Step], "torch.Tensor | dict[str, torch.Tensor]"]
+"""What a forward passes as ``attention_mask`` for a step (see :func:`brrm.backends.transformers.decode.mask_for`)."""
 
 
 def current() -> Step | None:

@@ -102,9 +102,9 @@ def resolve_strategy(strategy: str, *, kind: str, shape: str) -> str | None:
         ConfigError: on an unknown strategy, or ``scores`` for a BR-RM judge.
     """
     from brrm.compose.strategies import check_strategy
-    from brrm.types import KIND_TRAITS
+    from brrm.types.protocols import kind_trait
 
     if shape != "groups":
         return None
-    pairwise = KIND_TRAITS.get(kind, {}).get("pairwise", False)
-    return check_strategy(strategy, pairwise=pairwise, has_reference=strategy == "reference")
+    return check_strategy(strategy, pairwise=kind_trait(kind, "pairwise") is True,
+                          has_reference=strategy == "reference")

@@ -17,7 +17,7 @@ from brrm.cli import common
 from brrm.cli.command import Command
 from brrm.cli.flags import principle_refusal
 from brrm.errors import ConfigError
-from brrm.types.protocols import KIND_TRAITS, RewardJudge
+from brrm.types.protocols import RewardJudge, kind_trait
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -32,10 +32,10 @@ def run(args: argparse.Namespace) -> int:
     from brrm.records import FieldMap, RecordError, read_records
     from brrm.types import ScalarReward, Status, summarize_rewards
 
-    if args.kind in KIND_TRAITS and KIND_TRAITS[args.kind]["pairwise"]:
+    if kind_trait(args.kind, "pairwise"):
         raise ConfigError("brrm score needs a scalar model (--kind bt or principle); BR-RM judges pairs: use brrm "
                           "judge, or brrm rank with a reference")
-    if args.model is None and args.kind not in KIND_TRAITS:  # auto: the demo scores as a principle model
+    if args.model is None and args.kind == "auto":  # the demo scores as a principle model
         args.kind = "principle"
     common.check_output(args.output)
     _, opts = common.load_options(args)

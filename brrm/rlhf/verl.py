@@ -51,7 +51,7 @@ from brrm.errors import ConfigError
 from brrm.rlhf.recipe import JudgeSource
 from brrm.service.items import ScoreItem
 from brrm.types import ConversationLike, JudgeSpec, RewardJudge, ScalarReward, Status, check_float, check_int
-from brrm.types.protocols import KIND_TRAITS
+from brrm.types.protocols import kind_trait
 
 TIMEOUT = "timeout"
 """The ``status`` of a sample whose judge did not answer within ``timeout_s``."""
@@ -244,7 +244,7 @@ class VerlScorer:
 
     def _pairwise(self) -> bool:
         if self.config.url is not None:  # asked before the server is: a pairwise judge unless kind's trait says not
-            return self.config.kind == "auto" or bool(KIND_TRAITS.get(self.config.kind, {}).get("pairwise"))
+            return kind_trait(self.config.kind, "pairwise") is not False  # auto: pairwise unless told
         return bool(self.source.get().info.pairwise)
 
     def _executor(self) -> ThreadPoolExecutor:

@@ -51,6 +51,17 @@ KIND_TRAITS: Mapping[str, Mapping[str, bool]] = {
 """The traits each model kind declares (:class:`JudgeInfo`): the one table that maps a kind to behaviour."""
 
 
+def kind_trait(kind: str, trait: str) -> bool | None:
+    """``trait`` (``pairwise``, ``takes_principle``, ``needs_reference``) of model kind ``kind`` from
+    :data:`KIND_TRAITS`, or None for a kind that does not tell before a model is read (``auto``).
+
+    Raises:
+        KeyError: for an unknown trait (a programming error).
+    """
+    traits = KIND_TRAITS.get(kind)
+    return None if traits is None else traits[trait]
+
+
 _LOADER: list[Callable[[JudgeSpec], RewardJudge]] = []
 """The builder :meth:`JudgeSpec.load` calls: :mod:`brrm.load` registers it on import (``import brrm`` imports
 it), so the spec, a value every layer may hold, does not import the layers that build judges."""

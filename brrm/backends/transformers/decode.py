@@ -25,6 +25,7 @@ from brrm.backends.transformers.slots import KV, MaskFor, SlotCache, Step, slidi
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+
 class Decoder:
     """Decodes one chunk of rows to completion over a :class:`~brrm.backends.transformers.rows.DecodeContext` (the
     transformers backend's model, prefix cache, pad id, stop ids and stats, as a frozen value).

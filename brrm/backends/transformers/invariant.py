@@ -116,7 +116,6 @@ def rowwise_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         ValueError: on dropout > 0, a non-boolean mask, or a sliding window, softcap or sinks (programming
             errors: :func:`make_batch_invariant` refuses such models).
     """
-
     if dropout:
         raise ValueError("rowwise_attention is for inference: dropout must be 0")
     if kwargs.get("sliding_window") or kwargs.get("softcap") or kwargs.get("s_aux") is not None:

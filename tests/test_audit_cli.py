@@ -48,3 +48,17 @@ def test_output_that_is_a_file_is_refused(capsys, tmp_path, pairs):
     (tmp_path / "taken").write_text(json.dumps({}))
     code, _, err = run(capsys, "audit", pairs, "--output", str(tmp_path / "taken"))
     assert code == 2 and "is a file" in err
+
+
+def test_a_bradley_terry_audit_says_it_ignores_records_principles(capsys, tmp_path):
+    from brrm.testing import save_tiny_qwen3
+
+    rm = save_tiny_qwen3(tmp_path / "rm", seed=1, sequence_classification=True)
+    rows = [{"prompt": f"Question {i}?", "response": "An answer.", **({"principle": "Be brief."} if i < 2 else {})}
+            for i in range(4)]
+    single = write_jsonl(tmp_path / "single.jsonl", rows)
+    code, _, err = run(capsys, "audit", str(single), "--output", str(tmp_path / "out"), "--model", str(rm),
+                       "--kind", "bt", "--device", "cpu")
+    assert code == 0, err
+    assert "note: 2 records carry a 'principle' field (lines [1, 2]); kind bt takes no principle" in err
+    assert (tmp_path / "out" / "audit.sqlite").exists()

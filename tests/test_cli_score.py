@@ -127,3 +127,19 @@ def test_score_records_fields(tmp_path):
     assert all(isinstance(r, RecordError) and "missing field 'missing_column'" in r.reason for r in bad)
     with pytest.raises(brrm.ConfigError, match="is not field=column"):
         FieldMap.from_overrides(["answer"])
+
+
+def test_a_bradley_terry_score_says_it_ignores_records_principles(tmp_path, rm_dir, capsys):
+    src = tmp_path / "in.jsonl"
+    rows = [{"prompt": "Name a colour.", "response": "Blue.", "principle": "Be brief." if i % 2 else ""}
+            for i in range(24)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    code, stdout, _ = _run(capsys, "-i", str(src), "-o", str(out), "-m", str(rm_dir), "--device", "cpu")
+    assert code == 0 and [r["status"] for r in _lines(out)] == ["ok"] * 24
+    note = next(line for line in stdout.splitlines() if line.startswith("note:"))
+    assert "12 records carry a 'principle' field (lines [2, 4, 6, 8, 10, 12, 14, 16, 18, 20] and 2 more)" in note
+    assert "takes no principle" in note and "--kind principle" in note
+    code, stdout, _ = _run(capsys, "-i", str(src), "-o", str(tmp_path / "o2.jsonl"), "-m", str(rm_dir),
+                           "--device", "cpu", "--field", "principle=rule")
+    assert code == 0 and "note:" not in stdout  # the column a principle is read from is absent: nothing ignored

@@ -94,11 +94,15 @@ def run(args: argparse.Namespace) -> int:
     probes = _probe_names(args, shape)
     ray = _ray_options(args)
     from brrm.audit import JudgeSpec, run_audit
+    from brrm.records import FieldMap
+    from brrm.types.protocols import kind_trait
 
     common._quiet_libraries()
     print(f"brrm audit: {len(records)} records from {args.input} ({shape}); model "
           f"{model or 'the embedded demo (SmolLM2-135M-Instruct; pass --model for a real judge)'}; kind {kind}; "
           f"backend {opts['backend']}" + (f"; on Ray ({args.ray})" if ray else ""), file=sys.stderr)
+    column = (FieldMap.from_overrides(args.field) if args.field else FieldMap()).principle
+    common.note_ignored_principles(records, column, kind_trait(kind, "takes_principle"), f"kind {kind}", sys.stderr)
     spec = JudgeSpec.from_load(model, **opts)
     if probes:
         _run_probes(records, spec, probes, Path(args.output))

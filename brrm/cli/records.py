@@ -76,6 +76,19 @@ def require_records(records: Sequence[Record | RecordError], source: str) -> Non
                           f"{bad[0].reason})")
 
 
+def note_ignored_principles(records: Sequence[Record | RecordError], column: str, takes: bool | None, judge: str,
+                            term: TextIO) -> None:
+    """Say, once, which records carry a principle that the judge takes none of (``takes`` False: a Bradley–Terry
+    model): their rewards are the model's reward of the response alone, which the output rows would not show.
+    ``column`` is the input column the principle was read from, ``judge`` the judge as the header names it."""
+    lines = [r.line for r in records if getattr(r, "principle", "")]
+    if lines and takes is False:
+        more = f" and {len(lines) - 10} more" if len(lines) > 10 else ""
+        print(f"note: {len(lines)} records carry a {column!r} field (lines {lines[:10]}{more}); {judge} takes no "
+              f"principle, so their rewards ignore it (a principle model, --kind principle, judges against it)",
+              file=term)
+
+
 def terminal(output: str) -> TextIO:
     """Where human-readable lines go: stderr when JSONL goes to stdout, else stdout."""
     return sys.stderr if output == "-" else sys.stdout

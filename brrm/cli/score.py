@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     _refuse_principles(judge, principles, args.model)
     common.header(term, "score", judge, len(records), args.input)
     per = _principles(judge, records, principles)
+    common.note_ignored_principles(records, (fields or FieldMap()).principle, judge.info.takes_principle,
+                                   judge.info.describe(), term)
     results: list[ScalarReward] = []
     with common.open_output(args.output, append=skip > 0) as out:
         sink = common.OrderedLines(out, skip)

@@ -96,3 +96,34 @@ def test_memory_follows_use_slots_and_positions_grow_without_changing_a_bit(inva
     for slot, n in ((0, 5), (1, 30), (2, 9), (3, 4)):
         for (k1, v1), (k2, v2) in zip(small.read(slot, n), big.read(slot, n), strict=True):
             assert torch.equal(k1, k2) and torch.equal(v1, v2)
+
+
+def test_a_leaving_row_costs_one_slot_copy_per_hole_and_changes_no_bits(monkeypatch):
+    """Rows that finish early leave holes that the last running rows fill (one slot copied per hole, not a shift of
+    every row after it), and every row still decodes what it decodes alone."""
+    from brrm.backends.base import GenerationRequest
+    from brrm.backends.transformers.decode import _refill
+
+    assert _refill([0, 2, 3, 5, 6]) == [0, 5, 2, 3, 6] and _refill([0, 1, 2]) == [0, 1, 2] and _refill([4]) == [4]
+    model, tok = build_tiny_qwen3()
+    backend = TransformersBackend(model, tok, batch_size=6, scheduling="static", prefix_cache=False)
+    backend.stop_ids = set()  # free-running: each row decodes exactly its budget
+    budgets = (24, 2, 24, 5, 24, 3)
+    reqs = [GenerationRequest(prompt_ids=tuple(range(7, 12 + i)), max_new_tokens=n, seed=i)
+            for i, n in enumerate(budgets)]
+    copies: list[int] = []
+    move = SlotCache.move
+
+    def counted(cache, sources, first, length):
+        copies.append(sum(s != first + j for j, s in enumerate(sources)))
+        return move(cache, sources, first, length)
+
+    monkeypatch.setattr(SlotCache, "move", counted)
+    batched = backend.generate(reqs, temperature=1.0)
+    # row 1 leaves after 2 tokens and row 5 takes its slot; row 5 leaves after 3 and row 4 takes it; row 3 leaves
+    # after 5 from the last slot: nothing moves (a shift would have copied 4, 3 and 0 slots)
+    assert copies == [1, 1]
+    monkeypatch.setattr(SlotCache, "move", move)
+    alone = [backend.generate([r], temperature=1.0)[0] for r in reqs]
+    assert [c.token_ids for c in batched] == [c.token_ids for c in alone]
+    assert [len(c.token_ids) for c in batched] == list(budgets)

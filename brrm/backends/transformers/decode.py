@@ -5,8 +5,8 @@ one contiguous run from position 0 of the slot, whatever the batch. A forward fe
 left-padded to the forward's width, with explicit position ids (the row's own next positions); only each row's
 real positions are computed by the row-wise layers and written to its slot, so each row computes what it would
 compute alone. A prefill writes a row's cached prefix (from the prefix cache) into its slot first and feeds the
-rest of its prompt. Finished rows leave the batch (their KV stored for reuse when asked); the rows after them move
-down one slot each, so a forward's rows are always consecutive slots.
+rest of its prompt. Finished rows leave the batch (their KV stored for reuse when asked); the last running rows
+move into the slots they left, so a forward's rows are always consecutive slots.
 """
 
 from __future__ import annotations
@@ -117,17 +117,21 @@ class Decoder:
 
     def settle(self, rows: list[Row], logits: torch.Tensor, cache: SlotCache, lo: int) -> list[Row]:
         """Choose each row's next tokens from ``logits``; finished rows leave (their KV stored when asked) and the
-        rest move down to slots ``lo, lo + 1, …``. Returns the rows still running, in order."""
+        last running rows move into the slots they left (:func:`_refill`), so the running rows are slots ``lo, lo +
+        1, …`` again. Returns the rows still running, in their new slot order."""
         if self.bitmask is None and any(r.state is not None for r in rows):
             from outlines_core.kernels.torch import allocate_token_bitmask
 
             self.bitmask = allocate_token_bitmask(logits.shape[-1])
         tokens = choose(self.backend.stop_ids, rows, logits, self.temperature, self.top_p, self.bitmask, self.top_k)
         keep = self._advance(rows, tokens, cache, lo)
-        kept = [rows[j] for j in keep]
-        if len(keep) < len(rows) and kept:
-            cache.move([lo + j for j in keep], lo, max(kv_length(r) for r in kept))
-        return kept
+        if len(keep) == len(rows) or not keep:
+            return [rows[j] for j in keep]
+        order = _refill(keep)
+        movers = [rows[j] for p, j in enumerate(order) if p != j]
+        if movers:  # none when only the last rows left
+            cache.move([lo + j for j in order], lo, max(kv_length(r) for r in movers))
+        return [rows[j] for j in order]
 
     def _advance(self, active: list[Row], tokens: list[int], cache: SlotCache, lo: int) -> list[int]:
         """Feed each row its chosen token (and forced ones); returns the batch positions still running."""
@@ -167,6 +171,16 @@ class Decoder:
         if not row.finish and len(row.generated) >= row.request.max_new_tokens:
             row.finish = "length"
         return bool(row.finish)
+
+
+def _refill(keep: list[int]) -> list[int]:
+    """The batch positions ``keep`` (ascending) in their new slot order: rows below ``len(keep)`` stay where they are
+    and the rows above fill the holes below, in order. A leaving row then costs one copy per hole it leaves, not a
+    shift of every row after it; where a row sits does not change its values (each row computes alone)."""
+    n = len(keep)
+    movers = iter(j for j in keep if j >= n)
+    staying = set(keep)
+    return [p if p in staying else next(movers) for p in range(n)]
 
 
 def _shared_prompts(rows: list[Row], enabled: bool) -> tuple[list[int], list[int]]:

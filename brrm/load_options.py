@@ -41,6 +41,21 @@ def judge_option_classes(kind: str) -> tuple[type, ...]:
     return (PrincipleConfig, SamplingConfig, PrincipleOptions)
 
 
+def recipe_choices(kind: str) -> tuple[str, ...]:
+    """The values the ``recipe`` keyword (``--recipe``) takes for a scalar kind: a Bradley–Terry recipe
+    (:data:`brrm.reward_models.bradley_terry.RECIPES`) or a principle model's prompt format
+    (:data:`brrm.judges.principle_format.FORMATS`), each with ``auto``; () for a kind without one (BR-RM)."""
+    if kind == "bt":
+        from brrm.reward_models.bradley_terry import RECIPES
+
+        return ("auto", *RECIPES)
+    if kind == "principle":
+        from brrm.judges.principle_format import FORMATS
+
+        return ("auto", *FORMATS)
+    return ()
+
+
 def judge_option_names(kind: str) -> tuple[str, ...]:
     """The :func:`load` keywords of a model kind's judge, in definition order (``swap`` is accepted by scalar kinds
     and changes nothing: σ(r_A − r_B) does not depend on the order)."""

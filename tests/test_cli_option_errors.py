@@ -154,3 +154,25 @@ def test_library_messages_keep_python_names_and_the_cli_rewrites_only_option_nam
     # a subcommand's own flags name words only there: bench has no --split
     assert translate("split 'x' is not in the data", parser, "audit") == "--split 'x' is not in the data"
     assert translate("split 'x' is not in the data", parser, "bench") == "split 'x' is not in the data"
+
+
+def test_a_recipe_of_the_other_scalar_kind_is_refused_before_any_data_or_model_loads(files, capsys, no_loading,
+                                                                                    monkeypatch):
+    """``--recipe`` is one flag for two kinds' values (a Bradley–Terry recipe, a principle model's prompt format):
+    once the kind is known (``--kind``, or the model's config under ``auto``) a value of the other kind is refused,
+    naming the flag and the kind's values, before a benchmark's data or any record is read."""
+    from brrm.bench import base
+
+    def no_data(*_args, **_kwargs):
+        raise AssertionError("benchmark data was read")
+
+    monkeypatch.setattr(base.Benchmark, "load", no_data)
+    line = _error(capsys, ["bench", "rewardbench", "--kind", "principle", "--recipe", "sequence_classification",
+                           "--model", files["lm"], "--data-dir", str(files["tmp"] / "absent")])
+    assert line == ("brrm: error: --recipe 'sequence_classification' is not valid; expected one of auto, qwen3_genrm, "
+                    "llama_reward")
+    out = files["tmp"] / "recipe.jsonl"
+    line = _error(capsys, ["score", "-i", str(files["tmp"] / "absent.jsonl"), "-o", str(out), "-m", files["rm"],
+                           "--recipe", "qwen3_genrm"])  # kind auto: the config says bt
+    assert "--recipe 'qwen3_genrm' is not valid; expected one of auto, sequence_classification" in line
+    assert not out.exists()

@@ -257,9 +257,11 @@ def fit_kind(opts: dict[str, object], *, model: str | None = None) -> dict[str, 
     the one ``model``'s config or known id tells (read from disk, before any weights load; :func:`detected_kind`).
 
     Raises:
-        ConfigError: for a backend flag of another backend, or a judge flag of another kind.
+        ConfigError: for a backend flag of another backend, a judge flag of another kind, or a ``--recipe`` value
+            the kind does not take (:func:`brrm.load_options.recipe_choices`).
     """
-    from brrm.load_options import BACKEND_OPTIONS, judge_option_names
+    from brrm.load_options import BACKEND_OPTIONS, judge_option_names, recipe_choices
+    from brrm.types import check_choice
 
     kind, backend = str(opts["kind"]), str(opts["backend"])
     judge_keys = {k for each in KINDS for k in judge_option_names(each)}
@@ -270,6 +272,8 @@ def fit_kind(opts: dict[str, object], *, model: str | None = None) -> dict[str, 
     kind = detected_kind(model) if detected else kind
     if kind == "auto":
         return opts
+    if "recipe" in opts and recipe_choices(kind):  # one flag, two kinds' values: checked once the kind is known
+        check_choice("recipe", str(opts["recipe"]), recipe_choices(kind))
     for key in sorted(opts):
         if key in ("kind", "backend") or key in judge_option_names(kind) or key in BACKEND_OPTIONS[backend]:
             continue

@@ -108,3 +108,31 @@ def test_one_model_runs_in_two_threads_at_once():
 
         with ThreadPoolExecutor(4) as pool:
             assert all(pool.map(run, range(60)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_scalar_heads_are_the_same_bits_alone_and_beside_any_sequences(threads):
+    """A sequence classifier's score and a causal LM's vocabulary-logit score (``classify``) do not depend on the
+    other sequences of the call: length bucketing puts a sequence in batches of other sizes and widths, and each
+    is the same bits as alone (in a call of 1, 3 or 24; shuffled), and so are a 600-token one and a 1-token one."""
+    import random
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rng = random.Random(threads)
+        seqs = [[rng.randrange(3, 500) for _ in range(rng.choice((1, 2, 7, 31, 33, 90, 257, 600)))] for _ in range(24)]
+        for sequence_classification, token_id in ((True, None), (False, 17)):
+            model, tok = build_tiny_qwen3(seed=1, sequence_classification=sequence_classification)
+            backend = TransformersBackend(model, tok, batch_size=1, token_budget=2048)
+            assert backend.info.details["batch_invariant"] is True
+            alone = [backend.classify([s], token_id=token_id)[0].value for s in seqs]
+            assert all(isinstance(v, float) for v in alone)
+            order = list(range(24))
+            rng.shuffle(order)
+            together = backend.classify([seqs[i] for i in order], token_id=token_id)
+            assert [together[j].value for j in range(24)] == [alone[i] for i in order]
+            threes = [v.value for k in range(0, 24, 3) for v in backend.classify(seqs[k:k + 3], token_id=token_id)]
+            assert threes == alone
+    finally:
+        torch.set_num_threads(before)

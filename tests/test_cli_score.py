@@ -143,3 +143,23 @@ def test_a_bradley_terry_score_says_it_ignores_records_principles(tmp_path, rm_d
     code, stdout, _ = _run(capsys, "-i", str(src), "-o", str(tmp_path / "o2.jsonl"), "-m", str(rm_dir),
                            "--device", "cpu", "--field", "principle=rule")
     assert code == 0 and "note:" not in stdout  # the column a principle is read from is absent: nothing ignored
+
+
+def test_a_resumed_or_limited_score_writes_the_lines_an_unbroken_run_writes(tmp_path, rm_dir, capsys):
+    """Bradley–Terry rewards depend on the record only, not on which records share the call (length buckets):
+    a run resumed from 3 or 10 lines, and a ``--limit 3`` run, write an unbroken run's bytes."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": f"r{i}", "prompt": f"Question {i}?", "response": f"Answer {i} " * i})
+                           + "\n" for i in range(24)))
+    flags = ("-m", str(rm_dir), "--device", "cpu", "--batch-size", "1")
+    full = tmp_path / "full.jsonl"
+    assert _run(capsys, "-i", str(src), "-o", str(full), *flags)[0] == 0
+    lines = full.read_text().splitlines(keepends=True)
+    for kept in (3, 10):
+        part = tmp_path / f"resumed{kept}.jsonl"
+        part.write_text("".join(lines[:kept]))
+        assert _run(capsys, "-i", str(src), "-o", str(part), "--resume", *flags)[0] == 0
+        assert part.read_bytes() == full.read_bytes()
+    limited = tmp_path / "limited.jsonl"
+    assert _run(capsys, "-i", str(src), "-o", str(limited), "--limit", "3", *flags)[0] == 0
+    assert limited.read_text() == "".join(lines[:3])

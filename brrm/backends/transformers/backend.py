@@ -126,13 +126,13 @@ class TransformersBackend:
             :class:`~brrm.backends.transformers.classify.HeadScorer`).
         jump_forward: feed the tokens a constraint program forces (fixed markers) in one forward pass; False feeds
             them one step at a time (same tokens, more forward passes; for measuring the saving).
-        batch_invariant: ``"auto"`` (on for a causal LM on CPU when its architecture takes a custom attention
-            function, off on GPU), True or False: make a row's logits the same bits whatever batch it runs in
-            (row-wise attention, every row-wise layer in fixed-shape tiles; see
-            :mod:`brrm.backends.transformers.invariant`), so results are byte-identical at any ``batch_size`` (at a
-            given
-            thread count). Its wall time is measured against the stock forward in ``benchmarks/bench_judge.py``.
-            ``info.details["batch_invariant"]`` records it.
+        batch_invariant: ``"auto"`` (on CPU when the architecture takes a custom attention function, off on
+            GPU), True or False: make a row's logits (a causal LM's) or score (a sequence classifier's, and any
+            ``classify`` head) the same bits whatever batch it runs in (row-wise attention, every row-wise layer in
+            fixed-shape tiles; see :mod:`brrm.backends.transformers.invariant`), so results are byte-identical at
+            any ``batch_size`` and beside any other records (at a given thread count). Its wall time is measured
+            against the stock forward in ``benchmarks/bench_judge.py``; ``info.details["batch_invariant"]`` records
+            it.
         scheduling: ``continuous`` (default): one running batch of ``batch_size`` rows, refilled as rows finish,
             a BR-RM turn 2 joining as soon as its turn 1 ends (:mod:`brrm.backends.transformers.continuous`);
             ``static``:
@@ -173,7 +173,7 @@ class TransformersBackend:
         # a chunk's turn-1 entries must outlive the chunk, or a larger batch would miss where a smaller one hits
         self.cache = PrefixCache(max(check_int("cache_capacity", cache_capacity, low=1), 2 * self.batch_size)) \
             if prefix_cache and causal else None
-        self.batch_invariant = causal and _invariant_wanted(batch_invariant, model)
+        self.batch_invariant = _invariant_wanted(batch_invariant, model)
         if self.batch_invariant:
             from brrm.backends.transformers.invariant import make_batch_invariant
 
@@ -195,7 +195,7 @@ class TransformersBackend:
                                  "batch_invariant": self.batch_invariant, "scheduling": self.scheduling})
         self.scorer = HeadScorer(model, pad_id=self.pad_id, token_budget=token_budget,
                                  max_batch_size=classify_batch_size or max(self.batch_size, CLASSIFY_MIN_BATCH),
-                                 padding_side=padding_side, bucketing=bucketing)
+                                 padding_side=padding_side, bucketing=bucketing, invariant=self.batch_invariant)
         if not causal:
             self.scorer.head(None)  # a classifier wider than one label is refused now, not at the first batch
         self._compiled: dict[Program, CompiledProgram] = {}

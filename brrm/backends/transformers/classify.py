@@ -3,12 +3,15 @@
 How a score is computed (the transformers backend's ``classify``):
 
 * the backbone (``model.base_model``) runs with an explicit attention mask and position ids
-  ``cumsum(mask) - 1``, so left or right padding and batch partners do not change a row;
+  ``cumsum(mask) - 1``, so left or right padding and batch partners do not change a row; with the batch-invariant
+  forward (the CPU default) not one bit: only real tokens are computed, each row-wise layer and the head in tiles
+  fixed by the row (:mod:`brrm.backends.transformers.invariant`);
 * the score is read at the last real token, found from the attention mask (never from a fixed index, so a
   tokenizer without a pad token is fine). A sequence-classification head reads where the model's own forward
   reads (transformers' ``…ForSequenceClassification``: the rightmost token that is not ``config.pad_token_id``):
   with pad == eos and a template that ends its turn with eos, that is the token before the trailing eos, so the
-  score equals ``model(input_ids).logits[0][0]``; a sequence made only of pad ids is refused with a reason;
+  score equals ``model(input_ids).logits[0][0]`` (to float32 rounding under the batch-invariant forward, whose
+  tiles sum in another order than the stock forward); a sequence made only of pad ids is refused with a reason;
 * the head — the one-label classification row (``model.score``) or row ``token_id`` of the LM head — is
   applied in float32 to the float32-cast hidden state; a NaN/inf result is that item's error, never a number;
 * sequences are sorted by length into batches under a padded-token budget and results come back in input
@@ -24,6 +27,7 @@ import torch
 
 from brrm.backends.base import Score
 from brrm.backends.transformers.bucketing import bucket_by_length
+from brrm.backends.transformers.tiles import _padded, with_layout
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -42,13 +46,17 @@ class HeadScorer:
         max_batch_size: most rows per forward batch, >= 1.
         padding_side: ``right`` or ``left``; results do not depend on it (kept for tests and benchmarks).
         bucketing: sort by length into batches (True) or batch in input order (False, naive).
+        invariant: the model was made batch-invariant
+            (:func:`~brrm.backends.transformers.invariant.make_batch_invariant`): the backbone then runs with the
+            batch's layout (padding is not computed) and the head in fixed-shape tiles, so a score is the same bits
+            whichever sequences share its batch.
 
     Raises:
         ConfigError: on an invalid option.
     """
 
     def __init__(self, model: PreTrainedModel, *, pad_id: int, token_budget: int = 16384, max_batch_size: int = 32,
-                 padding_side: str = "right", bucketing: bool = True) -> None:
+                 padding_side: str = "right", bucketing: bool = True, invariant: bool = False) -> None:
         from brrm.types import check_bool, check_choice, check_int
 
         self.model = model
@@ -57,6 +65,7 @@ class HeadScorer:
         self.max_batch_size = check_int("max_batch_size", max_batch_size, low=1)
         self.padding_side = check_choice("padding_side", padding_side, PADDING_SIDES)
         self.bucketing = check_bool("bucketing", bucketing)
+        self.invariant = check_bool("invariant", invariant)
         weight = model.get_input_embeddings().weight
         if not isinstance(weight, torch.Tensor):
             raise TypeError(f"input embeddings without a weight tensor: {type(weight).__name__}")
@@ -122,6 +131,14 @@ class HeadScorer:
                 out[i] = v
         return out
 
+    def _backbone(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The backbone's last hidden states ``[B, T, H]``; under the batch's layout when invariant (only real
+        tokens computed, each in tiles fixed by its own row)."""
+        forward = self.model.base_model
+        kwargs = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions, "use_cache": False}
+        out = with_layout(forward, **kwargs) if self.invariant else forward(**kwargs)
+        return out.last_hidden_state
+
     def _batch(self, seqs: list[Sequence[int]], weight: torch.Tensor, bias: torch.Tensor | None,
                classifier: bool = False) -> list[Score]:
         b, t = len(seqs), max(len(s) for s in seqs)
@@ -138,11 +155,11 @@ class HeadScorer:
         last = (torch.arange(t, device=self.device) * readable).argmax(-1)  # rightmost readable token of each row
         unreadable = (readable.sum(-1) == 0).tolist()
         with torch.inference_mode():
-            hidden = self.model.base_model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                           use_cache=False).last_hidden_state
+            hidden = self._backbone(input_ids, mask, positions)
             h = hidden[torch.arange(b, device=self.device), last].float()  # [B, H] float32
-            rewards = torch.nn.functional.linear(h, weight.to(h.device),
-                                                 bias.to(h.device) if bias is not None else None)  # [B, 1]
+            w, bb = weight.to(h.device), bias.to(h.device) if bias is not None else None
+            rewards = _padded(lambda x: torch.nn.functional.linear(x, w, bb), h) if self.invariant \
+                else torch.nn.functional.linear(h, w, bb)  # [B, 1]
         if rewards.shape != (b, 1):
             raise ConfigError(f"reward head returned shape {tuple(rewards.shape)}, expected ({b}, 1)")
         self.stats["classify_batches"] += 1

@@ -163,3 +163,20 @@ def test_a_resumed_or_limited_score_writes_the_lines_an_unbroken_run_writes(tmp_
     limited = tmp_path / "limited.jsonl"
     assert _run(capsys, "-i", str(src), "-o", str(limited), "--limit", "3", *flags)[0] == 0
     assert limited.read_text() == "".join(lines[:3])
+
+
+def test_a_resumed_rank_says_what_is_left_and_writes_an_unbroken_runs_bytes(tmp_path, rm_dir, capsys):
+    src = tmp_path / "groups.jsonl"
+    src.write_text("".join(json.dumps({"id": f"g{i}", "prompt": f"Question {i}?",
+                                       "responses": [f"Answer {i}.", "No.", f"Maybe {i}."]}) + "\n" for i in range(5)))
+    flags = ("-m", str(rm_dir), "--device", "cpu", "--no-progress")
+    full, part = tmp_path / "full.jsonl", tmp_path / "part.jsonl"
+    assert main(["rank", "-i", str(src), "-o", str(full), *flags]) == 0
+    assert "15 scalar rewards" in capsys.readouterr().out
+    part.write_text("".join(full.read_text().splitlines(keepends=True)[:2]))
+    assert main(["rank", "-i", str(src), "-o", str(part), "--resume", *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"resuming: 2 of 5 lines already in {part}; 3 to run" in out and "; 9 scalar rewards" in out
+    assert part.read_bytes() == full.read_bytes()
+    assert main(["rank", "-i", str(src), "-o", str(part), "--resume", *flags]) == 0
+    assert "no group left to rank" in capsys.readouterr().out and part.read_bytes() == full.read_bytes()

@@ -136,9 +136,11 @@ def _cli(tiny_dir, src, out, *extra):
             *TINY_ARGS, "--batch-size", "1", "--no-progress", "-q", *extra], env
 
 
-def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir):
-    """SIGKILL mid-run: the file holds the finished records' lines (the invalid record's included), each a
-    complete JSON object; --resume appends the rest, and the file equals an unbroken run's byte for byte."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir, sig):
+    """SIGKILL or SIGTERM mid-run: the file holds the finished records' lines (the invalid record's included), each
+    a complete JSON object; after SIGTERM brrm says how to resume (exit 143); --resume appends the rest, and the
+    file equals an unbroken run's byte for byte. A --limit smaller than the file is refused, naming --resume."""
     lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join([lines[0], '{"id": "bad", "prompt": "x"}', *lines[1:], *lines]) + "\n")
@@ -149,21 +151,31 @@ def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir):
     assert len(expected.splitlines()) == 17
 
     argv, env = _cli(tiny_dir, src, part)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and (
             not part.exists() or len(part.read_bytes().splitlines()) < 3):
         time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(sig)
+    _, err = proc.communicate()
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143 and "Traceback" not in err, err
+        assert err.strip().splitlines()[-1] == (f"brrm: interrupted: every finished line is in {part}; rerun the "
+                                                "same command with --resume to continue (an unbroken run's bytes)")
     kept = part.read_bytes()
     rows = [json.loads(x) for x in kept.splitlines()]
     assert 3 <= len(rows) < 17, "the run ended before it could be killed mid-way"
     assert rows[1]["status"] == "invalid_input" and expected.startswith(kept)
 
     argv, env = _cli(tiny_dir, src, part, "--resume")
-    subprocess.run(argv, env=env, check=True, capture_output=True)
+    resumed = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
+    assert f"resuming: {len(rows)} of 17 lines already in {part}; {17 - len(rows)} to run" in resumed.stdout
     assert part.read_bytes() == expected
+    argv, env = _cli(tiny_dir, src, part, "--resume", "--limit", "3")
+    refused = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        f"brrm: error: --resume: {part} holds 17 lines but this run writes 3: another --input, --limit or "
+        "--principle made it (rerun that command with --resume, or write a new --output)")
 
 
 def test_resume_refuses_stdout(capsys, tiny_dir):

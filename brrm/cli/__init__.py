@@ -8,10 +8,13 @@ line naming the flag and exit code 2 — never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 from brrm.cli.command import Parser, Verb
 from brrm.errors import BrrmError
@@ -36,15 +39,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args))
+        with _terminated_as_interrupt("resume" in vars(args)):
+            return int(args.func(args))
     except BrrmError as exc:
         from brrm.cli.common import translate
 
         print(f"brrm: error: {translate(str(exc), parser, vars(args).get('command'))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("brrm: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        from brrm.cli.common import interrupted
+
+        print(interrupted(args), file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread of a record-writing command so it ends as Ctrl-C does: the output file
+    closed after its last finished line, and a line saying how to resume."""
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupt(enabled: bool) -> Iterator[None]:
+    """While a record-writing command runs (``enabled``, in the main thread), SIGTERM raises :class:`Terminated`;
+    the earlier handler is restored after."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(_sig: int, _frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,10 +15,12 @@ from brrm.cli.records import (
     add_input_args,
     add_resume_arg,
     check_output,
+    interrupted,
     note_ignored_principles,
     open_output,
     printable,
     report_bad_records,
+    report_resume,
     require_records,
     resumed_lines,
     terminal,
@@ -28,9 +30,10 @@ from brrm.progress import progress_bar
 from brrm.types.protocols import RewardJudge
 
 __all__ = ["OrderedLines", "add_backend_args", "add_input_args", "add_judge_args", "add_model_args",
-           "add_resume_arg", "check_output", "header", "load_judge", "load_options", "note_ignored_principles",
-           "open_output", "printable", "progress_bar", "report_bad_records", "require_records", "resumed_lines",
-           "terminal", "translate", "with_id", "_quiet_libraries"]
+           "add_resume_arg", "check_output", "header", "interrupted", "load_judge", "load_options",
+           "note_ignored_principles", "open_output", "printable", "progress_bar", "report_bad_records",
+           "report_resume", "require_records", "resumed_lines", "terminal", "translate", "with_id",
+           "_quiet_libraries"]
 
 
 def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, source: str) -> None:

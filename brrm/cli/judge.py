@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     common.require_records(records, args.input)
     term = common.terminal(args.output)
     common.report_bad_records(records, term)
+    common.report_resume(skip, len(records), args.output, term)
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "judge", judge, len(records), args.input)
     n_good = sum(not isinstance(r, RecordError) for r in records[skip:])
@@ -44,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
 
     if isinstance(judge, PairwiseRewardJudge):  # a local BR-RM judge knows its turns and samples
         print(f"cost: {judge.judgment_cost(n_good).describe()}", file=term)
-    if skip:
-        print(f"resuming: {skip} of {len(records)} records already in {args.output}", file=term)
     results: dict[int, Any] = {}
     started = time.perf_counter()
     with common.open_output(args.output, append=skip > 0) as out:

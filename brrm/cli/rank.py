@@ -47,12 +47,14 @@ def run(args: argparse.Namespace) -> int:
     records, good = _read_groups(args)
     term = common.terminal(args.output)
     common.report_bad_records(records, term)
+    common.report_resume(skip, len(records), args.output, term)
     judge = common.load_judge(args, kind="brrm")
     pairwise = bool(judge.info.pairwise)
     strategy = check_strategy(args.strategy, pairwise=pairwise, has_reference=args.strategy == "reference")
     swap = bool(judge.info.options.get("swap")) and pairwise
     common.header(term, "rank", judge, len(records), args.input)
-    units = _announce_cost(term, good, strategy, swap=swap, pairwise=pairwise)
+    left = {id(r) for r in records[skip:]}
+    units = _announce_cost(term, [g for g in good if id(g) in left], strategy, swap=swap, pairwise=pairwise)
     started = time.perf_counter()
     with common.open_output(args.output, append=skip > 0) as out, common.progress_bar(
             units, desc="ranking", unit="pair" if pairwise else "item", disable=args.no_progress) as bar:
@@ -87,6 +89,9 @@ def _announce_cost(term: TextIO, good: list[GroupRecord], strategy: str, *, swap
     for pairwise judges, responses for scalar models)."""
     from brrm.compose.strategies import judgments_per_group
 
+    if not good:
+        print(f"strategy {strategy}: no group left to rank", file=term)
+        return 0
     cost = [judgments_per_group(strategy, len(r.responses), swap=swap) if pairwise else 0 for r in good]
     print(f"strategy {strategy}{' with swap' if swap else ''}: {sum(cost)} two-turn judgments in total"
           + (f" (e.g. {cost[0]} for a group of {len(good[0].responses)})" if pairwise else

@@ -148,6 +148,32 @@ def resumed_lines(args: argparse.Namespace) -> int:
     return keep.count(b"\n")
 
 
+def report_resume(skip: int, total: int, output: str, term: TextIO) -> None:
+    """Say what a resumed run keeps (``resuming: N of M lines already in FILE``), or refuse a file that cannot be
+    this run's (more lines than the run writes).
+
+    Raises:
+        ConfigError: naming ``--resume``, when ``skip`` > ``total``.
+    """
+    if skip > total:
+        raise ConfigError(f"--resume: {output} holds {skip} lines but this run writes {total}: another --input, "
+                          "--limit or --principle made it (rerun that command with --resume, or write a new --output)")
+    if skip:
+        print(f"resuming: {skip} of {total} lines already in {output}; {total - skip} to run", file=term)
+
+
+def interrupted(args: argparse.Namespace) -> str:
+    """What ``brrm`` says when a record-writing run is interrupted (Ctrl-C, SIGTERM): where its finished lines are
+    and how to continue."""
+    output = vars(args).get("output")
+    if "resume" not in vars(args) or not output:
+        return "brrm: interrupted"
+    if output == "-":
+        return "brrm: interrupted (the lines went to stdout; with --output FILE a rerun could --resume)"
+    return (f"brrm: interrupted: every finished line is in {output}; rerun the same command with --resume to "
+            "continue (an unbroken run's bytes)")
+
+
 def add_resume_arg(p: argparse.ArgumentParser) -> None:
     """``--resume``: keep the complete lines of an existing ``--output`` file and run only the records after them."""
     p.add_argument("--resume", action="store_true",

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse_principles(judge, principles, args.model)
     common.header(term, "score", judge, len(records), args.input)
     per = _principles(judge, records, principles)
+    common.report_resume(skip, sum(len(ps) for ps in per), args.output, term)
     common.note_ignored_principles(records, (fields or FieldMap()).principle, judge.info.takes_principle,
                                    judge.info.describe(), term)
     results: list[ScalarReward] = []

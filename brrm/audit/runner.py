@@ -27,13 +27,13 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from brrm.audit.judging import judge_records
 from brrm.audit.keys import config_hash, request_hash
 from brrm.audit.plan import AuditItem
 from brrm.audit.store import AuditStore
+from brrm.signals import sigterm_as_interrupt
 from brrm.types import JudgeSpec, check_float, check_int
 from brrm.types.protocols import RewardJudge
 
@@ -154,7 +154,7 @@ def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditO
         store.update_run(run_id, pending=len(pending))
         ticker = _Ticker(store, run_id, options.summary_every_s, term)
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 config = _judge_all(store, run_id, items, pending, config, request, options, judge, spec, ray, ticker)
             store.update_run(run_id, state="finished", finished_at=time.time())
             judged_at = time.time()
@@ -379,23 +379,6 @@ def _deferred_interrupts() -> Iterator[None]:
             signal.signal(s, handler)
         if received:
             raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a scheduler stopping the job) stops the run like Ctrl-C."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def write_outputs(store: AuditStore, run_id: int, options: AuditOptions) -> dict[str, Path]:

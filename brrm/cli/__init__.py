@@ -8,16 +8,14 @@ line naming the flag and exit code 2 — never a traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from brrm.cli.command import Parser, Verb
 from brrm.errors import BrrmError
+from brrm.signals import Terminated, sigterm_as_interrupt
 
 SUBCOMMANDS = ("brrm.cli.judge:COMMAND", "brrm.cli.score:COMMAND", "brrm.cli.rank:COMMAND", "brrm.cli.serve:COMMAND",
                "brrm.cli.audit:COMMAND", "brrm.cli.bench:COMMAND", "brrm.cli.calibrate:COMMAND",
@@ -39,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        with _terminated_as_interrupt("resume" in vars(args)):
+        with sigterm_as_interrupt("resume" in vars(args)):  # a record-writing run: say how to resume
             return int(args.func(args))
     except BrrmError as exc:
         from brrm.cli.common import translate
@@ -51,29 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(interrupted(args), file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread of a record-writing command so it ends as Ctrl-C does: the output file
-    closed after its last finished line, and a line saying how to resume."""
-
-
-@contextlib.contextmanager
-def _terminated_as_interrupt(enabled: bool) -> Iterator[None]:
-    """While a record-writing command runs (``enabled``, in the main thread), SIGTERM raises :class:`Terminated`;
-    the earlier handler is restored after."""
-    if not enabled or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminated(_sig: int, _frame: object) -> None:
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def build_parser() -> argparse.ArgumentParser:

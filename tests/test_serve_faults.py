@@ -65,7 +65,8 @@ def test_per_request_options_stay_within_the_servers_limits(fake):
     pair = {"prompt": "q", "response_a": "good", "response_b": "b"}
     ok = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"seed": 7, "max_new_tokens": 64}})
     assert ok.status_code == 200 and ok.json()["judgments"][0]["winner"] == "A"
-    assert ok.json()["judgments"][0]["provenance"]["sampling"]["max_new_tokens_per_turn"] == 64
+    body = ok.json()
+    assert {**body["provenance"], **body["judgments"][0]["provenance"]}["sampling"]["max_new_tokens_per_turn"] == 64
     over = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"max_new_tokens": 10**6}})
     assert over.status_code == 422 and "exceeds the server's limit of 8192" in over.json()["error"]["message"]
     bad = httpx.post(f"{fake.url}/v1/rank", json={"prompt": "q", "responses": ["a", "b"],

@@ -4,12 +4,14 @@ differs (FastAPI validates the reply against its response model and encodes it w
 Wire format (``/v1/judge``, ``/v1/score``, ``/v1/rank``)::
 
     {"model": {...judge info, "model": "<hub id or folder name>"},
-     "provenance": {"model", "backend", "template_hash", "decoding"},     # shared by every item of the reply
-     "judgments" | "rewards" | "result": ...}                           # each item's "provenance": its own
-                                                                        # seed, sampling and policies only
+     "provenance": {"model", "backend", "template_hash", "decoding", ...}, # and every field equal in all items
+     "judgments" | "rewards" | "result": ...}                           # each item's "provenance": its seed and
+                                                                        # the fields whose values differ
 
-A shared field is left out of an item's ``provenance`` only when its value equals the reply's; a differing one
-stays. Model names are public: a local folder is named by its last component, never by its absolute path.
+A field is left out of an item's ``provenance`` only when its value equals the reply's; a differing one stays, and
+so does each item's ``seed``. A client gets an item's full provenance as ``{**reply["provenance"],
+**item["provenance"]}`` (what :class:`~brrm.service.remote.RemoteJudge` does).
+Model names are public: a local folder is named by its last component, never by its absolute path.
 Non-finite floats are written as ``null`` (pydantic's default; the item's ``status`` says why).
 """
 
@@ -23,7 +25,9 @@ from typing import Protocol
 from brrm.types.jsonvalue import JSONDict, JSONValue
 
 SHARED = ("model", "backend", "template_hash", "decoding")
-"""Provenance fields written once per reply (equal for every item of one judge call)."""
+"""Provenance fields every reply block carries (equal for every item of one judge call)."""
+PER_ITEM = ("seed",)
+"""Provenance fields that stay with each item even when every item's value is the same (a record's own)."""
 
 
 def public_name(model: str) -> str:
@@ -42,29 +46,31 @@ class Result(Protocol):
 
 
 def shared_provenance(items: Sequence[JSONDict]) -> JSONDict | None:
-    """The reply-level provenance block: the shared fields of the first item that has a provenance (with the
-    model's public name); None when no item has one."""
-    for item in items:
-        prov = _first_provenance(item)
-        if prov is not None:
-            shared = {k: prov.get(k) for k in SHARED}
-            shared["model"] = public_name(str(shared["model"]))
-            return shared
-    return None
+    """The reply-level provenance block: the :data:`SHARED` fields of the first provenance (with the model's public
+    name), and every other field whose value is the same in every provenance of the reply (nested ones included:
+    swap sub-judgments, a group's rewards), but :data:`PER_ITEM`; None when no item has a provenance."""
+    provs = [p for item in items for p in _provenances(item)]
+    if not provs:
+        return None
+    first = {**provs[0], "model": public_name(str(provs[0].get("model")))}
+    shared = {k: first.get(k) for k in SHARED}
+    for key, value in first.items():
+        if key not in shared and key not in PER_ITEM and all(key in p and p[key] == value for p in provs[1:]):
+            shared[key] = value
+    return shared
 
 
-def _first_provenance(node: JSONValue) -> JSONDict | None:
-    if isinstance(node, dict):
-        prov = node.get("provenance")
-        if isinstance(prov, dict):
-            return prov
-        for key in ("sub_judgments", "rewards", "judgments"):
-            children = node.get(key)
-            for child in children if isinstance(children, list) else ():
-                found = _first_provenance(child)
-                if found is not None:
-                    return found
-    return None
+def _provenances(node: JSONValue) -> list[JSONDict]:
+    """Every ``provenance`` dict in a result dict (its own, then its sub-results', depth first)."""
+    if not isinstance(node, dict):
+        return []
+    prov = node.get("provenance")
+    found = [prov] if isinstance(prov, dict) else []
+    for key in ("sub_judgments", "rewards", "judgments"):
+        children = node.get(key)
+        for child in children if isinstance(children, list) else ():
+            found += _provenances(child)
+    return found
 
 
 def compact(node: JSONValue, shared: JSONDict | None) -> JSONValue:

@@ -81,3 +81,12 @@ def test_null_failed_reward_is_refused_at_start_with_the_reason(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "--failed-reward null" in out.stderr and "torch.tensor([[None]])" in out.stderr
+
+
+def test_a_response_whose_every_opponent_is_malformed_gets_the_neutral_reward(server):
+    """Like a single response: nothing to compare with is not a backend error (no backend call failed)."""
+    body = compare_body(["4", "5"], "What is 2+2?")
+    body["response_objs"][1] = {"output": "bad"}
+    reply, raw = _compare(server, body)
+    assert raw["statuses"] == ["ok", "invalid_input"] and reply.comparison_results == []
+    assert reply.rewards[0] == 0.5 and "no other valid response to compare response 0 with" in raw["reasons"][0]

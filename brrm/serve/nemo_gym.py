@@ -12,7 +12,8 @@ reward is its expected win rate over its judged pairs — the mean of P(it beats
 when the judge reports one, else 1 / 0.5 / 0 for a win / tie / loss) — in [0, 1]. ``score_1`` / ``score_2`` in
 ``comparison_results`` are those per-pair credits. A comparison that failed never counts as a score (NeMo Gym
 substitutes ``default_score``): it is marked with its status and reason, and a response with no ok comparison
-gets the server's ``failed_reward`` and a non-ok status. Each ``comparison_results`` row also carries NeMo's
+gets the server's ``failed_reward`` and a non-ok status. A valid response with no valid one to compare with (every
+other response malformed) gets the neutral reward, as a request of one response does. Each ``comparison_results`` row also carries NeMo's
 ``ranking`` on its 1–6 scale (below its midpoint 3.5: response_1 is better), here ``1 + 5 · (1 − score_1)``
 (``null`` for a failed comparison).
 
@@ -171,10 +172,15 @@ def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[Pair
             rewards.append(ScalarReward.failed(Status.INVALID_INPUT, malformed[k], id=str(k)))
         elif games[k]:
             rewards.append(ScalarReward(total[k] / games[k], Status.OK, id=str(k)))
+        elif first_failure[k] is None:  # never compared: every other response is malformed
+            reason = (f"no other valid response to compare response {k} with (responses {sorted(malformed)} are "
+                      "malformed): the neutral reward, as NeMo Gym's default_score for one response")
+            rewards.append(ScalarReward(NEUTRAL_REWARD, Status.OK, reason=reason, id=str(k)))
         else:
             bad = first_failure[k]
-            status, why = (bad.status, bad.reason) if bad else (Status.BACKEND_ERROR, "no comparison")
-            rewards.append(ScalarReward.failed(status, f"no ok comparison for response {k}: {why}", id=str(k)))
+            assert bad is not None
+            rewards.append(ScalarReward.failed(bad.status, f"no ok comparison for response {k}: {bad.reason}",
+                                               id=str(k)))
     ok = [jd for jd in judgments if jd.ok]
     swapped = [jd for jd in ok if jd.consistent is not None]
     metrics = {"n_comparisons": float(len(judgments)), "failed_comparisons": float(len(judgments) - len(ok)),

@@ -176,3 +176,12 @@ def test_a_recipe_of_the_other_scalar_kind_is_refused_before_any_data_or_model_l
                            "--recipe", "qwen3_genrm"])  # kind auto: the config says bt
     assert "--recipe 'qwen3_genrm' is not valid; expected one of auto, sequence_classification" in line
     assert not out.exists()
+
+
+def test_a_file_that_is_not_its_input_format_is_one_error_line(files, capfd):
+    """A JSONL file read as Parquet: the one ``brrm: error:`` line names the file and the format; the datasets
+    library's own log line about the schema is not printed too (checked at the file descriptor)."""
+    assert main(["judge", "-i", files["pairs"], "-o", str(files["tmp"] / "fmt.jsonl"), "--input-format",
+                 "parquet"]) == 2
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("brrm: error: pairs.jsonl: could not be read as parquet"), err

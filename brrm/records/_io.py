@@ -183,7 +183,9 @@ def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str
     local = Path(source).expanduser()
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()  # a file that fails to parse is one error line, not a log dump
+    verbosity = datasets.logging.get_verbosity()
+    # a file that fails to parse is one error line (the exception's, below), not also datasets' own log line
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
         if (local / "dataset_dict.json").is_file() or (local / "state.json").is_file():
             ds = datasets.load_from_disk(str(local))
@@ -193,6 +195,7 @@ def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str
         raise ConfigError(f"{source!r} could not be loaded as a Hugging Face dataset ({type(exc).__name__}: "
                           f"{str(exc)[:300]})") from exc
     finally:
+        datasets.logging.set_verbosity(verbosity)
         if bars_were_on:
             datasets.enable_progress_bars()
     if isinstance(ds, datasets.DatasetDict):
@@ -218,7 +221,9 @@ def _load_with_datasets(path: Path, fmt: str, limit: int | None) -> list[dict[st
         kwargs = {"na_filter": False, "delimiter": "\t" if fmt == "tsv" else ","}
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()  # a file that fails to parse is one error line, not a log dump
+    verbosity = datasets.logging.get_verbosity()
+    # a file that fails to parse is one error line (the exception's, below), not also datasets' own log line
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
         with tempfile.TemporaryDirectory(prefix="brrm-records-") as cache:
             builder = "csv" if fmt == "tsv" else fmt
@@ -232,5 +237,6 @@ def _load_with_datasets(path: Path, fmt: str, limit: int | None) -> list[dict[st
                 ds = ds.select(range(min(limit, len(ds))))
             return ds.to_list()
     finally:
+        datasets.logging.set_verbosity(verbosity)
         if bars_were_on:
             datasets.enable_progress_bars()

@@ -178,10 +178,24 @@ def _named_backend(backend: str, name: str, source: str, embedded: bool, kind: s
     """The backend ``backend`` loaded from ``source``, its info carrying the weights' fingerprint."""
     fingerprint = weights_fingerprint(None if embedded else source)
     _card_dtype(name, source, opts)
-    task = "classify" if kind == "bt" else "generate"
+    task = _bt_task(source) if kind == "bt" else "generate"
     built = _load_backend(backend, source, name, _backend_options(backend, opts), task=task)
     built.info = replace(built.info, fingerprint=fingerprint)
     return built
+
+
+def _bt_task(source: str) -> str:
+    """How a Bradley–Terry checkpoint loads: ``generate`` (a causal LM, whose recipe reads a vocabulary logit:
+    Llama-3.1-Nemotron-70B-Reward-HF is ``LlamaForCausalLM``) when its ``config.json`` names only causal-LM
+    architectures, else ``classify`` (a sequence classifier, or a config that does not tell)."""
+    from brrm.recipes import architectures, model_config
+
+    try:
+        archs = architectures(model_config(source))
+    except (ConfigError, OSError, ValueError):  # unreadable: loading as a classifier says what is wrong
+        return "classify"
+    causal = bool(archs) and all(a.endswith("ForCausalLM") for a in archs)
+    return "generate" if causal else "classify"
 
 
 def _read_calibration(path: str | os.PathLike[str] | None) -> Calibration | None:

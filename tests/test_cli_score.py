@@ -180,3 +180,27 @@ def test_a_resumed_rank_says_what_is_left_and_writes_an_unbroken_runs_bytes(tmp_
     assert part.read_bytes() == full.read_bytes()
     assert main(["rank", "-i", str(src), "-o", str(part), "--resume", *flags]) == 0
     assert "no group left to rank" in capsys.readouterr().out and part.read_bytes() == full.read_bytes()
+
+
+def test_a_causal_lm_under_kind_bt_loads_as_one_and_reads_its_recipes_vocabulary_logit(tmp_path, lm_dir, capsys):
+    """Llama-3.1-Nemotron-70B-Reward-HF is a ``LlamaForCausalLM`` whose reward is vocabulary logit 0: ``--kind bt
+    --recipe llama_nemotron`` loads a causal LM as a causal LM (not as a classifier with a fresh head) and scores
+    what the recipe reads in process; without the recipe the error names ``--recipe``."""
+    import torch
+
+    from brrm.reward_models.bradley_terry import BradleyTerryRewardModel
+
+    out = tmp_path / "nemotron.jsonl"
+    code, _, _ = _run(capsys, "-i", str(PAIRS), "-o", str(out), "-m", str(lm_dir), "--kind", "bt", "--recipe",
+                      "llama_nemotron", "--device", "cpu")
+    rows = _lines(out)
+    assert code == 0 and rows and all(r["status"] == "ok" for r in rows)
+    assert rows[0]["provenance"]["policies"]["recipe"] == "llama_nemotron"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(lm_dir, dtype=torch.float32).eval()
+    rm = BradleyTerryRewardModel.from_model(model, AutoTokenizer.from_pretrained(lm_dir), recipe="llama_nemotron")
+    first = read_records(str(PAIRS), "single")[0]
+    assert rows[0]["reward"] == pytest.approx(rm.score([first.conversation], [first.response])[0].reward, abs=1e-5)
+    code, _, err = _run(capsys, "-i", str(PAIRS), "-o", str(tmp_path / "no.jsonl"), "-m", str(lm_dir), "--kind", "bt")
+    assert code == 2 and "is a causal LM; pass --recipe llama_nemotron" in err

@@ -13,9 +13,9 @@ when the judge reports one, else 1 / 0.5 / 0 for a win / tie / loss) — in [0, 
 ``comparison_results`` are those per-pair credits. A comparison that failed never counts as a score (NeMo Gym
 substitutes ``default_score``): it is marked with its status and reason, and a response with no ok comparison
 gets the server's ``failed_reward`` and a non-ok status. A valid response with no valid one to compare with (every
-other response malformed) gets the neutral reward, as a request of one response does. Each ``comparison_results`` row also carries NeMo's
-``ranking`` on its 1–6 scale (below its midpoint 3.5: response_1 is better), here ``1 + 5 · (1 − score_1)``
-(``null`` for a failed comparison).
+other response malformed) gets the neutral reward, as a request of one response does. Each
+``comparison_results`` row also carries NeMo's ``ranking`` on its 1–6 scale (below its midpoint 3.5: response_1 is
+better), here ``1 + 5 · (1 − score_1)`` (``null`` for a failed comparison).
 
 Like NeMo Gym (``resources_servers/genrm_compare/app.py`` and ``utils.py``, read at commits 0033425 and
 0880a8d; the package is not on PyPI, so its ``GenRMCompareRequest`` / ``GenRMCompareResponse`` models are

@@ -75,6 +75,8 @@ def test_plan_and_reply_keep_order_lengths_and_flag_failures():
     assert "query[1]" in out["reasons"][1] and out["counts"] == {"ok": 1, "invalid_input": 1, "truncated": 1}
     empty = plan([CHATML + "4"], [CHATML], [""], mode="reference")
     assert not empty.items and "labels[0] is empty" in empty.results[0].reason
+    unlabelled = plan([CHATML + "4"], [CHATML], None, mode="reference")
+    assert not unlabelled.items and unlabelled.results[0].reason.startswith("labels: a pairwise judge scores")
 
 
 @pytest.mark.timeout(120)

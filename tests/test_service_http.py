@@ -135,6 +135,13 @@ def test_json_errors_say_what_and_where_and_content_type(bt):
     r = httpx.post(f"{bt.url}/v1/score", headers={**headers, "Content-Type": "text/plain"}, content=full.encode())
     assert r.status_code == 422 and "Content-Type: application/json" in r.json()["error"]["message"]
     assert "text/plain" in r.json()["error"]["message"]
+    latin = b'{"items": [{"prompt": "\xff\xfe", "response": "a"}]}'
+    r = httpx.post(f"{bt.url}/v1/score", headers=headers, content=latin)
+    assert r.status_code == 400 and r.json()["error"] == {
+        "type": "invalid_json", "message": "body is not UTF-8 text, as JSON must be: invalid start byte at byte 23"}
+    r = httpx.post(f"{bt.url}/v1/score", headers=headers, content=b"[" * 5000 + b"]" * 5000)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_json"
+    assert "nest deeper than Python's recursion limit" in r.json()["error"]["message"]
 
 
 def test_labels_1_2_and_the_timeout_floor(bt):
@@ -145,6 +152,9 @@ def test_labels_1_2_and_the_timeout_floor(bt):
     r = httpx.post(f"{bt.url}/v1/score", headers=headers,
                    json={"items": [{"prompt": "q", "response": "a"}], "timeout_s": 5e-324})
     assert r.status_code == 422 and "timeout_s" in r.json()["error"]["message"] and "0.1" in r.text
+    r = httpx.post(f"{bt.url}/v1/score", headers={**headers, "Content-Type": "application/json"},
+                   content=b'{"items": [{"prompt": "q", "response": "a"}], "timeout_s": NaN}')
+    assert r.status_code == 422 and r.json()["error"]["message"] == "timeout_s: Input should be a finite number"
 
 
 def test_a_port_in_use_fails_at_once_before_the_model_loads(tmp_path):

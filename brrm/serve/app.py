@@ -172,6 +172,19 @@ def _body_problem(request: Request, exc: RequestValidationError) -> str:
     return ""
 
 
+def _unparsed_body(exc: HTTPException) -> str:
+    """What kept a body from being parsed at all, when FastAPI's 400 says only "There was an error parsing the
+    body" (its cause: bytes that are not UTF-8, nesting deeper than the parser's recursion limit); "" else."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or cause is None:
+        return ""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"body is not UTF-8 text, as JSON must be: {cause.reason} at byte {cause.start}"
+    if isinstance(cause, RecursionError):
+        return "body is not JSON this server parses: its arrays or objects nest deeper than Python's recursion limit"
+    return f"body could not be parsed as JSON ({type(cause).__name__}: {cause})"
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -220,5 +233,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http(_request: Request, exc: HTTPException) -> JSONResponse:
         kinds = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
-        body = error_body(kinds.get(exc.status_code, "http_error"), str(exc.detail))
+        unparsed = _unparsed_body(exc)
+        body = error_body("invalid_json", unparsed) if unparsed else \
+            error_body(kinds.get(exc.status_code, "http_error"), str(exc.detail))
         return JSONResponse({**body, "detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)

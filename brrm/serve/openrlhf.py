@@ -256,7 +256,10 @@ def plan(queries: Sequence[str], prompts: Sequence[str] | None, labels: Sequence
         error = parsed.error
         if not error and label is not None and not isinstance(label, str):
             error = f"labels[{k}] must be a string (a reference answer), got {type(label).__name__}"
-        if not error and mode == "reference" and is_blank(strip_reasoning(reference or "")[0]):
+        if not error and mode == "reference" and labels is None:
+            error = ("labels: a pairwise judge scores each response against its label as a reference answer; send "
+                     "'labels', one per query (OpenRLHF --data.label_key)")
+        elif not error and mode == "reference" and is_blank(strip_reasoning(reference or "")[0]):
             error = (f"labels[{k}] is empty: a pairwise judge scores the response against the label as a reference "
                      "answer (OpenRLHF --data.label_key)")
         if not error:

@@ -85,7 +85,7 @@ class Timeout(BaseModel):
     model_config = STRICT
     """A per-request deadline, capped by the server's (``--deadline``)."""
 
-    timeout_s: float | None = Field(default=None, ge=TIMEOUT_FLOOR_S, le=86_400,
+    timeout_s: float | None = Field(default=None, ge=TIMEOUT_FLOOR_S, le=86_400, allow_inf_nan=False,
                                     description=f"seconds for queueing and judging, >= {TIMEOUT_FLOOR_S} (a shorter "
                                                 "deadline is refused with 422, never clamped); capped by the "
                                                 "server deadline")

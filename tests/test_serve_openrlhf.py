@@ -76,7 +76,7 @@ def test_plan_and_reply_keep_order_lengths_and_flag_failures():
     empty = plan([CHATML + "4"], [CHATML], [""], mode="reference")
     assert not empty.items and "labels[0] is empty" in empty.results[0].reason
     unlabelled = plan([CHATML + "4"], [CHATML], None, mode="reference")
-    assert not unlabelled.items and unlabelled.results[0].reason.startswith("labels: a pairwise judge scores")
+    assert not unlabelled.items and "query[0]: labels: a pairwise judge scores" in unlabelled.results[0].reason
 
 
 @pytest.mark.timeout(120)

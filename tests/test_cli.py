@@ -113,6 +113,23 @@ def test_rank_groups_prints_ranking_and_cost(tmp_path, capsys, tiny_dir):
     assert "g1" in stdout and "ranking #" in stdout
 
 
+def test_rank_a_one_response_group_first_is_an_invalid_row_not_a_crash(tmp_path, capsys, tiny_dir):
+    """A group of one response costs no judgment; first in the file it once left the run's chunk list empty
+    (IndexError after the header). It is now one invalid_input row, and the groups after it are ranked."""
+    src = tmp_path / "groups.jsonl"
+    src.write_text("\n".join([json.dumps({"id": "one", "prompt": "p", "responses": ["only"]}),
+                              json.dumps({"id": "two", "prompt": "Say hi.", "responses": ["Hi!", "Hello."]})]) + "\n")
+    out = tmp_path / "ranks.jsonl"
+    code, stdout, _ = _run(capsys, "rank", "--input", str(src), "--output", str(out), "--model", tiny_dir,
+                           "--strategy", "circular", *TINY_ARGS)
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["one", "two"]
+    assert [r["status"] for r in rows[0]["rewards"]] == ["invalid_input"]
+    assert "nothing to compare" in rows[0]["rewards"][0]["reason"]
+    assert rows[1]["n_judgments"] == 2 and all(r["status"] == "ok" for r in rows[1]["rewards"])  # 0 vs 1, 1 vs 0
+
+
 def test_rank_with_a_scalar_model_uses_its_scores(tmp_path, capsys):
     from brrm.testing import save_tiny_qwen3
 

@@ -125,10 +125,10 @@ def _group_chunks(judge: RewardJudge, groups: list[GroupItem], call: RankCall,
     if chunk_size is None:
         return _count_chunks(len(groups), None)
     bounds: list[tuple[int, int]] = []
-    cost = chunk_size
+    cost = 0
     for k, group in enumerate(groups):
         n = judge.cost("group", len(group.responses), strategy=call.strategy, swap=call.swap)
-        if cost + n > chunk_size:
+        if not bounds or cost + n > chunk_size:  # a group that costs nothing (one response) still needs a chunk
             bounds.append((k, k))
             cost = 0
         bounds[-1] = (bounds[-1][0], k + 1)

@@ -130,6 +130,22 @@ def test_first_verdict_is_printed_after_one_pairs_work(monkeypatch, capsys, tiny
     assert total_static == total and set(static) == {total}
 
 
+def test_verdict_lines_reach_a_pipe_as_each_pair_finishes(tmp_path, tiny_dir):
+    """stdout a pipe (``| tee``, a job's log), PYTHONUNBUFFERED unset: each verdict line arrives while later pairs
+    still decode, not in one block when the run ends (Python block-buffers a pipe unless told otherwise)."""
+    lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(lines * 3) + "\n")
+    argv, env = _cli(tiny_dir, src, out)
+    env.pop("PYTHONUNBUFFERED", None)
+    proc = subprocess.Popen([a for a in argv if a != "-q"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    written = [len(out.read_bytes().splitlines()) for line in proc.stdout if "winner=" in line]  # as lines arrive
+    assert proc.wait(timeout=600) == 0 and len(written) == 24 and len(out.read_bytes().splitlines()) == 24
+    assert written[0] < 24  # the first line came while later pairs were still being judged
+
+
 def _cli(tiny_dir, src, out, *extra):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     return [sys.executable, "-m", "brrm", "judge", "--input", str(src), "--output", str(out), "--model", tiny_dir,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if vars(args).get("func") is None:
         parser.print_help()
         return 2
+    _line_buffered(sys.stdout)
     try:
         with sigterm_as_interrupt("resume" in vars(args)):  # a record-writing run: say how to resume
             return int(args.func(args))
@@ -49,6 +51,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(interrupted(args), file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
+
+
+def _line_buffered(stream: object) -> None:
+    """Write each line the user sees when it is printed: a verdict line as its pair finishes, also when stdout is a
+    pipe or a file (``| tee``, a job's log), where Python would otherwise hold the lines in an 8 KiB block until the
+    run ends. (stderr, where the progress bar goes, is line-buffered already.)"""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if callable(reconfigure):
+        try:
+            reconfigure(line_buffering=True)
+        except (ValueError, OSError, io.UnsupportedOperation):  # a stream that cannot change (closed, detached)
+            pass
 
 
 def build_parser() -> argparse.ArgumentParser:

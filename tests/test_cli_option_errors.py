@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 import brrm
 from brrm.cli import build_parser, main
 from brrm.cli.errors import translate
+from brrm.cli.records import check_output
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -81,6 +83,22 @@ def test_python_callers_get_the_refusal_too(files):
     with pytest.raises(brrm.ConfigError, match="take no principle"):
         judge.rank("Say hi.", ["Hi!", "Go away."], principles=PRINCIPLE)
     judge.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc (a folder no file can be made in)")
+def test_an_output_that_cannot_be_written_is_refused_before_loading(files, capsys, no_loading):
+    """A folder that exists but takes no new file (``/proc``) is one line naming --output, before any model loads
+    (it was a FileNotFoundError traceback after the header); a file that exists keeps its bytes."""
+    for verb, shape in (("judge", "pairs"), ("score", "single"), ("rank", "groups")):
+        line = _error(capsys, [verb, "-i", files[shape], "-o", "/proc/brrm-test.jsonl", "-m", files["rm"],
+                               "--no-progress"])
+        assert line == "brrm: error: --output '/proc/brrm-test.jsonl' cannot be written (No such file or directory)"
+    kept = files["tmp"] / "kept.jsonl"
+    kept.write_text('{"line": 1}\n')
+    check_output(str(kept))
+    assert kept.read_text() == '{"line": 1}\n'
+    check_output(str(files["tmp"] / "new.jsonl"))
+    assert not (files["tmp"] / "new.jsonl").exists()
 
 
 def _bad_values(files):

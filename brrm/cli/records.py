@@ -34,18 +34,29 @@ def add_input_args(p: argparse.ArgumentParser, *, verb: str, fields: str,
 
 
 def check_output(path: str) -> None:
-    """Refuse an output path whose folder does not exist, before any model loads.
+    """Refuse an output path that cannot be written, before any model loads: its folder does not exist, it is a
+    folder, or the file cannot be created or appended to (a read-only place, ``/proc``, no permission). The probe
+    opens the file for appending, so an existing file keeps its bytes, and removes a file it created.
 
     Raises:
-        ConfigError: naming ``--output`` and the missing folder.
+        ConfigError: naming ``--output``, the path and why.
     """
     if path == "-":
         return
-    parent = Path(path).expanduser().resolve().parent
+    target = Path(path).expanduser()
+    parent = target.resolve().parent
     if not parent.is_dir():
         raise ConfigError(f"--output {path!r}: folder {str(parent)!r} does not exist (create it first)")
-    if Path(path).is_dir():
+    if target.is_dir():
         raise ConfigError(f"--output {path!r} is a folder; give a file path")
+    existed = target.exists()
+    try:
+        with target.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--output {path!r} cannot be written ({exc.strerror or exc})") from None
+    if not existed:
+        target.unlink(missing_ok=True)
 
 
 def report_bad_records(records: Sequence[Record | RecordError], term: TextIO, *, show: int = 5) -> int:

@@ -111,6 +111,25 @@ def test_rank_groups_prints_ranking_and_cost(tmp_path, capsys, tiny_dir):
     assert "strategy circular with swap: 8 two-turn judgments in total" in stdout  # 3 × 2 orders + one pair × 2
     assert rows[2]["n_judgments"] == 1 and rows[2]["judgments"][0]["consistent"] is not None
     assert "g1" in stdout and "ranking #" in stdout
+    assert "judgments 3 (0 failed; 6 two-turn runs, as the cost line counts)" in stdout  # the header's unit too
+
+
+def test_rank_reference_without_a_reference_is_one_invalid_row_and_the_rest_are_ranked(tmp_path, capsys, tiny_dir):
+    src = tmp_path / "groups.jsonl"
+    src.write_text("\n".join([json.dumps({"id": "no-ref", "prompt": "2+2?", "responses": ["4", "5"]}),
+                              json.dumps({"id": "ref", "prompt": "2+2?", "responses": ["4", "5"], "reference": "4"})])
+                   + "\n")
+    out = tmp_path / "ranks.jsonl"
+    code, stdout, _ = _run(capsys, "rank", "--input", str(src), "--output", str(out), "--model", tiny_dir,
+                           "--strategy", "reference", *TINY_ARGS)
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["id"], r.get("status")) for r in rows] == [("no-ref", "invalid_input"), ("ref", "ok")]
+    assert rows[0]["reason"].startswith("line 1: --strategy reference needs a 'reference' field")
+    assert rows[1]["strategy"] == "reference" and all(r["status"] == "ok" for r in rows[1]["rewards"])
+    assert "skipped: line 1: --strategy reference needs a 'reference' field" in stdout
+    assert _refused(capsys, "rank", "--input", str(src), "--output", str(out), "--model", tiny_dir, "--limit", "1",
+                    "--strategy", "reference", *TINY_ARGS).startswith("brrm: error: --input ")
 
 
 def test_rank_a_one_response_group_first_is_an_invalid_row_not_a_crash(tmp_path, capsys, tiny_dir):

@@ -58,30 +58,30 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with common.open_output(args.output, append=skip > 0) as out, common.progress_bar(
             units, desc="ranking", unit="pair" if pairwise else "item", disable=args.no_progress) as bar:
-        _rank_all(judge, records, skip, strategy, common.OrderedLines(out, skip), bar, term)
+        _rank_all(judge, records, skip, strategy, common.OrderedLines(out, skip), bar, term, swap)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
     judge.close()
     return 0
 
 
 def _read_groups(args: argparse.Namespace) -> tuple[list[GroupRecord | RecordError], list[GroupRecord]]:
-    """The input's rows and its valid group records.
+    """The input's rows and its valid group records. Under ``--strategy reference`` a record without a
+    ``reference`` is one of the input's bad rows (an ``invalid_input`` line naming its line number); the others
+    are ranked.
 
     Raises:
-        ConfigError: for ``--strategy reference`` when a record has no ``reference`` (naming its line).
+        ConfigError: when no row is a valid record (naming the first bad line).
     """
-    from brrm.errors import ConfigError
     from brrm.records import FieldMap, read_records
 
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_records(args.input, "groups", fields=fields, limit=args.limit, format=args.input_format)
+    if args.strategy == "reference":
+        records = [RecordError(r.line, r.id, f"line {r.line}: --strategy reference needs a 'reference' field "
+                               "(the response the others are judged against)")
+                   if not isinstance(r, RecordError) and not r.reference else r for r in records]
     common.require_records(records, args.input)
-    good = [r for r in records if not isinstance(r, RecordError)]
-    with_ref = [bool(r.reference) for r in good]
-    if args.strategy == "reference" and not all(with_ref):
-        raise ConfigError(f"--strategy reference needs a 'reference' field on every record (missing on line "
-                          f"{good[with_ref.index(False)].line})")
-    return records, good
+    return records, [r for r in records if not isinstance(r, RecordError)]
 
 
 def _announce_cost(term: TextIO, good: list[GroupRecord], strategy: str, *, swap: bool, pairwise: bool) -> int:
@@ -102,7 +102,7 @@ def _announce_cost(term: TextIO, good: list[GroupRecord], strategy: str, *, swap
 
 
 def _rank_all(judge: RewardJudge, records: list[GroupRecord | RecordError], skip: int, strategy: str,
-              sink: common.OrderedLines, bar: tqdm[None], term: TextIO) -> None:
+              sink: common.OrderedLines, bar: tqdm[None], term: TextIO, swap: bool) -> None:
     """Rank every record past ``skip``; each line goes to ``sink`` (and its ranking to ``term``) when done."""
     from brrm.service.items import GroupItem, RankCall
     from brrm.service.run import run as run_jobs
@@ -119,21 +119,27 @@ def _rank_all(judge: RewardJudge, records: list[GroupRecord | RecordError], skip
     def finished(i: int, group: GroupResult) -> None:
         k, rec = todo[i]
         sink.put(k, {"id": rec.id, "line": rec.line, **group.to_dict()})
-        bar.write(_group_line(rec, group), file=term)
+        bar.write(_group_line(rec, group, swap), file=term)
 
     run_jobs(judge, [GroupItem(r.conversation, tuple(r.responses), r.reference) for _, r in todo],
              call=RankCall(strategy, reference=strategy == "reference"), chunk_size=judge.info.chunk_size,
              progress=bar.update, on_result=finished)
 
 
-def _group_line(rec: GroupRecord, group: GroupResult) -> str:
+def _group_line(rec: GroupRecord, group: GroupResult, swap: bool) -> str:
+    """A group's ranking, rewards and judgments (and, where they differ, the two-turn runs behind them, the unit of
+    the cost line: a swapped judgment is one run per order)."""
+    from brrm.compose.strategies import judgments_per_group
+
     def fmt(r: ScalarReward) -> str:
         return f"{r.reward:.3f}" if r.ok else r.status.value
 
     rewards = ", ".join(f"#{k} {fmt(r)}" for k, r in enumerate(group.rewards))
     order = " > ".join(f"#{k}" for k in group.ranking) or "none"
     rates = [x for x in group.win_rates() if not math.isnan(x)]
-    extra = f"; judgments {group.n_judgments} ({group.failed} failed)" if group.n_judgments else ""
+    runs = judgments_per_group(group.strategy, len(group.rewards), swap=swap)
+    more = f"; {runs} two-turn runs, as the cost line counts" if runs != group.n_judgments else ""
+    extra = f"; judgments {group.n_judgments} ({group.failed} failed{more})" if group.n_judgments else ""
     return f"{common.printable(rec.id):<16} ranking {order}; rewards {rewards}{extra}" + (" ; win matrix " + json.dumps(
         [list(r) for r in group.wins]) if rates and len(group.rewards) <= 8 else "")
 

@@ -87,6 +87,11 @@ def test_score_with_principles_and_option_errors(tmp_path, lm_dir, capsys):
     assert code == 2 and "take no principle" in stderr
     code, _, stderr = _run(capsys, "-i", str(src), "-m", str(lm_dir), "--kind", "brrm")
     assert code == 2 and "needs a scalar model" in stderr
+    code, stdout, stderr = _run(capsys, "-i", str(PAIRS), "-m", str(lm_dir), "--kind", "principle", "--principle", " ")
+    assert code == 2 and stderr == "brrm: error: --principle must be a non-empty text, got ' '\n" and not stdout
+    code, _, stderr = _run(capsys, "-i", str(PAIRS), "-m", str(lm_dir), "--kind", "principle", "--recipe",
+                           "llama_reward", "--device", "cpu", "--limit", "3")
+    assert code == 2 and "a 'principle' field; missing on lines [1, 2, 3]" in stderr  # each pair row's line once
 
 
 def test_bt_serves_the_pairwise_judge_command(rm_dir):

@@ -41,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
     _, opts = common.load_options(args)
     skip = common.resumed_lines(args)
     principles = list(args.principle or [])
+    blank = [p for p in principles if not p.strip()]
+    if blank:
+        raise ConfigError(f"--principle must be a non-empty text, got {blank[0]!r}")
     if opts["kind"] == "principle" and args.model is None and not principles:
         raise ConfigError("the embedded demo runs as a principle judge here: pass --principle "
                           "'The response is factually correct.' (or --model a reward model)")
@@ -106,7 +109,8 @@ def _principles(judge: RewardJudge, records: list[Any], principles: list[str]) -
     if not judge.info.takes_principle:
         return [[None] for _ in records]
     per = [[None] if isinstance(r, RecordError) else (principles or [r.principle]) for r in records]
-    missing = [r.line for r, ps in zip(records, per, strict=True) if not isinstance(r, RecordError) and not all(ps)]
+    missing = sorted({r.line for r, ps in zip(records, per, strict=True) if not isinstance(r, RecordError)
+                      and not all(p and p.strip() for p in ps)})  # a pair row gives two records of one line
     if missing:
         raise ConfigError(f"principle models need --principle or a 'principle' field; missing on lines "
                           f"{missing[:10]}")

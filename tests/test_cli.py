@@ -270,3 +270,18 @@ def test_llmbar_natural_records_through_the_cli(shared, tmp_path, capsys, tiny_d
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 4 and all(r["status"] == "ok" and r["label"] in ("A", "B") for r in rows)
     assert "accuracy" in stdout and "/4 labelled ok pairs" in stdout
+
+
+def test_the_interrupted_line_says_how_many_lines_the_output_holds(tmp_path):
+    from argparse import Namespace
+
+    from brrm.cli.records import interrupted
+
+    out = tmp_path / "o.jsonl"
+    args = Namespace(output=str(out), resume=False)
+    assert interrupted(args) == (f"brrm: interrupted before the first line was written to {out}; rerun the same "
+                                 "command to start over")
+    out.write_text('{"line": 1}\n{"line": 2}\n{"li')  # a torn last line is not counted (resume cuts it off)
+    assert interrupted(args) == (f"brrm: interrupted: 2 lines, in input order, are in {out}; rerun the same command "
+                                 "with --resume to continue (an unbroken run's bytes)")
+    assert interrupted(Namespace(output="-", resume=False)).startswith("brrm: interrupted (the lines went to stdout")

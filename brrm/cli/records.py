@@ -174,15 +174,19 @@ def report_resume(skip: int, total: int, output: str, term: TextIO) -> None:
 
 
 def interrupted(args: argparse.Namespace) -> str:
-    """What ``brrm`` says when a record-writing run is interrupted (Ctrl-C, SIGTERM): where its finished lines are
-    and how to continue."""
+    """What ``brrm`` says when a record-writing run is interrupted (Ctrl-C, SIGTERM): how many lines its output holds
+    (written in input order, so a record finished after an unfinished one is not among them) and how to continue."""
     output = vars(args).get("output")
     if "resume" not in vars(args) or not output:
         return "brrm: interrupted"
     if output == "-":
         return "brrm: interrupted (the lines went to stdout; with --output FILE a rerun could --resume)"
-    return (f"brrm: interrupted: every finished line is in {output}; rerun the same command with --resume to "
-            "continue (an unbroken run's bytes)")
+    path = Path(output)
+    lines = path.read_bytes().count(b"\n") if path.is_file() else 0
+    if not lines:
+        return f"brrm: interrupted before the first line was written to {output}; rerun the same command to start over"
+    return (f"brrm: interrupted: {lines} lines, in input order, are in {output}; rerun the same command with --resume "
+            "to continue (an unbroken run's bytes)")
 
 
 def add_resume_arg(p: argparse.ArgumentParser) -> None:

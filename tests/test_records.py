@@ -134,8 +134,8 @@ def test_jsonl_bad_rows_become_errors_in_place(tmp_path: Path) -> None:
     assert (
         isinstance(broken, RecordError)
         and broken.id == "2"  # the default id: the line number
-        and broken.reason.startswith("line 2: not valid JSON")
-    )
+        and broken.reason == "line 2: not valid JSON (Expecting value at column 28; the line ends early: cut short?)"
+    )  # the column on the record's own line (the newline once made it 'column 1' of a line 2)
     assert role == RecordError(
         3,
         "r",
@@ -151,6 +151,7 @@ def test_jsonl_bad_rows_become_errors_in_place(tmp_path: Path) -> None:
     [
         ({"response_a": "x", "response_b": "y"}, "missing field 'prompt' (or 'conversation')"),
         ({"prompt": 5, "response_a": "x", "response_b": "y"}, "field 'prompt' must be a string, got int"),
+        ({"prompt": "p", "response_a": None, "response_b": "y"}, "field 'response_a' is null"),
         (
             {"prompt": "p", "response_a": ["x"], "response_b": "y"},
             "field 'response_a' must be a string, got list",

@@ -63,7 +63,7 @@ def read_string_field(row: Mapping[str, object], column: str) -> str:
     """
     value = row.get(column)
     if value is None:
-        raise ConfigError(f"missing field {column!r}")
+        raise ConfigError(f"field {column!r} is null" if column in row else f"missing field {column!r}")
     if not isinstance(value, str):
         raise ConfigError(f"field {column!r} must be a string, got {type(value).__name__}")
     return check_text(f"field {column!r}", value)
@@ -168,10 +168,12 @@ def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, object]]:
             if not text.strip():
                 continue
             count += 1
+            text = text.rstrip("\r\n")  # the newline is not part of the record: an error's column is on this line
             try:
                 yield line, json.loads(text)
             except json.JSONDecodeError as exc:
-                why = f"line {line}: not valid JSON ({exc.msg} at column {exc.colno})"
+                early = "; the line ends early: cut short?" if exc.pos >= len(text.rstrip()) else ""
+                why = f"line {line}: not valid JSON ({exc.msg} at column {exc.colno}{early})"
                 yield line, RecordError(line, str(line), why)
 
 

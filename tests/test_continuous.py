@@ -187,6 +187,7 @@ def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir, s
     argv, env = _cli(tiny_dir, src, part, "--resume")
     resumed = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
     assert f"resuming: {len(rows)} of 17 lines already in {part}; {17 - len(rows)} to run" in resumed.stdout
+    assert f"summary of this run (the {len(rows)} lines kept from before are not counted):" in resumed.stdout
     assert part.read_bytes() == expected
     argv, env = _cli(tiny_dir, src, part, "--resume", "--limit", "3")
     refused = subprocess.run(argv, env=env, capture_output=True, text=True)

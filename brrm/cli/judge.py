@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 good.append((k, rec))
         _judge(judge, good, results, sink, args, term)
-    summary(term, list(results.values()), records[skip:], time.perf_counter() - started)
+    summary(term, list(results.values()), records[skip:], time.perf_counter() - started, kept=skip)
     judge.close()
     return 0
 
@@ -126,15 +126,17 @@ def verdict_line(row: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float) -> None:
-    """Counts by status and verdict, accuracy, consistency and throughput."""
+def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float, kept: int = 0) -> None:
+    """Counts by status and verdict, accuracy, consistency and throughput of this run's ``records`` (a resumed run's
+    ``kept`` lines, judged before, are not read back: the header says so)."""
     from brrm.records import RecordError
     from brrm.types import Verdict, summarize
 
     s = summarize(results)
     gen = sum(r.generated_tokens for r in results)
     invalid = sum(isinstance(r, RecordError) for r in records)
-    print("summary:", file=term)
+    print(f"summary of this run (the {kept} lines kept from before are not counted):" if kept else "summary:",
+          file=term)
     print(f"  records {len(records)}; judged {s.total}; invalid records {invalid}", file=term)
     print(f"  verdicts A {s.by_winner['A']}, B {s.by_winner['B']}, tie {s.by_winner['tie']}; "
           + ", ".join(f"{k} {v}" for k, v in sorted(s.by_status.items()) if v), file=term)
@@ -142,7 +144,8 @@ def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float
           f"backend errors {s.by_status['backend_error']}", file=term)
     any_label = any(r.label is not Verdict.NONE for r in results)
     acc = (f"{s.accuracy:.3f} ({s.correct}/{s.labelled} labelled ok pairs)" if s.labelled
-           else "n/a (no labelled pair was judged ok)" if any_label else "n/a (no labels)")
+           else "n/a (no labelled pair was judged ok)" if any_label else "n/a (no pair judged)" if not results
+           else "n/a (no labels)")
     print(f"  accuracy {acc}", file=term)
     if s.swapped:
         print(f"  swap consistency rate {s.consistency_rate:.3f} ({s.consistent}/{s.swapped})", file=term)

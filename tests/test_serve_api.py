@@ -108,6 +108,17 @@ def test_validation_errors_name_the_field_and_valid_values(client):
     r = client.post("/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "a", "response_b": "b"}],
                                        "options": {"max_new_tokens": 8}})
     assert r.status_code == 422 and "only for BR-RM judges" in r.json()["error"]["message"]
+    r = client.post("/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "a", "response_b": "b"}],
+                                       "options": {"temperature": 0.5}})  # a field the options do not have
+    assert r.status_code == 422 and r.json()["error"]["message"] == (
+        "options.temperature: Extra inputs are not permitted; valid fields: max_new_tokens, max_total_tokens, "
+        "decoding, seed")
+    r = client.post("/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "a", "response_b": "b", "why": 1}]})
+    assert r.status_code == 422 and r.json()["error"]["message"].startswith(
+        "pairs.0.why: Extra inputs are not permitted; valid fields: ") and "response_b, label" in r.text
+    r = client.post("/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "a", "response_b": "b"}], "colour": 1})
+    assert r.status_code == 422 and r.json()["error"]["message"].startswith(
+        "colour: Extra inputs are not permitted; valid fields: ") and "timeout_s, pairs, swap" in r.text
     r = client.post("/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "a", "response_b": "b"}] * 65})
     assert r.status_code == 413 and r.json()["error"]["type"] == "too_many_items" and "--max-items" in r.text
 

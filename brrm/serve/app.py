@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import typing
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -172,6 +174,28 @@ def _body_problem(request: Request, exc: RequestValidationError) -> str:
     return ""
 
 
+def _valid_fields(request: Request, error: Any) -> str:
+    """For a field the request's model does not have (``extra_forbidden``): the fields it has, e.g. ``; valid
+    fields: max_new_tokens, max_total_tokens, decoding, seed`` for ``options.temperature``; "" otherwise."""
+    if error.get("type") != "extra_forbidden":
+        return ""
+    body = getattr(request.scope.get("route"), "body_field", None)
+    model = _model_in(getattr(getattr(body, "field_info", None), "annotation", None))
+    for key in [k for k in error.get("loc", ()) if k != "body"][:-1]:  # down to the model holding the field
+        fields = getattr(model, "model_fields", {})
+        if not isinstance(key, int):  # an index: the list's items were unwrapped with the list
+            model = _model_in(fields[key].annotation) if key in fields else None
+    names = [f.alias or name for name, f in getattr(model, "model_fields", {}).items()]
+    return f"; valid fields: {', '.join(names)}" if names else ""
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model an annotation holds (itself, or inside ``X | None``, ``list[X]``, ``Annotated``), or None."""
+    if hasattr(annotation, "model_fields"):
+        return annotation
+    return next((m for m in map(_model_in, typing.get_args(annotation)) if m is not None), None)
+
+
 def _unparsed_body(exc: HTTPException) -> str:
     """What kept a body from being parsed at all, when FastAPI's 400 says only "There was an error parsing the
     body" (its cause: bytes that are not UTF-8, nesting deeper than the parser's recursion limit); "" else."""
@@ -192,7 +216,7 @@ def _add_error_handlers(app: FastAPI) -> None:
                                     "type": str(e.get("type", ""))} for e in exc.errors()]
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "body") or "body"
-        message = _body_problem(request, exc) or f"{where}: {first.get('msg', '')}"
+        message = _body_problem(request, exc) or f"{where}: {first.get('msg', '')}" + _valid_fields(request, first)
         body = error_body("validation_error", message, errors=errors)
         return JSONResponse({**body, "detail": errors}, status_code=422)
 

@@ -17,7 +17,7 @@ from brrm.audit import AuditOptions, JudgeSpec, plan_items, run_audit
 from brrm.records import read_records
 
 N_PAIRS = 64
-ROUNDS = 3
+ROUNDS = 5  # rounds of each, alternated; the best of each is compared (this box's noise is 10-25% a round)
 OPTIONS = {"kind": "brrm", "temperature": 0.0, "max_new_tokens": 420, "block_token_cap": 8, "thinking": "off"}
 
 

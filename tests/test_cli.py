@@ -125,9 +125,9 @@ def test_rank_reference_without_a_reference_is_one_invalid_row_and_the_rest_are_
     assert code == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["id"], r.get("status")) for r in rows] == [("no-ref", "invalid_input"), ("ref", "ok")]
-    assert rows[0]["reason"].startswith("line 1: --strategy reference needs a 'reference' field")
+    assert rows[0]["reason"].startswith("line 1: strategy 'reference' needs a 'reference' field")
     assert rows[1]["strategy"] == "reference" and all(r["status"] == "ok" for r in rows[1]["rewards"])
-    assert "skipped: line 1: --strategy reference needs a 'reference' field" in stdout
+    assert "skipped: line 1: strategy 'reference' needs a 'reference' field" in stdout
     assert _refused(capsys, "rank", "--input", str(src), "--output", str(out), "--model", tiny_dir, "--limit", "1",
                     "--strategy", "reference", *TINY_ARGS).startswith("brrm: error: --input ")
 
@@ -275,7 +275,7 @@ def test_llmbar_natural_records_through_the_cli(shared, tmp_path, capsys, tiny_d
 def test_the_interrupted_line_says_how_many_lines_the_output_holds(tmp_path):
     from argparse import Namespace
 
-    from brrm.cli.records import interrupted
+    from brrm.cli.records import complete_lines, interrupted
 
     out = tmp_path / "o.jsonl"
     args = Namespace(output=str(out), resume=False)
@@ -285,3 +285,6 @@ def test_the_interrupted_line_says_how_many_lines_the_output_holds(tmp_path):
     assert interrupted(args) == (f"brrm: interrupted: 2 lines, in input order, are in {out}; rerun the same command "
                                  "with --resume to continue (an unbroken run's bytes)")
     assert interrupted(Namespace(output="-", resume=False)).startswith("brrm: interrupted (the lines went to stdout")
+    whole = len('{"line": 1}\n{"line": 2}\n')
+    for chunk in (1, 3, 12, 13, 1 << 20):  # lines and torn tails across chunk boundaries
+        assert complete_lines(out, chunk) == (2, whole), chunk

@@ -88,7 +88,8 @@ def test_score_with_principles_and_option_errors(tmp_path, lm_dir, capsys):
     code, _, stderr = _run(capsys, "-i", str(src), "-m", str(lm_dir), "--kind", "brrm")
     assert code == 2 and "needs a scalar model" in stderr
     code, stdout, stderr = _run(capsys, "-i", str(PAIRS), "-m", str(lm_dir), "--kind", "principle", "--principle", " ")
-    assert code == 2 and stderr == "brrm: error: --principle must be a non-empty text, got ' '\n" and not stdout
+    assert code == 2 and not stdout  # refused before the header: the rule every verb's --principle meets
+    assert stderr == "brrm: error: --principle must be a non-empty string or a list of them, got ' '\n"
     code, _, stderr = _run(capsys, "-i", str(PAIRS), "-m", str(lm_dir), "--kind", "principle", "--recipe",
                            "llama_reward", "--device", "cpu", "--limit", "3")
     assert code == 2 and "a 'principle' field; missing on lines [1, 2, 3]" in stderr  # each pair row's line once

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from brrm.audit.keys import canonical_json, item_hash, sha256_text
 from brrm.errors import ConfigError
-from brrm.records import GroupRecord, PairRecord, Record, RecordError, ScalarRecord
+from brrm.records import GroupRecord, PairRecord, Record, RecordError, ScalarRecord, missing_reference
 from brrm.types.jsonvalue import JSONDict, JSONValue
 
 SLICE_MISSING = "(missing)"
@@ -110,9 +110,8 @@ def plan_items(records: Sequence[Record | RecordError], shape: str, *, slice_by:
                         "'principle' field or pass --principle", rec.row)
                 else:
                     add(rec.line, rec.id, normalize(rec, principle=p), "", rec.row)
-        elif isinstance(rec, GroupRecord) and strategy == "reference" and not rec.reference:
-            add(rec.line, rec.id, None, f"line {rec.line}: strategy 'reference' needs a 'reference' field",
-                rec.row)
+        elif isinstance(rec, GroupRecord) and strategy == "reference" and missing_reference(rec):
+            add(rec.line, rec.id, None, missing_reference(rec), rec.row)
         else:
             add(rec.line, rec.id, normalize(rec, with_reference=strategy == "reference"), "", rec.row)
     return items

@@ -72,14 +72,13 @@ def _read_groups(args: argparse.Namespace) -> tuple[list[GroupRecord | RecordErr
     Raises:
         ConfigError: when no row is a valid record (naming the first bad line).
     """
-    from brrm.records import FieldMap, read_records
+    from brrm.records import FieldMap, missing_reference, read_records
 
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_records(args.input, "groups", fields=fields, limit=args.limit, format=args.input_format)
     if args.strategy == "reference":
-        records = [RecordError(r.line, r.id, f"line {r.line}: --strategy reference needs a 'reference' field "
-                               "(the response the others are judged against)")
-                   if not isinstance(r, RecordError) and not r.reference else r for r in records]
+        records = [RecordError(r.line, r.id, missing_reference(r))
+                   if not isinstance(r, RecordError) and missing_reference(r) else r for r in records]
     common.require_records(records, args.input)
     return records, [r for r in records if not isinstance(r, RecordError)]
 

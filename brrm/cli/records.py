@@ -5,6 +5,7 @@ files (checked before any model loads), ordered streaming with ``--resume``, and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -152,11 +153,23 @@ def resumed_lines(args: argparse.Namespace) -> int:
     path = Path(args.output)
     if not path.exists():
         return 0
-    data = path.read_bytes()
-    keep = data[:data.rfind(b"\n") + 1]
-    if len(keep) < len(data):
-        path.write_bytes(keep)
-    return keep.count(b"\n")
+    lines, end = complete_lines(path)
+    if end < path.stat().st_size:
+        os.truncate(path, end)
+    return lines
+
+
+def complete_lines(path: Path, chunk: int = 1 << 20) -> tuple[int, int]:
+    """``(complete lines, bytes up to the end of the last one)`` of the file at ``path``, read in ``chunk``-byte
+    pieces (an output of millions of lines is never held in memory); a torn last line is not counted."""
+    lines = end = offset = 0
+    with path.open("rb") as f:
+        while piece := f.read(chunk):
+            if (last := piece.rfind(b"\n")) >= 0:
+                lines += piece.count(b"\n")
+                end = offset + last + 1
+            offset += len(piece)
+    return lines, end
 
 
 def report_resume(skip: int, total: int, output: str, term: TextIO) -> None:
@@ -182,7 +195,7 @@ def interrupted(args: argparse.Namespace) -> str:
     if output == "-":
         return "brrm: interrupted (the lines went to stdout; with --output FILE a rerun could --resume)"
     path = Path(output)
-    lines = path.read_bytes().count(b"\n") if path.is_file() else 0
+    lines = complete_lines(path)[0] if path.is_file() else 0
     if not lines:
         return f"brrm: interrupted before the first line was written to {output}; rerun the same command to start over"
     return (f"brrm: interrupted: {lines} lines, in input order, are in {output}; rerun the same command with --resume "

@@ -29,6 +29,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read records, score them (every record under every ``--principle``), write JSONL and a summary."""
+    from brrm.compose.options import PrincipleOptions
     from brrm.records import FieldMap, RecordError, read_records
     from brrm.types import ScalarReward, Status, summarize_rewards
 
@@ -41,9 +42,8 @@ def run(args: argparse.Namespace) -> int:
     _, opts = common.load_options(args)
     skip = common.resumed_lines(args)
     principles = list(args.principle or [])
-    blank = [p for p in principles if not p.strip()]
-    if blank:
-        raise ConfigError(f"--principle must be a non-empty text, got {blank[0]!r}")
+    for principle in principles:  # the rule every verb's --principle meets (load is called without them here)
+        PrincipleOptions(principle=principle)
     if opts["kind"] == "principle" and args.model is None and not principles:
         raise ConfigError("the embedded demo runs as a principle judge here: pass --principle "
                           "'The response is factually correct.' (or --model a reward model)")

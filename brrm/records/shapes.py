@@ -80,6 +80,16 @@ class GroupRecord:
 
 Record = PairRecord | ScalarRecord | GroupRecord
 
+
+def missing_reference(record: GroupRecord) -> str:
+    """Why ``record`` cannot be ranked by the ``reference`` strategy (which judges each response against the
+    record's reference): ``line N: …`` when it has none, else "". One rule for ``brrm rank`` and ``brrm audit``,
+    which make such a record an ``invalid_input`` row and rank the rest."""
+    if record.reference:
+        return ""
+    return (f"line {record.line}: strategy 'reference' needs a 'reference' field (the response the others are judged "
+            "against)")
+
 _Built = TypeVar("_Built")
 
 

@@ -30,6 +30,7 @@ from typing import Protocol
 from brrm.audit.calib import calibration_figures
 from brrm.audit.codec import result_from_dict
 from brrm.audit.store import AuditStore
+from brrm.numerics import bin_edges, bin_index
 from brrm.types import (
     GroupResult,
     JudgmentSummary,
@@ -277,16 +278,18 @@ def _counts(rows: Sequence[AuditRow]) -> Figures:
 
 
 def histogram(values: Sequence[float], low: float, high: float, bins: int = HIST_BINS) -> Figures:
-    """Counts of ``values`` in ``bins`` equal bins over [low, high] (the last bin closed)."""
+    """Counts of ``values`` in ``bins`` equal bins over [low, high], by brrm's one binning rule
+    (:func:`brrm.numerics.bin_index`: a value on an inner edge opens the bin above it; the last bin is closed) — the
+    rule of the ECE and reliability bins too, so a P(A ≻ B) lands in the same bin in every figure."""
     if not values:
         return {"edges": [], "counts": []}
     if high <= low:
         high = low + 1.0
-    width = (high - low) / bins
+    edges = bin_edges(bins, low, high)
     counts = [0] * bins
     for v in values:
-        counts[min(bins - 1, max(0, int((v - low) / width)))] += 1
-    return {"edges": [low + k * width for k in range(bins + 1)], "counts": counts}
+        counts[bin_index(v, edges)] += 1
+    return {"edges": edges, "counts": counts}
 
 
 def pair_figures(rows: Sequence[AuditRow], kind: str) -> Figures:

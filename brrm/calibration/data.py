@@ -6,19 +6,23 @@ with ``label``, ``status``, ``p_a`` and optionally ``logit_1``/``logit_2`` and `
 with a probability and a label ``A`` or ``B`` is one observation: y = 1 for A, 0 for B, and z its logit: the
 digit-logit difference ``logit_1 − logit_2`` when it agrees with ``p_a`` (an ordered judgment), else
 ``logit(p_a)`` (a mirrored order or a scalar model's σ(r_A − r_B)). A swap judgment contributes its two
-orders (each in the A/B frame), not their average. Ties, unlabelled pairs and failures are counted, not used.
+orders (each in the A/B frame), not their average. Each observation is keyed by its pair's content group (the
+row's ``content_key``, or the conversation and responses it holds; a bench line's ``pair_keys``), which the
+held-out split keeps on one side (:mod:`brrm.calibration.split`). Ties, unlabelled pairs and failures are counted, not used.
 The kind is ``pairwise`` when the judgments carry digit logits, else ``scalar``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from brrm.calibration.fit import logit, sigmoid
 from brrm.errors import ConfigError
-from brrm.types import Verdict, parse_label
+from brrm.types import Conversation, ConversationLike, Verdict, parse_label
 from brrm.types.jsonread import as_list, as_number, as_object
 
 
@@ -27,7 +31,9 @@ class Observation:
     """One labelled probability.
 
     Attributes:
-        key: the pair's id (or ``line N``): both orders of a pair share it, and the split.
+        key: the pair's content group (:func:`brrm.calibration.split.content_key`: conversation and both
+            responses, order-free): both orders of a pair, and the same pair under another id, share it and the
+            split.
         z: the logit of P(A ≻ B) (finite).
         y: 1 when the label is A, 0 when B.
         digit_logits: whether z came from the verdict-digit logits (a pairwise judge).
@@ -92,7 +98,7 @@ def observations(rows: Iterable[Mapping[str, object]]) -> Observations:
         if label is Verdict.TIE:
             skipped["ties"] += 1
             continue
-        key = str(row.get("id") or f"line {row.get('line', k)}")
+        key = row_content_key(row, k)
         subs = row.get("sub_judgments")
         parts = [as_object(sub) for sub in as_list(subs)] if subs else [row]
         for part in parts:
@@ -108,6 +114,10 @@ def _bench_row(row: Mapping[str, object], out: list[Observation], skipped: dict[
     """A ``brrm bench`` ``judgments.jsonl`` line: each presentation in its presented frame (A = shown first), its
     label the pair's gold mirrored when the pair was shown swapped."""
     pairs = as_list(row["pairs"])
+    keys = row.get("pair_keys")
+    if not isinstance(keys, list) or len(keys) != len(pairs) or not all(isinstance(k, str) for k in keys):
+        raise ConfigError(f"benchmark item {row.get('id')!r} carries no pair_keys (the pairs' content groups): "
+                          "its judgments.jsonl predates them; run `brrm bench … --output` again to write them")
     for pres in map(as_object, as_list(row["presentations"])):
         index = pres["pair"]
         if not isinstance(index, int):
@@ -125,7 +135,43 @@ def _bench_row(row: Mapping[str, object], out: list[Observation], skipped: dict[
             continue
         first_better = (gold is Verdict.A) != bool(pres["swapped"])
         z, digits = _z(j)
-        out.append(Observation(str(row["id"]), z, 1 if first_better else 0, digits))
+        out.append(Observation(str(keys[index]), z, 1 if first_better else 0, digits))
+
+
+def content_key(conversation: ConversationLike, response_a: str, response_b: str) -> str:
+    """The order-free content group of a pair: sha256 (64 hex) of the conversation's messages and the two
+    responses, sorted, as canonical JSON.
+
+    Args:
+        conversation: a prompt string or messages (as :meth:`brrm.types.Conversation.coerce` reads them).
+        response_a, response_b: the two responses (their order does not change the key).
+
+    Raises:
+        ConfigError: for a conversation that is not a prompt or a list of messages.
+    """
+    messages = Conversation.coerce(conversation).to_list()
+    text = json.dumps({"conversation": messages, "responses": sorted((response_a, response_b))},
+                      ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def row_content_key(row: Mapping[str, object], k: int) -> str:
+    """The content group of a judged row: its ``content_key`` (``brrm judge`` writes one), else the key of the
+    conversation and responses the row itself holds (record fields, as ``brrm judge --input`` reads them).
+
+    Raises:
+        ConfigError: naming the row when it has neither.
+    """
+    key = row.get("content_key")
+    if isinstance(key, str) and key:
+        return key
+    from brrm.records import RecordError, parse_pair_record
+
+    rec = parse_pair_record(row, line=k)
+    if isinstance(rec, RecordError):
+        raise ConfigError(f"row {k}: no content_key and no conversation with two responses to group it by "
+                          f"({rec.reason}); judge with `brrm judge`, whose output lines carry content_key")
+    return content_key(rec.conversation, rec.response_a, rec.response_b)
 
 
 def is_judged(row: Mapping[str, object]) -> bool:

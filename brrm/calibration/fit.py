@@ -9,7 +9,8 @@ parameter: bisection on the gradient in log T). Ties and judgments without a pro
 
 Metrics (:func:`measure`), on P(A ≻ B) against y = 1 when the label is A, 0 when B:
 
-* ECE: 10 equal-width bins of P(A ≻ B) over [0, 1] (the last bin closed), Σ_b (n_b / N)·|mean y_b − mean p_b|
+* ECE: 10 equal-width bins of P(A ≻ B) over [0, 1] by brrm's one binning rule (:func:`brrm.numerics.bin_index`: a
+  value on an inner edge opens the bin above it, the last bin is closed), Σ_b (n_b / N)·|mean y_b − mean p_b|
   — binned on P(A ≻ B) itself, not on the confidence max(p, 1 − p);
 * Brier score: mean (p − y)²;
 * log loss: −mean(y·ln p + (1 − y)·ln(1 − p)), p clipped to [1e-12, 1 − 1e-12].
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from brrm.errors import ConfigError
+from brrm.numerics import bin_edges, bin_index
 
 BINS = 10
 """Equal-width bins of P(A ≻ B) for ECE and the reliability diagram."""
@@ -107,10 +109,10 @@ def measure(p: Sequence[float], y: Sequence[int], *, bins: int = BINS) -> Metric
     if any(not 0.0 <= x <= 1.0 for x in p) or any(v not in (0, 1) for v in y):
         raise ConfigError("probabilities must lie in [0, 1] and labels be 0 or 1")
     n = len(p)
-    edges = [k / bins for k in range(bins + 1)]
+    edges = bin_edges(bins)
     members: list[list[int]] = [[] for _ in range(bins)]
     for i, x in enumerate(p):
-        members[min(int(x * bins), bins - 1)].append(i)
+        members[bin_index(x, edges)].append(i)
     table = tuple(Bin(edges[b], edges[b + 1], len(m), sum(p[i] for i in m) / len(m) if m else math.nan,
                       sum(y[i] for i in m) / len(m) if m else math.nan) for b, m in enumerate(members))
     if not n:

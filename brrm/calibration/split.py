@@ -1,0 +1,114 @@
+"""The fit / held-out split of a calibration: by content group, never by row, with digests of both sides.
+
+A pair's **content group** (:func:`brrm.calibration.data.content_key`) is sha256 over its conversation and its two
+responses, order-free: the same prompt and responses under two ids, or shown in either order, are one group. A
+group goes to the held-out split when sha256 over (split seed, group key) falls below the held-out fraction
+(:func:`brrm.calibration.fit.held_out`), so every row of a group — duplicates merged from two datasets, both orders
+of a swapped pair — lands on one side for every seed, and a group keeps its side whatever else the file holds.
+
+A split with fewer than :data:`MIN_GROUPS` groups on either side is refused: with so few distinct pairs the
+held-out ECE over 10 bins says little more than how many bins are occupied, and the fit can sit on its search
+bound. :func:`rows_digest` names the rows each side holds (written to ``calib.json``), and the fit's group keys are
+kept (up to :data:`MAX_KEPT_GROUPS`) so that applying the calibration to data it was fitted on can be said
+(:func:`overlap`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from brrm.calibration.data import Observation
+from brrm.calibration.fit import held_out
+from brrm.errors import ConfigError
+
+MIN_GROUPS = 5
+"""Fewest content groups (distinct pairs) each side of a split must hold."""
+
+KEY_CHARS = 16
+"""Hex characters of a group key kept in ``calib.json`` (64 bits: no collision among a few million pairs)."""
+
+MAX_KEPT_GROUPS = 100_000
+"""Most fit-group keys ``calib.json`` keeps (about 1.9 MB); beyond that only the digests are written and overlap
+with later data cannot be told."""
+
+
+def rows_digest(rows: Sequence[Observation]) -> str:
+    """sha256 (64 hex) over the sorted (group, z, y) of a side's observations: equal rows give equal digests."""
+    lines = sorted(f"{o.key}\t{o.z!r}\t{o.y}" for o in rows)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Split:
+    """The two sides of a calibration's data.
+
+    Attributes:
+        fit, heldout: the observations of each side (both orders of a swapped pair are two observations).
+        fit_groups, heldout_groups: the content groups of each side, sorted (no group is on both).
+    """
+
+    fit: tuple[Observation, ...]
+    heldout: tuple[Observation, ...]
+    fit_groups: tuple[str, ...]
+    heldout_groups: tuple[str, ...]
+
+    def to_dict(self, seed: int, fraction: float) -> dict[str, object]:
+        """What ``calib.json`` records of the split: seed, fraction, sizes in groups and observations, digests and
+        (up to :data:`MAX_KEPT_GROUPS`) the fit's and held-out's group keys (first :data:`KEY_CHARS` hex)."""
+        keep = len(self.fit_groups) + len(self.heldout_groups) <= MAX_KEPT_GROUPS
+        return {"by": "content group (sha256 of the conversation and both responses, order-free)", "seed": seed,
+                "heldout_fraction": fraction, "fit_groups": len(self.fit_groups),
+                "heldout_groups": len(self.heldout_groups), "fit_observations": len(self.fit),
+                "heldout_observations": len(self.heldout), "fit_digest": rows_digest(self.fit),
+                "heldout_digest": rows_digest(self.heldout), "min_groups_per_side": MIN_GROUPS,
+                "fit_group_keys": [g[:KEY_CHARS] for g in self.fit_groups] if keep else None,
+                "heldout_group_keys": [g[:KEY_CHARS] for g in self.heldout_groups] if keep else None}
+
+
+def split(observations: Sequence[Observation], seed: int, fraction: float) -> Split:
+    """Split observations by content group (each :attr:`Observation.key` is a group key).
+
+    Args:
+        observations: labelled observations keyed by their pair's :func:`brrm.calibration.data.content_key`.
+        seed: the split seed (any int).
+        fraction: the held-out fraction of groups, in (0, 1).
+
+    Raises:
+        ConfigError: when either side holds fewer than :data:`MIN_GROUPS` groups, naming both sizes.
+    """
+    groups = sorted({o.key for o in observations})
+    out = {g for g in groups if held_out(g, seed, fraction)}
+    fit_groups = tuple(g for g in groups if g not in out)
+    heldout_groups = tuple(g for g in groups if g in out)
+    if len(fit_groups) < MIN_GROUPS or len(heldout_groups) < MIN_GROUPS:
+        raise ConfigError(
+            f"{len(groups)} distinct pairs split into {len(fit_groups)} fit / {len(heldout_groups)} held-out "
+            f"(--heldout {fraction}, --split-seed {seed}); each side needs at least {MIN_GROUPS} distinct pairs: "
+            "give more labelled pairs or change --heldout")
+    return Split(tuple(o for o in observations if o.key not in out), tuple(o for o in observations if o.key in out),
+                 fit_groups, heldout_groups)
+
+
+def overlap(details: Mapping[str, object], keys: Sequence[str]) -> dict[str, int] | None:
+    """How many of ``keys`` (content keys of data a calibration is applied to) were in its fit / held-out split.
+
+    Args:
+        details: a calibration's ``details`` (``calib.json``'s split record).
+        keys: :func:`brrm.calibration.data.content_key` of each pair the calibration is applied to.
+
+    Returns:
+        ``{"pairs": n, "in_fit": k, "in_heldout": m}``, or None when the calibration kept no group keys (written
+        by an older brrm, or over :data:`MAX_KEPT_GROUPS` groups).
+    """
+    record = details.get("split")
+    if not isinstance(record, Mapping):
+        return None
+    fit, held = record.get("fit_group_keys"), record.get("heldout_group_keys")
+    if not isinstance(fit, list) or not isinstance(held, list):
+        return None
+    fit_set, held_set = {str(k) for k in fit}, {str(k) for k in held}
+    short = [k[:KEY_CHARS] for k in keys]
+    return {"pairs": len(short), "in_fit": sum(k in fit_set for k in short),
+            "in_heldout": sum(k in held_set for k in short)}

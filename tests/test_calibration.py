@@ -16,6 +16,7 @@ import brrm
 from brrm.backends.base import Completion
 from brrm.backends.fake import FakeBackend
 from brrm.calibration import Calibration, fit_temperature, measure, read_calibration
+from brrm.calibration.data import content_key
 from brrm.calibration.fit import sigmoid
 from brrm.cli import main
 from brrm.errors import ConfigError
@@ -66,7 +67,8 @@ def judged_file(tok, path: Path, **options) -> Path:
     data = pairs()
     out = judge.judge_pairs(["Which is better?"] * len(data), [a for _, a, _ in data], ["ref"] * len(data),
                             ids=[i for i, _, _ in data], labels=[lab for _, _, lab in data])
-    lines = [json.dumps({**j.to_dict(), "id": i}) + "\n" for j, (i, _, _) in zip(out, data, strict=True)]
+    lines = [json.dumps({**j.to_dict(), "id": i, "content_key": content_key("Which is better?", a, "ref")}) + "\n"
+             for j, (i, a, _) in zip(out, data, strict=True)]
     path.write_text("".join(lines))
     return path
 
@@ -114,7 +116,8 @@ def test_a_scalar_model_gets_a_scale(tmp_path, capsys):
     for g, z in enumerate(GRID):  # a scalar model under-confident by 2: σ(Δ) with Δ = z / 2
         n_a = round(20 * sigmoid(z))
         rows += [{"id": f"g{g}r{r}", "winner": "A", "status": "ok", "p_a": sigmoid(z / 2), "logit_1": None,
-                  "label": "A" if i < n_a else "B"} for r in range(2) for i in range(20)]
+                  "label": "A" if i < n_a else "B", "content_key": content_key("q", f"z={z} #{r}", "ref")}
+                 for r in range(2) for i in range(20)]
     (tmp_path / "scalar.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["calibrate", "-i", str(tmp_path / "scalar.jsonl"), "-o", str(tmp_path / "s.json")]) == 0
     calib = read_calibration(tmp_path / "s.json")
@@ -164,21 +167,22 @@ def test_bench_shows_calibration_beside_accuracy_and_applies_a_calibration(share
 
     rm = str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True))
     (tmp_path / "s.json").write_text(json.dumps(Calibration("scalar", 0.25).to_dict()))
-    args = ["bench", "llmbar", "--subset", "Natural", "--limit", "6", "--model", rm, "--data-dir",
+    args = ["bench", "llmbar", "--subset", "Natural", "--limit", "20", "--model", rm, "--data-dir",
             str(shared / "data"), "--no-progress"]
     assert main([*args, "--output", str(tmp_path / "raw")]) == 0
     out = capsys.readouterr().out
-    assert "calibration over 12 labelled presentations" in out and "ECE" in out and "Brier" in out
+    assert "calibration over 40 labelled presentations" in out and "ECE" in out and "Brier" in out
     page = (tmp_path / "raw" / "report.html").read_text()
     assert "Natural" in page and "data:image/png;base64," in page and "log loss" in page
     figures = json.loads((tmp_path / "raw" / "result.json").read_text())["calibration"]["P(A ≻ B)"]
-    assert figures["n"] == 12 and 0 <= figures["ece"] <= 1 and "calibration, P(A ≻ B): ECE" in (
+    assert figures["n"] == 40 and 0 <= figures["ece"] <= 1 and "calibration, P(A ≻ B): ECE" in (
         tmp_path / "raw" / "result.md").read_text()
-    # the benchmark's own judgments are labelled pairs to fit on: 12 presentations, the gold as label
-    assert main(["calibrate", "-i", str(tmp_path / "raw" / "judgments.jsonl"), "-o", str(tmp_path / "b.json")]) == 0
-    fitted = read_calibration(tmp_path / "b.json")
-    assert fitted.kind == "scalar" and sum(fitted.details["split"][k] for k in ("fit_observations",
-                                                                                "heldout_observations")) == 12
+    # the benchmark's own judgments are labelled pairs to fit on: 40 presentations of 20 pairs, the gold as label
+    assert main(["calibrate", "-i", str(tmp_path / "raw" / "judgments.jsonl"), "-o", str(tmp_path / "b.json"),
+                 "--heldout", "0.5"]) == 0
+    split = read_calibration(tmp_path / "b.json").details["split"]
+    assert split["fit_observations"] + split["heldout_observations"] == 40
+    assert split["fit_groups"] + split["heldout_groups"] == 20
     capsys.readouterr()
     assert main([*args, "--output", str(tmp_path / "cal"), "--calibration", str(tmp_path / "s.json")]) == 0
     out = capsys.readouterr().out
@@ -198,16 +202,31 @@ def test_bench_shows_calibration_beside_accuracy_and_applies_a_calibration(share
     assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
 
 
+def labelled_records(path: Path, n: int = 24) -> Path:
+    """``n`` labelled pair records (distinct arithmetic prompts), alternately labelled A and B."""
+    rows = [{"id": f"r{k}", "prompt": f"What is {k} + {k}?", "response_a": f"{k} + {k} = {2 * k}.",
+             "response_b": f"{k} + {k} = {2 * k + 1}.", "label": "AB"[k % 2]} for k in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 def test_calibrate_judges_labelled_records_first_with_a_tiny_model(tmp_path, capsys):
     from brrm.testing import save_tiny_qwen3
 
     rm = str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True))
-    pairs_file = Path(__file__).parents[1] / "examples" / "pairs.jsonl"
-    code = main(["calibrate", "--input", str(pairs_file), "--output", str(tmp_path / "c.json"), "--model", rm,
-                 "--heldout", "0.5", "--no-progress"])
+    code = main(["calibrate", "--input", str(labelled_records(tmp_path / "r.jsonl")), "--output",
+                 str(tmp_path / "c.json"), "--model", rm, "--heldout", "0.5", "--no-progress"])
     out, err = capsys.readouterr()
     assert code == 0, err
     calib = read_calibration(tmp_path / "c.json")
     split = calib.details["split"]
     assert calib.kind == "scalar" and calib.model == rm and math.isfinite(calib.scale)
-    assert split["fit_observations"] + split["heldout_observations"] == 8 and "held-out, calibrated" in out
+    assert split["fit_observations"] + split["heldout_observations"] == 24 and "held-out, calibrated" in out
+    # too few distinct pairs for a held-out figure: one line, naming the minimum, before any model loads
+    pairs_file = Path(__file__).parents[1] / "examples" / "pairs.jsonl"
+    code = main(["calibrate", "--input", str(pairs_file), "--output", str(tmp_path / "d.json"), "--model", rm,
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "each side needs at least 5 distinct pairs" in err and "Traceback" not in err
+    assert "kind bt" not in err  # refused before the model loaded (its header line names the loaded kind)
+    assert not (tmp_path / "d.json").exists()

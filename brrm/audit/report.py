@@ -167,6 +167,9 @@ def findings(summary: Mapping[str, JSONValue], shape: str) -> list[tuple[str, st
         if cal["raw"]:
             rows.append((f"before calibration {cal['calibration']}",
                          _calibration_text(part(cal["raw"]), cal["labelled"])))
+    seen = summary.get("calibration_overlap")
+    if seen:
+        rows.append(("calibration's own data", str(part(seen)["sentence"])))
     return rows
 
 

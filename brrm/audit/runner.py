@@ -59,6 +59,8 @@ class AuditOptions:
             locally, 64 on Ray.
         summary_every_s: seconds between periodic summary lines, > 0.
         progress: show a progress bar on the terminal.
+        calibration: the ``calib.json`` the judge was calibrated with (``--calibration``), or None: the summary
+            then says how many of the audited pairs were in that calibration's fit split (pairs).
 
     Raises:
         ConfigError: naming the option and its valid range.
@@ -72,6 +74,7 @@ class AuditOptions:
     chunk_size: int | None = None
     summary_every_s: float = 60.0
     progress: bool = True
+    calibration: str | None = None
 
     def __post_init__(self) -> None:
         check_float("low_margin", self.low_margin, low=0, high=0.5)

@@ -138,6 +138,8 @@ class SummaryOptions(Protocol):
     def low_margin(self) -> float: ...
     @property
     def max_flagged(self) -> int: ...
+    @property
+    def calibration(self) -> str | None: ...
 
 
 Figures = dict[str, object]
@@ -167,6 +169,8 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
                  for r in store.runs()],
         "thresholds": {"low_margin": options.low_margin},
         "overall": figures(rows, kind),
+        **({"calibration_overlap": calibration_overlap(rows, options.calibration)}
+           if options.calibration and options.shape == "pairs" else {}),
         "slices": slices,
         "flagged": {"counts": {f: sum(f in r.flags for r in rows) for f in FLAGS}, "total": len(flagged),
                     "reasons": flag_reasons(flagged),
@@ -175,6 +179,22 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
     })
     assert isinstance(summary, dict)
     return summary
+
+
+def calibration_overlap(rows: Sequence[AuditRow], path: str) -> dict[str, object]:
+    """How many of the run's pairs (by content group, :func:`brrm.calibration.data.content_key`) were in the fit
+    and held-out splits of the calibration at ``path`` (:func:`brrm.calibration.split.overlap`), with its sentence.
+
+    Raises:
+        ConfigError: when ``path`` is not a readable calibration (checked before judging by ``brrm.load``).
+    """
+    from brrm.calibration.data import row_content_key
+    from brrm.calibration.model import read_calibration
+    from brrm.calibration.split import overlap
+
+    keys = [row_content_key(r.record, r.line) for r in rows if r.record is not None]
+    found = overlap(read_calibration(path).details, keys)
+    return {**found.to_dict(), "sentence": found.sentence()}
 
 
 def flag_reasons(flagged: Sequence[AuditRow], top: int = 12) -> dict[str, int]:

@@ -107,9 +107,13 @@ class BenchItem:
         return [str(v) for v in value]
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready, without the texts (the per-item output file keeps ids, labels and verdicts)."""
+        """JSON-ready, without the texts (the per-item output file keeps ids, labels and verdicts); ``pair_keys``:
+        each pair's content group (:func:`brrm.calibration.data.content_key`), which ``brrm calibrate`` splits by."""
+        from brrm.calibration.data import content_key
+
+        keys = [content_key(self.conversation, self.responses[p.i], self.responses[p.j]) for p in self.pairs]
         return {"id": self.id, "subset": self.subset, "n_responses": len(self.responses),
-                "pairs": [[p.i, p.j, p.gold.value] for p in self.pairs], "meta": dict(self.meta)}
+                "pairs": [[p.i, p.j, p.gold.value] for p in self.pairs], "pair_keys": keys, "meta": dict(self.meta)}
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,12 @@ BINS = 10
 EPS = 1e-12
 """Probabilities are clipped to [EPS, 1 − EPS] for log loss and for logit(p)."""
 
+T_MIN = 1e-3
+"""Lowest temperature the fit searches (a 1000× sharpening)."""
+
+T_MAX = 1e3
+"""Highest temperature the fit searches (a 1000× flattening: P(A ≻ B) ≈ 0.5 for every |z| < 10)."""
+
 KINDS = ("pairwise", "scalar")
 
 
@@ -127,7 +133,10 @@ def measure(p: Sequence[float], y: Sequence[int], *, bins: int = BINS) -> Metric
 
 
 def fit_temperature(z: Sequence[float], y: Sequence[int]) -> float:
-    """The T > 0 minimising the log loss of σ(z / T) against ``y`` (0/1), in [1e-3, 1e3].
+    """The T > 0 minimising the log loss of σ(z / T) against ``y`` (0/1), in [:data:`T_MIN`, :data:`T_MAX`].
+
+    A result equal to a bound (:func:`at_bound`) means the minimum lies at or beyond it: the data ask for
+    probabilities sharper or flatter than the search allows (typically too few pairs, or all on one side).
 
     Raises:
         ConfigError: with fewer than 2 observations, or when every z is 0 (nothing to fit).
@@ -139,11 +148,11 @@ def fit_temperature(z: Sequence[float], y: Sequence[int]) -> float:
         a = math.exp(-log_t)
         return sum((sigmoid(a * zi) - yi) * zi for zi, yi in zip(z, y, strict=True))
 
-    lo, hi = math.log(1e-3), math.log(1e3)
+    lo, hi = math.log(T_MIN), math.log(T_MAX)
     if gradient(hi) >= 0:
-        return math.exp(hi)
+        return T_MAX
     if gradient(lo) <= 0:
-        return math.exp(lo)
+        return T_MIN
     for _ in range(200):
         mid = (lo + hi) / 2
         if gradient(mid) > 0:
@@ -151,6 +160,11 @@ def fit_temperature(z: Sequence[float], y: Sequence[int]) -> float:
         else:
             hi = mid
     return math.exp((lo + hi) / 2)
+
+
+def at_bound(t: float) -> bool:
+    """Whether a fitted temperature sits on the search bound :data:`T_MIN` or :data:`T_MAX`."""
+    return t in (T_MIN, T_MAX)
 
 
 def held_out(item_id: str, seed: int, fraction: float) -> bool:

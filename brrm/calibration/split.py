@@ -16,7 +16,7 @@ kept (up to :data:`MAX_KEPT_GROUPS`) so that applying the calibration to data it
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from brrm.calibration.data import Observation
@@ -67,6 +67,29 @@ class Split:
                 "heldout_group_keys": [g[:KEY_CHARS] for g in self.heldout_groups] if keep else None}
 
 
+def sides(keys: Iterable[str], seed: int, fraction: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(fit groups, held-out groups) of the distinct group ``keys``, each sorted.
+
+    Args:
+        keys: group keys (:func:`brrm.calibration.data.content_key`; repeats are one group).
+        seed: the split seed (any int).
+        fraction: the held-out fraction of groups, in (0, 1).
+
+    Raises:
+        ConfigError: when either side holds fewer than :data:`MIN_GROUPS` groups, naming both sizes (``brrm
+            calibrate`` checks records this way before a model loads).
+    """
+    groups = sorted(set(keys))
+    fit = tuple(g for g in groups if not held_out(g, seed, fraction))
+    held = tuple(g for g in groups if held_out(g, seed, fraction))
+    if len(fit) < MIN_GROUPS or len(held) < MIN_GROUPS:
+        raise ConfigError(
+            f"{len(groups)} distinct pairs split into {len(fit)} fit / {len(held)} held-out "
+            f"(--heldout {fraction}, --split-seed {seed}); each side needs at least {MIN_GROUPS} distinct pairs: "
+            "give more labelled pairs or change --heldout")
+    return fit, held
+
+
 def split(observations: Sequence[Observation], seed: int, fraction: float) -> Split:
     """Split observations by content group (each :attr:`Observation.key` is a group key).
 
@@ -76,39 +99,60 @@ def split(observations: Sequence[Observation], seed: int, fraction: float) -> Sp
         fraction: the held-out fraction of groups, in (0, 1).
 
     Raises:
-        ConfigError: when either side holds fewer than :data:`MIN_GROUPS` groups, naming both sizes.
+        ConfigError: when either side holds fewer than :data:`MIN_GROUPS` groups (:func:`sides`).
     """
-    groups = sorted({o.key for o in observations})
-    out = {g for g in groups if held_out(g, seed, fraction)}
-    fit_groups = tuple(g for g in groups if g not in out)
-    heldout_groups = tuple(g for g in groups if g in out)
-    if len(fit_groups) < MIN_GROUPS or len(heldout_groups) < MIN_GROUPS:
-        raise ConfigError(
-            f"{len(groups)} distinct pairs split into {len(fit_groups)} fit / {len(heldout_groups)} held-out "
-            f"(--heldout {fraction}, --split-seed {seed}); each side needs at least {MIN_GROUPS} distinct pairs: "
-            "give more labelled pairs or change --heldout")
+    fit_groups, heldout_groups = sides((o.key for o in observations), seed, fraction)
+    out = set(heldout_groups)
     return Split(tuple(o for o in observations if o.key not in out), tuple(o for o in observations if o.key in out),
                  fit_groups, heldout_groups)
 
 
-def overlap(details: Mapping[str, object], keys: Sequence[str]) -> dict[str, int] | None:
+@dataclass(frozen=True)
+class Overlap:
+    """How much of the data a calibration is applied to it was fitted on.
+
+    Attributes:
+        pairs: pairs the calibration was applied to.
+        in_fit, in_heldout: of those, how many are content groups of its fit / held-out split (0 when unknown).
+        known: False when the calibration kept no group keys (``reason`` says why); the counts are then 0 and
+            say nothing.
+        reason: why the overlap is unknown (empty when known).
+    """
+
+    pairs: int
+    in_fit: int
+    in_heldout: int
+    known: bool
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready dict (the audit summary's ``calibration_overlap``)."""
+        return {"pairs": self.pairs, "in_fit": self.in_fit, "in_heldout": self.in_heldout, "known": self.known,
+                "reason": self.reason}
+
+    def sentence(self) -> str:
+        """One line for reports: ``"3 of 40 pairs were in the calibration's fit split …"``."""
+        if not self.known:
+            return f"whether these pairs were in the calibration's fit split is unknown: {self.reason}"
+        return (f"{self.in_fit} of {self.pairs} pairs were in the calibration's fit split and {self.in_heldout} in "
+                "its held-out split" + (": probabilities of pairs it was fitted on look better calibrated than "
+                                        "they will on new data" if self.in_fit else ""))
+
+
+def overlap(details: Mapping[str, object], keys: Sequence[str]) -> Overlap:
     """How many of ``keys`` (content keys of data a calibration is applied to) were in its fit / held-out split.
 
     Args:
         details: a calibration's ``details`` (``calib.json``'s split record).
         keys: :func:`brrm.calibration.data.content_key` of each pair the calibration is applied to.
-
-    Returns:
-        ``{"pairs": n, "in_fit": k, "in_heldout": m}``, or None when the calibration kept no group keys (written
-        by an older brrm, or over :data:`MAX_KEPT_GROUPS` groups).
     """
     record = details.get("split")
-    if not isinstance(record, Mapping):
-        return None
-    fit, held = record.get("fit_group_keys"), record.get("heldout_group_keys")
+    fit = record.get("fit_group_keys") if isinstance(record, Mapping) else None
+    held = record.get("heldout_group_keys") if isinstance(record, Mapping) else None
     if not isinstance(fit, list) or not isinstance(held, list):
-        return None
+        why = ("the calibration file keeps no group keys (written by an older brrm, or fitted on more than "
+               f"{MAX_KEPT_GROUPS} pairs)")
+        return Overlap(len(keys), 0, 0, False, why)
     fit_set, held_set = {str(k) for k in fit}, {str(k) for k in held}
     short = [k[:KEY_CHARS] for k in keys]
-    return {"pairs": len(short), "in_fit": sum(k in fit_set for k in short),
-            "in_heldout": sum(k in held_set for k in short)}
+    return Overlap(len(short), sum(k in fit_set for k in short), sum(k in held_set for k in short), True)

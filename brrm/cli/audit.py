@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import platform
 import socket
 import sys
@@ -177,7 +178,8 @@ def _plan(args: argparse.Namespace, records: list[Record | RecordError], shape: 
                        principle_kind=kind == "principle", strategy=strategy)
     options = AuditOptions(shape=shape, strategy=strategy, slice_by=tuple(args.slice_by), low_margin=args.low_margin,
                            max_flagged=args.max_flagged, chunk_size=args.chunk_size,
-                           summary_every_s=args.summary_every, progress=not args.no_progress)
+                           summary_every_s=args.summary_every, progress=not args.no_progress,
+                           calibration=vars(args).get("calibration"))
     return items, options
 
 
@@ -249,6 +251,10 @@ def _print_outcome(outcome: AuditOutcome) -> None:
     for name in ("report", "summary", "jsonl", "parquet"):
         if name in files:
             print(f"{name}: {files[name]}")
+    if "summary" in files:
+        seen = json.loads(Path(files["summary"]).read_text(encoding="utf-8")).get("calibration_overlap")
+        if seen:
+            print(f"calibration: {seen['sentence']}", file=sys.stderr)
 
 
 COMMAND = Command(

@@ -3,7 +3,10 @@
 ``brrm calibrate --input labelled.jsonl --output calib.json [--report calib.html] [--heldout 0.3] [--split-seed 0]``.
 The input is either judged pairs (``brrm judge --output`` lines, labelled) — fitted at once — or labelled records
 to judge first with the model flags (``--model …``, as ``brrm judge``). Pairs go to the fit or the held-out split
-by a seeded hash of their id (:func:`brrm.calibration.fit.held_out`), both orders of a swapped pair together.
+by content group (:mod:`brrm.calibration.split`: the conversation and both responses, order-free, so duplicates
+under other ids and both orders of a swapped pair stay together); a split with fewer than 5 pairs on a side is
+refused. ``calib.json`` records the split (sizes in pairs and observations, digests of both sides' rows, the fit's
+group keys), the search bounds of the temperature (a warning when the fit sits on one) and the log-loss clipping.
 Prints and writes ECE, Brier score and log loss before and after on both splits; the HTML report embeds the
 reliability diagram of the held-out split before and after. Apply the result with ``--calibration calib.json``
 (any model command) or ``brrm.load(..., calibration="calib.json")``.
@@ -21,9 +24,10 @@ from typing import TYPE_CHECKING
 from brrm.cli import common
 
 if TYPE_CHECKING:
-    from brrm.calibration.data import Observation, Observations
+    from brrm.calibration.data import Observations
     from brrm.calibration.fit import Metrics
     from brrm.calibration.model import Calibration
+    from brrm.calibration.split import Split
     from brrm.types.jsonvalue import JSONDict
 from brrm.cli.command import Command
 from brrm.errors import ConfigError
@@ -59,18 +63,23 @@ def run(args: argparse.Namespace) -> int:
     rows, model = _judged_rows(args)
     obs = observations(rows)
     kind = obs.kind
-    fit, calibration, tables = _fit(obs, kind, model, args)
+    parts, calibration, tables = _fit(obs, kind, model, args)
     from brrm.calibration.model import write_calibration
     from brrm.calibration.report import calibration_html, reliability_png
+    from brrm.calibration.split import rows_digest
 
     write_calibration(out, calibration)
     png = reliability_png([("held-out, raw", tables[2][1]), ("held-out, calibrated", tables[3][1])])
+    split_text = (f"by content group, seed {args.split_seed}, {args.heldout:.0%} held out: {len(parts.fit_groups)} "
+                  f"pairs / {len(parts.fit)} observations fit, {len(parts.heldout_groups)} pairs / "
+                  f"{len(parts.heldout)} observations held out")
     facts = {"model": model or "unknown", "kind": kind, _param(kind): f"{_value(calibration):.4f}",
-             "fitted on": str(calibration.to_dict()["fit_on"]), "split": f"seed {args.split_seed}, {args.heldout:.0%} "
-             f"held out: {tables[0][1].n} fit / {tables[2][1].n} held-out observations", "hash": calibration.hash}
+             "fitted on": str(calibration.to_dict()["fit_on"]), "split": split_text,
+             "fit rows digest": rows_digest(parts.fit), "held-out rows digest": rows_digest(parts.heldout),
+             "log loss": "p clipped to [1e-12, 1 - 1e-12]", "hash": calibration.hash}
     report.write_text(calibration_html(f"brrm calibration: {model or args.input}", facts, tables, png),
                       encoding="utf-8")
-    _print(calibration, kind, tables, obs.skipped, fit, out, report)
+    _print(calibration, kind, tables, obs.skipped, parts, args.split_seed, out, report)
     return 0
 
 
@@ -103,13 +112,19 @@ def _judged_rows(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
 
 
 def _judge_records(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
+    from brrm.calibration.data import content_key
+    from brrm.calibration.split import sides
     from brrm.records import RecordError, read_records, seed_ids
+    from brrm.types import Verdict
 
     if vars(args).get("calibration"):
         raise ConfigError("--calibration does not apply to brrm calibrate: it fits on the raw probabilities")
     common.load_options(args)
     records = [r for r in read_records(args.input, "pairs", limit=args.limit) if not isinstance(r, RecordError)]
     common.require_records(records, args.input)
+    labelled = [r for r in records if r.label not in (None, Verdict.NONE, Verdict.TIE)]
+    sides([content_key(r.conversation, r.response_a, r.response_b) for r in labelled], args.split_seed,
+          args.heldout)  # refuse a split too small before the model loads
     judge = common.load_judge(args, kind="brrm")
     common.header(sys.stderr, "calibrate", judge, len(records), args.input)
     try:
@@ -119,43 +134,52 @@ def _judge_records(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
                                     labels=[r.label for r in records], progress=bar.update)
     finally:
         judge.close()
-    return [{**common.with_id(j, r.id).to_dict(), "line": r.line} for j, r in zip(out, records, strict=True)], \
-        judge.info.model
+    return [{**common.with_id(j, r.id).to_dict(), "line": r.line,
+             "content_key": content_key(r.conversation, r.response_a, r.response_b)}
+            for j, r in zip(out, records, strict=True)], judge.info.model
 
 
 def _fit(obs: Observations, kind: str, model: str,
-         args: argparse.Namespace) -> tuple[list[Observation], Calibration, list[tuple[str, Metrics]]]:
-    from brrm.calibration.fit import fit_temperature, held_out, measure, sigmoid
+         args: argparse.Namespace) -> tuple[Split, Calibration, list[tuple[str, Metrics]]]:
+    from brrm.calibration.fit import EPS, T_MAX, T_MIN, at_bound, fit_temperature, measure, sigmoid
     from brrm.calibration.model import Calibration
+    from brrm.calibration.split import split
 
-    fit = [o for o in obs.items if not held_out(o.key, args.split_seed, args.heldout)]
-    rest = [o for o in obs.items if held_out(o.key, args.split_seed, args.heldout)]
-    if len(fit) < 2 or not rest:
-        raise ConfigError(f"{len(obs.items)} usable observations split into {len(fit)} fit / {len(rest)} held-out; "
-                          "give more labelled pairs or change --heldout")
-    t = fit_temperature([o.z for o in fit], [o.y for o in fit])
+    parts = split(obs.items, args.split_seed, args.heldout)
+    t = fit_temperature([o.z for o in parts.fit], [o.y for o in parts.fit])
     tables = []
-    for name, part in (("fit", fit), ("held-out", rest)):
+    for name, part in (("fit", parts.fit), ("held-out", parts.heldout)):
         y = [o.y for o in part]
         tables.append((f"{name}, raw", measure([sigmoid(o.z) for o in part], y)))
         tables.append((f"{name}, calibrated", measure([sigmoid(o.z / t) for o in part], y)))
     metrics = {label: {k: v for k, v in m.to_dict().items() if k != "bins"} for label, m in tables}
-    details = {"split": {"seed": args.split_seed, "heldout_fraction": args.heldout, "fit_observations": len(fit),
-                         "heldout_observations": len(rest)}, "skipped": dict(obs.skipped), "metrics": metrics,
-               "binning": "ECE: 10 equal-width bins of P(A>B)", "source": str(args.input)}
-    return fit, Calibration(kind, t, model, details), tables
+    details = {"split": parts.to_dict(args.split_seed, args.heldout), "skipped": dict(obs.skipped),
+               "metrics": metrics, "binning": "ECE: 10 equal-width bins of P(A>B); a value on an inner edge "
+               "opens the bin above it, 1.0 is in the last bin (brrm.numerics.bin_index)",
+               "log_loss_clip": f"p clipped to [{EPS:g}, 1 - {EPS:g}]",
+               "search": {"bounds": [T_MIN, T_MAX], "bound_hit": at_bound(t)}, "source": str(args.input)}
+    return parts, Calibration(kind, t, model, details), tables
 
 
 def _print(calibration: Calibration, kind: str, tables: list[tuple[str, Metrics]], skipped: Mapping[str, int],
-           fit: list[Observation],
-           out: Path, report: Path) -> None:
-    print(f"brrm calibrate: {kind} judge; {_param(kind)} {_value(calibration):.4f} fitted on {len(fit)} "
-          f"observations (z = {calibration.to_dict()['fit_on']})")
+           parts: Split, seed: int, out: Path, report: Path) -> None:
+    from brrm.calibration.fit import EPS, T_MAX, T_MIN, at_bound
+
+    print(f"brrm calibrate: {kind} judge; {_param(kind)} {_value(calibration):.4f} fitted on "
+          f"{len(parts.fit_groups)} pairs ({len(parts.fit)} observations; z = {calibration.to_dict()['fit_on']})")
+    if at_bound(calibration.temperature):
+        print(f"warning: the temperature sits on the search bound ({calibration.temperature:g}; the search spans "
+              f"[{T_MIN:g}, {T_MAX:g}]): the fit pairs ask for sharper or flatter probabilities than it allows — "
+              "too few pairs, or all judged one way; do not trust this calibration", file=sys.stderr)
+    print(f"split by content group (seed {seed}): {len(parts.fit_groups)} pairs / "
+          f"{len(parts.fit)} observations fit, {len(parts.heldout_groups)} pairs / {len(parts.heldout)} "
+          "observations held out")
     if any(skipped.values()):
         print("left out: " + ", ".join(f"{k} {v}" for k, v in skipped.items() if v))
     print(f"  {'split':<22} {'n':>5} {'ECE':>8} {'Brier':>8} {'log loss':>9} {'accuracy':>9}")
     for label, m in tables:
         print(f"  {label:<22} {m.n:>5} {m.ece:>8.4f} {m.brier:>8.4f} {m.log_loss:>9.4f} {m.accuracy:>9.4f}")
+    print(f"  (n: observations; log loss with p clipped to [{EPS:g}, 1 - {EPS:g}])")
     print(f"wrote {out} (hash {calibration.hash}) and {report}")
 
 

@@ -71,6 +71,7 @@ def invalid_row(rec: Any) -> dict[str, Any]:
 def _judge(judge: RewardJudge, good: list[tuple[int, Any]], results: dict[int, Any], sink: common.OrderedLines,
            args: argparse.Namespace, term: TextIO) -> None:
     """Judge ``(position, record)`` pairs; each result goes to ``sink`` and the terminal as soon as it is final."""
+    from brrm.calibration.data import content_key
     from brrm.records import seed_ids
     from brrm.service.items import PairItem
     from brrm.service.run import run as run_jobs
@@ -83,7 +84,8 @@ def _judge(judge: RewardJudge, good: list[tuple[int, Any]], results: dict[int, A
             k, rec = good[i]
             res = common.with_id(res, rec.id)
             results[k] = res
-            sink.put(k, {"line": rec.line, **res.to_dict()})
+            sink.put(k, {"line": rec.line, "content_key": content_key(rec.conversation, rec.response_a,
+                                                                      rec.response_b), **res.to_dict()})
             if not args.quiet:
                 bar.write(verdict_line(res.to_dict()), file=term)
 

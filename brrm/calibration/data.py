@@ -37,12 +37,14 @@ class Observation:
         z: the logit of P(A ≻ B) (finite).
         y: 1 when the label is A, 0 when B.
         digit_logits: whether z came from the verdict-digit logits (a pairwise judge).
+        p: P(A ≻ B) as judged (``p_a``, in [0, 1]; σ(z) up to rounding): the raw figures bin this value itself.
     """
 
     key: str
     z: float
     y: int
     digit_logits: bool
+    p: float
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,18 @@ class Observations:
             raise ConfigError("the judgments mix verdict-digit logits (a pairwise judge) and reward differences "
                               "(a scalar model); calibrate one judge at a time")
         return "pairwise" if flags.pop() else "scalar"
+
+
+def _p(d: Mapping[str, object]) -> float:
+    """``p_a`` of a judged row.
+
+    Raises:
+        ConfigError: when it lies outside [0, 1].
+    """
+    p = float(as_number(d["p_a"], "p_a"))
+    if not 0.0 <= p <= 1.0:
+        raise ConfigError(f"p_a {p} lies outside [0, 1]")
+    return p
 
 
 def _z(d: Mapping[str, object]) -> tuple[float, bool]:
@@ -106,7 +120,7 @@ def observations(rows: Iterable[Mapping[str, object]]) -> Observations:
                 skipped["failed"] += 1
                 continue
             z, digits = _z(part)
-            out.append(Observation(key, z, 1 if label is Verdict.A else 0, digits))
+            out.append(Observation(key, z, 1 if label is Verdict.A else 0, digits, _p(part)))
     return Observations(tuple(out), skipped)
 
 
@@ -135,7 +149,7 @@ def _bench_row(row: Mapping[str, object], out: list[Observation], skipped: dict[
             continue
         first_better = (gold is Verdict.A) != bool(pres["swapped"])
         z, digits = _z(j)
-        out.append(Observation(str(keys[index]), z, 1 if first_better else 0, digits))
+        out.append(Observation(str(keys[index]), z, 1 if first_better else 0, digits, _p(j)))
 
 
 def content_key(conversation: ConversationLike, response_a: str, response_b: str) -> str:

@@ -150,9 +150,10 @@ def _fit(obs: Observations, kind: str, model: str,
     tables = []
     for name, part in (("fit", parts.fit), ("held-out", parts.heldout)):
         y = [o.y for o in part]
-        tables.append((f"{name}, raw", measure([sigmoid(o.z) for o in part], y)))
+        tables.append((f"{name}, raw", measure([o.p for o in part], y)))
         tables.append((f"{name}, calibrated", measure([sigmoid(o.z / t) for o in part], y)))
-    metrics = {label: {k: v for k, v in m.to_dict().items() if k != "bins"} for label, m in tables}
+    metrics = {label: {**{k: v for k, v in m.to_dict().items() if k != "bins"},
+                       "bin_counts": [b.n for b in m.bins]} for label, m in tables}
     details = {"split": parts.to_dict(args.split_seed, args.heldout), "skipped": dict(obs.skipped),
                "metrics": metrics, "binning": "ECE: 10 equal-width bins of P(A>B); a value on an inner edge "
                "opens the bin above it, 1.0 is in the last bin (brrm.numerics.bin_index)",

@@ -183,10 +183,13 @@ def test_bench_shows_calibration_beside_accuracy_and_applies_a_calibration(share
     split = read_calibration(tmp_path / "b.json").details["split"]
     assert split["fit_observations"] + split["heldout_observations"] == 40
     assert split["fit_groups"] + split["heldout_groups"] == 20
+    assert main([*args, "--calibration", str(tmp_path / "b.json")]) == 0  # applied to the pairs it was fitted on
+    assert f"{split['fit_groups']} of 20 pairs were in the calibration's fit split" in capsys.readouterr().out
     capsys.readouterr()
     assert main([*args, "--output", str(tmp_path / "cal"), "--calibration", str(tmp_path / "s.json")]) == 0
     out = capsys.readouterr().out
     assert "raw (before calibration): ECE" in out
+    assert "unknown: the calibration file keeps no group keys" in out  # s.json was written by hand
     rows = [json.loads(line) for line in (tmp_path / "cal" / "judgments.jsonl").read_text().splitlines()]
     judged = [p["judgment"] for r in rows for p in r["presentations"]]
     assert judged and all(j["p_a_raw"] is not None and j["p_a"] != j["p_a_raw"] for j in judged)

@@ -60,8 +60,9 @@ def summary_line(metrics: Sequence[tuple[str, Metrics]]) -> str:
             + "; ".join(parts)) if metrics else ""
 
 
-def write_report(folder: Path, result: BenchResult, metrics: Sequence[tuple[str, Metrics]]) -> Path:
-    """``report.html``: the score table, then the calibration table and reliability diagram when measured."""
+def write_report(folder: Path, result: BenchResult, metrics: Sequence[tuple[str, Metrics]], overlap: str = "") -> Path:
+    """``report.html``: the score table, then the calibration table and reliability diagram when measured, and
+    ``overlap`` (how many pairs the applied calibration was fitted on, a sentence) when given."""
     from brrm.bench.report import table_lines
     from brrm.calibration.report import BINNING, STYLE, img_tag, metrics_table, reliability_png
 
@@ -76,6 +77,7 @@ def write_report(folder: Path, result: BenchResult, metrics: Sequence[tuple[str,
         import importlib.util
 
         parts += ["<h2>Calibration of P(A ≻ B)</h2>", metrics_table(metrics), f"<p>{html.escape(BINNING)}</p>"]
+        parts += [f"<p>calibration's own data: {html.escape(overlap)}</p>"] if overlap else []
         parts.append(img_tag(reliability_png(list(metrics), title=f"{result.benchmark}: reliability of P(A ≻ B)"),
                              "reliability diagram") if importlib.util.find_spec("matplotlib") is not None else
                      "<p>(the reliability diagram needs matplotlib: pip install 'brrm[audit]')</p>")

@@ -73,8 +73,9 @@ def metrics_table(rows: Sequence[tuple[str, Metrics]]) -> str:
     return f'<table class="calibration">{head}{body}</table>'
 
 
-BINNING = ("ECE over 10 equal-width bins of P(A ≻ B) (not of max(p, 1 − p)); Brier = mean (p − y)²; log loss in "
-           "nats; y = 1 when the label is A.")
+BINNING = ("ECE over 10 equal-width bins of P(A ≻ B) (not of max(p, 1 − p)); a value on an inner edge opens the bin "
+           "above it and 1.0 is in the last bin; Brier = mean (p − y)²; log loss in nats with p clipped to "
+           "[1e-12, 1 − 1e-12]; y = 1 when the label is A.")
 
 STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}table{border-collapse:collapse;"
          "margin:1em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child{text-align:left}"

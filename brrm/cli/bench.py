@@ -122,7 +122,7 @@ def execute(args: argparse.Namespace) -> list[Scored]:
             scored.append(_run(args, scorer, mine, items, subsets, protocol, where))
     finally:
         judge.close()
-    _finish(bench, scored, folder, judge.info.model, _revision(args, bench))
+    _finish(bench, scored, folder, judge.info.model, _revision(args, bench), vars(args).get("calibration"))
     return scored
 
 
@@ -254,7 +254,7 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
 
 
 def _finish(bench: Benchmark, scored: list[Scored], folder: Path | None, model: str | None,
-            revision: dict[str, Any]) -> None:
+            revision: dict[str, Any], calibration: str | None = None) -> None:
     from brrm.bench.report import cost_line, protocol_table_lines, published_figure, write_scored
 
     published = published_figure(bench, model)
@@ -276,7 +276,7 @@ def _finish(bench: Benchmark, scored: list[Scored], folder: Path | None, model: 
     at = revision.get("commit") or revision.get("sha256") or "unknown revision"
     print(f"data: {revision.get('source')} — {revision.get('repository') or 'local copy'} @ {at} "
           f"({revision.get('from')})", file=term)
-    _calibration(scored, folder, many)
+    _calibration(scored, folder, many, calibration)
     if folder is not None:
         write_scored(folder, scored, published, revision)
         print(f"wrote {folder}/result.json and result.md" + (" and judgments.jsonl" if scored[0].all.cost else "")
@@ -300,21 +300,36 @@ def _headline(run: Scored) -> str:
     return f"{name} " + "; ".join(both)
 
 
-def _calibration(scored: list[Scored], folder: Path | None, many: bool) -> None:
+def _calibration(scored: list[Scored], folder: Path | None, many: bool, calibration: str | None) -> None:
     """ECE, Brier and log loss of each run's P(A ≻ B) beside its accuracy; ``report.html`` with the reliability
-    diagram in its folder (nothing when no labelled judgment measured a probability)."""
+    diagram in its folder (nothing when no labelled judgment measured a probability). With ``--calibration``, how
+    many of the benchmark's pairs that calibration was fitted on (:func:`brrm.calibration.split.overlap`)."""
     from brrm.bench.calibration_report import measure_results, summary_line, write_report
 
     for run in scored:
         metrics = measure_results(list(run.results))
         if not metrics:
             continue
-        print((f"{run.label} " if many else "") + summary_line(metrics), file=sys.stdout)
+        prefix = f"{run.label} " if many else ""
+        print(prefix + summary_line(metrics), file=sys.stdout)
+        note = _overlap_sentence(run, calibration) if calibration else ""
+        if note:
+            print(f"{prefix}calibration: {note}", file=sys.stdout)
         if folder is not None:
             where = folder / run.label if many else folder
-            write_report(where, run.all, metrics)
+            write_report(where, run.all, metrics, note)
             run.calibration.update({label: {k: v for k, v in m.to_dict().items() if k != "bins"}
                                     for label, m in metrics})
+
+
+def _overlap_sentence(run: Scored, calibration: str) -> str:
+    from brrm.calibration.data import content_key
+    from brrm.calibration.model import read_calibration
+    from brrm.calibration.split import overlap
+
+    keys = [content_key(r.item.conversation, r.item.responses[p.i], r.item.responses[p.j])
+            for r in run.results for p in r.item.pairs]
+    return overlap(read_calibration(calibration).details, keys).sentence()
 
 
 def _description() -> str:

@@ -394,7 +394,7 @@ def _resolve_source(name: str, embedded: bool) -> str:
                           "(owner/name); point --model at the folder that holds config.json")
     if model_config(name) is not None:
         return name
-    hint = (f"download it where there is network (huggingface-cli download {name} --local-dir DIR) and pass the "
+    hint = (f"download it where there is network (hf download {name} --local-dir DIR) and pass the "
             "local directory")
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         raise ConfigError(f"model {name!r} is not a local directory and not in the Hugging Face cache, and the hub "

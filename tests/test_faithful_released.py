@@ -13,7 +13,6 @@ from brrm.judges.brrm import BRRMConfig
 from brrm.testing import brrm_judge
 from brrm.types import Status, Verdict
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "brrm"
 RANKING = "[The Begin of Ranking Score]\n\\boxed{2}\n[The End of Ranking Score]"
 T1 = ("[Quality Assessment Focus]\nInformation Accuracy\n[End of Quality Assessment Focus]\n\n"
       "[Quality Analysis for Response 1]\n- Critical Issues: None\n[End of Quality Analysis for Response 1]\n\n"
@@ -39,9 +38,9 @@ def _judge(tokenizer, **cfg):
     return brrm_judge(backend, BRRMConfig(decoding="faithful", **cfg)), seen
 
 
-def released_p1_ids(tokenizer, messages, r1: str, r2: str) -> list[int]:
+def released_p1_ids(reference: Path, tokenizer, messages, r1: str, r2: str) -> list[int]:
     """The released evaluation's P1, rebuilt from its description (reference README), not from brrm's code."""
-    template = (REFERENCE / "turn1_template.txt").read_text()
+    template = (reference / "brrm" / "turn1_template.txt").read_text()
     lines = "\n".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {m['content']}" for m in messages)
     context = f"[The Begin of Context]\n{lines}\n[The End of Context]\n"
     responses = (f"[The Begin of Response 1]\n{r1}\n[The End of Response 1]\n\n"
@@ -51,12 +50,12 @@ def released_p1_ids(tokenizer, messages, r1: str, r2: str) -> list[int]:
                                               tokenize=True, return_dict=False))
 
 
-def test_history_think_ids_equal_the_released_rendering(qwen3_tokenizer):
+def test_history_think_ids_equal_the_released_rendering(qwen3_tokenizer, shared):
     tok = qwen3_tokenizer
     judge, seen = _judge(tok)
     (r,) = judge.judge_pairs([HISTORY], ["6"], ["3+3 = 6."])
     assert r.status is Status.OK and r.winner is Verdict.B
-    official = released_p1_ids(tok, HISTORY, "6", "3+3 = 6.")
+    official = released_p1_ids(shared / "reference", tok, HISTORY, "6", "3+3 = 6.")
     p1 = list(seen[0].prompt_ids)
     assert p1 == official  # ids, not only bytes
     assert p1.count(151667) == 1 and p1.count(151668) == 1  # <think> / </think> as the template's own ids

@@ -7,6 +7,22 @@ import pytest
 from brrm.cli import main
 
 
+@pytest.fixture(scope="module")
+def busy_8000():
+    """Port 8000 (the default) in use, as on a developer's machine with another server: flag errors still come
+    first (held here when free; when it cannot be bound, something else holds it)."""
+    import socket
+
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", 8000))
+        sock.listen(1)
+    except OSError:
+        pass
+    yield
+    sock.close()
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["--port", "70000"], "--port 70000 is outside 0-65535"),
     (["--failed-reward", "low"], "--failed-reward 'low' is not a number or null"),
@@ -17,10 +33,10 @@ from brrm.cli import main
     (["--model", "some/model", "--factory", "tests.serve_helpers:fake_brrm"], "give --model or --factory"),
     (["--factory", "tests.serve_helpers"], "is not MODULE:FUNCTION"),
     (["--factory", "tests.serve_helpers:nothing_here"], "has no attribute 'nothing_here'"),
-    (["--kind", "bt", "--get-reward-mode", "reference", "--factory", "tests.serve_helpers:fake_bt"],
+    (["--kind", "bt", "--get-reward-mode", "reference", "--factory", "tests.serve_helpers:fake_bt", "--port", "0"],
      "--get-reward-mode 'reference' needs a pairwise judge"),
 ])
-def test_bad_flags_are_one_error_line(flags, message, capsys):
+def test_bad_flags_are_one_error_line(flags, message, capsys, busy_8000):
     assert main(["serve", *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith("brrm: error:") and message in err and "Traceback" not in err

@@ -16,7 +16,8 @@ class Parser(argparse.ArgumentParser):
     """argparse, with a usage mistake reported as one ``brrm: error:`` line (exit 2) instead of the usage block."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"brrm: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        verb = self.prog.removeprefix("brrm").strip()  # "" for the top level: no "brrm: error: brrm: …"
+        self.exit(2, f"brrm: error: {verb + ': ' if verb else ''}{message} (see {self.prog} --help)\n")
 
 
 Subparsers = argparse._SubParsersAction  # argparse's own type of ``add_subparsers()``'s result

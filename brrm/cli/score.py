@@ -10,7 +10,7 @@ demo model runs as a principle judge (``--principle`` required), to show the mac
 from __future__ import annotations
 
 import argparse
-import json
+from collections.abc import Mapping
 from typing import Any
 
 from brrm.cli import common
@@ -75,9 +75,27 @@ def run(args: argparse.Namespace) -> int:
             else:
                 flat.append((pos, rec, p))
         _score(judge, flat, sink, results, args)
-    print(json.dumps(summarize_rewards(results)), file=term)
+    for line in summary_lines(summarize_rewards(results)):
+        print(line, file=term)
     judge.close()
     return 0
+
+
+def summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The human summary of a ``brrm score`` run (as ``brrm judge`` prints its own), from
+    :func:`brrm.types.summarize_rewards`'s dict: counts, the ok rewards' mean / min / max, failures by status."""
+    by = summary["by_status"]
+    reward = summary["reward"]
+    stats = (f"mean {reward['mean']:.4f}, min {reward['min']:.4f}, max {reward['max']:.4f}" if reward
+             else "none (no ok reward)")
+    failed = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in by.items() if v and k not in ("ok", "invalid_input"))
+    out = ["summary:", f"  responses {summary['total']}; scored {summary['scored']}; invalid records "
+                       f"{by.get('invalid_input', 0)}",
+           f"  rewards (ok only; failures never enter them): {stats}",
+           f"  failures: {failed or 'none'}; inputs cut to fit (truncated) {summary['truncated']}"]
+    if summary["invalid_lines"]:
+        out.append("  invalid: " + ", ".join(summary["invalid_lines"]))
+    return out
 
 
 def _refuse_principles(judge: RewardJudge, principles: list[str], model: str | None) -> None:

@@ -24,6 +24,8 @@ from brrm.cli.command import Command
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fastapi import FastAPI
 
     from brrm.serve.limits import ServerLimits
@@ -163,12 +165,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give --model or --factory, not both")
     limits = limits_from(args, args.backend)  # every limit checked before the model loads
     common.load_options(args)
+    factory = _factory_function(args.factory) if args.factory else None
     sock = bind(args.host, args.port)  # the port too: a port in use fails before minutes of loading
     if args.host not in ("127.0.0.1", "localhost", "::1") and limits.api_key is None:
         print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "
               "BRRM_API_KEY)", file=sys.stderr)
     try:
-        judge = _factory(args.factory) if args.factory else common.load_judge(args, kind="brrm")
+        judge = _factory(args.factory, factory) if factory else common.load_judge(args, kind="brrm")
     except BaseException:
         sock.close()
         raise
@@ -238,14 +241,12 @@ def serve(app: FastAPI, *, host: str, port: int, drain_timeout_s: float, log_lev
     Server(config).run(sockets=[sock] if sock is not None else None)
 
 
-def _factory(spec: str) -> RewardJudge:
-    """Call ``MODULE:FUNCTION`` and return the judge it builds.
+def _factory_function(spec: str) -> Callable[[], object]:
+    """The function ``MODULE:FUNCTION`` names, imported (checked before the port is bound or anything loads).
 
     Raises:
-        ConfigError: when the spec is malformed, the module or function is missing, or the result is no judge.
+        ConfigError: when the spec is malformed or the module or function is missing.
     """
-    from brrm.types import RewardJudge
-
     module_name, _, func_name = spec.partition(":")
     if not module_name or not func_name:
         raise ConfigError(f"--factory {spec!r} is not MODULE:FUNCTION")
@@ -253,6 +254,19 @@ def _factory(spec: str) -> RewardJudge:
         func = getattr(importlib.import_module(module_name), func_name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"--factory {spec!r}: {exc}") from None
+    if not callable(func):
+        raise ConfigError(f"--factory {spec!r} is a {type(func).__name__}, not a function")
+    return func
+
+
+def _factory(spec: str, func: Callable[[], object]) -> RewardJudge:
+    """Call the ``--factory`` function and return the judge it builds.
+
+    Raises:
+        ConfigError: when the result is no judge.
+    """
+    from brrm.types import RewardJudge
+
     judge = func()
     if not isinstance(judge, RewardJudge):
         raise ConfigError(f"--factory {spec!r} returned {type(judge).__name__}, not a RewardJudge")

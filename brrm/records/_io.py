@@ -159,6 +159,15 @@ def _grouped(data: object) -> bool:
         isinstance(v, list) and v and all(isinstance(x, dict) for x in v) for v in data.values())
 
 
+def _nested_records(line: int, row: object) -> RecordError:
+    """A JSON Lines line that is an object of record lists (``{"pairs": [...]}``): not a record, but a whole JSON
+    document written on one line; said so, with the way to read it."""
+    assert isinstance(row, dict)
+    held = ", ".join(f"{k!r}: {len(v)} records" for k, v in row.items())
+    return RecordError(line, str(line), f"line {line}: an object of record lists ({held}), not one record: a JSON "
+                                        "document on one line; save it as .json or pass --input-format json")
+
+
 def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, object]]:
     count = 0
     with path.open(encoding="utf-8") as handle:
@@ -170,11 +179,13 @@ def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, object]]:
             count += 1
             text = text.rstrip("\r\n")  # the newline is not part of the record: an error's column is on this line
             try:
-                yield line, json.loads(text)
+                row = json.loads(text)
             except json.JSONDecodeError as exc:
                 early = "; the line ends early: cut short?" if exc.pos >= len(text.rstrip()) else ""
                 why = f"line {line}: not valid JSON ({exc.msg} at column {exc.colno}{early})"
                 yield line, RecordError(line, str(line), why)
+                continue
+            yield line, _nested_records(line, row) if _grouped(row) else row
 
 
 def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str, object]]:

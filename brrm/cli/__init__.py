@@ -39,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _line_buffered(sys.stdout)
     try:
-        with sigterm_as_interrupt("resume" in vars(args)):  # a record-writing run: say how to resume
+        # SIGTERM ends every verb as Ctrl-C does (one line, exit 143); the server drains on its own handler
+        with sigterm_as_interrupt(vars(args).get("command") != "serve"):
             return int(args.func(args))
     except BrrmError as exc:
         from brrm.cli.common import translate

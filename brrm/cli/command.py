@@ -9,11 +9,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage mistake reported as one ``brrm: error:`` line (exit 2) instead of the usage block."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # no abbreviations: `brrm probe --input F` must not become `--input-format F` (a confusing choice error)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         verb = self.prog.removeprefix("brrm").strip()  # "" for the top level: no "brrm: error: brrm: …"

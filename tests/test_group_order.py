@@ -263,5 +263,4 @@ def test_brrm_rank_on_a_file_with_the_tiny_real_model(tiny_model, tmp_path, caps
     maps = _rank_file(tmp_path, capsys, ("4", "5", "four", "IV"),
                       ["--model", tiny_model, "--kind", "brrm", "--strategy", strategy, "--max-new-tokens", "420",
                        "--block-token-cap", "8", "--thinking", "off"])
-    print(maps)
     assert maps[0] == maps[1] == maps[2] and all(v is not None for v in maps[0].values())

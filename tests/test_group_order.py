@@ -210,17 +210,6 @@ def test_compare_rewards_and_comparisons_do_not_depend_on_response_order(server,
     assert len(set(dict(next(iter(seen))).values())) > 1  # the rewards say something
 
 
-def test_compare_malformed_response_keeps_its_place_in_the_canonical_ring(server):
-    texts = ["4", "5", "four", "IV"]
-    body = compare_body(texts, "What is 2+2?")
-    body["response_objs"][1] = {"output": "not a list"}
-    got = httpx.post(f"{server.url}/compare", json=body, timeout=60).json()
-    assert got["statuses"][1] == "invalid_input" and len(got["comparison_results"]) == 2
-    ring = CanonicalGroup.of(["4", None, "four", "IV"]).caller_pairs([(0, 1), (1, 2), (2, 3), (3, 0)])
-    assert {(c["response_i"], c["response_j"]) for c in got["comparison_results"]} == {
-        p for p in ring if 1 not in p}
-
-
 @pytest.mark.parametrize("strategy", ["circular", "round_robin", "knockout"])
 def test_v1_rank_rewards_do_not_depend_on_response_order(server, strategy):
     seen = set()
@@ -247,7 +236,8 @@ def _rank_file(tmp_path, capsys, group, argv):
     assert main(["rank", "--input", str(src), "--output", str(out), "--no-progress", *argv]) == 0
     capsys.readouterr()
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    return [by_text(permuted(group, p), [r["reward"] for r in row["rewards"]]) for p, row in zip(FEW, rows)]
+    return [by_text(permuted(group, p), [r["reward"] for r in row["rewards"]])
+            for p, row in zip(FEW[:3], rows, strict=True)]
 
 
 @pytest.fixture(scope="module")

@@ -81,7 +81,8 @@ def test_trl_group_rewards_do_not_depend_on_completion_order(strategy, swap, sof
     judge, _ = scripted_brrm()
     reward = trl_reward(judge, mode="group", strategy=strategy, num_generations=4, swap=swap, soft=soft)
     seen = set()
-    for perm, other in zip(PERMS, reversed(PERMS), strict=True):  # two groups per step, each in its own order
+    perms = FEW if strategy == "round_robin" else PERMS  # round-robin shows every pair in both orders already
+    for perm, other in zip(perms, reversed(perms), strict=True):  # two groups per step, each in its own order
         texts = permuted(group, perm) + permuted(group, other)
         got = reward(prompts=["Q1"] * 4 + ["Q2"] * 4, completions=texts, completion_ids=[[0]] * 8,
                      trainer_state=None, log_metric=lambda *a: None, log_extra=lambda *a: None)

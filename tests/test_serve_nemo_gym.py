@@ -17,6 +17,7 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
+from brrm.service.order import CanonicalGroup
 from tests.serve_helpers import REPO, compare_body, running_server
 
 pytestmark = pytest.mark.timeout(180)
@@ -67,8 +68,9 @@ def test_one_malformed_rollout_fails_only_that_response(server):
     reply, raw = _compare(server, body)
     assert raw["statuses"] == ["ok", "invalid_input", "ok", "ok"]
     assert "response_objs[1]" in raw["reasons"][1] and "'output' list" in raw["reasons"][1]
-    assert reply.comparison_results is not None and len(reply.comparison_results) == 2  # (2,3), (3,0) judged
-    assert {(c["response_i"], c["response_j"]) for c in reply.comparison_results} == {(2, 3), (3, 0)}
+    assert reply.comparison_results is not None and len(reply.comparison_results) == 2  # the ring's pairs without 1
+    ring = CanonicalGroup.of(["4", None, "four", "IV"]).caller_pairs([(0, 1), (1, 2), (2, 3), (3, 0)])  # its order
+    assert {(c["response_i"], c["response_j"]) for c in reply.comparison_results} == {p for p in ring if 1 not in p}
 
 
 def test_a_single_response_gets_the_neutral_reward_and_no_comparisons(server):

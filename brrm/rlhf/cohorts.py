@@ -9,9 +9,10 @@ reason saying how many arrived) — one missing rollout never hangs its siblings
 #2385). With ``judge_partial=True`` a partial group of at least two is judged with the members it has, and each
 of their rewards says so in its reason.
 
-Rewards never depend on arrival order: before judging, a group's members are put in a stable order (by the
-SHA-256 of their response text, ties by arrival), so circular and knockout pairings are the same whichever
-sample's call came first; each reward is then handed back to the call that sent that response.
+Rewards never depend on arrival order: the group job of :func:`brrm.service.run.run` judges a group's members in
+the one canonical order of :mod:`brrm.service.order` (every integration's), so circular and knockout pairings are
+the same whichever sample's call came first; each reward comes back at its arrival position, to the call that
+sent that response.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -34,11 +34,6 @@ class _Cohort:
     futures: list[asyncio.Future[ScalarReward]] = field(default_factory=list)
     deadline: asyncio.TimerHandle | None = None
     partial: str = ""
-
-    def ordered(self) -> list[int]:
-        """Member indices in a stable order: by the SHA-256 of the response text, ties by arrival."""
-        digests = [hashlib.sha256(r.encode("utf-8", "surrogatepass")).hexdigest() for r in self.responses]
-        return sorted(range(len(self.responses)), key=lambda i: (digests[i], i))
 
 
 class CohortBuffer:
@@ -135,14 +130,14 @@ class CohortBuffer:
                             f.set_exception(exc)
                 continue
             for k, c in enumerate(group):
-                for pos, i in enumerate(c.ordered()):
-                    if not c.futures[i].done():
-                        c.futures[i].set_result(_partial(rewards[k * size + pos], c.partial))
+                for i, future in enumerate(c.futures):
+                    if not future.done():
+                        future.set_result(_partial(rewards[k * size + i], c.partial))
 
     def _rank(self, group: list[_Cohort], size: int) -> list[ScalarReward]:
         self.calls += 1
         convs = [c.conversation for c in group for _ in range(size)]
-        responses = [c.responses[i] for c in group for i in c.ordered()]
+        responses = [r for c in group for r in c.responses]
         return rank_in_groups(self.judge(), convs, responses, num_generations=size, strategy=self.strategy,
                               swap=self.swap, soft=self.soft, references=None,
                               max_judgments=self.max_judgments).rewards

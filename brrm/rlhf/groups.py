@@ -13,6 +13,10 @@ its neighbours' ring or bracket. For those, the group is ranked again without su
 pass, batched across groups), so the others get exactly the rewards of the smaller group — the ring closes
 over the completions that can be judged. A knockout match that fails cannot say which side caused it, so both
 sides of a failed first match are left unscored.
+
+Rewards never depend on the order of a group's completions: :func:`brrm.service.run.run` judges every group in the
+canonical order of :mod:`brrm.service.order` and answers in the batch's order; identical completions get identical
+rewards.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from brrm.compose.strategies import judgments_per_group
 from brrm.errors import ConfigError
 from brrm.service.items import GroupItem, RankCall, ScoreItem
+from brrm.service.order import CanonicalGroup
 from brrm.service.run import run
 from brrm.types import ConversationLike, GroupResult, RewardJudge, ScalarReward, Status
 
@@ -102,10 +107,12 @@ def _judgment_count(result: GroupResult, swap: bool) -> int:
     return sum(max(1, len(jd.sub_judgments)) if swap else 1 for jd in result.judgments if jd.attempts)
 
 
-def _rewards(result: GroupResult, soft: bool) -> list[ScalarReward]:
+def _rewards(result: GroupResult, soft: bool, texts: Sequence[str]) -> list[ScalarReward]:
+    """The group's rewards; ``soft``: expected win rates, identical ``texts`` pooled as the hard rewards are
+    (:meth:`~brrm.service.order.CanonicalGroup.pool_values`)."""
     if not soft:
         return list(result.rewards)
-    rates = result.expected_win_rates()
+    rates = CanonicalGroup.of(texts).pool_values(result.expected_win_rates())
     return [replace(r, reward=rates[k]) if r.ok and math.isfinite(rates[k]) else r
             for k, r in enumerate(result.rewards)]
 
@@ -173,8 +180,9 @@ def rank_in_groups(judge: RewardJudge, conversations: Sequence[ConversationLike]
                        max_judgments=max_judgments, used=used)
     for k in range(n_groups):
         row: list[ScalarReward | None] = [None] * g
+        rewards = _rewards(current[k], soft, [groups[k][i] for i in members[k]])
         for pos, orig in enumerate(members[k]):
-            row[orig] = _rewards(current[k], soft)[pos]
+            row[orig] = rewards[pos]
         for orig in range(g):
             if row[orig] is None:
                 row[orig] = _dropped(results[k], orig)

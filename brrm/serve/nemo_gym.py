@@ -24,13 +24,17 @@ comparison — ``comparison_results`` and ``metrics`` null — and a neutral rew
 brrm's neutral value on its [0, 1] win-rate scale is :data:`NEUTRAL_REWARD`. A response object whose
 ``output`` is not a list is, for NeMo, the text "None"; brrm instead judges it as that one response's failure
 (``invalid_input``), leaves its pairs unjudged, and the other responses keep their comparisons.
+
+Unlike NeMo Gym, the pairs are made over the group's canonical order (:mod:`brrm.service.order`), not the
+request's, so who meets whom and who is shown first never depend on the order of ``response_objs``; identical
+responses get identical rewards.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
@@ -126,7 +130,8 @@ def judged_pairs(pairs: Sequence[tuple[int, int]], bad: Mapping[int, str]) -> li
 
 
 def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[PairwiseJudgment],
-              malformed: Mapping[int, str] | None = None
+              malformed: Mapping[int, str] | None = None,
+              pool: Callable[[list[ScalarReward]], list[ScalarReward]] | None = None,
               ) -> tuple[list[ScalarReward], list[JSONDict] | None, dict[str, float] | None]:
     """(per-response rewards, ``comparison_results``, ``metrics``) from the judgments of ``pairs``.
 
@@ -135,6 +140,8 @@ def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[Pair
         pairs: the judged pairs (see :func:`judged_pairs`), one per judgment.
         judgments: their judgments.
         malformed: {index: reason} of malformed responses (their reward fails with ``invalid_input``).
+        pool: applied to the n >= 2 rewards before the metrics (the route's
+            :meth:`~brrm.service.order.CanonicalGroup.pool`: identical responses, identical rewards).
 
     Returns:
         With n < 2, NeMo Gym's answer: :data:`NEUTRAL_REWARD` (its status ``invalid_input`` says why) and
@@ -181,6 +188,8 @@ def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[Pair
             assert bad is not None
             rewards.append(ScalarReward.failed(bad.status, f"no ok comparison for response {k}: {bad.reason}",
                                                id=str(k)))
+    if pool is not None:
+        rewards = pool(rewards)
     ok = [jd for jd in judgments if jd.ok]
     swapped = [jd for jd in ok if jd.consistent is not None]
     metrics = {"n_comparisons": float(len(judgments)), "failed_comparisons": float(len(judgments) - len(ok)),

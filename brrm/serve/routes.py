@@ -4,7 +4,9 @@
 Each route validates its whole request (shapes, item and field limits, conversations, options the judge cannot
 honour) before anything is queued, so a bad request is its own 413/422 and never reaches a batch shared with
 others; then it hands its items to the scheduler and answers with the results in input order. A failed item is
-that item's status in a 200 answer.
+that item's status in a 200 answer. A group's rewards (``/v1/rank``, ``/compare``) never depend on the order of its
+responses: it is paired in the canonical order of :mod:`brrm.service.order` (``/v1/rank`` through the service's
+group job) and answered in the request's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from brrm.serve.schemas import (
 from brrm.serve.security import check_field_lengths
 from brrm.serve.state import ServerState, State, conversation
 from brrm.service.items import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
+from brrm.service.order import CanonicalGroup
 from brrm.types import Conversation, GroupResult, PairwiseJudgment, ScalarReward, parse_label
 from brrm.types import Verdict as V
 
@@ -127,7 +130,8 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
         raise ConfigError(f"principle: only principle models take one; this judge is "
                           f"{state.judge.info.describe()} (send principle null)")
     strategy = body.strategy or state.limits.compare_strategy
-    pairs = nemo_gym.judged_pairs(nemo_gym.comparison_pairs(strategy, len(texts)), bad)
+    canon = CanonicalGroup.of([None if k in bad else t for k, t in enumerate(texts)])  # the group's one order
+    pairs = nemo_gym.judged_pairs(canon.caller_pairs(nemo_gym.comparison_pairs(strategy, len(texts))), bad)
     spent = state.check_cost(cost("pairs", len(pairs), swap=state.swap if body.swap is None else body.swap),
                              f"{strategy} over {len(texts)} responses ({len(pairs)} pairs)")
     items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
@@ -135,7 +139,7 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
     units = [2] if len(pairs) == 2 and pairs[0] == pairs[1][::-1] else None  # one pair's two orders: one call
     judgments = _of(PairwiseJudgment, await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent,
                                                          units=units)) if items else []
-    rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments, bad)
+    rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments, bad, pool=canon.pool)
     state.metrics.count_statuses(j.status for j in judgments)
     failed = state.limits.failed_reward
     return CompareResponse(rewards=[r.reward if r.ok else failed for r in rewards],

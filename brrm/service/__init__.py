@@ -6,6 +6,8 @@ HTTP client of a running ``brrm serve``.
   :class:`~brrm.service.items.ScoreItem`, :class:`~brrm.service.items.GroupItem`) and the calls that run them;
 * :mod:`brrm.service.run` — :func:`~brrm.service.run.run`, the one way every surface hands jobs to a judge (and
   the scheduler's runner over it);
+* :mod:`brrm.service.order` — the one canonical order of a group's responses (by content hash), which the group
+  job applies so no reward depends on the order a group arrives in;
 * :mod:`brrm.service.scheduler` — :class:`~brrm.service.scheduler.Scheduler` and its errors (pure asyncio), with
   the metrics it records declared in :mod:`brrm.service.metrics`;
 * :mod:`brrm.service.isolation` — bisection of a failed call down to the item that causes it;

@@ -1,7 +1,9 @@
 """One way to run jobs on a judge: :func:`run` dispatches a list of typed jobs (:mod:`brrm.service.items`) to the
 :class:`~brrm.RewardJudge` batch method they name — ``judge_pairs``, ``score`` or ``rank_groups`` — optionally in
 chunks of the judge's batch size, with progress and each result streamed as soon as it is final. The CLI, the
-server's scheduler (:func:`make_runner`), audits, benchmarks and the RLHF adapters all call it.
+server's scheduler (:func:`make_runner`), audits, benchmarks and the RLHF adapters all call it. A group job is
+judged in its canonical order and answered in the caller's (:mod:`brrm.service.order`), so no surface sorts a
+group on its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from brrm.service.items import (
     ScoreItem,
     Variants,
 )
+from brrm.service.order import CanonicalGroup
 from brrm.types import GroupResult, PairwiseJudgment, RewardJudge, ScalarReward
 from brrm.types.protocols import OnResult, OnStep, Progress
 
@@ -219,10 +222,26 @@ def _scores(judge: RewardJudge, scores: Sequence[ScoreItem], call: ScoreCall, pr
 
 
 def _groups(judge: RewardJudge, groups: Sequence[GroupItem], call: RankCall, progress: Progress) -> list[GroupResult]:
-    return judge.rank_groups([g.conversation for g in groups], [list(g.responses) for g in groups],
-                             strategy=call.strategy, swap=call.swap,
-                             references=_every([g.reference for g in groups], "reference") if call.reference
-                             else None, progress=progress)
+    """One ``rank_groups`` call over the groups in their canonical order (:mod:`brrm.service.order`), each result
+    handed back in the caller's positions: a group's rewards never depend on the order of its responses.
+
+    Raises:
+        RuntimeError: when the judge returns another number of results than groups, or of rewards than responses
+            (a judge bug; never aligned to the wrong responses).
+    """
+    orders = [CanonicalGroup.of(g.responses) for g in groups]
+    results = judge.rank_groups([g.conversation for g in groups],
+                                [o.arrange(g.responses) for o, g in zip(orders, groups, strict=True)],
+                                strategy=call.strategy, swap=call.swap,
+                                references=_every([g.reference for g in groups], "reference") if call.reference
+                                else None, progress=progress)
+    if len(results) != len(groups):
+        raise RuntimeError(f"the judge returned {len(results)} group results for {len(groups)} groups; refusing to "
+                           "align them")
+    try:
+        return [o.restore(r) for o, r in zip(orders, results, strict=True)]
+    except ValueError as exc:
+        raise RuntimeError(f"the judge returned a group result of the wrong size ({exc})") from None
 
 
 def make_runner(judge: RewardJudge | Variants) -> Runner:

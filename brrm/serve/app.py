@@ -60,7 +60,8 @@ class ServeApp(FastAPI):
 
     def __init__(self, state: ServerState, *, title: str, version: str, description: str,
                  lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]]) -> None:
-        super().__init__(title=title, version=version, description=description, lifespan=lifespan, docs_url=None)
+        super().__init__(title=title, version=version, description=description, lifespan=lifespan, docs_url=None,
+                         redoc_url=None)  # both served offline by serve.ops.add_offline_docs
         self.state.brrm = state
         self.brrm = state
 

@@ -1,8 +1,9 @@
 """The operational side of ``brrm serve``: ``/health``, ``/ready``, ``/v1/models``, ``/metrics``, offline
 ``/docs`` (each GET and HEAD), and the warm-up.
 
-``/docs`` is Swagger UI served from the installed ``swagger-ui-bundle`` package (its JavaScript and CSS under
-``/docs/assets``), so it renders without internet access; FastAPI's default page loads them from a CDN.
+``/docs`` (Swagger UI 5, which reads the OpenAPI 3.1 document FastAPI writes) and ``/redoc`` (ReDoc, without web
+fonts) are served from the assets the installed ``fastapi-offline`` package ships (under ``/docs/assets``), so
+both render without internet access; FastAPI's default pages load them from a CDN.
 
 Warm-up: one tiny judgment through the scheduler, with the smallest token budget the judge takes (BR-RM: 16
 tokens per turn), so it costs the model little and coalesces with requests instead of holding the worker in
@@ -74,27 +75,38 @@ for _path, _endpoint in (("/health", health), ("/ready", ready), ("/v1/models", 
 
 
 def add_offline_docs(app: FastAPI) -> None:
-    """Serve Swagger UI at ``/docs`` from the installed ``swagger-ui-bundle`` (no CDN); FastAPI's CDN page when
-    the package is missing."""
-    from fastapi.openapi.docs import get_swagger_ui_html
+    """Serve Swagger UI at ``/docs`` and ReDoc at ``/redoc`` from the assets of the installed ``fastapi-offline``
+    (Swagger UI 5.x, ReDoc 2.x; no CDN, no web fonts), each for GET and HEAD. Without the package (the serve extra
+    installs it) ``/docs`` is FastAPI's CDN page and ``/redoc`` is not mounted."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 
     try:
-        import swagger_ui_bundle
-    except ImportError:  # the serve extra installs it; keep a working (online) page without it
+        import fastapi_offline
+    except ImportError:  # keep a working (online) page without it
         js, css = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui-bundle.js", \
             "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css"
+        favicon, redoc_js = "https://fastapi.tiangolo.com/img/favicon.png", None
     else:
+        from pathlib import Path
+
         from starlette.staticfiles import StaticFiles
 
-        app.mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+        assets = Path(fastapi_offline.__file__).parent / "static"
+        app.mount("/docs/assets", StaticFiles(directory=assets), name="docs-assets")
         js, css = "/docs/assets/swagger-ui-bundle.js", "/docs/assets/swagger-ui.css"
+        favicon, redoc_js = "/docs/assets/favicon.png", "/docs/assets/redoc.standalone.js"
 
-    @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="brrm serve - docs", swagger_js_url=js,
-                                   swagger_css_url=css, swagger_favicon_url="/docs/assets/favicon-32x32.png")
+                                   swagger_css_url=css, swagger_favicon_url=favicon)
 
-    app.add_api_route("/docs", docs, methods=["HEAD"], include_in_schema=False)  # HEAD as GET, as in ``router``
+    app.add_api_route("/docs", docs, methods=["GET", "HEAD"], include_in_schema=False)  # HEAD as GET
+    if redoc_js is not None:
+        async def redoc() -> HTMLResponse:
+            return get_redoc_html(openapi_url="/openapi.json", title="brrm serve - ReDoc", redoc_js_url=redoc_js,
+                                  redoc_favicon_url=favicon, with_google_fonts=False)
+
+        app.add_api_route("/redoc", redoc, methods=["GET", "HEAD"], include_in_schema=False)
 
 
 def _warmup_job(state: ServerState) -> tuple[Hashable, list[PairItem] | list[ScoreItem]]:

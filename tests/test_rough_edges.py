@@ -72,3 +72,19 @@ def test_sigterm_ends_a_probe_run_with_one_line_and_143(tmp_path):
         pytest.fail("SIGTERM did not end the probe run within 60 s")
     assert proc.returncode == 143 and err.strip().splitlines()[-1] == "brrm: interrupted", err[-2000:]
     assert "Traceback" not in err
+
+
+def test_the_grammar_note_only_when_a_grammar_compiles(tmp_path, monkeypatch, capsys):
+    from brrm.constraints import compile as grammar
+    from brrm.testing import save_tiny_qwen3
+
+    lm = str(save_tiny_qwen3(tmp_path / "lm", seed=3))
+    monkeypatch.setenv(grammar.INDEX_CACHE_ENV, str(tmp_path / "cache"))  # an empty disk cache
+    monkeypatch.setattr(grammar, "_INDEX_CACHE", {})  # and nothing in memory: the first run compiles
+    argv = ["judge", "--input", str(PAIRS), "--limit", "1", "--model", lm, "--kind", "brrm", "--temperature", "0",
+            "--max-new-tokens", "450", "--block-token-cap", "8", "--thinking", "off", "--no-progress", "--quiet"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err.count("note: compiling the output grammar") == 1
+    monkeypatch.setattr(grammar, "_INDEX_CACHE", {})  # a new process: the disk cache holds every grammar now
+    assert main(argv) == 0
+    assert "output grammar" not in capsys.readouterr().err

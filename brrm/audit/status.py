@@ -33,8 +33,13 @@ def status_text(directory: str | Path) -> str:
                  f"input {run['input']} ({run['shape']}); judge "
                  + (f"{info.get('model')} (kind {info.get('kind')}, backend {info.get('backend')})" if info
                     else "not known yet (waiting for the first results)")]
-        seconds = (run["finished_at"] or run["updated_at"]) - run["started_at"]
-        lines.append(progress_line(p, seconds, final=run["state"] != "running").split(": ", 1)[1])
+        running = run["state"] == "running"
+        seconds = (now if running else run["finished_at"] or run["updated_at"]) - run["started_at"]
+        line = progress_line(p, seconds, final=not running).split(": ", 1)[1]
+        if running:  # results reach the store a batch at a time: say so rather than a bare "judged 0"
+            line += (f"; results are stored a batch at a time: the batch being judged is not counted yet (last "
+                     f"stored {_ago(now - run['updated_at'])})")
+        lines.append(line)
         if run["message"]:
             lines.append(f"message: {run['message']}")
         report = store.directory / "report.html"

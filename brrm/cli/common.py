@@ -5,6 +5,7 @@ that name flags (:mod:`brrm.cli.errors`), the progress bar, and the header line 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TextIO
 
 from brrm.cli.errors import translate
@@ -49,5 +50,25 @@ def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, sourc
               f"{sampling['seed']}" + (" (small demo budgets; published: 8192 per turn, 16384 total)" if demo else ""),
               file=term)
     if info.pairwise and info.options.get("decoding") == "constrained":
-        print("note: the first constrained run for a tokenizer compiles its output grammar once (seconds to a "
-              "minute); it is cached on disk for later runs", file=term)
+        _note_first_compile(term)
+
+
+_COMPILE_NOTE: list[Callable[[], None]] = []
+"""The remover of the one compile-note listener a command registered (a later command in the process replaces it)."""
+
+
+def _note_first_compile(term: TextIO) -> None:
+    """Say once, when it happens, that an output grammar is being compiled (neither in memory nor on disk yet):
+    a run whose grammars are cached prints nothing."""
+    from brrm.constraints.compile import on_compile
+
+    while _COMPILE_NOTE:
+        _COMPILE_NOTE.pop()()
+
+    def note() -> None:
+        while _COMPILE_NOTE:
+            _COMPILE_NOTE.pop()()
+        print("note: compiling the output grammar for this tokenizer once (seconds to a minute); it is cached "
+              "on disk for later runs", file=term)
+
+    _COMPILE_NOTE.append(on_compile(note))

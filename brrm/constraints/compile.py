@@ -84,6 +84,17 @@ def _index_path(fingerprint: str, regex: str) -> Path:
     return root / f"{key}.bin"
 
 
+_COMPILE_LISTENERS: list[Callable[[], None]] = []
+
+
+def on_compile(listener: Callable[[], None]) -> Callable[[], None]:
+    """Call ``listener()`` (no arguments) just before an index is compiled because neither memory nor the disk
+    cache holds it — the seconds-long step a user should hear about once, not on every run. Returns a function
+    that removes the listener."""
+    _COMPILE_LISTENERS.append(listener)
+    return lambda: _COMPILE_LISTENERS.remove(listener) if listener in _COMPILE_LISTENERS else None
+
+
 def compile_index(tokenizer: PreTrainedTokenizerBase, regex: str, eos_id: int) -> Index:
     """The outlines-core Index of ``regex`` for ``tokenizer``.
 
@@ -101,6 +112,8 @@ def compile_index(tokenizer: PreTrainedTokenizerBase, regex: str, eos_id: int) -
             try:
                 _INDEX_CACHE[key] = Index.from_binary(path.read_bytes())
             except (OSError, ValueError):
+                for listener in list(_COMPILE_LISTENERS):
+                    listener()
                 start = time.perf_counter()
                 index = Index(regex, vocabulary)
                 COMPILE_SECONDS.append(time.perf_counter() - start)

@@ -11,7 +11,7 @@ backend::
 need them (``brrm.load`` imports them when it builds a model).
 """
 
-from brrm.errors import BackendUnavailable, BrrmError, ConfigError, JudgeOutputError, TemplateError
+from brrm.errors import BackendUnavailable, BrrmError, ConfigError, TemplateError
 from brrm.load import load
 from brrm.types import (
     KINDS,
@@ -41,7 +41,6 @@ __all__ = [
     "Conversation",
     "GroupResult",
     "JudgeInfo",
-    "JudgeOutputError",
     "JudgeSpec",
     "Message",
     "PairwiseJudgment",

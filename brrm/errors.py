@@ -30,17 +30,3 @@ class BackendUnavailable(BrrmError, ImportError):
     def __init__(self, message: str, *, hint: str) -> None:
         super().__init__(f"{message} ({hint})")
         self.hint = hint
-
-
-class JudgeOutputError(BrrmError):
-    """A judge's output could not be used where the caller asked for an exception instead of a status.
-
-    Attributes:
-        raw: the raw generated text of the last attempt.
-        attempts: how many generations were tried (>= 1).
-    """
-
-    def __init__(self, message: str, *, raw: str, attempts: int) -> None:
-        super().__init__(message)
-        self.raw = raw
-        self.attempts = attempts

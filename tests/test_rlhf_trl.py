@@ -15,7 +15,7 @@ import pytest
 
 import brrm
 from brrm.backends.fake import FakeBackend
-from brrm.rlhf import AsyncBrrmReward, BrrmReward, JudgeRecipe, trl_reward
+from brrm.rlhf import AsyncBrrmReward, BrrmReward, trl_reward
 from brrm.testing import build_tiny_tokenizer, save_tiny_qwen3
 from tests.test_rlhf_groups import scripted_brrm
 
@@ -51,7 +51,7 @@ def _train(policy, reward_funcs, tmp_path, *, num_generations=4, steps=2, conver
 
 # ------------------------------------------------------------------------------------------ N03 contract
 def test_n03_async_variant_is_a_coroutine_function_and_both_pickle(models):
-    recipe = JudgeRecipe(models["rm"], kind="bt")
+    recipe = brrm.JudgeSpec(models["rm"], kind="bt")
     f_async = trl_reward(recipe, asynchronous=True, name="bt_async")
     f_sync = trl_reward(recipe)
     from trl.trainer.utils import get_callable_name, is_async_callable
@@ -81,7 +81,7 @@ def test_live_judge_that_cannot_pickle_names_the_recipe(models):
     try:
         pickle.dumps(reward)
     except brrm.ConfigError as exc:
-        assert "JudgeRecipe" in str(exc)
+        assert "brrm.JudgeSpec(" in str(exc)
     else:  # the judge pickled: the reward must then work after a round trip
         assert pickle.loads(pickle.dumps(reward))(prompts=["p"], completions=["c"])[0] is not None
 

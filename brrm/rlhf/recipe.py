@@ -18,9 +18,6 @@ from typing import Any
 from brrm.errors import ConfigError
 from brrm.types import JudgeSpec, RewardJudge
 
-JudgeRecipe = JudgeSpec
-"""The name this package gave :class:`brrm.JudgeSpec` before there was one spec for every surface."""
-
 
 class JudgeSource:
     """A judge, or the recipe of one, shared by an adapter; thread-safe lazy loading.
@@ -32,7 +29,7 @@ class JudgeSource:
         ConfigError: when ``judge`` is neither.
     """
 
-    def __init__(self, judge: RewardJudge | JudgeRecipe) -> None:
+    def __init__(self, judge: RewardJudge | JudgeSpec) -> None:
         if isinstance(judge, JudgeSpec):
             self.recipe: JudgeSpec | None = judge
             self._judge: RewardJudge | None = None
@@ -80,7 +77,7 @@ class JudgeSource:
         except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same advice
             raise ConfigError(
                 f"this reward holds a live judge, which cannot be pickled ({type(exc).__name__}: {exc}); pass "
-                "brrm.JudgeSpec(model, kind=..., options={...}) (brrm.rlhf.JudgeRecipe) instead, so each process "
+                "brrm.JudgeSpec(model, kind=..., options={...}) instead, so each process "
                 "loads its own judge"
             ) from None
         return {"judge": self._judge}

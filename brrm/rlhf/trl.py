@@ -7,7 +7,7 @@ the group mean and std (NaN-aware ``nanmean``/``nanstd``) and masks a row that e
 It awaits a function for which ``trl.trainer.utils.is_async_callable`` holds, concurrently with other async
 rewards, and calls the rest inline.
 
-:func:`trl_reward` builds one from a judge (or a :class:`~brrm.rlhf.JudgeRecipe`):
+:func:`trl_reward` builds one from a judge (or a :class:`~brrm.JudgeSpec`):
 
 * ``mode="scalar"``: each completion's own reward (Bradley–Terry, principle models; a pairwise judge scores
   P(completion ≻ reference) against a dataset column).
@@ -36,12 +36,13 @@ from brrm.errors import ConfigError
 from brrm.rlhf.fallback import check_failed_reward, fill_failed
 from brrm.rlhf.groups import GROUP_STRATEGIES, check_groups, judgments_per_step, prompt_key, rank_in_groups
 from brrm.rlhf.metrics import judgment_stats, reward_stats
-from brrm.rlhf.recipe import JudgeRecipe, JudgeSource
+from brrm.rlhf.recipe import JudgeSource
 from brrm.service.items import ScoreItem
 from brrm.service.run import run
 from brrm.types import (
     ConversationLike,
     GroupResult,
+    JudgeSpec,
     RewardJudge,
     ScalarReward,
     check_bool,
@@ -167,7 +168,7 @@ def split_completion(prompt: Prompt, completion: Prompt, prefix: str = "auto") -
 class BrrmReward:
     """A synchronous TRL reward function over a brrm judge (build it with :func:`trl_reward`).
 
-    Picklable: it pickles its configuration and its judge's :class:`~brrm.rlhf.JudgeRecipe` (a live judge only if
+    Picklable: it pickles its configuration and its judge's :class:`~brrm.JudgeSpec` (a live judge only if
     the judge itself pickles); the judge is loaded on first call in the unpickling process.
 
     Attributes:
@@ -330,7 +331,7 @@ def _check_count(results: Sequence[object], expected: int) -> None:
                           "rewards to the wrong completions")
 
 
-def trl_reward(judge: RewardJudge | JudgeRecipe, *, mode: str = "scalar", strategy: str = "auto",
+def trl_reward(judge: RewardJudge | JudgeSpec, *, mode: str = "scalar", strategy: str = "auto",
                num_generations: int | None = None, swap: bool | None = None, soft: bool = False,
                principle: str | None = None, principle_column: str | None = None,
                reference_column: str | None = None, max_judgments_per_step: int | None = None,
@@ -339,7 +340,7 @@ def trl_reward(judge: RewardJudge | JudgeRecipe, *, mode: str = "scalar", strate
     """A TRL reward function (``reward_funcs=[...]``) over a brrm judge.
 
     Args:
-        judge: a judge from :func:`brrm.load`, or a :class:`~brrm.rlhf.JudgeRecipe` (pickles as the recipe and
+        judge: a judge from :func:`brrm.load`, or a :class:`~brrm.JudgeSpec` (pickles as the recipe and
             loads the judge on first call in each process — what TRL's async GRPO worker needs).
         mode: ``scalar`` (each completion's own reward) or ``group`` (pairwise within each GRPO group).
         strategy: group strategy: ``circular`` (G judgments per group of G, 2G with swap), ``round_robin``

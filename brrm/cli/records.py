@@ -209,6 +209,15 @@ def add_resume_arg(p: argparse.ArgumentParser) -> None:
                         "(results depend only on record, options and seed, so the file equals an unbroken run's)")
 
 
+def add_retry_failed_arg(p: argparse.ArgumentParser) -> None:
+    """``--retry-failed``: a resumed run also judges again the parse failures and truncations an earlier run left
+    (transient failures are always judged again; :mod:`brrm.types.retry`)."""
+    p.add_argument("--retry-failed", action="store_true",
+                   help="on resume, also judge again results that failed to parse or were truncated (backend "
+                        "errors and timeouts are always retried; parse failures are retried by default only under "
+                        "sampled decoding, with a new seed, since greedy decoding would repeat them)")
+
+
 @overload
 def with_id(result: PairwiseJudgment, rid: str) -> PairwiseJudgment: ...
 @overload

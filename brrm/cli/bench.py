@@ -203,12 +203,11 @@ def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> 
 
 def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: list[BenchItem],
          subsets: tuple[str, ...], protocol: Protocol, folder: Path | None) -> Scored:
-    from brrm.bench.protocol import score_both
     from brrm.bench.core import item_keys
+    from brrm.bench.protocol import score_both
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
     from brrm.bench.runner import run as run_items
-
     from brrm.types.retry import kept_note
 
     term = sys.stdout

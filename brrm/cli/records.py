@@ -124,17 +124,18 @@ class OrderedLines:
 
     def __init__(self, out: TextIO, skip: int = 0) -> None:
         self.out, self.next, self.skip = out, 0, skip
-        self.pending: dict[int, JSONDict] = {}
+        self.pending: dict[int, JSONDict | str] = {}
 
-    def put(self, position: int, row: JSONDict) -> None:
-        """Line ``position`` (0-based, in input order) is ``row``."""
+    def put(self, position: int, row: JSONDict | str) -> None:
+        """Line ``position`` (0-based, in input order) is ``row`` (a JSON object, or a line kept verbatim from an
+        earlier run: text ending in a newline)."""
         import json
 
         self.pending[position] = row
         while self.next in self.pending:
             line = self.pending.pop(self.next)
             if self.next >= self.skip:
-                self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                self.out.write(line if isinstance(line, str) else json.dumps(line, ensure_ascii=False) + "\n")
                 self.out.flush()
             self.next += 1
 

@@ -222,7 +222,8 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     best_of_n = bench if isinstance(bench, RewardBench2) else None  # RewardBench 2's best-of-n subsets
     if best_of_n is not None:
         settings["strategy"] = best_of_n.strategy  # a resumed run keeps the strategy
-    done, seed_ids, kept = _resumable(args, judge, folder, settings)
+    # a pairwise best-of-N group's judgments are keyed by content alone: its sampled retries cannot be re-seeded
+    done, seed_ids, kept = _resumable(args, judge, folder, settings, reseeds=not (best_of_n and pairwise))
     keys = item_keys(items)
     todo = [it for it, key in zip(items, keys, strict=True) if key not in done]
     unit = "judgment" if pairwise else "reward"
@@ -261,13 +262,14 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     return replace(scored, results=tuple(results))
 
 
-def _resumable(args: argparse.Namespace, judge: RewardJudge, folder: Path | None,
-               settings: Mapping[str, object]) -> tuple[dict[str, ItemResult], dict[str, str], int]:
+def _resumable(args: argparse.Namespace, judge: RewardJudge, folder: Path | None, settings: Mapping[str, object], *,
+               reseeds: bool) -> tuple[dict[str, ItemResult], dict[str, str], int]:
     """What a resumed run keeps of the folder's earlier results, by item key; the failed ones it judges again
     (transient failures always; parse failures and truncations under sampled decoding or ``--retry-failed``:
     :mod:`brrm.types.retry`) are dropped from ``judgments.jsonl`` first. Returns (kept results, key -> the id a
     retried item's streams are keyed by: a sampled retry's is :func:`brrm.seeds.retry_id`, how many parse failures
-    or truncations were kept as they were)."""
+    or truncations were kept as they were). ``reseeds``: the runner keys streams by ``seed_ids`` (False for a
+    pairwise best-of-N group, whose sampled parse failures are then kept like greedy ones)."""
     from brrm.bench.report import ITEMS_FILE, check_resume, drop_lines, failed_seeds, keep_complete_lines, retried
     from brrm.seeds import retry_id
     from brrm.types.retry import is_sampled, retry_statuses
@@ -275,7 +277,7 @@ def _resumable(args: argparse.Namespace, judge: RewardJudge, folder: Path | None
     if folder is None:
         return {}, {}, 0
     done = check_resume(folder, settings)
-    sampled = is_sampled(judge.info.options)
+    sampled = reseeds and is_sampled(judge.info.options)
     again, kept = retried(done, retry_statuses(sampled=sampled, retry_failed=bool(args.retry_failed)))
     path = folder / ITEMS_FILE
     seeds = failed_seeds(path) if again else {}

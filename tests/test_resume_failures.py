@@ -230,3 +230,48 @@ def test_in_run_retries_never_repeat_an_identical_greedy_request(tok):
     assert again.attempts == 3
     seeds = next(v for k, v in script.seeds.items() if "GARBLE c" in k)
     assert len(set(seeds)) == 3  # each sampled retry draws fresh streams
+
+
+def test_rank_resume_ranks_a_failed_group_again_in_place(tmp_path, tok, capsys, monkeypatch):
+    script = Flaky()
+    _use(monkeypatch, fake_brrm(tok, script, temperature=0))
+    groups = [{"id": "g1", "prompt": "Q1?", "responses": ["a long answer", "b", "cc"]},
+              {"id": "g2", "prompt": "Q2?", "responses": ["FLAKY one", "two", "three!"]},
+              {"id": "g3", "prompt": "Q3?", "responses": ["x", "yy", "zzz"]}]
+    data = write_jsonl(tmp_path / "groups.jsonl", groups)
+    out = tmp_path / "ranked.jsonl"
+    argv = ["rank", "-i", str(data), "-o", str(out), "--strategy", "knockout", "--no-progress"]
+    assert main(argv) == 0
+    first = out.read_text().splitlines(keepends=True)
+    members = [{r["status"] for r in json.loads(x)["rewards"]} for x in first]
+    assert members == [{"ok"}, {"ok", "backend_error"}, {"ok"}]  # the group ranks; two members failed
+    before = script.judged("a long")
+    script.down = False
+    assert main([*argv, "--resume"]) == 0
+    again = out.read_text().splitlines(keepends=True)
+    assert "1 kept lines failed: ranked again in place" in capsys.readouterr().out
+    assert [{r["status"] for r in json.loads(x)["rewards"]} for x in again] == [{"ok"}] * 3
+    assert again[0::2] == first[0::2]
+    assert script.judged("a long") == before  # the ok groups are not ranked again
+
+
+def test_an_audit_resume_ranks_a_group_with_a_failed_member_again(tmp_path, tok):
+    script = Flaky()
+    judge = fake_brrm(tok, script, temperature=0)
+    groups = [{"id": "g1", "prompt": "Q1?", "responses": ["a long answer", "b", "cc"]},
+              {"id": "g2", "prompt": "Q2?", "responses": ["FLAKY one", "two", "three!"]}]
+    items = plan_items(read_records(write_jsonl(tmp_path / "g.jsonl", groups), "groups"), "groups",
+                       strategy="knockout")
+    options = AuditOptions(shape="groups", strategy="knockout", progress=False)
+
+    def members() -> list[set[str]]:
+        rows = sorted(store_items(tmp_path / "audit").values(), key=lambda v: v["result"]["rewards"][0]["id"])
+        return [{r["status"] for r in v["result"]["rewards"]} for v in rows]
+
+    run_audit(items, tmp_path / "audit", options, judge=judge)
+    before = script.judged("a long")
+    assert sorted(map(sorted, members())) == [["backend_error", "ok"], ["ok"]]
+    script.down = False
+    again = run_audit(items, tmp_path / "audit", options, judge=judge)
+    assert again.pending_at_start == 1 and again.judged == 1
+    assert members() == [{"ok"}, {"ok"}] and script.judged("a long") == before

@@ -264,7 +264,7 @@ def _pending(store: AuditStore, items: Sequence[AuditItem], config: str | None,
     out = []
     for it in pending:
         old = stored.get(it.item_hash)
-        if old is not None and old.status in FINAL_UNLESS_DIFFERENT and it.record is not None:
+        if old is not None and old.status in FINAL_UNLESS_DIFFERENT and it.record is not None:  # pairs, single
             record = {**it.record, "id": retry_id(str(it.record["id"]), failed_seed(old.result))}
             it = dataclasses.replace(it, record=record)
         out.append(it)
@@ -274,12 +274,14 @@ def _pending(store: AuditStore, items: Sequence[AuditItem], config: str | None,
 def _note_kept(term: TextIO, store: AuditStore, items: Sequence[AuditItem], config: str | None,
                options: AuditOptions) -> None:
     """Say how many stored parse failures and truncations this run keeps as they are (greedy: they would repeat)."""
-    from brrm.types.retry import FINAL_UNLESS_DIFFERENT, kept_note
+    from brrm.types.retry import FINAL_UNLESS_DIFFERENT, kept_note, result_statuses
 
-    if config is None or FINAL_UNLESS_DIFFERENT <= retry_for(store, config, options):
+    retry = retry_for(store, config, options)
+    if config is None or FINAL_UNLESS_DIFFERENT <= retry:
         return
     hashes = {it.item_hash for it in items if it.valid}
-    kept = sum(r.status in FINAL_UNLESS_DIFFERENT for r in store.results(config, hashes).values())
+    kept = sum(bool(result_statuses(r.result) & FINAL_UNLESS_DIFFERENT and not result_statuses(r.result) & retry)
+               for r in store.results(config, hashes).values())
     if kept:
         print(f"audit: {kept_note(kept)}", file=term)
 

@@ -42,7 +42,7 @@ from typing import Any, TypedDict, TypeVar
 from brrm.audit.plan import AuditItem
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONDict
-from brrm.types.retry import TRANSIENT
+from brrm.types.retry import TRANSIENT, result_statuses
 
 _T = TypeVar("_T")
 
@@ -125,7 +125,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (item_hash, config_hash) DO UPDATE SET
     status = excluded.status, reason = excluded.reason, winner = excluded.winner, p_a = excluded.p_a,
     reward = excluded.reward, result = excluded.result, run_id = excluded.run_id, written_at = excluded.written_at
-WHERE items.status IN ({replaceable})
+WHERE items.status IN ({replaceable}) OR EXISTS (SELECT 1 FROM json_each(items.result, '$.rewards')
+    WHERE json_extract(value, '$.status') IN ({replaceable}))
 """
 
 _REPLACEABLE = frozenset({"backend_error", "timeout", "parse_failure", "truncated"})
@@ -353,12 +354,13 @@ class AuditStore:
     def pending(self, items: Iterable[AuditItem], config_hash: str | None,
                 retry: frozenset[str] = TRANSIENT) -> list[AuditItem]:
         """Valid items without a finished result under ``config_hash`` (each item hash once, input order);
-        a row whose status is in ``retry`` counts as not finished (default: the transient failures,
-        :data:`brrm.types.retry.TRANSIENT`). All valid items when ``config_hash`` is None."""
+        a row whose status (or a group member's) is in ``retry`` counts as not finished (default: the transient
+        failures, :data:`brrm.types.retry.TRANSIENT`). All valid items when ``config_hash`` is None."""
         done: set[str] = set()
         if config_hash is not None:
-            done = {h for h, status in self.conn.execute(
-                "SELECT item_hash, status FROM items WHERE config_hash = ?", (config_hash,)) if status not in retry}
+            done = {h for h, status, result in self.conn.execute(
+                "SELECT item_hash, status, CASE WHEN shape = 'groups' THEN result END FROM items WHERE config_hash = ?",
+                (config_hash,)) if not ({status} | _member_statuses(result)) & retry}
         out, seen = [], set()
         for it in items:
             if it.valid and it.item_hash not in done and it.item_hash not in seen:
@@ -447,6 +449,13 @@ class AuditStore:
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` (``ok`` when the file is sound)."""
         return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _member_statuses(result: str | None) -> set[str]:
+    """The statuses of a stored group result's rewards (empty for other shapes: ``result`` is None)."""
+    if result is None:
+        return set()
+    return result_statuses(json.loads(result))
 
 
 def pid_alive(pid: int) -> bool:

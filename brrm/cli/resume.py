@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brrm.cli.records import OrderedLines, open_output
-from brrm.types.retry import FINAL_UNLESS_DIFFERENT, retry_statuses
+from brrm.types.retry import FINAL_UNLESS_DIFFERENT, result_statuses, retry_statuses
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,10 @@ def resume_plan(output: str, skip: int, *, sampled: bool, retry_failed: bool) ->
     kept = 0
     for k, line in enumerate(lines):
         row = json.loads(line)
-        status = str(row.get("status", "")) if isinstance(row, dict) else ""
-        if status in statuses:
+        found = result_statuses(row) if isinstance(row, dict) else set()
+        if found & statuses:
             retry[k] = failed_seed(row)
-        elif status in FINAL_UNLESS_DIFFERENT:
+        elif found & FINAL_UNLESS_DIFFERENT:
             kept += 1
     return ResumePlan(lines, retry, kept, sampled)
 

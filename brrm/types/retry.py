@@ -32,6 +32,17 @@ def is_transient(status: str) -> bool:
     return str(status) in TRANSIENT
 
 
+def result_statuses(result: Mapping[str, object]) -> set[str]:
+    """Every status value in a result dict (``to_dict()``): its own and its rewards' (a group whose ranking is
+    ``ok`` can hold a failed member). A pair's sub-judgments (swap orders, voted samples) are not read: their
+    combined status is the result's."""
+    out = {str(result.get("status", ""))}
+    members = result.get("rewards")
+    if isinstance(members, list):
+        out.update(str(m.get("status", "")) for m in members if isinstance(m, Mapping))
+    return out
+
+
 def is_sampled(options: Mapping[str, object]) -> bool:
     """Whether a judge with these ``info.options`` samples (temperature > 0): a retry with a new seed can differ.
 

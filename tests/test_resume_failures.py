@@ -275,3 +275,33 @@ def test_an_audit_resume_ranks_a_group_with_a_failed_member_again(tmp_path, tok)
     again = run_audit(items, tmp_path / "audit", options, judge=judge)
     assert again.pending_at_start == 1 and again.judged == 1
     assert members() == [{"ok"}, {"ok"}] and script.judged("a long") == before
+
+
+def test_score_resume_scores_a_backend_error_again_in_place(tmp_path, tok, capsys, monkeypatch):
+    import brrm
+    from brrm.backends.fake import FakeBackend
+
+    answers: dict[str, Any] = {"Fast.": 8.0, "Glad.": RuntimeError("HTTP 503 after retries"), "Small.": 2.0}
+    seen: list[str] = []
+
+    def score(prompt: str) -> Any:
+        response = next(r for r in answers if r in prompt)
+        seen.append(response)
+        return answers[response]
+
+    _use(monkeypatch, brrm.load(kind="bt", backend=FakeBackend(tok, score_script=score)))
+    rows = [{"id": "s", "prompt": "Synonym for quick?", "response": "Fast."},
+            {"id": "s", "prompt": "Synonym for happy?", "response": "Glad."},
+            {"id": "s", "prompt": "Synonym for big?", "response": "Small."}]
+    data = write_jsonl(tmp_path / "single.jsonl", rows)
+    out = tmp_path / "scores.jsonl"
+    argv = ["score", "-i", str(data), "-o", str(out), "--kind", "bt", "--no-progress"]
+    assert main(argv) == 0
+    first = out.read_text().splitlines(keepends=True)
+    assert [json.loads(x)["status"] for x in first] == ["ok", "backend_error", "ok"]
+    answers["Glad."] = 7.0
+    seen.clear()
+    assert main([*argv, "--resume"]) == 0
+    again = out.read_text().splitlines(keepends=True)
+    assert seen == ["Glad."] and [json.loads(x)["reward"] for x in again] == [8.0, 7.0, 2.0]
+    assert again[0] == first[0] and again[2] == first[2] and [json.loads(x)["id"] for x in again] == ["s"] * 3

@@ -1,13 +1,14 @@
 """What ``--resume`` judges again of a killed or finished run's ``--output`` file, and how the file is rewritten.
 
-A resumed ``brrm judge`` / ``brrm rank`` keeps the complete lines of its output (:func:`brrm.cli.records.
-resumed_lines`) and judges the records after them. Of the kept lines it also judges again, in place, those whose
-status a resume retries (:mod:`brrm.types.retry`): transient failures (``backend_error``, deadlines, stalls)
-always; parse failures and truncations under sampled decoding — with a new seed, :func:`brrm.seeds.retry_id`
-(pairs only: a group's judgments are keyed by content alone) — or with ``--retry-failed``. Lines are matched to
-records by position (the file is written in input order), never by id. When a line is judged again the file is
-rewritten through a temporary file next to it: every kept line byte for byte, each retried line replaced; an
-interruption still leaves a file of complete lines in input order (lines not reached stay as they were).
+A resumed ``brrm judge`` / ``score`` / ``rank`` keeps the complete lines of its output
+(:func:`brrm.cli.records.resumed_lines`) and judges the records after them. Of the kept lines it also judges
+again, in place, those whose status a resume retries (:mod:`brrm.types.retry`): transient failures
+(``backend_error``, deadlines, stalls) always; parse failures and truncations under sampled decoding — with a new
+seed, :func:`brrm.seeds.retry_id` (pairs and scored items; not groups, whose judgments are keyed by content
+alone) — or with ``--retry-failed``. Lines are matched to records by position (the file is written in input
+order), never by id. When a line is judged again the file is rewritten through a temporary file next to it:
+every kept line byte for byte, each retried line replaced; an interruption still leaves a file of complete lines
+in input order (lines not reached stay as they were).
 """
 
 from __future__ import annotations

@@ -305,3 +305,21 @@ def test_score_resume_scores_a_backend_error_again_in_place(tmp_path, tok, capsy
     again = out.read_text().splitlines(keepends=True)
     assert seen == ["Glad."] and [json.loads(x)["reward"] for x in again] == [8.0, 7.0, 2.0]
     assert again[0] == first[0] and again[2] == first[2] and [json.loads(x)["id"] for x in again] == ["s"] * 3
+
+
+def test_a_bench_retry_under_its_retry_id_draws_new_streams_and_keeps_the_item_id(tok):
+    """The benchmark runner keys a resumed sampled retry's streams by :func:`brrm.seeds.retry_id` (what
+    ``brrm bench`` passes for a failed item of a pairwise benchmark); the result keeps the item's own ids."""
+    from brrm.bench.core import BenchItem, Pair, item_keys
+    from brrm.bench.runner import run
+    from brrm.types import Verdict
+
+    script = Flaky()
+    judge = fake_brrm(tok, script, temperature=1.0)
+    item = BenchItem("9", "s", "Q?", ("GARBLE a", "b"), (Pair(0, 1, Verdict.A),))
+    (first,), _ = run(judge, [item], orders="given")
+    (again,), _ = run(judge, [item], orders="given", seed_ids={item_keys([item])[0]: retry_id("9", 123)})
+    seeds = next(v for k, v in script.seeds.items() if "GARBLE" in k)
+    assert len(seeds) == 2 and seeds[0] != seeds[1]
+    assert first.shown[0].judgment.id == again.shown[0].judgment.id == "9#0AB"
+    assert again.key == first.key == item_keys([item])[0]

@@ -69,7 +69,10 @@ def resume_plan(output: str, skip: int, *, sampled: bool, retry_failed: bool) ->
     retry: dict[int, int | None] = {}
     kept = 0
     for k, line in enumerate(lines):
-        row = json.loads(line)
+        try:
+            row = json.loads(line)
+        except ValueError:  # not a line brrm wrote: kept as it is (report_resume already checked the count)
+            continue
         found = result_statuses(row) if isinstance(row, dict) else set()
         if found & statuses:
             retry[k] = failed_seed(row)

@@ -38,3 +38,24 @@ def item_seed(base: int, key: str, *, stream: str = "", attempt: int = 0, sample
     tail = f"\0sample{sample}" if sample else ""
     text = f"{base}\0{key}\0{stream}\0{attempt}{tail}".encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") & ((1 << SEED_BITS) - 1)
+
+
+def retry_id(item_id: str, failed_seed: int | None) -> str:
+    """The id a resumed run judges a sampled item under when its earlier result failed to parse or was truncated:
+    ``<id>#retry:<seed of that failed attempt>`` (``#retry:0`` when the failed result recorded no seed).
+
+    Sampler streams derive from the id (:func:`item_seed`), so the retry draws new streams — it can differ —
+    while staying a function of the record, the options and the earlier outcome (a second resume of a second
+    failure moves on again). Surfaces put the record's own id back on the result; its ``provenance.seed`` is the
+    retry's seed.
+    """
+    return f"{item_id}#retry:{int(failed_seed or 0)}"
+
+
+def failed_seed(result: object) -> int | None:
+    """The ``provenance.seed`` of a stored result dict (None where it recorded none)."""
+    if not isinstance(result, dict):
+        return None
+    prov = result.get("provenance")
+    seed = prov.get("seed") if isinstance(prov, dict) else None
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None

@@ -6,6 +6,11 @@ counted and shown in the report while everything else is judged. Each valid item
 *normalized record*: the JSON-ready values a judge reads (shape, id, conversation, responses, label, principle,
 reference) and nothing else, so its :func:`~brrm.audit.keys.item_hash` changes exactly when the judge's input
 changes.
+
+Duplicate ids are kept apart, not refused: each row is an item at its own ``position``, and results are stored by
+content hash, so two rows with one id and different texts are two items with their own results, and two
+identical rows (same id, same content) share one stored result — the same input to the same judge — each row
+shown in the report and exports.
 """
 
 from __future__ import annotations

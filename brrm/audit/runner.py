@@ -61,6 +61,9 @@ class AuditOptions:
         progress: show a progress bar on the terminal.
         calibration: the ``calib.json`` the judge was calibrated with (``--calibration``), or None: the summary
             then says how many of the audited pairs were in that calibration's fit split (pairs).
+        retry_failed: also judge again stored parse failures and truncations (``--retry-failed``); transient
+            failures are always retried, and under sampled decoding parse failures and truncations of pairs and
+            single items are too, with a new seed (:mod:`brrm.types.retry`).
 
     Raises:
         ConfigError: naming the option and its valid range.
@@ -75,6 +78,7 @@ class AuditOptions:
     summary_every_s: float = 60.0
     progress: bool = True
     calibration: str | None = None
+    retry_failed: bool = False
 
     def __post_init__(self) -> None:
         check_float("low_margin", self.low_margin, low=0, high=0.5)
@@ -152,8 +156,9 @@ def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditO
             config = store.config_for_request(request)
         run_id = store.start_run(items, shape=options.shape, source=source, argv=argv,
                                  provenance=provenance or {}, config_hash=config)
-        pending = store.pending(items, config)
+        pending = _pending(store, items, config, options)
         _announce(term, items, pending, config is not None)
+        _note_kept(term, store, items, config, options)
         store.update_run(run_id, pending=len(pending))
         ticker = _Ticker(store, run_id, options.summary_every_s, term)
         try:
@@ -209,7 +214,7 @@ def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pendi
             if judge is None and ray is None and pending:
                 judge = own = _build(spec)
                 config = _learn(store, run_id, config, judge.info.to_dict(), options, request)
-                pending = store.pending(items, config)
+                pending = _pending(store, items, config, options)
             if not pending:
                 return config
             with progress_bar(len(pending), desc="auditing", unit="item", disable=not options.progress) as bar:
@@ -225,11 +230,63 @@ def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pendi
                 else:
                     raise RuntimeError("a local audit builds its judge before judging")  # unreachable
                 config = sink.config
-            pending = store.pending(items, config) if config != before else []
+            pending = _pending(store, items, config, options) if config != before else []
         return config
     finally:
         if own is not None:
             own.close()
+
+
+def retry_for(store: AuditStore, config: str | None, options: AuditOptions) -> frozenset[str]:
+    """The stored statuses this run judges again under ``config`` (:func:`brrm.types.retry.retry_statuses`): a
+    sampled judge's parse failures count only for pairs and single items, whose retry gets a new seed (a group's
+    judgments are keyed by content alone, so a group is retried only with ``--retry-failed``)."""
+    from brrm.types.retry import is_sampled, retry_statuses
+
+    info = store.config_info(config) or {}
+    judge_options = info.get("options")
+    sampled = isinstance(judge_options, Mapping) and is_sampled(judge_options) and options.shape != "groups"
+    return retry_statuses(sampled=sampled, retry_failed=options.retry_failed)
+
+
+def _pending(store: AuditStore, items: Sequence[AuditItem], config: str | None,
+             options: AuditOptions) -> list[AuditItem]:
+    """The items to judge: without a result under ``config``, or with a failure this run retries. A sampled retry
+    of a parse failure or truncation is judged under :func:`brrm.seeds.retry_id` (new sampler streams); the
+    stored result gets the record's own id back (:meth:`_Commits.put`)."""
+    import dataclasses
+
+    from brrm.seeds import failed_seed, retry_id
+    from brrm.types.retry import FINAL_UNLESS_DIFFERENT
+
+    retry = retry_for(store, config, options)
+    pending = store.pending(items, config, retry)
+    if config is None or not retry & FINAL_UNLESS_DIFFERENT:
+        return pending
+    stored = store.results(config, [it.item_hash for it in pending])
+    out = []
+    for it in pending:
+        old = stored.get(it.item_hash)
+        if old is not None and old.status in FINAL_UNLESS_DIFFERENT and it.record is not None:  # pairs, single
+            record = {**it.record, "id": retry_id(str(it.record["id"]), failed_seed(old.result))}
+            it = dataclasses.replace(it, record=record)
+        out.append(it)
+    return out
+
+
+def _note_kept(term: TextIO, store: AuditStore, items: Sequence[AuditItem], config: str | None,
+               options: AuditOptions) -> None:
+    """Say how many stored parse failures and truncations this run keeps as they are (greedy: they would repeat)."""
+    from brrm.types.retry import FINAL_UNLESS_DIFFERENT, kept_note, result_statuses
+
+    retry = retry_for(store, config, options)
+    if config is None or FINAL_UNLESS_DIFFERENT <= retry:
+        return
+    hashes = {it.item_hash for it in items if it.valid}
+    kept = sum(bool(result_statuses(r.result) & FINAL_UNLESS_DIFFERENT and not result_statuses(r.result) & retry)
+               for r in store.results(config, hashes).values())
+    if kept:
+        print(f"audit: {kept_note(kept)}", file=term)
 
 
 def _need(spec: JudgeSpec | None) -> JudgeSpec:
@@ -296,10 +353,12 @@ class _Commits:
         if not part:
             return
         options = self.options
+        results = [_own_id(it, r) for it, r in zip(part, results, strict=True)]
         with _deferred_interrupts():
             if config_hash(info, shape=options.shape, strategy=options.strategy) != self.config:
                 self.config = _learn(self.store, self.run_id, self.config, info, options, self.request)
-            self.store.put_results(self.run_id, self.config, options.shape, list(zip(part, results, strict=True)))
+            self.store.put_results(self.run_id, self.config, options.shape, list(zip(part, results, strict=True)),
+                                   replace=retry_for(self.store, self.config, options))
         self.done += len(part)
         if count:
             self.settle()
@@ -309,6 +368,13 @@ class _Commits:
         self.bar.n = self.done
         self.bar.refresh()
         self.ticker.maybe(self.bar)
+
+
+def _own_id(item: AuditItem, result: Mapping[str, object]) -> Mapping[str, object]:
+    """``result`` with the record's own id where it was judged under a retry id (:func:`brrm.seeds.retry_id`)."""
+    if "id" in result and result["id"] != item.record_id and "#retry:" in str(result["id"]):
+        return {**result, "id": item.record_id}
+    return result
 
 
 def _announce(term: TextIO, items: Sequence[AuditItem], pending: Sequence[AuditItem], known: bool) -> None:

@@ -5,8 +5,9 @@ Design (why it cannot lose, duplicate or half-write a result):
 * **One row per item and configuration.** ``items`` is keyed by ``(item_hash, config_hash)``
   (:mod:`brrm.audit.keys`). A result is written with an idempotent upsert: a finished row is never
   overwritten, so a rerun, a resumed Ray job or two processes racing on the same item leave exactly one row.
-  The only row a later write replaces is a ``backend_error`` (a server down is not the model's answer: a
-  rerun retries it).
+  The only rows a later write replaces are failures the run retries (:mod:`brrm.types.retry`): always a
+  ``backend_error`` (a server down or a deadline is not the model's answer: a rerun retries it), and a
+  ``parse_failure`` / ``truncated`` one when the judge samples (a new seed can differ) or ``--retry-failed``.
 * **Atomic batches.** Each batch of results is one ``BEGIN IMMEDIATE … COMMIT`` transaction together with the
   run's heartbeat. SQLite's write-ahead log makes a commit all-or-nothing: a process killed mid-batch leaves
   the store exactly as it was before that batch. ``synchronous=NORMAL`` (SQLite's recommended setting for
@@ -41,6 +42,7 @@ from typing import Any, TypedDict, TypeVar
 from brrm.audit.plan import AuditItem
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONDict
+from brrm.types.retry import TRANSIENT, result_statuses
 
 _T = TypeVar("_T")
 
@@ -123,8 +125,13 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (item_hash, config_hash) DO UPDATE SET
     status = excluded.status, reason = excluded.reason, winner = excluded.winner, p_a = excluded.p_a,
     reward = excluded.reward, result = excluded.result, run_id = excluded.run_id, written_at = excluded.written_at
-WHERE items.status = 'backend_error'
+WHERE items.status IN ({replaceable}) OR EXISTS (SELECT 1 FROM json_each(items.result, '$.rewards')
+    WHERE json_extract(value, '$.status') IN ({replaceable}))
 """
+
+_REPLACEABLE = frozenset({"backend_error", "timeout", "parse_failure", "truncated"})
+"""Status values a later write may replace (:mod:`brrm.types.retry`); which of them a write does replace is the
+run's choice (``put_results(replace=…)``)."""
 
 
 @dataclass(frozen=True)
@@ -344,13 +351,16 @@ class AuditStore:
         return next((r for r in runs if r["run_id"] == run_id), None)
 
     # ------------------------------------------------------------------------------------------ items
-    def pending(self, items: Iterable[AuditItem], config_hash: str | None) -> list[AuditItem]:
+    def pending(self, items: Iterable[AuditItem], config_hash: str | None,
+                retry: frozenset[str] = TRANSIENT) -> list[AuditItem]:
         """Valid items without a finished result under ``config_hash`` (each item hash once, input order);
-        a ``backend_error`` row counts as not finished. All valid items when ``config_hash`` is None."""
+        a row whose status (or a group member's) is in ``retry`` counts as not finished (default: the transient
+        failures, :data:`brrm.types.retry.TRANSIENT`). All valid items when ``config_hash`` is None."""
         done: set[str] = set()
         if config_hash is not None:
-            done = {h for (h,) in self.conn.execute(
-                "SELECT item_hash FROM items WHERE config_hash = ? AND status != 'backend_error'", (config_hash,))}
+            done = {h for h, status, result in self.conn.execute(
+                "SELECT item_hash, status, CASE WHEN shape = 'groups' THEN result END FROM items WHERE config_hash = ?",
+                (config_hash,)) if not ({status} | _member_statuses(result)) & retry}
         out, seen = [], set()
         for it in items:
             if it.valid and it.item_hash not in done and it.item_hash not in seen:
@@ -359,9 +369,18 @@ class AuditStore:
         return out
 
     def put_results(self, run_id: int | None, config_hash: str, shape: str,
-                    results: Sequence[tuple[AuditItem, Mapping[str, object]]]) -> int:
+                    results: Sequence[tuple[AuditItem, Mapping[str, object]]],
+                    replace: frozenset[str] = TRANSIENT) -> int:
         """Write a batch of results in one transaction (idempotent upserts) and the run's heartbeat; returns
-        the rows written or replaced (a finished row is never overwritten)."""
+        the rows written or replaced (a finished row is never overwritten; a row whose status is in ``replace`` —
+        the failures this run retries, :func:`brrm.types.retry.retry_statuses` — is).
+
+        Raises:
+            ValueError: for a ``replace`` status outside the failures a retry may replace.
+        """
+        if not replace <= _REPLACEABLE:
+            raise ValueError(f"replace: {sorted(replace - _REPLACEABLE)} may not be replaced")
+        upsert = _UPSERT.format(replaceable=", ".join(f"'{x}'" for x in sorted(replace)))
         now = time.time()
         rows = []
         for item, result in results:
@@ -372,7 +391,7 @@ class AuditStore:
 
         def write(cur: sqlite3.Cursor) -> int:
             before = self.conn.total_changes
-            cur.executemany(_UPSERT, rows)
+            cur.executemany(upsert, rows)
             changed = self.conn.total_changes - before
             if run_id is not None:
                 cur.execute("UPDATE runs SET updated_at = ? WHERE run_id = ?", (now, run_id))
@@ -430,6 +449,13 @@ class AuditStore:
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` (``ok`` when the file is sound)."""
         return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _member_statuses(result: str | None) -> set[str]:
+    """The statuses of a stored group result's rewards (empty for other shapes: ``result`` is None)."""
+    if result is None:
+        return set()
+    return result_statuses(json.loads(result))
 
 
 def pid_alive(pid: int) -> bool:

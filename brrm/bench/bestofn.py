@@ -9,12 +9,11 @@ the judge's ``chunk_size`` judgments; each finished chunk goes to ``sink``, so a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from brrm.bench.core import BenchItem, Cost, ItemResult
-from brrm.bench.runner import Progress, Sink, is_pairwise
+from brrm.bench.runner import Progress, Sink, is_pairwise, run_keyed
 from brrm.compose.strategies import judgments_per_group
 from brrm.types import RewardJudge
 from brrm.types.jsonvalue import JSONValue
@@ -28,9 +27,11 @@ def planned(judge: RewardJudge, items: Sequence[BenchItem], strategy: str) -> in
 
 
 def run(judge: RewardJudge, items: Sequence[BenchItem], *, strategy: str, seed: int = 0, progress: Progress = None,
-        sink: Sink = None, done: Mapping[str, ItemResult] | None = None) -> tuple[list[ItemResult], Cost]:
+        sink: Sink = None, done: Mapping[str, ItemResult] | None = None,
+        seed_ids: Mapping[str, str] | None = None) -> tuple[list[ItemResult], Cost]:
     """Score or rank every item's completions; results in item order (``rewards``: one per completion, in the
-    item's order) and the cost of this run.
+    item's order) and the cost of this run. Results are filed by position and identity
+    (:func:`brrm.bench.core.item_keys`), never by id: items whose ids repeat each keep their own result.
 
     Args:
         judge: any :class:`~brrm.RewardJudge`.
@@ -39,40 +40,31 @@ def run(judge: RewardJudge, items: Sequence[BenchItem], *, strategy: str, seed: 
         seed: the order seed of the shown completion order.
         progress: called with finished judgments (or scored completions).
         sink: called with each finished chunk of results.
-        done: results of an interrupted earlier run, by item id (not judged again).
+        done: results of an interrupted earlier run, by item key (not judged again).
+        seed_ids: item key -> the id a scalar model's streams are keyed by (a resumed sampled retry); a pairwise
+            group's judgments are keyed by content alone, so its resumed retries repeat their seeds.
     """
-    done = done or {}
-    todo = [it for it in items if it.id not in done]
     pairwise = is_pairwise(judge)
     weight: Callable[[BenchItem], int] = ((lambda it: judgments_per_group(strategy, len(it.responses)))
                                           if pairwise else (lambda it: len(it.responses)))
-    size = max(1, int(judge.info.chunk_size))
-    cost = [0, 0, 0]
-    fresh: dict[str, ItemResult] = {}
-    started = time.perf_counter()
-    part: list[BenchItem] = []
-    for k, it in enumerate(todo):
-        part.append(it)
-        if sum(map(weight, part)) >= size or k == len(todo) - 1:
-            judged = (_rank_chunk(judge, part, strategy, seed, progress, cost) if pairwise
-                      else _score_chunk(judge, part, progress, cost))
-            fresh.update((r.item.id, r) for r in judged)
-            if sink is not None:
-                sink(judged)
-            part = []
-    results = [done.get(it.id) or fresh[it.id] for it in items]
-    return results, Cost(cost[0], cost[1], cost[2], time.perf_counter() - started,
-                         "judgments" if pairwise else "rewards")
+
+    def chunk(part: list[BenchItem], ids: list[str], cost: list[int]) -> list[ItemResult]:
+        if pairwise:
+            return _rank_chunk(judge, part, strategy, seed, progress, cost)
+        return _score_chunk(judge, part, ids, progress, cost)
+
+    return run_keyed(judge, items, chunk, weight, sink=sink, done=done, seed_ids=seed_ids)
 
 
-def _score_chunk(judge: RewardJudge, part: list[BenchItem], progress: Progress, cost: list[int]) -> list[ItemResult]:
+def _score_chunk(judge: RewardJudge, part: list[BenchItem], seed_ids: list[str], progress: Progress,
+                 cost: list[int]) -> list[ItemResult]:
     convs = [it.conversation for it in part for _ in it.responses]
     texts = [r for it in part for r in it.responses]
-    ids = [f"{it.id}#r{m}" for it in part for m in range(len(it.responses))]
+    ids = [f"{sid}#r{m}" for it, sid in zip(part, seed_ids, strict=True) for m in range(len(it.responses))]
     rewards = judge.score(convs, texts, ids=ids, progress=progress)
     out, pos = [], 0
     for it in part:
-        mine = tuple(rewards[pos:pos + len(it.responses)])
+        mine = tuple(replace(r, id=f"{it.id}#r{m}") for m, r in enumerate(rewards[pos:pos + len(it.responses)]))
         pos += len(it.responses)
         out.append(ItemResult(it, (), mine))
         cost[0] += len(mine)

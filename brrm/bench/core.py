@@ -116,6 +116,36 @@ class BenchItem:
                 "pairs": [[p.i, p.j, p.gold.value] for p in self.pairs], "pair_keys": keys, "meta": dict(self.meta)}
 
 
+def content_hash(item: BenchItem) -> str:
+    """sha256 (hex, first 16) of what a judge reads of an item and what scores it: id, subset, conversation,
+    responses and pairs (not ``meta``: a run adds its strategy and shown order there)."""
+    import json
+
+    body = json.dumps([item.id, item.subset, item.conversation, list(item.responses),
+                       [[p.i, p.j, p.gold.value] for p in item.pairs]], ensure_ascii=False, sort_keys=True,
+                      default=str)
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def item_keys(items: Sequence[BenchItem]) -> list[str]:
+    """The identity of each item of a run, in item order: ``<content hash>#<n>``, ``n`` counting earlier items with
+    the same content (0 for the first).
+
+    Results are filed and resumed by this key, never by the benchmark's own ids: a file whose ids repeat (30, 31,
+    30, 31) keeps every item apart, each with its own result. The key does not depend on which subsets or how many
+    items (``--limit``) a run selects — a subset's first items come first in any selection — so a resumed run with
+    another ``--limit`` finds what the earlier run judged. Two items with equal content and id are told apart by
+    ``n`` (each keeps its own line and result).
+    """
+    seen: dict[str, int] = {}
+    out = []
+    for it in items:
+        digest = content_hash(it)
+        out.append(f"{digest}#{seen.get(digest, 0)}")
+        seen[digest] = seen.get(digest, 0) + 1
+    return out
+
+
 @dataclass(frozen=True)
 class Shown:
     """One presentation of a pair to the judge.
@@ -147,11 +177,18 @@ class ItemResult:
         shown: every presentation, in the order the protocol listed them.
         rewards: scalar reward models: one reward per response (the presentations are derived from them);
             empty for pairwise judges.
+        key: the item's identity in its run (:func:`item_keys`), which files and resumes it; ``""`` for results
+            replayed from official output files or from a ``judgments.jsonl`` written before keys were recorded.
     """
 
     item: BenchItem
     shown: tuple[Shown, ...]
     rewards: tuple[ScalarReward, ...] = ()
+    key: str = ""
+
+    def statuses(self) -> list[str]:
+        """The status value of every judgment and reward in it (what a resume reads to decide a retry)."""
+        return [s.judgment.status.value for s in self.shown] + [r.status.value for r in self.rewards]
 
     @property
     def scalar(self) -> bool:

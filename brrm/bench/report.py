@@ -3,7 +3,10 @@
 An output folder holds ``run.json`` (benchmark, subsets, orders, order seed, data source and the judge's
 identity), ``judgments.jsonl`` (one line per item: ids, labels, every presentation's judgment, rewards),
 ``result.json`` and ``result.md``. ``judgments.jsonl`` is written chunk by chunk, so an interrupted run resumes
-from it when the same command is run again (same benchmark and judge; :func:`check_resume`), and any brrm output
+from it when the same command is run again (same benchmark and judge; :func:`check_resume`). Each line carries
+its item's ``key`` (position among equal items and content hash, :func:`brrm.bench.core.item_keys`): a resume
+matches lines to items by it, never by the benchmark's ids, and judges again the transient failures (and, under
+sampled decoding or ``--retry-failed``, the parse failures and truncations: :mod:`brrm.types.retry`). Any brrm output
 replays through ``brrm bench NAME --predictions judgments.jsonl`` (:func:`read_items`).
 """
 
@@ -33,7 +36,7 @@ IDENTITY = ("model", "kind", "recipe", "backend", "template_hash", "options")
 
 def item_row(result: ItemResult) -> dict[str, object]:
     """One ``judgments.jsonl`` line: the item (no texts), each presentation's full judgment, the rewards."""
-    return {**result.item.to_dict(),
+    return {**result.item.to_dict(), **({"key": result.key} if result.key else {}),
             "presentations": [{"pair": s.pair, "swapped": s.swapped, "judgment": s.judgment.to_dict()}
                               for s in result.shown],
             "rewards": [r.to_dict() for r in result.rewards]}
@@ -81,9 +84,10 @@ def parse_item(row: Mapping[str, JSONValue]) -> ItemResult:
         shown = tuple(Shown(int(as_number(s["pair"])), bool(s["swapped"]), _judgment(s["judgment"]))
                       for s in map(as_object, as_list(row["presentations"])))
         rewards = tuple(_reward(r) for r in as_list(row.get("rewards") or []))
+        key = as_text(row.get("key", ""))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"not a brrm benchmark output line ({type(exc).__name__}: {exc})") from None
-    return ItemResult(item, shown, rewards)
+    return ItemResult(item, shown, rewards, key)
 
 
 def is_brrm_output(path: Path) -> bool:
@@ -155,7 +159,56 @@ def check_resume(folder: Path, settings: Mapping[str, object]) -> dict[str, Item
         differ = ", ".join(k for k, ok in same.items() if not ok)
         raise ConfigError(f"--output {str(folder)!r} holds a run with other settings ({differ}); use another folder "
                           "or remove it")
-    return {r.item.id: r for r in read_items(items_file)} if items_file.exists() else {}
+    if not items_file.exists():
+        return {}
+    done: dict[str, ItemResult] = {}
+    for r in read_items(items_file):
+        if not r.key:
+            raise ConfigError(f"--output {str(folder)!r}: {ITEMS_FILE} was written by a brrm that filed items by id "
+                              "(repeated ids could swap results); use another folder or remove it")
+        done[r.key] = r
+    return done
+
+
+def retried(done: Mapping[str, ItemResult], statuses: frozenset[str]) -> tuple[set[str], int]:
+    """The keys of earlier results a resume judges again (any judgment or reward with a status in ``statuses``:
+    :func:`brrm.types.retry.retry_statuses`), and how many failed results it keeps (a parse failure or truncation
+    left as it was: the summary says so)."""
+    from brrm.types.retry import FINAL_UNLESS_DIFFERENT
+
+    again = {key for key, r in done.items() if any(s in statuses for s in r.statuses())}
+    kept = sum(1 for key, r in done.items() if key not in again
+               and any(s in FINAL_UNLESS_DIFFERENT for s in r.statuses()))
+    return again, kept
+
+
+def failed_seeds(path: Path) -> dict[str, int | None]:
+    """Item key -> the ``provenance.seed`` of the item's first failed judgment or reward in ``judgments.jsonl``
+    (None where it recorded none): what :func:`brrm.seeds.retry_id` moves a sampled retry on from."""
+    from brrm.seeds import failed_seed
+
+    out: dict[str, int | None] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a torn last line
+        if not isinstance(row, dict) or not row.get("key"):
+            continue
+        results = [p.get("judgment") for p in row.get("presentations") or []] + list(row.get("rewards") or [])
+        bad = next((r for r in results if isinstance(r, dict) and r.get("status") != "ok"), None)
+        out[str(row["key"])] = failed_seed(bad)
+    return out
+
+
+def drop_lines(path: Path, keys: set[str]) -> None:
+    """Rewrite ``path`` without the lines of ``keys`` (results a resume judges again); every other line stays
+    byte for byte."""
+    if not keys or not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(ln for ln in lines if not ln.strip() or json.loads(ln).get("key") not in keys),
+                    encoding="utf-8")
 
 
 def published_figure(bench: Benchmark, model: str | None) -> float | None:

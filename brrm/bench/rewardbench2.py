@@ -170,6 +170,20 @@ def _check_row(rec: Mapping[str, Any], k: int) -> None:
                           f"{rec['num_correct']} do not match chosen ({len(lists[0])}) + rejected ({len(lists[1])})")
 
 
+def _check_ties_id(item_id: str, k: int, seen: dict[str, int]) -> None:
+    """Refuse a Ties id met before: the Ties score pairs ``ref:N`` with ``tied:N`` by id, so a repeat could only
+    be one prompt's statistics overwriting another's. Other subsets keep items with repeated ids apart (their
+    results are filed by position and content, :func:`brrm.bench.core.item_keys`).
+
+    Raises:
+        ConfigError: naming both rows, before any model call.
+    """
+    if item_id in seen:
+        raise ConfigError(f"RewardBench 2 rows {seen[item_id]} and {k}: Ties id {item_id!r} appears twice; the Ties "
+                          "score pairs 'ref:N' with 'tied:N' by id, so each must be unique")
+    seen[item_id] = k
+
+
 def rows_fingerprint(rows: Sequence[Mapping[str, object]]) -> str:
     """sha256 (hex, first 16) over the rows read, as canonical JSON: which data a run scored."""
     digest = hashlib.sha256()
@@ -210,10 +224,13 @@ class RewardBench2(Benchmark):
         where = source or HUB_ID
         rows = read_source(where, split=SPLIT, revision=None if Path(where).expanduser().exists() else self.revision)
         counts: dict[str, int] = {}
+        ties_rows: dict[str, int] = {}
         items = []
         for k, rec in enumerate(rows, start=1):
             _check_row(rec, k)
             subset = rec["subset"]
+            if subset == "Ties":
+                _check_ties_id(str(rec["id"]), k, ties_rows)
             if subset not in subsets or (limit is not None and counts.get(subset, 0) >= limit):
                 continue
             counts[subset] = counts.get(subset, 0) + 1

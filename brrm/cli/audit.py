@@ -72,6 +72,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="judge actors (default: GPUs / --num-gpus-per-actor, else 1)")
     r.add_argument("--num-gpus-per-actor", type=float, default=0.0, help="GPUs each actor holds (default 0)")
     r.add_argument("--num-cpus-per-actor", type=float, default=1.0, help="CPUs each actor holds (default 1)")
+    common.add_retry_failed_arg(p)
     common.add_model_args(p)
 
 
@@ -179,7 +180,7 @@ def _plan(args: argparse.Namespace, records: list[Record | RecordError], shape: 
     options = AuditOptions(shape=shape, strategy=strategy, slice_by=tuple(args.slice_by), low_margin=args.low_margin,
                            max_flagged=args.max_flagged, chunk_size=args.chunk_size,
                            summary_every_s=args.summary_every, progress=not args.no_progress,
-                           calibration=vars(args).get("calibration"))
+                           calibration=vars(args).get("calibration"), retry_failed=args.retry_failed)
     return items, options
 
 

@@ -24,7 +24,7 @@ from brrm.types.protocols import RewardJudge
 
 if TYPE_CHECKING:
     from brrm.bench.base import Benchmark
-    from brrm.bench.core import BenchItem
+    from brrm.bench.core import BenchItem, ItemResult
     from brrm.bench.protocol import Protocol, Scored
 
 
@@ -65,6 +65,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep-samples", default=None, metavar="K,K,...",
                    help="self-consistency voting sweep (BR-RM judges): run the benchmark at each --samples K "
                         "(e.g. 1,3,5) and print the headline figure against the judgments each cost")
+    common.add_retry_failed_arg(p)
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -202,10 +203,12 @@ def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> 
 
 def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: list[BenchItem],
          subsets: tuple[str, ...], protocol: Protocol, folder: Path | None) -> Scored:
+    from brrm.bench.core import item_keys
     from brrm.bench.protocol import score_both
-    from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
+    from brrm.bench.report import ITEMS_FILE, RUN_FILE, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
     from brrm.bench.runner import run as run_items
+    from brrm.types.retry import kept_note
 
     term = sys.stdout
     orders = protocol.orders
@@ -219,8 +222,10 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     best_of_n = bench if isinstance(bench, RewardBench2) else None  # RewardBench 2's best-of-n subsets
     if best_of_n is not None:
         settings["strategy"] = best_of_n.strategy  # a resumed run keeps the strategy
-    done = check_resume(folder, settings) if folder is not None else {}
-    todo = [it for it in items if it.id not in done]
+    # a pairwise best-of-N group's judgments are keyed by content alone: its sampled retries cannot be re-seeded
+    done, seed_ids, kept = _resumable(args, judge, folder, settings, reseeds=not (best_of_n and pairwise))
+    keys = item_keys(items)
+    todo = [it for it, key in zip(items, keys, strict=True) if key not in done]
     unit = "judgment" if pairwise else "reward"
     if best_of_n is not None:
         from brrm.bench import bestofn
@@ -234,7 +239,10 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
         how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
         run_bench = partial(run_items, orders=orders)
     print(f"protocol: {how}; {planned} {unit}s to run"
-          + (f"; resuming: {len(done)} items already judged" if done else ""), file=term)
+          + (f"; resuming: {len(done)} items already judged" if done else "")
+          + (f" ({len(seed_ids)} failed items judged again)" if seed_ids else ""), file=term)
+    if kept:
+        print(f"note: {kept_note(kept)}", file=term)
     handle = None
     if folder is not None:
         import json
@@ -245,12 +253,39 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     try:
         with common.progress_bar(planned, desc=bench.name, unit=unit, disable=args.no_progress) as bar:
             results, cost = run_bench(judge, items, seed=args.order_seed, progress=bar.update,
-                                      sink=(lambda part: write_items(handle, part)) if handle else None, done=done)
+                                      sink=(lambda part: write_items(handle, part)) if handle else None, done=done,
+                                      seed_ids=seed_ids)
     finally:
         if handle is not None:
             handle.close()
     scored = score_both(bench, results, protocol, replace(bench.score(results), cost=cost, judge=judge.info.to_dict()))
     return replace(scored, results=tuple(results))
+
+
+def _resumable(args: argparse.Namespace, judge: RewardJudge, folder: Path | None, settings: Mapping[str, object], *,
+               reseeds: bool) -> tuple[dict[str, ItemResult], dict[str, str], int]:
+    """What a resumed run keeps of the folder's earlier results, by item key; the failed ones it judges again
+    (transient failures always; parse failures and truncations under sampled decoding or ``--retry-failed``:
+    :mod:`brrm.types.retry`) are dropped from ``judgments.jsonl`` first. Returns (kept results, key -> the id a
+    retried item's streams are keyed by: a sampled retry's is :func:`brrm.seeds.retry_id`, how many parse failures
+    or truncations were kept as they were). ``reseeds``: the runner keys streams by ``seed_ids`` (False for a
+    pairwise best-of-N group, whose sampled parse failures are then kept like greedy ones)."""
+    from brrm.bench.report import ITEMS_FILE, check_resume, drop_lines, failed_seeds, keep_complete_lines, retried
+    from brrm.seeds import retry_id
+    from brrm.types.retry import is_sampled, retry_statuses
+
+    if folder is None:
+        return {}, {}, 0
+    done = check_resume(folder, settings)
+    sampled = reseeds and is_sampled(judge.info.options)
+    again, kept = retried(done, retry_statuses(sampled=sampled, retry_failed=bool(args.retry_failed)))
+    path = folder / ITEMS_FILE
+    seeds = failed_seeds(path) if again else {}
+    seed_ids = {key: retry_id(done[key].item.id, seeds.get(key)) if sampled else done[key].item.id for key in again}
+    if again:
+        keep_complete_lines(path)
+        drop_lines(path, again)
+    return {k: r for k, r in done.items() if k not in again}, seed_ids, kept
 
 
 def _finish(bench: Benchmark, scored: list[Scored], folder: Path | None, model: str | None,

@@ -15,6 +15,7 @@ from brrm.cli.records import (
     OrderedLines,
     add_input_args,
     add_resume_arg,
+    add_retry_failed_arg,
     check_output,
     interrupted,
     note_ignored_principles,
@@ -31,7 +32,8 @@ from brrm.progress import progress_bar
 from brrm.types.protocols import RewardJudge
 
 __all__ = ["OrderedLines", "add_backend_args", "add_input_args", "add_judge_args", "add_model_args",
-           "add_resume_arg", "check_output", "header", "interrupted", "load_judge", "load_options",
+           "add_resume_arg", "add_retry_failed_arg", "check_output", "header", "interrupted", "load_judge",
+           "load_options",
            "note_ignored_principles", "open_output", "printable", "progress_bar", "report_bad_records",
            "report_resume", "require_records", "resumed_lines", "terminal", "translate", "with_id",
            "_quiet_libraries"]

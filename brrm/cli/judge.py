@@ -14,7 +14,9 @@ from typing import Any, TextIO
 
 from brrm.cli import common
 from brrm.cli.command import Command
+from brrm.cli.resume import ResumePlan, resume_plan, resumed_output
 from brrm.types.protocols import RewardJudge
+from brrm.types.retry import kept_note
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -23,6 +25,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--quiet", "-q", action="store_true", help="no per-pair lines, summary only")
     common.add_resume_arg(p)
+    common.add_retry_failed_arg(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,27 +43,42 @@ def run(args: argparse.Namespace) -> int:
     common.report_resume(skip, len(records), args.output, term)
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "judge", judge, len(records), args.input)
-    n_good = sum(not isinstance(r, RecordError) for r in records[skip:])
+    plan = _resume_plan(args, skip, judge, term)
+    n_good = sum(not isinstance(r, RecordError) for r in records[skip:]) + len(plan.retry)
     from brrm.compose import PairwiseRewardJudge
 
     if isinstance(judge, PairwiseRewardJudge):  # a local BR-RM judge knows its turns and samples
         print(f"cost: {judge.judgment_cost(n_good).describe()}", file=term)
     results: dict[int, Any] = {}
     started = time.perf_counter()
-    with common.open_output(args.output, append=skip > 0) as out:
-        sink = common.OrderedLines(out, skip)
+    with resumed_output(args.output, plan) as sink:
         good = []
         for k, rec in enumerate(records):
-            if k < skip:
-                sink.put(k, {})
+            if k < skip and k not in plan.retry:
+                sink.put(k, plan.lines[k])
             elif isinstance(rec, RecordError):
                 sink.put(k, invalid_row(rec))
             else:
                 good.append((k, rec))
-        _judge(judge, good, results, sink, args, term)
-    summary(term, list(results.values()), records[skip:], time.perf_counter() - started, kept=skip)
+        _judge(judge, good, results, sink, args, term, plan)
+    ran = [r for k, r in enumerate(records) if k >= skip or k in plan.retry]
+    summary(term, list(results.values()), ran, time.perf_counter() - started, kept=skip - len(plan.retry))
+    if plan.kept:
+        print(f"  note: {kept_note(plan.kept, what='kept lines')}", file=term)
     judge.close()
     return 0
+
+
+def _resume_plan(args: argparse.Namespace, skip: int, judge: RewardJudge, term: TextIO) -> ResumePlan:
+    """Which kept lines a resume judges again (:mod:`brrm.cli.resume`), said on the terminal."""
+    from brrm.types.retry import is_sampled
+
+    plan = resume_plan(args.output, skip, sampled=is_sampled(judge.info.options), retry_failed=args.retry_failed)
+    if plan.retry:
+        print(f"resuming: {len(plan.retry)} kept lines failed (backend error or timeout"
+              + (", or parse failure/truncation" if plan.sampled or args.retry_failed else "")
+              + "): judged again in place" + (" under new seeds" if plan.sampled else ""), file=term)
+    return plan
 
 
 def invalid_row(rec: Any) -> dict[str, Any]:
@@ -69,16 +87,18 @@ def invalid_row(rec: Any) -> dict[str, Any]:
 
 
 def _judge(judge: RewardJudge, good: list[tuple[int, Any]], results: dict[int, Any], sink: common.OrderedLines,
-           args: argparse.Namespace, term: TextIO) -> None:
-    """Judge ``(position, record)`` pairs; each result goes to ``sink`` and the terminal as soon as it is final."""
+           args: argparse.Namespace, term: TextIO, plan: ResumePlan) -> None:
+    """Judge ``(position, record)`` pairs; each result goes to ``sink`` and the terminal as soon as it is final.
+    Results are filed by position, never by id: records whose ids repeat each get their own line."""
     from brrm.calibration.data import content_key
     from brrm.records import seed_ids
     from brrm.service.items import PairItem
     from brrm.service.run import run as run_jobs
 
     recs = [r for _, r in good]
+    ids = [plan.seed_id(k, i) for (k, _), i in zip(good, seed_ids(recs), strict=True)]
     jobs = [PairItem(r.conversation, r.response_a, r.response_b, id=i, label=r.label)
-            for r, i in zip(recs, seed_ids(recs), strict=True)]
+            for r, i in zip(recs, ids, strict=True)]
     with common.progress_bar(len(good), desc="judging", unit="pair", disable=args.no_progress) as bar:
         def finished(i: int, res: Any) -> None:
             k, rec = good[i]

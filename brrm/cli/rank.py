@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, TextIO
 
 from brrm.cli import common
 from brrm.cli.command import Command
+from brrm.cli.resume import ResumePlan, resume_plan, resumed_output
 from brrm.records import GroupRecord, RecordError
+from brrm.types.retry import kept_note
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -35,6 +37,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_resume_arg(p)
+    common.add_retry_failed_arg(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,13 +56,20 @@ def run(args: argparse.Namespace) -> int:
     strategy = check_strategy(args.strategy, pairwise=pairwise, has_reference=args.strategy == "reference")
     swap = bool(judge.info.options.get("swap")) and pairwise
     common.header(term, "rank", judge, len(records), args.input)
-    left = {id(r) for r in records[skip:]}
+    # a group's judgments are keyed by its content alone: a retry is re-seeded never, so parse failures stay
+    # unless --retry-failed (brrm.types.retry)
+    plan = resume_plan(args.output, skip, sampled=False, retry_failed=args.retry_failed)
+    if plan.retry:
+        print(f"resuming: {len(plan.retry)} kept lines failed: ranked again in place", file=term)
+    left = {id(r) for k, r in enumerate(records) if k >= skip or k in plan.retry}
     units = _announce_cost(term, [g for g in good if id(g) in left], strategy, swap=swap, pairwise=pairwise)
     started = time.perf_counter()
-    with common.open_output(args.output, append=skip > 0) as out, common.progress_bar(
+    with resumed_output(args.output, plan) as sink, common.progress_bar(
             units, desc="ranking", unit="pair" if pairwise else "item", disable=args.no_progress) as bar:
-        _rank_all(judge, records, skip, strategy, common.OrderedLines(out, skip), bar, term, swap)
+        _rank_all(judge, records, plan, strategy, sink, bar, term, swap)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
+    if plan.kept:
+        print(f"note: {kept_note(plan.kept, what='kept lines')}", file=term)
     judge.close()
     return 0
 
@@ -100,16 +110,17 @@ def _announce_cost(term: TextIO, good: list[GroupRecord], strategy: str, *, swap
     return sum(len(r.responses) for r in good)
 
 
-def _rank_all(judge: RewardJudge, records: list[GroupRecord | RecordError], skip: int, strategy: str,
+def _rank_all(judge: RewardJudge, records: list[GroupRecord | RecordError], plan: ResumePlan, strategy: str,
               sink: common.OrderedLines, bar: tqdm[None], term: TextIO, swap: bool) -> None:
-    """Rank every record past ``skip``; each line goes to ``sink`` (and its ranking to ``term``) when done."""
+    """Rank every record past the kept lines (and the kept lines a resume ranks again); each line goes to ``sink``
+    (and its ranking to ``term``) when done. Lines are filed by position, never by id."""
     from brrm.service.items import GroupItem, RankCall
     from brrm.service.run import run as run_jobs
 
     todo: list[tuple[int, GroupRecord]] = []
     for k, rec in enumerate(records):
-        if k < skip:
-            sink.put(k, {})
+        if k < len(plan.lines) and k not in plan.retry:
+            sink.put(k, plan.lines[k])
         elif isinstance(rec, RecordError):
             sink.put(k, {"id": rec.id, "line": rec.line, "status": "invalid_input", "reason": rec.reason})
         else:

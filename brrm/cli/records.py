@@ -124,17 +124,18 @@ class OrderedLines:
 
     def __init__(self, out: TextIO, skip: int = 0) -> None:
         self.out, self.next, self.skip = out, 0, skip
-        self.pending: dict[int, JSONDict] = {}
+        self.pending: dict[int, JSONDict | str] = {}
 
-    def put(self, position: int, row: JSONDict) -> None:
-        """Line ``position`` (0-based, in input order) is ``row``."""
+    def put(self, position: int, row: JSONDict | str) -> None:
+        """Line ``position`` (0-based, in input order) is ``row`` (a JSON object, or a line kept verbatim from an
+        earlier run: text ending in a newline)."""
         import json
 
         self.pending[position] = row
         while self.next in self.pending:
             line = self.pending.pop(self.next)
             if self.next >= self.skip:
-                self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                self.out.write(line if isinstance(line, str) else json.dumps(line, ensure_ascii=False) + "\n")
                 self.out.flush()
             self.next += 1
 
@@ -207,6 +208,15 @@ def add_resume_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue a killed run: keep the complete lines already in --output and append the rest "
                         "(results depend only on record, options and seed, so the file equals an unbroken run's)")
+
+
+def add_retry_failed_arg(p: argparse.ArgumentParser) -> None:
+    """``--retry-failed``: a resumed run also judges again the parse failures and truncations an earlier run left
+    (transient failures are always judged again; :mod:`brrm.types.retry`)."""
+    p.add_argument("--retry-failed", action="store_true",
+                   help="on resume, also judge again results that failed to parse or were truncated (backend "
+                        "errors and timeouts are always retried; parse failures are retried by default only under "
+                        "sampled decoding, with a new seed, since greedy decoding would repeat them)")
 
 
 @overload

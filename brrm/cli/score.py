@@ -16,8 +16,10 @@ from typing import Any
 from brrm.cli import common
 from brrm.cli.command import Command
 from brrm.cli.flags import principle_refusal
+from brrm.cli.resume import ResumePlan, resume_plan, resumed_output
 from brrm.errors import ConfigError
 from brrm.types.protocols import RewardJudge, kind_trait
+from brrm.types.retry import is_sampled, kept_note
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +27,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_resume_arg(p)
+    common.add_retry_failed_arg(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,22 +64,26 @@ def run(args: argparse.Namespace) -> int:
     common.note_ignored_principles(records, (fields or FieldMap()).principle, judge.info.takes_principle,
                                    judge.info.describe(), term)
     results: list[ScalarReward] = []
-    with common.open_output(args.output, append=skip > 0) as out:
-        sink = common.OrderedLines(out, skip)
+    plan = resume_plan(args.output, skip, sampled=is_sampled(judge.info.options), retry_failed=args.retry_failed)
+    if plan.retry:
+        print(f"resuming: {len(plan.retry)} kept lines failed: scored again in place", file=term)
+    with resumed_output(args.output, plan) as sink:
         flat: list[tuple[int, Any, Any]] = []  # (output position, record, principle) still to score
         lines = [(rec, p) for rec, ps in zip(records, per, strict=True) for p in ps]
         for pos, (rec, p) in enumerate(lines):
-            if pos < skip:
-                sink.put(pos, {})
+            if pos < skip and pos not in plan.retry:
+                sink.put(pos, plan.lines[pos])
             elif isinstance(rec, RecordError):
                 res = ScalarReward.failed(Status.INVALID_INPUT, rec.reason, id=rec.id)
                 results.append(res)
                 sink.put(pos, _row(rec, res))
             else:
                 flat.append((pos, rec, p))
-        _score(judge, flat, sink, results, args)
+        _score(judge, flat, sink, results, args, plan)
     for line in summary_lines(summarize_rewards(results)):
         print(line, file=term)
+    if plan.kept:
+        print(f"note: {kept_note(plan.kept, what='kept lines')}", file=term)
     judge.close()
     return 0
 
@@ -136,15 +143,17 @@ def _principles(judge: RewardJudge, records: list[Any], principles: list[str]) -
 
 
 def _score(judge: RewardJudge, flat: list[tuple[int, Any, Any]], sink: common.OrderedLines, results: list[Any],
-           args: argparse.Namespace) -> None:
-    """Score every (position, record, principle), a chunk per call; each line goes to ``sink`` when done."""
+           args: argparse.Namespace, plan: ResumePlan) -> None:
+    """Score every (position, record, principle), a chunk per call; each line goes to ``sink`` when done (filed by
+    position, never by id: records whose ids repeat each get their own line)."""
     from brrm.records import seed_ids
     from brrm.service.items import ScoreItem
     from brrm.service.run import run as run_jobs
 
     recs = [rec for _, rec, _ in flat]
+    ids = [plan.seed_id(pos, i) for (pos, _, _), i in zip(flat, seed_ids(recs), strict=True)]
     jobs = [ScoreItem(r.conversation, r.response, principle, id=i)
-            for r, (_, _, principle), i in zip(recs, flat, seed_ids(recs), strict=True)]
+            for r, (_, _, principle), i in zip(recs, flat, ids, strict=True)]
     with common.progress_bar(len(flat), desc="scoring", unit="item", disable=args.no_progress) as bar:
         def finished(i: int, reward: Any) -> None:
             pos, rec, _ = flat[i]

@@ -127,8 +127,9 @@ class BRRMConfig:
                                                "a model call (default: on; faithful: off, as the released "
                                                "evaluation)")
     swap: bool = option(False, flag=Flag(store=True), help="judge both orders; disagreement is a tie (default off)")
-    max_retries: int = option(0, help="re-runs of an ordered judgment that ended parse_failure, truncated or "
-                                      "backend_error, each from fresh sampler streams, int >= 0 (default 0)")
+    max_retries: int = option(0, help="re-runs of an ordered judgment that ended backend_error, or (sampled decoding "
+                                      "only: greedy would repeat it) parse_failure or truncated, each from fresh "
+                                      "sampler streams, int >= 0 (default 0)")
     turn2_tokens: str = option("auto", help="how turn 2's prompt ids are formed: retokenize (the released "
                                             "evaluation), concat (turn 1's ids as generated; turn 2 reuses its KV) "
                                             "or auto (the default: retokenize when faithful, else concat)")
@@ -367,8 +368,14 @@ class BRRMJudge:
                                          provenance=self._provenance(it))
 
     def _should_retry(self, it: _Item) -> bool:
-        return (it.retryable and it.attempt < self.config.max_retries and it.result is not None
-                and it.result.status in (Status.PARSE_FAILURE, Status.TRUNCATED, Status.BACKEND_ERROR))
+        """Whether an in-run retry (``max_retries``) runs the item again: a backend error always; a parse failure or
+        truncation only under sampled decoding, where the retry's fresh streams can differ (a greedy retry would
+        repeat the identical request token for token; :mod:`brrm.types.retry`)."""
+        if not (it.retryable and it.attempt < self.config.max_retries and it.result is not None):
+            return False
+        if it.result.status is Status.BACKEND_ERROR:
+            return True
+        return it.result.status in (Status.PARSE_FAILURE, Status.TRUNCATED) and not self.config.sampling.greedy
 
     def _provenance(self, it: _Item) -> Provenance:
         return Provenance(model=self.backend.info.model, backend=self.backend.info.name,

@@ -3,6 +3,11 @@
 * :mod:`~brrm.records._io` — files to ``(line, row)`` (JSONL, JSON, Parquet, CSV, TSV);
 * :mod:`~brrm.records.fields` — :class:`FieldMap` (``--field field=column``) and the shared field readers;
 * :mod:`~brrm.records.shapes` — pair, single-response and group records.
+
+Records come back as a list in input order, and every surface files results by that position (and, where it
+stores them, by content hash): a record's ``id`` is data, never a key, so ids may repeat and each record still
+gets its own result (``brrm judge``/``score``/``rank`` lines by position; the audit store by content hash,
+:mod:`brrm.audit.keys`; benchmarks by :func:`brrm.bench.core.item_keys`).
 """
 
 from brrm.records._io import FORMATS, RecordError, detect_format, iter_rows, open_rows, read_string_field

@@ -238,7 +238,7 @@ class VLLMBackend:
             raise ConfigError(
                 f"this vLLM engine runs the {self.runner!r} runner; generate needs runner='generate'"
             )
-        runs = [ProgramRun(r, self.tokens) for r in requests]
+        runs = [ProgramRun(r, self.tokens, temperature, top_p, top_k) for r in requests]
         call = _Call(len(runs), on_complete)
         with self._lock:
             for i, run in enumerate(runs):

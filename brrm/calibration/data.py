@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 from brrm.calibration.fit import logit, sigmoid
 from brrm.errors import ConfigError
-from brrm.types.codec import stored_semantics
-from brrm.types.summary import check_logprob_semantics
 from brrm.types import Conversation, ConversationLike, Verdict, parse_label
+from brrm.types.codec import stored_semantics
 from brrm.types.jsonread import as_list, as_number, as_object
+from brrm.types.summary import check_logprob_semantics
 
 
 @dataclass(frozen=True)

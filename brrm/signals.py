@@ -83,7 +83,8 @@ def _watchdog() -> Iterator[None]:
     try:
         old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     except (ValueError, OSError):  # not the main thread of the main interpreter
-        os.close(read_fd), os.close(write_fd)
+        os.close(read_fd)
+        os.close(write_fd)
         yield
         return
     watcher: subprocess.Popen[bytes] | None = None

@@ -8,8 +8,8 @@ digit-logit difference ``logit_1 − logit_2`` when it agrees with ``p_a`` (an o
 ``logit(p_a)`` (a mirrored order or a scalar model's σ(r_A − r_B)). A swap judgment contributes its two
 orders (each in the A/B frame), not their average. Each observation is keyed by its pair's content group (the
 row's ``content_key``, or the conversation and responses it holds; a bench line's ``pair_keys``), which the
-held-out split keeps on one side (:mod:`brrm.calibration.split`). Ties, unlabelled pairs and failures are counted, not used.
-The kind is ``pairwise`` when the judgments carry digit logits, else ``scalar``.
+held-out split keeps on one side (:mod:`brrm.calibration.split`). Ties, unlabelled pairs and failures are counted,
+not used. The kind is ``pairwise`` when the judgments carry digit logits, else ``scalar``.
 """
 
 from __future__ import annotations

@@ -238,7 +238,7 @@ def serve(app: FastAPI | LoadingApp, *, host: str, port: int, drain_timeout_s: f
     from brrm.serve.loading import LoadingApp
 
     loading = app if isinstance(app, LoadingApp) else None
-    drain = loading.begin_drain if loading else lambda: setattr(app.state.brrm, "draining", True)
+    drain = app.begin_drain if isinstance(app, LoadingApp) else lambda: setattr(app.state.brrm, "draining", True)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:

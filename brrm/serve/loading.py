@@ -52,7 +52,7 @@ class LoadingApp:
         self.app: FastAPI | None = None
         self.error: BaseException | None = None
         self.draining = False
-        self._context: AbstractAsyncContextManager[None] | None = None
+        self._context: AbstractAsyncContextManager[object] | None = None
         self._task: asyncio.Task[None] | None = None
         self._loading = ApiKeyMiddleware(self._answer_loading, api_key) if api_key else self._answer_loading
 

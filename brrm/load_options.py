@@ -128,3 +128,4 @@ class LoadOptions(TypedDict, total=False):
     timeout_s: float
     http_retries: int
     max_context: int
+    logprobs_mode: str

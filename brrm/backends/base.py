@@ -111,6 +111,9 @@ class Capabilities:
         continuous: ``generate`` takes ``then=`` (follow-up requests): a request's follow-up (a BR-RM turn 2)
             joins the running batch as soon as the request finishes, and finished rows are replaced from the
             queue (see :func:`generate_chains`; the transformers backend's ``scheduling="continuous"``).
+        logprob_semantics: what ``choice_logits`` are, one of :data:`brrm.types.results.LOGPROB_SEMANTICS`
+            (``raw`` unless an OpenAI-compatible server's logprobs mode is not known: ``unknown``); judges
+            record it in every result's provenance.
     """
 
     generate: bool = True
@@ -121,8 +124,9 @@ class Capabilities:
     chunk_size: int = 8
     concurrent: bool = False
     continuous: bool = False
+    logprob_semantics: str = "raw"
 
-    def to_dict(self) -> dict[str, bool | int]:
+    def to_dict(self) -> dict[str, bool | int | str]:
         """The capabilities by name, JSON-ready."""
         return asdict(self)
 

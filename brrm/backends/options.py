@@ -18,6 +18,9 @@ from brrm.types.config import check_bool, check_bool_or_auto, check_choice, chec
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 SCHEDULINGS = ("continuous", "static")
+SERVER_LOGPROBS_MODES = ("unknown", "raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")
+"""An OpenAI-compatible server's logprobs mode as its operator declares it (vLLM's ``--logprobs-mode``); every
+known mode gives raw verdict probabilities, since the verdict is scored in its own temperature-1 step."""
 
 
 Check: TypeAlias = Callable[[str, object], object]
@@ -136,12 +139,16 @@ class OpenAIOptions:
     max_context: int | None = _opt("context window in tokens, >= 1 (default: the server's max_model_len)")
     trust_remote_code: bool | None = _opt("run the tokenizer's own code (default off)")
     chunk_size: int | None = _opt("ordered judgments per judge call, >= 1 (default 4096)", cli=False)
+    logprobs_mode: str | None = _opt("the servers' --logprobs-mode when known; results then record "
+                                     "logprob_semantics 'raw' (default unknown: results record 'unknown')",
+                                     choices=SERVER_LOGPROBS_MODES)
 
     def __post_init__(self) -> None:
         if isinstance(self.base_url, list | tuple):
             object.__setattr__(self, "base_url", tuple(self.base_url))
         _check(self, max_concurrency=_int(1), timeout_s=lambda n, v: check_float(n, v, low=0, low_open=True),
-               http_retries=_int(0), max_context=_int(1), trust_remote_code=check_bool, chunk_size=_int(1))
+               http_retries=_int(0), max_context=_int(1), trust_remote_code=check_bool, chunk_size=_int(1),
+               logprobs_mode=_choice(SERVER_LOGPROBS_MODES))
 
     def backend_kwargs(self) -> dict[str, Any]:
         """The set options as ``OpenAIBackend.from_options`` keywords (``http_retries`` is its ``max_retries``,

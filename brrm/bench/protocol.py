@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from brrm.bench.core import BenchResult, ItemResult
 from brrm.errors import ConfigError
+from brrm.types.summary import check_logprob_semantics, logprob_semantics
 
 if TYPE_CHECKING:
     from brrm.bench.base import Benchmark
@@ -190,7 +191,13 @@ class Scored:
 
 
 def score_both(bench: Benchmark, results: Sequence[ItemResult], protocol: Protocol | None, all_: BenchResult) -> Scored:
-    """:class:`Scored` from a run's results: ``all_`` (already scored over every item) and the parsed items."""
+    """:class:`Scored` from a run's results: ``all_`` (already scored over every item) and the parsed items.
+
+    Raises:
+        ConfigError: when the results mix unknown and known logprob semantics (e.g. a resume on another server).
+    """
+    check_logprob_semantics(logprob_semantics([*(s.judgment for r in results for s in r.shown),
+                                               *(w for r in results for w in r.rewards)]), "the bench report")
     kept = [r for r in results if parsed(r)]
     if len(kept) == len(results):
         return Scored(protocol, all_, all_, len(kept))

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from brrm.calibration.fit import logit, sigmoid
 from brrm.errors import ConfigError
 from brrm.types import Conversation, ConversationLike, Verdict, parse_label
+from brrm.types.codec import stored_semantics
 from brrm.types.jsonread import as_list, as_number, as_object
+from brrm.types.summary import check_logprob_semantics
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Observation:
         y: 1 when the label is A, 0 when B.
         digit_logits: whether z came from the verdict-digit logits (a pairwise judge).
         p: P(A ≻ B) as judged (``p_a``, in [0, 1]; σ(z) up to rounding): the raw figures bin this value itself.
+        logprob_semantics: its judgment's ``provenance.logprob_semantics`` (:func:`brrm.types.codec.stored_semantics`).
     """
 
     key: str
@@ -45,6 +48,7 @@ class Observation:
     y: int
     digit_logits: bool
     p: float
+    logprob_semantics: str = "raw"
 
 
 @dataclass(frozen=True)
@@ -92,12 +96,27 @@ def _z(d: Mapping[str, object]) -> tuple[float, bool]:
     return logit(p), False
 
 
+def _semantics(d: Mapping[str, object]) -> str:
+    prov = d.get("provenance")
+    return stored_semantics(prov if isinstance(prov, dict) else None)
+
+
 def observations(rows: Iterable[Mapping[str, object]]) -> Observations:
     """Every usable observation of judged rows, in order.
 
     Raises:
-        ConfigError: naming the row of a label that is not A, B, tie or none.
+        ConfigError: naming the row of a label that is not A, B, tie or none; when the observations mix unknown
+            and known logprob semantics (:func:`brrm.types.summary.check_logprob_semantics`).
     """
+    result = _observations(rows)
+    counts: dict[str, int] = {}
+    for o in result.items:
+        counts[o.logprob_semantics] = counts.get(o.logprob_semantics, 0) + 1
+    check_logprob_semantics(counts, "the calibration fit")
+    return result
+
+
+def _observations(rows: Iterable[Mapping[str, object]]) -> Observations:
     out: list[Observation] = []
     skipped = {"unlabelled": 0, "ties": 0, "failed": 0}
     for k, row in enumerate(rows, start=1):
@@ -120,7 +139,7 @@ def observations(rows: Iterable[Mapping[str, object]]) -> Observations:
                 skipped["failed"] += 1
                 continue
             z, digits = _z(part)
-            out.append(Observation(key, z, 1 if label is Verdict.A else 0, digits, _p(part)))
+            out.append(Observation(key, z, 1 if label is Verdict.A else 0, digits, _p(part), _semantics(part)))
     return Observations(tuple(out), skipped)
 
 
@@ -149,7 +168,7 @@ def _bench_row(row: Mapping[str, object], out: list[Observation], skipped: dict[
             continue
         first_better = (gold is Verdict.A) != bool(pres["swapped"])
         z, digits = _z(j)
-        out.append(Observation(str(keys[index]), z, 1 if first_better else 0, digits, _p(j)))
+        out.append(Observation(str(keys[index]), z, 1 if first_better else 0, digits, _p(j), _semantics(j)))
 
 
 def content_key(conversation: ConversationLike, response_a: str, response_b: str) -> str:

@@ -47,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"brrm: error: {translate(str(exc), parser, vars(args).get('command'))}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as exc:  # an input read as text that is not (the record readers name their file)
+        print(f"brrm: error: an input file is not UTF-8 text ({exc}); is it binary, or in another encoding?",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:
         from brrm.cli.common import interrupted
 

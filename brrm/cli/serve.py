@@ -1,7 +1,9 @@
 """``brrm serve``: serve a judge over HTTP (FastAPI + uvicorn) with the endpoints of :mod:`brrm.serve`.
 
 Every limit is checked, and the port bound, before the model loads (a port in use fails at once, not after
-minutes of loading). Binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key``
+minutes of loading). The server answers ``/health`` from the moment it listens: the model loads beside it
+(:mod:`brrm.serve.loading`; ``/ready`` and the judging routes answer 503 ``loading`` until it is loaded, and a
+load that fails stops the server with its error). Binds 127.0.0.1 unless ``--host`` says otherwise; ``--api-key``
 (or ``BRRM_API_KEY``) makes every endpoint but ``/health`` require ``Authorization: Bearer <key>``. SIGTERM
 drains: the listening socket closes (new connections are refused), requests already in flight finish (up to
 ``--drain-timeout``), then the model is freed and the process exits 0.
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from brrm.serve.limits import ServerLimits
+    from brrm.serve.loading import LoadingApp
     from brrm.types import RewardJudge
 
 
@@ -170,11 +173,20 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and limits.api_key is None:
         print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "
               "BRRM_API_KEY)", file=sys.stderr)
-    try:
-        judge = _factory(args.factory, factory) if factory else common.load_judge(args, kind="brrm")
-    except BaseException:
-        sock.close()
-        raise
+    from brrm.serve.loading import LoadingApp
+
+    print(f"brrm serve: listening on http://{args.host}:{args.port} (/health answers; loading the model)",
+          file=sys.stderr)
+    app = LoadingApp(lambda: _build_app(args, limits, factory), api_key=limits.api_key)
+    serve(app, host=args.host, port=args.port, drain_timeout_s=limits.drain_timeout_s, log_level=args.log_level,
+          access_log=not args.no_access_log, sock=sock)
+    return 0
+
+
+def _build_app(args: argparse.Namespace, limits: ServerLimits,
+               factory: Callable[[], object] | None) -> FastAPI:
+    """Load the judge and make the server's app (run beside the listening server, in its loading thread)."""
+    judge = _factory(args.factory, factory) if factory else common.load_judge(args, kind="brrm")
     if args.concurrency == "auto":  # concurrent backends share one running batch across judge calls
         from dataclasses import replace
 
@@ -186,11 +198,9 @@ def run(args: argparse.Namespace) -> int:
     gc.freeze()  # the loaded model, tokenizer and libraries are never rescanned by the cyclic collector: its full
     # collections over them paused the event loop for hundreds of ms under load (p99 of 429s 0.9 s -> 0.25 s)
     info = judge.info
-    print(f"brrm serve: {info.model} ({info.describe()}) on "
+    print(f"brrm serve: {info.model} ({info.describe()}) loaded on "
           f"http://{args.host}:{args.port}; docs at /docs", file=sys.stderr)
-    serve(app, host=args.host, port=args.port, drain_timeout_s=limits.drain_timeout_s, log_level=args.log_level,
-          access_log=not args.no_access_log, sock=sock)
-    return 0
+    return app
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -216,7 +226,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(app: FastAPI, *, host: str, port: int, drain_timeout_s: float, log_level: str = "info",
+def serve(app: FastAPI | LoadingApp, *, host: str, port: int, drain_timeout_s: float, log_level: str = "info",
           access_log: bool = True, sock: socket.socket | None = None) -> None:
     """Run ``app`` under uvicorn until SIGTERM or Ctrl-C, draining in-flight requests first.
 
@@ -224,21 +234,40 @@ def serve(app: FastAPI, *, host: str, port: int, drain_timeout_s: float, log_lev
     ``drain_timeout_s``); the app's lifespan then drains the scheduler and frees the model. Requests that reach
     an open keep-alive connection during the drain get 503. uvicorn re-raises the signal after a graceful stop;
     for SIGTERM that lands on a no-op handler installed here, so the process exits 0 (SIGINT still ends as an
-    interrupt).
+    interrupt). A :class:`~brrm.serve.loading.LoadingApp` stopped before its model loaded exits at once (the load
+    thread is not waited for); one whose load failed stops the server and raises the load's error here.
     """
     import uvicorn
 
-    state = app.state.brrm
+    from brrm.serve.loading import LoadingApp
+
+    loading = app if isinstance(app, LoadingApp) else None
+    drain = app.begin_drain if isinstance(app, LoadingApp) else lambda: setattr(app.state.brrm, "draining", True)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            state.draining = True
+            drain()
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=max(1, int(drain_timeout_s)), lifespan="on")
     signal.signal(signal.SIGTERM, lambda _sig, _frame: None)  # what uvicorn re-raises after its graceful stop
-    Server(config).run(sockets=[sock] if sock is not None else None)
+    server = Server(config)
+    if loading is not None:
+        loading.on_failure = lambda _exc: setattr(server, "should_exit", True)
+    code = 0
+    try:
+        server.run(sockets=[sock] if sock is not None else None)
+    except KeyboardInterrupt:
+        if loading is None or loading.loaded:
+            raise
+        code = 130
+    if loading is not None and loading.error is not None:
+        raise loading.error
+    if loading is not None and not loading.loaded:  # stopped during the load: nothing to drain or free
+        print("brrm serve: stopped while the model was loading", file=sys.stderr)
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)  # the load thread (and any pool of the loader's) is not waited for
 
 
 def _factory_function(spec: str) -> Callable[[], object]:

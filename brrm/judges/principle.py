@@ -383,7 +383,8 @@ class PrincipleJudge:
         prov = Provenance(model=self.backend.info.model, backend=self.backend.info.name,
                           template_hash=self.template_hash, sampling=s, seed=it.seed(s.seed),
                           decoding="free" if self.card else "constrained", policies=self._policies(),
-                          fingerprint=self.backend.info.fingerprint)
+                          fingerprint=self.backend.info.fingerprint,
+                          logprob_semantics=self.backend.capabilities.logprob_semantics)
         return {"id": it.rid, "principle": it.principle, "thinking_stripped": it.stripped, "provenance": prov}
 
     def _finish(self, it: _Item, comp: Completion) -> ScalarReward:

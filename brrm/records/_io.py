@@ -2,8 +2,10 @@
 Hugging Face datasets (a ``save_to_disk`` folder, a dataset repository folder, or a hub id in the local cache).
 
 Rows come out as ``(line, value)``: the 1-based line number (JSONL) or row number (other formats and datasets)
-and the decoded row, or a :class:`RecordError` for a line that is not valid JSON. Parquet, CSV/TSV and datasets
-go through ``datasets``.
+and the decoded row, or a :class:`RecordError` for a line that is not valid JSON or is longer than
+:data:`MAX_LINE_BYTES` (its bytes are skipped without being held; the rest of the file goes on). A file that is
+not UTF-8 text (a binary file, another encoding) is one :class:`~brrm.errors.ConfigError` naming the file and the
+line. Parquet, CSV/TSV and datasets go through ``datasets``.
 """
 
 from __future__ import annotations
@@ -15,9 +17,18 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from brrm.errors import ConfigError
 from brrm.types.config import check_text
+
+MAX_LINE_BYTES = 16 << 20
+"""Longest JSONL line read as a record, in bytes (16 MiB, the newline not counted): a longer line is that line's
+``invalid_input``, never read into memory whole nor sent to a model (a 60 MB line once took minutes to tokenize
+and held off SIGTERM meanwhile). Far above any real conversation (the server's default body limit is 8 MiB)."""
+
+_CHUNK = 1 << 20
+"""Bytes read at a time while skipping the rest of an over-long line."""
 
 FORMATS = ("jsonl", "json", "parquet", "csv", "tsv", "hf")
 """Input formats the record readers take (``hf``: a Hugging Face dataset folder or hub id, through ``datasets``)."""
@@ -134,7 +145,7 @@ def iter_rows(path: Path, fmt: str, limit: int | None) -> Iterator[tuple[int, ob
         yield from _iter_jsonl(path, limit)
         return
     if fmt == "json":
-        text = path.read_text(encoding="utf-8")
+        text = _decode(path.read_bytes(), path, 1)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -168,16 +179,50 @@ def _nested_records(line: int, row: object) -> RecordError:
                                         "document on one line; save it as .json or pass --input-format json")
 
 
+def _decode(data: bytes, path: Path, line: int) -> str:
+    """``data`` (line ``line`` of ``path``, or the whole file) as UTF-8 text.
+
+    Raises:
+        ConfigError: naming the file and line when it is not UTF-8 text (a NUL byte counts as binary).
+    """
+    try:
+        if b"\0" in data:
+            raise UnicodeError("a NUL byte")
+        return data.decode("utf-8")
+    except UnicodeError as exc:
+        raise ConfigError(f"{path.name}: not a UTF-8 text file (line {line}: {exc}); is it binary, or in another "
+                          "encoding? Convert it to UTF-8 JSON Lines, or pass --input-format") from None
+
+
+def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
+    """Each line of ``handle`` without its newline, or None for a line over :data:`MAX_LINE_BYTES` (skipped in
+    chunks, never held whole)."""
+    limit = MAX_LINE_BYTES
+    while data := handle.readline(limit + 2):
+        content = data.rstrip(b"\r\n")
+        if len(content) <= limit and (data.endswith(b"\n") or len(data) <= limit):  # whole, and within the limit
+            yield content
+            continue
+        while not data.endswith(b"\n") and (data := handle.readline(_CHUNK)):
+            pass
+        yield None
+
+
 def _iter_jsonl(path: Path, limit: int | None) -> Iterator[tuple[int, object]]:
     count = 0
-    with path.open(encoding="utf-8") as handle:
-        for line, text in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for line, data in enumerate(_lines(handle), start=1):
             if limit is not None and count >= limit:
                 return
+            if data is None:
+                count += 1
+                yield line, RecordError(line, str(line), f"line {line}: longer than the {MAX_LINE_BYTES}-byte line "
+                                                         "limit (brrm.records._io.MAX_LINE_BYTES); not read")
+                continue
+            text = _decode(data, path, line)
             if not text.strip():
                 continue
             count += 1
-            text = text.rstrip("\r\n")  # the newline is not part of the record: an error's column is on this line
             try:
                 row = json.loads(text)
             except json.JSONDecodeError as exc:

@@ -262,7 +262,8 @@ class BradleyTerryRewardModel:
         return Provenance(model=self.model_id, backend=self.backend.info.name,
                           template_hash=text_hash(template, self.recipe, NOTHINK_SUFFIX, EMPTY_THINK),
                           sampling=sampling, seed=0, decoding="score", policies=policies,
-                          fingerprint=self.backend.info.fingerprint)
+                          fingerprint=self.backend.info.fingerprint,
+                          logprob_semantics=self.backend.capabilities.logprob_semantics)
 
     def close(self) -> None:
         """Close the backend."""

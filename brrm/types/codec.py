@@ -29,7 +29,20 @@ def provenance_from_dict(d: Mapping[str, Any] | None) -> Provenance | None:
     return Provenance(model=d["model"], backend=d["backend"], template_hash=d["template_hash"],
                       sampling=SamplingConfig(**d["sampling"]), seed=d["seed"], decoding=d["decoding"],
                       policies=dict(d["policies"]), calibration=d.get("calibration", ""),
-                      fingerprint=d.get("fingerprint", ""))
+                      fingerprint=d.get("fingerprint", ""),
+                      logprob_semantics=stored_semantics(d))
+
+
+def stored_semantics(d: Mapping[str, Any] | None) -> str:
+    """The logprob semantics of a stored provenance dict (``None``: ``raw``, a replayed score). One written
+    before they were recorded has none: ``unknown`` for an OpenAI-compatible server (its verdict step was sent
+    at the judge's temperature), else ``raw``."""
+    if not d:
+        return "raw"
+    value = d.get("logprob_semantics")
+    if isinstance(value, str):
+        return value
+    return "unknown" if d.get("backend") == "openai" else "raw"
 
 
 def judgment_from_dict(d: Mapping[str, Any]) -> PairwiseJudgment:

@@ -52,6 +52,17 @@ class Status(enum.StrEnum):
     INCOMPLETE_GROUP = "incomplete_group"
 
 
+LOGPROB_SEMANTICS = ("raw", "unknown")
+"""What a result's verdict probability is the softmax of (``Provenance.logprob_semantics``).
+
+``raw``: the raw logits of the verdict options, known to be so (the transformers backend reads its own logits;
+vLLM runs ``logprobs_mode="raw_logits"`` or scores the verdict in its own temperature-1, top-p-1 step; an
+OpenAI-compatible server whose ``--logprobs-mode`` was declared). ``unknown``: an OpenAI-compatible server whose
+logprobs mode was not declared; the verdict is still sent in a temperature-1 step, but what the server
+reports cannot be known. Aggregates refuse to mix the two (:func:`brrm.types.summary.check_logprob_semantics`).
+"""
+
+
 @dataclass(frozen=True)
 class Provenance:
     """What produced a result: enough to reproduce or audit it.
@@ -69,6 +80,11 @@ class Provenance:
             (:mod:`brrm.calibration`); ``""`` when none was applied.
         fingerprint: the fingerprint of the weights that produced the result (:class:`brrm.JudgeSpec`); empty
             when the backend was built by hand or the result was replayed.
+        logprob_semantics: what the result's probabilities are the softmax of, one of
+            :data:`LOGPROB_SEMANTICS` (the backend's ``Capabilities.logprob_semantics``).
+
+    Raises:
+        ConfigError: on a ``logprob_semantics`` outside :data:`LOGPROB_SEMANTICS`.
     """
 
     model: str
@@ -80,6 +96,12 @@ class Provenance:
     policies: Mapping[str, JSONValue] = field(default_factory=dict)
     calibration: str = ""
     fingerprint: str = ""
+    logprob_semantics: str = "raw"
+
+    def __post_init__(self) -> None:
+        if self.logprob_semantics not in LOGPROB_SEMANTICS:
+            raise ConfigError(f"provenance.logprob_semantics must be one of {list(LOGPROB_SEMANTICS)}, "
+                              f"got {self.logprob_semantics!r}")
 
     def to_dict(self) -> JSONDict:
         return {
@@ -92,6 +114,7 @@ class Provenance:
             "decoding": self.decoding,
             "policies": dict(self.policies),
             "calibration": self.calibration,
+            "logprob_semantics": self.logprob_semantics,
         }
 
 

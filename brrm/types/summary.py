@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from brrm.errors import ConfigError
 from brrm.types.results import PairwiseJudgment, ScalarReward, Status, Verdict
 
 
@@ -57,8 +58,47 @@ class JudgmentSummary:
         }
 
 
+def logprob_semantics(results: Iterable[PairwiseJudgment | ScalarReward]) -> dict[str, int]:
+    """How many ``ok`` results (swap orders' sub-judgments included) record each logprob semantics
+    (``provenance.logprob_semantics``; results without a provenance are not counted)."""
+    counts: dict[str, int] = {}
+    stack: list[PairwiseJudgment | ScalarReward] = list(results)
+    while stack:
+        r = stack.pop()
+        if isinstance(r, PairwiseJudgment):
+            stack.extend(r.sub_judgments)
+        if r.ok and r.provenance is not None:
+            counts[r.provenance.logprob_semantics] = counts.get(r.provenance.logprob_semantics, 0) + 1
+    return counts
+
+
+def check_logprob_semantics(counts: Mapping[str, int], where: str) -> None:
+    """Refuse an aggregate that mixes results of ``unknown`` logprob semantics with known ones.
+
+    Args:
+        counts: results per semantics (:func:`logprob_semantics`, or counted from stored rows).
+        where: what is being aggregated, for the message (e.g. ``"the bench report"``).
+
+    Raises:
+        ConfigError: when ``unknown`` and a known semantics both have results, naming both counts.
+    """
+    known = {k: v for k, v in counts.items() if k != "unknown" and v}
+    if counts.get("unknown") and known:
+        raise ConfigError(
+            f"{where} mixes {counts['unknown']} results of unknown logprob semantics (an OpenAI-compatible "
+            f"server whose --logprobs-mode was not declared) with " + ", ".join(f"{v} {k}" for k, v in known.items())
+            + " ones; their probabilities may not mean the same: aggregate them apart, or rerun with the "
+            "server's logprobs_mode declared (--logprobs-mode)")
+
+
 def summarize(judgments: Iterable[PairwiseJudgment]) -> JudgmentSummary:
-    """Aggregate judgments by status and winner; non-ok results never count as verdicts."""
+    """Aggregate judgments by status and winner; non-ok results never count as verdicts.
+
+    Raises:
+        ConfigError: when the judgments mix unknown and known logprob semantics (:func:`check_logprob_semantics`).
+    """
+    judgments = list(judgments)
+    check_logprob_semantics(logprob_semantics(judgments), "the summary")
     by_status = {s.value: 0 for s in Status}
     by_winner = {v.value: 0 for v in (Verdict.A, Verdict.B, Verdict.TIE)}
     total = labelled = correct = swapped = consistent = order_labelled = 0
@@ -87,7 +127,11 @@ def summarize_rewards(results: Sequence[ScalarReward]) -> dict[str, Any]:
 
     ``truncated`` counts every result whose input lost tokens, ``ok`` ones included (a prompt-side cut of
     an over-long conversation still gives a reward, but the summary says it happened).
+
+    Raises:
+        ConfigError: when the rewards mix unknown and known logprob semantics (:func:`check_logprob_semantics`).
     """
+    check_logprob_semantics(logprob_semantics(results), "the summary")
     by_status = {s.value: 0 for s in Status if s is not Status.PARSE_FAILURE}
     for r in results:
         by_status[r.status.value] = by_status.get(r.status.value, 0) + 1

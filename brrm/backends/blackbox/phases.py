@@ -18,7 +18,12 @@ backend (:class:`~brrm.backends.transformers.steering.ProgramState`) exactly:
   otherwise the run fails loudly (never unconstrained).
 * ``Choice(options)`` — one token among the options (``allowed_token_ids``), with the options' logits
   requested through ``logprob_token_ids`` (raw logits with vLLM's ``logprobs_mode="raw_logits"``; the
-  default raw log-probabilities differ from them by one constant, so P(option) is the same).
+  default raw log-probabilities differ from them by one constant, so P(option) is the same). The choice is
+  always sent in its own temperature-1, top-p-1, no-top-k step (:func:`~brrm.backends.blackbox.request.
+  sampling_fields`), so an engine that reports logprobs *after* its sampler's processing reports the same
+  softmax as the raw logits; the option is then picked here from the reported values with the judge's own
+  decoding (:func:`pick_choice`: argmax when greedy, else a seeded sample of softmax(values / T) under top-k
+  and top-p among the options, as the transformers backend samples a masked choice).
 * after the last segment the end-of-turn token counts as one generated token, as in the transformers
   backend (a turn whose budget cannot hold it ends ``length``).
 
@@ -29,6 +34,8 @@ unconstrained "success".
 
 from __future__ import annotations
 
+import math
+import random
 import re
 import threading
 from collections.abc import Sequence
@@ -174,16 +181,48 @@ def _fullmatch(regex: str, text: str) -> bool | None:
         return None
 
 
+def pick_choice(values: Sequence[float], seed: int, temperature: float, top_p: float = 1.0, top_k: int = 0) -> int:
+    """Index of the option a choice step picks from its options' raw logits ``values`` (finite floats).
+
+    ``temperature`` 0: the first largest value (greedy). Otherwise an exact sample of softmax(values / T)
+    restricted to the ``top_k`` largest (0 = no cut) and then to the top-``top_p`` nucleus, by the Gumbel-max
+    trick with noise from ``random.Random(seed)`` (the phase's seed, so a request's pick is reproducible).
+    """
+    if temperature == 0 or len(values) == 1:
+        return max(range(len(values)), key=lambda i: (values[i], -i))
+    scaled = [v / temperature for v in values]
+    order = sorted(range(len(scaled)), key=lambda i: -scaled[i])
+    keep = set(order[:top_k] if 0 < top_k < len(order) else order)
+    if top_p < 1.0:
+        top = max(scaled)
+        weights = {i: math.exp(scaled[i] - top) for i in keep}
+        total, cum, nucleus = sum(weights.values()), 0.0, set()
+        for i in (j for j in order if j in keep):
+            if cum / total > top_p:
+                break
+            nucleus.add(i)
+            cum += weights[i]
+        keep = nucleus
+    rng = random.Random(seed)
+    noisy = {i: scaled[i] - math.log(-math.log(max(rng.random(), 1e-300))) for i in range(len(scaled))}
+    return max(keep, key=lambda i: (noisy[i], -i))
+
+
 @dataclass
 class ProgramRun:
     """One request's progress through its program, phase by phase.
 
     Usage: ``while (phase := run.next_phase()) is not None: run.feed(engine(phase))``, then
-    :meth:`completion`. ``fail`` ends the run with an error at any time.
+    :meth:`completion`. ``fail`` ends the run with an error at any time. ``temperature``, ``top_p`` and
+    ``top_k`` are the judge's decoding, with which a choice's option is picked from the reported logits
+    (:func:`pick_choice`); the engine samples the choice step itself at temperature 1.
     """
 
     request: GenerationRequest
     info: TokenInfo
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
     generated: list[int] = field(default_factory=list)
     segment: int = 0
     phases: int = 0
@@ -425,7 +464,9 @@ class ProgramRun:
         if phase.top:  # the engine reported its top ones (and the options, which are either among them or below)
             values += tuple(sorted(step.values(), reverse=True)[:phase.top])
         self.choice_logits.append(values)
-        self.generated.append(ids[0])
+        options = values[: len(phase.logprob_ids)]
+        self.generated.append(phase.logprob_ids[pick_choice(options, phase.seed, self.temperature, self.top_p,
+                                                            self.top_k)])
         self._next_segment()
 
     def completion(self) -> Completion:

@@ -42,7 +42,14 @@ def sampling_fields(phase: Phase, temperature: float, top_p: float, top_k: int =
     """The request fields of ``phase`` sampled at ``temperature`` (>= 0; 0 = greedy), ``top_p`` (in (0, 1])
     and ``top_k`` (>= 0; 0 = no cut): one sample of at most ``phase.max_tokens`` new tokens, seeded by the
     phase, stopped by its ``stop_ids`` (and by EOS unless ``ignore_eos``), special tokens kept, no min-p and
-    no repetition penalty (explicit, so a server's generation-config defaults do not apply)."""
+    no repetition penalty (explicit, so a server's generation-config defaults do not apply).
+
+    A ``choice`` phase is sent at temperature 1, top-p 1 and no top-k whatever the judge's decoding: its options'
+    logprobs are then the softmax of the raw logits whether the engine reports them before or after its
+    sampler's processing (vLLM's ``raw_*`` or ``processed_*`` logprobs modes), and the option is picked from
+    them with the judge's decoding by :func:`~brrm.backends.blackbox.phases.pick_choice`."""
+    if phase.kind == "choice":
+        temperature, top_p, top_k = 1.0, 1.0, 0
     fields = SamplingFields(
         n=1,
         temperature=temperature,

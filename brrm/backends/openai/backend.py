@@ -9,7 +9,9 @@
   ``return_tokens_as_token_ids``). Every constrained output is checked locally, so a server that ignores
   a field yields ``finish_reason="error"`` instead of an unconstrained result. Verdict logits are raw
   logits when the server runs ``--logprobs-mode raw_logits``, else raw log-probabilities (one constant
-  apart, so P(A ≻ B) is the same).
+  apart, so P(A ≻ B) is the same). The verdict is scored in its own temperature-1, top-p-1 step, so a
+  server reporting processed logprobs gives the same P; a server whose mode was not declared
+  (``logprobs_mode="unknown"``, the default) makes results record ``logprob_semantics="unknown"``.
 * **Scale-out.** Requests run on a thread pool (``max_concurrency`` in flight); each program run is sent
   round-robin over the base URLs, except that a prompt extending a sequence already run on a server
   goes back to that server (turn 2 finds turn 1's prefix cache there). Retries with exponential backoff
@@ -32,6 +34,7 @@ from brrm.backends.base import BackendInfo, Capabilities, Completion, Generation
 from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
 from brrm.backends.blackbox.request import sampling_fields
 from brrm.backends.openai.transport import RequestFailed, Router, Transport
+from brrm.backends.options import SERVER_LOGPROBS_MODES
 from brrm.errors import BackendUnavailable, ConfigError
 from brrm.types.jsonvalue import JSONDict, JSONValue
 
@@ -53,6 +56,9 @@ class OpenAIBackend:
         backoff_s, max_backoff_s: first retry delay and its cap, seconds (doubling, ±25 % jitter).
         api_key: sent as ``Authorization: Bearer``; default ``$OPENAI_API_KEY`` if set.
         judge_chunk_size: ordered judgments per judge chunk, >= 1.
+        logprobs_mode: the servers' ``--logprobs-mode`` as declared (one of
+            :data:`~brrm.backends.options.SERVER_LOGPROBS_MODES`); ``unknown`` makes results record
+            ``logprob_semantics="unknown"``, any known mode ``raw``.
 
     Raises:
         ConfigError: on an empty URL list or an out-of-range option.
@@ -72,11 +78,14 @@ class OpenAIBackend:
         max_backoff_s: float = 8.0,
         api_key: str | None = None,
         judge_chunk_size: int = 4096,
+        logprobs_mode: str = "unknown",
     ) -> None:
         _check_int("max_concurrency", max_concurrency, 1)
         _check_int("max_retries", max_retries, 0)
         _check_int("judge_chunk_size", judge_chunk_size, 1)
         _check_int("max_context", max_context, 1)
+        if logprobs_mode not in SERVER_LOGPROBS_MODES:
+            raise ConfigError(f"logprobs_mode must be one of {list(SERVER_LOGPROBS_MODES)}, got {logprobs_mode!r}")
         if isinstance(base_urls, str) or not base_urls:
             raise ConfigError(f"base_urls must be a non-empty list of URLs, got {base_urls!r}")
         if not timeout_s > 0 or backoff_s < 0 or max_backoff_s < backoff_s:
@@ -99,10 +108,12 @@ class OpenAIBackend:
         self.max_context = max_context
         self.max_concurrency = max_concurrency
         self.capabilities = Capabilities(generate=True, programs=True, classify=True, vocab_logit=True,
-                                         kv_reuse=False, chunk_size=judge_chunk_size, concurrent=True)
+                                         kv_reuse=False, chunk_size=judge_chunk_size, concurrent=True,
+                                         logprob_semantics="unknown" if logprobs_mode == "unknown" else "raw")
         self.router = Router(len(self.transport.base_urls))
         self.info = BackendInfo(
-            "openai", model, {"base_urls": list(self.transport.base_urls), "max_context": max_context}
+            "openai", model, {"base_urls": list(self.transport.base_urls), "max_context": max_context,
+                              "logprobs_mode": logprobs_mode}
         )
         self.stats = {"requests": 0, "phases": 0, "failed": 0, "cached_tokens": 0, "generated_tokens": 0}
         self._stats_lock = threading.Lock()
@@ -206,7 +217,7 @@ class OpenAIBackend:
         return out
 
     def _run(self, request: GenerationRequest, temperature: float, top_p: float, top_k: int = 0) -> Completion:
-        run = ProgramRun(request, self.tokens)
+        run = ProgramRun(request, self.tokens, temperature, top_p, top_k)
         server = self.router.pick(request.prompt_ids)
         while (phase := run.next_phase()) is not None:
             run.feed(self.complete(phase, temperature, top_p, server=server, top_k=top_k))

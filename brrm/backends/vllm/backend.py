@@ -12,7 +12,10 @@
   fails that request only (``Completion.failed``); nothing is ever run unconstrained.
 * **Verdict logits.** The engine runs with ``logprobs_mode="raw_logits"`` so ``Completion.choice_logits``
   are the raw logits of the options, as in the transformers backend (vLLM takes them before its
-  allowed-ids mask). Only the option ids are requested, never a top-k list.
+  allowed-ids mask). Only the option ids are requested, never a top-k list. The verdict step is sent at
+  temperature 1, top-p 1 whatever the judge's decoding (the option is then picked from its logits with the
+  judge's decoding: :func:`~brrm.backends.blackbox.phases.pick_choice`), so a vLLM without ``logprobs_mode``
+  reports the same P(A ≻ B): results record ``logprob_semantics="raw"``.
 * **Prefix caching** is on by default: turn 2 (P1 + T1 + turn-2 message) and every later phase of a
   program reuse the KV blocks of what came before. :meth:`VLLMBackend.prefix_cache_stats` reads the
   engine's counters. ``keep_kv`` is accepted and ignored (the engine caches by itself).
@@ -238,7 +241,7 @@ class VLLMBackend:
             raise ConfigError(
                 f"this vLLM engine runs the {self.runner!r} runner; generate needs runner='generate'"
             )
-        runs = [ProgramRun(r, self.tokens) for r in requests]
+        runs = [ProgramRun(r, self.tokens, temperature, top_p, top_k) for r in requests]
         call = _Call(len(runs), on_complete)
         with self._lock:
             for i, run in enumerate(runs):

@@ -1,0 +1,121 @@
+"""Liveness from the first second: a real ``brrm serve`` process answers ``/health`` while its model loads, and
+stops at once when told to during the load.
+
+The judge comes from ``--factory`` (``brrm serve``'s own path for a judge built by a function): a scripted BR-RM
+whose load takes ``BRRM_TEST_LOAD_S`` seconds, so the load is slow on demand and its end can be waited for.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.serve_helpers import REPO, free_port, running_server
+
+FACTORY = "tests.test_serve_liveness:slow_judge"
+PAIRS = {"pairs": [{"prompt": "Q?", "response_a": "a good answer", "response_b": "b"}]}
+
+
+def slow_judge():
+    """The scripted BR-RM of the server tests, after ``BRRM_TEST_LOAD_S`` seconds of "loading"."""
+    from tests.serve_helpers import fake_brrm
+
+    time.sleep(float(os.environ.get("BRRM_TEST_LOAD_S", "0")))
+    return fake_brrm()
+
+
+def failing_judge():
+    """A load that fails after a second (a missing model, say)."""
+    from brrm.errors import ConfigError
+
+    time.sleep(1.0)
+    raise ConfigError("model 'nowhere' is not a local directory")
+
+
+def _start(port: int, factory: str, load_s: float, log) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "BRRM_TEST_LOAD_S": str(load_s)}
+    return subprocess.Popen([sys.executable, "-m", "brrm", "serve", "--factory", factory, "--port", str(port),
+                             "--log-level", "warning", "--no-access-log"], cwd=REPO, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+
+
+def _first_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> float:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        assert proc.poll() is None, "the server exited"
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return time.monotonic()
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise TimeoutError("no /health answer")
+
+
+def test_health_answers_while_the_model_loads_and_ready_says_loading(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "server.log", "wb") as log:
+        proc = _start(port, FACTORY, 12.0, log)
+    try:
+        _first_health(url, proc)
+        ready = httpx.get(f"{url}/ready", timeout=2)
+        judge = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=2)
+        head = httpx.head(f"{url}/health", timeout=2)
+        assert proc.poll() is None
+        assert ready.status_code == 503 and ready.json()["reason"] == "loading" and ready.json()["ready"] is False
+        assert judge.status_code == 503 and judge.json()["error"]["type"] == "loading"
+        assert judge.headers["retry-after"] == "5" and head.status_code == 200
+        end = time.monotonic() + 90
+        while httpx.get(f"{url}/ready", timeout=2).status_code != 200:  # the load ends: the real app takes over
+            assert time.monotonic() < end, (tmp_path / "server.log").read_text()
+            time.sleep(0.2)
+        answer = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=30)
+        assert answer.status_code == 200 and answer.json()["judgments"][0]["status"] == "ok", answer.text
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert proc.returncode == 0, (tmp_path / "server.log").read_text()
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_a_signal_during_the_load_stops_the_server_within_seconds(tmp_path, how):
+    import signal
+
+    port = free_port()
+    with open(tmp_path / "server.log", "wb") as log:
+        proc = _start(port, FACTORY, 600.0, log)
+    try:
+        _first_health(f"http://127.0.0.1:{port}", proc)
+        sent = time.monotonic()
+        proc.send_signal(getattr(signal, how))
+        proc.wait(15)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    out = (tmp_path / "server.log").read_text()
+    assert took < 5, out
+    assert proc.returncode == (0 if how == "SIGTERM" else 130), out
+    assert "stopped while the model was loading" in out and "Traceback" not in out
+
+
+def test_a_failed_load_stops_the_server_with_its_error(tmp_path):
+    port = free_port()
+    with open(tmp_path / "server.log", "wb") as log:
+        proc = _start(port, "tests.test_serve_liveness:failing_judge", 0, log)
+    proc.wait(60)
+    out = (tmp_path / "server.log").read_text()
+    assert proc.returncode == 2, out
+    assert "brrm: error: " in out and "'nowhere' is not a local directory" in out and "Traceback" not in out
+
+
+def test_a_loaded_server_still_serves_as_before(tmp_path):
+    with running_server(["--factory", FACTORY], tmp_path, env={"BRRM_TEST_LOAD_S": "0.5"}) as server:
+        assert httpx.get(f"{server.url}/ready", timeout=5).json()["ready"] is True
+        assert httpx.get(f"{server.url}/v1/models", timeout=5).status_code == 200

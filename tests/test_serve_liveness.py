@@ -49,7 +49,7 @@ def _first_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60
     while time.monotonic() < end:
         assert proc.poll() is None, "the server exited"
         try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+            if httpx.get(f"{url}/health", timeout=10).status_code == 200:
                 return time.monotonic()
         except httpx.HTTPError:
             time.sleep(0.05)
@@ -63,15 +63,15 @@ def test_health_answers_while_the_model_loads_and_ready_says_loading(tmp_path):
         proc = _start(port, FACTORY, 12.0, log)
     try:
         _first_health(url, proc)
-        ready = httpx.get(f"{url}/ready", timeout=2)
-        judge = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=2)
-        head = httpx.head(f"{url}/health", timeout=2)
+        ready = httpx.get(f"{url}/ready", timeout=10)
+        judge = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=10)
+        head = httpx.head(f"{url}/health", timeout=10)
         assert proc.poll() is None
         assert ready.status_code == 503 and ready.json()["reason"] == "loading" and ready.json()["ready"] is False
         assert judge.status_code == 503 and judge.json()["error"]["type"] == "loading"
         assert judge.headers["retry-after"] == "5" and head.status_code == 200
         end = time.monotonic() + 90
-        while httpx.get(f"{url}/ready", timeout=2).status_code != 200:  # the load ends: the real app takes over
+        while httpx.get(f"{url}/ready", timeout=10).status_code != 200:  # the load ends: the real app takes over
             assert time.monotonic() < end, (tmp_path / "server.log").read_text()
             time.sleep(0.2)
         answer = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=30)

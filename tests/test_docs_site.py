@@ -60,3 +60,13 @@ def test_readme_and_docs_examples_are_collected(pytestconfig: pytest.Config) -> 
     assert "README.md" in pytestconfig.getini("testpaths") and "docs" in pytestconfig.getini("testpaths")
     examples = [e for e in DOCS.parse(REPO / "README.md")]
     assert len(examples) >= 5, "the README's code blocks and skip markers are not parsed"
+
+
+def test_every_skipped_example_says_why() -> None:
+    import re
+
+    directive = re.compile(r"<!--\s*skip:(.*?)-->")
+    with_reason = re.compile(r'^\s*next\s+(".{10,}"|if\(.+reason=".{10,}"\))\s*$')
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for found in directive.finditer(path.read_text(encoding="utf-8")):
+            assert with_reason.match(found.group(1)), f"{path.name}: a skip without a reason: {found.group(0)}"

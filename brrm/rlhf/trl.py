@@ -349,7 +349,8 @@ def trl_reward(judge: RewardJudge | JudgeSpec, *, mode: str = "scalar", strategy
         num_generations: the trainer's ``num_generations`` (group mode; the batch's grouping is checked).
         swap: both presentation orders per judgment (None: the judge's setting); doubles judge runs.
         soft: expected wins from P(A ≻ B) instead of hard wins (round_robin, circular).
-        principle, principle_column: a fixed principle, or a dataset column of them (principle models).
+        principle: a fixed principle (principle models).
+        principle_column: a dataset column of principles (principle models).
         reference_column: dataset column with a reference response (``reference`` strategy; or scalar mode
             with a pairwise judge: P(completion ≻ reference)).
         max_judgments_per_step: a budget; a step that needs more raises ConfigError before any model call.

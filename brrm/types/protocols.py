@@ -272,26 +272,27 @@ class RewardJudge(Protocol):
     objects, prompt strings, or lists of ``{"role", "content"}`` messages ending with a user (or tool) turn.
 
     Methods:
-        judge_pairs(conversations, responses_a, responses_b, /, *, swap=None, ids=None, labels=None,
-            principles=None) -> list[PairwiseJudgment]: ``swap=None`` uses the judge's own setting; with
-            swap both presentation orders are judged and disagreement is a tie (``consistent=False``).
-        score(conversations, responses, /, *, principles=None, references=None, ids=None)
-            -> list[ScalarReward]: the model's reward (scalar models), or P(response ≻ reference) in [0, 1]
+        judge_pairs: ``judge_pairs(conversations, responses_a, responses_b, /, *, swap=None, ids=None,
+            labels=None, principles=None) -> list[PairwiseJudgment]``; ``swap=None`` uses the judge's own
+            setting; with swap both presentation orders are judged and disagreement is a tie
+            (``consistent=False``).
+        score: ``score(conversations, responses, /, *, principles=None, references=None, ids=None)
+            -> list[ScalarReward]``: the model's reward (scalar models), or P(response ≻ reference) in [0, 1]
             (pairwise judges, which need ``references``).
-        rank(conversation, responses, /, *, strategy="auto", reference=None, swap=None, principles=None)
-            -> GroupResult: per-response rewards, ranking and win matrix of one group.
-        rank_groups(conversations, groups, /, *, strategy="auto", references=None, swap=None,
-            principles=None) -> list[GroupResult]: many groups, their model calls batched together.
-        judge(conversation, response_a, response_b, /, *, swap=None) -> PairwiseJudgment and
-        score_one(conversation, response, /, *, principle=None, reference=None) -> ScalarReward: single
-            items.
-        with_options(**overrides) -> RewardJudge: a variant on the same loaded backend with other settings
-            (the keywords of :func:`brrm.load` that do not load anything: decoding, budgets, seed, swap,
-            margin, principle, …); the variant shares the backend, so closing either closes both.
-        cost(shape, n, /, *, strategy="auto", swap=None) -> int: the model calls a request makes: ``shape``
-            ``pairs`` (n pairs), ``score`` (n responses) or ``group`` (one group of n responses); a call is one
-            ordered judgment of a pairwise judge, one scored sequence of a scalar model.
-        close(): free the model (engines, threads); also on leaving a ``with`` block.
+        rank: ``rank(conversation, responses, /, *, strategy="auto", reference=None, swap=None,
+            principles=None) -> GroupResult``: per-response rewards, ranking and win matrix of one group.
+        rank_groups: ``rank_groups(conversations, groups, /, *, strategy="auto", references=None, swap=None,
+            principles=None) -> list[GroupResult]``: many groups, their model calls batched together.
+        judge: ``judge(conversation, response_a, response_b, /, *, swap=None) -> PairwiseJudgment``: one pair.
+        score_one: ``score_one(conversation, response, /, *, principle=None, reference=None) -> ScalarReward``:
+            one response.
+        with_options: ``with_options(**overrides) -> RewardJudge``: a variant on the same loaded backend with
+            other settings (the keywords of :func:`brrm.load` that do not load anything: decoding, budgets,
+            seed, swap, margin, principle, …); the variant shares the backend, so closing either closes both.
+        cost: ``cost(shape, n, /, *, strategy="auto", swap=None) -> int``: the model calls a request makes:
+            ``shape`` ``pairs`` (n pairs), ``score`` (n responses) or ``group`` (one group of n responses); a
+            call is one ordered judgment of a pairwise judge, one scored sequence of a scalar model.
+        close: ``close()``: free the model (engines, threads); also on leaving a ``with`` block.
 
     The batch methods take ``progress``: a callback called with the number of items just finished
     (:data:`Progress`); ``judge_pairs`` and ``score`` also ``on_result`` (each item's result as soon as it is

@@ -1,0 +1,13 @@
+"""Collects the examples of README.md and docs/ as tests (sybil; ``tests/docs_examples.py`` says how they run)."""
+
+import importlib.util
+import os
+
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TORCH_COMPILE_DISABLE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# sybil comes with the dev extra; a venv without it (the vLLM tier's) runs its tests without the docs examples,
+# and the main tier's tests/test_docs_site.py fails where sybil is missing, so the examples never skip silently
+if importlib.util.find_spec("sybil") is not None:
+    from tests.docs_examples import pytest_collect_file  # noqa: F401

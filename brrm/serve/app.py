@@ -24,11 +24,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Scope
 
 from brrm.errors import ConfigError
 from brrm.serve import ops, routes
-from brrm.serve.admission import JUDGING_PATHS, OverloadMiddleware
+from brrm.serve.admission import ADMITTED, JUDGING_PATHS, OverloadMiddleware
 from brrm.serve.idempotency import IdempotencyMiddleware
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics, MetricsMiddleware
@@ -140,7 +140,11 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
     """``Idempotency-Key`` replies, CORS (only when configured), the API key, the streaming body limit and metrics
     (outermost last); overload is outside them all (:class:`ServeApp`)."""
     limits, metrics = state.limits, state.metrics
-    app.add_middleware(IdempotencyMiddleware, paths=JUDGING_PATHS)
+    def release(scope: Scope) -> None:  # a request answered by another's run frees its queue place
+        if scope.pop(ADMITTED, False):
+            state.admitting -= 1
+
+    app.add_middleware(IdempotencyMiddleware, paths=JUDGING_PATHS, release=release)
     if limits.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 

@@ -207,11 +207,13 @@ class IdempotencyMiddleware:
         paths: the routes it applies to.
         store: the reply store (a new bounded one by default).
         grace_s: :data:`RETRY_GRACE_S`.
+        release: called with a request's scope before it waits on another's run or is answered a stored reply
+            (the server frees the queue place its overload gate reserved: this request queues nothing).
     """
 
     def __init__(self, app: ASGIApp, paths: Iterable[str], store: IdempotencyStore | None = None,
-                 grace_s: float = RETRY_GRACE_S) -> None:
-        self.app, self.paths, self.grace_s = app, frozenset(paths), grace_s
+                 grace_s: float = RETRY_GRACE_S, release: Callable[[Scope], None] | None = None) -> None:
+        self.app, self.paths, self.grace_s, self.release = app, frozenset(paths), grace_s, release
         self.store = store or IdempotencyStore()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -237,10 +239,12 @@ class IdempotencyMiddleware:
                 return
             if entry is None:
                 entry = self.store.start(raw, fp)
-                reply = await self._run(scope, body, receive, entry)
+                reply = await self._run(raw, scope, body, receive, entry)
                 if reply is not None:
                     await _send(send, reply, replayed=False)
                 return
+            if self.release is not None:
+                self.release(scope)
             if entry.reply is None and not await _wait(entry, receive):
                 return  # this client went away while waiting
             if entry.reply is not None:
@@ -248,7 +252,7 @@ class IdempotencyMiddleware:
                 return
             # the run it waited on ended without a reply (it raised): run it for this client
 
-    async def _run(self, scope: Scope, body: bytes, receive: Receive, entry: Entry) -> Reply | None:
+    async def _run(self, key: str, scope: Scope, body: bytes, receive: Receive, entry: Entry) -> Reply | None:
         """Run the request for every client of ``entry`` (the app sees a disconnect only once all have gone past
         the grace); its reply, kept in the store when it may be."""
         sent = False
@@ -281,7 +285,7 @@ class IdempotencyMiddleware:
                 reply = Reply(int(start["status"]), headers, b"".join(chunks))
         finally:
             watcher.cancel()
-            self.store.finish(str(_key_header(scope)), entry, reply)
+            self.store.finish(key, entry, reply)
         return reply
 
 

@@ -83,7 +83,7 @@ def job_digest(identity: str, key: Hashable, items: Sequence[object], weights: S
 
 
 def variant_identity(variants: Variants) -> Identity:
-    """The identity function of a served judge: for a key, the canonical JSON of the :class:`~brrm.JudgeInfo` of
+    """The identity function of a served judge: for a key, the sorted-key JSON of the :class:`~brrm.JudgeInfo` of
     the variant its ``options`` select (the weights' fingerprint, the spec, every resolved option), built once per
     options value.
 
@@ -97,8 +97,8 @@ def variant_identity(variants: Variants) -> Identity:
         options = getattr(key, "options", None)
         with lock:
             if options not in made:
-                info = variants.get(options).info.to_dict()
-                made[options] = json.dumps(canonical(info), sort_keys=True, separators=(",", ":"))
+                info = variants.get(options).info.to_dict()  # JSON-ready; anything else by its repr
+                made[options] = json.dumps(info, sort_keys=True, separators=(",", ":"), default=repr)
             return made[options]
 
     return identity

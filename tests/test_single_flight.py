@@ -250,3 +250,26 @@ def test_a_joiner_extends_the_shared_deadline_and_the_early_waiter_leaves_alone(
     assert isinstance(early, DeadlineExceeded)
     assert late == ["result x", "result y"]
     assert ran == [["x", "y"]]
+
+
+def test_a_keyed_run_ends_once_its_clients_stay_away_past_the_grace():
+    from brrm.serve.idempotency import Entry
+
+    async def main() -> tuple[bool, float]:
+        loop = asyncio.get_running_loop()
+        entry = Entry("fp")
+        entry.join()
+        ended = asyncio.ensure_future(entry.abandoned(0.1))
+        await asyncio.sleep(0.05)
+        entry.leave()
+        await asyncio.sleep(0.05)
+        entry.join()  # a retry came back within the grace
+        await asyncio.sleep(0.2)
+        kept = not ended.done()
+        entry.leave()
+        left = loop.time()
+        await ended
+        return kept, loop.time() - left
+
+    kept, waited = asyncio.run(main())
+    assert kept and 0.09 <= waited < 1.0

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 
 from brrm.compose.strategies import STRATEGIES, cost
 from brrm.errors import ConfigError
-from brrm.serve.idempotency import HEADER, KEY_PATTERN, MAX_ENTRIES, MAX_KEY_CHARS, MAX_REPLY_BYTES, TTL_S
+from brrm.serve.idempotency import HEADER, KEY_PATTERN, MAX_ENTRIES, MAX_REPLY_BYTES, TTL_S
 from brrm.serve.limits import COMPARE_STRATEGIES
 from brrm.serve.nemo_gym import comparison_pairs
 from brrm.serve.openrlhf import resolve_mode
@@ -64,7 +64,8 @@ def server_schema(schema: dict[str, JSONValue], state: ServerState) -> dict[str,
     return schema
 
 
-IDEMPOTENCY = (f"Optional (IETF httpapi draft 'The Idempotency-Key HTTP Header Field'). A retry with the same key and "
+IDEMPOTENCY = (f"Optional (IETF httpapi draft 'The Idempotency-Key HTTP Header Field'): 1 to 255 visible ASCII "
+               f"characters, e.g. a quoted UUID (else 400). A retry with the same key and "
                f"the same body is answered the stored reply (header Idempotent-Replayed: true) without a second model "
                f"run; one arriving while the first runs waits for it; the same key with another body is refused "
                f"(422, naming the key). 2xx replies up to {MAX_REPLY_BYTES} bytes are kept {TTL_S:g} s, at most "
@@ -80,8 +81,7 @@ def _idempotency(schema: Schema) -> None:
         parameters = operation.setdefault("parameters", [])
         if isinstance(parameters, list):
             parameters.append({"name": HEADER, "in": "header", "required": False, "description": IDEMPOTENCY,
-                               "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS,
-                                          "pattern": KEY_PATTERN}})
+                               "schema": {"type": "string", "pattern": KEY_PATTERN}})  # 1 to MAX_KEY_CHARS
 
 
 def _obj(node: Schema, key: str) -> Schema:

@@ -228,6 +228,8 @@ class IdempotencyMiddleware:
                 "spaces), e.g. a quoted UUID; got " + repr(raw[:80])), close=False)
             return
         body = await _read_body(receive)
+        if body is None:
+            return  # the client left before its body was read: there is no request to run or answer
         fp = fingerprint(str(scope["method"]), str(scope["path"]), body)
         while True:
             entry = self.store.get(raw)
@@ -296,17 +298,17 @@ def _key_header(scope: Scope) -> str | None:
     return None
 
 
-async def _read_body(receive: Receive) -> bytes:
-    """The whole request body (the body-limit middleware outside bounds it)."""
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body (the body-limit middleware outside bounds it); None when the client disconnects
+    first (a partial body is no request: it must never claim the key)."""
     chunks = []
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            return None
         chunks.append(bytes(message.get("body", b"")))
         if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
+            return b"".join(chunks)
 
 
 async def _gone(receive: Receive) -> None:

@@ -140,6 +140,7 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
     """``Idempotency-Key`` replies, CORS (only when configured), the API key, the streaming body limit and metrics
     (outermost last); overload is outside them all (:class:`ServeApp`)."""
     limits, metrics = state.limits, state.metrics
+
     def release(scope: Scope) -> None:  # a request answered by another's run frees its queue place
         if scope.pop(ADMITTED, False):
             state.admitting -= 1

@@ -47,3 +47,19 @@ def filter_case(ctx: object, case: schemathesis.Case) -> bool:
     too, unlike ``filter_body``)."""
     body = case.body
     return all(_ends_well(c) for c in _conversations(body)) and _one_per_query(body)
+
+
+@schemathesis.hook
+def map_case(ctx: object, case: schemathesis.Case) -> schemathesis.Case:
+    """A schema-valid ``Idempotency-Key`` is made a digest of its request (method, path, body), so a key is never
+    reused with another body: that is a rule no schema can state either (the server refuses it 422 naming the key,
+    tested in ``tests/test_single_flight.py``). Schema-violating keys stay as generated (the server answers 400)."""
+    import hashlib
+    import json
+
+    meta = getattr(case, "meta", None)
+    positive = meta is None or meta.generation.mode.is_positive
+    if positive and case.headers and "Idempotency-Key" in case.headers:
+        request = json.dumps([case.method, case.path, case.body], sort_keys=True, default=str)
+        case.headers["Idempotency-Key"] = hashlib.sha256(request.encode()).hexdigest()
+    return case

@@ -274,9 +274,12 @@ def test_overload_429_comes_before_the_body_is_parsed(tmp_path):
 
         async def run() -> tuple[list[httpx.Response], list[float], int]:
             async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
-                fill = [asyncio.ensure_future(c.post("/v1/judge", json=pair))]
+                def distinct(k: int) -> dict:  # identical requests in flight would share one job (single-flight)
+                    return {"pairs": [{"prompt": f"q{k}", "response_a": "good", "response_b": "b"}]}
+
+                fill = [asyncio.ensure_future(c.post("/v1/judge", json=distinct(0)))]
                 await asyncio.sleep(0.2)  # running
-                fill += [asyncio.ensure_future(c.post("/v1/judge", json=pair)) for _ in range(2)]
+                fill += [asyncio.ensure_future(c.post("/v1/judge", json=distinct(k))) for k in (1, 2)]
                 await asyncio.sleep(0.2)  # one running, two queued: the queue is full
 
                 async def timed(body: bytes) -> tuple[httpx.Response, float]:

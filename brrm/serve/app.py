@@ -24,11 +24,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Scope
 
 from brrm.errors import ConfigError
 from brrm.serve import ops, routes
-from brrm.serve.admission import OverloadMiddleware
+from brrm.serve.admission import ADMITTED, JUDGING_PATHS, OverloadMiddleware
+from brrm.serve.idempotency import IdempotencyMiddleware
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics, MetricsMiddleware
 from brrm.serve.openapi import server_schema
@@ -39,6 +40,7 @@ from brrm.serve.state import ClientGone, ServerState, TooCostly, TooManyItems
 from brrm.service.items import Variants, failed_result
 from brrm.service.run import make_runner
 from brrm.service.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
+from brrm.service.singleflight import SingleFlight, variant_identity
 from brrm.types import RewardJudge
 from brrm.types.jsonvalue import JSONValue
 
@@ -97,7 +99,8 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
                           max_queue=limits.max_queue, concurrency=limits.concurrency,
                           stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics,
                           failed=failed_result)
-    state = ServerState(judge, limits, scheduler, metrics, variants, ready=False)
+    state = ServerState(judge, limits, scheduler, metrics, variants, ready=False,
+                        flights=SingleFlight(scheduler, variant_identity(variants)))
     app = ServeApp(state, title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),
                    description="Pairwise judgments, scalar rewards and group rankings from a brrm judge "
                                "(BR-RM, Bradley–Terry or principle reward model), with OpenRLHF- and NeMo Gym-"
@@ -135,14 +138,20 @@ def _lifespan(state: ServerState, close_judge: bool) -> Callable[[FastAPI], Abst
 
 
 def _add_middleware(app: FastAPI, state: ServerState) -> None:
-    """CORS (only when configured), the API key, the streaming body limit and metrics (outermost last); overload
-    is outside them all (:class:`ServeApp`)."""
+    """``Idempotency-Key`` replies, CORS (only when configured), the API key, the streaming body limit and metrics
+    (outermost last); overload is outside them all (:class:`ServeApp`)."""
     limits, metrics = state.limits, state.metrics
+
+    def release(scope: Scope) -> None:  # a request answered by another's run frees its queue place
+        if scope.pop(ADMITTED, False):
+            state.admitting -= 1
+
+    app.add_middleware(IdempotencyMiddleware, paths=JUDGING_PATHS, release=release)
     if limits.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=list(limits.cors_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["authorization", "content-type"])
+                           allow_headers=["authorization", "content-type", "idempotency-key"])
     if limits.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=limits.api_key)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)

@@ -12,7 +12,8 @@ limits is added here, once, when the schema is first asked for:
   for principle models; ``/v1/rank`` strategies the judge runs, ``reference`` exactly with that strategy;
 * ``maxItems`` from the item limit and the cost limit (per strategy and ``swap``), ``maxLength`` from the field
   limit;
-* 401 and the bearer scheme when the server has an API key.
+* 401 and the bearer scheme when the server has an API key;
+* the optional ``Idempotency-Key`` header on every judging POST (:mod:`brrm.serve.idempotency`).
 
 Two rules of the server have no JSON Schema form (JSON Schema cannot name an array's last item or compare two
 arrays' lengths), so they are stated in the descriptions, and the server answers them 422 naming the field: a
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 
 from brrm.compose.strategies import STRATEGIES, cost
 from brrm.errors import ConfigError
+from brrm.serve.idempotency import HEADER, KEY_PATTERN, MAX_ENTRIES, MAX_REPLY_BYTES, TTL_S
 from brrm.serve.limits import COMPARE_STRATEGIES
 from brrm.serve.nemo_gym import comparison_pairs
 from brrm.serve.openrlhf import resolve_mode
@@ -57,8 +59,29 @@ def server_schema(schema: dict[str, JSONValue], state: ServerState) -> dict[str,
     for node in _walk(schema):
         if node.get("type") == "string" and "enum" not in node and "const" not in node:
             node["maxLength"] = state.limits.max_field_chars
+    _idempotency(schema)
     _auth(schema, state)
     return schema
+
+
+IDEMPOTENCY = (f"Optional (IETF httpapi draft 'The Idempotency-Key HTTP Header Field'): 1 to 255 visible ASCII "
+               f"characters, e.g. a quoted UUID (else 400). A retry with the same key and "
+               f"the same body is answered the stored reply (header Idempotent-Replayed: true) without a second model "
+               f"run; one arriving while the first runs waits for it; the same key with another body is refused "
+               f"(422, naming the key). 2xx replies up to {MAX_REPLY_BYTES} bytes are kept {TTL_S:g} s, at most "
+               f"{MAX_ENTRIES} of them (least recently used dropped first); failures are not kept.")
+
+
+def _idempotency(schema: Schema) -> None:
+    """The ``Idempotency-Key`` header parameter on the POST operation of every judging path."""
+    for path in JUDGING:
+        operation = _obj(_obj(schema, "paths"), path).get("post")
+        if not isinstance(operation, dict):
+            continue
+        parameters = operation.setdefault("parameters", [])
+        if isinstance(parameters, list):
+            parameters.append({"name": HEADER, "in": "header", "required": False, "description": IDEMPOTENCY,
+                               "schema": {"type": "string", "pattern": KEY_PATTERN}})  # 1 to MAX_KEY_CHARS
 
 
 def _obj(node: Schema, key: str) -> Schema:

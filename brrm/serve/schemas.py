@@ -286,9 +286,10 @@ RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying",
 ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorResponse, "description": what, **({"headers": RETRY_AFTER} if code == 429 else {})}
     for code, what in (
-        (400, "a body that cannot be read (not UTF-8, a non-numeric Content-Length)"),
+        (400, "a body that cannot be read (not UTF-8, a non-numeric Content-Length), or an invalid Idempotency-Key"),
         (413, "body, item count, cost in judgments or a field over its limit"),
-        (422, "invalid input (the message names the field and the valid values)"),
+        (422, "invalid input (the message names the field and the valid values), or an Idempotency-Key already "
+              "used for another request (the message names the key)"),
         (429, "queue full; see Retry-After"), (503, "shutting down, backend stuck, or the judge call failed"),
         (504, "the request's deadline passed"))}
 """Error answers every judging endpoint may give (documented in the OpenAPI schema; 401 is added to every

@@ -19,6 +19,7 @@ from brrm.serve.metrics import Metrics
 from brrm.serve.schemas import JudgeOptions
 from brrm.service.items import CallOptions, Variants
 from brrm.service.scheduler import Scheduler, SchedulerError
+from brrm.service.singleflight import SingleFlight
 from brrm.types import Conversation, RewardJudge
 from brrm.types.jsonvalue import JSONValue
 
@@ -63,6 +64,7 @@ class ServerState:
         warmup_attempts: warm-up calls tried so far.
         admitting: judging requests let through the overload gate and not yet queued (each reserves one place
             in the queue; :mod:`brrm.serve.admission`).
+        flights: identical jobs in flight run once (:mod:`brrm.service.singleflight`); None: every job is queued.
     """
 
     judge: RewardJudge
@@ -76,6 +78,7 @@ class ServerState:
     warmup_attempts: int = 0
     admitting: int = 0
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    flights: SingleFlight | None = None
 
     @property
     def info(self) -> dict[str, JSONValue]:
@@ -158,8 +161,9 @@ class ServerState:
         """
         if request.scope.pop("brrm.admitted", False):  # the gate's reserved place becomes the queued job's
             self.admitting -= 1
-        task = asyncio.ensure_future(self.scheduler.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
-                                                           weights=weights, units=units))
+        queue = self.flights or self.scheduler  # identical jobs in flight share one run
+        task = asyncio.ensure_future(queue.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
+                                                  weights=weights, units=units))
         task.add_done_callback(self._returned)
         watcher = asyncio.ensure_future(_disconnected(request))
         try:

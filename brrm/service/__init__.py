@@ -11,6 +11,7 @@ HTTP client of a running ``brrm serve``.
 * :mod:`brrm.service.scheduler` — :class:`~brrm.service.scheduler.Scheduler` and its errors (pure asyncio), with
   the metrics it records declared in :mod:`brrm.service.metrics`;
 * :mod:`brrm.service.isolation` — bisection of a failed call down to the item that causes it;
+* :mod:`brrm.service.singleflight` — identical jobs in flight run once, every waiter getting the result;
 * :mod:`brrm.service.remote` — :class:`RemoteJudge`, a :class:`~brrm.types.RewardJudge` over ``brrm serve``;
   :mod:`brrm.service.connect` builds it for ``brrm.load(url, backend="serve")`` and ``JudgeSpec``.
 

@@ -184,7 +184,8 @@ class Scheduler:
                             "later", self.retry_after())
 
     async def submit(self, key: Hashable, items: Sequence[object], *, timeout_s: float, cost: int | None = None,
-                     weights: Sequence[int] | None = None, units: Sequence[int] | None = None) -> list:
+                     weights: Sequence[int] | None = None, units: Sequence[int] | None = None,
+                     on_job: Callable[[Job], None] | None = None) -> list:
         """Queue ``items`` for judge calls shared with other jobs of the same ``key``; their results in order.
 
         Args:
@@ -195,6 +196,8 @@ class Scheduler:
             weights: per-item weight for filling a call up to ``max_batch`` (default 1 each).
             units: sizes of consecutive runs of items that are never split across calls (summing to
                 ``len(items)``; default: 1 each), e.g. the two presentation orders of one pair.
+            on_job: called with the queued job; its ``deadline`` may be moved later while it waits (a job shared by
+                :class:`~brrm.service.singleflight.SingleFlight` waits for its latest waiter).
 
         Raises:
             QueueFull: no room now (429). Unavailable: shutting down or stuck (503).
@@ -215,14 +218,18 @@ class Scheduler:
         self._queued_cost += cost
         self._changed.set()
         self._gauges()
+        if on_job is not None:
+            on_job(job)
         try:
             done, _ = await asyncio.wait({job.future}, timeout=timeout_s)
+            while not done and job.deadline > loop.time():  # moved later (on_job)
+                done, _ = await asyncio.wait({job.future}, timeout=job.deadline - loop.time())
         except asyncio.CancelledError:
             self._drop(job, "disconnect")
             raise
         if not done:
             self._drop(job, "deadline")
-            raise DeadlineExceeded(f"the request did not finish within its deadline of {timeout_s:g} s")
+            raise DeadlineExceeded(f"the request did not finish within its deadline of {job.deadline - now:g} s")
         return list(job.future.result())
 
     def retry_after(self) -> int:

@@ -1,0 +1,336 @@
+"""The ``Idempotency-Key`` request header on the judging POST routes (IETF httpapi draft "The Idempotency-Key HTTP
+Header Field"): a retry with the same key and the same request is answered the stored reply, without a second
+model run.
+
+A plain ASGI middleware (inside the API key and body-limit middlewares, so a replay is authorised and bounded like
+any request) keys each request by the header's value, as sent: 1 to :data:`MAX_KEY_CHARS` visible ASCII
+characters (a quoted structured-field string as the draft writes it, ``"8e03978e-…"``, or a bare token), else 400.
+The request's *fingerprint* is the sha256 of its method, path and body (a JSON body in canonical form, with sorted
+keys and no whitespace, so the same JSON sent with another spacing or key order is the same request).
+
+* **first use** — the request runs as usual; a 2xx reply of at most :data:`MAX_REPLY_BYTES` is kept for
+  :data:`TTL_S` seconds, in an LRU store of at most :data:`MAX_ENTRIES` replies and :data:`MAX_STORE_BYTES`
+  bytes (the least recently used go first). Any other reply (4xx, 5xx: a failure) is not kept, so a retry runs
+  again.
+* **retry, same request, reply kept** — the stored reply (status, headers, body), with ``Idempotent-Replayed:
+  true``; no model call.
+* **retry, same request, first still running** — waits for it and gets its reply (kept or not). The run belongs to
+  every client waiting on it: it is cancelled only when all of them have gone and none has come back within
+  :data:`RETRY_GRACE_S` seconds, so a client that gave up and retries finds its work still running.
+* **same key, another request** (another body or route), kept or running — 422 ``idempotency_key_reused`` naming
+  the key, nothing run.
+
+The store is in memory and per process: replicas behind a load balancer do not share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from brrm.serve.security import error_body, send_json
+
+HEADER = "Idempotency-Key"
+"""The request header's name (case-insensitive on the wire)."""
+
+MAX_KEY_CHARS = 255
+"""Longest key, in characters."""
+
+KEY_PATTERN = r"^[!-~]{1,255}$"
+"""A key: 1 to :data:`MAX_KEY_CHARS` visible ASCII characters (the OpenAPI schema's pattern; the server's rule)."""
+
+MAX_ENTRIES = 1024
+"""Most replies kept."""
+
+MAX_REPLY_BYTES = 1 << 20
+"""Largest reply body kept, in bytes (a larger one is still sent, and to every waiting retry, but not kept)."""
+
+MAX_STORE_BYTES = 64 << 20
+"""Most reply bytes kept in all."""
+
+TTL_S = 3600.0
+"""How long a reply is kept after it was made, in seconds."""
+
+RETRY_GRACE_S = 30.0
+"""How long a running request with a key runs on after its last client went away, waiting for a retry, seconds."""
+
+REPLAYED = (b"idempotent-replayed", b"true")
+"""The header on every reply not made for this request itself (stored, or another client's run)."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A complete HTTP reply: ``status``, ``headers`` (raw ASGI pairs) and ``body``."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+    @property
+    def keepable(self) -> bool:
+        """2xx and at most :data:`MAX_REPLY_BYTES`."""
+        return 200 <= self.status < 300 and len(self.body) <= MAX_REPLY_BYTES
+
+
+@dataclass(eq=False)
+class Entry:
+    """One key's request: its ``fingerprint``, its ``reply`` once made (None while running), when it expires
+    (monotonic seconds), and the clients waiting on its run."""
+
+    fingerprint: str
+    reply: Reply | None = None
+    expires: float = float("inf")
+    clients: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def join(self) -> None:
+        self.clients += 1
+        self.changed.set()
+
+    def leave(self) -> None:
+        self.clients -= 1
+        self.changed.set()
+
+    async def abandoned(self, grace_s: float) -> None:
+        """Return once no client has waited on the run for ``grace_s`` seconds."""
+        while True:
+            self.changed.clear()
+            if self.clients > 0:
+                await self.changed.wait()
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), grace_s)
+            if self.clients == 0 and not self.changed.is_set():
+                return
+
+
+class IdempotencyStore:
+    """Keys → :class:`Entry`: running requests (never evicted) and kept replies (LRU, bounded by count, bytes and
+    age). All methods run on the event loop.
+
+    Args:
+        max_entries, max_bytes, ttl_s: the bounds (defaults :data:`MAX_ENTRIES`, :data:`MAX_STORE_BYTES`,
+            :data:`TTL_S`).
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    def __init__(self, *, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_STORE_BYTES, ttl_s: float = TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries, self.max_bytes, self.ttl_s, self.clock = max_entries, max_bytes, ttl_s, clock
+        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def kept_bytes(self) -> int:
+        """Body bytes of the kept replies."""
+        return self._bytes
+
+    def get(self, key: str) -> Entry | None:
+        """The key's entry (an expired reply is dropped first), marked most recently used."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.reply is not None and entry.expires <= self.clock():
+            self._drop(key)
+            return None
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def start(self, key: str, fingerprint: str) -> Entry:
+        """A new running entry for ``key``."""
+        entry = Entry(fingerprint)
+        self._entries[key] = entry
+        return entry
+
+    def finish(self, key: str, entry: Entry, reply: Reply | None) -> None:
+        """``entry``'s run ended with ``reply`` (None: no reply, e.g. it raised): waiters are woken; the reply is
+        kept when :attr:`Reply.keepable`, else the key is forgotten."""
+        entry.reply = reply
+        entry.done.set()
+        if self._entries.get(key) is not entry:
+            return
+        if reply is None or not reply.keepable:
+            del self._entries[key]
+            return
+        entry.expires = self.clock() + self.ttl_s
+        self._bytes += len(reply.body)
+        self._entries.move_to_end(key)
+        self._evict()
+
+    def _drop(self, key: str) -> None:
+        entry = self._entries.pop(key)
+        if entry.reply is not None:
+            self._bytes -= len(entry.reply.body)
+
+    def _evict(self) -> None:
+        """Drop the least recently used kept replies until within the bounds (running entries stay)."""
+        now = self.clock()
+        for key in [k for k, e in self._entries.items() if e.reply is not None and e.expires <= now]:
+            self._drop(key)
+        kept = [k for k, e in self._entries.items() if e.reply is not None]
+        while kept and (len(kept) > self.max_entries or self._bytes > self.max_bytes):
+            self._drop(kept.pop(0))
+
+
+def fingerprint(method: str, path: str, body: bytes) -> str:
+    """sha256 hex of ``method``, ``path`` and ``body`` (a JSON body in canonical form: sorted keys, no spaces)."""
+    try:
+        canonical = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        canonical = body
+    h = hashlib.sha256(f"{method} {path}\0".encode())
+    h.update(canonical)
+    return h.hexdigest()
+
+
+def valid_key(value: str) -> bool:
+    """Whether ``value`` is a key (:data:`KEY_PATTERN`)."""
+    return 0 < len(value) <= MAX_KEY_CHARS and all("!" <= c <= "~" for c in value)
+
+
+class IdempotencyMiddleware:
+    """Honour ``Idempotency-Key`` on POSTs to ``paths`` (see the module docstring).
+
+    Args:
+        app: the wrapped ASGI app.
+        paths: the routes it applies to.
+        store: the reply store (a new bounded one by default).
+        grace_s: :data:`RETRY_GRACE_S`.
+        release: called with a request's scope before it waits on another's run or is answered a stored reply
+            (the server frees the queue place its overload gate reserved: this request queues nothing).
+    """
+
+    def __init__(self, app: ASGIApp, paths: Iterable[str], store: IdempotencyStore | None = None,
+                 grace_s: float = RETRY_GRACE_S, release: Callable[[Scope], None] | None = None) -> None:
+        self.app, self.paths, self.grace_s, self.release = app, frozenset(paths), grace_s, release
+        self.store = store or IdempotencyStore()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = _key_header(scope) if scope["type"] == "http" and scope.get("method") == "POST" and \
+            scope.get("path") in self.paths else None
+        if raw is None:
+            await self.app(scope, receive, send)
+            return
+        if not valid_key(raw):
+            await send_json(send, 400, error_body(
+                "invalid_idempotency_key", f"{HEADER} must be 1 to {MAX_KEY_CHARS} visible ASCII characters (no "
+                "spaces), e.g. a quoted UUID; got " + repr(raw[:80])), close=False)
+            return
+        body = await _read_body(receive)
+        if body is None:
+            return  # the client left before its body was read: there is no request to run or answer
+        fp = fingerprint(str(scope["method"]), str(scope["path"]), body)
+        while True:
+            entry = self.store.get(raw)
+            if entry is not None and entry.fingerprint != fp:
+                await send_json(send, 422, error_body(
+                    "idempotency_key_reused", f"{HEADER} {raw!r} was already used for another request (another body "
+                    "or route); a retry must repeat its request exactly, and a new request needs a new key",
+                    key=raw), close=False)
+                return
+            if entry is None:
+                entry = self.store.start(raw, fp)
+                reply = await self._run(raw, scope, body, receive, entry)
+                if reply is not None:
+                    await _send(send, reply, replayed=False)
+                return
+            if self.release is not None:
+                self.release(scope)
+            if entry.reply is None and not await _wait(entry, receive):
+                return  # this client went away while waiting
+            if entry.reply is not None:
+                await _send(send, entry.reply, replayed=True)
+                return
+            # the run it waited on ended without a reply (it raised): run it for this client
+
+    async def _run(self, key: str, scope: Scope, body: bytes, receive: Receive, entry: Entry) -> Reply | None:
+        """Run the request for every client of ``entry`` (the app sees a disconnect only once all have gone past
+        the grace); its reply, kept in the store when it may be."""
+        sent = False
+        start: Message = {}
+        chunks: list[bytes] = []
+
+        async def shared_receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await entry.abandoned(self.grace_s)
+            return {"type": "http.disconnect"}
+
+        async def capture(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+            elif message["type"] == "http.response.body":
+                chunks.append(bytes(message.get("body", b"")))
+
+        entry.join()
+        watcher = asyncio.ensure_future(_gone(receive))
+        watcher.add_done_callback(lambda w: None if w.cancelled() else entry.leave())
+        reply: Reply | None = None
+        try:
+            await self.app(scope, shared_receive, capture)
+            if start:
+                headers = tuple((bytes(k), bytes(v)) for k, v in start.get("headers", ()))
+                reply = Reply(int(start["status"]), headers, b"".join(chunks))
+        finally:
+            watcher.cancel()
+            self.store.finish(key, entry, reply)
+        return reply
+
+
+def _key_header(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"idempotency-key":
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body (the body-limit middleware outside bounds it); None when the client disconnects
+    first (a partial body is no request: it must never claim the key)."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(bytes(message.get("body", b"")))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _gone(receive: Receive) -> None:
+    """Return when the client disconnects (its body has been read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _wait(entry: Entry, receive: Receive) -> bool:
+    """Wait, as one of its clients, for ``entry``'s run to end; False when this client went away first."""
+    entry.join()
+    done, gone = asyncio.ensure_future(entry.done.wait()), asyncio.ensure_future(_gone(receive))
+    try:
+        await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        done.cancel()
+        gone.cancel()
+        entry.leave()
+    return entry.done.is_set()
+
+
+async def _send(send: Send, reply: Reply, *, replayed: bool) -> None:
+    headers = [*reply.headers, REPLAYED] if replayed else list(reply.headers)
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.body})

@@ -1,0 +1,210 @@
+"""Single-flight: identical jobs in flight at once run once, and every waiter gets the one result.
+
+Two jobs are identical when their :func:`job_digest` is: the judge's identity (the weights' fingerprint and every
+resolved option of the variant the call selects: :func:`variant_identity`), the call (method and per-request
+options: the scheduler key) and the canonical form of the items (every field: conversation, responses, ids,
+labels, principles, references), with the weights and units that shape how they are batched. A result depends
+only on these (never on batch, order or neighbours), so sharing one run is exact.
+
+:class:`SingleFlight` sits in front of a :class:`~brrm.service.scheduler.Scheduler`, with its ``submit``:
+
+* the first job of a digest is queued as usual; a job arriving while it is queued or running *joins* it instead
+  (no cost queued, no model call) and gets the same results (a new list of the same frozen values);
+* each waiter keeps its own deadline: one that passes answers that waiter
+  :class:`~brrm.service.scheduler.DeadlineExceeded` alone, and a waiter whose client goes away (its task is
+  cancelled) simply leaves. The shared job is cancelled only when its last waiter has left; its deadline in the
+  scheduler is the latest of its waiters' (extended when a later one joins), so queued-deadline expiry and stall
+  handling see the deadline someone still waits on;
+* a failure (an exception: 429, 503, 504, 422) reaches every waiter, and nothing is cached: the digest is forgotten
+  the moment the job ends, successfully or not, so the next identical job runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from brrm.errors import ConfigError
+from brrm.service.items import Variants
+from brrm.service.jobs import Job
+from brrm.service.scheduler import DeadlineExceeded, Scheduler
+
+__all__ = ["SingleFlight", "canonical", "job_digest", "variant_identity"]
+
+Identity = Callable[[Hashable], str]
+"""``identity(key) -> str``: the identity of the judge a scheduler key runs on (fingerprint and resolved options)."""
+
+FORMAT = 1
+"""Version of the digest recipe (in every digest, so a changed recipe never collides)."""
+
+
+def canonical(value: object) -> object:
+    """``value`` as plain JSON data with a single spelling: dataclasses as ``{"__type__": name, field: value}``
+    (every field, in declaration order), enums as ``{"__enum__": name, "value": value}``, mappings with sorted
+    string keys, tuples and lists as lists, and str / int / float / bool / None as themselves.
+
+    Raises:
+        ConfigError: on a value of another type (it has no canonical form; a programming error).
+    """
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, enum.Enum):
+        return {"__enum__": type(value).__name__, "value": canonical(value.value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, object] = {"__type__": type(value).__name__}
+        for f in dataclasses.fields(value):
+            out[f.name] = canonical(getattr(value, f.name))
+        return out
+    if isinstance(value, Mapping):
+        return {str(k): canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    raise ConfigError(f"single-flight: a job holds a {type(value).__name__}, which has no canonical form")
+
+
+def job_digest(identity: str, key: Hashable, items: Sequence[object], weights: Sequence[int] | None = None,
+               units: Sequence[int] | None = None) -> str:
+    """The sha256 hex digest (64 characters) naming a job: judge ``identity``, call ``key``, ``items``, and the
+    ``weights`` / ``units`` it is batched by (None: the defaults).
+
+    Raises:
+        ConfigError: when the key or an item has no canonical form (:func:`canonical`).
+    """
+    body = [f"brrm-job:{FORMAT}", identity, canonical(key), canonical(list(items)),
+            None if weights is None else [int(w) for w in weights], None if units is None else [int(u) for u in units]]
+    data = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def variant_identity(variants: Variants) -> Identity:
+    """The identity function of a served judge: for a key, the sorted-key JSON of the :class:`~brrm.JudgeInfo` of
+    the variant its ``options`` select (the weights' fingerprint, the spec, every resolved option), built once per
+    options value.
+
+    Raises (from the returned function):
+        ConfigError: when the variant cannot be built (:meth:`Variants.get`).
+    """
+    made: dict[object, str] = {}
+    lock = threading.Lock()
+
+    def identity(key: Hashable) -> str:
+        options = getattr(key, "options", None)
+        with lock:
+            if options not in made:
+                info = variants.get(options).info.to_dict()  # JSON-ready; anything else by its repr
+                made[options] = json.dumps(info, sort_keys=True, separators=(",", ":"), default=repr)
+            return made[options]
+
+    return identity
+
+
+@dataclass(eq=False)
+class _Flight:
+    """One shared job: its task, the latest deadline of its waiters (event-loop clock, seconds), how many wait,
+    and the scheduler's job once queued."""
+
+    digest: str
+    deadline: float
+    task: asyncio.Future[list[object]] | None = None
+    waiters: int = 0
+    job: Job | None = None
+
+    def attach(self, job: Job) -> None:
+        self.job = job
+        job.deadline = max(job.deadline, self.deadline)
+
+    def extend(self, deadline: float) -> None:
+        self.deadline = max(self.deadline, deadline)
+        if self.job is not None:
+            self.job.deadline = max(self.job.deadline, self.deadline)
+
+
+class SingleFlight:
+    """Identical in-flight jobs run once (see the module docstring).
+
+    Args:
+        scheduler: where the shared jobs are queued.
+        identity: the judge identity of a scheduler key (:func:`variant_identity`).
+
+    Attributes:
+        joined: jobs that joined a flight instead of running (a count since start).
+    """
+
+    def __init__(self, scheduler: Scheduler, identity: Identity) -> None:
+        self.scheduler, self.identity = scheduler, identity
+        self._flights: dict[str, _Flight] = {}
+        self.joined = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Distinct jobs queued or running."""
+        return len(self._flights)
+
+    async def submit(self, key: Hashable, items: Sequence[object], *, timeout_s: float, cost: int | None = None,
+                     weights: Sequence[int] | None = None, units: Sequence[int] | None = None) -> list[object]:
+        """:meth:`Scheduler.submit <brrm.service.scheduler.Scheduler.submit>`, shared with identical jobs in flight.
+
+        Args:
+            key, items, cost, weights, units: as the scheduler takes them.
+            timeout_s: this waiter's deadline from now, seconds > 0.
+
+        Raises:
+            What the shared job raises (to every waiter); DeadlineExceeded: this waiter's deadline passed first;
+            asyncio.CancelledError: this waiter was cancelled (the shared job runs on for the others);
+            ConfigError: a key or item with no canonical form.
+        """
+        digest = job_digest(self.identity(key), key, items, weights, units)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        flight = self._flights.get(digest)
+        if flight is None:
+            flight = self._start(digest, key, list(items), deadline, timeout_s, cost, weights, units)
+        else:
+            self.joined += 1
+            flight.extend(deadline)
+        flight.waiters += 1
+        try:
+            return await self._wait(flight, deadline, timeout_s)
+        finally:
+            flight.waiters -= 1
+            if flight.waiters == 0 and flight.task is not None and not flight.task.done():
+                self._forget(flight)  # a job arriving now starts afresh rather than joining a cancelled one
+                flight.task.cancel()
+
+    def _start(self, digest: str, key: Hashable, items: list[object], deadline: float, timeout_s: float,
+               cost: int | None, weights: Sequence[int] | None, units: Sequence[int] | None) -> _Flight:
+        loop = asyncio.get_running_loop()
+        flight = _Flight(digest, deadline)
+
+        async def shared() -> list[object]:  # queued with the latest deadline known by then
+            timeout = timeout_s if flight.deadline == deadline else max(flight.deadline - loop.time(), 1e-3)
+            return await self.scheduler.submit(key, items, timeout_s=timeout, cost=cost, weights=weights,
+                                               units=units, on_job=flight.attach)
+
+        flight.task = asyncio.ensure_future(shared())
+        flight.task.add_done_callback(lambda _task: self._forget(flight))
+        self._flights[digest] = flight
+        return flight
+
+    def _forget(self, flight: _Flight) -> None:
+        if self._flights.get(flight.digest) is flight:
+            del self._flights[flight.digest]
+
+    async def _wait(self, flight: _Flight, deadline: float, timeout_s: float) -> list[object]:
+        """The shared results for one waiter, or its own DeadlineExceeded when its deadline passes first. A waiter
+        whose deadline is the flight's latest leaves the answer to the scheduler, which answers the job at that
+        deadline (its own 504, exactly as for a job nobody shares)."""
+        assert flight.task is not None
+        loop = asyncio.get_running_loop()
+        done, _ = await asyncio.wait({flight.task}, timeout=max(deadline - loop.time(), 0.0))
+        if not done and flight.deadline <= deadline:
+            done, _ = await asyncio.wait({flight.task}, timeout=1.0)
+        if not done:
+            raise DeadlineExceeded(f"the request did not finish within its deadline of {timeout_s:g} s")
+        return list(flight.task.result())

@@ -11,6 +11,10 @@ backend::
 need them (``brrm.load`` imports them when it builds a model).
 """
 
+# first: brrm's OpenMP settings go into the environment before anything can import torch (brrm/threads.py)
+from brrm.threads import CHOICE as _THREADS  # noqa: F401
+
+# isort: split
 from brrm.errors import BackendUnavailable, BrrmError, ConfigError, TemplateError
 from brrm.load import load
 from brrm.types import (

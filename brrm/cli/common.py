@@ -51,6 +51,10 @@ def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, sourc
               f"{sampling['max_new_tokens_per_turn']} new tokens per turn, {sampling['max_total_tokens']} total, seed "
               f"{sampling['seed']}" + (" (small demo budgets; published: 8192 per turn, 16384 total)" if demo else ""),
               file=term)
+    if info.backend == "transformers":
+        from brrm.threads import CHOICE
+
+        print(f"cpu: {CHOICE.describe()}", file=term)
     if info.pairwise and info.options.get("decoding") == "constrained":
         _note_first_compile(term)
 

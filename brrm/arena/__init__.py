@@ -1,0 +1,90 @@
+"""Rank models from pairwise judgments: ``brrm arena`` in Python.
+
+Several models' answers to the same prompts (:mod:`brrm.arena.table`) are paired (:mod:`brrm.arena.pairing`:
+against a baseline, or round robin), judged through any :class:`~brrm.RewardJudge` (:mod:`brrm.arena.judging`,
+both orders for a generative judge), rated by a Bradley–Terry fit with seeded bootstrap intervals
+(:mod:`brrm.arena.ratings`) and written out (:mod:`brrm.arena.outputs`)::
+
+    import brrm
+    from brrm.arena import run_arena
+
+    result = run_arena(brrm.load(), "examples/arena.jsonl", baseline="model-a")
+    print(result.markdown())
+    result.write("arena-out")      # leaderboard.csv, battles.jsonl, failures.jsonl
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from brrm.arena.judging import OUTCOMES, Battle, default_swap, judge_matchups
+from brrm.arena.outputs import markdown, write_battles, write_leaderboard
+from brrm.arena.pairing import STRATEGIES, Matchup, grid_size, plan
+from brrm.arena.ratings import Leaderboard, Rating, fit
+from brrm.arena.table import ArenaTable, RowError, read_table, table_from_rows
+from brrm.types import RewardJudge
+
+__all__ = ["OUTCOMES", "STRATEGIES", "ArenaResult", "ArenaTable", "Battle", "Leaderboard", "Matchup", "Rating",
+           "RowError", "default_swap", "fit", "grid_size", "judge_matchups", "plan", "read_table", "run_arena",
+           "table_from_rows"]
+
+
+@dataclass(frozen=True)
+class ArenaResult:
+    """An arena run: its input, the matchups judged, their battles and the leaderboard."""
+
+    table: ArenaTable
+    matchups: tuple[Matchup, ...]
+    battles: tuple[Battle, ...]
+    leaderboard: Leaderboard
+
+    def markdown(self) -> str:
+        """The leaderboard as a markdown table (:func:`brrm.arena.outputs.markdown`)."""
+        return markdown(self.leaderboard)
+
+    def write(self, folder: str | Path) -> dict[str, Path]:
+        """Write ``leaderboard.csv``, ``battles.jsonl`` and ``failures.jsonl`` into ``folder`` (made if needed);
+        returns name -> path."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        good, bad = write_battles(self.battles, out)
+        return {"leaderboard": write_leaderboard(self.leaderboard, out / "leaderboard.csv"), "battles": good,
+                "failures": bad}
+
+
+def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: str | None = None,
+              round_robin: bool = False, anchor: str | None = None, outcomes: str = "soft",
+              swap: bool | None = None, bootstrap: int = 200, confidence: float = 0.95, seed: int = 0,
+              progress: Callable[[float], None] | None = None,
+              on_battle: Callable[[int, Battle], None] | None = None) -> ArenaResult:
+    """Judge and rate an arena.
+
+    Args:
+        judge: any :class:`~brrm.RewardJudge` (``brrm.load(...)``).
+        source: a JSON Lines long table (:func:`read_table`) or an :class:`ArenaTable`.
+        baseline: every model meets this one (Arena-Hard-Auto's design); None needs ``round_robin``.
+        round_robin: every pair of models on every prompt.
+        anchor: the model rated 1000 (default: the baseline; neither: the geometric mean).
+        outcomes: ``soft`` (P(A ≻ B) as a fractional win) or ``hard`` (votes; reproduces vote leaderboards).
+        swap: judge both orders; None: yes for a generative judge (:func:`default_swap`).
+        bootstrap, confidence, seed: the intervals (:func:`brrm.arena.ratings.fit`).
+        progress: called with the pairs just judged; on_battle: each battle as it is judged.
+
+    Raises:
+        ConfigError: for a bad table (:func:`read_table`), pairing (:func:`plan`), outcomes or fit setting.
+    """
+    from brrm.errors import ConfigError
+
+    if outcomes not in OUTCOMES:
+        raise ConfigError(f"--outcomes {outcomes!r} is not valid; expected one of {', '.join(OUTCOMES)}")
+    table = source if isinstance(source, ArenaTable) else read_table(source)
+    matchups = tuple(plan(table, "round_robin" if round_robin else "baseline", baseline))
+    if not matchups:
+        raise ConfigError(f"no matchup to judge in {table.source}: no prompt has answers of both models of a pair")
+    battles = judge_matchups(judge, table, matchups, swap=default_swap(judge) if swap is None else swap,
+                             progress=progress, on_battle=on_battle)
+    board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
+                confidence=confidence, seed=seed)
+    return ArenaResult(table, matchups, tuple(battles), board)

@@ -1,0 +1,209 @@
+"""``brrm arena``: the long table's checks, pairing, a strength-scripted judge whose order is recovered, the ratings
+and intervals against evalica's own functions on identical battles, the outputs, and the CLI on a tiny Qwen3."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from brrm import ConfigError
+from brrm.arena import Battle, fit, plan, read_table, run_arena, table_from_rows
+from brrm.types import JudgeInfo, PairwiseJudgment, Status, Verdict
+from tests.conftest import REPO
+
+evalica = pytest.importorskip("evalica")
+np = pytest.importorskip("numpy")
+
+
+class StrengthJudge:
+    """A :class:`~brrm.RewardJudge` stand-in: each answer's text ends with its model's name; P(A ≻ B) is
+    σ(s_A − s_B) of the models' known strengths (logits), the verdict drawn from it with a seeded RNG."""
+
+    def __init__(self, strengths: dict[str, float], *, pairwise: bool = True, seed: int = 0) -> None:
+        self.strengths = strengths
+        self.info = JudgeInfo(model="strength-judge", kind="brrm", recipe="scripted", backend="fake",
+                              chat_template_hash="-", template_hash="-", default_strategy="round_robin",
+                              options={"seed": seed}, chunk_size=64, pairwise=pairwise, fingerprint="f00d")
+        self.rng = random.Random(seed)
+        self.swaps: list[bool | None] = []
+
+    def _strength(self, text: str) -> float:
+        return self.strengths[text.rsplit(" ", 1)[-1]]
+
+    def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str], /,
+                    *, swap: bool | None = None, ids: Sequence[str] | None = None, labels: Any = None,
+                    principles: Any = None, progress: Any = None, on_result: Any = None,
+                    on_step: Any = None) -> list[PairwiseJudgment]:
+        self.swaps.append(swap)
+        out = []
+        for i, (a, b) in enumerate(zip(responses_a, responses_b, strict=True)):
+            if "FAIL" in a or "FAIL" in b:
+                out.append(PairwiseJudgment(Verdict.NONE, Status.PARSE_FAILURE, "scripted failure",
+                                            id=ids[i] if ids else ""))
+                continue
+            p = 1.0 / (1.0 + math.exp(self._strength(b) - self._strength(a)))
+            win = Verdict.A if self.rng.random() < p else Verdict.B
+            out.append(PairwiseJudgment(win, Status.OK, p_a=p, id=ids[i] if ids else "", consistent=True))
+        if progress:
+            progress(float(len(out)))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _rows(models: Sequence[str], n_prompts: int, skip: set[tuple[int, str]] = frozenset()) -> list[tuple[int, Any]]:
+    rows, line = [], 0
+    for k in range(n_prompts):
+        for m in models:
+            if (k, m) in skip:
+                continue
+            line += 1
+            rows.append((line, {"prompt_id": f"p{k}", "model": m, "prompt": f"Question {k}?",
+                                "response": f"Answer {k} by {m}", "category": "math" if k % 2 else "chat"}))
+    return rows
+
+
+STRENGTHS = {"weak": -1.0, "mid": 0.0, "strong": 1.0, "best": 2.0}
+
+
+def test_a_scripted_judge_with_known_strengths_is_recovered_in_order():
+    table = table_from_rows(_rows(list(STRENGTHS), 60))
+    judge = StrengthJudge(STRENGTHS)
+    result = run_arena(judge, table, round_robin=True, anchor="mid", bootstrap=50, seed=3)
+    board = result.leaderboard
+    assert [r.model for r in board.ratings] == ["best", "strong", "mid", "weak"]
+    assert set(judge.swaps) == {True} and len(judge.swaps) == 6  # both orders by default; chunks of 64 pairs
+    got = {r.model: r for r in board.ratings}
+    assert got["mid"].rating == pytest.approx(1000.0) and got["mid"].lower == pytest.approx(1000.0)
+    for m, s in STRENGTHS.items():  # soft outcomes are the true probabilities: the fit recovers the logits exactly
+        assert got[m].rating == pytest.approx(1000.0 + 400.0 / math.log(10) * s, abs=0.5)
+        assert got[m].lower <= got[m].rating <= got[m].upper
+    assert all(r.judgments == 180 and r.failures == 0 and r.status == "ok" for r in board.ratings)
+    assert len(result.battles) == 360 and board.judgments == 360
+
+
+def test_hard_ratings_and_intervals_equal_evalicas_own_functions():
+    table = table_from_rows(_rows(["weak", "mid", "strong"], 40))
+    judge = StrengthJudge(STRENGTHS, seed=1)
+    result = run_arena(judge, table, baseline="mid", outcomes="hard", bootstrap=40, seed=11)
+    ok = [b for b in result.battles if b.ok]
+    codes = {"model_a": evalica.Winner.X, "model_b": evalica.Winner.Y, "tie": evalica.Winner.Draw}
+    xs, ys, ws = [b.model_a for b in ok], [b.model_b for b in ok], [codes[b.winner] for b in ok]
+    own = evalica.bradley_terry(xs, ys, ws).scores
+    boot = evalica.bootstrap(evalica.bradley_terry, xs, ys, ws, n_resamples=40, bootstrap_method="percentile",
+                             random_state=11)
+    # Arena-Hard-Auto's published scale, reimplemented only here: 400 log10(strength), the baseline at 1000 in the
+    # fit and in every bootstrap sample, the interval the samples' 2.5 / 97.5 percentiles
+    rating = {m: 400 * math.log10(own[m] / own["mid"]) + 1000 for m in own.index}
+    dist = 400 * np.log10(boot.distribution.div(boot.distribution["mid"], axis=0)) + 1000
+    for r in result.leaderboard.ratings:
+        assert r.rating == pytest.approx(rating[r.model], abs=1e-9)
+        assert r.lower == pytest.approx(np.percentile(dist[r.model], 2.5), abs=1e-9)
+        assert r.upper == pytest.approx(np.percentile(dist[r.model], 97.5), abs=1e-9)
+    wins = {m: np.mean([(b.winner == "model_a") == (b.model_a == m) for b in ok if m in (b.model_a, b.model_b)])
+            for m in ("weak", "strong")}
+    got = {r.model: r.win_rate for r in result.leaderboard.ratings}
+    assert got["weak"] == pytest.approx(wins["weak"]) and got["strong"] == pytest.approx(wins["strong"])
+    assert math.isnan(got["mid"])  # the baseline has no win rate against itself
+
+
+def test_the_same_battles_and_seed_give_the_same_table_and_ties_count_half():
+    battles = [Battle("p", "", "a", "b", "ok", "", w, math.nan, None, False, "j", "")
+               for w in ("model_a", "tie", "model_b", "tie", "model_a", "model_b", "model_a")]
+    one = fit(battles, ["a", "b"], outcomes="hard", bootstrap=20, seed=5)
+    two = fit(battles, ["a", "b"], outcomes="hard", bootstrap=20, seed=5)
+    assert one == two
+    # a wins 3 + 2 halves of 7: strength ratio 4/3 (Bradley-Terry's MLE for two players is the win ratio)
+    a, b = (next(r for r in one.ratings if r.model == m) for m in "ab")
+    assert a.rating - b.rating == pytest.approx(400 * math.log10(4 / 3), abs=1e-3)
+
+
+def test_duplicate_rows_are_refused_naming_both_lines(tmp_path):
+    path = tmp_path / "arena.jsonl"
+    rows = [{"prompt_id": 1, "model": "x", "prompt": "Hi?", "response": "a"},
+            {"prompt_id": 1, "model": "y", "prompt": "Hi?", "response": "b"},
+            {"prompt_id": 1, "model": "x", "prompt": "Hi?", "response": "c"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match=r"duplicate \(prompt_id, model\) \('1', 'x'\) on lines 1 and 3"):
+        read_table(path)
+
+
+def test_a_bad_line_is_reported_by_number_and_the_rest_goes_on(tmp_path):
+    path = tmp_path / "arena.jsonl"
+    good = [r for _, r in _rows(["weak", "strong"], 3)]
+    lines = [json.dumps(good[0]), "{not json", json.dumps({"prompt_id": "p9", "model": "weak", "prompt": "Q?"}),
+             *map(json.dumps, good[1:])]
+    path.write_text("\n".join(lines) + "\n")
+    table = read_table(path)
+    assert [(e.line, e.reason.split(":")[1].strip()) for e in table.errors] == [
+        (2, "not valid JSON (Expecting property name enclosed in double quotes)"), (3, "missing field 'response'")]
+    assert len(table.answers) == 6 and table.models == ("weak", "strong")
+    result = run_arena(StrengthJudge(STRENGTHS), table, baseline="weak", bootstrap=10)
+    assert len(result.battles) == 3
+
+
+def test_a_model_missing_prompts_is_reported_and_rated_on_what_exists():
+    table = table_from_rows(_rows(["weak", "mid", "strong"], 6, skip={(0, "strong"), (4, "strong")}))
+    assert table.missing == {"strong": ("p0", "p4")}
+    result = run_arena(StrengthJudge(STRENGTHS), table, baseline="mid", bootstrap=10)
+    assert {r.model: r.judgments for r in result.leaderboard.ratings} == {"strong": 4, "weak": 6, "mid": 10}
+
+
+def test_failed_battles_are_counted_and_kept_out_of_battles_jsonl(tmp_path):
+    rows = _rows(["weak", "strong"], 4)
+    rows[0][1]["response"] = "FAIL weak"
+    result = run_arena(StrengthJudge(STRENGTHS), table_from_rows(rows), baseline="weak", bootstrap=10)
+    paths = result.write(tmp_path)
+    battles = [json.loads(x) for x in paths["battles"].read_text().splitlines()]
+    failures = [json.loads(x) for x in paths["failures"].read_text().splitlines()]
+    assert len(battles) == 3 and len(failures) == 1 and failures[0]["status"] == "parse_failure"
+    assert all(b["winner"] in ("model_a", "model_b", "tie") and b["fingerprint"] == "f00d" for b in battles)
+    board = list(csv.DictReader(paths["leaderboard"].open()))
+    assert [r["model"] for r in board][0] == "strong" and board[0]["failures"] == "1" and board[1]["win_rate"] == ""
+    assert "| rank | model | rating |" in result.markdown()
+
+
+def test_pairing_refuses_unknown_baseline_and_both_strategies():
+    table = table_from_rows(_rows(["weak", "mid"], 2))
+    with pytest.raises(ConfigError, match="--baseline 'nope' is not a model"):
+        plan(table, "baseline", "nope")
+    with pytest.raises(ConfigError, match="exclude each other"):
+        plan(table, "round_robin", "weak")
+    assert [(m.model_a, m.model_b) for m in plan(table, "baseline", "weak")] == [("mid", "weak"), ("weak", "mid")]
+
+
+def test_the_example_arena_holds_three_models_by_eight_prompts():
+    table = read_table(REPO / "examples/arena.jsonl")
+    assert len(table.models) == 3 and len(table.prompts) == 8 and not table.errors and not table.missing
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from brrm.testing import save_tiny_qwen3
+
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("tiny")))
+
+
+def test_brrm_arena_runs_on_the_example_with_a_tiny_qwen3(tmp_path, capsys, tiny_dir):
+    """The CLI end to end on examples/arena.jsonl; a tiny Qwen3 (brrm.testing) stands in for the embedded demo,
+    which needs minutes for 32 two-turn runs on a shared 2-core machine."""
+    from brrm.cli import main
+
+    out = tmp_path / "out"
+    code = main(["arena", "--input", str(REPO / "examples/arena.jsonl"), "--baseline", "baseline-bot",
+                 "--output", str(out), "--model", tiny_dir, "--kind", "brrm", "--max-new-tokens", "420",
+                 "--block-token-cap", "8", "--thinking", "off", "--no-progress", "--bootstrap", "20"])
+    stdout = capsys.readouterr().out
+    assert code == 0
+    board = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert {r["model"] for r in board} == {"baseline-bot", "terse-bot", "helpful-bot"}
+    lines = (out / "battles.jsonl").read_text().splitlines() + (out / "failures.jsonl").read_text().splitlines()
+    assert len(lines) == 16
+    assert "| rank | model | rating |" in stdout and "16 matchups" in stdout

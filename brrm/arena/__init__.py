@@ -27,8 +27,8 @@ from brrm.arena.table import ArenaTable, RowError, read_table, table_from_rows
 from brrm.types import RewardJudge
 
 __all__ = ["OUTCOMES", "STRATEGIES", "ArenaResult", "ArenaTable", "Battle", "Leaderboard", "Matchup", "Rating",
-           "RowError", "default_swap", "fit", "grid_size", "judge_matchups", "plan", "read_table", "run_arena",
-           "table_from_rows"]
+           "RowError", "default_swap", "fit", "grid_size", "judge_matchups", "markdown", "plan", "read_table",
+           "run_arena", "table_from_rows"]
 
 
 @dataclass(frozen=True)

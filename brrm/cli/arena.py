@@ -1,0 +1,131 @@
+"""``brrm arena``: rank models from pairwise judgments of their answers to the same prompts.
+
+Output contract: with ``--output FOLDER``, ``leaderboard.csv`` (:data:`brrm.arena.outputs.COLUMNS`),
+``battles.jsonl`` (LMArena's battle columns) and ``failures.jsonl``; the terminal shows the input's bad lines and
+missing answers, the matchups judged against the full grid, and the leaderboard as a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from brrm.cli import common
+from brrm.cli.command import Command
+from brrm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from brrm.arena import ArenaTable
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    from brrm.arena import OUTCOMES
+
+    g = p.add_argument_group("arena")
+    g.add_argument("--input", "-i", required=True,
+                   help="JSON Lines long table: one row per (prompt_id, model) with 'prompt_id', 'model', "
+                        "'response', 'prompt' and an optional 'category'")
+    g.add_argument("--output", "-o", default=None, metavar="FOLDER",
+                   help="folder for leaderboard.csv, battles.jsonl and failures.jsonl (made if missing); "
+                        "default: print the leaderboard only")
+    pairing = g.add_mutually_exclusive_group()
+    pairing.add_argument("--baseline", default=None, metavar="MODEL",
+                         help="every model against MODEL on every prompt (Arena-Hard-Auto's design); MODEL is "
+                              "rated 1000 unless --anchor says otherwise")
+    pairing.add_argument("--round-robin", action="store_true", help="every pair of models on every prompt")
+    g.add_argument("--anchor", default=None, metavar="MODEL",
+                   help="the model rated 1000 (default: the baseline; with --round-robin and no anchor the "
+                        "geometric mean strength is 1000)")
+    g.add_argument("--outcomes", choices=OUTCOMES, default="soft",
+                   help="soft: the judge's P(A>B) (swap-debiased; calibrated with --calibration) enters the fit "
+                        "as a fractional win; hard: the verdict as a vote, tie half (reproduces vote "
+                        "leaderboards) (default: soft)")
+    g.add_argument("--single-order", action="store_true",
+                   help="judge each pair in one order only (default for generative judges: both orders, "
+                        "debiased; presentation order then alternates from pair to pair)")
+    g.add_argument("--bootstrap", type=int, default=200, metavar="N",
+                   help="bootstrap resamples of the battles for the intervals, >= 10 (default: 200)")
+    g.add_argument("--confidence", type=float, default=0.95,
+                   help="interval level in (0, 1) (default: 0.95)")
+    g.add_argument("--bootstrap-seed", type=int, default=0,
+                   help="seed of the bootstrap: the same battles and seed give the same table (default: 0)")
+    common.add_model_args(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
+    from brrm.arena import default_swap, fit, grid_size, judge_matchups, markdown, plan, read_table
+    from brrm.arena.outputs import write_battles, write_leaderboard
+
+    folder = _output_folder(args.output)
+    common.load_options(args)
+    if args.bootstrap < 10:
+        raise ConfigError(f"--bootstrap must be an integer >= 10, got {args.bootstrap}")
+    if not 0.0 < args.confidence < 1.0:
+        raise ConfigError(f"--confidence must be in (0, 1), got {args.confidence}")
+    table = read_table(args.input)
+    strategy = "round_robin" if args.round_robin else "baseline"
+    matchups = plan(table, strategy, args.baseline)
+    if args.anchor is not None and args.anchor not in table.models:
+        raise ConfigError(f"--anchor {args.anchor!r} is not a model of {args.input}; models: "
+                          f"{', '.join(table.models)}")
+    term = common.terminal("")
+    _report_input(term, table)
+    judge = common.load_judge(args, kind="brrm")
+    swap = default_swap(judge, args.single_order)
+    common.header(term, "arena", judge, len(table.answers), args.input)
+    print(f"{strategy.replace('_', ' ')}: {len(matchups)} matchups of a full grid of "
+          f"{grid_size(table, strategy)}{', both orders each' if swap else ''}; {args.outcomes} outcomes", file=term)
+    started = time.perf_counter()
+    with common.progress_bar(len(matchups), desc="arena", unit="pair", disable=args.no_progress) as bar:
+        battles = judge_matchups(judge, table, matchups, swap=swap, progress=bar.update)
+    judge.close()
+    board = fit(battles, table.models, outcomes=args.outcomes, anchor=args.anchor, baseline=args.baseline,
+                bootstrap=args.bootstrap, confidence=args.confidence, seed=args.bootstrap_seed)
+    consistent = [b.consistent for b in battles if b.consistent is not None]
+    if consistent:
+        print(f"swap consistency {sum(consistent)}/{len(consistent)} (both orders agreed)", file=term)
+    print(markdown(board), file=term)
+    if folder is not None:
+        good, bad = write_battles(battles, folder)
+        csv_path = write_leaderboard(board, folder / "leaderboard.csv")
+        print(f"wrote {csv_path}, {good} and {bad}", file=term)
+    print(f"time {time.perf_counter() - started:.1f} s", file=term)
+    return 0
+
+
+def _output_folder(path: str | None) -> Path | None:
+    """The output folder, made if missing; refused when it is a file or cannot be made (naming ``--output``)."""
+    if path is None:
+        return None
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--output {path!r} is a file; arena writes a folder (leaderboard.csv, battles.jsonl)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--output {path!r} cannot be made ({exc.strerror})") from None
+    return folder
+
+
+def _report_input(term: TextIO, table: ArenaTable) -> None:
+    """The input's bad lines (each once) and the models missing answers."""
+    for e in table.errors[:20]:
+        print(f"skipped: {e.reason}", file=term)
+    if len(table.errors) > 20:
+        print(f"skipped: {len(table.errors) - 20} more bad lines", file=term)
+    for model, ids in table.missing.items():
+        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+        print(f"missing: {model} has no answer to {len(ids)} of {len(table.prompts)} prompts ({shown}); its "
+              f"ratings use the others", file=term)
+
+
+COMMAND = Command(
+    "arena", arguments=_arguments, run=run,
+    help="rank models from pairwise judgments of their answers (leaderboard with intervals)",
+    description="Judge several models' answers to the same prompts in pairs (against a baseline, or round robin) "
+                "and rate the models: a Bradley-Terry fit (evalica) with seeded bootstrap intervals on the "
+                "Elo-like scale, anchored at 1000.")

@@ -207,3 +207,46 @@ def test_brrm_arena_runs_on_the_example_with_a_tiny_qwen3(tmp_path, capsys, tiny
     lines = (out / "battles.jsonl").read_text().splitlines() + (out / "failures.jsonl").read_text().splitlines()
     assert len(lines) == 16
     assert "| rank | model | rating |" in stdout and "16 matchups" in stdout
+
+
+def test_markdown_counts_follow_lmarenas_definitions():
+    from brrm.arena.style import counts
+
+    text = ("# Title\n## Part\nSome **bold** and __also bold__ words.\n1. one\n2. two\n- dash\n* star\n"
+            "```\n# not a header inside code\n- nor a list\n```\n#no-space is no header")
+    assert counts(text)[1:] == (2.0, 4.0, 2.0)
+    assert counts("three plain words")[0] == 3.0
+
+
+def test_style_control_removes_a_pure_length_preference():
+    """Equal models, a judge that only prefers longer answers: the raw ratings follow length, the style-controlled
+    ones are equal (the known answer) and the length coefficient is positive."""
+    rng = random.Random(4)
+    base = {"short": 8, "medium": 20, "long": 40}
+    rows, line = [], 0
+    for k in range(60):
+        for m, n in base.items():
+            line += 1
+            words = " ".join(["w"] * max(1, n + rng.randint(-6, 6)))
+            rows.append((line, {"prompt_id": f"p{k}", "model": m, "prompt": "Q?", "response": f"{words} {m}"}))
+
+    class LengthJudge(StrengthJudge):
+        def _strength(self, text: str) -> float:
+            return 0.0
+
+        def judge_pairs(self, conversations, responses_a, responses_b, /, **kw):
+            out = []
+            for a, b in zip(responses_a, responses_b, strict=True):
+                la, lb = len(a.split()), len(b.split())
+                p = 1.0 / (1.0 + math.exp(-3.0 * (la - lb) / (la + lb)))
+                out.append(PairwiseJudgment(Verdict.A if p >= 0.5 else Verdict.B, Status.OK, p_a=p))
+            return out
+
+    result = run_arena(LengthJudge({}), table_from_rows(rows), round_robin=True, bootstrap=30, seed=2)
+    got = {r.model: r for r in result.leaderboard.ratings}
+    assert got["long"].rating - got["short"].rating > 150
+    assert all(abs(r.style_rating - 1000.0) < 10.0 for r in got.values())
+    assert all(r.style_lower <= r.style_rating <= r.style_upper for r in got.values())
+    coefficients = dict(result.leaderboard.style)
+    assert coefficients["length"] > 100 and abs(coefficients["bold"]) < 1e-6
+    assert "style-controlled" in result.markdown() and "length +" in result.markdown()

@@ -23,6 +23,7 @@ from brrm.arena.judging import OUTCOMES, Battle, default_swap, judge_matchups
 from brrm.arena.outputs import markdown, write_battles, write_leaderboard
 from brrm.arena.pairing import STRATEGIES, Matchup, grid_size, plan
 from brrm.arena.ratings import Leaderboard, Rating, fit
+from brrm.arena.style import covariates
 from brrm.arena.table import ArenaTable, RowError, read_table, table_from_rows
 from brrm.types import RewardJudge
 
@@ -56,8 +57,8 @@ class ArenaResult:
 
 def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: str | None = None,
               round_robin: bool = False, anchor: str | None = None, outcomes: str = "soft",
-              swap: bool | None = None, bootstrap: int = 200, confidence: float = 0.95, seed: int = 0,
-              progress: Callable[[float], None] | None = None,
+              swap: bool | None = None, style_control: bool = True, bootstrap: int = 200,
+              confidence: float = 0.95, seed: int = 0, progress: Callable[[float], None] | None = None,
               on_battle: Callable[[int, Battle], None] | None = None) -> ArenaResult:
     """Judge and rate an arena.
 
@@ -69,6 +70,7 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: 
         anchor: the model rated 1000 (default: the baseline; neither: the geometric mean).
         outcomes: ``soft`` (P(A ≻ B) as a fractional win) or ``hard`` (votes; reproduces vote leaderboards).
         swap: judge both orders; None: yes for a generative judge (:func:`default_swap`).
+        style_control: also fit the ratings with length and markdown counts as covariates (:mod:`brrm.arena.style`).
         bootstrap, confidence, seed: the intervals (:func:`brrm.arena.ratings.fit`).
         progress: called with the pairs just judged; on_battle: each battle as it is judged.
 
@@ -86,5 +88,5 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: 
     battles = judge_matchups(judge, table, matchups, swap=default_swap(judge) if swap is None else swap,
                              progress=progress, on_battle=on_battle)
     board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
-                confidence=confidence, seed=seed)
+                confidence=confidence, seed=seed, style=covariates(table, battles) if style_control else None)
     return ArenaResult(table, matchups, tuple(battles), board)

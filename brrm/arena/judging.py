@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from brrm.arena.pairing import Matchup
 from brrm.arena.table import ArenaTable
 from brrm.errors import ConfigError
+from brrm.service.items import PairItem, PairsCall
 from brrm.types import PairwiseJudgment, RewardJudge, Status, Verdict
 from brrm.types.jsonvalue import JSONDict
 
@@ -110,10 +111,9 @@ def judge_matchups(judge: RewardJudge, table: ArenaTable, matchups: Sequence[Mat
     Raises:
         ConfigError: for a matchup naming an answer the table lacks, or what the judge raises before its calls.
     """
-    from brrm.service.items import PairItem, PairsCall
     from brrm.service.run import run
 
-    items = [_item(table, m, PairItem) for m in matchups]
+    items = [_item(table, m) for m in matchups]
     reporter = None if on_battle is None else (
         lambda i, j: on_battle(i, _battle(judge, table, matchups[i], j, swap)))
     results = run(judge, items, call=PairsCall(swap=swap if judge.info.pairwise else None),
@@ -121,11 +121,12 @@ def judge_matchups(judge: RewardJudge, table: ArenaTable, matchups: Sequence[Mat
     return [_battle(judge, table, m, j, swap) for m, j in zip(matchups, results, strict=True)]
 
 
-def _item(table: ArenaTable, m: Matchup, cls: type) -> object:
+def _item(table: ArenaTable, m: Matchup) -> PairItem:
     a, b = table.answer(m.prompt_id, m.model_a), table.answer(m.prompt_id, m.model_b)
     if a is None or b is None:
         raise ConfigError(f"matchup {m} names an answer that {table.source} does not hold")
-    return cls(table.prompts[m.prompt_id].text, a.response, b.response, id=f"{m.prompt_id}|{m.model_a}|{m.model_b}")
+    return PairItem(table.prompts[m.prompt_id].text, a.response, b.response,
+                    id=f"{m.prompt_id}|{m.model_a}|{m.model_b}")
 
 
 def _battle(judge: RewardJudge, table: ArenaTable, m: Matchup, j: PairwiseJudgment, swap: bool) -> Battle:

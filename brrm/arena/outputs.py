@@ -17,7 +17,7 @@ from brrm.arena.judging import Battle
 from brrm.arena.ratings import Leaderboard
 
 COLUMNS = ("model", "rating", "rating_lower", "rating_upper", "rank", "rank_best", "rank_worst", "win_rate",
-           "judgments", "failures", "status", "reason")
+           "judgments", "failures", "status", "reason", "rating_style", "rating_style_lower", "rating_style_upper")
 """The columns of ``leaderboard.csv`` (an empty cell: not defined, e.g. the baseline's win rate)."""
 
 
@@ -32,7 +32,8 @@ def write_leaderboard(board: Leaderboard, path: Path) -> Path:
         w.writerow(COLUMNS)
         for r in board.ratings:
             w.writerow([r.model, _cell(r.rating, 2), _cell(r.lower, 2), _cell(r.upper, 2), r.rank, r.rank_best,
-                        r.rank_worst, _cell(r.win_rate, 4), r.judgments, r.failures, r.status, r.reason])
+                        r.rank_worst, _cell(r.win_rate, 4), r.judgments, r.failures, r.status, r.reason,
+                        _cell(r.style_rating, 2), _cell(r.style_lower, 2), _cell(r.style_upper, 2)])
     return path
 
 
@@ -46,20 +47,27 @@ def write_battles(battles: Sequence[Battle], folder: Path) -> tuple[Path, Path]:
 
 
 def markdown(board: Leaderboard) -> str:
-    """The leaderboard as a markdown table: rank range, rating, interval, win rate vs the baseline, judgments,
-    failures; then one line saying how it was fitted."""
+    """The leaderboard as a markdown table: rank range, rating, interval, the style-controlled rating and interval
+    (when fitted), win rate vs the baseline, judgments, failures; then how it was fitted."""
     level = f"{board.confidence:.0%}"
-    lines = [f"| rank | model | rating | {level} interval | win rate vs {board.baseline or '-'} | judgments | "
-             "failures | note |", "| --- | --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    styled = bool(board.style)
+    lines = [f"| rank | model | rating | {level} interval |{' style-controlled |' if styled else ''} win rate vs "
+             f"{board.baseline or '-'} | judgments | failures | note |",
+             f"| --- | --- | ---: | --- |{' --- |' if styled else ''} ---: | ---: | ---: | --- |"]
     for r in board.ratings:
         ranks = f"{r.rank_best}" if r.rank_best == r.rank_worst else f"{r.rank_best}-{r.rank_worst}"
         interval = "-" if math.isnan(r.lower) else f"[{r.lower:.1f}, {r.upper:.1f}]"
         win = "-" if math.isnan(r.win_rate) else f"{r.win_rate:.1%}"
         note = "" if r.status == "ok" else r.status
-        lines.append(f"| {ranks} | {r.model} | {_cell(r.rating)} | {interval} | {win} | {r.judgments} | "
-                     f"{r.failures} | {note} |")
+        style = "-" if math.isnan(r.style_rating) else \
+            f"{r.style_rating:.1f} [{r.style_lower:.1f}, {r.style_upper:.1f}]"
+        lines.append(f"| {ranks} | {r.model} | {_cell(r.rating)} | {interval} |{f' {style} |' if styled else ''} "
+                     f"{win} | {r.judgments} | {r.failures} | {note} |")
     anchor = f"{board.anchor} = 1000" if board.anchor else "geometric mean = 1000"
     lines.append(f"\nBradley-Terry ({board.library}), {board.outcomes} outcomes, {anchor}; {level} intervals from "
                  f"{board.bootstrap} seeded bootstrap resamples (seed {board.seed}); {board.judgments} judgments, "
                  f"{board.failures} failures")
+    if styled:
+        lines.append("style control (Elo points per s.d. of the normalised difference): "
+                     + ", ".join(f"{name} {value:+.1f}" for name, value in board.style))
     return "\n".join(lines)

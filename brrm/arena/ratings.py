@@ -57,6 +57,8 @@ class Rating:
         status: ``ok``; ``unbounded`` (it never won or never lost: the maximum-likelihood rating is ±∞ and the
             value shown is where the solver stopped); ``unrated`` (no ok battle).
         reason: why, when ``status`` is not ``ok``.
+        style_rating, style_lower, style_upper: the style-controlled rating and interval
+            (:mod:`brrm.arena.style`); NaN when style control was not fitted or the model is unrated.
     """
 
     model: str
@@ -71,11 +73,15 @@ class Rating:
     win_rate: float
     status: str
     reason: str
+    style_rating: float = math.nan
+    style_lower: float = math.nan
+    style_upper: float = math.nan
 
 
 @dataclass(frozen=True)
 class Leaderboard:
-    """The fit: ``ratings`` best first, and how they were made (``library``: the fitting package and version)."""
+    """The fit: ``ratings`` best first, and how they were made (``library``: the fitting package and version;
+    ``style``: each style feature's coefficient in Elo points, empty when style control was not fitted)."""
 
     ratings: tuple[Rating, ...]
     anchor: str
@@ -87,6 +93,7 @@ class Leaderboard:
     library: str
     judgments: int
     failures: int
+    style: tuple[tuple[str, float], ...] = ()
 
 
 def _evalica() -> Any:
@@ -120,7 +127,8 @@ def rows(battles: Sequence[Battle], outcomes: str) -> tuple[list[str], list[str]
 
 
 def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "soft", anchor: str | None = None,
-        baseline: str | None = None, bootstrap: int = 200, confidence: float = 0.95, seed: int = 0) -> Leaderboard:
+        baseline: str | None = None, bootstrap: int = 200, confidence: float = 0.95, seed: int = 0,
+        style: np.ndarray | None = None) -> Leaderboard:
     """Rate ``models`` from ``battles`` (failed battles are counted, not fitted).
 
     Args:
@@ -132,6 +140,8 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
         bootstrap: resamples of the battles, >= 10.
         confidence: interval level in (0, 1).
         seed: the bootstrap's seed (same battles and seed: the same table).
+        style: the battles' style covariates (:func:`brrm.arena.style.covariates`, one row per battle): also fit
+            the style-controlled ratings; None: not.
 
     Raises:
         ConfigError: for ``bootstrap`` < 10, ``confidence`` outside (0, 1), an anchor that is no model or has no ok
@@ -158,8 +168,22 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
     lower, upper = np.quantile(dist, q[0], axis=0), np.quantile(dist, q[1], axis=0)
     by_model = {m: (float(ratings[i]), float(lower[i]), float(upper[i])) for i, m in enumerate(rated)}
     rows_ = _rows(models, by_model, battles, outcomes, baseline)
+    coefficients: tuple[tuple[str, float], ...] = ()
+    if style is not None:
+        from dataclasses import replace
+
+        from brrm.arena.style import fit_style
+
+        keep = np.array([b.ok for b in battles], dtype=bool)
+        controlled = fit_style(ok, np.asarray(style)[keep], rated, outcomes=outcomes, anchor=anchor,
+                               bootstrap=bootstrap, confidence=confidence, seed=seed)
+        nan3 = (math.nan, math.nan, math.nan)
+        rows_ = tuple(replace(r, **dict(zip(("style_rating", "style_lower", "style_upper"),
+                                            controlled.ratings.get(r.model, nan3), strict=True))) for r in rows_)
+        coefficients = tuple(controlled.coefficients.items())
     return Leaderboard(rows_, anchor or "", baseline or "", outcomes, confidence, bootstrap, seed,
-                       f"evalica {importlib.metadata.version('evalica')}", len(ok), len(battles) - len(ok))
+                       f"evalica {importlib.metadata.version('evalica')}", len(ok), len(battles) - len(ok),
+                       coefficients)
 
 
 def _fit_and_resample(ok: Sequence[Battle], rated: Sequence[str], outcomes: str, bootstrap: int, confidence: float,

@@ -45,6 +45,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--single-order", action="store_true",
                    help="judge each pair in one order only (default for generative judges: both orders, "
                         "debiased; presentation order then alternates from pair to pair)")
+    g.add_argument("--no-style-control", action="store_true",
+                   help="skip the style-controlled ratings (length, headers, lists and bold as covariates, "
+                        "Arena-Hard-Auto v2), printed beside the raw ones by default")
     g.add_argument("--bootstrap", type=int, default=200, metavar="N",
                    help="bootstrap resamples of the battles for the intervals, >= 10 (default: 200)")
     g.add_argument("--confidence", type=float, default=0.95,
@@ -58,6 +61,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
     from brrm.arena import default_swap, fit, grid_size, judge_matchups, markdown, plan, read_table
+    from brrm.arena.style import covariates
     from brrm.arena.outputs import write_battles, write_leaderboard
 
     folder = _output_folder(args.output)
@@ -84,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         battles = judge_matchups(judge, table, matchups, swap=swap, progress=bar.update)
     judge.close()
     board = fit(battles, table.models, outcomes=args.outcomes, anchor=args.anchor, baseline=args.baseline,
-                bootstrap=args.bootstrap, confidence=args.confidence, seed=args.bootstrap_seed)
+                bootstrap=args.bootstrap, confidence=args.confidence, seed=args.bootstrap_seed,
+                style=None if args.no_style_control else covariates(table, battles))
     consistent = [b.consistent for b in battles if b.consistent is not None]
     if consistent:
         print(f"swap consistency {sum(consistent)}/{len(consistent)} (both orders agreed)", file=term)

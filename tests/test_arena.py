@@ -250,3 +250,34 @@ def test_style_control_removes_a_pure_length_preference():
     coefficients = dict(result.leaderboard.style)
     assert coefficients["length"] > 100 and abs(coefficients["bold"]) < 1e-6
     assert "style-controlled" in result.markdown() and "length +" in result.markdown()
+
+
+def test_length_controlled_win_rate_recovers_the_glms_model_term():
+    """AlpacaEval 2's GLM on a fixture with a known answer: outcomes are exactly σ(θ + φ tanh(Δ / sd Δ)) with
+    θ = 0.5, so the length-controlled win rate is σ(0.5) while the raw one is inflated by the longer answers."""
+    rng = random.Random(9)
+    rows, texts = [], {}
+    for k in range(80):
+        for m, n in (("base", 60), ("verbose", 110)):
+            texts[(k, m)] = "x" * (n + rng.randint(-40, 40)) + f" {m}"
+            rows.append((len(rows) + 1, {"prompt_id": f"p{k}", "model": m, "prompt": "Q?",
+                                         "response": texts[(k, m)]}))
+    deltas = [len(texts[(k, "verbose")]) - len(texts[(k, "base")]) for k in range(80)]
+    sd = float(np.std(deltas))
+
+    class GlmJudge(StrengthJudge):
+        def judge_pairs(self, conversations, responses_a, responses_b, /, **kw):
+            out = []
+            for a, b in zip(responses_a, responses_b, strict=True):
+                v, base = (a, b) if a.endswith("verbose") else (b, a)
+                p_v = 1.0 / (1.0 + math.exp(-(0.5 + 1.5 * math.tanh((len(v) - len(base)) / sd))))
+                p = p_v if v is a else 1.0 - p_v
+                out.append(PairwiseJudgment(Verdict.A if p >= 0.5 else Verdict.B, Status.OK, p_a=p))
+            return out
+
+    result = run_arena(GlmJudge({}), table_from_rows(rows), baseline="base", bootstrap=10, style_control=False)
+    got = {r.model: r for r in result.leaderboard.ratings}
+    assert got["verbose"].lc_win_rate == pytest.approx(1.0 / (1.0 + math.exp(-0.5)), abs=0.005)
+    assert got["verbose"].win_rate > got["verbose"].lc_win_rate + 0.1
+    assert math.isnan(got["base"].lc_win_rate)
+    assert "LC win rate" in result.markdown() and "style-controlled" not in result.markdown()

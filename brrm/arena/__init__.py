@@ -15,7 +15,7 @@ both orders for a generative judge), rated by a Bradley–Terry fit with seeded 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from brrm.arena.table import ArenaTable, RowError, read_table, table_from_rows
 from brrm.types import RewardJudge
 
 __all__ = ["OUTCOMES", "STRATEGIES", "ArenaResult", "ArenaTable", "Battle", "Leaderboard", "Matchup", "Rating",
-           "RowError", "default_swap", "fit", "grid_size", "judge_matchups", "markdown", "plan", "read_table",
+           "RowError", "default_swap", "fit", "grid_size", "judge_matchups", "markdown", "plan", "rate", "read_table",
            "run_arena", "table_from_rows"]
 
 
@@ -87,6 +87,28 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: 
         raise ConfigError(f"no matchup to judge in {table.source}: no prompt has answers of both models of a pair")
     battles = judge_matchups(judge, table, matchups, swap=default_swap(judge) if swap is None else swap,
                              progress=progress, on_battle=on_battle)
+    board = rate(table, battles, outcomes=outcomes, anchor=anchor, baseline=baseline, style_control=style_control,
+                 bootstrap=bootstrap, confidence=confidence, seed=seed)
+    return ArenaResult(table, matchups, tuple(battles), board)
+
+
+def rate(table: ArenaTable, battles: Sequence[Battle], *, outcomes: str = "soft", anchor: str | None = None,
+         baseline: str | None = None, style_control: bool = True, bootstrap: int = 200, confidence: float = 0.95,
+         seed: int = 0) -> Leaderboard:
+    """The leaderboard of judged ``battles`` over ``table``: the Bradley–Terry fit and intervals
+    (:func:`brrm.arena.ratings.fit`), the style-controlled ratings when ``style_control``
+    (:mod:`brrm.arena.style`) and, with a ``baseline``, the length-controlled win rates (:mod:`brrm.arena.length`).
+
+    Raises:
+        ConfigError: as :func:`brrm.arena.ratings.fit`.
+    """
+    from dataclasses import replace
+
+    from brrm.arena.length import lc_win_rates
+
     board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
                 confidence=confidence, seed=seed, style=covariates(table, battles) if style_control else None)
-    return ArenaResult(table, matchups, tuple(battles), board)
+    if baseline is None:
+        return board
+    lc = lc_win_rates(table, battles, baseline, outcomes)
+    return replace(board, ratings=tuple(replace(r, lc_win_rate=lc[r.model]) for r in board.ratings))

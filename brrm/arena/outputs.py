@@ -17,7 +17,8 @@ from brrm.arena.judging import Battle
 from brrm.arena.ratings import Leaderboard
 
 COLUMNS = ("model", "rating", "rating_lower", "rating_upper", "rank", "rank_best", "rank_worst", "win_rate",
-           "judgments", "failures", "status", "reason", "rating_style", "rating_style_lower", "rating_style_upper")
+           "lc_win_rate", "judgments", "failures", "status", "reason", "rating_style", "rating_style_lower",
+           "rating_style_upper")
 """The columns of ``leaderboard.csv`` (an empty cell: not defined, e.g. the baseline's win rate)."""
 
 
@@ -32,8 +33,9 @@ def write_leaderboard(board: Leaderboard, path: Path) -> Path:
         w.writerow(COLUMNS)
         for r in board.ratings:
             w.writerow([r.model, _cell(r.rating, 2), _cell(r.lower, 2), _cell(r.upper, 2), r.rank, r.rank_best,
-                        r.rank_worst, _cell(r.win_rate, 4), r.judgments, r.failures, r.status, r.reason,
-                        _cell(r.style_rating, 2), _cell(r.style_lower, 2), _cell(r.style_upper, 2)])
+                        r.rank_worst, _cell(r.win_rate, 4), _cell(r.lc_win_rate, 4), r.judgments, r.failures,
+                        r.status, r.reason, _cell(r.style_rating, 2), _cell(r.style_lower, 2),
+                        _cell(r.style_upper, 2)])
     return path
 
 
@@ -48,26 +50,31 @@ def write_battles(battles: Sequence[Battle], folder: Path) -> tuple[Path, Path]:
 
 def markdown(board: Leaderboard) -> str:
     """The leaderboard as a markdown table: rank range, rating, interval, the style-controlled rating and interval
-    (when fitted), win rate vs the baseline, judgments, failures; then how it was fitted."""
+    (when fitted), win rate and length-controlled win rate vs the baseline (with one), judgments, failures; then
+    how it was fitted."""
     level = f"{board.confidence:.0%}"
-    styled = bool(board.style)
-    lines = [f"| rank | model | rating | {level} interval |{' style-controlled |' if styled else ''} win rate vs "
-             f"{board.baseline or '-'} | judgments | failures | note |",
-             f"| --- | --- | ---: | --- |{' --- |' if styled else ''} ---: | ---: | ---: | --- |"]
+    head = ["rank", "model", "rating", f"{level} interval"]
+    if board.style:
+        head.append("style-controlled")
+    if board.baseline:
+        head += [f"win rate vs {board.baseline}", "LC win rate"]
+    head += ["judgments", "failures", "note"]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     for r in board.ratings:
-        ranks = f"{r.rank_best}" if r.rank_best == r.rank_worst else f"{r.rank_best}-{r.rank_worst}"
-        interval = "-" if math.isnan(r.lower) else f"[{r.lower:.1f}, {r.upper:.1f}]"
-        win = "-" if math.isnan(r.win_rate) else f"{r.win_rate:.1%}"
-        note = "" if r.status == "ok" else r.status
-        style = "-" if math.isnan(r.style_rating) else \
-            f"{r.style_rating:.1f} [{r.style_lower:.1f}, {r.style_upper:.1f}]"
-        lines.append(f"| {ranks} | {r.model} | {_cell(r.rating)} | {interval} |{f' {style} |' if styled else ''} "
-                     f"{win} | {r.judgments} | {r.failures} | {note} |")
+        cells = [f"{r.rank_best}" if r.rank_best == r.rank_worst else f"{r.rank_best}-{r.rank_worst}", r.model,
+                 _cell(r.rating) or "-", "-" if math.isnan(r.lower) else f"[{r.lower:.1f}, {r.upper:.1f}]"]
+        if board.style:
+            cells.append("-" if math.isnan(r.style_rating) else
+                         f"{r.style_rating:.1f} [{r.style_lower:.1f}, {r.style_upper:.1f}]")
+        if board.baseline:
+            cells += ["-" if math.isnan(x) else f"{x:.1%}" for x in (r.win_rate, r.lc_win_rate)]
+        cells += [str(r.judgments), str(r.failures), "" if r.status == "ok" else r.status]
+        lines.append("| " + " | ".join(cells) + " |")
     anchor = f"{board.anchor} = 1000" if board.anchor else "geometric mean = 1000"
     lines.append(f"\nBradley-Terry ({board.library}), {board.outcomes} outcomes, {anchor}; {level} intervals from "
                  f"{board.bootstrap} seeded bootstrap resamples (seed {board.seed}); {board.judgments} judgments, "
                  f"{board.failures} failures")
-    if styled:
+    if board.style:
         lines.append("style control (Elo points per s.d. of the normalised difference): "
                      + ", ".join(f"{name} {value:+.1f}" for name, value in board.style))
     return "\n".join(lines)

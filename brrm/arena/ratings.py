@@ -59,6 +59,8 @@ class Rating:
         reason: why, when ``status`` is not ``ok``.
         style_rating, style_lower, style_upper: the style-controlled rating and interval
             (:mod:`brrm.arena.style`); NaN when style control was not fitted or the model is unrated.
+        lc_win_rate: the length-controlled win rate against the baseline (:mod:`brrm.arena.length`) in [0, 1];
+            NaN where ``win_rate`` is, or when it was not computed.
     """
 
     model: str
@@ -76,6 +78,7 @@ class Rating:
     style_rating: float = math.nan
     style_lower: float = math.nan
     style_upper: float = math.nan
+    lc_win_rate: float = math.nan
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
-    from brrm.arena import default_swap, fit, grid_size, judge_matchups, markdown, plan, read_table
-    from brrm.arena.style import covariates
+    from brrm.arena import default_swap, grid_size, judge_matchups, markdown, plan, rate, read_table
     from brrm.arena.outputs import write_battles, write_leaderboard
 
     folder = _output_folder(args.output)
@@ -87,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
     with common.progress_bar(len(matchups), desc="arena", unit="pair", disable=args.no_progress) as bar:
         battles = judge_matchups(judge, table, matchups, swap=swap, progress=bar.update)
     judge.close()
-    board = fit(battles, table.models, outcomes=args.outcomes, anchor=args.anchor, baseline=args.baseline,
-                bootstrap=args.bootstrap, confidence=args.confidence, seed=args.bootstrap_seed,
-                style=None if args.no_style_control else covariates(table, battles))
+    board = rate(table, battles, outcomes=args.outcomes, anchor=args.anchor, baseline=args.baseline,
+                 style_control=not args.no_style_control, bootstrap=args.bootstrap, confidence=args.confidence,
+                 seed=args.bootstrap_seed)
     consistent = [b.consistent for b in battles if b.consistent is not None]
     if consistent:
         print(f"swap consistency {sum(consistent)}/{len(consistent)} (both orders agreed)", file=term)

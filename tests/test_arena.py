@@ -147,6 +147,9 @@ def test_a_bad_line_is_reported_by_number_and_the_rest_goes_on(tmp_path):
     assert len(table.answers) == 6 and table.models == ("weak", "strong")
     result = run_arena(StrengthJudge(STRENGTHS), table, baseline="weak", bootstrap=10)
     assert len(result.battles) == 3
+    # category math has one battle: kept, with why it has no ratings
+    math_board = next(c for c in result.categories if c.category == "math")
+    assert math_board.leaderboard is None and "the bootstrap needs at least 2" in math_board.reason
 
 
 def test_a_model_missing_prompts_is_reported_and_rated_on_what_exists():
@@ -281,3 +284,15 @@ def test_length_controlled_win_rate_recovers_the_glms_model_term():
     assert got["verbose"].win_rate > got["verbose"].lc_win_rate + 0.1
     assert math.isnan(got["base"].lc_win_rate)
     assert "LC win rate" in result.markdown() and "style-controlled" not in result.markdown()
+
+
+def test_ratings_by_category_are_fitted_and_written(tmp_path):
+    table = table_from_rows(_rows(["weak", "mid", "strong"], 20))
+    result = run_arena(StrengthJudge(STRENGTHS), table, baseline="mid", bootstrap=10)
+    assert [c.category for c in result.categories] == ["chat", "math"]
+    for c in result.categories:
+        assert c.leaderboard is not None and c.leaderboard.judgments == 20
+        assert [r.model for r in c.leaderboard.ratings] == ["strong", "mid", "weak"]
+    rows = list(csv.DictReader(result.write(tmp_path)["categories"].open()))
+    assert len(rows) == 6 and {r["category"] for r in rows} == {"chat", "math"}
+    assert "category chat (20 judgments): strong" in result.markdown()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from brrm.arena.categories import CategoryBoard, by_category, summary, write_categories
 from brrm.arena.judging import OUTCOMES, Battle, default_swap, judge_matchups
 from brrm.arena.outputs import markdown, write_battles, write_leaderboard
 from brrm.arena.pairing import STRATEGIES, Matchup, grid_size, plan
@@ -27,9 +28,9 @@ from brrm.arena.style import covariates
 from brrm.arena.table import ArenaTable, RowError, read_table, table_from_rows
 from brrm.types import RewardJudge
 
-__all__ = ["OUTCOMES", "STRATEGIES", "ArenaResult", "ArenaTable", "Battle", "Leaderboard", "Matchup", "Rating",
-           "RowError", "default_swap", "fit", "grid_size", "judge_matchups", "markdown", "plan", "rate", "read_table",
-           "run_arena", "table_from_rows"]
+__all__ = ["OUTCOMES", "STRATEGIES", "ArenaResult", "ArenaTable", "Battle", "CategoryBoard", "Leaderboard",
+           "Matchup", "Rating", "RowError", "by_category", "default_swap", "fit", "grid_size", "judge_matchups",
+           "markdown", "plan", "rate", "read_table", "run_arena", "table_from_rows"]
 
 
 @dataclass(frozen=True)
@@ -40,19 +41,25 @@ class ArenaResult:
     matchups: tuple[Matchup, ...]
     battles: tuple[Battle, ...]
     leaderboard: Leaderboard
+    categories: tuple[CategoryBoard, ...] = ()
 
     def markdown(self) -> str:
-        """The leaderboard as a markdown table (:func:`brrm.arena.outputs.markdown`)."""
-        return markdown(self.leaderboard)
+        """The leaderboard as a markdown table (:func:`brrm.arena.outputs.markdown`), then one line per category
+        (:func:`brrm.arena.categories.summary`) when the input has categories."""
+        text = markdown(self.leaderboard)
+        return text + ("\n" + summary(self.categories) if self.categories else "")
 
     def write(self, folder: str | Path) -> dict[str, Path]:
-        """Write ``leaderboard.csv``, ``battles.jsonl`` and ``failures.jsonl`` into ``folder`` (made if needed);
-        returns name -> path."""
+        """Write ``leaderboard.csv``, ``battles.jsonl``, ``failures.jsonl`` and (with categories)
+        ``categories.csv`` into ``folder`` (made if needed); returns name -> path."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         good, bad = write_battles(self.battles, out)
-        return {"leaderboard": write_leaderboard(self.leaderboard, out / "leaderboard.csv"), "battles": good,
-                "failures": bad}
+        paths = {"leaderboard": write_leaderboard(self.leaderboard, out / "leaderboard.csv"), "battles": good,
+                 "failures": bad}
+        if self.categories:
+            paths["categories"] = write_categories(self.categories, out / "categories.csv")
+        return paths
 
 
 def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: str | None = None,
@@ -89,7 +96,9 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: 
                              progress=progress, on_battle=on_battle)
     board = rate(table, battles, outcomes=outcomes, anchor=anchor, baseline=baseline, style_control=style_control,
                  bootstrap=bootstrap, confidence=confidence, seed=seed)
-    return ArenaResult(table, matchups, tuple(battles), board)
+    categories = by_category(battles, table.models, outcomes=outcomes, anchor=anchor or baseline, baseline=baseline,
+                             bootstrap=bootstrap, confidence=confidence, seed=seed)
+    return ArenaResult(table, matchups, tuple(battles), board, categories)
 
 
 def rate(table: ArenaTable, battles: Sequence[Battle], *, outcomes: str = "soft", anchor: str | None = None,

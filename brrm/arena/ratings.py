@@ -148,7 +148,7 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
 
     Raises:
         ConfigError: for ``bootstrap`` < 10, ``confidence`` outside (0, 1), an anchor that is no model or has no ok
-            battle, or no ok battle at all.
+            battle, or fewer than 2 ok battles.
         BackendUnavailable: without evalica or scipy (``pip install 'brrm[arena]'``).
     """
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 10:
@@ -157,8 +157,8 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
         raise ConfigError(f"--confidence must be in (0, 1), got {confidence!r}")
     anchor = anchor if anchor is not None else baseline
     ok = [b for b in battles if b.ok]
-    if not ok:
-        raise ConfigError(f"no battle has a verdict ({len(battles)} failed): nothing to rate")
+    if len(ok) < 2:
+        raise ConfigError(f"{len(ok)} of {len(battles)} battles have a verdict: the bootstrap needs at least 2")
     rated = [m for m in models if any(m in (b.model_a, b.model_b) for b in ok)]
     if anchor is not None and anchor not in rated:
         raise ConfigError(f"--anchor {anchor!r} is no model with an ok battle; rated models: {', '.join(rated)}")
@@ -173,20 +173,31 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
     rows_ = _rows(models, by_model, battles, outcomes, baseline)
     coefficients: tuple[tuple[str, float], ...] = ()
     if style is not None:
-        from dataclasses import replace
-
-        from brrm.arena.style import fit_style
-
         keep = np.array([b.ok for b in battles], dtype=bool)
-        controlled = fit_style(ok, np.asarray(style)[keep], rated, outcomes=outcomes, anchor=anchor,
-                               bootstrap=bootstrap, confidence=confidence, seed=seed)
-        nan3 = (math.nan, math.nan, math.nan)
-        rows_ = tuple(replace(r, **dict(zip(("style_rating", "style_lower", "style_upper"),
-                                            controlled.ratings.get(r.model, nan3), strict=True))) for r in rows_)
-        coefficients = tuple(controlled.coefficients.items())
+        rows_, coefficients = _with_style(rows_, ok, np.asarray(style)[keep], rated, outcomes, anchor, bootstrap,
+                                          confidence, seed)
     return Leaderboard(rows_, anchor or "", baseline or "", outcomes, confidence, bootstrap, seed,
                        f"evalica {importlib.metadata.version('evalica')}", len(ok), len(battles) - len(ok),
                        coefficients)
+
+
+def _with_style(rows_: tuple[Rating, ...], ok: Sequence[Battle], x: np.ndarray, rated: Sequence[str], outcomes: str,
+                anchor: str | None, bootstrap: int, confidence: float, seed: int
+                ) -> tuple[tuple[Rating, ...], tuple[tuple[str, float], ...]]:
+    """``rows_`` with their style-controlled ratings (:func:`brrm.arena.style.fit_style` on the ok battles and
+    their covariates ``x``), and the features' coefficients."""
+    from dataclasses import replace
+
+    from brrm.arena.style import fit_style
+
+    controlled = fit_style(ok, x, rated, outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
+                           confidence=confidence, seed=seed)
+    nan3 = (math.nan, math.nan, math.nan)
+    out = []
+    for r in rows_:
+        value, low, high = controlled.ratings.get(r.model, nan3)
+        out.append(replace(r, style_rating=value, style_lower=low, style_upper=high))
+    return tuple(out), tuple(controlled.coefficients.items())
 
 
 def _fit_and_resample(ok: Sequence[Battle], rated: Sequence[str], outcomes: str, bootstrap: int, confidence: float,

@@ -60,8 +60,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
-    from brrm.arena import default_swap, grid_size, judge_matchups, markdown, plan, rate, read_table
-    from brrm.arena.outputs import write_battles, write_leaderboard
+    from brrm.arena import ArenaResult, by_category, default_swap, grid_size, judge_matchups, plan, rate, read_table
 
     folder = _output_folder(args.output)
     common.load_options(args)
@@ -89,14 +88,17 @@ def run(args: argparse.Namespace) -> int:
     board = rate(table, battles, outcomes=args.outcomes, anchor=args.anchor, baseline=args.baseline,
                  style_control=not args.no_style_control, bootstrap=args.bootstrap, confidence=args.confidence,
                  seed=args.bootstrap_seed)
+    categories = by_category(battles, table.models, outcomes=args.outcomes, anchor=args.anchor or args.baseline,
+                             baseline=args.baseline, bootstrap=args.bootstrap, confidence=args.confidence,
+                             seed=args.bootstrap_seed)
+    result = ArenaResult(table, tuple(matchups), tuple(battles), board, categories)
     consistent = [b.consistent for b in battles if b.consistent is not None]
     if consistent:
         print(f"swap consistency {sum(consistent)}/{len(consistent)} (both orders agreed)", file=term)
-    print(markdown(board), file=term)
+    print(result.markdown(), file=term)
     if folder is not None:
-        good, bad = write_battles(battles, folder)
-        csv_path = write_leaderboard(board, folder / "leaderboard.csv")
-        print(f"wrote {csv_path}, {good} and {bad}", file=term)
+        paths = result.write(folder)
+        print("wrote " + ", ".join(str(p) for p in paths.values()), file=term)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
     return 0
 

@@ -209,7 +209,12 @@ def test_brrm_arena_runs_on_the_example_with_a_tiny_qwen3(tmp_path, capsys, tiny
     assert {r["model"] for r in board} == {"baseline-bot", "terse-bot", "helpful-bot"}
     lines = (out / "battles.jsonl").read_text().splitlines() + (out / "failures.jsonl").read_text().splitlines()
     assert len(lines) == 16
-    assert "| rank | model | rating |" in stdout and "16 matchups" in stdout
+    assert "| rank | model | rating |" in stdout and "16 matchups" in stdout and "swap consistency" in stdout
+    rows = [json.loads(x) for x in lines]
+    assert all(r["swapped"] and (r["position_bias"] is None or abs(r["position_bias"]) <= 0.5) for r in rows)
+    assert any(r["position_bias"] is not None for r in rows)
+    page = (out / "report.html").read_text()
+    assert "swapped battles" in page and (out / "categories.csv").is_file()
 
 
 def test_markdown_counts_follow_lmarenas_definitions():
@@ -296,3 +301,16 @@ def test_ratings_by_category_are_fitted_and_written(tmp_path):
     rows = list(csv.DictReader(result.write(tmp_path)["categories"].open()))
     assert len(rows) == 6 and {r["category"] for r in rows} == {"chat", "math"}
     assert "category chat (20 judgments): strong" in result.markdown()
+
+
+def test_the_report_shows_the_plots_the_bias_and_the_failures(tmp_path):
+    rows = _rows(["weak", "mid", "strong"], 6)
+    rows[0][1]["response"] = "FAIL weak"
+    result = run_arena(StrengthJudge(STRENGTHS), table_from_rows(rows), round_robin=True, bootstrap=10)
+    page = result.write(tmp_path)["report"].read_text()
+    assert page.count("data:image/png;base64,") == 2  # forest plot and heatmap
+    assert "Style control" in page and "Ratings by category" in page and "parse_failure 2" in page
+    from brrm.arena.report import win_matrix
+
+    m = win_matrix(result.battles, ["weak", "strong"], "soft")
+    assert math.isnan(m[0][0]) and m[0][1] == pytest.approx(1 / (1 + math.exp(2.0))) and m[1][0] + m[0][1] == 1.0

@@ -10,7 +10,7 @@ both orders for a generative judge), rated by a Bradley–Terry fit with seeded 
 
     result = run_arena(brrm.load(), "examples/arena.jsonl", baseline="model-a")
     print(result.markdown())
-    result.write("arena-out")      # leaderboard.csv, battles.jsonl, failures.jsonl
+    result.write("arena-out")      # leaderboard.csv, battles.jsonl, failures.jsonl, categories.csv, report.html
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class ArenaResult:
         return text + ("\n" + summary(self.categories) if self.categories else "")
 
     def write(self, folder: str | Path) -> dict[str, Path]:
-        """Write ``leaderboard.csv``, ``battles.jsonl``, ``failures.jsonl`` and (with categories)
-        ``categories.csv`` into ``folder`` (made if needed); returns name -> path."""
+        """Write ``leaderboard.csv``, ``battles.jsonl``, ``failures.jsonl``, (with categories) ``categories.csv``
+        and ``report.html`` into ``folder`` (made if needed); returns name -> path."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         good, bad = write_battles(self.battles, out)
@@ -59,7 +59,15 @@ class ArenaResult:
                  "failures": bad}
         if self.categories:
             paths["categories"] = write_categories(self.categories, out / "categories.csv")
+        paths["report"] = out / "report.html"
+        paths["report"].write_text(self.report(), encoding="utf-8")
         return paths
+
+    def report(self) -> str:
+        """The HTML report (:func:`brrm.arena.report.report_html`)."""
+        from brrm.arena.report import report_html
+
+        return report_html(self.leaderboard, self.battles, self.categories, self.table.source)
 
 
 def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: str | None = None,

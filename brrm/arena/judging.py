@@ -42,6 +42,9 @@ class Battle:
         consistent: under swap, whether both orders agreed; None with one order or a failed order.
         swapped: whether both presentation orders were judged.
         judge: the judge's model; fingerprint: its weights' fingerprint (``""`` when unknown).
+        position_bias: under swap, how much P(the answer shown first wins) exceeds ½ in this battle: half the
+            forward order's P(A ≻ B) minus the reversed order's (both in the A, B frame; means over the samples
+            under voting), in [-½, ½]; NaN without swap or where an order's P(A ≻ B) was not measured.
     """
 
     prompt_id: str
@@ -56,6 +59,7 @@ class Battle:
     swapped: bool
     judge: str
     fingerprint: str
+    position_bias: float = math.nan
 
     @property
     def ok(self) -> bool:
@@ -86,7 +90,8 @@ class Battle:
                 "prompt_id": self.prompt_id, "category": self.category, "status": self.status,
                 "reason": self.reason, "p_a": None if math.isnan(self.p_a) else self.p_a,
                 "consistent": self.consistent, "swapped": self.swapped, "judge": self.judge,
-                "fingerprint": self.fingerprint}
+                "fingerprint": self.fingerprint,
+                "position_bias": None if math.isnan(self.position_bias) else self.position_bias}
 
 
 def default_swap(judge: RewardJudge, single_order: bool = False) -> bool:
@@ -134,4 +139,15 @@ def _battle(judge: RewardJudge, table: ArenaTable, m: Matchup, j: PairwiseJudgme
     ok = j.status is Status.OK
     return Battle(m.prompt_id, table.prompts[m.prompt_id].category, m.model_a, m.model_b, j.status.value,
                   j.reason, winner if ok else "", float(j.p_a), j.consistent, swap and bool(judge.info.pairwise),
-                  judge.info.model, judge.info.fingerprint)
+                  judge.info.model, judge.info.fingerprint, _position_bias(j) if swap else math.nan)
+
+
+def _position_bias(j: PairwiseJudgment) -> float:
+    """Half the forward orders' mean P(A ≻ B) minus the reversed orders' (see :attr:`Battle.position_bias`)."""
+    subs = j.sub_judgments
+    if len(subs) < 2 or len(subs) % 2:
+        return math.nan
+    half = len(subs) // 2
+    fwd = sum(s.p_a for s in subs[:half]) / half
+    rev = sum(s.p_a for s in subs[half:]) / half
+    return (fwd - rev) / 2.0

@@ -200,11 +200,15 @@ def test_brrm_arena_runs_on_the_example_with_a_tiny_qwen3(tmp_path, capsys, tiny
     from brrm.cli import main
 
     out = tmp_path / "out"
-    code = main(["arena", "--input", str(REPO / "examples/arena.jsonl"), "--baseline", "baseline-bot",
-                 "--output", str(out), "--model", tiny_dir, "--kind", "brrm", "--max-new-tokens", "420",
-                 "--block-token-cap", "8", "--thinking", "off", "--no-progress", "--bootstrap", "20"])
+    argv = ["arena", "--input", str(REPO / "examples/arena.jsonl"), "--baseline", "baseline-bot",
+            "--output", str(out), "--model", tiny_dir, "--kind", "brrm", "--max-new-tokens", "420",
+            "--block-token-cap", "8", "--thinking", "off", "--no-progress", "--bootstrap", "20"]
+    code = main(argv)
     stdout = capsys.readouterr().out
-    assert code == 0
+    assert code == 0 and "judged 16 matchups now" in stdout
+    first = (out / "leaderboard.csv").read_text()
+    assert main(argv) == 0 and "judged 0 matchups now; 16 came from the store" in capsys.readouterr().out
+    assert (out / "leaderboard.csv").read_text() == first
     board = list(csv.DictReader((out / "leaderboard.csv").open()))
     assert {r["model"] for r in board} == {"baseline-bot", "terse-bot", "helpful-bot"}
     lines = (out / "battles.jsonl").read_text().splitlines() + (out / "failures.jsonl").read_text().splitlines()
@@ -314,3 +318,40 @@ def test_the_report_shows_the_plots_the_bias_and_the_failures(tmp_path):
 
     m = win_matrix(result.battles, ["weak", "strong"], "soft")
     assert math.isnan(m[0][0]) and m[0][1] == pytest.approx(1 / (1 + math.exp(2.0))) and m[1][0] + m[0][1] == 1.0
+
+
+class SteadyJudge(StrengthJudge):
+    """Deterministic verdicts (the likelier side wins), so a resumed run and an uninterrupted one agree; counts
+    the pairs it judges and can be told to die (KeyboardInterrupt, like a SIGTERM) after some chunks."""
+
+    def __init__(self, strengths: dict[str, float], die_after: int | None = None) -> None:
+        super().__init__(strengths)
+        self.judged = 0
+        self.die_after = die_after
+
+    def judge_pairs(self, conversations, responses_a, responses_b, /, **kw):
+        if self.die_after is not None and self.judged >= self.die_after:
+            raise KeyboardInterrupt
+        out = super().judge_pairs(conversations, responses_a, responses_b, **kw)
+        self.judged += len(out)
+        return [PairwiseJudgment(Verdict.A if j.p_a >= 0.5 else Verdict.B, Status.OK, p_a=j.p_a, consistent=True)
+                if j.ok else j for j in out]
+
+
+def test_kill_and_resume_gives_the_identical_leaderboard_and_a_second_run_judges_nothing(tmp_path):
+    table = table_from_rows(_rows(list(STRENGTHS), 40))  # 240 round-robin matchups, judged in chunks of 64
+    whole = run_arena(SteadyJudge(STRENGTHS), table, round_robin=True, bootstrap=20)
+    dying = SteadyJudge(STRENGTHS, die_after=128)
+    with pytest.raises(KeyboardInterrupt):
+        run_arena(dying, table, round_robin=True, bootstrap=20, store=tmp_path)
+    assert dying.judged == 128
+    resumed = SteadyJudge(STRENGTHS)
+    again = run_arena(resumed, table, round_robin=True, bootstrap=20, store=tmp_path)
+    assert resumed.judged == 240 - 128
+    assert again.leaderboard == whole.leaderboard and again.battles == whole.battles
+    idle = SteadyJudge(STRENGTHS)
+    third = run_arena(idle, table, round_robin=True, bootstrap=20, store=tmp_path)
+    assert idle.judged == 0 and third.leaderboard == whole.leaderboard
+    other = SteadyJudge(STRENGTHS)  # one order only is another configuration: judged afresh
+    run_arena(other, table, round_robin=True, bootstrap=20, store=tmp_path, swap=False)
+    assert other.judged == 240

@@ -73,7 +73,8 @@ class ArenaResult:
 def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: str | None = None,
               round_robin: bool = False, anchor: str | None = None, outcomes: str = "soft",
               swap: bool | None = None, style_control: bool = True, bootstrap: int = 200,
-              confidence: float = 0.95, seed: int = 0, progress: Callable[[float], None] | None = None,
+              confidence: float = 0.95, seed: int = 0, store: str | Path | None = None,
+              progress: Callable[[float], None] | None = None,
               on_battle: Callable[[int, Battle], None] | None = None) -> ArenaResult:
     """Judge and rate an arena.
 
@@ -87,7 +88,9 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: 
         swap: judge both orders; None: yes for a generative judge (:func:`default_swap`).
         style_control: also fit the ratings with length and markdown counts as covariates (:mod:`brrm.arena.style`).
         bootstrap, confidence, seed: the intervals (:func:`brrm.arena.ratings.fit`).
-        progress: called with the pairs just judged; on_battle: each battle as it is judged.
+        store: a folder whose audit store keeps every battle as it is judged (:mod:`brrm.arena.resume`): a rerun
+            judges only what is missing. None: no store.
+        progress: called with the pairs just judged; on_battle: each battle as it is judged (without a store).
 
     Raises:
         ConfigError: for a bad table (:func:`read_table`), pairing (:func:`plan`), outcomes or fit setting.
@@ -100,8 +103,13 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: 
     matchups = tuple(plan(table, "round_robin" if round_robin else "baseline", baseline))
     if not matchups:
         raise ConfigError(f"no matchup to judge in {table.source}: no prompt has answers of both models of a pair")
-    battles = judge_matchups(judge, table, matchups, swap=default_swap(judge) if swap is None else swap,
-                             progress=progress, on_battle=on_battle)
+    both = default_swap(judge) if swap is None else swap
+    if store is None:
+        battles = judge_matchups(judge, table, matchups, swap=both, progress=progress, on_battle=on_battle)
+    else:
+        from brrm.arena.resume import judge_resumable
+
+        battles, _ = judge_resumable(judge, table, matchups, swap=both, folder=store, progress=progress)
     board = rate(table, battles, outcomes=outcomes, anchor=anchor, baseline=baseline, style_control=style_control,
                  bootstrap=bootstrap, confidence=confidence, seed=seed)
     categories = by_category(battles, table.models, outcomes=outcomes, anchor=anchor or baseline, baseline=baseline,

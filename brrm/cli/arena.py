@@ -28,8 +28,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="JSON Lines long table: one row per (prompt_id, model) with 'prompt_id', 'model', "
                         "'response', 'prompt' and an optional 'category'")
     g.add_argument("--output", "-o", default=None, metavar="FOLDER",
-                   help="folder for leaderboard.csv, battles.jsonl and failures.jsonl (made if missing); "
-                        "default: print the leaderboard only")
+                   help="folder for leaderboard.csv, battles.jsonl, failures.jsonl, categories.csv, report.html "
+                        "and the store of judged battles (audit.sqlite: a rerun judges only what is missing); "
+                        "made if missing; default: print the leaderboard only")
     pairing = g.add_mutually_exclusive_group()
     pairing.add_argument("--baseline", default=None, metavar="MODEL",
                          help="every model against MODEL on every prompt (Arena-Hard-Auto's design); MODEL is "
@@ -61,6 +62,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
     from brrm.arena import ArenaResult, by_category, default_swap, grid_size, judge_matchups, plan, rate, read_table
+    from brrm.arena.resume import judge_resumable
 
     folder = _output_folder(args.output)
     common.load_options(args)
@@ -83,7 +85,12 @@ def run(args: argparse.Namespace) -> int:
           f"{grid_size(table, strategy)}{', both orders each' if swap else ''}; {args.outcomes} outcomes", file=term)
     started = time.perf_counter()
     with common.progress_bar(len(matchups), desc="arena", unit="pair", disable=args.no_progress) as bar:
-        battles = judge_matchups(judge, table, matchups, swap=swap, progress=bar.update)
+        if folder is None:
+            battles = judge_matchups(judge, table, matchups, swap=swap, progress=bar.update)
+        else:
+            battles, judged = judge_resumable(judge, table, matchups, swap=swap, folder=folder, progress=bar.update)
+            print(f"judged {judged} matchups now; {len(matchups) - judged} came from the store in {folder}",
+                  file=term)
     judge.close()
     board = rate(table, battles, outcomes=args.outcomes, anchor=args.anchor, baseline=args.baseline,
                  style_control=not args.no_style_control, bootstrap=args.bootstrap, confidence=args.confidence,

@@ -355,3 +355,36 @@ def test_kill_and_resume_gives_the_identical_leaderboard_and_a_second_run_judges
     other = SteadyJudge(STRENGTHS)  # one order only is another configuration: judged afresh
     run_arena(other, table, round_robin=True, bootstrap=20, store=tmp_path, swap=False)
     assert other.judged == 240
+
+
+class HashedJudge(StrengthJudge):
+    """Hard verdicts drawn from P = σ(s_A − s_B) by a hash of the pair's texts: the same pair always gets the same
+    verdict whatever the order of calls (an adaptive run and the full grid see the same battles)."""
+
+    def judge_pairs(self, conversations, responses_a, responses_b, /, **kw):
+        import hashlib
+
+        out = []
+        for a, b in zip(responses_a, responses_b, strict=True):
+            p = 1.0 / (1.0 + math.exp(self._strength(b) - self._strength(a)))
+            u = int(hashlib.sha256(f"{a}|{b}".encode()).hexdigest()[:12], 16) / 16**12
+            out.append(PairwiseJudgment(Verdict.A if u < p else Verdict.B, Status.OK, p_a=p))
+        self.judged = getattr(self, "judged", 0) + len(out)
+        return out
+
+
+def test_adaptive_pairing_recovers_the_order_with_fewer_judgments_than_the_grid():
+    strengths = {f"m{k}": 1.2 * k for k in range(5)}
+    table = table_from_rows(_rows(list(strengths), 80))  # grid: 10 pairs x 80 prompts = 800
+    judge = HashedJudge(strengths)
+    result = run_arena(judge, table, adaptive=True, outcomes="hard", bootstrap=40, style_control=False)
+    run = result.adaptive
+    assert run is not None and run.stopped == "separated" and run.grid == 800
+    assert run.judged == judge.judged == len(result.battles) < 800 / 3
+    assert [r.model for r in result.leaderboard.ratings] == [f"m{k}" for k in range(4, -1, -1)]
+    assert "adaptive: " in result.markdown()
+    budgeted = run_arena(HashedJudge(strengths), table, adaptive=True, outcomes="hard", bootstrap=20, budget=30,
+                         style_control=False)
+    assert budgeted.adaptive is not None and budgeted.adaptive.stopped == "budget" and budgeted.adaptive.judged == 30
+    with pytest.raises(ConfigError, match="--adaptive chooses its own pairs"):
+        run_arena(judge, table, adaptive=True, baseline="m0")

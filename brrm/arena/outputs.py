@@ -18,7 +18,7 @@ from brrm.arena.ratings import Leaderboard
 
 COLUMNS = ("model", "rating", "rating_lower", "rating_upper", "rank", "rank_best", "rank_worst", "win_rate",
            "lc_win_rate", "judgments", "failures", "status", "reason", "rating_style", "rating_style_lower",
-           "rating_style_upper")
+           "rating_style_upper", "above_next")
 """The columns of ``leaderboard.csv`` (an empty cell: not defined, e.g. the baseline's win rate)."""
 
 
@@ -35,7 +35,7 @@ def write_leaderboard(board: Leaderboard, path: Path) -> Path:
             w.writerow([r.model, _cell(r.rating, 2), _cell(r.lower, 2), _cell(r.upper, 2), r.rank, r.rank_best,
                         r.rank_worst, _cell(r.win_rate, 4), _cell(r.lc_win_rate, 4), r.judgments, r.failures,
                         r.status, r.reason, _cell(r.style_rating, 2), _cell(r.style_lower, 2),
-                        _cell(r.style_upper, 2)])
+                        _cell(r.style_upper, 2), _cell(r.above_next, 3)])
     return path
 
 

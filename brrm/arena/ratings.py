@@ -61,6 +61,9 @@ class Rating:
             (:mod:`brrm.arena.style`); NaN when style control was not fitted or the model is unrated.
         lc_win_rate: the length-controlled win rate against the baseline (:mod:`brrm.arena.length`) in [0, 1];
             NaN where ``win_rate`` is, or when it was not computed.
+        above_next: the share of bootstrap samples in which this model is rated above the model ranked next, in
+            [0, 1] (the pair's order holds at confidence c when it is >= (1 + c) / 2: the interval of their
+            difference excludes 0); NaN for the last rated model and unrated ones.
     """
 
     model: str
@@ -79,6 +82,7 @@ class Rating:
     style_lower: float = math.nan
     style_upper: float = math.nan
     lc_win_rate: float = math.nan
+    above_next: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,7 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
     lower, upper = np.quantile(dist, q[0], axis=0), np.quantile(dist, q[1], axis=0)
     by_model = {m: (float(ratings[i]), float(lower[i]), float(upper[i])) for i, m in enumerate(rated)}
     rows_ = _rows(models, by_model, battles, outcomes, baseline)
+    rows_ = _above_next(rows_, dist, rated)
     coefficients: tuple[tuple[str, float], ...] = ()
     if style is not None:
         keep = np.array([b.ok for b in battles], dtype=bool)
@@ -240,6 +245,17 @@ def _scaled(strengths: np.ndarray, rated: Sequence[str], anchor: str | None) -> 
         centre = np.nanmean(finite, axis=1, keepdims=True)
     out: np.ndarray = logs - centre + ANCHOR_RATING
     return out
+
+
+def _above_next(rows_: tuple[Rating, ...], dist: np.ndarray, rated: Sequence[str]) -> tuple[Rating, ...]:
+    """``rows_`` with :attr:`Rating.above_next` from the bootstrap ratings ``dist`` (samples x ``rated``)."""
+    from dataclasses import replace
+
+    column = {m: i for i, m in enumerate(rated)}
+    ranked = [r for r in rows_ if r.model in column]
+    out = {r.model: replace(r, above_next=float((dist[:, column[r.model]] > dist[:, column[n.model]]).mean()))
+           for r, n in zip(ranked, ranked[1:], strict=False)}
+    return tuple(out.get(r.model, r) for r in rows_)
 
 
 def _rows(models: Sequence[str], by_model: dict[str, tuple[float, float, float]], battles: Sequence[Battle],

@@ -4,12 +4,12 @@ Each round fits the battles so far (:func:`brrm.arena.ratings.fit`, its seeded b
 confidence), orders the models by rating, and looks at each *adjacent* pair of the order: it is settled when the
 bootstrap interval of the pair's rating difference excludes 0 (the pair is separated at that confidence) or, with
 ``target_ci``, when both models' intervals' half-widths are at most ``target_ci`` rating points (two models too
-close to separate stop spending judgments). The next round judges ``step`` more prompts of every unsettled adjacent pair — a direct battle is the one that
-narrows both intervals of that pair most. It starts with ``init`` prompts of every pair of models (so every model
-is placed), and stops when every adjacent pair is settled, when ``budget`` judgments are spent, or when the
-unsettled pairs have no prompt left. Prompts are taken per pair in a seeded shuffled order; presentation order
-alternates per pair. Everything is deterministic in ``seed``, so with a store (:mod:`brrm.arena.resume`) a rerun
-takes the same decisions and judges nothing it has.
+close to separate stop spending judgments). The next round judges ``step`` more prompts of every unsettled
+adjacent pair — a direct battle is the one that narrows both intervals of that pair most. It starts with ``init``
+prompts of every pair of models (so every model is placed), and stops when every adjacent pair is settled, when
+``budget`` judgments are spent, or when the unsettled pairs have no prompt left. Prompts are taken per pair in a
+seeded shuffled order; presentation order alternates per pair. Everything is deterministic in ``seed``, so with a
+store (:mod:`brrm.arena.resume`) a rerun takes the same decisions and judges nothing it has.
 """
 
 from __future__ import annotations

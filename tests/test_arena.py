@@ -388,3 +388,19 @@ def test_adaptive_pairing_recovers_the_order_with_fewer_judgments_than_the_grid(
     assert budgeted.adaptive is not None and budgeted.adaptive.stopped == "budget" and budgeted.adaptive.judged == 30
     with pytest.raises(ConfigError, match="--adaptive chooses its own pairs"):
         run_arena(judge, table, adaptive=True, baseline="m0")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ([], "--baseline MODEL is needed for the baseline pairing (or pass --round-robin)"),
+    (["--baseline", "nobody"], "--baseline 'nobody' is not a model"),
+    (["--round-robin", "--budget", "5"], "--budget and --target-ci apply to --adaptive"),
+    (["--adaptive", "--target-ci", "0"], "--target-ci must be > 0"),
+    (["--round-robin", "--anchor", "x"], "--anchor 'x' is not a model"),
+    (["--round-robin", "--bootstrap", "3"], "--bootstrap must be an integer >= 10"),
+])
+def test_cli_mistakes_are_one_line_naming_the_flag_before_a_model_loads(capsys, extra, message):
+    from brrm.cli import main
+
+    assert main(["arena", "--input", str(REPO / "examples/arena.jsonl"), "--model", "/nonexistent", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

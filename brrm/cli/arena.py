@@ -36,6 +36,15 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                          help="every model against MODEL on every prompt (Arena-Hard-Auto's design); MODEL is "
                               "rated 1000 unless --anchor says otherwise")
     pairing.add_argument("--round-robin", action="store_true", help="every pair of models on every prompt")
+    pairing.add_argument("--adaptive", action="store_true",
+                         help="judge the adjacent pairs of the current fit until each is separated at --confidence "
+                              "(the bootstrap interval of their difference excludes 0), --target-ci is reached or "
+                              "--budget is spent; the report says how many judgments of the full grid it used")
+    g.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="--adaptive: at most N judgments (matchups) (default: no limit)")
+    g.add_argument("--target-ci", type=float, default=None, metavar="POINTS",
+                   help="--adaptive: also settle an adjacent pair once both intervals are within POINTS rating "
+                        "points either side (default: only separation settles)")
     g.add_argument("--anchor", default=None, metavar="MODEL",
                    help="the model rated 1000 (default: the baseline; with --round-robin and no anchor the "
                         "geometric mean strength is 1000)")
@@ -61,18 +70,15 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
-    from brrm.arena import ArenaResult, by_category, default_swap, grid_size, judge_matchups, plan, rate, read_table
-    from brrm.arena.resume import judge_resumable
+    from brrm.arena import default_swap, grid_size, plan, read_table, run_arena
 
     folder = _output_folder(args.output)
     common.load_options(args)
-    if args.bootstrap < 10:
-        raise ConfigError(f"--bootstrap must be an integer >= 10, got {args.bootstrap}")
-    if not 0.0 < args.confidence < 1.0:
-        raise ConfigError(f"--confidence must be in (0, 1), got {args.confidence}")
+    _check_numbers(args)
     table = read_table(args.input)
-    strategy = "round_robin" if args.round_robin else "baseline"
-    matchups = plan(table, strategy, args.baseline)
+    strategy = "adaptive" if args.adaptive else "round_robin" if args.round_robin else "baseline"
+    grid = grid_size(table, "baseline" if strategy == "baseline" else "round_robin")
+    planned = grid if strategy == "adaptive" else len(plan(table, strategy, args.baseline))  # before a model loads
     if args.anchor is not None and args.anchor not in table.models:
         raise ConfigError(f"--anchor {args.anchor!r} is not a model of {args.input}; models: "
                           f"{', '.join(table.models)}")
@@ -81,33 +87,48 @@ def run(args: argparse.Namespace) -> int:
     judge = common.load_judge(args, kind="brrm")
     swap = default_swap(judge, args.single_order)
     common.header(term, "arena", judge, len(table.answers), args.input)
-    print(f"{strategy.replace('_', ' ')}: {len(matchups)} matchups of a full grid of "
-          f"{grid_size(table, strategy)}{', both orders each' if swap else ''}; {args.outcomes} outcomes", file=term)
+    size = f"at most {min(args.budget or grid, grid)}" if strategy == "adaptive" else str(planned)
+    print(f"{strategy.replace('_', ' ')}: {size} matchups of a full grid of {grid}"
+          f"{', both orders each' if swap else ''}; {args.outcomes} outcomes", file=term)
     started = time.perf_counter()
-    with common.progress_bar(len(matchups), desc="arena", unit="pair", disable=args.no_progress) as bar:
-        if folder is None:
-            battles = judge_matchups(judge, table, matchups, swap=swap, progress=bar.update)
-        else:
-            battles, judged = judge_resumable(judge, table, matchups, swap=swap, folder=folder, progress=bar.update)
-            print(f"judged {judged} matchups now; {len(matchups) - judged} came from the store in {folder}",
-                  file=term)
+    judged = [0.0]
+    with common.progress_bar(min(args.budget or planned, planned), desc="arena", unit="pair",
+                             disable=args.no_progress) as bar:
+        def progress(n: float) -> None:
+            judged[0] += n
+            bar.update(n)
+
+        result = run_arena(judge, table, baseline=args.baseline, round_robin=args.round_robin,
+                           adaptive=args.adaptive, budget=args.budget, target_ci=args.target_ci, anchor=args.anchor,
+                           outcomes=args.outcomes, swap=swap, style_control=not args.no_style_control,
+                           bootstrap=args.bootstrap, confidence=args.confidence, seed=args.bootstrap_seed,
+                           store=folder, progress=progress)
     judge.close()
-    board = rate(table, battles, outcomes=args.outcomes, anchor=args.anchor, baseline=args.baseline,
-                 style_control=not args.no_style_control, bootstrap=args.bootstrap, confidence=args.confidence,
-                 seed=args.bootstrap_seed)
-    categories = by_category(battles, table.models, outcomes=args.outcomes, anchor=args.anchor or args.baseline,
-                             baseline=args.baseline, bootstrap=args.bootstrap, confidence=args.confidence,
-                             seed=args.bootstrap_seed)
-    result = ArenaResult(table, tuple(matchups), tuple(battles), board, categories)
-    consistent = [b.consistent for b in battles if b.consistent is not None]
+    if folder is not None:
+        now = round(judged[0])
+        print(f"judged {now} matchups now; {len(result.matchups) - now} came from the store in {folder}", file=term)
+    consistent = [b.consistent for b in result.battles if b.consistent is not None]
     if consistent:
         print(f"swap consistency {sum(consistent)}/{len(consistent)} (both orders agreed)", file=term)
     print(result.markdown(), file=term)
     if folder is not None:
-        paths = result.write(folder)
-        print("wrote " + ", ".join(str(p) for p in paths.values()), file=term)
+        print("wrote " + ", ".join(str(p) for p in result.write(folder).values()), file=term)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
     return 0
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse out-of-range numbers before a model loads, naming the flag."""
+    if args.bootstrap < 10:
+        raise ConfigError(f"--bootstrap must be an integer >= 10, got {args.bootstrap}")
+    if not 0.0 < args.confidence < 1.0:
+        raise ConfigError(f"--confidence must be in (0, 1), got {args.confidence}")
+    if args.budget is not None and args.budget < 1:
+        raise ConfigError(f"--budget must be an integer >= 1, got {args.budget}")
+    if args.target_ci is not None and not args.target_ci > 0:
+        raise ConfigError(f"--target-ci must be > 0 rating points, got {args.target_ci}")
+    if (args.budget is not None or args.target_ci is not None) and not args.adaptive:
+        raise ConfigError("--budget and --target-ci apply to --adaptive")
 
 
 def _output_folder(path: str | None) -> Path | None:

@@ -404,3 +404,22 @@ def test_cli_mistakes_are_one_line_naming_the_flag_before_a_model_loads(capsys, 
     assert main(["arena", "--input", str(REPO / "examples/arena.jsonl"), "--model", "/nonexistent", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_the_95_percent_intervals_cover_the_true_ratings_in_about_95_percent_of_seeded_trials():
+    true = {"a": -0.5, "b": 0.0, "c": 0.7}
+    hits = total = 0
+    for trial in range(30):
+        rng = random.Random(trial)
+        battles = []
+        for k in range(60):
+            for x, y in (("a", "b"), ("b", "c"), ("a", "c")):
+                p = 1 / (1 + math.exp(true[y] - true[x]))
+                battles.append(Battle(f"p{k}", "", x, y, "ok", "", "model_a" if rng.random() < p else "model_b",
+                                      math.nan, None, False, "j", ""))
+        board = fit(battles, ["a", "b", "c"], outcomes="hard", anchor="b", bootstrap=60, seed=trial)
+        for r in board.ratings:
+            if r.model != "b":
+                total += 1
+                hits += r.lower <= 1000 + 400 / math.log(10) * true[r.model] <= r.upper
+    assert 0.85 <= hits / total <= 1.0, (hits, total)

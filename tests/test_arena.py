@@ -423,3 +423,38 @@ def test_the_95_percent_intervals_cover_the_true_ratings_in_about_95_percent_of_
                 total += 1
                 hits += r.lower <= 1000 + 400 / math.log(10) * true[r.model] <= r.upper
     assert 0.85 <= hits / total <= 1.0, (hits, total)
+
+
+def test_parquet_and_arena_hard_folders_read_as_the_long_table(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [r for _, r in _rows(["weak", "mid"], 3)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "arena.parquet")
+    table = read_table(tmp_path / "arena.parquet")
+    assert len(table.answers) == 6 and table.prompts["p1"].category == "math"
+    # Arena-Hard-Auto v2.0: the prompt inside each answer's messages, categories from question.jsonl
+    v2 = tmp_path / "v2"
+    (v2 / "model_answer").mkdir(parents=True)
+    for m in ("base", "new"):
+        (v2 / "model_answer" / f"{m}.jsonl").write_text("".join(json.dumps(
+            {"uid": f"q{k}", "ans_id": "x", "model": m, "messages": [
+                {"role": "user", "content": f"Question {k}?"},
+                {"role": "assistant", "content": {"answer": f"{m} says {k}"}}], "tstamp": 0.0}) + "\n"
+            for k in range(2)) + ("{broken\n" if m == "new" else ""))
+    (v2 / "question.jsonl").write_text(json.dumps({"uid": "q0", "category": "hard_prompt", "prompt": "Q0?"}) + "\n")
+    table = read_table(v2)
+    assert table.models == ("base", "new") and table.answer("q1", "new").response == "new says 1"
+    assert table.prompts["q0"].text == "Question 0?" and table.prompts["q0"].category == "hard_prompt"
+    assert [e.reason.split(":")[1].strip() for e in table.errors] == ["new.jsonl line 3"]
+    # v0.1: answers in choices, the prompt in question.jsonl
+    v01 = tmp_path / "v01"
+    (v01 / "model_answer").mkdir(parents=True)
+    for m in ("gpt-4-0314", "mine"):
+        (v01 / "model_answer" / f"{m}.jsonl").write_text(json.dumps(
+            {"question_id": "a1", "answer_id": "z", "model_id": m,
+             "choices": [{"index": 0, "turns": [{"content": f"answer of {m}"}]}]}) + "\n")
+    (v01 / "question.jsonl").write_text(json.dumps(
+        {"question_id": "a1", "category": "arena-hard-v0.1", "cluster": "c", "turns": [{"content": "Hi?"}]}) + "\n")
+    table = read_table(v01)
+    assert table.prompts["a1"].text == "Hi?" and table.answer("a1", "mine").response == "answer of mine"

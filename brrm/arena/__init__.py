@@ -25,8 +25,9 @@ from brrm.arena.judging import OUTCOMES, Battle, default_swap, judge_matchups
 from brrm.arena.outputs import markdown, write_battles, write_leaderboard
 from brrm.arena.pairing import STRATEGIES, Matchup, grid_size, plan
 from brrm.arena.ratings import Leaderboard, Rating, fit
+from brrm.arena.sources import read_table
 from brrm.arena.style import covariates
-from brrm.arena.table import ArenaTable, RowError, read_table, table_from_rows
+from brrm.arena.table import ArenaTable, RowError, table_from_rows
 from brrm.types import RewardJudge
 
 __all__ = ["OUTCOMES", "STRATEGIES", "AdaptiveRun", "ArenaResult", "ArenaTable", "Battle", "CategoryBoard",
@@ -88,7 +89,8 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: 
 
     Args:
         judge: any :class:`~brrm.RewardJudge` (``brrm.load(...)``).
-        source: a JSON Lines long table (:func:`read_table`) or an :class:`ArenaTable`.
+        source: a JSON Lines or Parquet long table, an Arena-Hard-Auto folder (:func:`read_table`) or an
+            :class:`ArenaTable`.
         baseline: every model meets this one (Arena-Hard-Auto's design); None needs ``round_robin`` or
             ``adaptive``.
         round_robin: every pair of models on every prompt.

@@ -79,8 +79,8 @@ class ArenaTable:
         return self.answers.get((prompt_id, model))
 
 
-def read_table(path: str | Path) -> ArenaTable:
-    """Read a JSON Lines arena table (see the module docstring).
+def read_jsonl(path: str | Path) -> ArenaTable:
+    """Read a JSON Lines arena table (see the module docstring; other forms: :mod:`brrm.arena.sources`).
 
     Raises:
         ConfigError: when the file is missing, when two rows share a (``prompt_id``, ``model``) (naming both
@@ -104,7 +104,7 @@ def read_table(path: str | Path) -> ArenaTable:
 
 def table_from_rows(rows: Iterable[tuple[int, object]], *, source: str = "<rows>") -> ArenaTable:
     """Build an :class:`ArenaTable` from ``(line, row)`` pairs (a row: a JSON object, or a :class:`RowError`
-    already made for its line). Errors as :func:`read_table`."""
+    already made for its line). Errors as :func:`read_jsonl`."""
     prompts: dict[str, Prompt] = {}
     answers: dict[tuple[str, str], Answer] = {}
     models: dict[str, None] = {}

@@ -25,8 +25,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("arena")
     g.add_argument("--input", "-i", required=True,
-                   help="JSON Lines long table: one row per (prompt_id, model) with 'prompt_id', 'model', "
-                        "'response', 'prompt' and an optional 'category'")
+                   help="long table, JSON Lines or .parquet: one row per (prompt_id, model) with 'prompt_id', "
+                        "'model', 'response', 'prompt' and an optional 'category'; or an Arena-Hard-Auto folder "
+                        "(model_answer/*.jsonl, question.jsonl)")
     g.add_argument("--output", "-o", default=None, metavar="FOLDER",
                    help="folder for leaderboard.csv, battles.jsonl, failures.jsonl, categories.csv, report.html "
                         "and the store of judged battles (audit.sqlite: a rerun judges only what is missing); "

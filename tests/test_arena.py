@@ -213,7 +213,7 @@ def test_brrm_arena_runs_on_the_example_with_a_tiny_qwen3(tmp_path, capsys, tiny
     assert {r["model"] for r in board} == {"baseline-bot", "terse-bot", "helpful-bot"}
     lines = (out / "battles.jsonl").read_text().splitlines() + (out / "failures.jsonl").read_text().splitlines()
     assert len(lines) == 16
-    assert "| rank | model | rating |" in stdout and "16 matchups" in stdout and "swap consistency" in stdout
+    assert "| rank | model | rating |" in stdout and "16 matchups" in stdout and "position bias: P(the answer" in stdout
     rows = [json.loads(x) for x in lines]
     assert all(r["swapped"] and (r["position_bias"] is None or abs(r["position_bias"]) <= 0.5) for r in rows)
     assert any(r["position_bias"] is not None for r in rows)

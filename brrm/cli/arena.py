@@ -72,6 +72,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
     from brrm.arena import default_swap, grid_size, plan, read_table, run_arena
+    from brrm.arena.report import position_bias
 
     folder = _output_folder(args.output)
     common.load_options(args)
@@ -108,9 +109,10 @@ def run(args: argparse.Namespace) -> int:
     if folder is not None:
         now = round(judged[0])
         print(f"judged {now} matchups now; {len(result.matchups) - now} came from the store in {folder}", file=term)
-    consistent = [b.consistent for b in result.battles if b.consistent is not None]
-    if consistent:
-        print(f"swap consistency {sum(consistent)}/{len(consistent)} (both orders agreed)", file=term)
+    bias, measured, agreed = position_bias(result.battles)
+    if measured:
+        print(f"position bias: P(the answer shown first wins) - 1/2 = {bias:+.3f} over {measured} swapped battles; "
+              f"both orders agreed in {agreed:.0%}", file=term)
     print(result.markdown(), file=term)
     if folder is not None:
         print("wrote " + ", ".join(str(p) for p in result.write(folder).values()), file=term)

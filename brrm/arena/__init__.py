@@ -166,8 +166,15 @@ def rate(table: ArenaTable, battles: Sequence[Battle], *, outcomes: str = "soft"
 
     from brrm.arena.length import lc_win_rates
 
+    style = None
+    if style_control:  # standardised over the battles with a verdict, the ones the fit uses
+        import numpy as np
+
+        kept = [k for k, b in enumerate(battles) if b.ok]
+        style = np.zeros((len(battles), 4))
+        style[kept] = covariates(table, [battles[k] for k in kept])
     board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
-                confidence=confidence, seed=seed, style=covariates(table, battles) if style_control else None)
+                confidence=confidence, seed=seed, style=style)
     if baseline is None:
         return board
     lc = lc_win_rates(table, battles, baseline, outcomes)

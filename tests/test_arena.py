@@ -458,3 +458,16 @@ def test_parquet_and_arena_hard_folders_read_as_the_long_table(tmp_path):
         {"question_id": "a1", "category": "arena-hard-v0.1", "cluster": "c", "turns": [{"content": "Hi?"}]}) + "\n")
     table = read_table(v01)
     assert table.prompts["a1"].text == "Hi?" and table.answer("a1", "mine").response == "answer of mine"
+
+
+def test_a_scalar_bradley_terry_judge_rates_without_swap(tmp_path):
+    """A real tiny Bradley-Terry reward model (brrm.testing): each answer scored once, P(A ≻ B) = σ(r_A − r_B)."""
+    import brrm
+    from brrm.testing import save_tiny_qwen3
+
+    rm = brrm.load(str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True)), kind="bt")
+    assert not rm.info.pairwise
+    result = run_arena(rm, REPO / "examples/arena.jsonl", baseline="baseline-bot", bootstrap=20)
+    assert len(result.battles) == 16 and all(b.ok and not b.swapped and 0 <= b.p_a <= 1 for b in result.battles)
+    assert all(b.consistent is None and math.isnan(b.position_bias) for b in result.battles)
+    assert {r.model for r in result.leaderboard.ratings} == {"baseline-bot", "terse-bot", "helpful-bot"}

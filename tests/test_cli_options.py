@@ -63,7 +63,8 @@ SUBCOMMANDS = _subcommands()
 
 
 def test_the_model_running_subcommands_are_found():
-    assert set(SUBCOMMANDS) == {"judge", "score", "rank", "bench", "audit", "serve", "calibrate", "probe"}
+    assert set(SUBCOMMANDS) == {"judge", "score", "rank", "arena", "bench", "audit", "serve", "calibrate",
+                                "probe"}
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
@@ -159,6 +160,9 @@ SURFACE_ONLY = {
     "sweep_samples",
     # calibrate, probe
     "report", "heldout", "split_seed", "bootstrap", "confidence", "top",
+    # arena
+    "baseline", "round_robin", "anchor", "outcomes", "single_order", "bootstrap_seed", "no_style_control", "adaptive",
+    "budget", "target_ci",
     # serve (the server's own settings)
     "host", "port", "api_key", "cors_origin", "log_level", "no_access_log", "no_warmup", "factory", "concurrency",
     "max_batch", "max_wait_ms", "max_queue", "max_items", "max_body_bytes", "max_field_chars", "deadline",

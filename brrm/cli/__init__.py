@@ -18,9 +18,9 @@ from brrm.cli.command import Parser, Verb
 from brrm.errors import BrrmError
 from brrm.signals import Terminated, sigterm_as_interrupt
 
-SUBCOMMANDS = ("brrm.cli.judge:COMMAND", "brrm.cli.score:COMMAND", "brrm.cli.rank:COMMAND", "brrm.cli.serve:COMMAND",
-               "brrm.cli.audit:COMMAND", "brrm.cli.bench:COMMAND", "brrm.cli.calibrate:COMMAND",
-               "brrm.cli.probe:COMMAND")
+SUBCOMMANDS = ("brrm.cli.judge:COMMAND", "brrm.cli.score:COMMAND", "brrm.cli.rank:COMMAND", "brrm.cli.arena:COMMAND",
+               "brrm.cli.serve:COMMAND", "brrm.cli.audit:COMMAND", "brrm.cli.bench:COMMAND",
+               "brrm.cli.calibrate:COMMAND", "brrm.cli.probe:COMMAND")
 """The subcommands in help order, imported when the parser is built: ``module:COMMAND`` names each one's
 :class:`~brrm.cli.command.Command`."""
 

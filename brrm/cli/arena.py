@@ -1,0 +1,168 @@
+"""``brrm arena``: rank models from pairwise judgments of their answers to the same prompts.
+
+Output contract: with ``--output FOLDER``, ``leaderboard.csv`` (:data:`brrm.arena.outputs.COLUMNS`),
+``battles.jsonl`` (LMArena's battle columns) and ``failures.jsonl``; the terminal shows the input's bad lines and
+missing answers, the matchups judged against the full grid, and the leaderboard as a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from brrm.cli import common
+from brrm.cli.command import Command
+from brrm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from brrm.arena import ArenaTable
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    from brrm.arena import OUTCOMES
+
+    g = p.add_argument_group("arena")
+    g.add_argument("--input", "-i", required=True,
+                   help="long table, JSON Lines or .parquet: one row per (prompt_id, model) with 'prompt_id', "
+                        "'model', 'response', 'prompt' and an optional 'category'; or an Arena-Hard-Auto folder "
+                        "(model_answer/*.jsonl, question.jsonl)")
+    g.add_argument("--output", "-o", default=None, metavar="FOLDER",
+                   help="folder for leaderboard.csv, battles.jsonl, failures.jsonl, categories.csv, report.html "
+                        "and the store of judged battles (audit.sqlite: a rerun judges only what is missing); "
+                        "made if missing; default: print the leaderboard only")
+    pairing = g.add_mutually_exclusive_group()
+    pairing.add_argument("--baseline", default=None, metavar="MODEL",
+                         help="every model against MODEL on every prompt (Arena-Hard-Auto's design); MODEL is "
+                              "rated 1000 unless --anchor says otherwise")
+    pairing.add_argument("--round-robin", action="store_true", help="every pair of models on every prompt")
+    pairing.add_argument("--adaptive", action="store_true",
+                         help="judge the adjacent pairs of the current fit until each is separated at --confidence "
+                              "(the bootstrap interval of their difference excludes 0), --target-ci is reached or "
+                              "--budget is spent; the report says how many judgments of the full grid it used")
+    g.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="--adaptive: at most N judgments (matchups) (default: no limit)")
+    g.add_argument("--target-ci", type=float, default=None, metavar="POINTS",
+                   help="--adaptive: also settle an adjacent pair once both intervals are within POINTS rating "
+                        "points either side (default: only separation settles)")
+    g.add_argument("--anchor", default=None, metavar="MODEL",
+                   help="the model rated 1000 (default: the baseline; with --round-robin and no anchor the "
+                        "geometric mean strength is 1000)")
+    g.add_argument("--outcomes", choices=OUTCOMES, default="soft",
+                   help="soft: the judge's P(A>B) (swap-debiased; calibrated with --calibration) enters the fit "
+                        "as a fractional win; hard: the verdict as a vote, tie half (reproduces vote "
+                        "leaderboards) (default: soft)")
+    g.add_argument("--single-order", action="store_true",
+                   help="judge each pair in one order only (default for generative judges: both orders, "
+                        "debiased; presentation order then alternates from pair to pair)")
+    g.add_argument("--no-style-control", action="store_true",
+                   help="skip the style-controlled ratings (length, headers, lists and bold as covariates, "
+                        "Arena-Hard-Auto v2), printed beside the raw ones by default")
+    g.add_argument("--bootstrap", type=int, default=200, metavar="N",
+                   help="bootstrap resamples of the battles for the intervals, >= 10 (default: 200)")
+    g.add_argument("--confidence", type=float, default=0.95,
+                   help="interval level in (0, 1) (default: 0.95)")
+    g.add_argument("--bootstrap-seed", type=int, default=0,
+                   help="seed of the bootstrap: the same battles and seed give the same table (default: 0)")
+    common.add_model_args(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
+    from brrm.arena import default_swap, grid_size, plan, read_table, run_arena
+    from brrm.arena.report import position_bias
+
+    folder = _output_folder(args.output)
+    common.load_options(args)
+    _check_numbers(args)
+    table = read_table(args.input)
+    strategy = "adaptive" if args.adaptive else "round_robin" if args.round_robin else "baseline"
+    grid = grid_size(table, "baseline" if strategy == "baseline" else "round_robin")
+    planned = grid if strategy == "adaptive" else len(plan(table, strategy, args.baseline))  # before a model loads
+    if args.anchor is not None and args.anchor not in table.models:
+        raise ConfigError(f"--anchor {args.anchor!r} is not a model of {args.input}; models: "
+                          f"{', '.join(table.models)}")
+    term = common.terminal("")
+    _report_input(term, table)
+    judge = common.load_judge(args, kind="brrm")
+    swap = default_swap(judge, args.single_order)
+    common.header(term, "arena", judge, len(table.answers), args.input)
+    size = f"at most {min(args.budget or grid, grid)}" if strategy == "adaptive" else str(planned)
+    print(f"{strategy.replace('_', ' ')}: {size} matchups of a full grid of {grid}"
+          f"{', both orders each' if swap else ''}; {args.outcomes} outcomes", file=term)
+    started = time.perf_counter()
+    judged = [0.0]
+    with common.progress_bar(min(args.budget or planned, planned), desc="arena", unit="pair",
+                             disable=args.no_progress) as bar:
+        def progress(n: float) -> None:
+            judged[0] += n
+            bar.update(n)
+
+        result = run_arena(judge, table, baseline=args.baseline, round_robin=args.round_robin,
+                           adaptive=args.adaptive, budget=args.budget, target_ci=args.target_ci, anchor=args.anchor,
+                           outcomes=args.outcomes, swap=swap, style_control=not args.no_style_control,
+                           bootstrap=args.bootstrap, confidence=args.confidence, seed=args.bootstrap_seed,
+                           store=folder, progress=progress)
+    judge.close()
+    if folder is not None:
+        now = round(judged[0])
+        print(f"judged {now} matchups now; {len(result.matchups) - now} came from the store in {folder}", file=term)
+    bias, measured, agreed = position_bias(result.battles)
+    if measured:
+        print(f"position bias: P(the answer shown first wins) - 1/2 = {bias:+.3f} over {measured} swapped battles; "
+              f"both orders agreed in {agreed:.0%}", file=term)
+    print(result.markdown(), file=term)
+    if folder is not None:
+        print("wrote " + ", ".join(str(p) for p in result.write(folder).values()), file=term)
+    print(f"time {time.perf_counter() - started:.1f} s", file=term)
+    return 0
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse out-of-range numbers before a model loads, naming the flag."""
+    if args.bootstrap < 10:
+        raise ConfigError(f"--bootstrap must be an integer >= 10, got {args.bootstrap}")
+    if not 0.0 < args.confidence < 1.0:
+        raise ConfigError(f"--confidence must be in (0, 1), got {args.confidence}")
+    if args.budget is not None and args.budget < 1:
+        raise ConfigError(f"--budget must be an integer >= 1, got {args.budget}")
+    if args.target_ci is not None and not args.target_ci > 0:
+        raise ConfigError(f"--target-ci must be > 0 rating points, got {args.target_ci}")
+    if (args.budget is not None or args.target_ci is not None) and not args.adaptive:
+        raise ConfigError("--budget and --target-ci apply to --adaptive")
+
+
+def _output_folder(path: str | None) -> Path | None:
+    """The output folder, made if missing; refused when it is a file or cannot be made (naming ``--output``)."""
+    if path is None:
+        return None
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--output {path!r} is a file; arena writes a folder (leaderboard.csv, battles.jsonl)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--output {path!r} cannot be made ({exc.strerror})") from None
+    return folder
+
+
+def _report_input(term: TextIO, table: ArenaTable) -> None:
+    """The input's bad lines (each once) and the models missing answers."""
+    for e in table.errors[:20]:
+        print(f"skipped: {e.reason}", file=term)
+    if len(table.errors) > 20:
+        print(f"skipped: {len(table.errors) - 20} more bad lines", file=term)
+    for model, ids in table.missing.items():
+        shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+        print(f"missing: {model} has no answer to {len(ids)} of {len(table.prompts)} prompts ({shown}); its "
+              f"ratings use the others", file=term)
+
+
+COMMAND = Command(
+    "arena", arguments=_arguments, run=run,
+    help="rank models from pairwise judgments of their answers (leaderboard with intervals)",
+    description="Judge several models' answers to the same prompts in pairs (against a baseline, or round robin) "
+                "and rate the models: a Bradley-Terry fit (evalica) with seeded bootstrap intervals on the "
+                "Elo-like scale, anchored at 1000.")

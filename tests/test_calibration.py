@@ -225,11 +225,11 @@ def test_calibrate_judges_labelled_records_first_with_a_tiny_model(tmp_path, cap
     split = calib.details["split"]
     assert calib.kind == "scalar" and calib.model == rm and math.isfinite(calib.scale)
     assert split["fit_observations"] + split["heldout_observations"] == 24 and "held-out, calibrated" in out
-    # too few distinct pairs for a held-out figure: one line, naming the minimum, before any model loads
+    # too few distinct pairs for a held-out figure: one line, naming the minimum, before any pair is judged
     pairs_file = Path(__file__).parents[1] / "examples" / "pairs.jsonl"
     code = main(["calibrate", "--input", str(pairs_file), "--output", str(tmp_path / "d.json"), "--model", rm,
                  "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "each side needs at least 5 distinct pairs" in err and "Traceback" not in err
-    assert "kind bt" not in err  # refused before the model loaded (its header line names the loaded kind)
+    assert "judging" not in err  # refused before any pair was judged
     assert not (tmp_path / "d.json").exists()

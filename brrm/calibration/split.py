@@ -77,7 +77,7 @@ def sides(keys: Iterable[str], seed: int, fraction: float) -> tuple[tuple[str, .
 
     Raises:
         ConfigError: when either side holds fewer than :data:`MIN_GROUPS` groups, naming both sizes (``brrm
-            calibrate`` checks records this way before a model loads).
+            calibrate`` checks records this way before any pair is judged).
     """
     groups = sorted(set(keys))
     fit = tuple(g for g in groups if not held_out(g, seed, fraction))

@@ -122,10 +122,14 @@ def _judge_records(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
     common.load_options(args)
     records = [r for r in read_records(args.input, "pairs", limit=args.limit) if not isinstance(r, RecordError)]
     common.require_records(records, args.input)
+    judge = common.load_judge(args, kind="brrm")  # its flags checked first (brrm.load validates them)
     labelled = [r for r in records if r.label not in (None, Verdict.NONE, Verdict.TIE)]
-    sides([content_key(r.conversation, r.response_a, r.response_b) for r in labelled], args.split_seed,
-          args.heldout)  # refuse a split too small before the model loads
-    judge = common.load_judge(args, kind="brrm")
+    try:  # refuse a split too small before any pair is judged
+        sides([content_key(r.conversation, r.response_a, r.response_b) for r in labelled], args.split_seed,
+              args.heldout)
+    except ConfigError:
+        judge.close()
+        raise
     common.header(sys.stderr, "calibrate", judge, len(records), args.input)
     try:
         with common.progress_bar(len(records), desc="judging", unit="pair", disable=args.no_progress) as bar:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from brrm.backends.base import Completion, FollowUp, Next, OnStep
 from brrm.backends.transformers.decode import Decoder
 from brrm.backends.transformers.rows import BatchingContext, Row
-from brrm.cancellation import CancelToken, Cancelled
+from brrm.cancellation import Cancelled, CancelToken
 
 if TYPE_CHECKING:
     from brrm.backends.transformers.slots import SlotCache

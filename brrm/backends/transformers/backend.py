@@ -343,7 +343,13 @@ class TransformersBackend:
                 if running.settings == (temperature, top_p, top_k) and running.add(job):
                     break
                 self._engine.wait()
-        running.serve(job)
+        try:
+            running.serve(job)
+        except BaseException:
+            if running.alone(job):  # e.g. Ctrl-C in a CLI run: its rows are retired; let the forward in flight end
+                with self._engine:
+                    self._engine.wait_for(lambda: self._running is not running, timeout=30)
+            raise
         return job.results()
 
     def _drive(self, running: ContinuousDecoder) -> None:

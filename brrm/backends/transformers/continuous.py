@@ -222,6 +222,19 @@ class ContinuousDecoder:
             Cancelled: the job's token was set (its rows are retired at the batch's next step).
             what the batch's thread raised, or what this call's own callbacks raised.
         """
+        try:
+            self._serve(job)
+        except BaseException:  # Ctrl-C / SIGTERM in the waiting thread too: the call leaves, its rows retired
+            with self.cond:
+                self._leave(job)
+            raise
+
+    def alone(self, job: Job) -> bool:
+        """Whether no call but ``job`` still has chains in the batch (the batch's thread then stops soon)."""
+        with self.cond:
+            return not any(j.open and not j.abandoned for j in self.jobs if j is not job)
+
+    def _serve(self, job: Job) -> None:
         while job.open:
             try:
                 kind, chain, payload = job.inbox.get(timeout=0.05)

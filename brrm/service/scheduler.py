@@ -151,6 +151,7 @@ class Scheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._workers.close()
 
     @property
     def queue_depth(self) -> int:

@@ -187,7 +187,7 @@ def test_a_stalled_item_among_eight_costs_only_itself_in_the_server(stall_server
     for round_ in range(2):
         out: dict[int, tuple[int, float, dict[str, Any]]] = {}
 
-        def send(k: int, round_: int = round_) -> None:
+        def send(k: int, round_: int = round_, out: dict[int, tuple[int, float, dict[str, Any]]] = out) -> None:
             stall = k == 3
             body = {"pairs": [_pair(10 * round_ + k, stall)], **({"timeout_s": 3.0} if stall else {})}
             t = time.monotonic()

@@ -220,7 +220,9 @@ class VerlScorer:
                                 f"the prompt under extra_info[{self.config.prompt_key!r}])", start)
         item = self._item(solution_str, ground_truth, dict(extra_info))
         try:
-            service = self._service or await asyncio.get_running_loop().run_in_executor(None, self.service)
+            service = self._service
+            if service is None:  # the judge loads off the event loop
+                service = await asyncio.get_running_loop().run_in_executor(None, self.service)
             left = self.config.timeout_s - (time.perf_counter() - start)
             if left <= 0:
                 raise DeadlineExceeded("the judge loaded after the sample's deadline")

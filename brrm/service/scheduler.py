@@ -39,6 +39,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.service.calls import CallOutcome, call_batch
@@ -412,7 +413,8 @@ class Scheduler:
                 if not await self._grace([dones[p] for p in pending], orphaned):
                     break
                 continue
-            await asyncio.wait({*(dones[p] for p in pending), *live}, return_when=asyncio.FIRST_COMPLETED)
+            waits: set[asyncio.Future[Any]] = {*(dones[p] for p in pending), *live}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         self._serve_bisected(held, served)
         return pending
 

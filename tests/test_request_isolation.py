@@ -24,6 +24,7 @@ from brrm import cancellation
 from brrm.backends.base import GenerationRequest
 from brrm.backends.transformers import TransformersBackend
 from brrm.rlhf.verl import TIMEOUT, VerlRewardConfig, VerlScorer
+from brrm.service.scheduler import DeadlineExceeded, Scheduler
 from brrm.testing import build_tiny_qwen3, save_tiny_qwen3
 from tests.serve_helpers import T1, is_turn2, ranking, responses_in, running_server
 
@@ -75,6 +76,63 @@ def test_a_cancelled_call_leaves_the_running_batch_alone_and_frees_its_rows():
     assert isinstance(out[1], cancellation.Cancelled) and out[1].reason == "deadline"
     assert backend.stats["retired_rows"] >= 1
     assert backend.stats["generated_tokens"] - full_tokens < full_tokens  # call 1 stopped short
+
+
+class TokenRunner:
+    """A scripted runner (no model): an item ``"stall"`` blocks until ``release``; ``"slow"`` runs until its
+    request's token is set (as a running batch's rows do), recording that it saw the token; ``"boom"`` raises."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.saw_cancel: list[str] = []
+
+    def __call__(self, key: object, items: list[object], progress: Any) -> list[object]:
+        token = cancellation.current()
+        for item in items:
+            if item == "stall":
+                self.release.wait(30)
+            if item == "boom":
+                raise RuntimeError("boom")
+            while item == "slow" and token is not None and not token.cancelled:
+                time.sleep(0.005)
+            if item == "slow" and token is not None:
+                self.saw_cancel.append(token.reason)
+        return [f"{item}!" for item in items]
+
+
+def test_split_calls_answer_each_request_alone():
+    """One coalesced burst, each request its own call under its own token: a disconnect (task cancelled) reaches
+    only its call's token; a stalled request is abandoned alone while its batch-mates are answered at once; a
+    request whose item raises alone gets its item's failed result, not the batch's 503."""
+    runner = TokenRunner()
+
+    async def burst() -> tuple[list[object], float, int]:
+        s = Scheduler(runner, max_batch=16, max_wait_s=0.05, max_queue=100, concurrency=1, stall_timeout_s=0.2, max_abandoned=2,
+                      failed=lambda key, item, status, reason: (status.value, reason), split=True)
+        await s.start()
+        tasks = [asyncio.create_task(s.submit("k", [item], timeout_s=t))
+                 for item, t in (("a", 5), ("slow", 5), ("stall", 1.0), ("boom", 5), ("b", 5))]
+        await asyncio.sleep(0.3)
+        tasks[1].cancel()  # the client of "slow" goes away
+        start = time.monotonic()
+        got = await asyncio.gather(*tasks, return_exceptions=True)
+        waited = time.monotonic() - start
+        for _ in range(100):  # the stalled call is abandoned after its request left and stall_timeout_s passed
+            if s.abandoned:
+                break
+            await asyncio.sleep(0.02)
+        after = await s.submit("k", ["c"], timeout_s=5)  # the slot is free: new work runs at once
+        abandoned = s.abandoned
+        runner.release.set()
+        await s.drain(2)
+        return [*got, after], waited, abandoned
+
+    got, waited, abandoned = asyncio.run(burst())
+    assert got[0] == ["a!"] and got[4] == ["b!"] and got[5] == ["c!"]
+    assert isinstance(got[1], asyncio.CancelledError) and runner.saw_cancel == ["disconnect"]
+    assert isinstance(got[2], DeadlineExceeded)
+    assert got[3] == [("backend_error", "this item failed on its own: RuntimeError: boom")]
+    assert waited < 1.0 + 0.5 and abandoned == 1
 
 
 # ------------------------------------------------------------------------------------------ the real server

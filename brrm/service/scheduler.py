@@ -399,9 +399,12 @@ class Scheduler:
                 pending.remove(part)
                 outcome = dones[part].result()
                 if outcome.kind == "bisected":
-                    held.append((part, outcome))  # classified over the whole batch, below
+                    held.append((part, outcome))  # classified over the whole batch (below, or once one is served)
                 else:
                     served += self._serve(part, outcome)
+                if served and held:  # a batch-mate got results: the backend works, the failures are the items'
+                    self._serve_bisected(held, served)
+                    held = []
             if not pending:
                 break
             live = [f for p in pending for f in p.futures if not f.done()]

@@ -32,6 +32,8 @@ pytestmark = pytest.mark.timeout(600)
 
 TINY = ("--kind", "brrm", "--max-new-tokens", "1500", "--block-token-cap", "8", "--thinking", "off",
         "--concurrency", "auto", "--deadline", "120")
+WAIT_S = 0.4
+"""The server's --max-wait-ms, in seconds: a request waits this long for company before its batch starts."""
 PAIRS = [{"prompt": f"Question {k}: what is {k} + {k}?", "response_a": f"{2 * k}", "response_b": f"{2 * k + 1}"}
          for k in range(6)]
 
@@ -107,8 +109,8 @@ def test_split_calls_answer_each_request_alone():
     runner = TokenRunner()
 
     async def burst() -> tuple[list[object], float, int]:
-        s = Scheduler(runner, max_batch=16, max_wait_s=0.05, max_queue=100, concurrency=1, stall_timeout_s=0.2, max_abandoned=2,
-                      failed=lambda key, item, status, reason: (status.value, reason), split=True)
+        s = Scheduler(runner, max_batch=16, max_wait_s=0.05, max_queue=100, concurrency=1, stall_timeout_s=0.2,
+                      max_abandoned=2, failed=lambda key, item, status, reason: (status.value, reason), split=True)
         await s.start()
         tasks = [asyncio.create_task(s.submit("k", [item], timeout_s=t))
                  for item, t in (("a", 5), ("slow", 5), ("stall", 1.0), ("boom", 5), ("b", 5))]
@@ -140,7 +142,8 @@ def test_split_calls_answer_each_request_alone():
 def tiny_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("isolation")
     model = save_tiny_qwen3(tmp / "tiny")
-    with running_server(["--model", str(model), *TINY, "--max-wait-ms", "400"], tmp, ready_timeout_s=180) as srv:
+    with running_server(["--model", str(model), *TINY, "--max-wait-ms", str(int(WAIT_S * 1000))], tmp,
+                        ready_timeout_s=180) as srv:
         srv.alone = {}
         for k, pair in enumerate(PAIRS):
             t = time.monotonic()
@@ -193,17 +196,19 @@ def _ready(server) -> dict[str, Any]:
 
 @pytest.mark.parametrize("stagger_s", [0.0, 0.5], ids=["one-burst", "joining-a-running-batch"])
 def test_a_deadline_and_a_disconnect_cost_only_their_own_requests(tiny_server, stagger_s):
-    slowest = max(t for _, t in tiny_server.alone.values())
-    leave_s = min(1.0, slowest / 3)  # mid-decode: well before any request alone has finished
+    decode = min(t for _, t in tiny_server.alone.values()) - WAIT_S  # the fastest request's decoding, alone
+    assert decode > 0.3, tiny_server.alone
+    leave_s = WAIT_S + decode / 3  # mid-decode: after the batch started, well before any request alone finished
     out = _six(tiny_server, stagger_s, leave_s + stagger_s)
-    assert out[1].status_code == 504 and out[1].json()["error"]["type"] == "deadline_exceeded"
+    assert out[1].status_code == 504 and out[1].json()["error"]["type"] == "deadline_exceeded", \
+        (leave_s, tiny_server.alone)
     for k in (0, 3, 4, 5):
         assert out[k].status_code == 200, (k, out[k].text)
         assert _judgments(out[k].json()) == tiny_server.alone[k][0], k
     state = _ready(tiny_server)
     assert state["ready"] is True
     metrics = httpx.get(f"{tiny_server.url}/metrics").text
-    assert 'brrm_cancelled_total{reason="disconnect",stage="running"}' in metrics
+    assert 'brrm_cancelled_total{reason="disconnect",stage="running"}' in metrics, (leave_s, tiny_server.alone)
 
 
 # ------------------------------------------------------------------------------------------ a stalled item

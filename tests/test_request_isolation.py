@@ -199,7 +199,7 @@ def test_a_deadline_and_a_disconnect_cost_only_their_own_requests(tiny_server, s
     decode = min(t for _, t in tiny_server.alone.values()) - WAIT_S  # the fastest request's decoding, alone
     assert decode > 0.3, tiny_server.alone
     leave_s = WAIT_S + decode / 3  # mid-decode: after the batch started, well before any request alone finished
-    out = _six(tiny_server, stagger_s, leave_s + stagger_s)
+    out = _six(tiny_server, stagger_s, leave_s)  # each leaves leave_s after its own arrival
     assert out[1].status_code == 504 and out[1].json()["error"]["type"] == "deadline_exceeded", \
         (leave_s, tiny_server.alone)
     for k in (0, 3, 4, 5):
@@ -271,8 +271,8 @@ def test_a_stalled_item_among_eight_costs_only_itself_in_the_server(stall_server
         t = time.monotonic()
         after = httpx.post(f"{stall_server.url}/v1/judge", json={"pairs": [_pair(99)]}, timeout=60)
         assert after.status_code == 200 and time.monotonic() - t < 3.0
-    state = httpx.get(f"{stall_server.url}/ready").json()
-    assert state["ready"] is True and state["running"] == 0
+    state = _ready(stall_server)  # the stalled calls were abandoned: nothing counts as running
+    assert state["ready"] is True
 
 
 # ------------------------------------------------------------------------------------------ verl

@@ -65,7 +65,7 @@ def test_a_backend_declaring_no_concurrency_is_called_one_at_a_time():
     assert brrm.load(kind="bt", backend=backend).info.concurrent is False
     out = _score_all(backend)
     assert [r["status"] for r in out] == ["ok"] * SAMPLES, out
-    assert backend.calls == SAMPLES and script.peak == 1
+    assert 1 <= backend.calls <= SAMPLES and script.peak == 1  # samples arriving together share a call
 
 
 def test_a_backend_declaring_concurrency_is_called_concurrently():

@@ -20,16 +20,16 @@ remote (a ``brrm serve`` URL, judged through :class:`~brrm.service.RemoteJudge`:
 
 Every call returns within ``timeout_s`` (plus scheduling slack) with the same keys: ``score`` (the reward, or
 ``fallback_score`` when there is none), ``ok``, ``status`` (a :class:`brrm.Status` value, or ``timeout``),
-``reason``, ``judge_seconds``. A failure never raises into the training loop. Calls (local ones, and remote ones
-on their own ``brrm-remote`` threads) run on worker threads, at most ``max_workers`` for samples still waiting;
-Python cannot stop a running thread, so a call past its deadline is abandoned — its slot is free at once for the
-next sample and its thread finishes in the background (at most ``max_workers`` such threads; past that a new
-sample is a ``backend_error`` at once) — so a stalled sample never makes a healthy one wait past its own deadline,
-in its batch or the next. Threads end at :func:`close_all`. A local judge that does not declare concurrent calls
-(``info.concurrent``, from its backend's ``capabilities.concurrent``: e.g. transformers with static batching, or
-vLLM classification) runs one call at a time, so there a stalled call holds the model itself and the calls queued
-behind it still time out at their own deadlines; for concurrency at scale, point ``url`` at ``brrm serve``, which
-batches requests and abandons stalled calls.
+``reason``, ``judge_seconds``. A failure never raises into the training loop. A sample that could not be judged is
+``ok: False`` with its status and reason; its ``score`` is only a placeholder verl needs (mask such samples by
+``ok``: see the README's RLHF section). Samples are submitted through :mod:`brrm.service` (one
+:class:`~brrm.service.hosted.HostedScheduler` per scorer): samples arriving together share judge calls, each
+sample's deadline is the scheduler's, and with a judge that takes concurrent calls (``info.concurrent``:
+continuous batching, vLLM, a ``brrm serve`` at ``url``) every sample is its own call in the shared running batch,
+so a stalled sample is abandoned alone and its batch-mates are judged within their deadlines, this round and the
+next. At ``max_workers`` stalled calls still running, a new sample is ``backend_error`` at once (the backend is
+stuck). A judge that does not declare concurrent calls runs one call at a time (a stalled call holds the model
+itself); for concurrency at scale, point ``url`` at ``brrm serve``.
 """
 
 from __future__ import annotations
@@ -42,14 +42,15 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import cast
 
 from brrm.errors import ConfigError
 from brrm.rlhf.recipe import JudgeSource
-from brrm.service.items import ScoreItem
+from brrm.service.hosted import HostedScheduler
+from brrm.service.items import ScoreItem, score_key
+from brrm.service.scheduler import DeadlineExceeded, SchedulerError
 from brrm.types import ConversationLike, JudgeSpec, RewardJudge, ScalarReward, Status, check_float, check_int
 from brrm.types.protocols import kind_trait
 
@@ -72,7 +73,8 @@ class VerlRewardConfig:
         timeout_s: per-sample deadline in seconds, > 0.
         fallback_score: the ``score`` of a sample without a reward (finite; ``ok`` is False and ``status``
             says why, so the sample can be masked).
-        max_workers: worker threads for local judges, >= 1.
+        max_workers: judge calls at once for a judge that takes concurrent calls, and the stalled calls
+            tolerated before new samples are refused, >= 1.
     """
 
     model: str | None = None
@@ -199,10 +201,8 @@ class VerlScorer:
         else:
             spec = JudgeSpec(config.model, kind=config.kind, backend=config.backend, options=config.options)
         self.source = JudgeSource(judge if judge is not None else spec)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-        self._live = 0  # local calls running for samples that still wait for them
-        self._abandoned = 0  # local calls past their deadline, still running
+        self._service: HostedScheduler | None = None
+        self._service_lock = threading.Lock()
 
     async def score(self, solution_str: str, ground_truth: object,
                     extra_info: Mapping[str, object] | None) -> dict[str, object]:
@@ -212,7 +212,7 @@ class VerlScorer:
 
         Raises:
             ConfigError: when ``extra_info`` is a mapping without the prompt (a setup mistake: every sample of the
-                dataset would fail the same way).
+                dataset would fail the same way), or a local judge refuses the sample's input.
         """
         start = time.perf_counter()
         if extra_info is None:
@@ -220,14 +220,37 @@ class VerlScorer:
                                 f"the prompt under extra_info[{self.config.prompt_key!r}])", start)
         item = self._item(solution_str, ground_truth, dict(extra_info))
         try:
-            result = await self._run_local(item, start + self.config.timeout_s)
-        except TimeoutError:
+            service = self._service
+            if service is None:  # the judge loads off the event loop
+                service = await asyncio.get_running_loop().run_in_executor(None, self.service)
+            left = self.config.timeout_s - (time.perf_counter() - start)
+            if left <= 0:
+                raise DeadlineExceeded("the judge loaded after the sample's deadline")
+            results = await service.submit(score_key(item.reference is not None, item.principle is not None),
+                                           [item], timeout_s=left)
+        except DeadlineExceeded:
             return self._result(None, TIMEOUT, f"no reward within timeout_s={self.config.timeout_s:g}", start)
+        except SchedulerError as exc:  # the backend is stuck or failing (Unavailable, BatchFailed)
+            return self._result(None, Status.BACKEND_ERROR.value, exc.message[:500], start)
         except Exception as exc:  # noqa: BLE001 - any transport or judge error is this sample's failure
             if isinstance(exc, ConfigError) and self.config.url is None:
                 raise
             return self._result(None, Status.BACKEND_ERROR.value, f"{type(exc).__name__}: {exc}"[:500], start)
+        result = results[0]
+        if not isinstance(result, ScalarReward) or len(results) != 1:
+            raise ConfigError(f"the judge returned {len(results)} results of type {type(result).__name__} "
+                              "for 1 sample")
         return self._result(result.reward if result.ok else None, result.status.value, result.reason, start)
+
+    def service(self) -> HostedScheduler:
+        """The scorer's scheduler over its judge (the judge is loaded on first use)."""
+        with self._service_lock:
+            if self._service is None:
+                cfg, judge = self.config, self.source.get()
+                self._service = HostedScheduler(judge, concurrency=cfg.max_workers if judge.info.concurrent else 1,
+                                                stall_timeout_s=max(0.1, min(5.0, cfg.timeout_s / 2)),
+                                                max_abandoned=cfg.max_workers)
+            return self._service
 
     def _item(self, response: str, ground_truth: object, extra: Mapping[str, object]) -> ScoreItem:
         cfg = self.config
@@ -247,83 +270,17 @@ class VerlScorer:
             return kind_trait(self.config.kind, "pairwise") is not False  # auto: pairwise unless told
         return bool(self.source.get().info.pairwise)
 
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:  # max_workers calls waited for, plus as many abandoned ones still running
-                name = "brrm-remote" if self.config.url is not None else "brrm-verl"
-                self._pool = ThreadPoolExecutor(2 * self.config.max_workers, thread_name_prefix=name)
-            return self._pool
-
-    async def _run_local(self, item: ScoreItem, deadline: float) -> ScalarReward:
-        """The local judge's reward for ``item`` by ``deadline`` (``time.perf_counter()`` seconds).
-
-        At most ``max_workers`` calls run for samples still waiting. A call past its deadline is abandoned: its
-        slot is free at once for the next sample (Python cannot stop the thread, which finishes in the background),
-        so a stalled call never makes a healthy sample wait past the sample's own deadline. While
-        ``max_workers`` abandoned calls are still running, a new sample fails at once (``backend_error``).
-
-        Raises:
-            TimeoutError: when no slot or no result came by ``deadline``.
-        """
-        while True:
-            with self._pool_lock:
-                if self._abandoned >= self.config.max_workers:
-                    raise RuntimeError(f"{self._abandoned} stalled judge calls are still running (each past its "
-                                       f"timeout_s); the judge takes no new sample until one returns")
-                if self._live < self.config.max_workers:
-                    self._live += 1
-                    break
-            if time.perf_counter() >= deadline:
-                raise TimeoutError
-            await asyncio.sleep(0.005)
-        state = {"finished": False, "abandoned": False}
-
-        def call() -> ScalarReward:
-            try:
-                return self._local(item)
-            finally:
-                with self._pool_lock:
-                    state["finished"] = True
-                    if state["abandoned"]:
-                        self._abandoned -= 1
-                    else:
-                        self._live -= 1
-
-        future = asyncio.get_running_loop().run_in_executor(self._executor(), call)
-        try:
-            return await asyncio.wait_for(future, max(deadline - time.perf_counter(), 0.0))
-        except TimeoutError:
-            with self._pool_lock:
-                if not state["finished"]:
-                    state["abandoned"] = True
-                    self._live -= 1
-                    self._abandoned += 1
-            raise
-
-    def _local(self, item: ScoreItem) -> ScalarReward:
-        from brrm.service.run import run
-
-        judge = self.source.get()
-        if judge.info.concurrent:  # the judge's own declaration (its backend's ``capabilities.concurrent``)
-            out = run(judge, [item])
-        else:
-            with self.source.lock:
-                out = run(judge, [item])
-        if len(out) != 1:
-            raise ConfigError(f"the judge returned {len(out)} rewards for 1 sample")
-        return out[0]
-
     def _result(self, reward: float | None, status: str, reason: str, start: float) -> dict[str, object]:
         ok = reward is not None
         return {"score": float(reward) if ok else self.config.fallback_score, "ok": ok, "status": status,  # type: ignore[arg-type]
                 "reason": reason, "judge_seconds": time.perf_counter() - start}
 
     def close(self) -> None:
-        """Stop the worker threads (waiting for running calls) and close a judge loaded from the config."""
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the scheduler (letting running calls finish, up to 5 s) and close a judge loaded from the config."""
+        with self._service_lock:
+            service, self._service = self._service, None
+        if service is not None:
+            service.close()
         if self.source is not None:
             self.source.close()
 

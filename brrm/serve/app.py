@@ -98,7 +98,7 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     scheduler = Scheduler(make_runner(variants), max_batch=limits.max_batch, max_wait_s=limits.max_wait_ms / 1000,
                           max_queue=limits.max_queue, concurrency=limits.concurrency,
                           stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics,
-                          failed=failed_result)
+                          failed=failed_result, split=bool(judge.info.concurrent))
     state = ServerState(judge, limits, scheduler, metrics, variants, ready=False,
                         flights=SingleFlight(scheduler, variant_identity(variants)))
     app = ServeApp(state, title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 
+from brrm.cancellation import Cancelled
 from brrm.errors import ConfigError
 
 Runner = Callable[[Hashable, list[object], Callable[[float], None]], Sequence[object]]
 """``runner(key, items, progress) -> results``: one judge call, one result per item in order."""
 
 
-class Aborted(Exception):
-    """Raised inside the worker thread (from the progress hook) to stop a call nobody waits for any more."""
+class Aborted(Cancelled):
+    """Raised inside the worker thread (from the progress hook) to stop a call nobody waits for any more; a
+    backend that retires a cancelled request's rows raises its base, :class:`~brrm.cancellation.Cancelled`."""
 
 
 class LengthMismatch(Exception):
@@ -70,7 +72,7 @@ def run_isolated(runner: Runner, key: Hashable, items: list[object], progress: C
         progress(0.0)
         try:
             out.extend(checked_call(runner, key, part, progress))
-        except Aborted:
+        except Cancelled:
             raise
         except Exception as exc:  # noqa: BLE001 - narrowed down to the item that raises it
             out.extend(run_isolated(runner, key, part, progress, exc))

@@ -9,17 +9,18 @@ never split.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from brrm.cancellation import CancelToken
 from brrm.errors import ConfigError
 
 
 @dataclass(eq=False)
 class Job:
     """One request's work: ``items`` with per-item ``weights`` (call filling) and ``costs`` (admission), its
-    absolute ``deadline`` and ``enqueued`` time (event-loop clock, seconds) and the future its results go to."""
+    absolute ``deadline`` and ``enqueued`` time (event-loop clock, seconds), the future its results go to, and its
+    ``token``, set when the request leaves (its rows in a shared running batch are then retired alone)."""
 
     key: Hashable
     items: list[object]
@@ -32,6 +33,7 @@ class Job:
     cuts: frozenset[int] = frozenset()  # positions a call may end at (None of them: every position)
     next: int = 0  # first item not yet taken
     pending: int = 0  # slices running
+    token: CancelToken = field(default_factory=CancelToken)
 
     def step(self, at: int) -> int:
         """The end of the unit of items starting at ``at`` (units are never split across calls)."""
@@ -56,11 +58,17 @@ class Slice:
 
 @dataclass(eq=False)
 class Batch:
-    """One coalesced call: slices of jobs with the same ``key``; ``abort`` asks the call to stop."""
+    """One coalesced call: slices of jobs with the same ``key``; ``abort`` asks the call to stop (set when every
+    job of the call has left; a one-slice call shares its job's token, so it stops when that request leaves)."""
 
     key: Hashable
     slices: list[Slice]
-    abort: threading.Event = field(default_factory=threading.Event)
+    abort: CancelToken = field(default_factory=CancelToken)
+
+    @classmethod
+    def of(cls, key: Hashable, piece: Slice) -> Batch:
+        """The call of one slice alone, stopped by its job's token."""
+        return cls(key, [piece], piece.job.token)
 
     @property
     def futures(self) -> list[asyncio.Future[list[object]]]:

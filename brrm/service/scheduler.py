@@ -23,6 +23,13 @@ judge's ``progress`` hook raises :class:`Aborted`); one that still has not retur
 (sooner when queued work would otherwise wait past half of its own remaining deadline) is abandoned — its thread
 runs on, its results are dropped — so a stuck backend cannot hold the queue. At ``max_abandoned`` such threads
 the scheduler refuses new work (:class:`Unavailable`, 503).
+
+Every request's fate is its own. Each job carries a :class:`~brrm.cancellation.CancelToken`, set when it leaves;
+with ``split`` (a judge that takes concurrent calls and shares one running batch across them: transformers'
+continuous batching, vLLM, a server) each job's slice of a coalesced batch is a call of its own under that token,
+so a disconnect or an expired deadline retires that request's rows alone at the next decoding step, a slice
+that stalls is abandoned alone (its batch-mates are answered as they finish), and no other request's result
+changes (a row computes the same bits in any batch).
 """
 
 from __future__ import annotations
@@ -32,9 +39,11 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from brrm.errors import ConfigError
-from brrm.service.isolation import Aborted, LengthMismatch, Runner, checked_call, classify, describe, run_isolated
+from brrm.service.calls import CallOutcome, call_batch
+from brrm.service.isolation import Aborted, Runner, classify, describe
 from brrm.service.jobs import Batch, Job, Slice, cuts, spread
 from brrm.service.metrics import Metrics
 from brrm.service.workers import Workers
@@ -96,6 +105,9 @@ class Scheduler:
         metrics: where queue depth, batch sizes, cancellations and refusals are recorded.
         failed: builds one item's failed result after bisection (None: the item's request gets
             :class:`BatchFailed`).
+        split: run each job's slice of a coalesced batch as its own call, all at once (for a judge whose
+            ``info.concurrent`` is True: its backend joins the calls into one running batch), so each request
+            is cancelled, timed out or abandoned alone.
 
     Raises:
         ConfigError: on an out-of-range setting.
@@ -103,12 +115,12 @@ class Scheduler:
 
     def __init__(self, runner: Runner, *, max_batch: int, max_wait_s: float, max_queue: int, concurrency: int = 1,
                  stall_timeout_s: float = 30.0, max_abandoned: int = 1, metrics: Metrics | None = None,
-                 failed: Failed | None = None) -> None:
+                 failed: Failed | None = None, split: bool = False) -> None:
         if max_batch < 1 or max_queue < 1 or concurrency < 1 or max_abandoned < 1:
             raise ConfigError("max_batch, max_queue, concurrency and max_abandoned must be >= 1")
         if max_wait_s < 0 or stall_timeout_s <= 0:
             raise ConfigError("max_wait_s must be >= 0 and stall_timeout_s > 0")
-        self.runner, self.metrics, self.failed = runner, metrics, failed
+        self.runner, self.metrics, self.failed, self.split = runner, metrics, failed, split
         self.max_batch, self.max_wait_s, self.max_queue = max_batch, max_wait_s, max_queue
         self.concurrency, self.stall_timeout_s, self.max_abandoned = concurrency, stall_timeout_s, max_abandoned
         self._queue: list[Job] = []
@@ -140,6 +152,7 @@ class Scheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._workers.close()
 
     @property
     def queue_depth(self) -> int:
@@ -250,6 +263,7 @@ class Scheduler:
 
     def _drop(self, job: Job, reason: str) -> None:
         started = job.next > 0
+        job.token.cancel(reason)  # its rows in a running batch are retired at the next step
         queued = self._unqueue(job)
         if not job.future.done():
             job.future.cancel()
@@ -302,6 +316,7 @@ class Scheduler:
         """Answer queued jobs whose deadline has passed (never started)."""
         for job in [j for j in self._queue if j.deadline <= now and j.next == 0]:
             self._unqueue(job)
+            job.token.cancel("deadline")
             if not job.future.done():
                 job.future.set_exception(DeadlineExceeded("the request's deadline passed while it was queued"))
                 if self.metrics:
@@ -336,34 +351,28 @@ class Scheduler:
         if self.metrics:
             self.metrics.batch_items.observe(sum(s.end - s.start for s in slices))
             self.metrics.batch_requests.observe(len(slices))
-        return Batch(key, slices)
+        return Batch.of(key, slices[0]) if len(slices) == 1 else Batch(key, slices)
 
     async def _run(self, batch: Batch) -> None:
         assert self._slots is not None
+        parts = [Batch.of(batch.key, s) for s in batch.slices] if self.split and len(batch.slices) > 1 else [batch]
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[list[object]] = loop.create_future()
-
-        def deliver(outcome: list[object]) -> None:
-            if not done.done():
-                done.set_result(outcome)
-
-        def work() -> None:
-            outcome = self._call(batch)
-            with contextlib.suppress(RuntimeError):  # the loop closed while an abandoned call ran on
-                loop.call_soon_threadsafe(deliver, outcome)
-
+        dones: dict[Batch, asyncio.Future[CallOutcome]] = {}
+        for part in parts:
+            dones[part] = loop.create_future()
+            self._workers.submit(self._work(part, dones[part], loop))
         started = time.perf_counter()
-        self._workers.submit(work)
         try:
-            finished = await self._watch(batch, done)
+            stalled = await self._watch(parts, dones)
         finally:
             self._running -= 1
             self._slots.release()
-        if not finished:
-            self._abandoned += 1
-            done.add_done_callback(lambda _f: self._unabandon())
+        if stalled:
+            self._abandoned += len(stalled)
+            for part in stalled:
+                dones[part].add_done_callback(lambda _f: self._unabandon())
             if self.metrics:
-                self.metrics.abandoned_total.inc()
+                self.metrics.abandoned_total.inc(len(stalled))
             self._gauges()
             return
         seconds = time.perf_counter() - started
@@ -371,8 +380,86 @@ class Scheduler:
         if self.metrics:
             self.metrics.batch_seconds.observe(seconds)
         self._gauges()
-        for piece, outcome in zip(batch.slices, done.result(), strict=True):
-            self._deliver(piece, outcome)
+
+    def _work(self, part: Batch, done: asyncio.Future[CallOutcome],
+              loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+        """The worker thread's task for ``part``: its call, its outcome handed back to the loop."""
+
+        def deliver(outcome: CallOutcome) -> None:
+            if not done.done():
+                done.set_result(outcome)
+
+        def work() -> None:
+            outcome = call_batch(self.runner, part)
+            with contextlib.suppress(RuntimeError):  # the loop closed while an abandoned call ran on
+                loop.call_soon_threadsafe(deliver, outcome)
+
+        return work
+
+    async def _watch(self, parts: list[Batch], dones: dict[Batch, asyncio.Future[CallOutcome]]) -> list[Batch]:
+        """Answer each part's requests as its call returns; returns the parts abandoned as stalled (their
+        requests had all left and the call did not return within the grace of :meth:`_grace`)."""
+        pending, held, served = list(parts), list[tuple[Batch, CallOutcome]](), 0
+        orphaned: float | None = None  # when the calls still running were first all orphaned
+        while pending:
+            for part in [p for p in pending if dones[p].done()]:
+                pending.remove(part)
+                outcome = dones[part].result()
+                if outcome.kind == "bisected":
+                    held.append((part, outcome))  # classified over the whole batch (below, or once one is served)
+                else:
+                    served += self._serve(part, outcome)
+                if served and held:  # a batch-mate got results: the backend works, the failures are the items'
+                    self._serve_bisected(held, served)
+                    held = []
+            if not pending:
+                break
+            live = [f for p in pending for f in p.futures if not f.done()]
+            for part in pending:
+                if all(f.done() for f in part.futures):
+                    part.abort.cancel("left")  # nobody waits for this call any more: stop it at its next step
+            if not live:
+                orphaned = asyncio.get_running_loop().time() if orphaned is None else orphaned
+                if not await self._grace([dones[p] for p in pending], orphaned):
+                    break
+                continue
+            waits: set[asyncio.Future[Any]] = {*(dones[p] for p in pending), *live}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        self._serve_bisected(held, served)
+        return pending
+
+    def _serve(self, part: Batch, outcome: CallOutcome) -> int:
+        """Deliver a returned (not bisected) call's outcome to its slices; returns how many results it served."""
+        if outcome.kind == "cancelled":
+            return self._each(part, DeadlineExceeded("the request left before its batch finished"))
+        if outcome.kind == "mismatch":
+            return self._each(part, BatchFailed(outcome.reason))
+        pos = 0
+        for piece in part.slices:
+            values = list(outcome.values[pos:pos + piece.end - piece.start])
+            pos += piece.end - piece.start
+            error = next((v for v in values if isinstance(v, BaseException)), None)
+            self._deliver(piece, error if error is not None else values)
+        return len(outcome.values)
+
+    def _serve_bisected(self, held: list[tuple[Batch, CallOutcome]], served: int) -> None:
+        """Deliver bisected calls: the failures are their items' own, unless no item of the whole batch got a
+        result and none was to blame (the backend is failing: :class:`BatchFailed`)."""
+        flat = [v for _, outcome in held for v in outcome.values]
+        backend = served == 0 and bool(flat) and classify(flat) == "backend"
+        for part, outcome in held:
+            if backend:
+                self._each(part, BatchFailed(f"the judge call failed: {outcome.reason}"))
+                continue
+            items = [item for s in part.slices for item in s.job.items[s.start:s.end]]
+            values = tuple(self._failed_item(part.key, item, v) for item, v in zip(items, outcome.values,
+                                                                                    strict=True))
+            self._serve(part, CallOutcome("results", values))
+
+    def _each(self, part: Batch, error: BaseException) -> int:
+        for piece in part.slices:
+            self._deliver(piece, error)
+        return 0
 
     def _deliver(self, piece: Slice, outcome: object) -> None:
         job = piece.job
@@ -381,6 +468,7 @@ class Scheduler:
             return
         if isinstance(outcome, BaseException):
             self._unqueue(job)
+            job.token.cancel("failed")  # its other slices stop
             job.future.set_exception(outcome)
             return
         if not isinstance(outcome, list):  # a slice's outcome is its results or the exception its request gets
@@ -389,67 +477,25 @@ class Scheduler:
         if job.next == len(job.items) and job.pending == 0:
             job.future.set_result(job.results)
 
-    async def _watch(self, batch: Batch, done: asyncio.Future[list[object]]) -> bool:
-        """Wait for the call; True when it returned, False when it was abandoned."""
-        while not done.done():
-            live = [f for f in batch.futures if not f.done()]
-            if not live:
-                batch.abort.set()
-                return await self._grace(done)
-            await asyncio.wait({done, *live}, return_when=asyncio.FIRST_COMPLETED)
-        return True
-
-    async def _grace(self, done: asyncio.Future[list[object]]) -> bool:
-        """Wait for an orphaned call up to ``stall_timeout_s``, less when a queued job would otherwise wait past
-        the middle of what was left of its deadline when the call was orphaned (or when it arrived); True when the
-        call returned in time."""
+    async def _grace(self, dones: list[asyncio.Future[CallOutcome]], orphaned: float) -> bool:
+        """Wait for calls orphaned at ``orphaned`` (loop clock) up to ``stall_timeout_s`` after it, less when a queued
+        job would otherwise wait past the middle of what was left of its deadline then (or when it arrived); True
+        when one of them returned in time (the caller looks again), False when the rest are to be abandoned."""
         loop = asyncio.get_running_loop()
-        orphaned = loop.time()
         end = orphaned + self.stall_timeout_s
-        while not done.done():
+        while not any(d.done() for d in dones):
             now = loop.time()
             limit = min([end, *((max(orphaned, j.enqueued) + j.deadline) / 2 for j in self._queue)])
             if now >= limit:
                 return False
-            await asyncio.wait({done}, timeout=min(0.05, limit - now))
+            await asyncio.wait(set(dones), timeout=min(0.05, limit - now))
         return True
 
     def _unabandon(self) -> None:
         self._abandoned -= 1
         self._gauges()
 
-    # ------------------------------------------------------------------------------------------ worker thread
-    def _call(self, batch: Batch) -> list[object]:
-        """Run the batch (in the worker thread): per slice, its results or the exception its request gets."""
-
-        def progress(_done: float) -> None:
-            if batch.abort.is_set():
-                raise Aborted()
-
-        flat = [item for s in batch.slices for item in s.job.items[s.start:s.end]]
-        try:
-            results = checked_call(self.runner, batch.key, flat, progress)
-        except Aborted:
-            return [DeadlineExceeded("the request left before its batch finished")] * len(batch.slices)
-        except LengthMismatch as exc:
-            return [BatchFailed(str(exc))] * len(batch.slices)
-        except Exception as exc:  # noqa: BLE001 - bisected down to the item that raises it
-            try:
-                outcomes = run_isolated(self.runner, batch.key, flat, progress, exc)
-            except Aborted:
-                return [DeadlineExceeded("the request left before its batch finished")] * len(batch.slices)
-            if classify(outcomes) == "backend":
-                return [BatchFailed(f"the judge call failed: {describe(exc)}")] * len(batch.slices)
-            results = [self._failed_item(batch.key, item, o) for item, o in zip(flat, outcomes, strict=True)]
-        out: list[object] = []
-        pos = 0
-        for s in batch.slices:
-            part = results[pos:pos + s.end - s.start]
-            pos += s.end - s.start
-            error = next((r for r in part if isinstance(r, BaseException)), None)
-            out.append(error if error is not None else part)
-        return out
-
+    # ------------------------------------------------------------------------------------------ outcomes
     def _failed_item(self, key: Hashable, item: object, outcome: object) -> object:
         """An item's outcome after bisection: its result, its failed result, or the exception for its request."""
         if not isinstance(outcome, BaseException) or isinstance(outcome, ConfigError):

@@ -22,8 +22,9 @@ class Workers:
 
     def __init__(self, name: str = "brrm-judge") -> None:
         self.name = name
-        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._idle = 0
+        self._threads = 0
         self._lock = threading.Lock()
 
     def submit(self, task: Callable[[], None]) -> None:
@@ -32,13 +33,23 @@ class Workers:
             spawn = self._idle == 0
             if not spawn:
                 self._idle -= 1
+            self._threads += spawn
         self._tasks.put(task)
         if spawn:
             threading.Thread(target=self._run, name=self.name, daemon=True).start()
 
+    def close(self) -> None:
+        """Let every worker end once it is idle (a worker stuck in an abandoned call ends when the call returns)."""
+        with self._lock:
+            threads, self._threads, self._idle = self._threads, 0, 0
+        for _ in range(threads):
+            self._tasks.put(None)
+
     def _run(self) -> None:
         while True:
             task = self._tasks.get()
+            if task is None:
+                return
             task()
             with self._lock:
                 self._idle += 1

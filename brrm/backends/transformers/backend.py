@@ -202,7 +202,7 @@ class TransformersBackend:
         self._engine = threading.Condition()  # guards _running: the continuous batch calls join
         self._running: ContinuousDecoder | None = None
         self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0,
-                      "shared_prompt_tokens": 0}
+                      "shared_prompt_tokens": 0, "retired_rows": 0}
 
     @classmethod
     def from_pretrained(cls, model_id: str, *, task: str = "auto", dtype: str = "auto", device: str = "auto",
@@ -320,8 +320,7 @@ class TransformersBackend:
         """Every chain through one continuously refilled batch (:mod:`brrm.backends.transformers.continuous`):
         the running one when another thread's call is decoding with the same sampling settings, else a batch of
         this call's own (after a running batch with other settings has ended)."""
-        import torch
-
+        from brrm import cancellation
         from brrm.backends.transformers.continuous import ContinuousDecoder, Job
 
         def follow(i: int, comp: Completion) -> Next | None:
@@ -331,30 +330,42 @@ class TransformersBackend:
 
         if not firsts:
             return []
-        job = Job(firsts, follow, on_step)
+        job = Job(firsts, follow, on_step, token=cancellation.current())
         while True:
             with self._engine:
                 running = self._running
                 if running is None:
                     running = self._running = ContinuousDecoder(self._context(), temperature=temperature, top_p=top_p,
                                                                 make_row=self._row, top_k=top_k)
-                    job.owner = True
                     running.add(job)
+                    threading.Thread(target=self._drive, args=(running,), name="brrm-decode", daemon=True).start()
                     break
                 if running.settings == (temperature, top_p, top_k) and running.add(job):
                     break
                 self._engine.wait()
-        if not job.owner:
+        try:
             running.serve(job)
-            return job.results()
+        except BaseException:
+            if running.alone(job):  # e.g. Ctrl-C in a CLI run: its rows are retired; let the forward in flight end
+                with self._engine:
+                    self._engine.wait_for(lambda: self._running is not running, timeout=30)
+            raise
+        return job.results()
+
+    def _drive(self, running: ContinuousDecoder) -> None:
+        """The running batch's own thread: decode until its calls have ended (a failure reaches each call)."""
+        import torch
+
         try:
             with torch.inference_mode():
                 running.run()
+        except BaseException:  # noqa: BLE001 - run() has handed it to every call still waiting
+            pass
         finally:
             with self._engine:
-                self._running = None
+                if self._running is running:
+                    self._running = None
                 self._engine.notify_all()
-        return job.results()
 
     def _context(self) -> BatchingContext:
         """What the decoders read from this backend (:mod:`brrm.backends.transformers.rows`)."""

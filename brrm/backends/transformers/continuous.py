@@ -13,11 +13,18 @@ every turn 1 of its chunk. :class:`ContinuousDecoder` keeps one running batch of
   :class:`~brrm.backends.transformers.slots.SlotCache`: no running row's keys are copied when rows join, and a
   row that leaves costs a copy of the slots after it only.
 
-Calls arriving while a batch decodes join it (the backend declares ``capabilities.concurrent``): the first call's
-thread runs the batch; a later call with the same sampling settings adds its chains (:class:`Job`) to the queue
-and waits. Everything a call's callbacks do (``then``, ``on_complete``, ``on_step``) runs in that call's own
-thread: the running thread hands a joined call's finished rows to it (:meth:`ContinuousDecoder.serve`), and the
-joined call answers with the chain's next request, so a judge's turn 2 is built where it would be built alone.
+Calls arriving while a batch decodes join it (the backend declares ``capabilities.concurrent``): the batch runs
+on a thread of its own (:meth:`ContinuousDecoder.run`, started by the first call), and every call with the same
+sampling settings adds its chains (:class:`Job`) to the queue and waits. Everything a call's callbacks do
+(``then``, ``on_complete``, ``on_step``) runs in that call's own thread: the batch's thread hands each call its
+finished rows (:meth:`ContinuousDecoder.serve`), and the call answers with the chain's next request, so a judge's
+turn 2 is built where it would be built alone.
+
+Every row belongs to one call. A call leaves alone — its request's :class:`~brrm.cancellation.CancelToken` was
+set (disconnect, deadline, a stalled call given up), or one of its callbacks raised: its queued rows are dropped
+and its running rows are retired at the next step, their slots freed (:meth:`Decoder.retire
+<brrm.backends.transformers.decode.Decoder.retire>`); the call raises (:class:`~brrm.cancellation.Cancelled` for
+a token) and every other row decodes on to the same bits it gives alone.
 
 With the batch-invariant forward (:mod:`brrm.backends.transformers.invariant`, the CPU default) a row's logits are the
 same bits in any batch, so results are byte-identical to static scheduling, to ``batch_size=1`` and to a call running
@@ -36,6 +43,7 @@ from typing import TYPE_CHECKING
 from brrm.backends.base import Completion, FollowUp, Next, OnStep
 from brrm.backends.transformers.decode import Decoder
 from brrm.backends.transformers.rows import BatchingContext, Row
+from brrm.cancellation import Cancelled, CancelToken
 
 if TYPE_CHECKING:
     from brrm.backends.transformers.slots import SlotCache
@@ -54,19 +62,19 @@ class Job:
         then: a chain's follow-up (see :func:`brrm.backends.base.generate_chains`); None ends every chain after
             its first request.
         on_step: progress callback ``(rows in the running batch, tokens added)``, or None.
-        owner: this call's thread runs the batch (its callbacks are called inline).
-        abandoned: this joined call raised in its own thread; its rows' results are dropped.
+        token: the request's cancellation token (None: the call cannot be cancelled from outside).
+        abandoned: this call left (cancelled, or a callback raised in its thread); its rows are retired.
         keys: per chain, its row key in the running batch (set when the job is added).
         last: per chain, its last completion (filled as chains end).
         open: chains not ended yet.
-        inbox: events for a joined call's thread: ``("done", chain, completion)``, ``("step", rows, tokens)``,
+        inbox: events for the call's thread: ``("done", chain, completion)``, ``("step", rows, tokens)``,
             ``("raise", 0, exception)``.
     """
 
     firsts: Sequence[Next]
     then: FollowUp | None
     on_step: OnStep | None = None
-    owner: bool = False
+    token: CancelToken | None = None
     abandoned: bool = False
     keys: list[int] = field(default_factory=list)
     last: dict[int, Completion] = field(default_factory=dict)
@@ -126,10 +134,10 @@ class ContinuousDecoder:
         return True
 
     def run(self) -> None:
-        """Decode until every added job's chains have ended (run by the owner call's thread).
+        """Decode until every added job's chains have ended (run on the batch's own thread).
 
         Raises:
-            whatever the forward or a callback raises; joined calls then raise it too.
+            whatever the forward raises; every call still waiting then raises it too.
         """
         try:
             self._loop()
@@ -137,7 +145,7 @@ class ContinuousDecoder:
             with self.cond:
                 self.closed = True
                 for job in self.jobs:
-                    if not job.owner and job.open:
+                    if job.open and not job.abandoned:
                         job.inbox.put(("raise", 0, exc))
             raise
 
@@ -145,14 +153,17 @@ class ContinuousDecoder:
         stats = self.backend.stats
         while True:
             with self.cond:
+                self._cancel_requested()
                 while not (self.queue or self.follow or self.rows):
                     if self.pending == 0:
                         self.closed = True
                         return
-                    self.cond.wait()
+                    self.cond.wait(0.05)
+                    self._cancel_requested()
                 free = self.backend.batch_size - len(self.rows)
                 joiners = [(self.follow or self.queue).popleft()
                            for _ in range(min(max(free, 0), len(self.queue) + len(self.follow)))]
+            self._retire()
             before = stats["generated_tokens"]
             if joiners:
                 self._join(joiners)
@@ -184,27 +195,69 @@ class ContinuousDecoder:
             return []
         return self.decoder.settle(rows, logits, cache, lo)
 
+    def _retire(self) -> None:
+        """Drop the running rows of calls that left (their slots are free for the next joiners)."""
+        keep = [j for j, row in enumerate(self.rows) if not self.chains[row.index][0].abandoned]
+        if len(keep) == len(self.rows):
+            return
+        for j, row in enumerate(self.rows):
+            if j not in keep:
+                self.live.pop(row.index, None)
+                self.backend.stats["retired_rows"] = self.backend.stats.get("retired_rows", 0) + 1
+        assert self.cache is not None
+        self.rows = self.decoder.retire(self.rows, keep, self.cache, 0)
+
+    def _cancel_requested(self) -> None:
+        """(Under ``cond``) every call whose token was set leaves: its thread is told, its rows retired."""
+        for job in self.jobs:
+            if job.token is not None and job.token.cancelled and not job.abandoned and job.open:
+                self._leave(job)
+                job.inbox.put(("raise", 0, Cancelled(job.token.reason)))
+        self.jobs = [job for job in self.jobs if not job.abandoned]
+
     def serve(self, job: Job) -> None:
-        """A joined call's thread: run its callbacks on its finished rows until its chains have ended.
+        """A call's thread: run its callbacks on its finished rows until its chains have ended.
 
         Raises:
-            what the running thread raised.
+            Cancelled: the job's token was set (its rows are retired at the batch's next step).
+            what the batch's thread raised, or what this call's own callbacks raised.
         """
+        try:
+            self._serve(job)
+        except BaseException:  # Ctrl-C / SIGTERM in the waiting thread too: the call leaves, its rows retired
+            with self.cond:
+                self._leave(job)
+            raise
+
+    def alone(self, job: Job) -> bool:
+        """Whether no call but ``job`` still has chains in the batch (the batch's thread then stops soon)."""
+        with self.cond:
+            return not any(j.open and not j.abandoned for j in self.jobs if j is not job)
+
+    def _serve(self, job: Job) -> None:
         while job.open:
-            kind, chain, payload = job.inbox.get()
+            try:
+                kind, chain, payload = job.inbox.get(timeout=0.05)
+            except queue.Empty:
+                if job.token is not None and job.token.cancelled:
+                    with self.cond:
+                        self._leave(job)
+                    raise Cancelled(job.token.reason) from None
+                continue
             if kind == "raise":
                 assert isinstance(payload, BaseException)
                 raise payload
-            if kind == "step":
-                assert job.on_step is not None and isinstance(payload, int)
-                job.on_step(chain, payload)
-                continue
-            assert isinstance(payload, Completion)
             try:
+                if kind == "step":
+                    assert job.on_step is not None and isinstance(payload, int)
+                    job.on_step(chain, payload)
+                    continue
+                assert isinstance(payload, Completion)
                 step = job.then(chain, payload) if job.then is not None else None
                 row = self.make_row(job.keys[chain], step) if step is not None else None
             except BaseException:
-                self._abandon(job)
+                with self.cond:
+                    self._leave(job, serving=kind == "done")
                 raise
             with self.cond:
                 self._decided(job, chain, payload, row)
@@ -212,7 +265,7 @@ class ContinuousDecoder:
                 self.cond.notify_all()
 
     def _flush(self) -> None:
-        """Hand joined calls their rows finished this step (after the step's progress: a call sees its last step)."""
+        """Hand calls their rows finished this step (after the step's progress: a call sees its last step)."""
         with self.cond:
             for job, event in self.outbox:
                 if not job.abandoned:
@@ -220,43 +273,39 @@ class ContinuousDecoder:
                     job.inbox.put(event)
             self.outbox.clear()
 
-    def _abandon(self, job: Job) -> None:
-        """A joined call failed in its own thread: its queued rows are dropped, its running rows end unheard."""
-        with self.cond:
-            job.abandoned = True
+    def _leave(self, job: Job, serving: bool = False) -> None:
+        """(Under ``cond``) ``job`` leaves: its queued rows are dropped, its unread events discarded, its running
+        rows retired at the next step; ``serving``: the call was inside one of its "done" events."""
+        if job.abandoned:
+            return
+        job.abandoned = True
+        if serving:
             self.pending -= 1  # the event being served
-            while not job.inbox.empty():
-                if job.inbox.get()[0] == "done":
-                    self.pending -= 1
-            self.queue = deque(r for r in self.queue if self.chains[r.index][0] is not job)
-            self.follow = deque(r for r in self.follow if self.chains[r.index][0] is not job)
-            self.cond.notify_all()
+        while not job.inbox.empty():
+            if job.inbox.get()[0] == "done":
+                self.pending -= 1
+        self.queue = deque(r for r in self.queue if self.chains[r.index][0] is not job)
+        self.follow = deque(r for r in self.follow if self.chains[r.index][0] is not job)
+        self.cond.notify_all()
 
     def _progress(self, rows: int, tokens: int) -> None:
-        for job in self.jobs:
-            if job.on_step is not None:
-                if job.owner:
-                    job.on_step(rows, tokens)
-                elif job.open:  # a chain's end is counted in its own thread, after this step's event
-                    job.inbox.put(("step", rows, tokens))
+        with self.cond:
+            for job in self.jobs:
+                if job.on_step is not None and job.open and not job.abandoned:
+                    job.inbox.put(("step", rows, tokens))  # a chain's end is counted after this step's event
 
     def _row_done(self, key: int) -> None:
-        """A row finished: the owner's chain gets its follow-up now; a joined call's is asked for in its thread."""
+        """A row finished: its call is asked for the chain's follow-up in the call's own thread."""
         row = self.live.pop(key)
         comp = self.backend.complete(row)
         job, chain = self.chains[key]
-        if job.abandoned:
-            return
-        if not job.owner:
+        if not job.abandoned:
             self.outbox.append((job, ("done", chain, comp)))
-            return
-        step = job.then(chain, comp) if job.then is not None else None
-        new = self.make_row(key, step) if step is not None else None
-        with self.cond:
-            self._decided(job, chain, comp, new)
 
     def _decided(self, job: Job, chain: int, comp: Completion, row: Row | None) -> None:
         """Chain ``chain`` of ``job`` goes on with ``row`` (to the front of the queue), or ends with ``comp``."""
+        if job.abandoned:
+            return
         if row is not None:
             self.follow.append(row)
             return

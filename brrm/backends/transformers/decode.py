@@ -124,7 +124,12 @@ class Decoder:
 
             self.bitmask = allocate_token_bitmask(logits.shape[-1])
         tokens = choose(self.backend.stop_ids, rows, logits, self.temperature, self.top_p, self.bitmask, self.top_k)
-        keep = self._advance(rows, tokens, cache, lo)
+        return self.retire(rows, self._advance(rows, tokens, cache, lo), cache, lo)
+
+    def retire(self, rows: list[Row], keep: list[int], cache: SlotCache, lo: int) -> list[Row]:
+        """Keep only the batch positions ``keep`` (ascending) of ``rows`` (slots ``lo, …``): the last kept rows move
+        into the slots the others leave (:func:`_refill`). Returns the kept rows in their new slot order. Used for
+        finished rows and for rows whose request left (no completion is made for those)."""
         if len(keep) == len(rows) or not keep:
             return [rows[j] for j in keep]
         order = _refill(keep)

@@ -268,7 +268,7 @@ def test_the_data_revision_of_each_kind_of_source(shared, tmp_path):
     copy.write_text('{"id": 1}\n')
     import hashlib
 
-    assert data_revision(None, source=str(copy))["sha256"] == hashlib.sha256(b'{"id": 1}\n').hexdigest()[:16]
+    assert data_revision(None, source=str(copy))["sha256"] == hashlib.sha256(b'{"id": 1}\n').hexdigest()
     hub = data_revision(None, source="nobody/not-a-cached-dataset")
     assert hub["commit"] is None and "not in the local Hugging Face cache" in hub["from"]
     assert data_revision("Nowhere", root=tmp_path)["commit"] is None

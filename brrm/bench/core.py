@@ -247,6 +247,8 @@ class BenchResult:
         notes: caveats (missing data, rules that differ from an official script, ties and failures).
         cost: what the run cost (None for a replay of stored outputs).
         judge: the judge's :class:`~brrm.types.JudgeInfo` as a dict (empty for a replay of official files).
+        data_revision: the data scored, by revision and digest (:func:`brrm.bench.data.run_revision`; empty
+            when the result was made by :meth:`~brrm.bench.base.Benchmark.score` alone).
     """
 
     benchmark: str
@@ -256,6 +258,7 @@ class BenchResult:
     notes: tuple[str, ...] = ()
     cost: Cost | None = None
     judge: Mapping[str, object] = field(default_factory=dict)
+    data_revision: Mapping[str, object] = field(default_factory=dict)
 
     def row(self, name: str) -> Row:
         """The row called ``name``.
@@ -282,7 +285,27 @@ class BenchResult:
         return {"benchmark": self.benchmark, "metric": self.metric, "headline": self.headline,
                 "overall": json_ready(self.overall),
                 "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes),
-                "cost": self.cost.to_dict() if self.cost else None, "judge": dict(self.judge)}
+                "cost": self.cost.to_dict() if self.cost else None, "judge": dict(self.judge),
+                "data_revision": dict(self.data_revision)}
+
+
+def known_subset(value: object, known: Sequence[str], where: str) -> str:
+    """``value`` when it is exactly one of the ``known`` subset names (as the data spells them).
+
+    Official scripts group by the exact string, so a near miss would silently drop a subset from its row while
+    still counting in the aggregates: a name that matches a known one only case-insensitively (``ties`` for
+    ``Ties``) is refused naming the known spelling, before any model call.
+
+    Raises:
+        ConfigError: naming ``where`` (a file and row), the value and the known spelling (or all known names).
+    """
+    if isinstance(value, str) and value in known:
+        return value
+    near = [k for k in known if isinstance(value, str) and k.lower() == value.strip().lower()]
+    if near:
+        raise ConfigError(f"{where}: the subset {value!r} is not a known subset; the known one is {near[0]!r} (subset "
+                          "names are matched exactly, as the official script groups them)")
+    raise ConfigError(f"{where}: the subset {value!r} is not one of {', '.join(known)}")
 
 
 def random_swap(seed: int, item_id: str, pair: int) -> bool:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from brrm.bench.base import Benchmark
-from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, group, mean, pair_row, percent
+from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, group, known_subset, mean, pair_row, percent
 from brrm.bench.data import read_source
 from brrm.errors import ConfigError
 from brrm.types import Verdict, check_choice
@@ -108,9 +108,7 @@ class RewardBench(Benchmark):
         counts: dict[str, int] = {}
         items = []
         for k, rec in enumerate(rows, start=1):
-            subset = rec.get("subset")
-            if subset not in EXAMPLE_COUNTS:
-                raise ConfigError(f"RewardBench row {k}: subset {subset!r} is not one of the 23 subsets")
+            subset = known_subset(rec.get("subset"), tuple(EXAMPLE_COUNTS), f"RewardBench row {k}")
             if subset not in subsets or (limit is not None and counts.get(subset, 0) >= limit):
                 continue
             counts[subset] = counts.get(subset, 0) + 1

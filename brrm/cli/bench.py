@@ -107,6 +107,7 @@ def execute(args: argparse.Namespace) -> list[Scored]:
     if not items:
         raise ConfigError(f"no {bench.title} items for --subset {', '.join(subsets)}")
     subsets = tuple(s for s in subsets if any(it.subset == s for it in items))
+    revision = _revision(args, bench, items)
     pairwise = _judge_kind(args) == "brrm"
     judge = common.load_judge(_with(args, protocols[0].options if pairwise else {}), kind="brrm")
     scored = []
@@ -119,10 +120,10 @@ def execute(args: argparse.Namespace) -> list[Scored]:
             scorer = bench if not protocol.bench_options else get_benchmark(  # the loaded one keeps its data notes
                 args.name, **{"weighting": args.weighting, "strategy": args.strategy, "revision": args.revision,
                               **protocol.bench_options})
-            scored.append(_run(args, scorer, mine, items, subsets, protocol, where))
+            scored.append(_run(args, scorer, mine, items, subsets, protocol, where, revision))
     finally:
         judge.close()
-    _finish(bench, scored, folder, judge.info.model, _revision(args, bench), vars(args).get("calibration"))
+    _finish(bench, scored, folder, judge.info.model, revision, vars(args).get("calibration"))
     return scored
 
 
@@ -155,11 +156,10 @@ def _sibling(args: argparse.Namespace, judge: RewardJudge, options: Mapping[str,
     return judge.with_options(**{k: v for k, v in opts.items() if k in names})
 
 
-def _revision(args: argparse.Namespace, bench: Benchmark) -> dict[str, Any]:
-    from brrm.bench.data import data_revision
+def _revision(args: argparse.Namespace, bench: Benchmark, items: list[BenchItem] | None) -> dict[str, Any]:
+    from brrm.bench.data import run_revision
 
-    source = args.data or (bench.hub_source if bench.data_folder is None else None)
-    return data_revision(bench.data_folder, root=args.data_dir, source=source)
+    return run_revision(bench, items, root=args.data_dir, source=args.data)
 
 
 def _output_folder(path: str | None) -> Path | None:
@@ -196,12 +196,17 @@ def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> 
         result = bench.replay(paths, root=args.data_dir)
         scored = Scored(None, result, None, 0, per_item=False)  # official files: no per-item parse states here
     print(f"brrm bench {bench.name}: replay of {', '.join(map(str, paths))}")
-    _finish(bench, [scored], folder, None, _revision(args, bench))
+    from brrm.bench.data import files_sha256
+
+    revision = {**_revision(args, bench, [r.item for r in scored.results] if scored.per_item else None),
+                "predictions_sha256": {str(p): files_sha256(p) for p in paths}}
+    scored = replace(scored, all=replace(scored.all, data_revision=revision))
+    _finish(bench, [scored], folder, None, revision)
     return scored
 
 
 def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: list[BenchItem],
-         subsets: tuple[str, ...], protocol: Protocol, folder: Path | None) -> Scored:
+         subsets: tuple[str, ...], protocol: Protocol, folder: Path | None, revision: dict[str, Any]) -> Scored:
     from brrm.bench.protocol import score_both
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, check_resume, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
@@ -213,7 +218,8 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     pairwise = judge.info.pairwise
     print(protocol.describe(dict(judge.info.options) if pairwise else None), file=term)
     settings = {**run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
-                               source=args.data, limit=args.limit), "protocol": protocol.name}
+                               source=args.data, limit=args.limit), "protocol": protocol.name,
+                "data_revision": revision}
     from brrm.bench.rewardbench2 import RewardBench2
 
     best_of_n = bench if isinstance(bench, RewardBench2) else None  # RewardBench 2's best-of-n subsets
@@ -249,7 +255,8 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     finally:
         if handle is not None:
             handle.close()
-    scored = score_both(bench, results, protocol, replace(bench.score(results), cost=cost, judge=judge.info.to_dict()))
+    scored = score_both(bench, results, protocol, replace(bench.score(results), cost=cost, judge=judge.info.to_dict(),
+                                                          data_revision=revision))
     return replace(scored, results=tuple(results))
 
 
@@ -273,9 +280,11 @@ def _finish(bench: Benchmark, scored: list[Scored], folder: Path | None, model: 
             print(prefix + cost_line(run.all), file=term)
         for note in run.all.notes:
             print(f"{prefix}note: {note}", file=term)
-    at = revision.get("commit") or revision.get("sha256") or "unknown revision"
-    print(f"data: {revision.get('source')} — {revision.get('repository') or 'local copy'} @ {at} "
-          f"({revision.get('from')})", file=term)
+    at = revision.get("commit") or "unknown revision"
+    print(f"data: {revision.get('source')} — {revision.get('repository') or 'local copy'} @ {at}"
+          + (f", files sha256 {revision['sha256']}" if revision.get("sha256") else "")
+          + (f", items sha256 {revision['items_sha256']}" if revision.get("items_sha256") else "")
+          + f" ({revision.get('from')})", file=term)
     _calibration(scored, folder, many, calibration)
     if folder is not None:
         write_scored(folder, scored, published, revision)

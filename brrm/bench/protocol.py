@@ -90,10 +90,11 @@ class Protocol:
 
 
 def default_protocol(model: str | None) -> str:
-    """``released`` for a known checkpoint (by id or a local copy named like one), else ``custom``."""
-    from brrm.recipes import known_recipe
+    """``released`` for a known checkpoint — by id, a local copy named like one, its config or its content (a
+    renamed copy: :func:`brrm.recipes.known_id`) — else ``custom``."""
+    from brrm.recipes import known_recipe, model_config
 
-    return "released" if model and known_recipe(model) is not None else "custom"
+    return "released" if model and known_recipe(model, model_config(model)) is not None else "custom"
 
 
 def resolve(requested: str | None, bench: Benchmark, *, model: str | None, user: Mapping[str, object],

@@ -164,9 +164,9 @@ def check_resume(folder: Path, settings: Mapping[str, object]) -> dict[str, Item
 
 def published_figure(bench: Benchmark, model: str | None) -> float | None:
     """The model card's figure for this benchmark when the model is a known checkpoint (:data:`brrm.recipes.KNOWN`)."""
-    from brrm.recipes import known_recipe
+    from brrm.recipes import known_recipe, model_config
 
-    recipe = known_recipe(model) if model else None
+    recipe = known_recipe(model, model_config(model)) if model else None
     if recipe is None or not bench.published_key:
         return None
     return dict(recipe.published).get(bench.published_key)

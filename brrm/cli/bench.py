@@ -237,7 +237,9 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
         run_bench: Any = partial(bestofn.run, strategy=best_of_n.strategy)
     else:
         planned = planned_judgments(judge, todo, orders=orders, seed=args.order_seed)
-        how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
+        how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else
+                                    f" (the official evaluation's draws: {bench.official_sequence})"
+                                    if orders == "sequence" else "")
         run_bench = partial(run_items, orders=orders)
     print(f"protocol: {how}; {planned} {unit}s to run"
           + (f"; resuming: {len(done)} items already judged" if done else ""), file=term)

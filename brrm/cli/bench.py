@@ -45,7 +45,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                                                     "else ../shared/data next to the checkout)")
     p.add_argument("--data", default=None, help="hub id or local copy of hub-only data (rewardbench: default "
                                                  "allenai/reward-bench; mt-bench --subset human: "
-                                                 "lmsys/mt_bench_human_judgments)")
+                                                 "lmsys/mt_bench_human_judgments; rm-bench: a copy of THU-KEG/"
+                                                 "RM-Bench's train split, read in its order)")
     p.add_argument("--protocol", choices=("released", "brrm", "both"), default=None,
                    help="released: the model card's protocol (faithful decoding, the card's sampling and budgets, "
                         "the benchmark's orders, headline over parsed items as the official BR-RM scorer; default "

@@ -2,9 +2,9 @@
 checked on a corpus of answer shapes against the official logic, re-stated here from YzjiaoNvd/BR-RM @ d20a4e0
 (Apache-2.0) only to check brrm against it:
 
-* ``nemo_rl/environments/brrm_environment.py`` ``parse_scoring_response``: ``ranking_pattern = r'\\[The Begin of
-  Ranking Score\\]\\s*\\n\\s*\\\\boxed\\{([^}]+)\\}\\s*\\n\\s*\\[The End of Ranking Score\\]'``, ``re.search(ranking_pattern,
-  assistant_response, re.DOTALL)``, ``preference_content = ranking_match.group(1).strip()``, ``if ',' in
+* ``nemo_rl/environments/brrm_environment.py`` ``parse_scoring_response``: ``ranking_pattern`` (the pattern
+  of :func:`official` below), ``re.search(ranking_pattern, assistant_response, re.DOTALL)``,
+  ``preference_content = ranking_match.group(1).strip()``, ``if ',' in
   preference_content: return False, None, …``, ``return True, preference_content, ""``;
 * ``examples/run_eval_brrm.py``: ``if is_valid and ranking: result["predicted_ranking"] = int(ranking)`` (an
   ``int`` failure raises into the batch's ``except``: ``"scoring_parse_success": False``), and

@@ -38,7 +38,7 @@ module-level ``random.seed(42)`` of ``nemo_rl/data/hf_datasets/reward_benchmarks
 ``d20a4e0``); ``set_seed`` (``nemo_rl/algorithms/utils.py``) seeds ``random`` and ``numpy.random`` alike."""
 
 
-def sequence_swaps(counts: Sequence[int], seed: int = OFFICIAL_SEED) -> list[list[int]]:
+def sequence_swaps(counts: Sequence[int], seed: int = OFFICIAL_SEED) -> list[list[JSONValue]]:
     """The official orders of a dataset: per record (in dataset order) ``n`` draws of
     ``random.choice([0, 1])`` from one ``random.seed(seed)`` sequence (1 = the pair is shown swapped).
 
@@ -53,7 +53,11 @@ def sequence_swaps(counts: Sequence[int], seed: int = OFFICIAL_SEED) -> list[lis
     import random
 
     rng = random.Random(seed)
-    return [[rng.choice([0, 1]) for _ in range(n)] for n in counts]
+    out: list[list[JSONValue]] = []
+    for n in counts:
+        draws: list[JSONValue] = [rng.choice([0, 1]) for _ in range(n)]
+        out.append(draws)
+    return out
 
 
 @dataclass(frozen=True)

@@ -262,7 +262,9 @@ class TransformersBackend:
         if device == "cuda" and not cuda:
             raise ConfigError("device 'cuda' was asked for, but CUDA is not available here (this torch build or "
                               "machine has no GPU); use device 'auto' or 'cpu'")
-        torch_dtype = dtypes[resolve_dtype(dtype, cuda=cuda, device=device, config=model_config(model_id))]
+        gpu_auto = dtype == "auto" and cuda and device != "cpu"  # only then does the config's dtype matter
+        torch_dtype = dtypes[resolve_dtype(dtype, cuda=cuda, device=device,
+                                           config=model_config(model_id) if gpu_auto else None)]
         device_map = "auto" if device == "auto" and cuda else ("cuda" if device == "cuda" else "cpu")
         if task == "auto":
             config = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code)

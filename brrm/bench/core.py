@@ -35,7 +35,11 @@ OFFICIAL_SEED = 42
 """The seed of the released BR-RM evaluation's order draws: ``set_seed(config["eval"]["seed"])`` in
 ``examples/run_eval_brrm.py`` ``main()`` with ``seed: 42`` in ``examples/configs/evals/brrm_eval.yaml``, after the
 module-level ``random.seed(42)`` of ``nemo_rl/data/hf_datasets/reward_benchmarks.py`` (YzjiaoNvd/BR-RM @
-``d20a4e0``); ``set_seed`` (``nemo_rl/algorithms/utils.py``) seeds ``random`` and ``numpy.random`` alike."""
+``d20a4e0``); ``set_seed`` (``nemo_rl/algorithms/utils.py``) seeds ``random`` and ``numpy.random`` alike. Caveat:
+at that commit ``setup_data`` names ``RewardBench2Dataset`` and ``LocalDataset``, which the script never imports,
+so it stops with a NameError before any draw; the published runs came from a version that differs at least there.
+Both seeds say 42 for the first draw, assuming nothing between the seed and the data (``init_ray``,
+``get_tokenizer``) draws from ``random``."""
 
 
 def sequence_swaps(counts: Sequence[int], seed: int = OFFICIAL_SEED) -> list[list[JSONValue]]:

@@ -84,8 +84,11 @@ def _cache_file() -> Path:
 
 
 def _file_digest(file: Path) -> str:
-    """sha256 of ``file``'s content, cached by (real path, size, mtime_ns, ctime_ns, inode) in memory and on disk."""
+    """sha256 of ``file``'s content, cached by (real path, size, mtime_ns, ctime_ns, inode) in memory and on disk; a
+    Hugging Face cache LFS blob (``blobs/<64 hex>``) is named by that sha256, which is taken without a read."""
     real = file.resolve()
+    if real.parent.name == "blobs" and len(real.name) == 64 and all(c in "0123456789abcdef" for c in real.name):
+        return real.name  # a Hugging Face cache LFS blob is named by the sha256 of its content
     st = real.stat()
     key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
     cache = _cache_file()

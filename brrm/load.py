@@ -181,6 +181,10 @@ def _named_backend(backend: str, name: str, source: str, embedded: bool, kind: s
     task = _bt_task(source) if kind == "bt" else "generate"
     built = _load_backend(backend, source, name, _backend_options(backend, opts), task=task)
     built.info = replace(built.info, fingerprint=fingerprint)
+    if not embedded:  # a known checkpoint by hub id: its snapshot's content makes renamed copies known
+        from brrm.identity import learn_from_hub
+
+        learn_from_hub(source)
     return built
 
 
@@ -336,10 +340,10 @@ def _principle(name: str, opts: Mapping[str, object]) -> Maker:
     from brrm.compose import ScalarRewardJudge
     from brrm.compose.options import PrincipleOptions
     from brrm.judges.principle import FORMATS, PrincipleConfig, PrincipleJudge
-    from brrm.recipes import known_recipe
+    from brrm.recipes import known_recipe, model_config
 
     scalar = build(PrincipleOptions, split_keywords(PrincipleOptions, opts))
-    known = known_recipe(name)
+    known = known_recipe(name, model_config(name))
     default = known.recipe if known and known.kind == "principle" else (
         "llama_reward" if name == _embedded_name() else "auto")
     fmt = check_choice("recipe", opts.get("recipe", default), ("auto", *FORMATS))

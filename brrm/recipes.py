@@ -66,16 +66,30 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def known_recipe(name: str, config: JSONDict | None = None) -> Recipe | None:
-    """The recipe of a known checkpoint: by id, by the folder name of a local copy, else by identity — its
-    ``config`` (the parsed ``config.json``) matching an entry of :data:`IDENTITIES`; None when nothing matches."""
+    """The recipe of a known checkpoint (:func:`known_id`); None when nothing matches."""
+    key = known_id(name, config)
+    return KNOWN[key] if key is not None else None
+
+
+def known_id(name: str, config: JSONDict | None = None) -> str | None:
+    """Which known checkpoint (a key of :data:`KNOWN`) ``name`` is: by id, by the folder name of a local copy, by
+    its ``config`` (the parsed ``config.json``) matching an entry of :data:`IDENTITIES`, else by content — a local
+    folder whose fingerprint was learned from the known checkpoint's hub snapshot (:mod:`brrm.identity`); None
+    when nothing matches."""
     low = name.lower().rstrip("/")
     if low in KNOWN:
-        return KNOWN[low]
+        return low
     tail = low.rsplit("/", 1)[-1]
-    named = next((r for key, r in KNOWN.items() if key.split("/", 1)[1] == tail), None)
-    if named is not None or config is None:
+    named = next((key for key in KNOWN if key.split("/", 1)[1] == tail), None)
+    if named is not None:
         return named
-    return next((KNOWN[key] for key, fields in IDENTITIES.items() if _matches(config, fields)), None)
+    if config is not None:
+        by_config = next((key for key, fields in IDENTITIES.items() if _matches(config, fields)), None)
+        if by_config is not None:
+            return by_config
+    from brrm.identity import content_identity
+
+    return content_identity(name)
 
 
 def architectures(config: JSONDict | None) -> tuple[str, ...]:

@@ -32,13 +32,12 @@ if TYPE_CHECKING:
 BRRM_TEMPLATES = ("brrm_turn1.jinja", "brrm_turn2.jinja", "brrm_context.jinja", "brrm_responses.jinja")
 
 _THINK_BLOCK = re.compile(r"^\s*<think>.*?</think>\s*", re.DOTALL)
-_THINK_TAGS = re.compile(r"^(\s*)<think>(.*?)</think>", re.DOTALL)
 
 HISTORY_THINK = ("text", "markup")
-"""How the tags of an earlier assistant turn's leading ``<think>…</think>`` block reach the model when it is
-kept: ``text`` (the characters' ids, as any record text) or ``markup`` (the tokenizer's own think tokens, as the
-released BR-RM evaluation gets them by running ``tokenizer.apply_chat_template`` over the flattened context;
-Qwen3 ``<think>`` = 151667, ``</think>`` = 151668)."""
+"""How the ``<think>`` / ``</think>`` tags of the context reach the model when history reasoning is kept: ``text``
+(the characters' ids, as any record text) or ``markup`` (the tokenizer's own think tokens for every occurrence,
+in any turn, as the released BR-RM evaluation gets them by tokenizing ``apply_chat_template``'s text over the
+flattened context; Qwen3 ``<think>`` = 151667, ``</think>`` = 151668)."""
 
 # Markers of the BR-RM prompt and output format (github.com/YzjiaoNvd/BR-RM @ 34a58b2); in record text they are
 # neutralised so a record cannot close its block or forge one.
@@ -248,11 +247,10 @@ def _context_turns(messages: Sequence[Message], policy: ContextPolicy,
             speaker = "Assistant"
             if policy.strip_history_reasoning:
                 text, _ = strip_reasoning(text)
-            elif think_tags != ("<think>", "</think>"):
-                text = _THINK_TAGS.sub(lambda m: m.group(1) + think_tags[0] + m.group(2) + think_tags[1], text,
-                                       count=1)
             calls = [_tool_call_text(c) for c in m.tool_calls] if policy.tool_messages == "include" else []
             text = "\n".join([t for t in [text, *calls] if t])
+        if think_tags != ("<think>", "</think>"):  # every tag of every turn, as the released tokenization has it
+            text = text.replace("<think>", think_tags[0]).replace("</think>", think_tags[1])
         if policy.neutralize_markers:
             text = neutralize_markers(text)
         turns.append({"speaker": speaker, "text": text})
@@ -263,8 +261,8 @@ def render_context(conversation: Conversation, policy: ContextPolicy = ContextPo
                    think_tags: tuple[str, str] = ("<think>", "</think>")) -> str:
     """The filled ``{context}`` value: ``[The Begin of Context]\\n<lines>\\n[The End of Context]\\n``.
 
-    ``think_tags`` replace the tags of each kept leading reasoning block of earlier assistant turns (placeholders
-    of :func:`brrm_turn1_content`)."""
+    ``think_tags`` replace every ``<think>`` and ``</think>`` of every turn kept (placeholders of
+    :func:`brrm_turn1_content`)."""
     return render("brrm_context.jinja", turns=_context_turns(conversation.messages, policy, think_tags))
 
 
@@ -287,10 +285,12 @@ def brrm_turn1_content(conversation: Conversation, response_1: str, response_2: 
                        policy: ContextPolicy = ContextPolicy()) -> str | list[str | Markup]:
     """The turn-1 user message as a message content for :meth:`brrm.tokens.TextEncoder.chat`.
 
-    With ``policy.history_think == "markup"`` (and history reasoning kept) the two tags of each earlier assistant
-    turn's leading ``<think>…</think>`` block are :class:`~brrm.tokens.Markup` pieces (special tokens, as the
-    released evaluation tokenizes them); everything else, including any other ``<think>`` a record writes, is
-    record text. Otherwise the plain text of :func:`render_brrm_turn1`.
+    With ``policy.history_think == "markup"`` (and history reasoning kept) every ``<think>`` and ``</think>`` in
+    the context — any turn, any place: a second or non-leading block, an unclosed ``<think>``, a lone
+    ``</think>``, a tag in a user turn — is a :class:`~brrm.tokens.Markup` piece (the special token), as the
+    released evaluation's ``tokenizer(apply_chat_template(…, tokenize=False))`` makes every occurrence of an added
+    token special; the responses and every other string stay record text. Otherwise the plain text of
+    :func:`render_brrm_turn1`.
     """
     if policy.history_think != "markup" or policy.strip_history_reasoning:
         return render_brrm_turn1(conversation, response_1, response_2, policy)

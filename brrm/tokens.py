@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from brrm.errors import ConfigError, TemplateError
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerBase
 
 _RENDER_CACHE = 512
@@ -76,6 +77,7 @@ class TextEncoder:
         self._backend = Tokenizer.from_str(backend.to_str())
         self._backend.no_truncation()
         self._backend.no_padding()
+        self._inner = _not_first(self._backend)
         added = sorted({str(t) for t in tokenizer.get_added_vocab()}, key=len, reverse=True)
         self.added = {t: _token_id(tokenizer, t) for t in added}
         self._added_re = re.compile("|".join(re.escape(t) for t in added)) if added else None
@@ -83,17 +85,23 @@ class TextEncoder:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------- text
-    def text(self, text: str) -> list[int]:
-        """Ids of record text: never a control token, whatever characters it holds."""
+    def text(self, text: str, *, first: bool = True) -> list[int]:
+        """Ids of record text: never a control token, whatever characters it holds.
+
+        ``first=False`` for text that does not open the sequence: a SentencePiece-style pre-tokenizer that prepends
+        ``▁`` to the *first* piece only (``Metaspace`` with ``prepend_scheme="first"``, Llama ``legacy=False``)
+        then leaves it out, as tokenizing the whole rendered prompt does after ``<s>`` (``[`` rather than ``▁[``).
+        """
         if not text:
             return []
+        backend = self._backend if first or self._inner is None else self._inner
         if self._added_re is None or not self._added_re.search(text):
-            return list(self._backend.encode(text, add_special_tokens=False).ids)
-        norm = self._backend.normalizer
+            return list(backend.encode(text, add_special_tokens=False).ids)
+        norm = backend.normalizer
         s = norm.normalize_str(text) if norm is not None else text
-        pre = self._backend.pre_tokenizer
+        pre = backend.pre_tokenizer
         pieces = [p for p, _ in pre.pre_tokenize_str(s)] if pre is not None else [s]
-        return [tok.id for piece in pieces for tok in self._backend.model.tokenize(piece)]
+        return [tok.id for piece in pieces for tok in backend.model.tokenize(piece)]
 
     def clean_seam(self, before: str, after: str) -> bool:
         """True when no pre-token of ``before + after`` spans the point between them (so tokenizing the two apart
@@ -264,8 +272,32 @@ class TextEncoder:
 
     def _flush(self, run: list[tuple[str, bool]], ids: list[int]) -> None:
         if run:
-            ids.extend(self.text("".join(piece for piece, _ in run)))
+            ids.extend(self.text("".join(piece for piece, _ in run), first=not ids))
             run.clear()
+
+
+def _not_first(backend: Tokenizer) -> Tokenizer | None:
+    """A copy of ``backend`` whose ``Metaspace`` pre-tokenizers prepend ``▁`` never instead of to the first piece
+    (for text that does not open the sequence); None when it has no such pre-tokenizer (nothing differs)."""
+    from tokenizers import Tokenizer
+
+    data = json.loads(backend.to_str())
+    found = False
+
+    def walk(node: object) -> None:
+        nonlocal found
+        if isinstance(node, dict):
+            if node.get("type") == "Metaspace" and node.get("prepend_scheme") == "first":
+                node["prepend_scheme"] = "never"
+                found = True
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(data.get("pre_tokenizer"))
+    return Tokenizer.from_str(json.dumps(data)) if found else None
 
 
 _ENCODERS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, TextEncoder] = weakref.WeakKeyDictionary()

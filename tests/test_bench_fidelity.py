@@ -58,7 +58,7 @@ def test_rmbench_prints_the_protocol_with_every_figure_and_both_denominators(sha
     code, out, err = _cli(capsys, "bench", "rmbench", "--model", tiny_models[1], "--limit", "8", "--protocol", "both",
                           "--data-dir", str(shared / "data"), "--output", str(tmp_path), "--no-progress")
     assert code == 0, err
-    assert "protocol released: no decoding (scalar model), orders random, headline over parsed items" in out
+    assert "protocol released: no decoding (scalar model), orders sequence, headline over parsed items" in out
     assert "protocol brrm: no decoding (scalar model), orders both, headline over all items" in out
     head, *rows = _table(out)
     for label in ("released", "brrm"):
@@ -113,14 +113,14 @@ def test_known_checkpoints_default_to_the_released_protocol():
     assert default_protocol("nvidia/Qwen-3-Nemotron-32B-Reward") == "released"
     assert default_protocol("/models/my-own-judge") == default_protocol(None) == "custom"
     (released,) = resolve(None, rmbench, model="nvidia/Qwen3-Nemotron-8B-BRRM", user={}, orders=None)
-    assert released.name == "released" and released.headline == "parsed" and released.orders == "random"
+    assert released.name == "released" and released.headline == "parsed" and released.orders == "sequence"
     assert dict(released.options) == {"decoding": "faithful", "temperature": 1.0, "top_p": 1.0,
                                       "max_new_tokens": 8192, "max_total_tokens": 16384}
     assert released.deviations == ()
     (custom,) = resolve(None, rmbench, model="/models/my-own-judge", user={"decoding": "faithful"}, orders=None)
     assert custom.name == "custom" and custom.options == {} and custom.orders == "random"
     both = resolve("both", rewardbench, model=None, user={"decoding": "faithful", "temperature": 0.5}, orders=None)
-    assert [p.name for p in both] == ["released", "brrm"] and [p.orders for p in both] == ["random", "both"]
+    assert [p.name for p in both] == ["released", "brrm"] and [p.orders for p in both] == ["sequence", "both"]
     assert both[0].deviations == ("temperature 0.5",) and both[1].deviations == ("decoding faithful",)
     assert both[0].bench_options == {"weighting": "unweighted"} and both[1].bench_options == {}
     (mine,) = resolve("released", rewardbench, model=None, user={}, orders=None, bench_user={"weighting": "official"})
@@ -268,7 +268,7 @@ def test_the_data_revision_of_each_kind_of_source(shared, tmp_path):
     copy.write_text('{"id": 1}\n')
     import hashlib
 
-    assert data_revision(None, source=str(copy))["sha256"] == hashlib.sha256(b'{"id": 1}\n').hexdigest()[:16]
+    assert data_revision(None, source=str(copy))["sha256"] == hashlib.sha256(b'{"id": 1}\n').hexdigest()
     hub = data_revision(None, source="nobody/not-a-cached-dataset")
     assert hub["commit"] is None and "not in the local Hugging Face cache" in hub["from"]
     assert data_revision("Nowhere", root=tmp_path)["commit"] is None
@@ -294,7 +294,7 @@ def test_rewardbench_released_uses_the_br_rm_scorer(tiny_models, tmp_path, capsy
     code, out, err = _cli(capsys, "bench", "rewardbench", "--model", tiny_models[1], "--data", str(fixture),
                           "--limit", "2", "--protocol", "both", "--output", str(tmp_path), "--no-progress")
     assert code == 0, err
-    assert "protocol released: no decoding (scalar model), weighting unweighted, orders random" in out
+    assert "protocol released: no decoding (scalar model), weighting unweighted, orders sequence" in out
     released, ours = json.loads((tmp_path / "result.json").read_text())["protocols"]
     for run, weighting in ((released, "unweighted"), (ours, "official")):
         results = read_items(tmp_path / run["protocol"]["name"] / "judgments.jsonl")

@@ -57,7 +57,7 @@ def test_last_ranking_block_after_thinking_wins(tok):
     assert r.provenance.policies["verdict"] == "last_after_thinking"
     released, _ = judge_with(tok, lambda p, r: out)  # faithful: the released evaluation's first regex match
     (first,) = released.judge_pairs(["How many minutes are in 3 hours?"], ["180."], ["120."])
-    assert first.winner is Verdict.B and first.provenance.policies["verdict"] == "first"
+    assert first.winner is Verdict.B and first.provenance.policies["verdict"] == "official"
     assert r.dimensions == ("Information Accuracy", "Computational Precision")
     assert r.analysis_a == "None identified" and r.analysis_b == "wrong total"
 

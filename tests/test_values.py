@@ -23,7 +23,7 @@ from brrm.types import SamplingConfig, ScalarReward, Status, summarize_rewards
     ({"block_token_cap": 12.0}, "block_token_cap must be an integer"),
     ({"decoding": "fast"}, "decoding 'fast' is not valid"),
     ({"neutralize_markers": 1}, "neutralize_markers must be true or false"),
-    ({"verdict": "last"}, "verdict 'last' is not valid; expected one of last_after_thinking, first"),
+    ({"verdict": "last"}, "verdict 'last' is not valid; expected one of last_after_thinking, first, official"),
 ])
 def test_brrm_config_refuses_values_that_mean_something_else(kwargs, match):
     with pytest.raises(ConfigError, match=match):

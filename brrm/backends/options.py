@@ -52,8 +52,9 @@ def _choice(valid: tuple[str, ...]) -> Check:
 class TransformersOptions:
     """Options of the transformers backend (:class:`~brrm.backends.transformers.TransformersBackend`)."""
 
-    dtype: str | None = _opt("weights dtype: auto (bf16 on GPU, fp32 on CPU; the default), float32, bfloat16, "
-                             "float16", choices=DTYPES)
+    dtype: str | None = _opt("weights dtype: auto (on GPU the config's torch_dtype, float16 or "
+                             "bfloat16, else bf16; fp32 on CPU; the default), float32, bfloat16, float16",
+                             choices=DTYPES)
     device: str | None = _opt("auto (CUDA when available; the default), cpu or cuda", choices=DEVICES)
     batch_size: int | None = _opt("rows decoded (or scored) together, >= 1 (default 8)")
     classify_batch_size: int | None = _opt("rows scored together by a classification head, >= 1 (default: "

@@ -32,6 +32,9 @@ class Benchmark:
         hub_source: the hub id hub-only data is read from when ``--data`` is not given.
         released_options: the benchmark options (:func:`brrm.bench.registry.get_benchmark` keywords) of the
             released BR-RM evaluation where they differ from the benchmark's own (RewardBench: ``weighting``).
+        official_sequence: where the loader reproduces the released evaluation's presentation orders (items carry
+            :data:`~brrm.bench.core.SEQUENCE_KEY`; ``--protocol released`` runs orders ``sequence``), the
+            official draw in words with its source; "" where it does not.
     """
 
     name: str = ""
@@ -44,6 +47,7 @@ class Benchmark:
     data_folder: str | None = None
     hub_source: str | None = None
     released_options: dict[str, str] = {}
+    official_sequence: str = ""
 
     def resolve_subsets(self, names: Sequence[str] | None) -> tuple[str, ...]:
         """Canonical subset names (all subsets when ``names`` is empty), matched case-insensitively, by their last
@@ -77,6 +81,8 @@ class Benchmark:
         """
         if requested in (None, "official", self.order_policy):
             return self.order_policy
+        if requested == "sequence" and self.official_sequence:
+            return "sequence"
         if requested not in ORDER_POLICIES:
             raise ConfigError(f"--orders {requested!r} is not valid; expected official or both")
         if self.metric_needs_orders or requested != "both":

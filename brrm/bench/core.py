@@ -22,9 +22,46 @@ from brrm.errors import ConfigError
 from brrm.types import ConversationLike, PairwiseJudgment, ScalarReward, Status, Verdict
 from brrm.types.jsonvalue import JSONValue
 
-ORDER_POLICIES = ("both", "given", "random")
-"""How a benchmark presents each pair: ``both`` orders (each judged, each scored), the ``given`` order only, or
-one order drawn at ``random`` once per pair from the order seed (:func:`random_swap`)."""
+ORDER_POLICIES = ("both", "given", "random", "sequence")
+"""How a benchmark presents each pair: ``both`` orders (each judged, each scored), the ``given`` order only, one
+order drawn at ``random`` once per pair from the order seed (:func:`random_swap`), or the official evaluation's
+``sequence``: the order its script drew for that pair from one seeded sequence in dataset order, which the
+benchmark's loader stores per item under :data:`SEQUENCE_KEY` (:func:`sequence_swaps`)."""
+
+SEQUENCE_KEY = "sequence_swaps"
+"""Item meta key: one 0/1 per pair, 1 where the official script showed the pair swapped (``j`` first)."""
+
+OFFICIAL_SEED = 42
+"""The seed of the released BR-RM evaluation's order draws: ``set_seed(config["eval"]["seed"])`` in
+``examples/run_eval_brrm.py`` ``main()`` with ``seed: 42`` in ``examples/configs/evals/brrm_eval.yaml``, after the
+module-level ``random.seed(42)`` of ``nemo_rl/data/hf_datasets/reward_benchmarks.py`` (YzjiaoNvd/BR-RM @
+``d20a4e0``); ``set_seed`` (``nemo_rl/algorithms/utils.py``) seeds ``random`` and ``numpy.random`` alike. Caveat:
+at that commit ``setup_data`` names ``RewardBench2Dataset`` and ``LocalDataset``, which the script never imports,
+so it stops with a NameError before any draw; the published runs came from a version that differs at least there.
+Both seeds say 42 for the first draw, assuming nothing between the seed and the data (``init_ray``,
+``get_tokenizer``) draws from ``random``."""
+
+
+def sequence_swaps(counts: Sequence[int], seed: int = OFFICIAL_SEED) -> list[list[JSONValue]]:
+    """The official orders of a dataset: per record (in dataset order) ``n`` draws of
+    ``random.choice([0, 1])`` from one ``random.seed(seed)`` sequence (1 = the pair is shown swapped).
+
+    Args:
+        counts: the number of pairs each record makes, in the order the official script formats them
+            (RewardBench: 1 per row; RM-Bench: 9 per prompt, chosen style outer, rejected style inner).
+
+    Returns:
+        One list of 0/1 per record. ``random.Random(seed).choice`` draws exactly what the global ``random.choice``
+        does after ``random.seed(seed)`` (one Mersenne Twister, ``_randbelow(2)`` per draw).
+    """
+    import random
+
+    rng = random.Random(seed)
+    out: list[list[JSONValue]] = []
+    for n in counts:
+        draws: list[JSONValue] = [rng.choice([0, 1]) for _ in range(n)]
+        out.append(draws)
+    return out
 
 
 @dataclass(frozen=True)
@@ -284,6 +321,8 @@ class BenchResult:
         notes: caveats (missing data, rules that differ from an official script, ties and failures).
         cost: what the run cost (None for a replay of stored outputs).
         judge: the judge's :class:`~brrm.types.JudgeInfo` as a dict (empty for a replay of official files).
+        data_revision: the data scored, by revision and digest (:func:`brrm.bench.data.run_revision`; empty
+            when the result was made by :meth:`~brrm.bench.base.Benchmark.score` alone).
     """
 
     benchmark: str
@@ -293,6 +332,7 @@ class BenchResult:
     notes: tuple[str, ...] = ()
     cost: Cost | None = None
     judge: Mapping[str, object] = field(default_factory=dict)
+    data_revision: Mapping[str, object] = field(default_factory=dict)
 
     def row(self, name: str) -> Row:
         """The row called ``name``.
@@ -319,7 +359,27 @@ class BenchResult:
         return {"benchmark": self.benchmark, "metric": self.metric, "headline": self.headline,
                 "overall": json_ready(self.overall),
                 "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes),
-                "cost": self.cost.to_dict() if self.cost else None, "judge": dict(self.judge)}
+                "cost": self.cost.to_dict() if self.cost else None, "judge": dict(self.judge),
+                "data_revision": dict(self.data_revision)}
+
+
+def known_subset(value: object, known: Sequence[str], where: str) -> str:
+    """``value`` when it is exactly one of the ``known`` subset names (as the data spells them).
+
+    Official scripts group by the exact string, so a near miss would silently drop a subset from its row while
+    still counting in the aggregates: a name that matches a known one only case-insensitively (``ties`` for
+    ``Ties``) is refused naming the known spelling, before any model call.
+
+    Raises:
+        ConfigError: naming ``where`` (a file and row), the value and the known spelling (or all known names).
+    """
+    if isinstance(value, str) and value in known:
+        return value
+    near = [k for k in known if isinstance(value, str) and k.lower() == value.strip().lower()]
+    if near:
+        raise ConfigError(f"{where}: the subset {value!r} is not a known subset; the known one is {near[0]!r} (subset "
+                          "names are matched exactly, as the official script groups them)")
+    raise ConfigError(f"{where}: the subset {value!r} is not one of {', '.join(known)}")
 
 
 def random_swap(seed: int, item_id: str, pair: int) -> bool:
@@ -333,11 +393,20 @@ def random_swap(seed: int, item_id: str, pair: int) -> bool:
     return bool(digest[0] & 1)
 
 
+def _sequence_swap(item: BenchItem, pair: int) -> bool:
+    swaps = item.meta.get(SEQUENCE_KEY)
+    if not isinstance(swaps, list) or len(swaps) != len(item.pairs) or swaps[pair] not in (0, 1):
+        raise ConfigError(f"item {item.id!r} has no official presentation order ({SEQUENCE_KEY!r} in its meta): "
+                          "orders 'sequence' need a benchmark loader that draws the official sequence")
+    return swaps[pair] == 1
+
+
 def presentations(policy: str, item: BenchItem, *, seed: int = 0) -> list[tuple[int, bool]]:
     """The (pair, swapped) presentations an item's pairs get under an order policy.
 
     Raises:
-        ConfigError: for a policy outside :data:`ORDER_POLICIES`.
+        ConfigError: for a policy outside :data:`ORDER_POLICIES`, or ``sequence`` for an item without its official
+            orders.
     """
     if policy not in ORDER_POLICIES:
         raise ConfigError(f"order policy {policy!r} is not valid; expected one of {', '.join(ORDER_POLICIES)}")
@@ -345,6 +414,8 @@ def presentations(policy: str, item: BenchItem, *, seed: int = 0) -> list[tuple[
     for k in range(len(item.pairs)):
         if policy == "both":
             out += [(k, False), (k, True)]
+        elif policy == "sequence":
+            out.append((k, _sequence_swap(item, k)))
         else:
             out.append((k, random_swap(seed, item.id, k) if policy == "random" else False))
     return out

@@ -9,14 +9,19 @@ local path works offline and a hub id works where the hub (or its local cache) i
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brrm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from brrm.bench.base import Benchmark
+    from brrm.bench.core import BenchItem
 
 DATA_DIR_ENV = "BRRM_DATA_DIR"
 """Environment variable naming the data root (the folder that holds ``LLMBar/``, ``RM-Bench/``, …)."""
@@ -111,50 +116,92 @@ def read_source(source: str, *, split: str, revision: str | None = None) -> list
 _SOURCE_FIELD = re.compile(r"^- \*\*(Repository|Commit):\*\*\s*(\S+)", re.MULTILINE)
 
 
+def files_sha256(path: Path) -> str:
+    """sha256 (64 hex) naming a local copy by content: of the file's bytes for a file (what ``sha256sum`` prints);
+    for a folder, of the lines ``<relative path>\\0<sha256 of its bytes>\\n`` over its files in path order, the
+    folder's notes (``*.md``) left out so that a note edit does not rename the data."""
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() != ".md"):
+        digest.update(f"{f.relative_to(path).as_posix()}\0{hashlib.sha256(f.read_bytes()).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def items_sha256(items: Sequence[BenchItem]) -> str:
+    """sha256 (64 hex) over the items a run scored, in run order: each item's id, subset, messages, responses,
+    pairs and meta as canonical JSON, one line each. It names the data a run scored whatever its source (a hub id
+    with no known revision included), after ``--subset`` and ``--limit``."""
+    from brrm.types import Conversation
+
+    digest = hashlib.sha256()
+    for item in items:
+        record = {"id": item.id, "subset": item.subset, "messages": Conversation.coerce(item.conversation).to_list(),
+                  "responses": list(item.responses), "pairs": [[p.i, p.j, p.gold.value] for p in item.pairs],
+                  "meta": dict(item.meta)}
+        line = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+        digest.update(line.encode("utf-8", "surrogatepass") + b"\n")
+    return digest.hexdigest()
+
+
 def data_revision(folder: str | None, *, root: str | os.PathLike[str] | None = None,
-                  source: str | None = None) -> dict[str, str | None]:
-    """Which revision of a benchmark's data a run read, for the report and ``result.json``.
+                  source: str | None = None, revision: str | None = None) -> dict[str, str | None]:
+    """Which data a run read, for ``run.json``, the report and ``result.json``.
 
     Args:
         folder: the benchmark's folder under the data root (:attr:`brrm.bench.base.Benchmark.data_folder`), or
             None for hub-only data.
         root: the data root (``--data-dir``).
         source: a hub id or local copy (``--data``), for hub-only data (or a benchmark's hub-only subset).
+        revision: the hub revision asked for (``--revision``), recorded for a hub id.
 
     Returns:
-        ``{"source": path or hub id, "repository": …, "commit": …, "from": …}``: for a local benchmark folder the
-        upstream repository and commit its ``SOURCE.md`` names (``- **Repository:**`` / ``- **Commit:**`` lines);
-        for a local file or folder given by ``source``, its sha256 (first 16 hex, over the files in name order);
-        for a hub id, the commit of the snapshot in the local Hugging Face cache (``snapshots/<commit>/``).
-        ``commit`` is None, with ``from`` saying why, where none can be told.
+        ``{"source", "repository", "commit", "sha256", "from"}``: for a local benchmark folder the upstream
+        repository and commit its ``SOURCE.md`` names (``- **Repository:**`` / ``- **Commit:**`` lines) and the
+        sha256 of the files there (:func:`files_sha256`); for a local file or folder given by ``source``, its
+        sha256; for a hub id, the revision asked for and the commit of the snapshot in the local Hugging Face cache
+        (``snapshots/<commit>/``). ``commit`` / ``sha256`` are None, with ``from`` saying why, where none can be told.
     """
     if source is not None:
         path = Path(source).expanduser()
         if path.exists():
-            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-            digest = hashlib.sha256()
-            for f in files:
-                digest.update(f.read_bytes())
-            return {"source": str(path), "repository": None, "commit": None, "sha256": digest.hexdigest()[:16],
+            return {"source": str(path), "repository": None, "commit": None, "sha256": files_sha256(path),
                     "from": "sha256 of the local copy"}
-        return {"source": source, "repository": f"https://huggingface.co/datasets/{source}",
-                **_hub_commit(source)}
+        return {"source": source, "repository": f"https://huggingface.co/datasets/{source}", "sha256": None,
+                "revision": revision, **_hub_commit(source, revision)}
     if folder is None:
-        return {"source": None, "repository": None, "commit": None, "from": "no data read"}
+        return {"source": None, "repository": None, "commit": None, "sha256": None, "from": "no data read"}
     base = data_root(root) / folder
+    digest = files_sha256(base) if base.is_dir() else None
     notes = base / "SOURCE.md"
     if not notes.is_file():
-        return {"source": str(base), "repository": None, "commit": None, "from": f"no SOURCE.md in {base}"}
+        return {"source": str(base), "repository": None, "commit": None, "sha256": digest,
+                "from": f"no SOURCE.md in {base}" + ("; sha256 of the local files" if digest else "")}
     fields = dict(_SOURCE_FIELD.findall(notes.read_text(encoding="utf-8")))
     return {"source": str(base), "repository": fields.get("Repository"),
-            "commit": fields.get("Commit", "").strip("`") or None, "from": str(notes)}
+            "commit": fields.get("Commit", "").strip("`") or None, "sha256": digest,
+            "from": f"{notes}; sha256 of the local files"}
 
 
-def _hub_commit(repo: str) -> dict[str, str | None]:
+def run_revision(bench: Benchmark, items: Sequence[BenchItem] | None, *, root: str | os.PathLike[str] | None = None,
+                 source: str | None = None) -> dict[str, str | None]:
+    """:func:`data_revision` of a benchmark's data (its folder, ``source`` or its hub id; RewardBench 2: its
+    ``revision``) plus ``items_sha256`` (:func:`items_sha256` of the items scored; None when not known, as for
+    official output files read without their texts): what a result names its data by."""
+    where = source or (bench.hub_source if bench.data_folder is None else None)
+    asked = getattr(bench, "revision", None)
+    return {**data_revision(bench.data_folder, root=root, source=where, revision=asked if isinstance(asked, str)
+                            else None),
+            "items_sha256": items_sha256(items) if items is not None else None}
+
+
+def _hub_commit(repo: str, revision: str | None) -> dict[str, str | None]:
+    if revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision):
+        return {"commit": revision, "from": "the hub commit asked for (--revision)"}
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        cached = try_to_load_from_cache(repo, "README.md", repo_type="dataset")
+        cached = try_to_load_from_cache(repo, "README.md", repo_type="dataset", revision=revision)
     except Exception:  # noqa: BLE001 - a broken cache only means "not known"
         cached = None
     if isinstance(cached, str) and "/snapshots/" in cached:

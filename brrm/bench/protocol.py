@@ -2,7 +2,9 @@
 
 * ``released`` — what the BR-RM model cards' figures come from: ``faithful`` decoding (the released prompts and
   parser end to end), temperature 1.0, top_p 1.0, at most 8192 new tokens per turn and 16384 in all (the cards'
-  sampling and budgets, ``DESIGN.md`` §3), each pair in the benchmark's own presentation order, the headline
+  sampling and budgets, ``DESIGN.md`` §3), each pair in the benchmark's own presentation order (on RewardBench
+  and RM-Bench the very order the official script drew for it: orders ``sequence``,
+  :attr:`brrm.bench.base.Benchmark.official_sequence`), the headline
   over parsed items only (the official BR-RM scorer averages over the samples it could parse), and the BR-RM
   scorer's aggregate where it differs from the benchmark's own (RewardBench: ``weighting="unweighted"``).
 * ``brrm`` — constrained decoding (every verdict parses) with both presentation orders combined per pair where the
@@ -91,10 +93,11 @@ class Protocol:
 
 
 def default_protocol(model: str | None) -> str:
-    """``released`` for a known checkpoint (by id or a local copy named like one), else ``custom``."""
-    from brrm.recipes import known_recipe
+    """``released`` for a known checkpoint — by id, a local copy named like one, its config or its content (a
+    renamed copy: :func:`brrm.recipes.known_id`) — else ``custom``."""
+    from brrm.recipes import known_recipe, model_config
 
-    return "released" if model and known_recipe(model) is not None else "custom"
+    return "released" if model and known_recipe(model, model_config(model)) is not None else "custom"
 
 
 def resolve(requested: str | None, bench: Benchmark, *, model: str | None, user: Mapping[str, object],
@@ -127,6 +130,8 @@ def _one(name: str, bench: Benchmark, user: Mapping[str, object], orders: str | 
     options = {**base, **{k: user[k] for k in base if k in user}}
     deviations = [f"{k} {user[k]}" for k in base if k in user and user[k] != base[k]]
     official = "official" if name == "released" or bench.metric_needs_orders else "both"
+    if name == "released" and bench.official_sequence:
+        official = "sequence"  # the released evaluation's own draws, pair for pair
     chosen = bench.orders(orders or official)
     if chosen != bench.orders(official):
         deviations.append(f"orders {chosen}")

@@ -147,13 +147,17 @@ def check_resume(folder: Path, settings: Mapping[str, object]) -> dict[str, Item
     """Results an earlier, interrupted run of the same settings left in ``folder`` (empty for a new folder).
 
     Raises:
-        ConfigError: when the folder holds a run of another benchmark, protocol or judge.
+        ConfigError: when the folder holds a run of another benchmark, protocol, judge or data (``data_revision``:
+            another revision or file digest).
     """
     run_file, items_file = folder / RUN_FILE, folder / ITEMS_FILE
     if not run_file.exists():
         return {}
     earlier = json.loads(run_file.read_text(encoding="utf-8"))
     now = json.loads(json.dumps(settings))  # compared as stored (tuples become lists)
+    for run in (earlier, now):  # the data must be the same files; the items scored may differ by --subset/--limit
+        if isinstance(run.get("data_revision"), dict):
+            run["data_revision"] = {k: v for k, v in run["data_revision"].items() if k != "items_sha256"}
     same = {k: earlier.get(k) == v for k, v in now.items() if k not in ("subsets", "limit")}
     if not all(same.values()):
         differ = ", ".join(k for k, ok in same.items() if not ok)
@@ -213,9 +217,9 @@ def drop_lines(path: Path, keys: set[str]) -> None:
 
 def published_figure(bench: Benchmark, model: str | None) -> float | None:
     """The model card's figure for this benchmark when the model is a known checkpoint (:data:`brrm.recipes.KNOWN`)."""
-    from brrm.recipes import known_recipe
+    from brrm.recipes import known_recipe, model_config
 
-    recipe = known_recipe(model) if model else None
+    recipe = known_recipe(model, model_config(model)) if model else None
     if recipe is None or not bench.published_key:
         return None
     return dict(recipe.published).get(bench.published_key)
@@ -322,7 +326,8 @@ def write_scored(folder: Path, runs: Sequence[Scored], published: float | None,
     first = runs[0].all
     lines = [f"# {first.benchmark}: {first.judge.get('model', 'replayed outputs')}", "",
              f"Metric: {first.metric}. Headline: **{first.headline}**.", "",
-             f"Data: {revision.get('source')} @ {revision.get('commit') or revision.get('sha256')}.", "",
+             f"Data: {revision.get('source')} @ {revision.get('commit') or 'unknown revision'}, files sha256 "
+             f"{revision.get('sha256')}, items sha256 {revision.get('items_sha256')}.", "",
              *protocol_table_lines(runs, published, markdown=True), ""]
     for run in runs:
         lines += [f"- {run.label}: {note}" for note in run.all.notes]

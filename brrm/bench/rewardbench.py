@@ -20,17 +20,33 @@ correct only when the verdict names the chosen response (a tie or failure earns 
 
 Ties and failures are always counted apart, so ``accuracy == (wins + 0.5 * (ties + failures)) / n`` can be
 checked; the official random order is drawn from the order seed per item (:func:`brrm.bench.core.random_swap`;
-``run_generative.py`` draws it from the unseeded global numpy RNG).
+``run_generative.py`` draws it from the unseeded global numpy RNG). ``--protocol released`` shows each pair in the
+order the BR-RM evaluation drew for it instead (orders ``sequence``, :attr:`RewardBench.official_sequence`): the
+same per-item orders as the official run on the same split.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from brrm.bench.base import Benchmark
-from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, group, mean, pair_row, percent
+from brrm.bench.core import (
+    SEQUENCE_KEY,
+    BenchItem,
+    BenchResult,
+    ItemResult,
+    Pair,
+    Row,
+    group,
+    known_subset,
+    mean,
+    pair_row,
+    percent,
+    sequence_swaps,
+)
 from brrm.bench.data import read_source
 from brrm.errors import ConfigError
 from brrm.types import Verdict, check_choice
@@ -89,6 +105,9 @@ class RewardBench(Benchmark):
     title = "RewardBench"
     subsets = tuple(s for subsets in SECTIONS.values() for s in subsets)
     order_policy = "random"
+    official_sequence = ("one random.choice([0, 1]) per row of the filtered split in its order, from "
+                         "random.seed(42): format_rewardbench_example in nemo_rl/data/hf_datasets/"
+                         "reward_benchmarks.py (YzjiaoNvd/BR-RM @ d20a4e0); 1 = rejected shown first")
     published_key = "RewardBench"
     source_split = "filtered"
     hub_source = HUB_ID
@@ -105,16 +124,16 @@ class RewardBench(Benchmark):
     def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,
              source: str | None = None) -> list[BenchItem]:
         rows = read_source(source or HUB_ID, split="filtered")
+        swaps = sequence_swaps([1] * len(rows))  # one draw per row of the whole split, before any selection
         counts: dict[str, int] = {}
         items = []
-        for k, rec in enumerate(rows, start=1):
-            subset = rec.get("subset")
-            if subset not in EXAMPLE_COUNTS:
-                raise ConfigError(f"RewardBench row {k}: subset {subset!r} is not one of the 23 subsets")
+        for k, (rec, swap) in enumerate(zip(rows, swaps, strict=True), start=1):
+            subset = known_subset(rec.get("subset"), tuple(EXAMPLE_COUNTS), f"RewardBench row {k}")
             if subset not in subsets or (limit is not None and counts.get(subset, 0) >= limit):
                 continue
             counts[subset] = counts.get(subset, 0) + 1
-            items.append(self.item(rec, k))
+            item = self.item(rec, k)
+            items.append(replace(item, meta={**item.meta, SEQUENCE_KEY: swap}))
         return items
 
     @staticmethod

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from brrm.bench.base import Benchmark
-from brrm.bench.core import BenchItem, BenchResult, ItemResult, Row, group
+from brrm.bench.core import BenchItem, BenchResult, ItemResult, Row, group, known_subset
 from brrm.bench.data import read_source
 from brrm.errors import ConfigError
 from brrm.types import check_choice
@@ -157,8 +157,7 @@ def _check_row(rec: Mapping[str, Any], k: int) -> None:
     if missing:
         raise ConfigError(f"RewardBench 2 row {k}: missing column(s) {', '.join(missing)}; expected "
                           f"{', '.join(FIELDS)}")
-    if rec["subset"] not in SUBSETS:
-        raise ConfigError(f"RewardBench 2 row {k}: subset {rec['subset']!r} is not one of {', '.join(SUBSETS)}")
+    known_subset(rec["subset"], SUBSETS, f"RewardBench 2 row {k}")
     lists = (rec["chosen"], rec["rejected"])
     if not all(isinstance(x, list) and x and all(isinstance(t, str) for t in x) for x in lists):
         raise ConfigError(f"RewardBench 2 row {k}: chosen and rejected must be non-empty lists of strings")
@@ -241,12 +240,20 @@ class RewardBench2(Benchmark):
         return items
 
     def score(self, results: Sequence[ItemResult]) -> BenchResult:
+        """Per-subset rows, then Overall (its n: the items of those rows).
+
+        Raises:
+            ConfigError: for an item whose subset is not exactly one of :data:`SUBSETS` (see
+                :func:`~brrm.bench.core.known_subset`).
+        """
+        for r in results:
+            known_subset(r.item.subset, SUBSETS, f"RewardBench 2 item {r.item.id!r}")
         by_subset = group(results, lambda r: r.item.subset)
         rows = [self._ties_row(by_subset[s]) if s == "Ties" else self._bon_row(s, by_subset[s])
                 for s in self.subsets if s in by_subset]
         fractions = [_fraction(r) for r in rows]
         overall = sum(fractions) / len(fractions) if fractions else math.nan
-        rows.append(Row("Overall", 100 * overall, len(results), 0, sum(r.failures for r in rows),
+        rows.append(Row("Overall", 100 * overall, sum(r.n for r in rows), 0, sum(r.failures for r in rows),
                         {"fraction": overall, "rule": "unweighted mean of the subsets present"}))
         pairwise = any(r.item.meta.get("strategy") for r in results)
         notes = [("pairwise judge: completions ranked by " + self.strategy + " (order drawn per item); "

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from brrm.bench.core import BenchItem, ItemResult
+from brrm.bench.core import BenchItem, ItemResult, known_subset
 from brrm.errors import ConfigError
 from brrm.types import ScalarReward, Status
 
@@ -62,7 +62,10 @@ def read_scores(path: Path) -> list[ItemResult]:
                             for m, s in enumerate(row["scores"]))
         except ConfigError as exc:
             raise ConfigError(f"{path} row {k}: {exc}") from None
-        item = BenchItem(str(row["id"]), str(row["subset"]), "", ("",) * len(rewards), (),
+        from brrm.bench.rewardbench2 import SUBSETS  # here: rewardbench2 imports this module lazily
+
+        subset = known_subset(row["subset"], SUBSETS, f"{path} row {k}")
+        item = BenchItem(str(row["id"]), subset, "", ("",) * len(rewards), (),
                          {"num_correct": int(row["num_correct"])})
         out.append(ItemResult(item, (), rewards))
     return out

@@ -13,7 +13,14 @@ Overall averages the same four columns).
 
 Protocol for pairwise judges (RMB's repository has no generative-judge script): each comparison is judged once in
 one random order (the BR-RM evaluation's ``format_rmb_example``); a tie or a failed judgment is not correct and is
-reported apart.
+reported apart. The official orders cannot be reproduced, so even ``--protocol released`` draws them per pair from
+the order seed (:func:`brrm.bench.core.random_swap`): ``format_rmb_example`` (``nemo_rl/data/hf_datasets/
+reward_benchmarks.py``, YzjiaoNvd/BR-RM @ ``d20a4e0``) draws ``np.random.choice([0, 1])`` from numpy's global
+generator. That generator is seeded in the released run (``set_seed(42)`` in ``examples/run_eval_brrm.py``
+``main()`` seeds ``np.random`` too), but the draws run over one list of every file that
+``glob.glob(os.path.join(data_folder, "**", "*.json"), recursive=True)`` returns, unsorted: the file order, hence
+each pair's place in the sequence, is the file system's, not recorded anywhere; and whatever ``init_ray()`` and
+``get_tokenizer()`` draw from numpy between the seed and the data is unknown.
 """
 
 from __future__ import annotations

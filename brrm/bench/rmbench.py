@@ -13,8 +13,12 @@ one Safety domain. Overall and Easy/Normal/Hard = means over the domains (Chat, 
 
 Protocol for pairwise judges: each of the 9 comparisons of a prompt is judged once, in one random order
 (the BR-RM evaluation, ``reward_benchmarks.py`` ``format_rmbench_example``; brrm draws the order from the order
-seed per comparison, :func:`brrm.bench.core.random_swap`). A comparison is correct when the verdict picks the
-chosen response; a tie or a parse failure is not (RM-Bench's strict rule), and both are reported apart.
+seed per comparison, :func:`brrm.bench.core.random_swap`). ``--protocol released`` uses the official draws
+instead (orders ``sequence``: one ``random.seed(42)`` sequence over the prompts in the order read): the official
+run's per-comparison orders when the data is the hub split in its order (``--data`` a copy of it); over the
+per-domain files, the same rule over those files in :data:`FILES` order (the hub split's order is not in them).
+A comparison is correct when the verdict picks the chosen response; a tie or a parse failure is not (RM-Bench's
+strict rule), and both are reported apart.
 
 The released BR-RM scorer is wrong, and brrm does not follow it: ``print_evaluation_results.py`` stores
 ``preference`` as 1 or 2 but tests ``is_chosen_first = (gt == 0)``, which is never true, so every verdict is
@@ -27,11 +31,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from brrm.bench.base import Benchmark, take
-from brrm.bench.core import BenchItem, BenchResult, ItemResult, Pair, Row, group, mean, pair_row
-from brrm.bench.data import data_root, read_files, require
+from brrm.bench.base import Benchmark
+from brrm.bench.core import (
+    SEQUENCE_KEY,
+    BenchItem,
+    BenchResult,
+    ItemResult,
+    Pair,
+    Row,
+    group,
+    known_subset,
+    mean,
+    pair_row,
+    sequence_swaps,
+)
+from brrm.bench.data import data_root, read_files, read_source, require
 from brrm.errors import ConfigError
 from brrm.types import Verdict
 
@@ -81,6 +98,10 @@ class RMBench(Benchmark):
     title = "RM-Bench"
     subsets = tuple(FILES)
     order_policy = "random"
+    official_sequence = ("nine random.choice([0, 1]) per prompt in dataset order (chosen style outer, rejected "
+                         "style inner), from random.seed(42): format_rmbench_example in nemo_rl/data/hf_datasets/"
+                         "reward_benchmarks.py (YzjiaoNvd/BR-RM @ d20a4e0), over the hub's THU-KEG/RM-Bench train "
+                         "split; 1 = rejected shown first")
     data_folder = "RM-Bench"
     published_key = "RM-Bench"
 
@@ -89,16 +110,41 @@ class RMBench(Benchmark):
 
     def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,
              source: str | None = None) -> list[BenchItem]:
-        base = data_root(root) / "RM-Bench"
-        everything = tuple(subsets) == self.subsets
+        """The prompts of ``subsets``: from the per-domain files under ``<root>/RM-Bench/`` (in :data:`FILES`
+        order), or from ``source`` (``--data``), a copy of the hub's ``THU-KEG/RM-Bench`` ``train`` split (rows
+        with a ``domain`` column, as ``total_dataset.json``), read in its order. Every prompt gets its official
+        orders (:attr:`official_sequence`) drawn over all the rows read, before ``subsets`` and ``limit`` select.
+
+        Raises:
+            ConfigError: for missing data, a malformed row, or a ``domain`` that is not one of :data:`FILES`.
+        """
+        rows = self._rows(subsets, root, source)
+        swaps = sequence_swaps([9] * len(rows))
+        counts: dict[str, int] = {}
         items: list[BenchItem] = []
-        for subset in subsets:
+        for (subset, rec), swap in zip(rows, swaps, strict=True):
+            if subset not in subsets or (limit is not None and counts.get(subset, 0) >= limit):
+                continue
+            counts[subset] = counts.get(subset, 0) + 1
+            item = self.item(subset, rec)
+            items.append(replace(item, meta={**item.meta, SEQUENCE_KEY: swap}))
+        return items
+
+    def _rows(self, subsets: Sequence[str], root: str | os.PathLike[str] | None,
+              source: str | None) -> list[tuple[str, dict[str, Any]]]:
+        if source is not None:
+            rows = read_source(source, split="train")
+            return [(known_subset(rec.get("domain"), tuple(FILES), f"RM-Bench {source} row {k}"), rec)
+                    for k, rec in enumerate(rows, start=1)]
+        base = data_root(root) / "RM-Bench"
+        out: list[tuple[str, dict[str, Any]]] = []
+        for subset in FILES:
             path = base / FILES[subset]
-            if everything and subset == "math" and not path.exists():
+            if not path.exists() and (subset not in subsets or (subset == "math" and tuple(subsets) == self.subsets)):
                 continue  # "math where the data exists": the shared copy lacks it (SOURCE.md); noted in scores
             require(path, f"RM-Bench {subset}")
-            items += [self.item(subset, rec) for rec in take(read_files([path]), limit)]
-        return items
+            out += [(subset, rec) for rec in read_files([path])]
+        return out
 
     @staticmethod
     def item(subset: str, rec: dict[str, Any]) -> BenchItem:

@@ -45,7 +45,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                                                     "else ../shared/data next to the checkout)")
     p.add_argument("--data", default=None, help="hub id or local copy of hub-only data (rewardbench: default "
                                                  "allenai/reward-bench; mt-bench --subset human: "
-                                                 "lmsys/mt_bench_human_judgments)")
+                                                 "lmsys/mt_bench_human_judgments; rm-bench: a copy of THU-KEG/"
+                                                 "RM-Bench's train split, read in its order)")
     p.add_argument("--protocol", choices=("released", "brrm", "both"), default=None,
                    help="released: the model card's protocol (faithful decoding, the card's sampling and budgets, "
                         "the benchmark's orders, headline over parsed items as the official BR-RM scorer; default "
@@ -108,6 +109,7 @@ def execute(args: argparse.Namespace) -> list[Scored]:
     if not items:
         raise ConfigError(f"no {bench.title} items for --subset {', '.join(subsets)}")
     subsets = tuple(s for s in subsets if any(it.subset == s for it in items))
+    revision = _revision(args, bench, items)
     pairwise = _judge_kind(args) == "brrm"
     judge = common.load_judge(_with(args, protocols[0].options if pairwise else {}), kind="brrm")
     scored = []
@@ -120,10 +122,10 @@ def execute(args: argparse.Namespace) -> list[Scored]:
             scorer = bench if not protocol.bench_options else get_benchmark(  # the loaded one keeps its data notes
                 args.name, **{"weighting": args.weighting, "strategy": args.strategy, "revision": args.revision,
                               **protocol.bench_options})
-            scored.append(_run(args, scorer, mine, items, subsets, protocol, where))
+            scored.append(_run(args, scorer, mine, items, subsets, protocol, where, revision))
     finally:
         judge.close()
-    _finish(bench, scored, folder, judge.info.model, _revision(args, bench), vars(args).get("calibration"))
+    _finish(bench, scored, folder, judge.info.model, revision, vars(args).get("calibration"))
     return scored
 
 
@@ -156,11 +158,10 @@ def _sibling(args: argparse.Namespace, judge: RewardJudge, options: Mapping[str,
     return judge.with_options(**{k: v for k, v in opts.items() if k in names})
 
 
-def _revision(args: argparse.Namespace, bench: Benchmark) -> dict[str, Any]:
-    from brrm.bench.data import data_revision
+def _revision(args: argparse.Namespace, bench: Benchmark, items: list[BenchItem] | None) -> dict[str, Any]:
+    from brrm.bench.data import run_revision
 
-    source = args.data or (bench.hub_source if bench.data_folder is None else None)
-    return data_revision(bench.data_folder, root=args.data_dir, source=source)
+    return run_revision(bench, items, root=args.data_dir, source=args.data)
 
 
 def _output_folder(path: str | None) -> Path | None:
@@ -197,12 +198,17 @@ def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> 
         result = bench.replay(paths, root=args.data_dir)
         scored = Scored(None, result, None, 0, per_item=False)  # official files: no per-item parse states here
     print(f"brrm bench {bench.name}: replay of {', '.join(map(str, paths))}")
-    _finish(bench, [scored], folder, None, _revision(args, bench))
+    from brrm.bench.data import files_sha256
+
+    revision = {**_revision(args, bench, [r.item for r in scored.results] if scored.per_item else None),
+                "predictions_sha256": {str(p): files_sha256(p) for p in paths}}
+    scored = replace(scored, all=replace(scored.all, data_revision=revision))
+    _finish(bench, [scored], folder, None, revision)
     return scored
 
 
 def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: list[BenchItem],
-         subsets: tuple[str, ...], protocol: Protocol, folder: Path | None) -> Scored:
+         subsets: tuple[str, ...], protocol: Protocol, folder: Path | None, revision: dict[str, Any]) -> Scored:
     from brrm.bench.core import item_keys
     from brrm.bench.protocol import score_both
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, keep_complete_lines, run_settings, write_items
@@ -216,7 +222,8 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     pairwise = judge.info.pairwise
     print(protocol.describe(dict(judge.info.options) if pairwise else None), file=term)
     settings = {**run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
-                               source=args.data, limit=args.limit), "protocol": protocol.name}
+                               source=args.data, limit=args.limit), "protocol": protocol.name,
+                "data_revision": revision}
     from brrm.bench.rewardbench2 import RewardBench2
 
     best_of_n = bench if isinstance(bench, RewardBench2) else None  # RewardBench 2's best-of-n subsets
@@ -236,7 +243,9 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
         run_bench: Any = partial(bestofn.run, strategy=best_of_n.strategy)
     else:
         planned = planned_judgments(judge, todo, orders=orders, seed=args.order_seed)
-        how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else "")
+        how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else
+                                    f" (the official evaluation's draws: {bench.official_sequence})"
+                                    if orders == "sequence" else "")
         run_bench = partial(run_items, orders=orders)
     print(f"protocol: {how}; {planned} {unit}s to run"
           + (f"; resuming: {len(done)} items already judged" if done else "")
@@ -258,7 +267,8 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     finally:
         if handle is not None:
             handle.close()
-    scored = score_both(bench, results, protocol, replace(bench.score(results), cost=cost, judge=judge.info.to_dict()))
+    scored = score_both(bench, results, protocol, replace(bench.score(results), cost=cost, judge=judge.info.to_dict(),
+                                                          data_revision=revision))
     return replace(scored, results=tuple(results))
 
 
@@ -308,9 +318,11 @@ def _finish(bench: Benchmark, scored: list[Scored], folder: Path | None, model: 
             print(prefix + cost_line(run.all), file=term)
         for note in run.all.notes:
             print(f"{prefix}note: {note}", file=term)
-    at = revision.get("commit") or revision.get("sha256") or "unknown revision"
-    print(f"data: {revision.get('source')} — {revision.get('repository') or 'local copy'} @ {at} "
-          f"({revision.get('from')})", file=term)
+    at = revision.get("commit") or "unknown revision"
+    print(f"data: {revision.get('source')} — {revision.get('repository') or 'local copy'} @ {at}"
+          + (f", files sha256 {revision['sha256']}" if revision.get("sha256") else "")
+          + (f", items sha256 {revision['items_sha256']}" if revision.get("items_sha256") else "")
+          + f" ({revision.get('from')})", file=term)
     _calibration(scored, folder, many, calibration)
     if folder is not None:
         write_scored(folder, scored, published, revision)

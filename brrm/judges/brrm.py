@@ -76,7 +76,7 @@ POLICY_DEFAULTS = {
                     "neutralize_markers": True, "strip_response_reasoning": True,
                     "verdict": "last_after_thinking", "history_think": "text", "shortcuts": True},
     "faithful": {"system_messages": "drop", "tool_messages": "drop", "strip_history_reasoning": False,
-                 "neutralize_markers": False, "strip_response_reasoning": False, "verdict": "first",
+                 "neutralize_markers": False, "strip_response_reasoning": False, "verdict": "official",
                  "history_think": "markup", "shortcuts": False},
 }
 """Input policies and verdict selection of each decoding mode when not set explicitly (``faithful``: what the
@@ -118,7 +118,7 @@ class BRRMConfig:
         help="drop a leading <think> block of each response (default: on; faithful: off)")
     verdict: str | None = option(None, choices=fmt.VERDICT_SELECTIONS,
                                  help="which ranking block of turn 2 counts (default: last_after_thinking; "
-                                      "faithful: first)")
+                                      "faithful: official, the released parser and rule)")
     history_think: str | None = option(None, choices=HISTORY_THINK,
                                        help="tags of a kept <think> block of an earlier assistant turn: text, or the "
                                             "template's think tokens as the released evaluation gives them "
@@ -473,7 +473,13 @@ class BRRMJudge:
         t2 = it.t2
         if t2.finish_reason == "error":
             return self._failed(it, Status.BACKEND_ERROR, f"turn 2: {t2.error}", **fields)
-        position, why = fmt.parse_verdict(t2.text, self.config.verdict_selection)
+        if self.config.verdict_selection == "official":
+            ranking, why = fmt.official_ranking(t2.text)
+            if ranking is not None and ranking not in (1, 2):
+                return self._neither(it, ranking, budget_notes, fields)
+            position = ranking or 0
+        else:
+            position, why = fmt.parse_verdict(t2.text, self.config.verdict_selection)
         if not position:
             status = Status.TRUNCATED if t2.finish_reason == "length" else Status.PARSE_FAILURE
             reason = why + (" (turn 2 ran out of tokens)" if status is Status.TRUNCATED else "")
@@ -481,6 +487,16 @@ class BRRMJudge:
         p1, logits = digit_probability(t2)
         return PairwiseJudgment(winner=Verdict.A if position == 1 else Verdict.B, status=Status.OK,
                                 reason="; ".join(budget_notes), p_a=p1, logit_1=logits[0], logit_2=logits[1],
+                                provenance=self._provenance(it), attempts=it.attempt + 1, id=it.rid,
+                                **fields, **self._texts(it))
+
+
+    def _neither(self, it: _Item, ranking: int, notes: list[str], fields: dict[str, Any]) -> PairwiseJudgment:
+        """An official-parser ranking that names neither response (``\\boxed{3}``): parsed, and — as the official
+        scorer compares it with the gold 1 or 2 — correct for neither; a tie-valued OK judgment says so."""
+        reason = (f"official parser: \\boxed{{{ranking}}} names neither response; the official scorer counts it "
+                  "parsed and wrong, scored here as a tie (never correct where a tie is not)")
+        return PairwiseJudgment(winner=Verdict.TIE, status=Status.OK, reason="; ".join([reason, *notes]),
                                 provenance=self._provenance(it), attempts=it.attempt + 1, id=it.rid,
                                 **fields, **self._texts(it))
 

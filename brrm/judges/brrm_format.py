@@ -90,10 +90,35 @@ def parse_turn1(text: str) -> Turn1Parse:
     return Turn1Parse(tuple(dims), tuple(unknown), analyses[0], analyses[1])
 
 
-VERDICT_SELECTIONS = ("last_after_thinking", "first")
-"""How the verdict is picked from T2: ``first`` — the first regex match anywhere in T2, as the released
-evaluation does (``re.search``); ``last_after_thinking`` — the last match after the thinking block (a ranking
-block quoted while reasoning cannot override the final one)."""
+VERDICT_SELECTIONS = ("last_after_thinking", "first", "official")
+"""How the verdict is picked from T2: ``first`` — the first regex match anywhere in T2 (``re.search``), its value
+1 or 2; ``official`` — the released evaluation's parser and rule end to end (:func:`official_ranking`);
+``last_after_thinking`` — the last match after the thinking block (a ranking block quoted while reasoning cannot
+override the final one)."""
+
+
+def official_ranking(text: str) -> tuple[int | None, str]:
+    """The ranking the released evaluation reads from T2: ``(int, "")``, or ``(None, reason)`` where it has none.
+
+    The official code (YzjiaoNvd/BR-RM @ ``d20a4e0``): ``parse_scoring_response`` in
+    ``nemo_rl/environments/brrm_environment.py`` takes the first :data:`VERDICT_REGEX` match (``re.search``) and
+    ``group(1).strip()``, refusing a value with a comma ("Preference ranking should be a single value"); then
+    ``examples/run_eval_brrm.py`` keeps ``int(ranking)`` when the value is non-empty. So ``\\boxed{3}`` parses
+    (to 3: scored as a parsed, wrong answer, since it is neither gold 1 nor 2); a value ``int`` refuses
+    (``\\boxed{1 or 2}``) raises there and fails that whole batch in the official run, here only this judgment.
+    """
+    found = VERDICT_REGEX.search(text)
+    if found is None:
+        return None, "no [The Begin of Ranking Score] \\boxed{…} [The End of Ranking Score] block in turn 2"
+    value = found.group(1).strip()
+    if "," in value:
+        return None, f"ranking block holds \\boxed{{{value}}}: a comma, refused by the official parser"
+    if not value:
+        return None, "ranking block holds an empty \\boxed{}, which the official evaluation does not rank"
+    try:
+        return int(value), ""
+    except ValueError:
+        return None, f"ranking block holds \\boxed{{{value}}}, not an integer (int() fails in the official script)"
 
 
 def parse_verdict(text: str, selection: str = "last_after_thinking") -> tuple[int, str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +106,29 @@ SCHEDULING = ("continuous", "static")
 CONTINUOUS_CHUNK = 256
 """Judgments per call a continuously batching backend asks for: the running batch stays ``batch_size`` rows, the
 rest wait in its queue (prompt ids only), so a call may hold many more items than the batch."""
+
+
+def resolve_dtype(dtype: str, *, cuda: bool, device: str, config: Mapping[str, object] | None) -> str:
+    """The weights dtype a load uses (one of ``float32``, ``bfloat16``, ``float16``).
+
+    Args:
+        dtype: the option: ``auto`` or a dtype name (returned as given).
+        cuda: whether CUDA is available; ``device``: the device option (``auto``, ``cpu``, ``cuda``).
+        config: the checkpoint's parsed ``config.json`` (None when unread).
+
+    Returns:
+        For ``auto`` on a GPU: the config's ``torch_dtype`` (or ``dtype``, as transformers 5 saves it) when it is
+        float16 or bfloat16, else ``bfloat16`` (a float32 or undeclared checkpoint) — what vLLM's ``auto`` loads
+        (:func:`brrm.backends.vllm.engine.resolve_dtype`); for ``auto`` on CPU: ``float32`` (half precision on
+        CPU is slow and some kernels lack it). A known checkpoint's card dtype is set before
+        this, as an explicit option (:func:`brrm.recipes.card_dtype`).
+    """
+    if dtype != "auto":
+        return dtype
+    if not cuda or device == "cpu":
+        return "float32"
+    declared = (config or {}).get("torch_dtype", (config or {}).get("dtype"))
+    return declared if declared in ("float16", "bfloat16") else "bfloat16"
 
 
 class TransformersBackend:
@@ -214,7 +237,8 @@ class TransformersBackend:
             model_id: hub id (e.g. ``nvidia/Qwen3-Nemotron-14B-BRRM``) or a local directory.
             task: ``generate`` (``AutoModelForCausalLM``), ``classify`` (``AutoModelForSequenceClassification``)
                 or ``auto`` (``classify`` when the config's architectures name a sequence classifier).
-            dtype: ``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
+            dtype: ``auto`` (:func:`resolve_dtype`: on GPU the config's ``torch_dtype``, else bf16; fp32 on CPU),
+                ``float32``, ``bfloat16`` or ``float16``.
             device: ``auto`` (``device_map="auto"`` when CUDA is available, else CPU), ``cpu``, ``cuda``.
             name: the model name recorded in results (default ``model_id``).
             progress_bars: show transformers' loading bars ("Loading weights"); off by default, so loading from
@@ -227,6 +251,7 @@ class TransformersBackend:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
+        from brrm.recipes import model_config
         from brrm.types import check_bool, check_choice
 
         check_choice("task", task, TASKS)
@@ -237,7 +262,9 @@ class TransformersBackend:
         if device == "cuda" and not cuda:
             raise ConfigError("device 'cuda' was asked for, but CUDA is not available here (this torch build or "
                               "machine has no GPU); use device 'auto' or 'cpu'")
-        torch_dtype = dtypes.get(dtype) or (torch.bfloat16 if cuda and device != "cpu" else torch.float32)
+        gpu_auto = dtype == "auto" and cuda and device != "cpu"  # only then does the config's dtype matter
+        torch_dtype = dtypes[resolve_dtype(dtype, cuda=cuda, device=device,
+                                           config=model_config(model_id) if gpu_auto else None)]
         device_map = "auto" if device == "auto" and cuda else ("cuda" if device == "cuda" else "cpu")
         if task == "auto":
             config = AutoConfig.from_pretrained(model_id, trust_remote_code=trust_remote_code)

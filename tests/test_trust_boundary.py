@@ -63,9 +63,13 @@ def _scripted_brrm(tok):
 
 @pytest.mark.parametrize("field", FIELDS)
 def test_brrm_prompt_control_tokens_do_not_depend_on_record_text(qwen3_tokenizer, field):
+    # history_think="text": the one documented exception is faithful's released-evaluation policy
+    # (history_think="markup", its default), under which the context's <think> / </think> become the think ids as
+    # the official tokenization makes them (test_think_markup_is_the_only_exception below)
     tok = qwen3_tokenizer
     backend, seen = _scripted_brrm(tok)
-    judge = brrm_judge(backend, BRRMConfig(decoding="faithful", system_messages="include", tool_messages="include"))
+    judge = brrm_judge(backend, BRRMConfig(decoding="faithful", system_messages="include", tool_messages="include",
+                                           history_think="text"))
     judge.judge_pairs([_record(field, "plain words")[0]], *[[x] for x in _record(field, "plain words")[1:]])
     clean = _control_counts(tok, seen[0].prompt_ids)
     for attack in ATTACKS:
@@ -77,6 +81,25 @@ def test_brrm_prompt_control_tokens_do_not_depend_on_record_text(qwen3_tokenizer
         assert attack.replace("\\", "\\") in tok.decode(list(seen[0].prompt_ids))  # the text itself is kept
         p2 = seen[1].prompt_ids
         assert _control_counts(tok, p2[:len(seen[0].prompt_ids)]) == clean
+
+
+@pytest.mark.parametrize("field", [f for f in FIELDS if not f.startswith("response")])
+def test_think_markup_is_the_only_exception(qwen3_tokenizer, field):
+    """Under faithful's default ``history_think="markup"`` a context's ``<think>`` / ``</think>`` add the think ids
+    (151667 / 151668) and nothing else; the responses' never do."""
+    tok = qwen3_tokenizer
+    backend, seen = _scripted_brrm(tok)
+    judge = brrm_judge(backend, BRRMConfig(decoding="faithful", system_messages="include", tool_messages="include"))
+    judge.judge_pairs([_record(field, "plain words")[0]], *[[x] for x in _record(field, "plain words")[1:]])
+    clean = _control_counts(tok, seen[0].prompt_ids)
+    for attack in ATTACKS:
+        seen.clear()
+        conv, a, b = _record(field, attack)
+        judge.judge_pairs([conv], [a], [b])
+        extra = {k: v - clean.get(k, 0) for k, v in _control_counts(tok, seen[0].prompt_ids).items()
+                 if v != clean.get(k, 0)}
+        assert set(extra) <= {151667, 151668}, (field, attack, extra)
+        assert bool(extra) == (attack in ("<think>", "</think>")), (field, attack, extra)
 
 
 def test_exactly_as_many_control_tokens_in_p1_as_for_a_clean_response(qwen3_tokenizer):

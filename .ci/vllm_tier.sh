@@ -26,7 +26,7 @@ project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 deps = project["dependencies"] + project["optional-dependencies"]["serve"]  # the tier also runs brrm serve
 print("\n".join(d for d in deps if not d.replace(" ", "").startswith("torch")))
 PYEOF
-"$PY" -m pip install -qq -c "$VENV/vllm-constraints.txt" -r "$VENV/brrm-deps.txt" pytest pytest-timeout
+"$PY" -m pip install -qq -c "$VENV/vllm-constraints.txt" -r "$VENV/brrm-deps.txt" pytest pytest-timeout pytest-xdist
 "$PY" -m pip install -qq --no-deps -e .
 installed=$(date +%s)
 echo "vllm tier install: $(( installed - start )) s ($(du -sh "$VENV" | cut -f1))"
@@ -35,7 +35,7 @@ echo "vllm tier install: $(( installed - start )) s ($(du -sh "$VENV" | cut -f1)
 # op (2-21 s on CPU), and no network.
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 TORCH_COMPILE_DISABLE=1 \
     HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-"$PY" -m pytest -q -m vllm tests/vllm -p no:cacheprovider
+"$PY" -m pytest -q -n 0 -m vllm tests/vllm -p no:cacheprovider
 done_at=$(date +%s)
 echo "vllm tier tests: $(( done_at - installed )) s"
 echo "vllm tier total: $(( done_at - start )) s"

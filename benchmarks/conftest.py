@@ -26,3 +26,12 @@ def tiny_exact():
     from brrm.testing import build_qwen3_tokenizer, build_tiny_qwen3
 
     return build_tiny_qwen3(build_qwen3_tokenizer())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Benchmarks run in one process: the suite's ``-n 2`` (pyproject addopts) would disable pytest-benchmark and
+    time each figure beside another worker's load."""
+    if getattr(config.option, "numprocesses", None):
+        config.option.numprocesses = None
+        config.option.dist = "no"

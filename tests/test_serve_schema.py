@@ -30,7 +30,7 @@ KEY = "schema-key-0123456789"
 LIMITS = ["--max-items", "6", "--deadline", "30", "--max-wait-ms", "5"]
 BRRM = ["--kind", "brrm", "--max-new-tokens", "24", "--block-token-cap", "8", "--thinking", "off"]
 CONFIG = REPO / "tests" / "fixtures" / "schemathesis.toml"
-EXAMPLES, SECONDS = 8, 10
+EXAMPLES, SECONDS = 8, 20
 
 
 def schemathesis(server: Server, tmp: Path) -> subprocess.CompletedProcess[str]:

@@ -25,8 +25,10 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-HARD_EXIT_AFTER_S = 10.0
-"""Seconds a run may take to unwind after SIGINT/SIGTERM before the watchdog ends the process (> 0)."""
+HARD_EXIT_AFTER_S = 30.0
+"""Seconds a run may take to unwind after SIGINT/SIGTERM before the watchdog ends the process (> 0): a clean stop
+finishes the batch being written (an audit's transaction, the decode step in flight), which on a loaded 2-core
+machine took over 10 s; a run stuck in native code is ended after this."""
 
 
 class Terminated(KeyboardInterrupt):

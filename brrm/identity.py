@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Container
 from pathlib import Path
 
 IDENTITY_FILE = "identities.json"
@@ -60,15 +61,14 @@ def snapshot_folder(hub_id: str) -> Path | None:
     return Path(cached).parent if isinstance(cached, str) else None
 
 
-def remember(hub_id: str, folder: Path) -> str | None:
-    """Record ``folder``'s fingerprint as the known checkpoint ``hub_id`` (an exact key of
+def remember(hub_id: str, folder: Path, known: Container[str]) -> str | None:
+    """Record ``folder``'s fingerprint as the known checkpoint ``hub_id`` (an exact key of ``known``, the caller's
     :data:`brrm.recipes.KNOWN`, any case); the fingerprint, or None when ``hub_id`` is not known or the table
     cannot be written (then nothing is learned)."""
     from brrm.fingerprint import weights_fingerprint
-    from brrm.recipes import KNOWN
 
     key = hub_id.lower()
-    if key not in KNOWN or not folder.is_dir():
+    if key not in known or not folder.is_dir():
         return None
     fingerprint = weights_fingerprint(str(folder))
     try:
@@ -82,12 +82,10 @@ def remember(hub_id: str, folder: Path) -> str | None:
     return fingerprint
 
 
-def learn_from_hub(hub_id: str) -> str | None:
+def learn_from_hub(hub_id: str, known: Container[str]) -> str | None:
     """:func:`remember` a known checkpoint loaded by its hub id, from its snapshot in the local cache (None when
-    ``hub_id`` is not a known id or is not cached)."""
-    from brrm.recipes import KNOWN
-
-    if hub_id.lower() not in KNOWN:
+    ``hub_id`` is not a key of ``known`` or is not cached)."""
+    if hub_id.lower() not in known:
         return None
     folder = snapshot_folder(hub_id)
-    return remember(hub_id, folder) if folder is not None else None
+    return remember(hub_id, folder, known) if folder is not None else None

@@ -183,8 +183,9 @@ def _named_backend(backend: str, name: str, source: str, embedded: bool, kind: s
     built.info = replace(built.info, fingerprint=fingerprint)
     if not embedded:  # a known checkpoint by hub id: its snapshot's content makes renamed copies known
         from brrm.identity import learn_from_hub
+        from brrm.recipes import KNOWN
 
-        learn_from_hub(source)
+        learn_from_hub(source, KNOWN)
     return built
 
 

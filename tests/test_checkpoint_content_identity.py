@@ -15,6 +15,7 @@ from brrm.bench import get_benchmark
 from brrm.bench.protocol import default_protocol
 from brrm.bench.report import published_figure
 from brrm.fingerprint import _file_digest, weights_fingerprint
+from brrm.recipes import KNOWN
 from brrm.testing import save_tiny_qwen3
 
 BRRM_14B = "nvidia/Qwen3-Nemotron-14B-BRRM"
@@ -36,8 +37,8 @@ def test_a_renamed_copy_is_known_by_its_content_once_the_snapshot_was_seen(snaps
     copy = shutil.copytree(snapshot, tmp_path / "my-judge-v2")
     assert default_protocol(str(copy)) == "custom" and identity.learned() == {}
     monkeypatch.setattr(identity, "snapshot_folder", lambda hub_id: snapshot if hub_id == BRRM_14B else None)
-    assert identity.learn_from_hub("someone/else") is None and identity.learned() == {}
-    fingerprint = identity.learn_from_hub(BRRM_14B)
+    assert identity.learn_from_hub("someone/else", KNOWN) is None and identity.learned() == {}
+    fingerprint = identity.learn_from_hub(BRRM_14B, KNOWN)
     assert fingerprint == weights_fingerprint(str(snapshot)) == weights_fingerprint(str(copy))
     assert identity.learned() == {fingerprint: BRRM_14B.lower()}
     assert recipes.known_id(str(copy)) == BRRM_14B.lower()
@@ -47,7 +48,7 @@ def test_a_renamed_copy_is_known_by_its_content_once_the_snapshot_was_seen(snaps
 
 
 def test_other_content_is_not_the_known_checkpoint(snapshot, cache, tmp_path):
-    identity.remember(BRRM_14B, snapshot)
+    identity.remember(BRRM_14B, snapshot, KNOWN)
     edited = shutil.copytree(snapshot, tmp_path / "edited")
     (edited / "tokenizer_config.json").write_text((edited / "tokenizer_config.json").read_text() + " ")
     other = save_tiny_qwen3(tmp_path / "other", seed=8)
@@ -58,7 +59,7 @@ def test_other_content_is_not_the_known_checkpoint(snapshot, cache, tmp_path):
 def test_a_folder_named_like_a_known_checkpoint_teaches_nothing(snapshot, cache, tmp_path):
     named = shutil.copytree(snapshot, tmp_path / "Qwen3-Nemotron-14B-BRRM")
     assert recipes.known_id(str(named)) == BRRM_14B.lower()  # by folder name, as before
-    assert identity.remember(str(named), named) is None and identity.learned() == {}
+    assert identity.remember(str(named), named, KNOWN) is None and identity.learned() == {}
 
 
 def test_a_hub_cache_blob_is_digested_by_its_name(tmp_path):

@@ -29,15 +29,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from brrm.arena.judging import Battle
+from brrm.arena.scale import ANCHOR_RATING, SCALE
 from brrm.errors import BackendUnavailable, ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
 
-SCALE = 400.0 / math.log(10.0)
-"""Elo points per Bradley–Terry logit (400 / ln 10, as Arena-Hard-Auto and LMArena)."""
-ANCHOR_RATING = 1000.0
-"""The anchor's rating."""
 
 
 @dataclass(frozen=True)

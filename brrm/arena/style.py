@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from brrm.arena.judging import Battle
+from brrm.arena.scale import ANCHOR_RATING, SCALE
 from brrm.arena.table import ArenaTable
 
 if TYPE_CHECKING:
@@ -82,7 +83,6 @@ def fit_style(battles: Sequence[Battle], x: np.ndarray, rated: Sequence[str], *,
     import numpy as np
     from scipy.stats import bootstrap as scipy_bootstrap
 
-    from brrm.arena.ratings import ANCHOR_RATING, SCALE
 
     index = {m: i for i, m in enumerate(rated)}
     ia = np.array([index[b.model_a] for b in battles])

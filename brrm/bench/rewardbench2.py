@@ -45,6 +45,7 @@ from typing import Any
 from brrm.bench.base import Benchmark
 from brrm.bench.core import BenchItem, BenchResult, ItemResult, Row, group, known_subset
 from brrm.bench.data import read_source
+from brrm.bench.rewardbench2_replay import SUBSETS, read_scores
 from brrm.errors import ConfigError
 from brrm.types import check_choice
 
@@ -52,8 +53,6 @@ HUB_ID = "allenai/reward-bench-2"
 """Where RewardBench 2 lives (split ``test``, as ``load_bon_dataset_v2`` loads it)."""
 
 SPLIT = "test"
-SUBSETS = ("Factuality", "Precise IF", "Math", "Safety", "Focus", "Ties")
-"""The six subsets, in the paper's order."""
 
 STRATEGIES = ("knockout", "round_robin")
 """Best-of-N strategies a pairwise judge may use (:mod:`brrm.compose.strategies`)."""
@@ -291,6 +290,5 @@ class RewardBench2(Benchmark):
         Raises:
             ConfigError: for a file without those columns.
         """
-        from brrm.bench.rewardbench2_replay import read_scores
 
         return self.score([r for p in paths for r in read_scores(p)])

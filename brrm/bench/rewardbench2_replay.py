@@ -44,6 +44,9 @@ def _score(value: Any) -> float:
         raise ConfigError(f"score {value!r} is not a finite number")
     return float(x)
 
+SUBSETS = ("Factuality", "Precise IF", "Math", "Safety", "Focus", "Ties")
+"""RewardBench 2's six subsets, in the paper's order (:mod:`brrm.bench.rewardbench2` uses them too)."""
+
 
 def read_scores(path: Path) -> list[ItemResult]:
     """One :class:`ItemResult` per row (rewards = the stored scores; texts are not needed).
@@ -62,8 +65,6 @@ def read_scores(path: Path) -> list[ItemResult]:
                             for m, s in enumerate(row["scores"]))
         except ConfigError as exc:
             raise ConfigError(f"{path} row {k}: {exc}") from None
-        from brrm.bench.rewardbench2 import SUBSETS  # here: rewardbench2 imports this module lazily
-
         subset = known_subset(row["subset"], SUBSETS, f"{path} row {k}")
         item = BenchItem(str(row["id"]), subset, "", ("",) * len(rewards), (),
                          {"num_correct": int(row["num_correct"])})

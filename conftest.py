@@ -5,7 +5,6 @@ import os
 
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TORCH_COMPILE_DISABLE"):
     os.environ.setdefault(_name, "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # sybil comes with the dev extra; a venv without it (the vLLM tier's) runs its tests without the docs examples,
 # and the main tier's tests/test_docs_site.py fails where sybil is missing, so the examples never skip silently

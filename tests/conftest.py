@@ -6,9 +6,6 @@ import os
 
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TORCH_COMPILE_DISABLE"):
     os.environ.setdefault(_name, "1")
-# One intra-op thread for the tiny models: on a shared 2-core machine OpenMP spin-waiting makes them many times
-# slower when anything else runs (set before torch is imported).
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from pathlib import Path  # noqa: E402
 

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHELL_TIMEOUT_S = 300
 """Seconds one shell block may run before it fails (the executed blocks take seconds)."""
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TORCH_COMPILE_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+           "TORCH_COMPILE_DISABLE": "1"}
 
 
 def _shared() -> Path:

@@ -102,7 +102,7 @@ def running_server(args: Sequence[str], tmp: Path, *, env: dict[str, str] | None
     afterwards."""
     port = port or free_port()
     log_path = tmp / f"server-{port}.log"
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     if api_key:
         full_env["BRRM_API_KEY"] = api_key
     with open(log_path, "wb") as log:

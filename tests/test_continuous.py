@@ -147,7 +147,7 @@ def test_verdict_lines_reach_a_pipe_as_each_pair_finishes(tmp_path, tiny_dir):
 
 
 def _cli(tiny_dir, src, out, *extra):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     return [sys.executable, "-m", "brrm", "judge", "--input", str(src), "--output", str(out), "--model", tiny_dir,
             *TINY_ARGS, "--batch-size", "1", "--no-progress", "-q", *extra], env
 

@@ -1,8 +1,8 @@
 """Batch invariance by construction (issue 19.1), on three model shapes x 1, 2, 4 intra-op threads x batch sizes
 1, 3, 8, 16: each row's logits (prefill and one decode step over the batch's KV cache) are the same bits in a
 batch as alone, run as the backend's decoder runs them (inputs left-padded, each row's KV in a slot of its own).
-Thread counts are set for real with ``torch.set_num_threads`` (conftest's ``OMP_NUM_THREADS=1`` only sets the
-default). Then ``brrm judge`` at ``--batch-size 1`` and ``8``, temperature
+Thread counts are set for real with ``torch.set_num_threads`` (brrm's default, ``brrm/threads.py``, only sets
+the starting count). Then ``brrm judge`` at ``--batch-size 1`` and ``8``, temperature
 1.0, writes byte-identical files at 1 and 2 threads on the tiny non-default shape (head_dim 16, tied)."""
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def failing_judge():
 
 
 def _start(port: int, factory: str, load_s: float, log) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "BRRM_TEST_LOAD_S": str(load_s)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "BRRM_TEST_LOAD_S": str(load_s)}
     return subprocess.Popen([sys.executable, "-m", "brrm", "serve", "--factory", factory, "--port", str(port),
                              "--log-level", "warning", "--no-access-log"], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)

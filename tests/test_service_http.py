@@ -197,7 +197,7 @@ def test_a_failed_warmup_is_reported_and_retried_not_permanent(tmp_path):
     log = open(tmp_path / "flaky.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([sys.executable, "-m", "brrm", "serve", *args, "--port", str(port), "--log-level",
                              "warning"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            env={**__import__("os").environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+                            env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
     try:
         seen: list[str] = []
         end = time.monotonic() + 60

@@ -7,6 +7,7 @@ One command on a machine with an NVIDIA GPU and vLLM (e.g. one H200)::
     python benchmarks/gpu_check.py --bench rm-bench --limit 16   # the benchmark harness on real item lengths
     python benchmarks/gpu_check.py --tiny --bench llmbar --limit 2 --backend transformers   # CPU smoke, no vLLM
     python benchmarks/gpu_check.py --invariance --n 32 --turn-tokens 256   # vLLM's batch-invariant mode
+    python benchmarks/gpu_check.py --decoding --n 32 --turn-tokens 256     # faithful beside constrained
 
 What it does:
 
@@ -28,6 +29,10 @@ What it does:
 presentation-order protocol, ``brrm.load(..., backend="vllm")`` on the same random-weight 14B-shaped model, prefix
 caching on) over the first N items of each subset, and reports judgments/s and generated tokens/s at the
 benchmark's real prompt lengths (its scores are meaningless with random weights and are not reported).
+
+``--decoding`` judges the N pairs on one engine (prefix caching on) with the released protocol
+(``decoding="faithful"``, one request per turn) and with constrained decoding, and prints seconds per generated
+token, engine requests per judgment and prefix-cache hits of each (``benchmarks/gpu_decoding.py``).
 
 ``--invariance`` checks vLLM's batch-invariant mode behind the ``batch_invariant`` option (``VLLM_BATCH_INVARIANT=1``,
 set before vLLM is imported; vLLM's docs list GPUs of compute capability >= 9.0): in one process per setting
@@ -136,8 +141,10 @@ def judge_workload(
     turn_tokens: int,
     block_cap: int,
     temperature: float = 1.0,
+    decoding: str = "constrained",
 ) -> dict[str, Any]:
-    """Judge every pair once (both turns); returns timing and token counts.
+    """Judge every pair once (both turns) in ``decoding`` mode (``constrained`` or ``faithful``: the released
+    protocol, one free request per turn); returns timing and token counts.
 
     Returns:
         ``seconds``, ``judgments``, ``ok`` (judgments with a parsed verdict), ``generated_tokens``,
@@ -156,7 +163,7 @@ def judge_workload(
     )
     judge = brrm_judge(
         backend,
-        BRRMConfig(decoding="constrained", thinking="on", sampling=sampling, block_token_cap=block_cap),
+        BRRMConfig(decoding=decoding, thinking="on", sampling=sampling, block_token_cap=block_cap),
     )
     start = time.perf_counter()
     results = judge.judge_pairs(*pairs)
@@ -167,6 +174,7 @@ def judge_workload(
         "ok": sum(r.ok for r in results),
         "generated_tokens": sum(r.generated_tokens for r in results),
         "prompt_tokens": sum(r.prompt_tokens for r in results),
+        "verdicts": [str(r.winner) for r in results],
     }
 
 
@@ -401,7 +409,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--skip-nocache", action="store_true", help="only the prefix-caching run")
     p.add_argument("--out", default="gpu_check.json", help="results as JSON")
     p.add_argument("--model-dir", default=None, help="reuse or place the model directory here")
-    p.add_argument("--worker", choices=("on", "off", "inv-on", "inv-off"), help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=("on", "off", "inv-on", "inv-off", "dec"), help=argparse.SUPPRESS)
+    p.add_argument("--decoding", action="store_true",
+                   help="faithful (one request per turn) beside constrained decoding on one engine")
     p.add_argument("--invariance", action="store_true",
                    help="check vLLM's batch-invariant mode (batch_invariant=True): batched vs one pair per call")
     p.add_argument("--bench", default=None, metavar="NAME", help="run this benchmark's harness (brrm bench NAME)")
@@ -434,6 +444,10 @@ def main() -> None:
     if args.tiny:
         for k, v in {"VLLM_CPU_KVCACHE_SPACE": "2", "TORCH_COMPILE_DISABLE": "1"}.items():
             os.environ.setdefault(k, v)
+    if args.worker == "dec":
+        from gpu_decoding import decoding_worker
+
+        return decoding_worker(args, engine_options(args, True), judge_workload, make_pairs)
     if args.worker:
         return invariance_worker(args) if args.worker.startswith("inv-") else worker(args)
     if args.bench and args.backend == "transformers" and not args.tiny:
@@ -450,8 +464,13 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(out, indent=1))
         print(f"total wall time {out['meta']['wall_s']} s; results in {args.out}")
         return None
-    if args.invariance:
-        out = invariance_check(args, meta)
+    if args.invariance or args.decoding:
+        if args.decoding:
+            from gpu_decoding import decoding_report
+
+            out = decoding_report(_child(args, "dec"), meta)
+        else:
+            out = invariance_check(args, meta)
         out["meta"]["wall_s"] = round(time.perf_counter() - t0, 1)
         Path(args.out).write_text(json.dumps(out, indent=1))
         print(f"total wall time {out['meta']['wall_s']} s; results in {args.out}")

@@ -219,7 +219,8 @@ class CohortBuffer:
         sent = loop.time()
         try:
             self._check_budget(cohorts)
-            service = self._service or await loop.run_in_executor(None, self.service)
+            ready = self._service
+            service = ready if ready is not None else await loop.run_in_executor(None, self.service)
         except Exception as exc:  # noqa: BLE001 - the waiting samples get the error, the loop goes on
             for c in cohorts:
                 _fail(c.futures, exc)

@@ -11,7 +11,10 @@ cancellation token — so a group whose call stalls costs only its own samples, 
 next round are judged within their deadlines. A group that could not be judged makes each of its samples' calls
 raise the scheduler's error (:class:`~brrm.service.scheduler.DeadlineExceeded` for its deadline, another
 :class:`~brrm.service.scheduler.SchedulerError` when the backend is stuck or failing); its caller turns that into a
-failed reward with the reason (the verl manager: ``ok: False``, status ``timeout`` / ``backend_error``).
+failed reward with the reason (the verl manager: ``ok: False``, status ``timeout`` / ``backend_error``). A judge
+that does not declare concurrent calls runs one coalesced call at a time and cannot split a running call: a
+stalled group fails every group of the call it holds, each sample with that reason, and the next calls run once
+the stalled one is abandoned.
 
 A group that is still incomplete ``cohort_timeout_s`` after its first member arrived is never passed off as
 whole: its members get a failed reward (status ``incomplete_group``, the reason saying how many arrived) — one

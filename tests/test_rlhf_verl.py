@@ -279,7 +279,7 @@ def test_group_manager_in_verls_reward_loop(rm_path, tmp_path):
     assert len(outs) == 4 and all(set(o["reward_extra_info"]) == {"score", "ok", "status", "reason"} for o in outs)
     assert scores[0] == 1.0 and scores[1] == 0.0  # the empty response loses in both orders
     assert 0.0 <= scores[2] <= 1.0 and scores[2] + scores[3] == pytest.approx(1.0)
-    assert worker.reward_manager.buffer.calls == 1  # both groups judged in one batched call
+    assert worker.reward_manager.buffer.calls == 2  # each group its own job of the service scheduler
     rm = BrrmGroupRewardManager.assemble_rm_scores(data, scores)
     assert rm.shape == resp_t.shape and rm[1].abs().sum() == 0 and rm[0, len(r_ids[0]) - 1] == 1.0
     bad = OmegaConf.merge(config, {"reward": {"num_workers": 4}, "data": {"train_batch_size": 2}})

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -164,6 +165,66 @@ def test_a_retry_after_the_clients_own_timeout_finds_its_work_still_running(bt):
     retry = post(bt, "/v1/score", body, key=key)()
     assert retry.status_code == 200 and [r["reward"] for r in retry.json()["rewards"]] == [0.5, 1.5]
     assert calls(bt, token) == 1
+
+
+class _LosingProxy(BaseHTTPRequestHandler):
+    """Forwards to ``target``, recording (method, path, Idempotency-Key); the reply to the first POST is lost: held
+    past the client's own HTTP timeout, then the connection is dropped (the server did its work)."""
+
+    target, hold_s = "", 0.0
+    seen: list[tuple[str, str, str | None]] = []
+
+    def do_GET(self) -> None:
+        self._forward(None)
+
+    def do_POST(self) -> None:
+        self._forward(self.rfile.read(int(self.headers["Content-Length"])))
+
+    def _forward(self, body: bytes | None) -> None:
+        key = self.headers.get("Idempotency-Key")
+        self.seen.append((self.command, self.path, key))
+        headers = {"Content-Type": "application/json", **({"Idempotency-Key": key} if key else {})}
+        reply = httpx.request(self.command, f"{self.target}{self.path}", content=body, headers=headers, timeout=30)
+        if self.command == "POST" and [s[0] for s in self.seen].count("POST") == 1:
+            time.sleep(self.hold_s)
+            self.close_connection = True
+            return
+        self.send_response(reply.status_code)
+        for name in ("content-type", "idempotent-replayed"):
+            if name in reply.headers:
+                self.send_header(name, reply.headers[name])
+        self.send_header("Content-Length", str(len(reply.content)))
+        self.end_headers()
+        self.wfile.write(reply.content)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_remote_judge_retries_after_its_own_timeout_under_one_key_and_the_server_runs_once(bt):
+    """RemoteJudge sends one Idempotency-Key per logical request and reuses it on its retry after a timeout: the
+    server answers the retry with the stored reply (no second backend call); the next request has its own key."""
+    from brrm.service import RemoteJudge
+
+    _LosingProxy.target, _LosingProxy.seen = bt.url, []
+    judge_timeout = 2.0  # the server judges well within it (0.6 s); RemoteJudge's HTTP timeout is timeout_s + 5 s
+    _LosingProxy.hold_s = judge_timeout + 5 + 1.5
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LosingProxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    token = uuid.uuid4().hex
+    try:
+        with RemoteJudge(f"http://127.0.0.1:{proxy.server_port}", timeout_s=judge_timeout, retries=2) as judge:
+            first = judge.score([f"prompt {token}"] * 2, [f"q{k} {token}" for k in range(2)])
+            assert [(r.status.value, r.reward) for r in first] == [("ok", 0.5), ("ok", 1.5)], first
+            assert calls(bt, token) == 1  # the retry was answered the first run's stored reply
+            again = judge.score([f"prompt {token}"] * 2, [f"q{k} {token}" for k in range(2)])
+            assert [r.reward for r in again] == [0.5, 1.5] and calls(bt, token) == 2  # a new request runs
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    keys = [key for method, path, key in _LosingProxy.seen if method == "POST"]
+    assert len(keys) == 3 and keys[0] == keys[1] and keys[2] != keys[0] and len(keys[0] or "") == 32, keys
+    assert all(key is None for method, _, key in _LosingProxy.seen if method == "GET")
 
 
 def test_the_openapi_schema_documents_the_header_on_every_post_route(bt):

@@ -2,7 +2,10 @@
 
 verl's reward loop calls ``run_single`` once per sample, concurrently (``RewardLoopWorker.compute_score_batch``).
 :class:`BrrmGroupRewardManager` gathers the samples of each group (verl's ``uid``; ``actor_rollout_ref.rollout.n``
-per group) with a :class:`~brrm.rlhf.cohorts.CohortBuffer` and ranks complete groups in one batched judge call.
+per group) with a :class:`~brrm.rlhf.cohorts.CohortBuffer`, which sends each complete group as its own job
+through :mod:`brrm.service` (a hosted scheduler: coalesced calls, the group's ``timeout_s`` deadline, stall
+detection; with a judge that takes concurrent calls each group its own call, so a stalled group costs only its own
+samples, in this round and the next, locally and with ``url``).
 Configure it with ``reward.reward_manager.source=importlib``, ``reward.reward_manager.module.path=<this file>``,
 ``reward.reward_manager.name=BrrmGroupRewardManager`` and the brrm settings in
 ``reward.reward_kwargs.brrm_config`` (a :class:`~brrm.rlhf.verl.VerlRewardConfig` file or mapping, plus the group
@@ -13,8 +16,9 @@ verl needs a number for every sample. A sample without a reward (a failed judgme
 arrived whole: status ``incomplete_group``) gets, by default, the mean of its group's ok rewards — neutral for
 its GRPO advantage (see :mod:`brrm.rlhf.fallback`); ``failed_reward: none`` is refused (verl cannot take a
 missing value) and a number gives that constant. Either way ``reward_extra_info`` marks it ``ok: False`` with
-its status and reason. A group still incomplete at ``cohort_timeout_s`` is not judged unless
-``judge_partial_groups: true``.
+its status and reason (``timeout`` for a group not judged within ``timeout_s``, ``backend_error`` when the
+scheduler refused it because stalled calls fill ``max_workers``): mask such samples by ``ok``. A group still
+incomplete at ``cohort_timeout_s`` is not judged unless ``judge_partial_groups: true``.
 
 The batch is split into ``reward.num_workers`` contiguous chunks, one per worker; a group split between two
 workers would never complete in either, so the manager refuses (ConfigError) a layout whose chunks are not
@@ -37,6 +41,7 @@ from brrm.rlhf.cohorts import CohortBuffer
 from brrm.rlhf.fallback import check_failed_reward, fill_failed
 from brrm.rlhf.recipe import JudgeSource
 from brrm.rlhf.verl import TIMEOUT, resolve_config
+from brrm.service.scheduler import DeadlineExceeded, SchedulerError
 from brrm.types import ConversationLike, JudgeSpec, check_bool, check_choice, check_float, check_int
 
 if TYPE_CHECKING:
@@ -118,7 +123,8 @@ class BrrmGroupRewardManager(RewardManagerBase):
                                    soft=check_bool("soft", group.get("soft", False)),
                                    max_judgments=_maybe_int("max_judgments_per_step",
                                                             group.get("max_judgments_per_step")),
-                                   cohort_timeout_s=timeout,
+                                   cohort_timeout_s=timeout, timeout_s=self.brrm.timeout_s,
+                                   concurrency=self.brrm.max_workers,
                                    judge_partial=check_bool("judge_partial_groups",
                                                             group.get("judge_partial_groups", False)))
 
@@ -154,22 +160,26 @@ class BrrmGroupRewardManager(RewardManagerBase):
         uid = str(item.non_tensor_batch.get("uid", ""))
         if not uid:
             raise ConfigError("the batch has no 'uid' per sample; the group reward needs verl's GRPO grouping")
-        limit = self.buffer.cohort_timeout_s + self.brrm.timeout_s  # wait for the group, then for its judging
         try:
-            reward, members = await asyncio.wait_for(self.buffer.submit_group(uid, self._conversation(item), response),
-                                                     limit)
-        except TimeoutError:
-            late = self.brrm.fallback_score if isinstance(self.failed_reward, str) else self.failed_reward
-            return {"reward_score": late,
-                    "reward_extra_info": {"score": late, "ok": False, "status": TIMEOUT,
-                                          "reason": f"no group reward within cohort_timeout_s + timeout_s = "
-                                                    f"{limit:g} s"}}
+            reward, members = await self.buffer.submit_group(uid, self._conversation(item), response)
+        except DeadlineExceeded:
+            return self._failed(TIMEOUT, f"the group was not judged within timeout_s={self.brrm.timeout_s:g} "
+                                         "(its judge call stalled or ran long; other groups are not held by it)")
+        except SchedulerError as exc:  # the backend is stuck (stalled calls fill max_workers) or failing
+            return self._failed("backend_error", exc.message[:500])
         score = reward.reward if reward.ok else fill_failed(
             [reward, *members], [0] * (1 + len(members)), self.failed_reward, constant=self.brrm.fallback_score)[0]
         assert score is not None  # 'none' is refused at construction
         return {"reward_score": score,
                 "reward_extra_info": {"score": score, "ok": reward.ok, "status": reward.status.value,
                                       "reason": reward.reason}}
+
+    def _failed(self, status: str, reason: str) -> dict[str, object]:
+        """A sample whose group got no judgment: a placeholder score (the group has no ok reward to take the mean
+        of), marked ``ok: False`` with ``status`` and ``reason``."""
+        score = self.brrm.fallback_score if isinstance(self.failed_reward, str) else self.failed_reward
+        return {"reward_score": score,
+                "reward_extra_info": {"score": score, "ok": False, "status": status, "reason": reason}}
 
     @classmethod
     def assemble_rm_scores(cls, data: DataProto, scores: list[float]) -> torch.Tensor:

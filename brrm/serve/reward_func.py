@@ -11,9 +11,10 @@ Configured from the environment (or a JSON file), in one of two ways:
 * **local** — ``BRRM_MODEL`` (hub id or folder; unset: the embedded demo), ``BRRM_KIND``, ``BRRM_BACKEND``,
   ``BRRM_OPTIONS`` (a JSON object of :func:`brrm.load` options), ``BRRM_FAILED_REWARD`` (a number or ``null``,
   default 0.0), ``BRRM_GET_REWARD_MODE`` (``auto``/``scores``/``reference``), ``BRRM_MAX_BATCH`` (default 32) and
-  ``BRRM_MAX_WAIT_MS`` (default 10): the judge is built once per process, and concurrent calls (OpenRLHF calls
-  ``reward_func`` from worker threads, one query at a time) are coalesced into batched judge calls by the same
-  scheduler as ``brrm serve``.
+  ``BRRM_MAX_WAIT_MS`` (default 10), ``BRRM_TIMEOUT_S`` (each query's deadline, default 600): the judge is built
+  once per process, and concurrent calls (OpenRLHF calls ``reward_func`` from worker threads, one query at a time)
+  are coalesced into batched judge calls by the same scheduler as ``brrm serve``, each query its own job
+  (:class:`LocalRewards`: a stalled query costs only itself with a judge that takes concurrent calls).
 
 ``BRRM_CONFIG=path.json`` gives the same settings as a JSON object with lower-case keys (``url``, ``api_key``,
 ``timeout_s``, ``model``, ``kind``, ``backend``, ``options``, ``failed_reward``, ``get_reward_mode``,
@@ -33,7 +34,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from brrm.errors import ConfigError
-from brrm.types import ScalarReward
+from brrm.service.items import ScoreItem
+from brrm.types import ScalarReward, Status
 from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.protocols import RewardJudge
 
@@ -126,8 +128,15 @@ def _remote(cfg: Mapping[str, JSONValue], queries: list[str], prompts: list[str]
 
 
 class LocalRewards:
-    """A judge in this process behind the serve scheduler (coalescing concurrent calls), answering like
-    ``/get_reward``.
+    """A judge in this process behind :mod:`brrm.service`'s hosted scheduler, answering like ``/get_reward``.
+
+    Every query is its own job under its own deadline (``timeout_s``): concurrent calls are coalesced into shared
+    judge calls, and with a judge that takes concurrent calls (``info.concurrent``: continuous batching, vLLM) each
+    job runs as its own call under its own cancellation token, so a stalled query costs only itself — it is
+    ``backend_error`` with the reason at its deadline, and the queries beside it and after it are judged. A judge that
+    does not declare concurrent calls runs one coalesced call at a time and cannot split a running call: a stalled
+    query holds the call it shares, so each query of that call is failed at its deadline with that reason (never
+    given a reward as if judged), and once the call is abandoned the next calls run.
 
     Args:
         judge: the judge (``brrm.load(...)``).
@@ -135,44 +144,75 @@ class LocalRewards:
         mode: ``auto``, ``scores`` or ``reference`` (see :func:`brrm.serve.openrlhf.resolve_mode`).
         max_batch: items per judge call, >= 1.
         max_wait_ms: how long a call waits for others to join, >= 0.
+        timeout_s: each query's deadline in seconds, > 0.
+        max_workers: judge calls at once for a concurrent judge, and the stalled calls tolerated before new queries
+            are refused (``backend_error``), >= 1.
 
     Raises:
         ConfigError: on an invalid mode for the judge or an invalid batch setting.
     """
 
     def __init__(self, judge: RewardJudge, *, failed_reward: float | None = 0.0, mode: str = "auto",
-                 max_batch: int = 32, max_wait_ms: float = 10.0) -> None:
+                 max_batch: int = 32, max_wait_ms: float = 10.0, timeout_s: float = 600.0,
+                 max_workers: int = 4) -> None:
         from brrm.serve.openrlhf import resolve_mode
-        from brrm.service.items import failed_result
-        from brrm.service.run import make_runner
-        from brrm.service.scheduler import Scheduler
+        from brrm.service.hosted import HostedScheduler
+        from brrm.types import check_float, check_int
 
         self.judge, self.failed_reward = judge, failed_reward
         self.mode = resolve_mode(mode, bool(judge.info.pairwise))
-        self.scheduler = Scheduler(make_runner(judge), max_batch=max_batch, max_wait_s=max_wait_ms / 1000,
-                                   max_queue=1 << 30, failed=failed_result)
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, name="brrm-reward-func", daemon=True).start()
-        asyncio.run_coroutine_threadsafe(self.scheduler.start(), self.loop).result()
+        self.timeout_s = check_float("timeout_s", timeout_s, low=0, low_open=True)
+        workers = check_int("max_workers", max_workers, low=1)
+        self.service = HostedScheduler(judge, concurrency=workers if judge.info.concurrent else 1, max_batch=max_batch,
+                                       max_wait_s=max_wait_ms / 1000, max_abandoned=workers,
+                                       stall_timeout_s=max(0.1, min(5.0, self.timeout_s / 2)))
+        self.scheduler = self.service.scheduler
 
     def rewards(self, queries: list[str], prompts: list[str] | None,
                 labels: list[JSONValue] | None) -> Mapping[str, object]:
-        """OpenRLHF's reply for these queries (blocking; safe to call from many threads)."""
+        """OpenRLHF's reply for these queries (blocking; safe to call from many threads).
+
+        Raises:
+            ConfigError: the judge refused a query's input (a setup mistake).
+        """
         from brrm.serve import openrlhf
-        from brrm.service.items import score_key
 
         todo = openrlhf.plan(queries, prompts, labels, mode=self.mode)
         scored: list[ScalarReward] = []
         if todo.items:
-            job = self.scheduler.submit(score_key(self.mode == "reference", False), todo.items, timeout_s=1e9)
-            scored = [r for r in asyncio.run_coroutine_threadsafe(job, self.loop).result()
-                      if isinstance(r, ScalarReward)]
+            outcomes = asyncio.run_coroutine_threadsafe(self._each(todo.items), self.service.loop).result()
+            scored = [self._reward(o) for o in outcomes]
         return openrlhf.reply(todo.fill(scored), self.failed_reward)
 
+    async def _each(self, items: list[ScoreItem]) -> list[object]:
+        """Each item's results (its own job), or the exception its job raised."""
+        from brrm.service.items import score_key
+
+        key = score_key(self.mode == "reference", False)
+        return list(await asyncio.gather(*(self.service.submit(key, [item], timeout_s=self.timeout_s)
+                                           for item in items), return_exceptions=True))
+
+    def _reward(self, outcome: object) -> ScalarReward:
+        """One query's reward from its job's outcome (a deadline or a scheduler refusal: ``backend_error``)."""
+        from brrm.service.scheduler import DeadlineExceeded, SchedulerError
+
+        if isinstance(outcome, ConfigError):
+            raise outcome
+        if isinstance(outcome, DeadlineExceeded):
+            return ScalarReward.failed(Status.BACKEND_ERROR, f"timeout: no reward within timeout_s={self.timeout_s:g} "
+                                       "(the judge call holding this query stalled or ran long)")
+        if isinstance(outcome, SchedulerError):
+            return ScalarReward.failed(Status.BACKEND_ERROR, outcome.message[:500])
+        if isinstance(outcome, BaseException):
+            return ScalarReward.failed(Status.BACKEND_ERROR, f"{type(outcome).__name__}: {outcome}"[:500])
+        result = outcome[0] if isinstance(outcome, list) and len(outcome) == 1 else None
+        if not isinstance(result, ScalarReward):
+            return ScalarReward.failed(Status.BACKEND_ERROR, f"the judge returned {outcome!r:.200} for one query")
+        return result
+
     def close(self) -> None:
-        """Stop the scheduler and free the judge."""
-        asyncio.run_coroutine_threadsafe(self.scheduler.drain(5.0), self.loop).result()
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        """Stop the scheduler (letting running calls finish, up to 5 s) and free the judge."""
+        self.service.close()
         self.judge.close()
 
 
@@ -208,5 +248,7 @@ def _local(cfg: Mapping[str, JSONValue]) -> LocalRewards:
             judge = JudgeSpec(model, kind=kind or "auto", backend=backend or "transformers", options=options).load()
             _service = LocalRewards(judge, failed_reward=None if failed is None else float(failed),
                                     mode=mode or "auto", max_batch=check_int("max_batch", cfg.get("max_batch", 32)),
-                                    max_wait_ms=check_float("max_wait_ms", cfg.get("max_wait_ms", 10.0)))
+                                    max_wait_ms=check_float("max_wait_ms", cfg.get("max_wait_ms", 10.0)),
+                                    timeout_s=check_float("timeout_s", cfg.get("timeout_s", 600.0), low=0,
+                                                          low_open=True))
         return _service

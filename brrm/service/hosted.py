@@ -6,7 +6,9 @@ hosted scheduler gathers them into shared judge calls exactly as the server does
 their slot, bisection of a raising item, stall detection). With a judge that takes concurrent calls
 (``info.concurrent``: continuous batching, vLLM, a ``brrm serve`` behind :class:`~brrm.service.RemoteJudge`) each
 request is its own call under its own cancellation token (``split``), so a stalled or timed-out sample costs only
-itself; healthy samples gathered with it are answered as their calls return, in this round and the next.
+itself; healthy samples gathered with it are answered as their calls return, in this round and the next. A
+surface whose unit of work is not one of :func:`~brrm.service.run.make_runner`'s calls (verl's group manager ranks
+a GRPO group with its repair pass) passes its own ``runner`` and ``failed`` factory and keeps every other rule.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import threading
 from collections.abc import Hashable, Sequence
 
 from brrm.errors import ConfigError
+from brrm.service.isolation import Runner
 from brrm.service.items import failed_result
 from brrm.service.run import make_runner
-from brrm.service.scheduler import Scheduler
+from brrm.service.scheduler import Failed, Scheduler
 from brrm.types import RewardJudge
 
 __all__ = ["HostedScheduler"]
@@ -34,18 +37,21 @@ class HostedScheduler:
         max_wait_s: how long the oldest request waits for company, seconds >= 0.
         stall_timeout_s: grace for a call nobody waits for before its thread is abandoned, seconds > 0.
         max_abandoned: abandoned (stalled) calls still running at which new work is refused, >= 1.
+        runner: the scheduler's judge call (None: :func:`~brrm.service.run.make_runner` over ``judge``).
+        failed: one item's failed result after bisection (None: :func:`~brrm.service.items.failed_result`).
 
     Raises:
         ConfigError: on an out-of-range setting.
     """
 
     def __init__(self, judge: RewardJudge, *, concurrency: int | None = None, max_batch: int = 64,
-                 max_wait_s: float = 0.01, stall_timeout_s: float = 1.0, max_abandoned: int = 4) -> None:
+                 max_wait_s: float = 0.01, stall_timeout_s: float = 1.0, max_abandoned: int = 4,
+                 runner: Runner | None = None, failed: Failed | None = None) -> None:
         concurrent = bool(judge.info.concurrent)
-        self.scheduler = Scheduler(make_runner(judge), max_batch=max_batch, max_wait_s=max_wait_s,
+        self.scheduler = Scheduler(runner or make_runner(judge), max_batch=max_batch, max_wait_s=max_wait_s,
                                    max_queue=1 << 30, concurrency=concurrency or (4 if concurrent else 1),
                                    stall_timeout_s=stall_timeout_s, max_abandoned=max_abandoned,
-                                   failed=failed_result, split=concurrent)
+                                   failed=failed or failed_result, split=concurrent)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="brrm-service", daemon=True)
         self._thread.start()

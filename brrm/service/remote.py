@@ -10,18 +10,20 @@ Failures follow the interface's rule: a mistake of the caller's (the server answ
 :class:`~brrm.errors.ConfigError` with the server's message, before or instead of any judging; an overloaded
 server (429/503) is retried after its ``Retry-After`` (at most ``retries`` times); a transport error, a
 timeout or a server error makes every item of that request a ``backend_error`` result with the reason — never
-an exception, never a number.
+an exception, never a number. Each request carries its own ``Idempotency-Key``, reused on its retries (after
+429/503 and after a timeout or dropped connection), so a retry never makes the server judge it twice
+(:mod:`brrm.service.transport`).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TypeVar, cast
 
 from brrm.errors import ConfigError
+from brrm.service.transport import post_json
 from brrm.types import (
     Conversation,
     GroupResult,
@@ -39,15 +41,8 @@ from brrm.types.conversation import ConversationLike
 from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
 
-if TYPE_CHECKING:
-    import httpx
-
 Progress = Callable[[float], None] | None
 R = TypeVar("R")
-CALLER_ERRORS = (400, 401, 403, 404, 413, 422)
-"""Statuses that mean the request itself is wrong (raised as ConfigError with the server's message)."""
-RETRIED = (429, 503)
-"""Statuses that mean "not now": retried after ``Retry-After``."""
 
 
 class RemoteJudge(SingleItems):
@@ -57,7 +52,8 @@ class RemoteJudge(SingleItems):
         url: the server's base URL (``http://HOST:PORT``).
         api_key: the server's ``--api-key`` (sent as ``Authorization: Bearer``); None: none.
         timeout_s: per-request deadline in seconds (sent as ``timeout_s`` and used as the HTTP timeout), > 0.
-        retries: how many times a 429/503 answer is retried, >= 0.
+        retries: how many times a request is retried after a 429/503 answer or a transport failure (a timeout, a
+            dropped connection), under its own Idempotency-Key, >= 0.
         concurrency: requests in flight at once (``rank_groups``, split batches), >= 1.
 
     Raises:
@@ -336,25 +332,9 @@ class RemoteJudge(SingleItems):
         return result
 
     def _post(self, path: str, body: JSONDict) -> JSONDict | str:
-        """The reply's JSON, or a reason (a transport or server failure); raises for the caller's mistakes."""
-        import httpx
-
-        for attempt in range(self.retries + 1):
-            try:
-                resp = self._client.post(path, json=body)
-            except httpx.HTTPError as exc:
-                return f"brrm serve at {self.url}{path}: {type(exc).__name__}: {exc}"[:500]
-            if resp.status_code in RETRIED and attempt < self.retries:
-                time.sleep(_retry_after(resp.headers.get("retry-after")))
-                continue
-            if resp.status_code == 200:
-                reply: JSONValue = resp.json()
-                return reply if isinstance(reply, dict) else f"brrm serve answered {path} with a non-object"
-            message = _message(resp)
-            if resp.status_code in CALLER_ERRORS:
-                raise ConfigError(f"brrm serve refused {path} (HTTP {resp.status_code}): {message}")
-            return f"brrm serve answered {path} with HTTP {resp.status_code}: {message}"[:500]
-        return f"brrm serve at {self.url}{path} stayed busy after {self.retries} retries"
+        """The reply's JSON, or a reason (a transport or server failure); raises for the caller's mistakes. One
+        idempotency key per call, reused on its retries (:func:`~brrm.service.transport.post_json`)."""
+        return post_json(self._client, path, body, retries=self.retries, where=self.url)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -459,22 +439,6 @@ def _served_info(url: str, model: JSONDict) -> JudgeInfo:
                      s["default_strategy"], options=options, chunk_size=max(1, chunk), concurrent=True,
                      pairwise=b["pairwise"], takes_principle=b["takes_principle"],
                      needs_reference=b["needs_reference"], fingerprint=s["fingerprint"])
-
-
-def _retry_after(value: str | None) -> float:
-    try:
-        return min(max(float(value or 1.0), 0.0), 30.0)
-    except ValueError:
-        return 1.0
-
-
-def _message(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return str(resp.text[:300])
-    error = body.get("error") if isinstance(body, dict) else None
-    return str(error.get("message") if isinstance(error, dict) else body)[:500]
 
 
 def _failed_judgment(reason: str, item: Mapping[str, JSONValue]) -> PairwiseJudgment:

@@ -250,3 +250,51 @@ def test_concurrent_calls_share_the_running_batch(vb):
     assert finished["short"][0] - started < (finished["long"][0] - started) / 2
     (alone,) = vb.generate([short_req], temperature=0)
     assert finished["short"][1].token_ids == alone.token_ids
+
+
+def test_a_cancelled_call_leaves_the_engine_at_the_next_step_alone(vb):
+    """Three calls share the engine's running batch; one call's token is set mid-decode: its requests are aborted
+    at the next step (counted in ``retired_rows``), it raises Cancelled with the reason, and the other two get
+    exactly the tokens they get alone (greedy)."""
+    import threading
+    import time
+
+    from brrm import cancellation
+
+    tok = vb.tokenizer
+
+    def requests(k: int) -> list[GenerationRequest]:
+        return [GenerationRequest(_ids(tok, f"Tell story {k} about the sea."), 300, seed=k),
+                GenerationRequest(_ids(tok, f"Count to {k}."), 200, seed=100 + k)]
+
+    alone = {k: [c.token_ids for c in vb.generate(requests(k), temperature=0)] for k in range(3)}
+    assert all(len(ids) > 50 for k in alone for ids in alone[k]), alone  # long enough to cancel mid-decode
+    before = dict(vb.stats)
+    tokens = {k: cancellation.CancelToken() for k in range(3)}
+    out: dict[int, object] = {}
+
+    def call(k: int) -> None:
+        with cancellation.scope(tokens[k]):
+            try:
+                out[k] = [c.token_ids for c in vb.generate(requests(k), temperature=0)]
+            except cancellation.Cancelled as exc:
+                out[k] = exc
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    while vb.stats["phases"] < before["phases"] + 6 or not vb._pending:
+        time.sleep(0.001)
+    time.sleep(0.2)  # a few steps in: every call is decoding
+    tokens[1].cancel("deadline")
+    for t in threads:
+        t.join(300)
+    assert out[0] == alone[0] and out[2] == alone[2]
+    assert isinstance(out[1], cancellation.Cancelled) and out[1].reason == "deadline"
+    assert vb.stats["retired_rows"] - before["retired_rows"] >= 1
+    full = sum(len(ids) for ids in alone[1])
+    assert vb.stats["generated_tokens"] - before["generated_tokens"] < sum(len(i) for k in (0, 2) for i in alone[k]) \
+        + full  # call 1's rows stopped short (an aborted request's tokens are never counted)
+    assert not vb._pending and not vb._calls  # nothing of the cancelled call is left in flight
+    (again,) = vb.generate(requests(1)[:1], temperature=0)
+    assert again.token_ids == alone[1][0]  # the engine goes on as before

@@ -2,7 +2,9 @@
 
 * **Batching.** :meth:`VLLMBackend.generate` drives the engine itself (``llm_engine.add_request`` +
   ``step``): every request of a judge turn is submitted at once and continuous batching schedules them;
-  when one request's phase ends, its next phase is submitted immediately, without waiting for the rest.
+  when one request's phase ends, its next phase is submitted immediately, without waiting for the rest. A call
+  whose request's cancellation token is set has its engine requests aborted before the next step and raises
+  :class:`~brrm.cancellation.Cancelled`; the other calls' rows run on (:mod:`brrm.backends.vllm.calls`).
 * **Constraints.** A :class:`~brrm.constraints.Program` runs as a chain of requests, one per segment
   (:mod:`brrm.backends.blackbox.phases`): ``Think`` as a free request stopped by ``</think>`` with the end-of-turn
   token banned and a forced close on budget; ``Pattern`` through structured outputs
@@ -39,8 +41,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from brrm import cancellation
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.vllm.calls import Call
 from brrm.backends.vllm.engine import (
     VLLM_HINT,
     Features,
@@ -117,11 +121,13 @@ class VLLMBackend:
             "prompt_tokens": 0,
             "cached_tokens": 0,
             "generated_tokens": 0,
+            "retired_rows": 0,
         }
         self._ids = itertools.count()
         self._lock = threading.RLock()  # vLLM's engine is not thread-safe: every engine call holds it
         self._pending: dict[str, Callable[[RequestOutput], None]] = {}  # request id -> what to do with its output
         self._failers: dict[str, Callable[[str], None]] = {}
+        self._calls: set[Call] = set()  # calls in flight, whose cancellation the stepping thread checks
 
     @classmethod
     def from_pretrained(
@@ -242,7 +248,7 @@ class VLLMBackend:
                 f"this vLLM engine runs the {self.runner!r} runner; generate needs runner='generate'"
             )
         runs = [ProgramRun(r, self.tokens, temperature, top_p, top_k) for r in requests]
-        call = _Call(len(runs), on_complete)
+        call = Call(len(runs), on_complete, cancellation.current())
         with self._lock:
             for i, run in enumerate(runs):
                 self._submit(run, call, i, temperature, top_p, top_k)
@@ -250,17 +256,33 @@ class VLLMBackend:
         self._drive(call)
         return [run.completion() for run in runs]
 
-    def _drive(self, call: _Call) -> None:
+    def _drive(self, call: Call) -> None:
         """Step the shared engine until ``call``'s runs are done.
 
         Every thread that waits on the engine takes turns stepping it (one ``step`` at a time, under the lock), and
         each step advances every request in flight, whichever call submitted it: a request from a later call joins
         the engine's running batch at the next step instead of waiting for earlier calls to finish (continuous
-        batching across calls, e.g. the HTTP server's concurrent requests).
+        batching across calls, e.g. the HTTP server's concurrent requests). Before each step, the requests of every
+        call whose cancellation token is set are aborted (:mod:`brrm.backends.vllm.calls`).
+
+        Raises:
+            Cancelled: ``call``'s token was set before its runs finished (its requests were aborted).
         """
+        with self._lock:
+            self._calls.add(call)
+        try:
+            self._step_until(call)
+        finally:
+            with self._lock:
+                self._calls.discard(call)
+        if call.retired:
+            raise cancellation.Cancelled(call.retired)
+
+    def _step_until(self, call: Call) -> None:
         engine = self._live().llm_engine
         while not call.done.is_set():
             with self._lock:
+                self._retire_cancelled()
                 if call.done.is_set():
                     break
                 try:
@@ -275,7 +297,19 @@ class VLLMBackend:
                         self._failers.pop(out.request_id, None)
                         self._pending.pop(out.request_id)(out)
 
-    def _submit(self, run: ProgramRun, call: _Call, index: int, temperature: float, top_p: float,
+    def _retire_cancelled(self) -> None:
+        """Abort the engine requests of every call whose token is set (under the lock) and wake their threads."""
+        for call in [c for c in self._calls if c.cancelled]:
+            rids = [rid for rid in call.rids if rid in self._pending]
+            if rids:
+                self._live().llm_engine.abort_request(rids)
+            for rid in rids:
+                self._pending.pop(rid)
+                self._failers.pop(rid)
+            self.stats["retired_rows"] += len(rids)
+            call.retire()
+
+    def _submit(self, run: ProgramRun, call: Call, index: int, temperature: float, top_p: float,
                 top_k: int = 0) -> None:
         """Submit the run's next phase (under the lock); when the run is finished, report it to its call."""
         from vllm import TokensPrompt
@@ -288,6 +322,7 @@ class VLLMBackend:
         try:
             params = sampling_params(phase, self.features, temperature, top_p, top_k)
             self._live().llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(phase.prompt_ids)), params)
+            call.rids.add(rid)
         except Exception as exc:  # VLLMValidationError (bad regex, prompt too long), ValueError, TypeError
             run.fail(f"vLLM refused the request: {type(exc).__name__}: {exc}")
             call.finished(index)
@@ -296,6 +331,7 @@ class VLLMBackend:
         self.stats["prompt_tokens"] += len(phase.prompt_ids)
 
         def done(out: RequestOutput) -> None:
+            call.rids.discard(rid)
             run.feed(self._result(out))
             self._submit(run, call, index, temperature, top_p, top_k)
 
@@ -346,15 +382,17 @@ class VLLMBackend:
         from vllm import TokensPrompt
 
         results: dict[int, PhaseResult] = {}
-        call = _Call(len(sequences), None)
+        call = Call(len(sequences), None, cancellation.current())
         with self._lock:
             for i, seq in enumerate(sequences):
                 phase = Phase(tuple(seq), 1, 0, "choice", ignore_eos=True, logprob_ids=(token_id,))
                 rid = f"brrm-{next(self._ids)}"
                 self._live().llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(seq)),
                                                 sampling_params(phase, self.features, 0.0, 1.0))
+                call.rids.add(rid)
 
-                def done(out: RequestOutput, i: int = i) -> None:
+                def done(out: RequestOutput, i: int = i, rid: str = rid) -> None:
+                    call.rids.discard(rid)
                     results[i] = self._result(out)
                     call.finished(i)
 
@@ -448,20 +486,3 @@ class VLLMBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _Call:
-    """One ``generate`` call's runs in flight: counts the finished ones and signals when all are."""
-
-    def __init__(self, n: int, on_complete: Callable[[int], None] | None) -> None:
-        self.left, self.on_complete = n, on_complete
-        self.done = threading.Event()
-        if n == 0:
-            self.done.set()
-
-    def finished(self, index: int) -> None:
-        self.left -= 1
-        if self.on_complete is not None:
-            self.on_complete(index)
-        if self.left <= 0:
-            self.done.set()

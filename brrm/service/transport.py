@@ -1,0 +1,96 @@
+"""One logical POST to ``brrm serve``, retried without a second model run: the transport of
+:class:`~brrm.service.RemoteJudge`.
+
+Every logical request gets its own ``Idempotency-Key`` (a random UUID4 hex, 32 characters), sent on the first
+attempt and on each of its retries, never on another request. A retry goes out after an overloaded answer
+(429/503, after its ``Retry-After``) and after a transport failure (a timeout, a dropped connection; after a
+backoff of 0.5 s, doubling, at most 5 s). Because the key and the body are the same, the server
+(:mod:`brrm.serve.idempotency`) answers a retry whose first attempt is still running with that run's reply, and
+one whose first attempt finished with the stored reply: a client that gave up on its own timeout never makes the
+server judge the same request twice. A failed first run (4xx/5xx) is not stored, so its retry runs again.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from brrm.errors import ConfigError
+from brrm.types.jsonvalue import JSONDict, JSONValue
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["CALLER_ERRORS", "HEADER", "RETRIED", "new_key", "post_json"]
+
+CALLER_ERRORS = (400, 401, 403, 404, 413, 422)
+"""Statuses that mean the request itself is wrong (raised as ConfigError with the server's message)."""
+RETRIED = (429, 503)
+"""Statuses that mean "not now": retried after ``Retry-After``."""
+HEADER = "Idempotency-Key"
+"""The request header that makes a retry safe (the server's :data:`brrm.serve.idempotency.HEADER`)."""
+
+
+def new_key() -> str:
+    """A fresh idempotency key: 32 lowercase hex characters (UUID4), unique per logical request."""
+    return uuid.uuid4().hex
+
+
+def post_json(client: httpx.Client, path: str, body: JSONDict, *, retries: int, where: str) -> JSONDict | str:
+    """POST ``body`` to ``path`` under one idempotency key, retried up to ``retries`` times.
+
+    Args:
+        client: the HTTP client (base URL and auth set).
+        path: the route, e.g. ``/v1/score``.
+        body: the JSON body (the same on every attempt).
+        retries: retries after 429/503 or a transport failure, >= 0.
+        where: the server's URL, for reasons.
+
+    Returns:
+        The reply's JSON object, or a reason (a transport or server failure, at most 500 characters).
+
+    Raises:
+        ConfigError: the server refused the request as the caller's mistake (400/401/403/404/413/422), with its
+            message.
+    """
+    import httpx
+
+    headers = {HEADER: new_key()}
+    for attempt in range(retries + 1):
+        try:
+            resp = client.post(path, json=body, headers=headers)
+        except httpx.TransportError as exc:
+            if attempt < retries:
+                time.sleep(min(0.5 * 2 ** attempt, 5.0))
+                continue
+            return f"brrm serve at {where}{path}: {type(exc).__name__}: {exc}"[:500]
+        if resp.status_code in RETRIED and attempt < retries:
+            time.sleep(_retry_after(resp.headers.get("retry-after")))
+            continue
+        if resp.status_code == 200:
+            reply: JSONValue = resp.json()
+            return reply if isinstance(reply, dict) else f"brrm serve answered {path} with a non-object"
+        message = _message(resp)
+        if resp.status_code in CALLER_ERRORS:
+            raise ConfigError(f"brrm serve refused {path} (HTTP {resp.status_code}): {message}")
+        return f"brrm serve answered {path} with HTTP {resp.status_code}: {message}"[:500]
+    return f"brrm serve at {where}{path} stayed busy after {retries} retries"
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds to wait from a ``Retry-After`` header (0 to 30; 1 when absent or not a number)."""
+    try:
+        return min(max(float(value or 1.0), 0.0), 30.0)
+    except ValueError:
+        return 1.0
+
+
+def _message(resp: httpx.Response) -> str:
+    """The error message of a brrm serve reply (``error.message``), else its text (at most 500 characters)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return str(resp.text[:300])
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("message") if isinstance(error, dict) else body)[:500]

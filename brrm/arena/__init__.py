@@ -78,7 +78,7 @@ class ArenaResult:
         return report_html(self.leaderboard, self.battles, self.categories, self.table.source)
 
 
-def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: str | None = None,
+def run_arena(judge: RewardJudge, source: str | Path | ArenaTable | object, *, baseline: str | None = None,
               round_robin: bool = False, adaptive: bool = False, budget: int | None = None,
               target_ci: float | None = None, anchor: str | None = None, outcomes: str = "soft",
               swap: bool | None = None, style_control: bool = True, bootstrap: int = 200,
@@ -89,8 +89,8 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable, *, baseline: 
 
     Args:
         judge: any :class:`~brrm.RewardJudge` (``brrm.load(...)``).
-        source: a JSON Lines or Parquet long table, an Arena-Hard-Auto folder (:func:`read_table`) or an
-            :class:`ArenaTable`.
+        source: a JSON Lines or Parquet long table, an Arena-Hard-Auto folder, a Hugging Face dataset (object,
+            folder or cached hub id; one split) (:func:`read_table`) or an :class:`ArenaTable`.
         baseline: every model meets this one (Arena-Hard-Auto's design); None needs ``round_robin`` or
             ``adaptive``.
         round_robin: every pair of models on every prompt.

@@ -27,7 +27,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--input", "-i", required=True,
                    help="long table, JSON Lines or .parquet: one row per (prompt_id, model) with 'prompt_id', "
                         "'model', 'response', 'prompt' and an optional 'category'; or an Arena-Hard-Auto folder "
-                        "(model_answer/*.jsonl, question.jsonl)")
+                        "(model_answer/*.jsonl, question.jsonl); or a Hugging Face dataset of those columns (a "
+                        "save_to_disk folder, a dataset repository folder, or a hub id in the local cache)")
+    g.add_argument("--split", default=None,
+                   help="the split of a Hugging Face dataset --input with several (default: its only split)")
     g.add_argument("--output", "-o", default=None, metavar="FOLDER",
                    help="folder for leaderboard.csv, battles.jsonl, failures.jsonl, categories.csv, report.html "
                         "and the store of judged battles (audit.sqlite: a rerun judges only what is missing); "
@@ -77,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     folder = _output_folder(args.output)
     common.load_options(args)
     _check_numbers(args)
-    table = read_table(args.input)
+    table = read_table(args.input, split=args.split)
     strategy = "adaptive" if args.adaptive else "round_robin" if args.round_robin else "baseline"
     grid = grid_size(table, "baseline" if strategy == "baseline" else "round_robin")
     planned = grid if strategy == "adaptive" else len(plan(table, strategy, args.baseline))  # before a model loads

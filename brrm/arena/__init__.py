@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from brrm.arena.adaptive import AdaptiveRun
 from brrm.arena.categories import CategoryBoard, by_category, summary, write_categories
@@ -28,7 +29,11 @@ from brrm.arena.ratings import Leaderboard, Rating, fit
 from brrm.arena.sources import read_table
 from brrm.arena.style import covariates
 from brrm.arena.table import ArenaTable, RowError, table_from_rows
-from brrm.types import RewardJudge
+from brrm.errors import ConfigError
+from brrm.types import JudgeSpec, RewardJudge
+
+if TYPE_CHECKING:
+    from brrm.audit.ray_runner import RayOptions
 
 __all__ = ["OUTCOMES", "STRATEGIES", "AdaptiveRun", "ArenaResult", "ArenaTable", "Battle", "CategoryBoard",
            "Leaderboard", "Matchup", "Rating", "RowError", "batch_judge", "by_category", "default_swap", "fit",
@@ -78,17 +83,18 @@ class ArenaResult:
         return report_html(self.leaderboard, self.battles, self.categories, self.table.source)
 
 
-def run_arena(judge: RewardJudge, source: str | Path | ArenaTable | object, *, baseline: str | None = None,
+def run_arena(judge: RewardJudge | JudgeSpec, source: str | Path | ArenaTable | object, *, baseline: str | None = None,
               round_robin: bool = False, adaptive: bool = False, budget: int | None = None,
               target_ci: float | None = None, anchor: str | None = None, outcomes: str = "soft",
               swap: bool | None = None, style_control: bool = True, bootstrap: int = 200,
               confidence: float = 0.95, seed: int = 0, store: str | Path | None = None,
               progress: Callable[[float], None] | None = None,
-              on_battle: Callable[[int, Battle], None] | None = None) -> ArenaResult:
+              on_battle: Callable[[int, Battle], None] | None = None, ray: RayOptions | None = None) -> ArenaResult:
     """Judge and rate an arena.
 
     Args:
-        judge: any :class:`~brrm.RewardJudge` (``brrm.load(...)``).
+        judge: any :class:`~brrm.RewardJudge` (``brrm.load(...)``); with ``ray``, the :class:`~brrm.JudgeSpec`
+            each Ray actor loads (the driver loads no model).
         source: a JSON Lines or Parquet long table, an Arena-Hard-Auto folder, a Hugging Face dataset (object,
             folder or cached hub id; one split) (:func:`read_table`) or an :class:`ArenaTable`.
         baseline: every model meets this one (Arena-Hard-Auto's design); None needs ``round_robin`` or
@@ -105,18 +111,22 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable | object, *, b
             judges only what is missing. None: no store.
         progress: called with the pairs just judged; on_battle: each battle as it is judged (without a store;
             the index is within its batch under ``adaptive``).
+        ray: judge on a Ray actor pool (:mod:`brrm.arena.ray`; needs ``store``); None: in this process.
 
     Raises:
-        ConfigError: for a bad table (:func:`read_table`), pairing (:func:`plan`), outcomes or fit setting.
+        ConfigError: for a bad table (:func:`read_table`), pairing (:func:`plan`), outcomes or fit setting, or
+            ``ray`` without a ``store``.
+        BackendUnavailable: with ``ray`` when Ray is not installed.
     """
     from brrm.arena.adaptive import run_adaptive
-    from brrm.errors import ConfigError
 
     if outcomes not in OUTCOMES:
         raise ConfigError(f"--outcomes {outcomes!r} is not valid; expected one of {', '.join(OUTCOMES)}")
+    if ray is not None and store is None:
+        raise ConfigError("judging on Ray needs a store folder (--output): the driver commits each batch there")
     table = source if isinstance(source, ArenaTable) else read_table(source)
     judge_fn = batch_judge(judge, table, swap=default_swap(judge) if swap is None else swap, store=store,
-                           progress=progress, on_battle=on_battle)
+                           progress=progress, on_battle=on_battle, ray=ray)
     run = None
     if adaptive:
         if baseline is not None or round_robin:
@@ -137,17 +147,21 @@ def run_arena(judge: RewardJudge, source: str | Path | ArenaTable | object, *, b
     return ArenaResult(table, matchups, tuple(battles), board, categories, run)
 
 
-def batch_judge(judge: RewardJudge, table: ArenaTable, *, swap: bool, store: str | Path | None = None,
+def batch_judge(judge: RewardJudge | JudgeSpec, table: ArenaTable, *, swap: bool, store: str | Path | None = None,
                 progress: Callable[[float], None] | None = None,
-                on_battle: Callable[[int, Battle], None] | None = None) -> Callable[[Sequence[Matchup]], list[Battle]]:
+                on_battle: Callable[[int, Battle], None] | None = None,
+                ray: RayOptions | None = None) -> Callable[[Sequence[Matchup]], list[Battle]]:
     """A function judging a batch of matchups of ``table``: :func:`judge_matchups`, or with a ``store`` folder
-    :func:`brrm.arena.resume.judge_resumable` (what the store holds is not judged again)."""
+    :func:`brrm.arena.resume.judge_resumable` (what the store holds is not judged again; on a Ray actor pool
+    with ``ray``, ``judge`` then being a :class:`~brrm.JudgeSpec`)."""
     def judged(matchups: Sequence[Matchup]) -> list[Battle]:
         if store is None:
+            if isinstance(judge, JudgeSpec):
+                raise ConfigError("a JudgeSpec judges an arena on Ray, with a store folder")
             return judge_matchups(judge, table, matchups, swap=swap, progress=progress, on_battle=on_battle)
         from brrm.arena.resume import judge_resumable
 
-        return judge_resumable(judge, table, matchups, swap=swap, folder=store, progress=progress)[0]
+        return judge_resumable(judge, table, matchups, swap=swap, folder=store, progress=progress, ray=ray)[0]
 
     return judged
 

@@ -10,15 +10,16 @@ each answer; its P(A ≻ B) is σ of the reward difference.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from brrm.arena.pairing import Matchup
 from brrm.arena.table import ArenaTable
 from brrm.errors import ConfigError
 from brrm.service.items import PairItem, PairsCall
-from brrm.types import PairwiseJudgment, RewardJudge, Status, Verdict
+from brrm.types import JudgeInfo, JudgeSpec, PairwiseJudgment, RewardJudge, Status, Verdict
 from brrm.types.jsonvalue import JSONDict
+from brrm.types.protocols import kind_trait
 
 WINNERS = ("model_a", "model_b", "tie")
 """LMArena's ``winner`` values."""
@@ -94,10 +95,16 @@ class Battle:
                 "position_bias": None if math.isnan(self.position_bias) else self.position_bias}
 
 
-def default_swap(judge: RewardJudge, single_order: bool = False) -> bool:
+def default_swap(judge: RewardJudge | JudgeSpec, single_order: bool = False) -> bool:
     """Whether an arena judges both orders: yes for a generative (pairwise) judge unless ``single_order``;
-    a scalar judge scores each answer on its own, so order does not arise."""
-    return bool(judge.info.pairwise) and not single_order
+    a scalar judge scores each answer on its own, so order does not arise. For a :class:`~brrm.JudgeSpec`
+    (Ray) the kind's trait decides; kind ``auto`` asks for both, and each actor drops the swap for a scalar
+    judge."""
+    if single_order:
+        return False
+    if isinstance(judge, JudgeSpec):
+        return kind_trait(judge.kind, "pairwise") is not False
+    return bool(judge.info.pairwise)
 
 
 def judge_matchups(judge: RewardJudge, table: ArenaTable, matchups: Sequence[Matchup], *, swap: bool,
@@ -135,11 +142,34 @@ def _item(table: ArenaTable, m: Matchup) -> PairItem:
 
 
 def _battle(judge: RewardJudge, table: ArenaTable, m: Matchup, j: PairwiseJudgment, swap: bool) -> Battle:
+    return battle_from(table, m, outcome(judge.info, j, swap))
+
+
+def outcome(info: JudgeInfo, j: PairwiseJudgment, swap: bool) -> JSONDict:
+    """What a judgment decides of a battle, without its names (``status``, ``reason``, ``winner``, ``p_a``,
+    ``consistent``, ``swapped``, ``judge``, ``fingerprint``, ``position_bias``; NaN as None): the stored row of
+    :mod:`brrm.arena.resume`, and what a Ray actor sends back (:mod:`brrm.arena.ray`)."""
     winner = {Verdict.A: "model_a", Verdict.B: "model_b", Verdict.TIE: "tie"}.get(j.winner, "")
     ok = j.status is Status.OK
-    return Battle(m.prompt_id, table.prompts[m.prompt_id].category, m.model_a, m.model_b, j.status.value,
-                  j.reason, winner if ok else "", float(j.p_a), j.consistent, swap and bool(judge.info.pairwise),
-                  judge.info.model, judge.info.fingerprint, _position_bias(j) if swap else math.nan)
+    bias = _position_bias(j) if swap else math.nan
+    return {"status": j.status.value, "reason": j.reason, "winner": winner if ok else "",
+            "p_a": None if math.isnan(j.p_a) else float(j.p_a), "consistent": j.consistent,
+            "swapped": swap and bool(info.pairwise), "judge": info.model, "fingerprint": info.fingerprint,
+            "position_bias": None if math.isnan(bias) else bias}
+
+
+def battle_from(table: ArenaTable, m: Matchup, row: Mapping[str, object]) -> Battle:
+    """The battle of matchup ``m`` from its :func:`outcome` fields (or a stored ``battles.jsonl`` row: the names
+    are the matchup's own)."""
+    def num(key: str) -> float:
+        value = row.get(key)
+        return float(value) if isinstance(value, int | float) else math.nan
+
+    consistent = row.get("consistent")
+    return Battle(m.prompt_id, table.prompts[m.prompt_id].category, m.model_a, m.model_b, str(row["status"]),
+                  str(row.get("reason") or ""), str(row.get("winner") or ""), num("p_a"),
+                  consistent if isinstance(consistent, bool) else None, bool(row.get("swapped")),
+                  str(row.get("judge") or ""), str(row.get("fingerprint") or ""), num("position_bias"))
 
 
 def _position_bias(j: PairwiseJudgment) -> float:

@@ -119,6 +119,23 @@ def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: Planned
     Raises:
         BackendUnavailable: when Ray is not installed (with the install hint).
     """
+    by_key = {it.item_hash: it for it in pending}
+    rows = [{"key": it.item_hash, "record": json.dumps(it.record, ensure_ascii=False)} for it in pending]
+    constructor = {"spec": spec, "shape": options.shape, "strategy": options.strategy}
+    for out in map_on_ray(JudgeActor, constructor, rows, options.chunk_size or DEFAULT_BATCH, ray_options):
+        keys = [str(k) for k in out["key"]]
+        yield [by_key[k] for k in keys], [json.loads(r) for r in out["result"]], json.loads(out["info"][0])
+
+
+def map_on_ray(actor: type, constructor: Mapping[str, object], rows: Sequence[Mapping[str, str]], batch: int,
+               ray_options: RayOptions) -> Iterator[Mapping[str, np.ndarray]]:
+    """Run ``rows`` (text columns) through a pool of ``actor(**constructor)`` on Ray Data, ``batch`` rows per
+    call; yields each finished output batch (numpy columns) as it arrives, so the caller (the one writer of its
+    store) commits it before the next. A Ray instance is started (and shut down) here unless one is running.
+
+    Raises:
+        BackendUnavailable: when Ray is not installed (with the install hint).
+    """
     try:
         import ray
         import ray.data
@@ -133,22 +150,31 @@ def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: Planned
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     try:
         ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False  # the audit's own bar and summary lines report progress
-        by_key = {it.item_hash: it for it in pending}
-        batch = options.chunk_size or DEFAULT_BATCH
-        rows = [{"key": it.item_hash, "record": json.dumps(it.record, ensure_ascii=False)} for it in pending]
-        env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
-        ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch))).map_batches(
-            JudgeActor, fn_constructor_kwargs={"spec": spec, "shape": options.shape, "strategy": options.strategy},
-            batch_size=batch, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=_actors(ray, ray_options)),
+        ctx.enable_progress_bars = False  # the caller's own bar and summary lines report progress
+        env = passed_env(cpus_per_actor=ray_options.num_cpus_per_actor)
+        ds = ray.data.from_items(list(rows), override_num_blocks=max(1, -(-len(rows) // batch))).map_batches(
+            actor, fn_constructor_kwargs=dict(constructor), batch_size=batch, batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=_actors(ray, ray_options)),
             num_cpus=ray_options.num_cpus_per_actor, num_gpus=ray_options.num_gpus_per_actor or None,
             runtime_env={"env_vars": env} if env else None)
-        for out in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            keys = [str(k) for k in out["key"]]
-            yield [by_key[k] for k in keys], [json.loads(r) for r in out["result"]], json.loads(out["info"][0])
+        yield from ds.iter_batches(batch_size=None, batch_format="numpy")
     finally:
         if started_here:
             ray.shutdown()
+
+
+def passed_env(environ: Mapping[str, str] = os.environ, *, cpus_per_actor: float = 1.0) -> dict[str, str]:
+    """The environment an actor gets on top of the driver's: the :data:`PASS_ENV` variables set here, with an
+    ``OMP_NUM_THREADS`` that brrm chose for the driver (:mod:`brrm.threads`: this machine's usable CPUs, which Ray
+    workers on this node would inherit) replaced by the actor's own CPUs, ``cpus_per_actor`` (at least 1), as Ray
+    sets for a worker whose environment does not say. A user's own ``OMP_NUM_THREADS`` is passed on as it is."""
+    from brrm.threads import MARKER
+
+    env = {k: environ[k] for k in PASS_ENV if k in environ}
+    chosen = f"{environ.get('OMP_NUM_THREADS', '')}/{environ.get('OMP_WAIT_POLICY', '')}"
+    if environ.get(MARKER) == chosen:
+        env["OMP_NUM_THREADS"] = str(max(1, int(cpus_per_actor)))
+    return env
 
 
 def _actors(ray: ModuleType, opts: RayOptions) -> int:

@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, TextIO
 
 from brrm.cli import common
 from brrm.cli.command import Command
+from brrm.cli.flags import LoadKeywords
+from brrm.cli.ray_flags import add_ray_args, ray_options
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
     from brrm.arena import ArenaTable
+    from brrm.types import JudgeSpec, RewardJudge
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -68,6 +71,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="interval level in (0, 1) (default: 0.95)")
     g.add_argument("--bootstrap-seed", type=int, default=0,
                    help="seed of the bootstrap: the same battles and seed give the same table (default: 0)")
+    add_ray_args(p, writer="the store and the outputs (--output is needed)")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -76,10 +80,14 @@ def run(args: argparse.Namespace) -> int:
     """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
     from brrm.arena import default_swap, grid_size, plan, read_table, run_arena
     from brrm.arena.report import position_bias
+    from brrm.types import JudgeSpec
 
     folder = _output_folder(args.output)
-    common.load_options(args)
+    model, opts = common.load_options(args)
     _check_numbers(args)
+    ray = ray_options(args)
+    if ray is not None and folder is None:
+        raise ConfigError("--ray needs --output FOLDER: this process commits each judged batch to its store")
     table = read_table(args.input, split=args.split)
     strategy = "adaptive" if args.adaptive else "round_robin" if args.round_robin else "baseline"
     grid = grid_size(table, "baseline" if strategy == "baseline" else "round_robin")
@@ -89,9 +97,8 @@ def run(args: argparse.Namespace) -> int:
                           f"{', '.join(table.models)}")
     term = common.terminal("")
     _report_input(term, table)
-    judge = common.load_judge(args, kind="brrm")
+    judge = _judge(args, term, len(table.answers)) if ray is None else _spec(model, opts, args.ray, term)
     swap = default_swap(judge, args.single_order)
-    common.header(term, "arena", judge, len(table.answers), args.input)
     size = f"at most {min(args.budget or grid, grid)}" if strategy == "adaptive" else str(planned)
     print(f"{strategy.replace('_', ' ')}: {size} matchups of a full grid of {grid}"
           f"{', both orders each' if swap else ''}; {args.outcomes} outcomes", file=term)
@@ -107,8 +114,9 @@ def run(args: argparse.Namespace) -> int:
                            adaptive=args.adaptive, budget=args.budget, target_ci=args.target_ci, anchor=args.anchor,
                            outcomes=args.outcomes, swap=swap, style_control=not args.no_style_control,
                            bootstrap=args.bootstrap, confidence=args.confidence, seed=args.bootstrap_seed,
-                           store=folder, progress=progress)
-    judge.close()
+                           store=folder, progress=progress, ray=ray)
+    if not isinstance(judge, JudgeSpec):
+        judge.close()
     if folder is not None:
         now = round(judged[0])
         print(f"judged {now} matchups now; {len(result.matchups) - now} came from the store in {folder}", file=term)
@@ -121,6 +129,25 @@ def run(args: argparse.Namespace) -> int:
         print("wrote " + ", ".join(str(p) for p in result.write(folder).values()), file=term)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
     return 0
+
+
+def _judge(args: argparse.Namespace, term: TextIO, answers: int) -> RewardJudge:
+    """The judge, loaded here (the embedded demo without --model), and the header saying what runs."""
+    judge = common.load_judge(args, kind="brrm")
+    common.header(term, "arena", judge, answers, args.input)
+    return judge
+
+
+def _spec(model: str | None, opts: LoadKeywords, address: str, term: TextIO) -> JudgeSpec:
+    """What each Ray actor loads (this process loads no model); the options are checked by ``JudgeSpec``."""
+    from brrm.types import JudgeSpec
+
+    if model is None and opts["kind"] == "auto":
+        opts["kind"] = "brrm"
+    spec = JudgeSpec.from_load(model, **opts)
+    print(f"brrm arena: on Ray ({address}); each actor loads model {spec.model or 'the embedded demo'}, kind "
+          f"{spec.kind}, backend {spec.backend}", file=term)
+    return spec
 
 
 def _check_numbers(args: argparse.Namespace) -> None:

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 from brrm.cli import common
 from brrm.cli.command import Command
 from brrm.cli.flags import LoadKeywords
+from brrm.cli.ray_flags import add_ray_args, ray_options
 
 if TYPE_CHECKING:
     from brrm.audit.plan import AuditItem
-    from brrm.audit.ray_runner import RayOptions
     from brrm.audit.runner import AuditOptions, AuditOutcome
     from brrm.records import RecordError
     from brrm.records.shapes import Record
@@ -64,14 +64,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probes", default=None, metavar="LIST",
                    help="pairs: also run robustness probes (as brrm probe), e.g. length,injection; writes "
                         "DIR/probes.json and a report section (rerun each time, not resumed)")
-    r = p.add_argument_group("Ray (pip install 'brrm[ray]')")
-    r.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="judge on a Ray actor pool: a cluster address (e.g. auto, ray://head:10001) or none for a "
-                        "local Ray instance; this process still writes the store")
-    r.add_argument("--actors", type=int, default=None,
-                   help="judge actors (default: GPUs / --num-gpus-per-actor, else 1)")
-    r.add_argument("--num-gpus-per-actor", type=float, default=0.0, help="GPUs each actor holds (default 0)")
-    r.add_argument("--num-cpus-per-actor", type=float, default=1.0, help="CPUs each actor holds (default 1)")
+    add_ray_args(p, writer="the store")
     common.add_retry_failed_arg(p)
     common.add_model_args(p)
 
@@ -94,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     opts["kind"] = kind
     items, options = _plan(args, records, shape, kind, opts)
     probes = _probe_names(args, shape)
-    ray = _ray_options(args)
+    ray = ray_options(args)
     from brrm.audit import JudgeSpec, run_audit
     from brrm.records import FieldMap
     from brrm.types.protocols import kind_trait
@@ -169,8 +162,7 @@ def _plan(args: argparse.Namespace, records: list[Record | RecordError], shape: 
                           "principles")
     if args.strategy != "auto" and shape != "groups":
         raise ConfigError(f"--strategy applies to group records (responses lists), not {shape}")
-    if args.ray is None and (args.actors is not None or args.num_gpus_per_actor):
-        raise ConfigError("--actors and --num-gpus-per-actor apply with --ray")
+    ray_options(args)  # --actors without --ray is refused before anything is read
     strategy = resolve_strategy(args.strategy, kind=kind, shape=shape)
     principles = list(args.principle or []) if shape == "single" else []
     if shape == "single":
@@ -217,15 +209,6 @@ def _run_probes(records: list[Record | RecordError], spec: JudgeSpec, probes: tu
     print_report(sys.stderr, report)
     out.mkdir(parents=True, exist_ok=True)
     (out / PROBES_FILE).write_text(json.dumps(report.to_dict(), ensure_ascii=False, indent=1), encoding="utf-8")
-
-
-def _ray_options(args: argparse.Namespace) -> RayOptions | None:
-    if args.ray is None:
-        return None
-    from brrm.audit.ray_runner import RayOptions
-
-    return RayOptions(address=None if args.ray == "local" else args.ray, actors=args.actors,
-                      num_gpus_per_actor=args.num_gpus_per_actor, num_cpus_per_actor=args.num_cpus_per_actor)
 
 
 def _provenance(source: str) -> dict[str, str | int]:

@@ -471,3 +471,21 @@ def test_a_scalar_bradley_terry_judge_rates_without_swap(tmp_path):
     assert len(result.battles) == 16 and all(b.ok and not b.swapped and 0 <= b.p_a <= 1 for b in result.battles)
     assert all(b.consistent is None and math.isnan(b.position_bias) for b in result.battles)
     assert {r.model for r in result.leaderboard.ratings} == {"baseline-bot", "terse-bot", "helpful-bot"}
+
+
+def test_the_embedded_demo_writes_the_arena_outputs_on_one_prompt(tmp_path, capsys):
+    """The README's command with the embedded demo judge (no --model), on the example's first prompt (3 models:
+    2 matchups, both orders): leaderboard, battles and report written; the whole example takes minutes."""
+    from brrm.cli import main
+
+    one = tmp_path / "one.jsonl"
+    one.write_text("".join((REPO / "examples/arena.jsonl").read_text().splitlines(keepends=True)[:3]))
+    out = tmp_path / "out"
+    code = main(["arena", "--input", str(one), "--baseline", "baseline-bot", "--output", str(out), "--no-progress",
+                 "--bootstrap", "20"])
+    stdout = capsys.readouterr().out
+    assert code == 0 and "embedded demo" in stdout and "judged 2 matchups now" in stdout
+    board = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert {r["model"] for r in board} == {"baseline-bot", "terse-bot", "helpful-bot"}
+    rows = (out / "battles.jsonl").read_text().splitlines() + (out / "failures.jsonl").read_text().splitlines()
+    assert len(rows) == 2 and "swapped battles" in (out / "report.html").read_text()

@@ -51,8 +51,7 @@ def _config(info: Mapping[str, object], swap: bool) -> str:
 def _request(spec: JudgeSpec, swap: bool) -> str:
     from brrm.audit.keys import request_hash
 
-    return request_hash(spec.model, {**spec.options, "kind": spec.kind, "backend": spec.backend}, shape="pairs",
-                        strategy=_strategy(swap))
+    return request_hash(spec, shape="pairs", strategy=_strategy(swap))
 
 
 def judge_resumable(judge: RewardJudge | JudgeSpec, table: ArenaTable, matchups: Sequence[Matchup], *, swap: bool,

@@ -8,10 +8,10 @@
   a result (the group strategy), and the weights' fingerprint. ``chunk_size`` is left out (a result never
   depends on batching), and so is the spec (the request; equal judges from differently spelled requests share
   their results).
-* :func:`request_hash` — sha256 of what the user asked for (model argument, ``brrm.load`` options, shape,
-  strategy) and a fingerprint of the model's files. The store remembers which configuration a request
-  produced, so a rerun can tell what is left to do without loading the model; results are always stored
-  under the configuration of the judge that actually produced them.
+* :func:`request_hash` — sha256 of what the user asked for: the :class:`~brrm.JudgeSpec` (model argument,
+  ``brrm.load`` options and the weights' fingerprint it carries), shape and strategy. The store remembers which
+  configuration a request produced, so a rerun can tell what is left to do without loading the model; results
+  are always stored under the configuration of the judge that actually produced them.
 
 A stored result is found by ``(item_hash, config_hash)``: a changed configuration is a new key, never a
 stale reuse.
@@ -23,7 +23,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from brrm.types import JudgeInfo
+from brrm.types import JudgeInfo, JudgeSpec
 
 
 def canonical_json(value: object) -> str:
@@ -55,24 +55,15 @@ def config_hash(info: JudgeInfo | Mapping[str, object], *, shape: str, strategy:
     return sha256_text(canonical_json({"judge": data, "shape": shape, "strategy": strategy}))
 
 
-def request_hash(model: str | None, options: Mapping[str, object], *, shape: str, strategy: str | None) -> str:
-    """The hash of a request: model argument, ``brrm.load`` options, shape, strategy and the model's files.
+def request_hash(spec: JudgeSpec, *, shape: str, strategy: str | None) -> str:
+    """The hash of a request: the :class:`~brrm.JudgeSpec` it was given (model argument, kind, backend,
+    ``brrm.load`` options and the weights' fingerprint the spec carries, :mod:`brrm.fingerprint`), shape and
+    strategy. The spec's own fingerprint is used as it is, never recomputed from the model path: weights
+    overwritten in place make a spec with another fingerprint, hence another request (and ``JudgeSpec.load``
+    refuses a spec whose weights changed since it was made).
 
     Args:
-        model: what was passed to ``brrm.load`` (None: the embedded demo model).
-        options: the keyword options passed to ``brrm.load`` (JSON-ready values).
+        spec: what the run was asked to judge with.
         shape, strategy: as in :func:`config_hash`.
     """
-    return sha256_text(canonical_json({"model": model, "options": dict(options), "shape": shape,
-                                       "strategy": strategy, "files": model_fingerprint(model)}))
-
-
-def model_fingerprint(model: str | None) -> list[str]:
-    """What identifies the weights ``model`` names: :func:`brrm.fingerprint.weights_fingerprint` (content digests of
-    a local folder's weight, config and tokenizer files, cached by path, size, mtime, ctime and inode; a hub id's
-    resolved commit; the embedded GGUF's digest), so weights overwritten in place or a switched symlink make
-    another request, while an unchanged 60 GB checkpoint is not read again."""
-    from brrm.fingerprint import weights_fingerprint
-
-    return [weights_fingerprint(model)]
-
+    return sha256_text(canonical_json({"spec": spec.to_dict(), "shape": shape, "strategy": strategy}))

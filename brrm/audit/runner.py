@@ -147,8 +147,7 @@ def run_audit(items: Sequence[AuditItem], directory: str | Path, options: AuditO
     started = time.time()
     with AuditStore(directory) as store:
         request = None if judge is not None or spec is None else request_hash(
-            spec.model, {**spec.options, "kind": spec.kind, "backend": spec.backend}, shape=options.shape,
-            strategy=options.strategy)
+            spec, shape=options.shape, strategy=options.strategy)
         config = None
         if judge is not None:
             config = _remember(store, judge.info.to_dict(), options, None)

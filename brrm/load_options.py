@@ -4,11 +4,13 @@ fields are the keywords, their types, ranges and help), and the flat keywords ty
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from typing import TypedDict
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from brrm.backends.options import OpenAIOptions, TransformersOptions, VLLMOptions, field_names
-from brrm.types import BACKENDS, KINDS, SamplingConfig, check_choice
+from brrm.types import BACKENDS, KINDS, check_choice
 from brrm.types.options import keyword, option_fields
 
 BackendOptions = TransformersOptions | VLLMOptions | OpenAIOptions
@@ -18,42 +20,57 @@ BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {name: field_names(name) for name 
 """Options each backend takes: the fields of its options class (:mod:`brrm.backends.options`, with units and
 ranges)."""
 
+@dataclass(frozen=True)
+class KindOptions:
+    """A model kind's entry in :data:`KIND_OPTIONS`: where its options live, named ``"module:attribute"`` so that
+    nothing is imported until the kind is asked for.
+
+    Attributes:
+        classes: its options dataclasses, in keyword order (their :func:`~brrm.types.options.option` fields are
+            the kind's :func:`load` keywords and CLI flags).
+        recipes: the tuple of values its ``recipe`` keyword takes besides ``auto``; None for a kind without one.
+    """
+
+    classes: tuple[str, ...]
+    recipes: str | None = None
+
+
+KIND_OPTIONS: Mapping[str, KindOptions] = {
+    "brrm": KindOptions(("brrm.judges.brrm:BRRMConfig", "brrm.types:SamplingConfig",
+                         "brrm.compose.options:VoteOptions")),
+    "bt": KindOptions(("brrm.reward_models.bradley_terry:BTConfig", "brrm.compose.options:ScalarOptions"),
+                      recipes="brrm.reward_models.bradley_terry:RECIPES"),
+    "principle": KindOptions(("brrm.judges.principle:PrincipleConfig", "brrm.types:SamplingConfig",
+                              "brrm.compose.options:PrincipleOptions"), recipes="brrm.judges.principle_format:FORMATS"),
+}
+"""One entry per model kind of :data:`brrm.types.KINDS` (a test keeps the two equal): its options classes and
+recipe values (the BR-RM kind has no recipe keyword; a principle model's recipe is its prompt format)."""
+
+
+def _resolve(ref: str) -> Any:  # a class or a tuple, per the entry's field
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def judge_option_classes(kind: str) -> tuple[type, ...]:
-    """The options dataclasses of a model kind (imported lazily): their :func:`~brrm.types.options.option`
-    fields are the kind's :func:`load` keywords, its CLI flags and their help.
+    """The options dataclasses of a model kind (imported lazily, from :data:`KIND_OPTIONS`): their
+    :func:`~brrm.types.options.option` fields are the kind's :func:`load` keywords, its CLI flags and their help.
 
     Raises:
         ConfigError: on an unknown kind, naming the valid ones.
     """
-    from brrm.compose.options import PrincipleOptions, ScalarOptions, VoteOptions
-
     check_choice("kind", kind, KINDS)
-    if kind == "brrm":
-        from brrm.judges.brrm import BRRMConfig
-
-        return (BRRMConfig, SamplingConfig, VoteOptions)
-    if kind == "bt":
-        from brrm.reward_models.bradley_terry import BTConfig
-
-        return (BTConfig, ScalarOptions)
-    from brrm.judges.principle import PrincipleConfig
-
-    return (PrincipleConfig, SamplingConfig, PrincipleOptions)
+    return tuple(_resolve(ref) for ref in KIND_OPTIONS[kind].classes)
 
 
 def recipe_choices(kind: str) -> tuple[str, ...]:
     """The values the ``recipe`` keyword (``--recipe``) takes for a scalar kind: a Bradley–Terry recipe
     (:data:`brrm.reward_models.bradley_terry.RECIPES`) or a principle model's prompt format
     (:data:`brrm.judges.principle_format.FORMATS`), each with ``auto``; () for a kind without one (BR-RM)."""
-    if kind == "bt":
-        from brrm.reward_models.bradley_terry import RECIPES
-
-        return ("auto", *RECIPES)
-    if kind == "principle":
-        from brrm.judges.principle_format import FORMATS
-
-        return ("auto", *FORMATS)
-    return ()
+    entry = KIND_OPTIONS.get(kind)
+    if entry is None or entry.recipes is None:
+        return ()
+    return ("auto", *_resolve(entry.recipes))
 
 
 def judge_option_names(kind: str) -> tuple[str, ...]:

@@ -284,3 +284,15 @@ def test_load_refuses_config_for_a_served_judge():
 
     with pytest.raises(brrm.ConfigError, match="config= does not apply to backend='serve'"):
         brrm.load("http://127.0.0.1:9", backend="serve", config=BTConfig())
+
+
+def test_every_kind_has_one_options_entry_and_it_imports():
+    """The kind registry of load_options names every kind of brrm.types.KINDS, and every entry resolves."""
+    from brrm.load_options import KIND_OPTIONS, judge_option_classes, recipe_choices
+    from brrm.types import KINDS
+
+    assert set(KIND_OPTIONS) == set(KINDS)
+    for kind in KINDS:
+        assert all(isinstance(cls, type) for cls in judge_option_classes(kind))
+    assert recipe_choices("brrm") == () and recipe_choices("bt")[0] == recipe_choices("principle")[0] == "auto"
+    assert len(recipe_choices("bt")) > 1 and len(recipe_choices("principle")) > 1

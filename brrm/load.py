@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, Unpack
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, Unpack
 
 from brrm.backends.options import OPTION_CLASSES
 from brrm.errors import BackendUnavailable, ConfigError
@@ -36,12 +36,12 @@ from brrm.types.options import build, changed_keywords, split_keywords
 
 if TYPE_CHECKING:
     from brrm.backends.base import Backend
-    from brrm.calibration.model import Calibration
     from brrm.judges.brrm import BRRMConfig
     from brrm.judges.principle import PrincipleConfig
     from brrm.reward_models.bradley_terry import BTConfig
+    from brrm.types.calibration import Calibration
 
-    JudgeConfig = BRRMConfig | BTConfig | PrincipleConfig
+    JudgeConfig: TypeAlias = BRRMConfig | BTConfig | PrincipleConfig
     Maker = Callable[[Backend, str | None], RewardJudge]
     """Builds the judge over its loaded backend and the checkpoint's source (None: a backend object)."""
 
@@ -116,19 +116,15 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
     judge_opts, backend_opts = _split(flat, kind, embedded)
     if built is None:
         _backend_options(backend_name, backend_opts)
-    make = _BUILDERS[kind](name, judge_opts)  # validates every judge option before anything loads
-    spec = _spec(model, kind, backend, flat)
+    make = _BUILDERS[kind](name, judge_opts, calib)  # validates every judge option before anything loads
+    spec = _spec(model, kind, backend, flat if calibration is None else {**flat, "calibration": str(calibration)})
     if built is None:
         source = source or _resolve_source(name, embedded)
         built = _named_backend(backend_name, name, source, embedded, kind, backend_opts)
     judge = make(built, source)  # with the checkpoint's generation defaults
     if spec is not None:
         judge.info = replace(judge.info, spec=replace(spec, fingerprint=judge.info.fingerprint))
-    if calib is None:
-        return judge
-    from brrm.calibration.apply import calibrate
-
-    return calibrate(judge, calib)  # type: ignore[no-any-return]
+    return judge
 
 
 def _config_kind(config: JudgeConfig, kind: str) -> str:
@@ -206,7 +202,7 @@ def _bt_task(source: str) -> str:
 def _read_calibration(path: str | os.PathLike[str] | None) -> Calibration | None:
     if path is None:
         return None
-    from brrm.calibration.model import read_calibration
+    from brrm.types.calibration import read_calibration
 
     return read_calibration(path)
 
@@ -266,8 +262,9 @@ def _sampling(opts: Mapping[str, object], defaults: Mapping[str, object] | None 
     return build(SamplingConfig, defaults or {}).override(opts)
 
 
-def _brrm(name: str, opts: Mapping[str, object]) -> Maker:
+def _brrm(name: str, opts: Mapping[str, object], calibration: Calibration | None) -> Maker:
     from brrm.compose import PairwiseRewardJudge
+    from brrm.compose.calibrated import calibrated_ordered
     from brrm.compose.options import VoteOptions
     from brrm.judges.brrm import BRRMConfig, BRRMJudge
 
@@ -276,11 +273,13 @@ def _brrm(name: str, opts: Mapping[str, object]) -> Maker:
     if samples > 1 and config.sampling.greedy:
         raise ConfigError(f"samples={samples} with temperature 0: greedy decoding gives {samples} identical "
                           "judgments; set temperature > 0 (published: 1.0) or samples=1")
-    return lambda backend, source: PairwiseRewardJudge(BRRMJudge(backend, config), swap=config.swap, samples=samples)
+    return lambda backend, source: PairwiseRewardJudge(calibrated_ordered(BRRMJudge(backend, config), calibration),
+                                                       swap=config.swap, samples=samples)
 
 
-def _bt(name: str, opts: Mapping[str, object]) -> Maker:
+def _bt(name: str, opts: Mapping[str, object], calibration: Calibration | None) -> Maker:
     from brrm.compose import ScalarRewardJudge
+    from brrm.compose.calibrated import calibrated_scalar
     from brrm.compose.options import ScalarOptions
     from brrm.recipes import known_recipe, model_config
     from brrm.reward_models.bradley_terry import BradleyTerryRewardModel, BTConfig
@@ -293,7 +292,8 @@ def _bt(name: str, opts: Mapping[str, object]) -> Maker:
         if "recipe" not in opts:  # the card's recipe for a known checkpoint: by id, folder name or its config
             known = known_recipe(name, model_config(source) if source is not None else None)
             mine = replace(config, recipe=known.recipe if known and known.kind == "bt" else "auto")
-        return ScalarRewardJudge(BradleyTerryRewardModel.from_config(backend, mine), margin=margin)
+        return calibrated_scalar(ScalarRewardJudge(BradleyTerryRewardModel.from_config(backend, mine), margin=margin),
+                                 calibration)
 
     return make
 
@@ -337,8 +337,9 @@ def _generation_config(source: str | None) -> dict[str, object]:
     return {"temperature": float(out["temperature"]), "top_p": float(out["top_p"]), "top_k": int(out["top_k"])}
 
 
-def _principle(name: str, opts: Mapping[str, object]) -> Maker:
+def _principle(name: str, opts: Mapping[str, object], calibration: Calibration | None) -> Maker:
     from brrm.compose import ScalarRewardJudge
+    from brrm.compose.calibrated import calibrated_scalar
     from brrm.compose.options import PrincipleOptions
     from brrm.judges.principle import FORMATS, PrincipleConfig, PrincipleJudge
     from brrm.recipes import known_recipe, model_config
@@ -356,7 +357,8 @@ def _principle(name: str, opts: Mapping[str, object]) -> Maker:
     def make(backend: Backend, source: str | None) -> RewardJudge:
         sampling = _sampling(opts, {**defaults, **_generation_config(source)})
         config = build(PrincipleConfig, {**rest, "sampling": sampling})
-        return ScalarRewardJudge(PrincipleJudge(backend, config), principle=scalar.principle, margin=scalar.margin)
+        judge = ScalarRewardJudge(PrincipleJudge(backend, config), principle=scalar.principle, margin=scalar.margin)
+        return calibrated_scalar(judge, calibration)
 
     return make
 

@@ -17,9 +17,9 @@ from brrm.backends.base import Completion
 from brrm.backends.fake import FakeBackend
 from brrm.calibration import Calibration, fit_temperature, measure, read_calibration
 from brrm.calibration.data import content_key
-from brrm.calibration.fit import sigmoid
 from brrm.cli import main
 from brrm.errors import ConfigError
+from brrm.numerics import sigmoid
 
 K = 2.5
 """The scripted judge's overconfidence: its logit difference is K times the true log-odds."""

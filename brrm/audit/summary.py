@@ -189,8 +189,8 @@ def calibration_overlap(rows: Sequence[AuditRow], path: str) -> dict[str, object
         ConfigError: when ``path`` is not a readable calibration (checked before judging by ``brrm.load``).
     """
     from brrm.calibration.data import row_content_key
-    from brrm.calibration.model import read_calibration
     from brrm.calibration.split import overlap
+    from brrm.types.calibration import read_calibration
 
     keys = [row_content_key(r.record, r.line) for r in rows if r.record is not None]
     found = overlap(read_calibration(path).details, keys)

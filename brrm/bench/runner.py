@@ -146,7 +146,7 @@ def _scalar_chunk(judge: RewardJudge, part: list[BenchItem], seed_ids: list[str]
     rewards = run(judge, [ScoreItem(c, t, id=i) for c, t, i in zip(convs, texts, ids, strict=True)],
                   progress=progress)
     margin = float(judge.info.options.get("margin", 0.0) or 0.0)
-    from brrm.calibration.apply import CalibratedScalarJudge
+    from brrm.compose.calibrated import CalibratedScalarJudge
 
     # a calibrated scalar judge: the pairs shown get σ(s·Δ), the raw rewards kept beside them
     calibration = judge.calibration if isinstance(judge, CalibratedScalarJudge) else None

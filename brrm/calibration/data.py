@@ -20,9 +20,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from brrm.calibration.fit import logit, sigmoid
 from brrm.errors import ConfigError
+from brrm.numerics import sigmoid
 from brrm.types import Conversation, ConversationLike, Verdict, parse_label
+from brrm.types.calibration import logit
 from brrm.types.codec import stored_semantics
 from brrm.types.jsonread import as_list, as_number, as_object
 from brrm.types.summary import check_logprob_semantics

@@ -24,36 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from brrm.errors import ConfigError
-from brrm.numerics import bin_edges, bin_index
+from brrm.numerics import bin_edges, bin_index, sigmoid
+from brrm.types.calibration import EPS
 
 BINS = 10
 """Equal-width bins of P(A ≻ B) for ECE and the reliability diagram."""
-
-EPS = 1e-12
-"""Probabilities are clipped to [EPS, 1 − EPS] for log loss and for logit(p)."""
 
 T_MIN = 1e-3
 """Lowest temperature the fit searches (a 1000× sharpening)."""
 
 T_MAX = 1e3
 """Highest temperature the fit searches (a 1000× flattening: P(A ≻ B) ≈ 0.5 for every |z| < 10)."""
-
-KINDS = ("pairwise", "scalar")
-
-
-def sigmoid(z: float) -> float:
-    """σ(z), overflow-safe for any finite z."""
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)
-
-
-def logit(p: float) -> float:
-    """ln(p / (1 − p)) with p clipped to [EPS, 1 − EPS] (finite for p in [0, 1])."""
-    p = min(max(p, EPS), 1.0 - EPS)
-    return math.log(p / (1.0 - p))
-
 
 @dataclass(frozen=True)
 class Bin:
@@ -172,14 +153,3 @@ def held_out(item_id: str, seed: int, fraction: float) -> bool:
     its split whatever else the file holds)."""
     digest = hashlib.sha256(f"{seed}\0{item_id}".encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < fraction
-
-
-def check_kind(kind: str) -> str:
-    """``kind`` if it is ``pairwise`` or ``scalar``.
-
-    Raises:
-        ConfigError: otherwise.
-    """
-    if kind not in KINDS:
-        raise ConfigError(f"calibration kind {kind!r} is not valid; expected one of {', '.join(KINDS)}")
-    return kind

@@ -371,8 +371,8 @@ def _calibration(scored: list[Scored], folder: Path | None, many: bool, calibrat
 
 def _overlap_sentence(run: Scored, calibration: str) -> str:
     from brrm.calibration.data import content_key
-    from brrm.calibration.model import read_calibration
     from brrm.calibration.split import overlap
+    from brrm.types.calibration import read_calibration
 
     keys = [content_key(r.item.conversation, r.item.responses[p.i], r.item.responses[p.j])
             for r in run.results for p in r.item.pairs]

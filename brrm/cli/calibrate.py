@@ -26,8 +26,8 @@ from brrm.cli import common
 if TYPE_CHECKING:
     from brrm.calibration.data import Observations
     from brrm.calibration.fit import Metrics
-    from brrm.calibration.model import Calibration
     from brrm.calibration.split import Split
+    from brrm.types.calibration import Calibration
     from brrm.types.jsonvalue import JSONDict
 from brrm.cli.command import Command
 from brrm.errors import ConfigError
@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
     obs = observations(rows)
     kind = obs.kind
     parts, calibration, tables = _fit(obs, kind, model, args)
-    from brrm.calibration.model import write_calibration
     from brrm.calibration.report import calibration_html, reliability_png
     from brrm.calibration.split import rows_digest
+    from brrm.types.calibration import write_calibration
 
     write_calibration(out, calibration)
     png = reliability_png([("held-out, raw", tables[2][1]), ("held-out, calibrated", tables[3][1])])
@@ -145,9 +145,10 @@ def _judge_records(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
 
 def _fit(obs: Observations, kind: str, model: str,
          args: argparse.Namespace) -> tuple[Split, Calibration, list[tuple[str, Metrics]]]:
-    from brrm.calibration.fit import EPS, T_MAX, T_MIN, at_bound, fit_temperature, measure, sigmoid
-    from brrm.calibration.model import Calibration
+    from brrm.calibration.fit import EPS, T_MAX, T_MIN, at_bound, fit_temperature, measure
     from brrm.calibration.split import split
+    from brrm.numerics import sigmoid
+    from brrm.types.calibration import Calibration
 
     parts = split(obs.items, args.split_seed, args.heldout)
     t = fit_temperature([o.z for o in parts.fit], [o.y for o in parts.fit])

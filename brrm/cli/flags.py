@@ -244,7 +244,7 @@ def load_options(args: argparse.Namespace) -> tuple[str | None, LoadKeywords]:
     model = given.get("model")
     opts = fit_kind(opts, model=None if model is None else str(model))
     if given.get("calibration"):
-        from brrm.calibration.model import read_calibration
+        from brrm.types.calibration import read_calibration
 
         read_calibration(given["calibration"])  # a missing or malformed file is named before anything is read
         opts["calibration"] = given["calibration"]  # a brrm.load keyword, not a judge or backend option

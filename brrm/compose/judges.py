@@ -60,14 +60,12 @@ class PairwiseRewardJudge(_Base):
     """
 
     def __init__(self, model: OrderedPairJudge, *, swap: bool = False, samples: int = 1) -> None:
-        import inspect
-
         self.model = model
         self.swap = check_bool("swap", swap)
         self.samples = check_samples(samples)
-        if samples > 1 and "samples" not in inspect.signature(model.judge_ordered).parameters:
-            raise ConfigError(f"samples={samples}: {type(model).__name__}.judge_ordered draws no separate samples "
-                              "(it takes no samples= argument); use samples=1")
+        if samples > 1 and not getattr(model, "votes", False):
+            raise ConfigError(f"samples={samples}: {type(model).__name__} draws no separate samples (its votes "
+                              "trait is not set); use samples=1")
         extra = {"samples": samples} if samples > 1 else {}
         self.info = replace(model.info, options={**model.info.options, "swap": swap, **extra})
 

@@ -224,6 +224,10 @@ class BRRMJudge:
             that cannot run constraint programs.
     """
 
+    votes = True
+    """Self-consistency voting: ``judge_ordered(..., samples=k)`` draws k separate samples per order (the trait
+    :class:`~brrm.compose.PairwiseRewardJudge` reads; see :class:`~brrm.types.OrderedPairJudge`)."""
+
     def __init__(self, backend: Backend, config: BRRMConfig | None = None) -> None:
         self.backend = backend
         self.config = config or BRRMConfig()

@@ -402,6 +402,8 @@ class OrderedPairJudge(Protocol):
     """A model that judges one presentation order of a pair (BR-RM): response A is shown first.
 
     Swap-order debiasing is not its job: :mod:`brrm.compose` asks for both orders in one call and combines.
+    A model that draws separate samples for self-consistency voting declares it with a class attribute
+    ``votes = True`` (its ``judge_ordered`` then takes ``samples=k``); without it, voting is refused.
     """
 
     info: JudgeInfo

@@ -1,4 +1,6 @@
-"""A fitted calibration: the file ``brrm calibrate`` writes and ``brrm.load(..., calibration=PATH)`` applies.
+"""A fitted calibration: the file ``brrm calibrate`` writes and ``brrm.load(..., calibration=PATH)`` applies (a
+value every layer may hold: the door reads it, :mod:`brrm.compose.calibrated` applies it, :mod:`brrm.calibration`
+fits it).
 
 ``calib.json`` holds ``format`` (:data:`FORMAT`), ``kind`` (``pairwise`` or ``scalar``), ``temperature`` T > 0
 (P = σ(z / T)), ``scale`` = 1/T (how a scalar model's σ(s·(r_A − r_B)) reads it), ``fit_on`` (what z is), the
@@ -18,9 +20,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from brrm.calibration.fit import check_kind, logit, sigmoid
 from brrm.errors import ConfigError
-from brrm.types import PairwiseJudgment
+from brrm.numerics import sigmoid
+from brrm.types.results import PairwiseJudgment
+
+EPS = 1e-12
+"""Probabilities are clipped to [EPS, 1 − EPS] for log loss and for logit(p)."""
+
+KINDS = ("pairwise", "scalar")
+"""What a calibration calibrates: a pairwise judge's verdict probability, or a scalar model's σ(r_A − r_B)."""
+
+
+def logit(p: float) -> float:
+    """ln(p / (1 − p)) with p clipped to [EPS, 1 − EPS] (finite for p in [0, 1])."""
+    p = min(max(p, EPS), 1.0 - EPS)
+    return math.log(p / (1.0 - p))
+
+
+def check_kind(kind: str) -> str:
+    """``kind`` if it is ``pairwise`` or ``scalar``.
+
+    Raises:
+        ConfigError: otherwise.
+    """
+    if kind not in KINDS:
+        raise ConfigError(f"calibration kind {kind!r} is not valid; expected one of {', '.join(KINDS)}")
+    return kind
+
 
 FORMAT = "brrm-calibration/1"
 FIT_ON = {"pairwise": "logit(p_a) = logit_1 - logit_2 (verdict-digit logits of each ordered judgment)",

@@ -1,10 +1,12 @@
-"""Apply a calibration to a judge: every P(A ≻ B) it returns is calibrated, the raw one kept beside it.
+"""Calibrated judges, as composition: every P(A ≻ B) the judge returns is calibrated, the raw one kept beside it.
+:func:`brrm.load` builds them (``calibration=PATH``) from the :class:`~brrm.types.calibration.Calibration` value
+(fitted by :mod:`brrm.calibration`); nothing edits a built judge.
 
 Pairwise judges (BR-RM) are calibrated per ordered judgment, inside the judge (:class:`CalibratedPairJudge` wraps
 its ordered-pair model), so swap-order combination, group strategies and the RLHF adapters all see calibrated
 probabilities (swap: the mean of the two calibrated orders). Scalar models are calibrated where their P(A ≻ B) =
 σ(r_A − r_B) is formed, in ``judge_pairs`` (:class:`CalibratedScalarJudge`); their rewards are unchanged.
-The judge's ``info.options["calibration"]`` holds the calibration's hash (so audits and benchmark resumes keep a
+The judge's ``info.options`` ``calibration`` entry holds the calibration's hash (so audits and benchmark resumes keep a
 calibrated judge apart from the raw one).
 """
 
@@ -13,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from brrm.calibration.model import Calibration
 from brrm.errors import ConfigError
 from brrm.types import (
     ConversationLike,
@@ -27,6 +28,7 @@ from brrm.types import (
     Variable,
     Verdict,
 )
+from brrm.types.calibration import Calibration
 from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
 
 
@@ -40,6 +42,7 @@ class CalibratedPairJudge:
 
     def __init__(self, model: OrderedPairJudge, calibration: Calibration) -> None:
         self.model, self.calibration = model, calibration
+        self.votes = bool(getattr(model, "votes", False))  # draws separate samples as the model does
         self.info: JudgeInfo = replace(model.info, options={**model.info.options, "calibration": calibration.hash})
 
     def judge_ordered(self, conversations: Sequence[ConversationLike], first: Sequence[str], second: Sequence[str],
@@ -139,25 +142,30 @@ def _reporting(report: Callable[[int, PairwiseJudgment], object] | None,
     return got, reported
 
 
-def calibrate(judge: RewardJudge, calibration: Calibration) -> RewardJudge:
-    """``judge`` with ``calibration`` applied (a pairwise calibration to a pairwise judge, scalar to scalar).
+def calibrated_ordered(model: OrderedPairJudge, calibration: Calibration | None) -> OrderedPairJudge:
+    """The ordered-pair model a pairwise :class:`~brrm.compose.PairwiseRewardJudge` is composed over: ``model``
+    itself, or with a calibration, ``model`` inside a :class:`CalibratedPairJudge`.
 
     Raises:
-        ConfigError: when the calibration's kind does not fit the judge's, or a pairwise judge is not one
-            :func:`brrm.load` built over an ordered-pair model.
+        ConfigError: for a ``scalar`` calibration.
     """
-    from brrm.compose import PairwiseRewardJudge
+    if calibration is None:
+        return model
+    if calibration.kind != "pairwise":
+        raise ConfigError(f"a {calibration.kind} calibration does not apply to a pairwise judge "
+                          f"({model.info.describe()})")
+    return CalibratedPairJudge(model, calibration)
 
-    pairwise = bool(judge.info.pairwise)
-    want = "pairwise" if pairwise else "scalar"
-    if calibration.kind != want:
-        raise ConfigError(f"calibration is for {calibration.kind} judges, but this judge ({judge.info.describe()}) "
-                          f"is {want}")
-    if pairwise:
-        if not isinstance(judge, PairwiseRewardJudge):
-            raise ConfigError(f"a pairwise calibration applies to an ordered-pair judge from brrm.load, not "
-                              f"{type(judge).__name__}")
-        judge.model = CalibratedPairJudge(judge.model, calibration)
-        judge.info = replace(judge.info, options={**judge.info.options, "calibration": calibration.hash})
+
+def calibrated_scalar(judge: RewardJudge, calibration: Calibration | None) -> RewardJudge:
+    """A scalar :class:`~brrm.RewardJudge` as it is, or with a calibration inside a :class:`CalibratedScalarJudge`.
+
+    Raises:
+        ConfigError: for a ``pairwise`` calibration.
+    """
+    if calibration is None:
         return judge
+    if calibration.kind != "scalar":
+        raise ConfigError(f"a {calibration.kind} calibration does not apply to a scalar judge "
+                          f"({judge.info.describe()})")
     return CalibratedScalarJudge(judge, calibration)

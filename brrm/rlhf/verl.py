@@ -8,7 +8,7 @@ the first sample's keys). Configure it in verl's YAML::
 
     reward:
       custom_reward_function:
-        path: /path/to/brrm/rlhf/verl.py      # or examples/verl_reward.py
+        path: /path/to/brrm/rlhf/verl.py
         name: compute_score
         reward_kwargs:
           brrm_config: /path/to/brrm_verl.json

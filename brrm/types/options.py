@@ -4,7 +4,7 @@ Each judge's settings are a frozen, validated dataclass (:class:`~brrm.judges.br
 :class:`~brrm.reward_models.bradley_terry.BTConfig`, :class:`~brrm.judges.principle.PrincipleConfig`, their
 :class:`~brrm.types.config.SamplingConfig` and the composition's :mod:`brrm.compose.options`). A field made with
 :func:`option` is an option: :func:`brrm.load` takes it as a flat keyword (:func:`keyword`), and the CLI derives
-its flag, help and choices from it (``brrm/cli/options.py``), so adding an option is one field.
+its flag, help and choices from it (``brrm/cli/flags.py``), so adding an option is one field.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def _top(path: Path) -> str:
 
 def _owners() -> dict[str, int]:
     owners: dict[str, int] = {}
-    for k, (layer, entries) in enumerate(layer_table()):
+    for k, (_layer, entries) in enumerate(layer_table()):
         for entry in entries:
             name = entry.rstrip("/").removesuffix(".py")
             assert name not in owners, f"{entry} is in two rows of ARCHITECTURE.md's layer table"

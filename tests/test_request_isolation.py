@@ -30,7 +30,7 @@ from tests.serve_helpers import T1, is_turn2, ranking, responses_in, running_ser
 
 pytestmark = pytest.mark.timeout(600)
 
-TINY = ("--kind", "brrm", "--max-new-tokens", "1500", "--block-token-cap", "8", "--thinking", "off",
+TINY = ("--kind", "brrm", "--max-new-tokens", "1500", "--block-token-cap", "32", "--thinking", "off",
         "--concurrency", "auto", "--deadline", "120")
 WAIT_S = 0.4
 """The server's --max-wait-ms, in seconds: a request waits this long for company before its batch starts."""

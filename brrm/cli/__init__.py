@@ -56,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(interrupted(args), file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        from brrm.cli.common import end_compile_note
+
+        end_compile_note()
 
 
 def _line_buffered(stream: object) -> None:

@@ -60,7 +60,14 @@ def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, sourc
 
 
 _COMPILE_NOTE: list[Callable[[], None]] = []
-"""The remover of the one compile-note listener a command registered (a later command in the process replaces it)."""
+"""The remover of the one compile-note listener the running command registered; it lives as long as the command."""
+
+
+def end_compile_note() -> None:
+    """Remove the running command's compile-note listener (``brrm.cli.main`` calls it when the command returns or
+    raises): a later compile in the same process, after the command and its terminal stream are gone, says nothing."""
+    while _COMPILE_NOTE:
+        _COMPILE_NOTE.pop()()
 
 
 def _note_first_compile(term: TextIO) -> None:
@@ -68,12 +75,10 @@ def _note_first_compile(term: TextIO) -> None:
     a run whose grammars are cached prints nothing."""
     from brrm.constraints.compile import on_compile
 
-    while _COMPILE_NOTE:
-        _COMPILE_NOTE.pop()()
+    end_compile_note()
 
     def note() -> None:
-        while _COMPILE_NOTE:
-            _COMPILE_NOTE.pop()()
+        end_compile_note()
         print("note: compiling the output grammar for this tokenizer once (seconds to a minute); it is cached "
               "on disk for later runs", file=term)
 

@@ -67,7 +67,8 @@ def test_schemathesis_checks_all_find_nothing(tmp_path):
         failures = re.findall(r"❌ (ST\d+ [^:]+: \d+)", run.stdout)
         print(f"\n{name}: exit {run.returncode}, {report[name][1]} test cases, failures: {failures or 'none'}")
     for name, run in done.items():
-        assert run.returncode == 0, f"{name}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
+        assert run.returncode == 0, (f"{name}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}\nserver log:\n"
+                                     f"{servers[name].output()[-4000:]}")
         tested = re.search(r"Tested: (\d+)", run.stdout)
         assert tested and int(tested.group(1)) == 9, (name, run.stdout[-3000:])  # every operation was tested
         assert report[name][1] >= 2 * 9, (name, run.stdout[-3000:])  # with generated cases, not only examples

@@ -226,6 +226,12 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+KEEP_ALIVE_S = 75
+"""Seconds an idle keep-alive connection stays open (uvicorn's default is 5). A server must keep idle connections
+longer than its clients' pools do (httpx 5 s, aiohttp 15 s): otherwise a client can send a POST on a connection
+the server is closing at that moment, and a POST is not retried by the client (nginx's default is 75 s)."""
+
+
 def serve(app: FastAPI | LoadingApp, *, host: str, port: int, drain_timeout_s: float, log_level: str = "info",
           access_log: bool = True, sock: socket.socket | None = None) -> None:
     """Run ``app`` under uvicorn until SIGTERM or Ctrl-C, draining in-flight requests first.
@@ -250,7 +256,8 @@ def serve(app: FastAPI | LoadingApp, *, host: str, port: int, drain_timeout_s: f
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                            timeout_graceful_shutdown=max(1, int(drain_timeout_s)), lifespan="on")
+                            timeout_graceful_shutdown=max(1, int(drain_timeout_s)), lifespan="on",
+                            timeout_keep_alive=KEEP_ALIVE_S)
     signal.signal(signal.SIGTERM, lambda _sig, _frame: None)  # what uvicorn re-raises after its graceful stop
     server = Server(config)
     if loading is not None:

@@ -223,6 +223,7 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)
             return
         if not valid_key(raw):
+            await _read_body(receive)  # read to its end first: a reply before the body is read can meet a reset
             await send_json(send, 400, error_body(
                 "invalid_idempotency_key", f"{HEADER} must be 1 to {MAX_KEY_CHARS} visible ASCII characters (no "
                 "spaces), e.g. a quoted UUID; got " + repr(raw[:80])), close=False)

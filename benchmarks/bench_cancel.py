@@ -4,8 +4,10 @@ Eight one-pair BR-RM requests go through the service scheduler (``split``: each 
 into the transformers backend's one continuous running batch, as ``brrm serve --concurrency auto`` runs them) on
 the tiny model. In the *cancel* round the 8th request's caller goes away (its task is cancelled, as a client
 disconnect is) once the batch has decoded its first tokens; its rows are retired at the next step. The *alone*
-round runs the 7 without the 8th. Timed: until the 7th result is in. Rounds alternate, best of 3 each; every
-timed judgment must be ok and equal, byte for byte, to the same request's judgment in the alone round.
+round runs the 7 without the 8th. Timed: until the 7th result is in. Rounds alternate, 9 of each; the figure is the
+median over the rounds of (cancel ÷ the alone round beside it), which a slow spell of the machine moves less than a
+best-of ratio. Every timed judgment must be ok and equal, byte for byte, to the same request's judgment in the
+alone round.
 
 Run: ``pytest benchmarks/bench_cancel.py -s``.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 from dataclasses import asdict
 
@@ -27,7 +30,7 @@ from brrm.types import PairwiseJudgment, RewardJudge, SamplingConfig, Status
 
 LIMIT = 1.05
 """The 7 requests' time beside a cancelled 8th over their time alone, at most."""
-ROUNDS = 3
+ROUNDS = 9
 
 
 def _items() -> list[PairItem]:
@@ -61,7 +64,7 @@ def test_cancelling_one_of_eight_costs_the_others_at_most_5_percent(benchmark, t
     model, tok = tiny
     backend = TransformersBackend(model, tok, batch_size=8, scheduling="continuous")
     cfg = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens_per_turn=420, seed=3),
-                     thinking="off", block_token_cap=8)
+                     thinking="off", block_token_cap=32)
     judge = PairwiseRewardJudge(BRRMJudge(backend, cfg))
     assert judge.info.concurrent
     asyncio.run(_round(judge, backend.stats, cancel=False))  # warm-up
@@ -78,9 +81,9 @@ def test_cancelling_one_of_eight_costs_the_others_at_most_5_percent(benchmark, t
     benchmark.pedantic(both, rounds=ROUNDS, iterations=1)
     assert all(out == outputs["alone"][0] for outs in outputs.values() for out in outs)
     alone, cancel = min(times["alone"]), min(times["cancel"])
-    ratio = cancel / alone
-    print(f"\n7 requests alone {alone:.3f} s; beside a cancelled 8th {cancel:.3f} s; ratio {ratio:.3f} "
-          f"(limit {LIMIT})")
+    ratio = statistics.median(c / a for a, c in zip(times["alone"], times["cancel"], strict=True))
+    print(f"\n7 requests alone {alone:.3f} s (best); beside a cancelled 8th {cancel:.3f} s (best); median paired "
+          f"ratio {ratio:.3f} (limit {LIMIT})")
     benchmark.extra_info.update(alone_s=alone, beside_cancelled_s=cancel, ratio=ratio)
     assert backend.stats["retired_rows"] >= ROUNDS  # the cancelled request's rows left the batch each round
     assert ratio <= LIMIT, f"the 7 took {ratio:.3f}x their time alone beside a cancelled request"

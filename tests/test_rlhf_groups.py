@@ -113,7 +113,7 @@ def test_num_generations_one_needs_reference_and_scores_against_it():
 
 def test_budget_refuses_before_any_model_call_and_cost_is_stated():
     judge, backend = scripted_brrm()
-    assert judgments_per_step("circular", 8, 8, swap=True) == 128
+    assert judgments_per_step(judge, "circular", 8, 8, swap=True) == 128
     with pytest.raises(brrm.ConfigError, match="one group needs 16 judgments"):
         trl_reward(judge, mode="group", strategy="circular", num_generations=8, swap=True, max_judgments_per_step=10)
     reward = trl_reward(judge, mode="group", strategy="circular", num_generations=4, swap=True,

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from brrm.compose.strategies import cost
+from brrm.compose import pairwise_cost, scalar_cost
 from brrm.errors import ConfigError
 from brrm.service.scheduler import BatchFailed, DeadlineExceeded, QueueFull, Scheduler
 from brrm.types import Status
@@ -130,15 +130,21 @@ def test_queued_work_past_its_deadline_is_answered_and_never_started():
     assert calls == [[1]]
 
 
-def test_cost_helper():
-    assert cost("pairs", 4950) == 4950 and cost("pairs", 4950, swap=True, turns=2) == 19800
-    assert cost("group", 512, strategy="round_robin") == 512 * 511
-    assert cost("group", 8, strategy="circular", swap=True, turns=2) == 32
-    assert cost("scores", 8) == 8 and cost("group", 8, strategy="scores") == 8
-    with pytest.raises(ConfigError, match="cost kind 'pair' is not valid; expected one of pairs, scores, group"):
-        cost("pair", 2)
-    with pytest.raises(ConfigError, match="concrete strategy"):
-        cost("group", 3, strategy="auto")
+def test_the_cost_arithmetic_counts_what_the_judge_runs():
+    """compose's cost arithmetic, which every judge's ``judgment_cost`` (and so admission and budgets) uses."""
+    assert pairwise_cost("pairs", 4950).total == 4950
+    assert pairwise_cost("pairs", 4950, swap=True).generations == 19800
+    assert pairwise_cost("group", 512, strategy="round_robin").total == 512 * 511
+    circular = pairwise_cost("group", 8, strategy="circular", swap=True, samples=2)
+    assert (circular.units, circular.total, circular.generations, circular.pairs) == (16, 32, 64, 8)
+    assert circular.describe() == "circular over 8 responses (16 judgments) x 2 samples = 32 judgments (64 generations)"
+    assert pairwise_cost("group", 4, strategy="auto").strategy == "round_robin"
+    assert scalar_cost("score", 8).total == 8 and scalar_cost("group", 8, strategy="scores").total == 8
+    assert scalar_cost("pairs", 8, principles=2).describe() == "32 scored sequences"
+    with pytest.raises(ConfigError, match="shape 'pair' is not valid; expected one of pairs, score, group"):
+        pairwise_cost("pair", 2)
+    with pytest.raises(ConfigError, match="a pairwise judge has no scalar score"):
+        pairwise_cost("group", 3, strategy="scores")
 
 
 def test_a_stalled_call_is_abandoned_so_a_queued_job_is_served_within_its_own_deadline():

@@ -10,10 +10,11 @@ import pytest
 
 import brrm
 from brrm.cli import main
-from brrm.compose.vote import JudgmentCost, vote
+from brrm.compose.vote import vote
 from brrm.errors import ConfigError
 from brrm.testing import save_tiny_qwen3
 from brrm.types import PairwiseJudgment, Status, Verdict
+from brrm.types.cost import JudgmentCost
 from tests.conftest import REPO
 
 BUDGET = ["--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress", "-q"]
@@ -51,10 +52,12 @@ def test_majority_ties_agreement_mean_and_failures():
 
 def test_cost_counts_pairs_orders_samples_turns(tiny_dir):
     judge = brrm.load(tiny_dir, kind="brrm", samples=3, swap=True, thinking="off")
-    cost = judge.judgment_cost(8)
+    cost = judge.judgment_cost("pairs", 8)
     assert (cost.judgments, cost.generations) == (48, 96)
     assert cost.describe() == "8 pairs x 2 orders x 3 samples = 48 judgments (96 generations)"
-    assert judge.judgment_cost(8, swap=False) == JudgmentCost(8, orders=1, samples=3, turns=2)
+    assert judge.judgment_cost("pairs", 8, swap=False) == JudgmentCost("pairs", 8, 8, orders=1, samples=3, turns=2,
+                                                                        pairs=8)
+    assert judge.cost("group", 4, strategy="circular") == 4 * 2 * 3  # the judge's swap, its samples
     assert judge.info.options["samples"] == 3
     assert "samples" not in brrm.load(tiny_dir, kind="brrm", thinking="off").info.options
 

@@ -101,8 +101,8 @@ def resolve_strategy(strategy: str, *, kind: str, shape: str) -> str | None:
     Raises:
         ConfigError: on an unknown strategy, or ``scores`` for a BR-RM judge.
     """
-    from brrm.compose.strategies import check_strategy
     from brrm.types.protocols import kind_trait
+    from brrm.types.strategies import check_strategy
 
     if shape != "groups":
         return None

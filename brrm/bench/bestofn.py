@@ -14,16 +14,21 @@ from dataclasses import replace
 
 from brrm.bench.core import BenchItem, Cost, ItemResult
 from brrm.bench.runner import Progress, Sink, is_pairwise, run_keyed
-from brrm.compose.strategies import judgments_per_group
 from brrm.types import RewardJudge
 from brrm.types.jsonvalue import JSONValue
 
 
 def planned(judge: RewardJudge, items: Sequence[BenchItem], strategy: str) -> int:
-    """Model calls a run makes: judgments (pairwise: the strategy's count per item) or scored completions."""
-    if is_pairwise(judge):
-        return sum(judgments_per_group(strategy, len(it.responses)) for it in items)
-    return sum(len(it.responses) for it in items)
+    """Model calls a run makes, as the judge counts them: judgments (pairwise: the strategy's count per item, in one
+    order each) or scored completions."""
+    return sum(_weight(judge, strategy, it) for it in items)
+
+
+def _weight(judge: RewardJudge, strategy: str, item: BenchItem) -> int:
+    """One item's model calls (:meth:`~brrm.RewardJudge.cost` of its group: the strategy's judgments, or its
+    completions scored)."""
+    return judge.cost("group", len(item.responses), strategy=strategy if is_pairwise(judge) else "scores",
+                      swap=False)
 
 
 def run(judge: RewardJudge, items: Sequence[BenchItem], *, strategy: str, seed: int = 0, progress: Progress = None,
@@ -45,8 +50,7 @@ def run(judge: RewardJudge, items: Sequence[BenchItem], *, strategy: str, seed: 
             group's judgments are keyed by content alone, so its resumed retries repeat their seeds.
     """
     pairwise = is_pairwise(judge)
-    weight: Callable[[BenchItem], int] = ((lambda it: judgments_per_group(strategy, len(it.responses)))
-                                          if pairwise else (lambda it: len(it.responses)))
+    weight: Callable[[BenchItem], int] = lambda it: _weight(judge, strategy, it)  # noqa: E731
 
     def chunk(part: list[BenchItem], ids: list[str], cost: list[int]) -> list[ItemResult]:
         if pairwise:

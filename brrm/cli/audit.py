@@ -33,8 +33,8 @@ from brrm.errors import ConfigError
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from brrm.compose import STRATEGIES
     from brrm.records import FORMATS
+    from brrm.types.strategies import STRATEGIES
 
     p.add_argument("input", nargs="?", metavar="INPUT",
                    help="records file (.jsonl, .json, .parquet, .csv, .tsv), or a Hugging Face dataset folder or "

@@ -45,10 +45,7 @@ def run(args: argparse.Namespace) -> int:
     common.header(term, "judge", judge, len(records), args.input)
     plan = _resume_plan(args, skip, judge, term)
     n_good = sum(not isinstance(r, RecordError) for r in records[skip:]) + len(plan.retry)
-    from brrm.compose import PairwiseRewardJudge
-
-    if isinstance(judge, PairwiseRewardJudge):  # a local BR-RM judge knows its turns and samples
-        print(f"cost: {judge.judgment_cost(n_good).describe()}", file=term)
+    print(f"cost: {judge.judgment_cost('pairs', n_good).describe()}", file=term)
     results: dict[int, Any] = {}
     started = time.perf_counter()
     with resumed_output(args.output, plan) as sink:

@@ -39,7 +39,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check flags, read records, state the cost, run the probes and print the report; returns the exit code."""
-    from brrm.compose import PairwiseRewardJudge
     from brrm.probes import parse_probes, probe_cost, run_probes
     from brrm.records import FieldMap, RecordError, read_records, seed_ids
     from brrm.types import check_float, check_int
@@ -59,8 +58,7 @@ def run(args: argparse.Namespace) -> int:
     good = [r for r in records if not isinstance(r, RecordError)]
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "probe", judge, len(records), args.input)
-    per = judge.judgment_cost(len(good)).describe() if isinstance(judge, PairwiseRewardJudge) else \
-        f"{len(good)} judgments"
+    per = judge.judgment_cost("pairs", len(good)).describe()
     print(f"cost: (1 original + {len(names)} probes) x [{per}] = {probe_cost(judge, len(good), names)} judgments",
           file=term)
     report = run_probes(judge, [r.conversation for r in good], [r.response_a for r in good],

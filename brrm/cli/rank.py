@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from brrm.compose import STRATEGIES
+    from brrm.types.strategies import STRATEGIES
 
     common.add_input_args(p, verb="rank", fields="id, conversation, prompt, responses, reference",
                           input_help="records file with a 'responses' list per record")
@@ -42,7 +42,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read group records, rank them, write JSONL, print rankings and the cost."""
-    from brrm.compose.strategies import check_strategy
+    from brrm.types.strategies import check_strategy
 
     common.check_output(args.output)
     common.load_options(args)
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.retry:
         print(f"resuming: {len(plan.retry)} kept lines failed: ranked again in place", file=term)
     left = {id(r) for k, r in enumerate(records) if k >= skip or k in plan.retry}
-    units = _announce_cost(term, [g for g in good if id(g) in left], strategy, swap=swap, pairwise=pairwise)
+    units = _announce_cost(term, judge, [g for g in good if id(g) in left], strategy, swap=swap)
     started = time.perf_counter()
     with resumed_output(args.output, plan) as sink, common.progress_bar(
             units, desc="ranking", unit="pair" if pairwise else "item", disable=args.no_progress) as bar:
@@ -93,20 +93,19 @@ def _read_groups(args: argparse.Namespace) -> tuple[list[GroupRecord | RecordErr
     return records, [r for r in records if not isinstance(r, RecordError)]
 
 
-def _announce_cost(term: TextIO, good: list[GroupRecord], strategy: str, *, swap: bool, pairwise: bool) -> int:
-    """Print the run's cost; returns the progress bar's total (pairs — a swapped pair's two orders count one —
-    for pairwise judges, responses for scalar models)."""
-    from brrm.compose.strategies import judgments_per_group
-
+def _announce_cost(term: TextIO, judge: RewardJudge, good: list[GroupRecord], strategy: str, *, swap: bool) -> int:
+    """Print the run's cost, as the judge counts it; returns the progress bar's total (pairs — a swapped pair's two
+    orders count one — for pairwise judges, responses for scalar models)."""
     if not good:
         print(f"strategy {strategy}: no group left to rank", file=term)
         return 0
-    cost = [judgments_per_group(strategy, len(r.responses), swap=swap) if pairwise else 0 for r in good]
-    print(f"strategy {strategy}{' with swap' if swap else ''}: {sum(cost)} two-turn judgments in total"
-          + (f" (e.g. {cost[0]} for a group of {len(good[0].responses)})" if pairwise else
-             f"; {sum(len(r.responses) for r in good)} scalar rewards"), file=term)
-    if pairwise:
-        return sum(cost) // (2 if swap and strategy != "round_robin" else 1)
+    costs = [judge.judgment_cost("group", len(r.responses), strategy=strategy, swap=swap) for r in good]
+    if judge.info.pairwise:
+        print(f"strategy {strategy}{' with swap' if swap else ''}: {sum(c.total for c in costs)} two-turn "
+              f"judgments in total (e.g. {costs[0].total} for a group of {costs[0].n})", file=term)
+        return sum(c.pairs for c in costs)
+    print(f"strategy {strategy}: 0 two-turn judgments in total; {sum(c.total for c in costs)} scalar rewards",
+          file=term)
     return sum(len(r.responses) for r in good)
 
 
@@ -129,25 +128,23 @@ def _rank_all(judge: RewardJudge, records: list[GroupRecord | RecordError], plan
     def finished(i: int, group: GroupResult) -> None:
         k, rec = todo[i]
         sink.put(k, {"id": rec.id, "line": rec.line, **group.to_dict()})
-        bar.write(_group_line(rec, group, swap), file=term)
+        bar.write(_group_line(judge, rec, group, swap), file=term)
 
     run_jobs(judge, [GroupItem(r.conversation, tuple(r.responses), r.reference) for _, r in todo],
              call=RankCall(strategy, reference=strategy == "reference"), chunk_size=judge.info.chunk_size,
              progress=bar.update, on_result=finished)
 
 
-def _group_line(rec: GroupRecord, group: GroupResult, swap: bool) -> str:
+def _group_line(judge: RewardJudge, rec: GroupRecord, group: GroupResult, swap: bool) -> str:
     """A group's ranking, rewards and judgments (and, where they differ, the two-turn runs behind them, the unit of
     the cost line: a swapped judgment is one run per order)."""
-    from brrm.compose.strategies import judgments_per_group
-
     def fmt(r: ScalarReward) -> str:
         return f"{r.reward:.3f}" if r.ok else r.status.value
 
     rewards = ", ".join(f"#{k} {fmt(r)}" for k, r in enumerate(group.rewards))
     order = " > ".join(f"#{k}" for k in group.ranking) or "none"
     rates = [x for x in group.win_rates() if not math.isnan(x)]
-    runs = judgments_per_group(group.strategy, len(group.rewards), swap=swap)
+    runs = judge.judgment_cost("group", len(group.rewards), strategy=group.strategy, swap=swap).units
     more = f"; {runs} two-turn runs, as the cost line counts" if runs != group.n_judgments else ""
     extra = f"; judgments {group.n_judgments} ({group.failed} failed{more})" if group.n_judgments else ""
     return f"{common.printable(rec.id):<16} ranking {order}; rewards {rewards}{extra}" + (" ; win matrix " + json.dumps(

@@ -14,13 +14,12 @@ from typing import Any
 
 from brrm.compose.judges import PairwiseRewardJudge, ScalarRewardJudge
 from brrm.compose.pairwise import adjusted_win_rate, pairwise_from_rewards, rank_by_win_rate, sigmoid
-from brrm.compose.strategies import STRATEGIES, GroupPlan, judgments_per_group, run_plans
+from brrm.compose.strategies import GroupPlan, judgments_per_group, pairwise_cost, run_plans, scalar_cost
 from brrm.compose.swap import combine, judge_with_swap, mirror
 from brrm.errors import ConfigError
 from brrm.types import OrderedPairJudge, ScalarRewardModel
 
 __all__ = [
-    "STRATEGIES",
     "GroupPlan",
     "PairwiseRewardJudge",
     "ScalarRewardJudge",
@@ -30,9 +29,11 @@ __all__ = [
     "judge_with_swap",
     "judgments_per_group",
     "mirror",
+    "pairwise_cost",
     "pairwise_from_rewards",
     "rank_by_win_rate",
     "run_plans",
+    "scalar_cost",
     "sigmoid",
 ]
 

@@ -29,6 +29,7 @@ from brrm.types import (
     Verdict,
 )
 from brrm.types.calibration import Calibration
+from brrm.types.cost import JudgmentCost
 from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
 
 
@@ -112,6 +113,10 @@ class CalibratedScalarJudge(SingleItems):
     def with_options(self, **overrides: object) -> RewardJudge:
         """The wrapped judge's variant (as its ``with_options``: not calibrated)."""
         return self.inner.with_options(**overrides)
+
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
+                      swap: bool | None = None) -> JudgmentCost:
+        return self.inner.judgment_cost(shape, n, strategy=strategy, swap=swap)
 
     def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
         return self.inner.cost(shape, n, strategy=strategy, swap=swap)

@@ -18,13 +18,12 @@ from brrm.compose.scalar import ScalarRewardJudge
 from brrm.compose.strategies import (
     GroupPlan,
     build_group,
-    check_strategy,
-    judgments_per_group,
+    pairwise_cost,
     reference_reward,
     run_plans,
 )
 from brrm.compose.swap import judge_with_swap
-from brrm.compose.vote import JudgmentCost, check_samples, judge_with_votes
+from brrm.compose.vote import check_samples, judge_with_votes
 from brrm.errors import ConfigError
 from brrm.templates import is_blank, strip_reasoning
 from brrm.types import (
@@ -39,7 +38,9 @@ from brrm.types import (
     check_same_length,
 )
 from brrm.types.conversation import ConversationLike
+from brrm.types.cost import JudgmentCost
 from brrm.types.protocols import Principles
+from brrm.types.strategies import check_strategy
 
 __all__ = ["OnResult", "OnStep", "PairwiseRewardJudge", "ScalarRewardJudge"]
 
@@ -69,12 +70,6 @@ class PairwiseRewardJudge(_Base):
         extra = {"samples": samples} if samples > 1 else {}
         self.info = replace(model.info, options={**model.info.options, "swap": swap, **extra})
 
-    def judgment_cost(self, pairs: int, *, swap: bool | None = None) -> JudgmentCost:
-        """What ``judge_pairs`` of ``pairs`` pairs runs: pairs x orders x samples ordered judgments, 2 turns each
-        (an upper bound: identical or empty responses are decided without a model call)."""
-        swap = self.swap if swap is None else check_bool("swap", swap)
-        return JudgmentCost(pairs, orders=2 if swap else 1, samples=self.samples, turns=2)
-
     def with_options(self, **overrides: object) -> PairwiseRewardJudge:
         """A variant on the same backend: ``swap`` and the model's settings (BR-RM: ``decoding``, the sampling
         keywords ``temperature``, ``top_p``, ``max_new_tokens``, ``max_total_tokens``, ``seed``, and the other
@@ -91,20 +86,26 @@ class PairwiseRewardJudge(_Base):
         variant = PairwiseRewardJudge(self._variant_model(own), swap=swap, samples=samples)
         return self._with_spec(variant, overrides)
 
-    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
-        """Ordered judgments (two-turn runs) a request makes: ``pairs``/``score`` n, twice with swap;
-        ``group`` the strategy's count for a group of n (:func:`~brrm.compose.strategies.judgments_per_group`);
-        each times ``samples`` under self-consistency voting.
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
+                      swap: bool | None = None) -> JudgmentCost:
+        """What a request runs: ``pairs``/``score`` n pairs (a scored response is judged against its reference)
+        in one or both orders, ``group`` the strategy's judgments for a group of n; each times ``samples`` under
+        self-consistency voting, two turns each (an upper bound: identical or empty responses are decided
+        without a model call).
 
         Raises:
             ConfigError: on an unknown shape or strategy, ``scores``, or n < 0.
         """
-        self._check_cost(shape, n)
         swap = self.swap if swap is None else check_bool("swap", swap)
-        if shape != "group":
-            return n * (2 if swap else 1) * self.samples
-        strategy = check_strategy(strategy, pairwise=True, has_reference=strategy == "reference")
-        return judgments_per_group(strategy, n, swap=swap) * self.samples
+        return pairwise_cost(shape, n, strategy=strategy, swap=swap, samples=self.samples)
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        """``judgment_cost(...).total``: ordered judgments (two-turn runs), samples included.
+
+        Raises:
+            ConfigError: on an unknown shape or strategy, ``scores``, or n < 0.
+        """
+        return self.judgment_cost(shape, n, strategy=strategy, swap=swap).total
 
     def judge_pairs(self, conversations: Sequence[ConversationLike],
                     responses_a: Sequence[str], responses_b: Sequence[str],

@@ -13,10 +13,9 @@ from brrm.compose.pairwise import pairwise_from_rewards
 from brrm.compose.strategies import (
     GroupPlan,
     build_group,
-    check_strategy,
     run_plans,
+    scalar_cost,
 )
-from brrm.compose.vote import JudgmentCost
 from brrm.errors import ConfigError
 from brrm.types import (
     GroupResult,
@@ -30,7 +29,9 @@ from brrm.types import (
     check_same_length,
 )
 from brrm.types.conversation import ConversationLike
+from brrm.types.cost import JudgmentCost
 from brrm.types.protocols import Principles
+from brrm.types.strategies import check_strategy
 
 
 class ScalarRewardJudge(_Base):
@@ -59,12 +60,6 @@ class ScalarRewardJudge(_Base):
             options["principle"] = list(self.principles)
         self.info = replace(model.info, options=options)
 
-    def judgment_cost(self, pairs: int, *, swap: bool | None = None) -> JudgmentCost:
-        """What ``judge_pairs`` of ``pairs`` pairs runs: one scoring pass per pair (its two responses scored
-        once; ``swap`` cannot change a scalar comparison)."""
-        return JudgmentCost(pairs, orders=1, samples=1, turns=1)
-
-
     def with_options(self, **overrides: object) -> ScalarRewardJudge:
         """A variant on the same backend: ``margin``, ``principle`` and the model's settings (principle models:
         ``decoding``, the sampling keywords and the other ``PrincipleConfig`` fields; Bradley–Terry models:
@@ -84,21 +79,25 @@ class ScalarRewardJudge(_Base):
                                     on_tie=self.on_tie)
         return self._with_spec(variant, overrides)
 
-    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
-        """Scored sequences a request makes (each response once per default principle): ``pairs`` 2n,
-        ``score`` n, ``group`` n (n + 1 with the ``reference`` strategy); ``swap`` changes nothing.
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
+                      swap: bool | None = None) -> JudgmentCost:
+        """Scored sequences a request makes, each response once per default principle: ``pairs`` 2n, ``score`` n,
+        ``group`` n (n + 1 with the ``reference`` strategy); ``swap`` changes nothing.
 
         Raises:
             ConfigError: on an unknown shape or strategy, or n < 0.
         """
-        self._check_cost(shape, n)
         if swap is not None:
             check_bool("swap", swap)
-        per = max(1, len(self.principles))
-        if shape != "group":
-            return n * per * (2 if shape == "pairs" else 1)
-        strategy = check_strategy(strategy, pairwise=False, has_reference=strategy == "reference")
-        return (n + (strategy == "reference")) * per
+        return scalar_cost(shape, n, strategy=strategy, principles=len(self.principles))
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        """``judgment_cost(...).total``: scored sequences.
+
+        Raises:
+            ConfigError: on an unknown shape or strategy, or n < 0.
+        """
+        return self.judgment_cost(shape, n, strategy=strategy, swap=swap).total
 
     def score(self, conversations: Sequence[ConversationLike],
               responses: Sequence[str], /, *, principles: Principles = None,

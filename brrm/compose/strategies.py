@@ -27,11 +27,19 @@ from collections.abc import Callable, Sequence
 
 from brrm.compose.pairwise import adjusted_win_rate
 from brrm.errors import ConfigError
-from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Status, Verdict
-
-STRATEGIES = ("auto", "scores", "round_robin", "circular", "reference", "knockout")
-"""Group ranking strategies (``auto``: the judge's default — ``scores`` for scalar models, ``round_robin``
-for pairwise judges)."""
+from brrm.types import (
+    SHAPES,
+    GroupResult,
+    PairwiseJudgment,
+    ScalarReward,
+    Status,
+    Verdict,
+    check_bool,
+    check_choice,
+    check_int,
+)
+from brrm.types.cost import JudgmentCost
+from brrm.types.strategies import check_strategy
 
 UNIT = (0.0, 1.0)
 UNBOUNDED = (-math.inf, math.inf)
@@ -52,58 +60,52 @@ def judgments_per_group(strategy: str, n: int, *, swap: bool = False) -> int:
     return per * (2 if swap and strategy != "round_robin" else 1)
 
 
-COST_KINDS = ("pairs", "scores", "group")
-"""What :func:`cost` counts: ``pairs`` (n pairs judged), ``scores`` (n scalar items), ``group`` (one group of n
-responses ranked by a strategy)."""
-
-
-def cost(kind: str, n: int, *, strategy: str = "round_robin", swap: bool = False, turns: int = 1) -> int:
-    """A job's cost in judgments, known before it runs: pairs × orders × turns, or scalar items.
+def pairwise_cost(shape: str, n: int, *, strategy: str = "auto", swap: bool = False,
+                  samples: int = 1) -> JudgmentCost:
+    """What a pairwise judge's request costs (the arithmetic behind :meth:`PairwiseRewardJudge.judgment_cost
+    <brrm.compose.PairwiseRewardJudge.judgment_cost>` and :class:`~brrm.service.RemoteJudge`'s).
 
     Args:
-        kind: one of :data:`COST_KINDS`.
-        n: pairs (``pairs``), items (``scores``) or responses in the group (``group``), >= 0.
-        strategy: the group's concrete strategy (``group`` only; ``auto`` must be resolved first).
-        swap: both presentation orders per pair (``pairs``; ``group`` as :func:`judgments_per_group` counts it).
-        turns: model turns per judgment, >= 1 (2 for BR-RM's two-turn protocol; 1 for single-pass models).
+        shape: ``pairs`` (n pairs), ``score`` (n responses, each judged against its reference) or ``group``.
+        n: pairs, items or responses, >= 0.
+        strategy: a group's strategy (``auto``: ``round_robin``).
+        swap: both presentation orders of every pair.
+        samples: independent judgments per order (self-consistency voting), >= 1.
 
     Returns:
-        An int >= 0. Example: 100 responses, ``all_pairs`` (4,950 pairs) on BR-RM is ``cost("pairs", 4950,
-        turns=2)`` = 9,900; a GRPO group of 8, circular with swap, is ``cost("group", 8, strategy="circular",
-        swap=True, turns=2)`` = 32; ``scores`` of a group of 8 is 8.
+        The :class:`~brrm.types.cost.JudgmentCost`: two turns per judgment; e.g. a GRPO group of 8, circular with
+        swap, is 16 judgments; round-robin is 56 with or without swap (it shows every pair in both orders).
 
     Raises:
-        ConfigError: on an unknown kind or strategy, a negative ``n`` or ``turns`` < 1.
+        ConfigError: on an unknown shape or strategy, ``scores``, or n < 0.
     """
-    if kind not in COST_KINDS:
-        raise ConfigError(f"cost kind {kind!r} is not valid; expected one of {', '.join(COST_KINDS)}")
-    if not isinstance(n, int) or n < 0 or not isinstance(turns, int) or turns < 1:
-        raise ConfigError(f"cost needs n >= 0 and turns >= 1, got n={n!r}, turns={turns!r}")
-    if kind == "scores":
-        return n
-    if kind == "pairs":
-        return n * (2 if swap else 1) * turns
-    if strategy not in STRATEGIES or strategy == "auto":
-        raise ConfigError(f"cost of a group needs a concrete strategy, got {strategy!r}")
-    return n if strategy == "scores" else judgments_per_group(strategy, n, swap=swap) * turns
+    check_choice("shape", shape, SHAPES)
+    check_int("n", n, low=0)
+    orders = 2 if check_bool("swap", swap) else 1
+    if shape != "group":
+        return JudgmentCost(shape, n, n * orders, samples, turns=2, orders=orders, pairs=n)
+    strategy = check_strategy(strategy, pairwise=True, has_reference=strategy == "reference")
+    units = judgments_per_group(strategy, n, swap=swap)
+    pairs = units if strategy == "round_robin" else units // orders  # round-robin shows both orders itself
+    return JudgmentCost(shape, n, units, samples, turns=2, orders=orders, strategy=strategy, pairs=pairs)
 
 
-def check_strategy(strategy: str, *, pairwise: bool, has_reference: bool) -> str:
-    """The concrete strategy (``auto`` resolved).
+def scalar_cost(shape: str, n: int, *, strategy: str = "auto", principles: int = 1) -> JudgmentCost:
+    """What a scalar reward model's request costs, in scored sequences: each response once per principle
+    (``pairs``: both responses of each pair; a ``group`` under ``reference``: the reference too). No sample and no
+    order multiplies it: σ(r_A − r_B) does not depend on the order.
 
     Raises:
-        ConfigError: on an unknown strategy, ``scores`` for a pairwise judge, or a reference given to / missing
-            from the ``reference`` strategy.
+        ConfigError: on an unknown shape or strategy, or n < 0.
     """
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"strategy {strategy!r} is not valid; expected one of {', '.join(STRATEGIES)}")
-    if strategy == "auto":
-        strategy = "round_robin" if pairwise else "scores"
-    if strategy == "scores" and pairwise:
-        raise ConfigError("a pairwise judge has no scalar score; use round_robin, circular, reference or knockout")
-    if (strategy == "reference") != has_reference:
-        raise ConfigError("strategy 'reference' needs a reference response per group, and only it takes one")
-    return strategy
+    check_choice("shape", shape, SHAPES)
+    check_int("n", n, low=0)
+    per = max(1, principles)
+    if shape != "group":
+        return JudgmentCost(shape, n, n * per * (2 if shape == "pairs" else 1), turns=1, unit="scored sequence")
+    strategy = check_strategy(strategy, pairwise=False, has_reference=strategy == "reference")
+    return JudgmentCost(shape, n, (n + (strategy == "reference")) * per, turns=1, strategy=strategy,
+                        unit="scored sequence")
 
 
 class GroupPlan:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from brrm.compose.swap import mirror
@@ -26,38 +26,6 @@ from brrm.types import PairwiseJudgment, Verdict, check_int
 
 OrderedFn = Callable[..., list[PairwiseJudgment]]
 _ORDER = (Verdict.A, Verdict.B, Verdict.TIE)
-
-
-@dataclass(frozen=True)
-class JudgmentCost:
-    """What judging some pairs costs, counted before it runs.
-
-    Attributes:
-        pairs: pairs judged, >= 0.
-        orders: presentation orders per pair (2 with swap, else 1).
-        samples: independent judgments per order (self-consistency voting; 1 without).
-        turns: model generations per ordered judgment (2 for BR-RM; 1 for a scalar model's scoring pass).
-    """
-
-    pairs: int
-    orders: int = 1
-    samples: int = 1
-    turns: int = 2
-
-    @property
-    def judgments(self) -> int:
-        """Ordered judgments run: pairs x orders x samples."""
-        return self.pairs * self.orders * self.samples
-
-    @property
-    def generations(self) -> int:
-        """Model generations (turns) run: pairs x orders x samples x turns."""
-        return self.judgments * self.turns
-
-    def describe(self) -> str:
-        """One line for a terminal, e.g. ``8 pairs x 2 orders x 3 samples = 48 judgments (96 generations)``."""
-        return (f"{self.pairs} pairs x {self.orders} order{'s' * (self.orders != 1)} x {self.samples} "
-                f"sample{'s' * (self.samples != 1)} = {self.judgments} judgments ({self.generations} generations)")
 
 
 def check_samples(samples: object) -> int:

@@ -149,10 +149,10 @@ class ProbeReport:
 
 
 def probe_cost(judge: RewardJudge, pairs: int, probes: Sequence[str]) -> int:
-    """Ordered judgments a probe run takes: (1 + probes) x the judge's cost of ``pairs`` (a pairwise
-    :class:`~brrm.RewardJudge`'s ``cost``: orders x samples); a scalar model, or an object with only ``info`` and
-    ``judge_pairs``, counts one per pair."""
-    per = judge.cost("pairs", pairs) if judge.info.pairwise and isinstance(judge, RewardJudge) else pairs
+    """Model calls a probe run takes: (1 + probes) x the judge's cost of ``pairs`` (:meth:`~brrm.RewardJudge.cost`:
+    a pairwise judge's ordered judgments, orders x samples; a scalar model's scored sequences); an object with only
+    ``info`` and ``judge_pairs`` counts one per pair."""
+    per = judge.cost("pairs", pairs) if isinstance(judge, RewardJudge) else pairs
     return (1 + len(probes)) * per
 
 

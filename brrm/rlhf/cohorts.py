@@ -35,7 +35,6 @@ import threading
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
-from brrm.compose.strategies import judgments_per_group
 from brrm.errors import ConfigError
 from brrm.rlhf.groups import judgments_per_step, rank_in_groups
 from brrm.service.hosted import HostedScheduler
@@ -221,9 +220,9 @@ class CohortBuffer:
         loop = asyncio.get_running_loop()
         sent = loop.time()
         try:
-            self._check_budget(cohorts)
             ready = self._service
             service = ready if ready is not None else await loop.run_in_executor(None, self.service)
+            self._check_budget(service.judge, cohorts)
         except Exception as exc:  # noqa: BLE001 - the waiting samples get the error, the loop goes on
             for c in cohorts:
                 _fail(c.futures, exc)
@@ -248,13 +247,14 @@ class CohortBuffer:
             if not future.done():
                 future.set_result(_partial(rewards[i], cohort.partial))
 
-    def _check_budget(self, cohorts: Sequence[_Cohort]) -> None:
-        """Raise before any model call when the groups sent together need more than ``max_judgments``."""
+    def _check_budget(self, judge: RewardJudge, cohorts: Sequence[_Cohort]) -> None:
+        """Raise before any model call when the groups sent together need more than ``max_judgments`` (as the judge
+        counts them)."""
         if self.max_judgments is None:
             return
-        planned = sum(judgments_per_step(self.strategy, len(c.responses), 1, swap=self.swap) for c in cohorts)
+        planned = sum(judgments_per_step(judge, self.strategy, len(c.responses), 1, swap=self.swap) for c in cohorts)
         if planned > self.max_judgments:
-            per = judgments_per_group(self.strategy, self.group_size, swap=self.swap)
+            per = judgments_per_step(judge, self.strategy, self.group_size, 1, swap=self.swap)
             raise ConfigError(f"these {len(cohorts)} groups need {planned} judgments ({per} per group of "
                               f"{self.group_size} for strategy {self.strategy!r}), over "
                               f"max_judgments_per_step={self.max_judgments}; raise the budget or use a cheaper "

@@ -26,7 +26,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from brrm.compose.strategies import judgments_per_group
 from brrm.errors import ConfigError
 from brrm.service.items import GroupItem, RankCall, ScoreItem
 from brrm.service.order import CanonicalGroup
@@ -74,14 +73,17 @@ def check_groups(keys: Sequence[str], num_generations: int, *, what: str = "prom
     return n // g
 
 
-def judgments_per_step(strategy: str, num_generations: int, groups: int, *, swap: bool) -> int:
-    """Model judgments (two-turn BR-RM runs; 0 for scalar models) of one step's first pass.
+def judgments_per_step(judge: RewardJudge, strategy: str, num_generations: int, groups: int, *, swap: bool) -> int:
+    """Model judgments (two-turn BR-RM runs, voting samples included; 0 for scalar models, which judge no pairs) of
+    one step's first pass, as the judge counts them (:meth:`~brrm.RewardJudge.cost`).
 
     Example: circular with swap, 8 prompts × 8 completions: 8 · 16 = 128.
     """
-    if strategy == "reference" and num_generations == 1:
-        return groups * (2 if swap else 1)
-    return groups * judgments_per_group(strategy, num_generations, swap=swap)
+    if not judge.info.pairwise:
+        return 0
+    if strategy == "reference" and num_generations == 1:  # each completion against its reference
+        return judge.cost("score", groups, swap=swap)
+    return groups * judge.cost("group", num_generations, strategy=strategy, swap=swap)
 
 
 @dataclass
@@ -152,7 +154,7 @@ def rank_in_groups(judge: RewardJudge, conversations: Sequence[ConversationLike]
     """
     g = num_generations
     n_groups = len(responses) // g
-    planned = judgments_per_step(strategy, g, n_groups, swap=swap)
+    planned = judgments_per_step(judge, strategy, g, n_groups, swap=swap)
     if max_judgments is not None and planned > max_judgments:
         raise ConfigError(f"this step needs {planned} judgments ({n_groups} groups × "
                           f"{planned // max(n_groups, 1)} for strategy {strategy!r} on groups of {g}"
@@ -203,7 +205,7 @@ def _repair(judge: RewardJudge, convs: list[ConversationLike], groups: list[list
                 todo.append((k, keep))
         if not todo:
             return used
-        cost = sum(judgments_per_group(strategy, len(keep), swap=swap) for _, keep in todo)
+        cost = sum(judge.cost("group", len(keep), strategy=strategy, swap=swap) for _, keep in todo)
         if max_judgments is not None and used + cost > max_judgments:
             outcome.repair_skipped += len(todo)
             return used

@@ -128,12 +128,6 @@ class TRLRewardConfig:
             raise ConfigError("strategy='reference' needs reference_column, and only it takes one in group mode")
         if self.soft and self.strategy not in SOFT_STRATEGIES:
             raise ConfigError(f"soft=True needs strategy 'round_robin' or 'circular', got {self.strategy!r}")
-        if self.max_judgments_per_step is not None and self.strategy not in ("auto", "scores"):
-            per = judgments_per_step(self.strategy, self.num_generations, 1, swap=bool(self.swap))
-            if per > self.max_judgments_per_step:
-                raise ConfigError(f"one group needs {per} judgments (strategy {self.strategy!r}, num_generations="
-                                  f"{self.num_generations}{', swap' if self.swap else ''}), over "
-                                  f"max_judgments_per_step={self.max_judgments_per_step}")
 
 
 def restore_prefill(completion: str, prefix: str = "auto") -> str:
@@ -193,7 +187,7 @@ class BrrmReward:
         if self.config.mode == "scalar" or strategy == "scores":
             return 0
         assert self.config.num_generations is not None
-        return judgments_per_step(strategy, self.config.num_generations, 1, swap=swap)
+        return judgments_per_step(self.judge, strategy, self.config.num_generations, 1, swap=swap)
 
     def _resolved(self) -> tuple[str, bool]:
         info = self.judge.info

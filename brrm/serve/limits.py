@@ -43,7 +43,7 @@ class ServerLimits:
             The effective limit is ``min(max_items, max_queue)`` so that a valid request can always queue.
         max_field_chars: longest text field (a prompt, a response, a message, a query) in characters; longer
             answers 413 naming the field, >= 1.
-        max_judgments_per_request: most judgments one request may cost (:func:`brrm.compose.strategies.cost`:
+        max_judgments_per_request: most judgments one request may cost (the judge's :meth:`~brrm.RewardJudge.cost`:
             pairs × presentation orders, a group strategy's judgments, or scalar items), >= 1. The effective
             limit is ``min(max_judgments_per_request, max_queue)`` so that a valid request can always queue; a
             request over it answers 413 naming its cost and the limit, before anything is queued.

@@ -25,15 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, MutableMapping
 
-from brrm.compose.strategies import STRATEGIES, cost
 from brrm.errors import ConfigError
 from brrm.serve.idempotency import HEADER, KEY_PATTERN, MAX_ENTRIES, MAX_REPLY_BYTES, TTL_S
 from brrm.serve.limits import COMPARE_STRATEGIES
 from brrm.serve.nemo_gym import comparison_pairs
-from brrm.serve.openrlhf import resolve_mode
 from brrm.serve.state import ServerState
 from brrm.service.items import CallOptions
+from brrm.types import RewardJudge
 from brrm.types.jsonvalue import JSONDict, JSONValue
+from brrm.types.strategies import STRATEGIES
 
 Schema = MutableMapping[str, JSONValue]
 NULL: JSONDict = {"type": "null"}
@@ -175,46 +175,41 @@ def _judge_fields(parts: Schema, state: ServerState) -> None:
 
 
 def _count_limits(parts: Schema, state: ServerState) -> None:
-    """``maxItems`` of each counted field: the item limit, and the cost limit for every strategy and ``swap``."""
-    swap_cost: Callable[[bool], Callable[[int], int]] = lambda swap: lambda n: cost("pairs", n, swap=swap)  # noqa: E731
-    _swap_rules(_obj(parts, "JudgeRequest"), "pairs", state, swap_cost)
-    pairwise_scores = state.pairwise and resolve_mode(state.limits.get_reward_mode, True) == "reference"
-    scored: Callable[[bool], Callable[[int], int]] = (
-        (lambda _swap: lambda n: cost("pairs", n, swap=state.swap)) if state.pairwise
-        else (lambda _swap: lambda n: cost("scores", n)))
-    _swap_rules(_obj(parts, "ScoreRequest"), "items", state, scored)
-    rewards = (lambda _swap: lambda n: cost("pairs", n, swap=state.swap)) if pairwise_scores else scored
-    _swap_rules(_obj(parts, "GetRewardRequest"), "query", state, rewards)
+    """``maxItems`` of each counted field: the item limit, and the cost limit for every strategy and ``swap``, each
+    cost counted by the judge (:meth:`~brrm.RewardJudge.cost`), as admission counts it."""
+    judge = state.judge
+
+    def priced(shape: str, strategy: str = "auto", least: int = 0) -> Callable[[bool], Callable[[int], int]]:
+        return lambda swap: lambda n: max(least, judge.cost(shape, n, strategy=strategy, swap=swap))
+
+    _swap_rules(_obj(parts, "JudgeRequest"), "pairs", state, priced("pairs"))
+    _swap_rules(_obj(parts, "ScoreRequest"), "items", state, priced("score"))
+    _swap_rules(_obj(parts, "GetRewardRequest"), "query", state, priced("score"))
     rank = _obj(parts, "RankRequest")
     for strategy in STRATEGIES:
         resolved = ("round_robin" if state.pairwise else "scores") if strategy == "auto" else strategy
         if state.pairwise and resolved == "scores":
             continue
-        _swap_rules(rank, "responses", state, _group_price(resolved), strategy=strategy, default=strategy == "auto")
+        _swap_rules(rank, "responses", state, priced("group", resolved, least=1), strategy=strategy,
+                    default=strategy == "auto")  # at least 1: the group's slot
     compare = _obj(parts, "CompareRequest")
     for strategy in COMPARE_STRATEGIES:
-        _swap_rules(compare, "response_objs", state, _compare_price(strategy), strategy=strategy,
+        _swap_rules(compare, "response_objs", state, _compare_price(judge, strategy), strategy=strategy,
                     default=strategy == state.limits.compare_strategy)
 
 
-def _group_price(strategy: str) -> Callable[[bool], Callable[[int], int]]:
-    """``swap -> n -> judgments`` of a ``/v1/rank`` group under ``strategy`` (at least 1: the group's slot)."""
-    return lambda swap: lambda n: max(1, cost("group", n, strategy=strategy, swap=swap))
-
-
-def _compare_price(strategy: str) -> Callable[[bool], Callable[[int], int]]:
-    """``swap -> n -> judgments`` of a ``/compare`` request of ``n`` responses under ``strategy``."""
-    return lambda swap: lambda n: cost("pairs", len(comparison_pairs(strategy, n)), swap=swap)
+def _compare_price(judge: RewardJudge, strategy: str) -> Callable[[bool], Callable[[int], int]]:
+    """``swap -> n -> cost`` of a ``/compare`` request of ``n`` responses under ``strategy``."""
+    return lambda swap: lambda n: judge.cost("pairs", len(comparison_pairs(strategy, n)), swap=swap)
 
 
 def _most(state: ServerState, price: Callable[[int], int]) -> int:
-    """The largest item count within the item limit whose cost (times the judge's samples) is within the
-    judgment limit; 0 when not even one item fits."""
-    samples = int(state.judge.info.options.get("samples", 1) or 1) if state.pairwise else 1
+    """The largest item count within the item limit whose cost (the judge's count) is within the judgment limit;
+    0 when not even one item fits."""
     low, high = 0, state.limits.item_limit
     while low < high:
         mid = (low + high + 1) // 2
-        if price(mid) * samples <= state.limits.judgment_limit:
+        if price(mid) <= state.limits.judgment_limit:
             low = mid
         else:
             high = mid - 1

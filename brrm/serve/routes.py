@@ -16,7 +16,6 @@ from typing import TypeVar
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from brrm.compose.strategies import check_strategy, cost
 from brrm.errors import ConfigError
 from brrm.serve import nemo_gym, openrlhf
 from brrm.serve.replies import reply
@@ -39,6 +38,7 @@ from brrm.service.items import GroupItem, PairItem, ScoreItem, pairs_key, rank_k
 from brrm.service.order import CanonicalGroup
 from brrm.types import Conversation, GroupResult, PairwiseJudgment, ScalarReward, parse_label
 from brrm.types import Verdict as V
+from brrm.types.strategies import check_strategy
 
 R = TypeVar("R")
 
@@ -74,8 +74,7 @@ async def judge(body: JudgeRequest, request: Request, state: State) -> JudgeResp
                       parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
              for k, p in enumerate(body.pairs)]
     key = pairs_key(body.swap, options=state.options(body.options))
-    spent = state.check_cost(cost("pairs", len(items), swap=state.swap if body.swap is None else body.swap),
-                             f"{len(items)} pairs")
+    spent = state.check_cost(state.judge.judgment_cost("pairs", len(items), swap=body.swap), f"{len(items)} pairs")
     results = _of(PairwiseJudgment, await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent))
     state.metrics.count_statuses(r.status for r in results)
     return JudgeResponse.model_validate(reply(state.model_block, "judgments", results))
@@ -89,8 +88,7 @@ async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResp
     refs, principles = _score_options(state, items)
     if principles:
         items = _fill_principles(state, items)
-    spent = state.check_cost(cost("pairs", len(items), swap=state.swap) if refs else cost("scores", len(items)),
-                             f"{len(items)} items")
+    spent = state.check_cost(state.judge.judgment_cost("score", len(items)), f"{len(items)} items")
     results = _of(ScalarReward, await state.submit(request, score_key(refs, principles), items,
                                                    timeout_s=body.timeout_s, cost=spent))
     state.metrics.count_statuses(r.status for r in results)
@@ -102,8 +100,8 @@ async def rank(body: RankRequest, request: Request, state: State) -> RankRespons
     _checked(state, body, len(body.responses), "responses")
     strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
     n = len(body.responses)
-    swap = state.swap if body.swap is None else body.swap
-    spent = state.check_cost(cost("group", n, strategy=strategy, swap=swap), f"{strategy} over {n} responses")
+    spent = state.check_cost(state.judge.judgment_cost("group", n, strategy=strategy, swap=body.swap),
+                             f"{strategy} over {n} responses")
     item = GroupItem(conversation(body, "body"), tuple(body.responses), body.reference)
     key = rank_key(strategy, body.swap, body.reference is not None, state.options(body.options))
     (result,) = _of(GroupResult, await state.submit(request, key, [item], timeout_s=body.timeout_s,
@@ -132,7 +130,7 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
     strategy = body.strategy or state.limits.compare_strategy
     canon = CanonicalGroup.of([None if k in bad else t for k, t in enumerate(texts)])  # the group's one order
     pairs = nemo_gym.judged_pairs(canon.caller_pairs(nemo_gym.comparison_pairs(strategy, len(texts))), bad)
-    spent = state.check_cost(cost("pairs", len(pairs), swap=state.swap if body.swap is None else body.swap),
+    spent = state.check_cost(state.judge.judgment_cost("pairs", len(pairs), swap=body.swap),
                              f"{strategy} over {len(texts)} responses ({len(pairs)} pairs)")
     items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
     key = pairs_key(body.swap, body.principle is not None, state.options(body.options))
@@ -185,8 +183,7 @@ async def _get_rewards(state: ServerState, request: Request, body: GetRewardRequ
     todo = openrlhf.plan(body.query, body.prompts, body.labels, mode=mode,
                          specials=(*state.limits.strip_texts, *openrlhf.POLICY_SPECIAL_TEXTS))
     n = len(todo.items)
-    spent = state.check_cost(cost("pairs", n, swap=state.swap) if mode == "reference" else cost("scores", n),
-                             f"{n} queries")
+    spent = state.check_cost(state.judge.judgment_cost("score", n), f"{n} queries")
     scored = _of(ScalarReward, await state.submit(request, score_key(mode == "reference", False), todo.items,
                                                   cost=spent)) if todo.items else []
     return todo.fill(scored)

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
 
-from brrm.compose.strategies import STRATEGIES
+from brrm.types.strategies import STRATEGIES
 
 Role = Literal["system", "user", "assistant", "tool"]
 StrategyName = Literal[STRATEGIES]  # type: ignore[valid-type]

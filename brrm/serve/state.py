@@ -21,6 +21,7 @@ from brrm.service.items import CallOptions, Variants
 from brrm.service.scheduler import Scheduler, SchedulerError
 from brrm.service.singleflight import SingleFlight
 from brrm.types import Conversation, RewardJudge
+from brrm.types.cost import JudgmentCost
 from brrm.types.jsonvalue import JSONValue
 
 
@@ -113,19 +114,16 @@ class ServerState:
         if n > self.limits.item_limit:
             raise TooManyItems(name, n, self.limits.item_limit)
 
-    def check_cost(self, cost: int, what: str) -> int:
-        """``cost`` (judgments; times the judge's ``samples`` under self-consistency voting) when it is within the
-        per-request limit, checked before anything is queued.
+    def check_cost(self, cost: JudgmentCost, what: str) -> int:
+        """``cost.total`` (the judge's count: judgments, samples included; a scalar model's scored sequences) when
+        it is within the per-request limit, checked before anything is queued.
 
         Raises:
             TooCostly: over :attr:`ServerLimits.judgment_limit` (413, naming the cost and the limit).
         """
-        samples = int(self.judge.info.options.get("samples", 1) or 1) if self.pairwise else 1
-        if samples > 1:
-            cost, what = cost * samples, f"{what} x {samples} samples"
-        if cost > self.limits.judgment_limit:
-            raise TooCostly(what, cost, self.limits.judgment_limit)
-        return cost
+        if cost.total > self.limits.judgment_limit:
+            raise TooCostly(f"{what} ({cost.describe()})", cost.total, self.limits.judgment_limit)
+        return cost.total
 
     @property
     def swap(self) -> bool:

@@ -40,6 +40,9 @@ class HostedScheduler:
         runner: the scheduler's judge call (None: :func:`~brrm.service.run.make_runner` over ``judge``).
         failed: one item's failed result after bisection (None: :func:`~brrm.service.items.failed_result`).
 
+    Attributes:
+        judge: the judge it runs (callers ask it what work costs).
+
     Raises:
         ConfigError: on an out-of-range setting.
     """
@@ -48,6 +51,7 @@ class HostedScheduler:
                  max_wait_s: float = 0.01, stall_timeout_s: float = 1.0, max_abandoned: int = 4,
                  runner: Runner | None = None, failed: Failed | None = None) -> None:
         concurrent = bool(judge.info.concurrent)
+        self.judge = judge
         self.scheduler = Scheduler(runner or make_runner(judge), max_batch=max_batch, max_wait_s=max_wait_s,
                                    max_queue=1 << 30, concurrency=concurrency or (4 if concurrent else 1),
                                    stall_timeout_s=stall_timeout_s, max_abandoned=max_abandoned,

@@ -38,6 +38,7 @@ from brrm.types import (
 from brrm.types.codec import group_from_dict, judgment_from_dict, reward_from_dict
 from brrm.types.config import check_text
 from brrm.types.conversation import ConversationLike
+from brrm.types.cost import JudgmentCost
 from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
 
@@ -230,29 +231,28 @@ class RemoteJudge(SingleItems):
         takes = judge_option_names(self.info.kind)
         return tuple(name for name in REQUEST_OPTIONS if name in takes)
 
-    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
-        """The model calls a request makes on the server (as the served judge's own ``cost``): a pairwise judge's
-        ordered judgments (times two with swap, times its ``samples``), a scalar model's scored sequences.
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
+                      swap: bool | None = None) -> JudgmentCost:
+        """The work a request makes on the server, as the served judge's own ``judgment_cost`` counts it: a
+        pairwise judge's ordered judgments (times two with swap, times its ``samples``), a scalar model's scored
+        sequences.
 
         Raises:
             ConfigError: on an unknown shape or strategy, or n < 0.
         """
-        from brrm.compose.strategies import check_strategy, judgments_per_group
+        from brrm.compose import pairwise_cost, scalar_cost
 
-        if shape not in ("pairs", "score", "group") or n < 0:
-            raise ConfigError(f"cost: shape must be pairs, score or group and n >= 0, got {shape!r}, {n}")
         if not self.info.pairwise:
-            if shape != "group":
-                return n * (2 if shape == "pairs" else 1)
-            return n + (check_strategy(strategy, pairwise=False, has_reference=strategy == "reference")
-                        == "reference")
+            principles = self.info.options.get("principle") or []
+            return scalar_cost(shape, n, strategy=strategy, principles=len(principles))
         both = bool(self.info.options.get("swap", False) if swap is None and self.swap is None
                     else (self.swap if swap is None else swap))
         samples = int(self.info.options.get("samples", 1) or 1)
-        if shape != "group":
-            return n * (2 if both else 1) * samples
-        chosen = check_strategy(strategy, pairwise=True, has_reference=strategy == "reference")
-        return judgments_per_group(chosen, n, swap=both) * samples
+        return pairwise_cost(shape, n, strategy=strategy, swap=both, samples=samples)
+
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        """``judgment_cost(...).total``."""
+        return self.judgment_cost(shape, n, strategy=strategy, swap=swap).total
 
     def get_reward(self, queries: Sequence[str], prompts: Sequence[str] | None,
                    labels: Sequence[JSONValue] | None) -> JSONDict:

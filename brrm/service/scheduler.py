@@ -1,7 +1,7 @@
 """The request scheduler: concurrent jobs coalesced into batched judge calls that run off the event loop.
 
 Each request becomes a *job*: a key (which judge call and options it needs, e.g. ``("pairs", swap)``), its
-items, its **cost** in judgments (known before it is queued: :func:`brrm.compose.strategies.cost`) and a deadline.
+items, its **cost** in judgments (known before it is queued: the judge's :meth:`~brrm.RewardJudge.cost`) and a deadline.
 A scheduler task takes the oldest job, waits up to ``max_wait_s`` for others with the same key, and runs up to
 ``max_batch`` items (by *weight*: 1 per item unless the caller says otherwise, e.g. a group's pair count) as
 **one** judge call in a worker thread, so the event loop never blocks on model work. A job larger than

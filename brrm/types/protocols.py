@@ -18,6 +18,7 @@ from brrm.errors import ConfigError
 from brrm.fingerprint import weights_fingerprint
 from brrm.types.config import check_choice
 from brrm.types.conversation import ConversationLike
+from brrm.types.cost import JudgmentCost
 from brrm.types.results import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 
 KINDS = ("brrm", "bt", "principle")
@@ -289,9 +290,12 @@ class RewardJudge(Protocol):
         with_options: ``with_options(**overrides) -> RewardJudge``: a variant on the same loaded backend with
             other settings (the keywords of :func:`brrm.load` that do not load anything: decoding, budgets,
             seed, swap, margin, principle, …); the variant shares the backend, so closing either closes both.
-        cost: ``cost(shape, n, /, *, strategy="auto", swap=None) -> int``: the model calls a request makes:
-            ``shape`` ``pairs`` (n pairs), ``score`` (n responses) or ``group`` (one group of n responses); a
-            call is one ordered judgment of a pairwise judge, one scored sequence of a scalar model.
+        judgment_cost: ``judgment_cost(shape, n, /, *, strategy="auto", swap=None) -> JudgmentCost``: the work
+            a request makes, counted by the judge before it runs (:class:`~brrm.types.cost.JudgmentCost`: units,
+            samples, turns, a line for people): ``shape`` ``pairs`` (n pairs), ``score`` (n responses) or
+            ``group`` (one group of n responses); a unit is one ordered judgment of a pairwise judge, one scored
+            sequence of a scalar model. Admission, budgets and progress ask this; no surface counts by itself.
+        cost: ``cost(shape, n, /, *, strategy="auto", swap=None) -> int``: ``judgment_cost(...).total``.
         close: ``close()``: free the model (engines, threads); also on leaving a ``with`` block.
 
     The batch methods take ``progress``: a callback called with the number of items just finished
@@ -333,6 +337,9 @@ class RewardJudge(Protocol):
                   reference: str | None = None) -> ScalarReward: ...
 
     def with_options(self, **overrides: Any) -> RewardJudge: ...
+
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
+                      swap: bool | None = None) -> JudgmentCost: ...
 
     def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int: ...
 

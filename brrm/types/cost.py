@@ -1,0 +1,73 @@
+"""What a request costs, counted by the judge before it runs (:meth:`brrm.RewardJudge.judgment_cost`).
+
+Every surface that bounds, announces or budgets work — the server's admission and its OpenAPI limits, the RLHF
+adapters' per-step budgets, ``brrm rank``, best-of-N benchmarks — asks the judge and never counts judgments
+itself: a judge's swap, voting samples, principles and group strategy are its own business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+UNITS = ("judgment", "scored sequence")
+"""What one unit of :attr:`JudgmentCost.judgments` is: an ordered two-turn judgment of a pair (pairwise judges) or
+one response scored once (scalar reward models)."""
+
+
+@dataclass(frozen=True)
+class JudgmentCost:
+    """The model work one request makes, known before it is queued.
+
+    Attributes:
+        shape: ``pairs``, ``score`` or ``group`` (:data:`brrm.types.SHAPES`).
+        n: pairs, items scored, or responses in the group, >= 0.
+        units: units of work per sample (:attr:`unit`), >= 0: a pairwise judge's ordered judgments (each pair
+            once per presentation order; a group's strategy count), or a scalar model's scored sequences (both
+            responses of a pair, each response once per principle).
+        samples: independent judgments per unit (self-consistency voting), >= 1; 1 for scalar models.
+        turns: model generations per unit, >= 1 (2 for BR-RM's two-turn protocol; 1 for one scoring pass).
+        orders: presentation orders per pair (2 with swap, else 1).
+        strategy: the group's concrete strategy (``group`` only; ``""`` otherwise).
+        unit: one of :data:`UNITS`.
+        pairs: pairs a pairwise judge judges, a pair judged in both orders counted once (the unit its progress
+            bars count), >= 0; 0 for scalar models.
+    """
+
+    shape: str
+    n: int
+    units: int
+    samples: int = 1
+    turns: int = 2
+    orders: int = 1
+    strategy: str = ""
+    unit: str = "judgment"
+    pairs: int = 0
+
+    @property
+    def total(self) -> int:
+        """Units run, samples included: what admission limits and budgets count (``judge.cost(...)``)."""
+        return self.units * self.samples
+
+    @property
+    def judgments(self) -> int:
+        """:attr:`total` by its name for a pairwise judge: ordered judgments run, samples included."""
+        return self.total
+
+    @property
+    def generations(self) -> int:
+        """Model generations run: :attr:`total` x :attr:`turns`."""
+        return self.total * self.turns
+
+    def describe(self) -> str:
+        """One line for a terminal or an error message, e.g. ``8 pairs x 2 orders x 3 samples = 48 judgments (96
+        generations)``, ``round_robin over 8 responses = 56 judgments (112 generations)`` or ``16 scored
+        sequences``."""
+        if self.unit != "judgment":
+            return f"{self.total} {self.unit}{'s' * (self.total != 1)}"
+        if self.shape == "group":
+            head = f"{self.strategy} over {self.n} responses"
+            head += f" ({self.units} judgments) x {self.samples} samples" if self.samples != 1 else ""
+        else:
+            head = (f"{self.n} {'pairs' if self.shape == 'pairs' else 'items'} x {self.orders} "
+                    f"order{'s' * (self.orders != 1)} x {self.samples} sample{'s' * (self.samples != 1)}")
+        return f"{head} = {self.total} judgments ({self.generations} generations)"

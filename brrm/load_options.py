@@ -63,6 +63,22 @@ def judge_option_classes(kind: str) -> tuple[type, ...]:
     return tuple(_resolve(ref) for ref in KIND_OPTIONS[kind].classes)
 
 
+def config_from_record(kind: str, record: Mapping[str, object]) -> object | None:
+    """A model kind's typed config (the first class of its :data:`KIND_OPTIONS` entry) read back from a judge's
+    record (``options`` of ``GET /v1/models``); None for an unknown kind or a record that does not read back (a
+    server of another version): the caller keeps the record and says nothing it cannot know."""
+    from brrm.errors import ConfigError
+
+    if kind not in KIND_OPTIONS:
+        return None
+    try:
+        reader: Any = judge_option_classes(kind)[0]  # BRRMConfig, BTConfig or PrincipleConfig: each has from_record
+        config: object = reader.from_record(record)
+    except (ConfigError, TypeError, ValueError):
+        return None
+    return config
+
+
 def recipe_choices(kind: str) -> tuple[str, ...]:
     """The values the ``recipe`` keyword (``--recipe``) takes for a scalar kind: a Bradley–Terry recipe
     (:data:`brrm.reward_models.bradley_terry.RECIPES`) or a principle model's prompt format

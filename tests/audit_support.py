@@ -88,7 +88,7 @@ class ScriptedPairJudge:
     def __init__(self) -> None:
         self.info = JudgeInfo(model="scripted-pair-judge", kind="brrm", recipe="scripted", backend="fake",
                               chat_template_hash="-", template_hash="-", default_strategy="round_robin",
-                              options={"seed": 0}, chunk_size=500)
+                              record={"seed": 0}, chunk_size=500)
         self.calls: Counter[str] = Counter()
 
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str], /,

@@ -29,7 +29,7 @@ class StrengthJudge:
         self.strengths = strengths
         self.info = JudgeInfo(model="strength-judge", kind="brrm", recipe="scripted", backend="fake",
                               chat_template_hash="-", template_hash="-", default_strategy="round_robin",
-                              options={"seed": seed}, chunk_size=64, pairwise=pairwise, fingerprint="f00d")
+                              record={"seed": seed}, chunk_size=64, pairwise=pairwise, fingerprint="f00d")
         self.rng = random.Random(seed)
         self.swaps: list[bool | None] = []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -400,7 +401,7 @@ def test_random_orders_do_not_depend_on_chunks_or_selection(shared):
     """A result depends only on the item and the seeds: chunk size and the other items change nothing."""
     items = items_of("rm-bench", shared)[:6]
     small = synthetic("always-1", items)
-    small.info = JudgeInfo(**{**small.info.to_dict(), "chunk_size": 1})
+    small.info = replace(small.info, chunk_size=1)
     a, _ = run(small, items, orders="random", seed=3)
     b, _ = run(synthetic("always-1", items), items[3:], orders="random", seed=3)
     assert [s.swapped for r in a[3:] for s in r.shown] == [s.swapped for r in b for s in r.shown]

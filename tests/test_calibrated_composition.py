@@ -29,7 +29,7 @@ def test_load_composes_the_calibration_and_the_spec_keeps_it(tiny, tmp_path):
     write_calibration(path, calibration)
     with brrm.load(tiny, calibration=str(path), **TINY) as judge:
         assert isinstance(judge.model, CalibratedPairJudge)
-        assert judge.info.options["calibration"] == calibration.hash
+        assert judge.info.composition.calibration == calibration.hash
         j = judge.judge("What is 2+2?", "4", "5")
         assert j.status == "ok" and j.p_a_raw is not None and not math.isnan(j.p_a_raw)
         assert j.p_a == pytest.approx(calibration.probability(j.p_a_raw), abs=1e-12)
@@ -38,7 +38,7 @@ def test_load_composes_the_calibration_and_the_spec_keeps_it(tiny, tmp_path):
     assert spec.options["calibration"] == str(path)
     with brrm.JudgeSpec.from_json(spec.to_json()).load() as same:
         again = same.judge("What is 2+2?", "4", "5")
-        assert same.info.options["calibration"] == calibration.hash and again.p_a == j.p_a
+        assert same.info.composition.calibration == calibration.hash and again.p_a == j.p_a
 
 
 def test_voting_composes_over_a_calibrated_model(tiny, tmp_path):
@@ -47,7 +47,7 @@ def test_voting_composes_over_a_calibrated_model(tiny, tmp_path):
     write_calibration(path, Calibration("pairwise", 0.5))
     opts = {**TINY, "temperature": 1.0, "samples": 2}
     with brrm.load(tiny, calibration=str(path), **opts) as judge:
-        assert judge.info.options["samples"] == 2 and judge.model.votes
+        assert judge.info.composition.samples == 2 and judge.model.votes
         j = judge.judge("What is 2+2?", "4", "5")
         assert len(j.sub_judgments) == 2 and j.provenance.calibration
 

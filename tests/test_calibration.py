@@ -101,7 +101,8 @@ def test_load_applies_it_raw_and_calibrated_side_by_side(tok, tmp_path):
     (j,) = judge.judge_pairs(["Q?"], ["z=1.0"], ["ref"])
     assert j.p_a_raw == pytest.approx(sigmoid(K)) and j.p_a == pytest.approx(sigmoid(1.0))
     assert j.provenance.calibration == calib.hash and j.to_dict()["p_a_raw"] == j.p_a_raw
-    assert judge.info.options["calibration"] == calib.hash
+    assert judge.info.composition.calibration == calib.hash
+    assert judge.info.to_dict()["options"]["calibration"] == calib.hash  # what stores and replies carry
     (s,) = judge.judge_pairs(["Q?"], ["z=1.0"], ["ref"], swap=True)  # both orders calibrated, then averaged
     fwd, rev = s.sub_judgments
     assert fwd.p_a == pytest.approx(sigmoid(1.0)) and rev.p_a == pytest.approx(sigmoid(1.0))

@@ -72,7 +72,7 @@ class EdgeJudge:
     def __init__(self) -> None:
         self.info = JudgeInfo(model="edge-judge", kind="brrm", recipe="scripted", backend="fake",
                               chat_template_hash="-", template_hash="-", default_strategy="round_robin",
-                              options={"seed": 0}, chunk_size=100)
+                              record={"seed": 0}, chunk_size=100)
 
     def judge_pairs(self, conversations, responses_a, responses_b, /, *, swap=None, ids=None, labels=None,
                     principles=None, progress=None, on_result=None, on_step=None):

@@ -41,10 +41,10 @@ def test_traits_are_declared_per_kind(pair, bt):
     info = pair[0].info
     assert (info.pairwise, info.takes_principle, info.needs_reference) == (True, False, True)
     assert (bt.info.pairwise, bt.info.takes_principle, bt.info.needs_reference) == (False, False, False)
-    assert brrm.JudgeInfo(**{**bt.info.to_dict(), "kind": "custom", "pairwise": False, "takes_principle": True,
+    assert brrm.JudgeInfo.from_dict({**bt.info.to_dict(), "kind": "custom", "pairwise": False, "takes_principle": True,
                              "needs_reference": False}).takes_principle is True
     with pytest.raises(ConfigError, match="JudgeInfo.pairwise must be given for kind 'custom'"):
-        brrm.JudgeInfo(**{**bt.info.to_dict(), "kind": "custom", "pairwise": None})
+        brrm.JudgeInfo.from_dict({**bt.info.to_dict(), "kind": "custom", "pairwise": None})
 
 
 @pytest.mark.parametrize(("strategy", "swap"), [("round_robin", False), ("circular", True), ("knockout", False)])
@@ -76,9 +76,10 @@ def test_cost_of_pairs_and_scores(pair, bt):
 def test_with_options_is_a_variant_on_the_same_backend(pair, bt):
     judge, backend = pair
     variant = judge.with_options(max_new_tokens=64, seed=7, swap=True)
-    assert variant.info.options["sampling"]["max_new_tokens_per_turn"] == 64
-    assert variant.info.options["sampling"]["seed"] == 7 and variant.info.options["swap"] is True
-    assert judge.info.options["sampling"]["seed"] == 0 and judge.info.options["swap"] is False
+    assert variant.info.sampling is not None and variant.info.sampling.max_new_tokens_per_turn == 64
+    assert variant.info.sampling.seed == 7 and variant.info.composition.swap is True
+    assert judge.info.sampling is not None and judge.info.sampling.seed == 0 and judge.info.composition.swap is False
+    assert variant.info.to_dict()["options"]["sampling"]["max_new_tokens_per_turn"] == 64  # the record's key
     before = backend.stats["requests"]
     out = variant.judge("q", "a", "b")
     # swap: both orders, two turns each; the script always answers 1, so the two orders disagree (a tie)

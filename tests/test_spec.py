@@ -86,7 +86,7 @@ def test_a_worker_rebuilds_the_same_judge_from_a_pickled_spec(tmp_path, cache):
     assert judge.info.fingerprint == spec.fingerprint == weights_fingerprint(model)
     here = judge.judge("What is 2+2?", "4", "5")
     assert here.provenance.fingerprint == spec.fingerprint
-    assert brrm.JudgeInfo(**judge.info.to_dict()).spec == spec
+    assert brrm.JudgeInfo.from_dict(judge.info.to_dict()).spec == spec
     judge.close()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), os.getcwd()]))}
     os.environ.update(env)

@@ -58,8 +58,8 @@ def test_cost_counts_pairs_orders_samples_turns(tiny_dir):
     assert judge.judgment_cost("pairs", 8, swap=False) == JudgmentCost("pairs", 8, 8, orders=1, samples=3, turns=2,
                                                                         pairs=8)
     assert judge.cost("group", 4, strategy="circular") == 4 * 2 * 3  # the judge's swap, its samples
-    assert judge.info.options["samples"] == 3
-    assert "samples" not in brrm.load(tiny_dir, kind="brrm", thinking="off").info.options
+    assert judge.info.composition.samples == 3 and judge.info.to_dict()["options"]["samples"] == 3
+    assert "samples" not in brrm.load(tiny_dir, kind="brrm", thinking="off").info.to_dict()["options"]
 
 
 def test_bad_samples_are_named_before_loading(tiny_dir):

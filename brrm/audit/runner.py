@@ -240,11 +240,11 @@ def retry_for(store: AuditStore, config: str | None, options: AuditOptions) -> f
     """The stored statuses this run judges again under ``config`` (:func:`brrm.types.retry.retry_statuses`): a
     sampled judge's parse failures count only for pairs and single items, whose retry gets a new seed (a group's
     judgments are keyed by content alone, so a group is retried only with ``--retry-failed``)."""
-    from brrm.types.retry import is_sampled, retry_statuses
+    from brrm.types.retry import record_is_sampled, retry_statuses
 
     info = store.config_info(config) or {}
     judge_options = info.get("options")
-    sampled = isinstance(judge_options, Mapping) and is_sampled(judge_options) and options.shape != "groups"
+    sampled = isinstance(judge_options, Mapping) and record_is_sampled(judge_options) and options.shape != "groups"
     return retry_statuses(sampled=sampled, retry_failed=options.retry_failed)
 
 

@@ -67,17 +67,17 @@ class Protocol:
     deviations: tuple[str, ...] = ()
     bench_options: Mapping[str, str] = field(default_factory=dict)
 
-    def describe(self, judge_options: Mapping[str, object] | None) -> str:
+    def describe(self, decoding: str | None, *, pairwise: bool = True) -> str:
         """One line: the protocol's name, decoding settings, orders and headline denominator.
 
         Args:
-            judge_options: the pairwise judge's resolved options (:attr:`brrm.types.JudgeInfo.options`); None for
-                a scalar reward model (no decoding).
+            decoding: the pairwise judge's decoding mode (:attr:`brrm.JudgeInfo.decoding`).
+            pairwise: False for a scalar reward model (no decoding).
         """
-        if judge_options is None:
+        if not pairwise:
             parts = ["no decoding (scalar model)"]
         elif self.name == "custom":
-            parts = [f"decoding {judge_options.get('decoding')} (your judge options; not a known checkpoint)"]
+            parts = [f"decoding {decoding} (your judge options; not a known checkpoint)"]
         else:
             parts = [f"{k.replace('_', ' ')} {v}" for k, v in self.options.items()]
         parts += [f"{k} {v}" for k, v in self.bench_options.items()]

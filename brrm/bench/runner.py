@@ -33,10 +33,9 @@ def is_pairwise(judge: RewardJudge) -> bool:
 def planned_judgments(judge: RewardJudge, items: Sequence[BenchItem], *, orders: str, seed: int) -> int:
     """Model calls a run will make: ordered judgments (pairwise judges; x samples under self-consistency voting) or
     scored responses (scalar models)."""
-    if is_pairwise(judge):
-        samples = int(judge.info.options.get("samples", 1))
-        return samples * sum(len(presentations(orders, it, seed=seed)) for it in items)
-    return sum(len(it.responses) for it in items)
+    if is_pairwise(judge):  # each presentation one ordered judgment
+        return judge.cost("pairs", sum(len(presentations(orders, it, seed=seed)) for it in items), swap=False)
+    return judge.cost("score", sum(len(it.responses) for it in items))
 
 
 def _chunks(items: Sequence[int], size: int, weight: Callable[[int], int]) -> Iterator[list[int]]:
@@ -145,7 +144,7 @@ def _scalar_chunk(judge: RewardJudge, part: list[BenchItem], seed_ids: list[str]
 
     rewards = run(judge, [ScoreItem(c, t, id=i) for c, t, i in zip(convs, texts, ids, strict=True)],
                   progress=progress)
-    margin = float(judge.info.options.get("margin", 0.0) or 0.0)
+    margin = judge.info.composition.margin or 0.0
     from brrm.compose.calibrated import CalibratedScalarJudge
 
     # a calibrated scalar judge: the pairs shown get σ(s·Δ), the raw rewards kept beside them

@@ -202,8 +202,8 @@ def _run_probes(records: list[Record | RecordError], spec: JudgeSpec, probes: tu
         print(f"probes: {', '.join(probes)}; cost {probe_cost(judge, len(good), probes)} judgments", file=sys.stderr)
         report = run_probes(judge, [r.conversation for r in good], [r.response_a for r in good],
                             [r.response_b for r in good], probes=probes, ids=seed_ids(good),
-                            display_ids=[r.id for r in good], seed=int(judge.info.options.get("sampling", {}).get(
-                                "seed", 0)))
+                            display_ids=[r.id for r in good],
+                            seed=judge.info.sampling.seed if judge.info.sampling else 0)
     finally:
         judge.close()
     print_report(sys.stderr, report)

@@ -220,7 +220,7 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     orders = protocol.orders
     common.header(term, f"bench {bench.name}", judge, len(items), f"{bench.title} ({', '.join(subsets)})")
     pairwise = judge.info.pairwise
-    print(protocol.describe(dict(judge.info.options) if pairwise else None), file=term)
+    print(protocol.describe(judge.info.decoding if pairwise else None, pairwise=bool(pairwise)), file=term)
     settings = {**run_settings(bench, judge.info.to_dict(), subsets=subsets, orders=orders, seed=args.order_seed,
                                source=args.data, limit=args.limit), "protocol": protocol.name,
                 "data_revision": revision}
@@ -287,7 +287,7 @@ def _resumable(args: argparse.Namespace, judge: RewardJudge, folder: Path | None
     if folder is None:
         return {}, {}, 0
     done = check_resume(folder, settings)
-    sampled = reseeds and is_sampled(judge.info.options)
+    sampled = reseeds and is_sampled(judge.info)
     again, kept = retried(done, retry_statuses(sampled=sampled, retry_failed=bool(args.retry_failed)))
     path = folder / ITEMS_FILE
     seeds = failed_seeds(path) if again else {}

@@ -42,20 +42,20 @@ __all__ = ["OrderedLines", "add_backend_args", "add_input_args", "add_judge_args
 def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, source: str) -> None:
     """What runs: model, kind, backend and budgets (the demo budgets said as such)."""
     info = judge.info
-    sampling = info.options.get("sampling", {})
+    sampling = info.sampling
     demo = info.model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     print(f"brrm {command}: {n_records} records from {source}; model {info.model}"
           f"{' (embedded demo; pass --model for a real judge)' if demo else ''}; {info.describe()}", file=term)
-    if sampling:
-        print(f"budgets: temperature {sampling['temperature']}, top_p {sampling['top_p']}, "
-              f"{sampling['max_new_tokens_per_turn']} new tokens per turn, {sampling['max_total_tokens']} total, seed "
-              f"{sampling['seed']}" + (" (small demo budgets; published: 8192 per turn, 16384 total)" if demo else ""),
+    if sampling is not None:
+        print(f"budgets: temperature {sampling.temperature}, top_p {sampling.top_p}, "
+              f"{sampling.max_new_tokens_per_turn} new tokens per turn, {sampling.max_total_tokens} total, seed "
+              f"{sampling.seed}" + (" (small demo budgets; published: 8192 per turn, 16384 total)" if demo else ""),
               file=term)
     if info.backend == "transformers":
         from brrm.threads import CHOICE
 
         print(f"cpu: {CHOICE.describe()}", file=term)
-    if info.pairwise and info.options.get("decoding") == "constrained":
+    if info.pairwise and info.decoding == "constrained":
         _note_first_compile(term)
 
 

@@ -70,7 +70,7 @@ def _resume_plan(args: argparse.Namespace, skip: int, judge: RewardJudge, term: 
     """Which kept lines a resume judges again (:mod:`brrm.cli.resume`), said on the terminal."""
     from brrm.types.retry import is_sampled
 
-    plan = resume_plan(args.output, skip, sampled=is_sampled(judge.info.options), retry_failed=args.retry_failed)
+    plan = resume_plan(args.output, skip, sampled=is_sampled(judge.info), retry_failed=args.retry_failed)
     if plan.retry:
         print(f"resuming: {len(plan.retry)} kept lines failed (backend error or timeout"
               + (", or parse failure/truncation" if plan.sampled or args.retry_failed else "")

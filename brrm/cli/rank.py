@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     judge = common.load_judge(args, kind="brrm")
     pairwise = bool(judge.info.pairwise)
     strategy = check_strategy(args.strategy, pairwise=pairwise, has_reference=args.strategy == "reference")
-    swap = bool(judge.info.options.get("swap")) and pairwise
+    swap = bool(judge.info.composition.swap) and pairwise
     common.header(term, "rank", judge, len(records), args.input)
     # a group's judgments are keyed by its content alone: a retry is re-seeded never, so parse failures stay
     # unless --retry-failed (brrm.types.retry)

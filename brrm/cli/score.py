@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     common.note_ignored_principles(records, (fields or FieldMap()).principle, judge.info.takes_principle,
                                    judge.info.describe(), term)
     results: list[ScalarReward] = []
-    plan = resume_plan(args.output, skip, sampled=is_sampled(judge.info.options), retry_failed=args.retry_failed)
+    plan = resume_plan(args.output, skip, sampled=is_sampled(judge.info), retry_failed=args.retry_failed)
     if plan.retry:
         print(f"resuming: {len(plan.retry)} kept lines failed: scored again in place", file=term)
     with resumed_output(args.output, plan) as sink:

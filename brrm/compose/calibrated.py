@@ -6,8 +6,8 @@ Pairwise judges (BR-RM) are calibrated per ordered judgment, inside the judge (:
 its ordered-pair model), so swap-order combination, group strategies and the RLHF adapters all see calibrated
 probabilities (swap: the mean of the two calibrated orders). Scalar models are calibrated where their P(A ≻ B) =
 σ(r_A − r_B) is formed, in ``judge_pairs`` (:class:`CalibratedScalarJudge`); their rewards are unchanged.
-The judge's ``info.options`` ``calibration`` entry holds the calibration's hash (so audits and benchmark resumes keep a
-calibrated judge apart from the raw one).
+The judge's ``info.composition.calibration`` (its records' ``options.calibration``) holds the calibration's hash
+(so audits and benchmark resumes keep a calibrated judge apart from the raw one).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class CalibratedPairJudge:
     def __init__(self, model: OrderedPairJudge, calibration: Calibration) -> None:
         self.model, self.calibration = model, calibration
         self.votes = bool(getattr(model, "votes", False))  # draws separate samples as the model does
-        self.info: JudgeInfo = replace(model.info, options={**model.info.options, "calibration": calibration.hash})
+        self.info: JudgeInfo = replace(model.info, composition=replace(model.info.composition,
+                                                                       calibration=calibration.hash))
 
     def judge_ordered(self, conversations: Sequence[ConversationLike], first: Sequence[str], second: Sequence[str],
                       /, *, ids: Sequence[str] | None = None, **kw: object) -> list[PairwiseJudgment]:
@@ -84,7 +85,8 @@ class CalibratedScalarJudge(SingleItems):
 
     def __init__(self, judge: RewardJudge, calibration: Calibration) -> None:
         self.inner, self.calibration = judge, calibration
-        self.info: JudgeInfo = replace(judge.info, options={**judge.info.options, "calibration": calibration.hash})
+        self.info: JudgeInfo = replace(judge.info, composition=replace(judge.info.composition,
+                                                                       calibration=calibration.hash))
 
     def judge_pairs(self, conversations: Sequence[ConversationLike],
                     responses_a: Sequence[str], responses_b: Sequence[str],

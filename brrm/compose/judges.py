@@ -67,8 +67,7 @@ class PairwiseRewardJudge(_Base):
         if samples > 1 and not getattr(model, "votes", False):
             raise ConfigError(f"samples={samples}: {type(model).__name__} draws no separate samples (its votes "
                               "trait is not set); use samples=1")
-        extra = {"samples": samples} if samples > 1 else {}
-        self.info = replace(model.info, options={**model.info.options, "swap": swap, **extra})
+        self.info = replace(model.info, composition=replace(model.info.composition, swap=swap, samples=samples))
 
     def with_options(self, **overrides: object) -> PairwiseRewardJudge:
         """A variant on the same backend: ``swap`` and the model's settings (BR-RM: ``decoding``, the sampling

@@ -55,10 +55,8 @@ class ScalarRewardJudge(_Base):
         self.margin, self.on_tie = margin, on_tie
         pairwise_from_rewards(ScalarReward(0.0, Status.OK), ScalarReward(0.0, Status.OK), margin=margin,
                               on_tie=on_tie)  # validates margin and on_tie now
-        options = {**model.info.options, "margin": margin, "on_tie": on_tie.value}
-        if self.principles:
-            options["principle"] = list(self.principles)
-        self.info = replace(model.info, options=options)
+        self.info = replace(model.info, composition=replace(model.info.composition, margin=margin,
+                                                            on_tie=on_tie.value, principles=self.principles))
 
     def with_options(self, **overrides: object) -> ScalarRewardJudge:
         """A variant on the same backend: ``margin``, ``principle`` and the model's settings (principle models:

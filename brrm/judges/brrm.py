@@ -26,7 +26,7 @@ thinking). Every policy can be set on its own; results record them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +64,7 @@ from brrm.types import (
     override_config,
 )
 from brrm.types.conversation import ConversationLike
-from brrm.types.options import Flag, option
+from brrm.types.options import Flag, build, option, option_fields
 
 DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
@@ -194,6 +194,20 @@ class BRRMConfig:
                              neutralize_markers=self.neutralizes_markers,
                              history_think=self._word(self.history_think, "history_think"))
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, object]) -> BRRMConfig:
+        """The settings a judge's record holds (``options`` of ``GET /v1/models``: the fields, ``sampling`` and the
+        applied ``policies``), as values that judge the same way.
+
+        Raises:
+            ConfigError: on a missing or invalid entry (naming it).
+        """
+        names = {f.name for f in option_fields(cls)}
+        policies = record.get("policies")
+        given = {**(policies if isinstance(policies, Mapping) else {}), **record}
+        return build(cls, {**{k: v for k, v in given.items() if k in names},
+                           "sampling": SamplingConfig.from_record(record.get("sampling"))})
+
     def policies(self) -> dict[str, bool | str]:
         """Every input policy as applied (recorded in each result's provenance)."""
         return {**self.context.to_dict(), "neutralize_markers": self.neutralizes_markers,
@@ -247,7 +261,7 @@ class BRRMJudge:
         self.info = JudgeInfo(model=backend.info.model, kind="brrm", recipe="brrm", backend=backend.info.name,
                               fingerprint=backend.info.fingerprint,
                               chat_template_hash=chat, template_hash=text_hash(template_hash(), chat),
-                              default_strategy="round_robin", options=self._options(),
+                              default_strategy="round_robin", config=self.config, record=self._options(),
                               chunk_size=backend.capabilities.chunk_size,
                               concurrent=backend.capabilities.concurrent)
 

@@ -30,8 +30,8 @@ reaches the model through :mod:`brrm.tokens` (a response cannot forge a second `
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from brrm.backends.base import Backend, Completion, GenerationRequest
@@ -69,7 +69,7 @@ from brrm.types import (
     override_config,
 )
 from brrm.types.conversation import ConversationLike
-from brrm.types.options import Flag, option
+from brrm.types.options import Flag, build, option, option_fields
 
 __all__ = ["CLAMP", "FORMATS", "LLAMA_QUESTION", "PrincipleConfig", "PrincipleJudge", "judgement_token_ids",
            "resolve_format"]
@@ -121,6 +121,20 @@ class PrincipleConfig:
             raise ConfigError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
         if not isinstance(self.question, str) or "{principle}" not in self.question:
             raise ConfigError("question must contain the placeholder {principle}")
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, object]) -> PrincipleConfig:
+        """The settings a judge's record holds (``options`` of ``GET /v1/models``: ``sampling``, ``format``, the
+        applied ``decoding`` and ``reward`` where the format has them, the stripping policies).
+
+        Raises:
+            ConfigError: on a missing or invalid entry (naming it).
+        """
+        given = {k: v for k, v in record.items() if k in {f.name for f in option_fields(cls)}}
+        for name, valid in (("decoding", DECODINGS), ("reward", REWARDS)):
+            if given.get(name) not in valid:  # a format without the setting records what it does instead
+                given.pop(name, None)
+        return build(cls, {**given, "sampling": SamplingConfig.from_record(record.get("sampling"))})
 
 
 @dataclass
@@ -175,7 +189,8 @@ class PrincipleJudge:
                               fingerprint=backend.info.fingerprint,
                               backend=backend.info.name, chat_template_hash=self.template_sha,
                               template_hash=self.template_hash, default_strategy="scores",
-                              options={"sampling": self.config.sampling.to_dict(), **self._policies()},
+                              config=replace(self.config, format=self.format),
+                              record={"sampling": self.config.sampling.to_dict(), **self._policies()},
                               chunk_size=backend.capabilities.chunk_size,
                               concurrent=backend.capabilities.concurrent)
 

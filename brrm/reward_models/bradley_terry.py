@@ -28,7 +28,7 @@ How every recipe computes a reward, whatever the batch or backend:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +50,7 @@ from brrm.types import (
     check_same_length,
 )
 from brrm.types.conversation import ConversationLike
-from brrm.types.options import Flag, build, option
+from brrm.types.options import Flag, build, option, option_fields
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -95,6 +95,16 @@ class BTConfig:
                                   help="remove a leading <think>…</think> block from each response (default on)")
     strip_history_reasoning: bool = option(True, flag=Flag("--history-reasoning", words={"strip": True, "keep": False}),
                                            help="remove <think> blocks from earlier assistant turns (default on)")
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, object]) -> BTConfig:
+        """The settings a model's record holds (``options`` of ``GET /v1/models``: the applied recipe, lengths and
+        stripping policies).
+
+        Raises:
+            ConfigError: on an invalid entry (naming it).
+        """
+        return build(cls, {k: v for k, v in record.items() if k in {f.name for f in option_fields(cls)}})
 
     def __post_init__(self) -> None:
         check_choice("recipe", self.recipe, ("auto", *RECIPES))
@@ -211,8 +221,14 @@ class BradleyTerryRewardModel:
         self.info = JudgeInfo(model=self.model_id, kind="bt", recipe=self.recipe, backend=backend.info.name,
                               fingerprint=backend.info.fingerprint,
                               chat_template_hash=chat, template_hash=self.provenance.template_hash,
-                              default_strategy="scores", options=dict(self.provenance.policies),
+                              default_strategy="scores", config=self.config(),
+                              record=dict(self.provenance.policies),
                               chunk_size=max(caps.chunk_size, 64), concurrent=caps.concurrent)
+
+    def config(self) -> BTConfig:
+        """This model's settings, resolved: its concrete recipe and the backend's context as ``max_length``."""
+        return BTConfig(recipe=self.recipe, max_length=self.max_length, truncation_side=self.truncation_side,
+                        strip_thinking=self.strip_thinking, strip_history_reasoning=self.strip_history_reasoning)
 
     @classmethod
     def from_config(cls, backend: Backend, config: BTConfig) -> BradleyTerryRewardModel:

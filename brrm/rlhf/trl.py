@@ -192,7 +192,7 @@ class BrrmReward:
     def _resolved(self) -> tuple[str, bool]:
         info = self.judge.info
         strategy = info.default_strategy if self.config.strategy == "auto" else self.config.strategy
-        swap = self.config.swap if self.config.swap is not None else bool(info.options.get("swap", False))
+        swap = self.config.swap if self.config.swap is not None else bool(info.composition.swap)
         return strategy, swap and bool(info.pairwise)
 
     def __call__(self, prompts: Sequence[Prompt], completions: Sequence[Prompt],

@@ -133,10 +133,11 @@ def _message_rules(model: Schema) -> None:
 
 def _options(model: Schema, state: ServerState) -> None:
     """Each per-request option the judge can vary (with the server's budget as its maximum); ``null`` otherwise."""
-    sampling = state.judge.info.options.get("sampling")
-    limits = sampling if isinstance(sampling, dict) else {}
+    sampling = state.judge.info.sampling
+    limits = {"max_new_tokens": sampling.max_new_tokens_per_turn,
+              "max_total_tokens": sampling.max_total_tokens} if sampling is not None else {}
     props = _obj(model, "properties")
-    for name, probe, limit in (("max_new_tokens", CallOptions(max_new_tokens=1), "max_new_tokens_per_turn"),
+    for name, probe, limit in (("max_new_tokens", CallOptions(max_new_tokens=1), "max_new_tokens"),
                                ("max_total_tokens", CallOptions(max_total_tokens=1), "max_total_tokens"),
                                ("decoding", CallOptions(decoding="constrained"), ""),
                                ("seed", CallOptions(seed=0), "")):

@@ -165,7 +165,7 @@ def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bo
 
 def _fill_principles(state: ServerState, items: list[ScoreItem]) -> list[ScoreItem]:
     """Give items without a principle the judge's single default principle (refuse when there is none)."""
-    default = state.judge.info.options.get("principle") or []
+    default = list(state.judge.info.composition.principles)
     out = []
     for k, it in enumerate(items):
         if it.principle is None:

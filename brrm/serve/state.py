@@ -128,7 +128,7 @@ class ServerState:
     @property
     def swap(self) -> bool:
         """The judge's default ``swap`` (both presentation orders per pair)."""
-        return bool(self.judge.info.options.get("swap"))
+        return bool(self.judge.info.composition.swap)
 
     def options(self, given: JudgeOptions | None) -> CallOptions | None:
         """The per-request options of a body (None when none are set), checked against the judge and limits.

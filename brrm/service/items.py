@@ -170,9 +170,10 @@ class Variants:
             return self._made[options]
 
     def _build(self, options: CallOptions) -> RewardJudge:
-        sampling = self.judge.info.options.get("sampling") or {}
-        for name, value, limit in (("max_new_tokens", options.max_new_tokens, sampling.get("max_new_tokens_per_turn")),
-                                   ("max_total_tokens", options.max_total_tokens, sampling.get("max_total_tokens"))):
+        sampling = self.judge.info.sampling
+        limits = (sampling.max_new_tokens_per_turn, sampling.max_total_tokens) if sampling is not None else (None, None)
+        for name, value, limit in (("max_new_tokens", options.max_new_tokens, limits[0]),
+                                   ("max_total_tokens", options.max_total_tokens, limits[1])):
             if value is not None and limit is not None and value > limit:
                 raise ConfigError(f"options.{name} {value} exceeds the server's limit of {limit}")
         overrides = {k: v for k, v in (("max_new_tokens", options.max_new_tokens),

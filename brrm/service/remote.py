@@ -242,13 +242,12 @@ class RemoteJudge(SingleItems):
         """
         from brrm.compose import pairwise_cost, scalar_cost
 
+        composition = self.info.composition
         if not self.info.pairwise:
-            principles = self.info.options.get("principle") or []
-            return scalar_cost(shape, n, strategy=strategy, principles=len(principles))
-        both = bool(self.info.options.get("swap", False) if swap is None and self.swap is None
+            return scalar_cost(shape, n, strategy=strategy, principles=len(composition.principles))
+        both = bool(composition.swap if swap is None and self.swap is None
                     else (self.swap if swap is None else swap))
-        samples = int(self.info.options.get("samples", 1) or 1)
-        return pairwise_cost(shape, n, strategy=strategy, swap=both, samples=samples)
+        return pairwise_cost(shape, n, strategy=strategy, swap=both, samples=composition.samples)
 
     def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
         """``judgment_cost(...).total``."""
@@ -433,12 +432,12 @@ def _served_info(url: str, model: JSONDict) -> JudgeInfo:
                                                                      for v in traits.values())
             and isinstance(options, dict) and isinstance(chunk, int) and not isinstance(chunk, bool)):
         raise ConfigError(f"{url} is not a brrm server (GET /v1/models has malformed judge fields)")
+    from brrm.load_options import config_from_record
+
     s = {k: str(v) for k, v in texts.items()}
     b = {k: v if isinstance(v, bool) else None for k, v in traits.items()}
-    return JudgeInfo(s["model"], s["kind"], s["recipe"], s["backend"], s["chat_template_hash"], s["template_hash"],
-                     s["default_strategy"], options=options, chunk_size=max(1, chunk), concurrent=True,
-                     pairwise=b["pairwise"], takes_principle=b["takes_principle"],
-                     needs_reference=b["needs_reference"], fingerprint=s["fingerprint"])
+    return JudgeInfo.from_dict({**s, **b, "options": options, "chunk_size": max(1, chunk), "concurrent": True},
+                               config=config_from_record(s["kind"], options))
 
 
 def _failed_judgment(reason: str, item: Mapping[str, JSONValue]) -> PairwiseJudgment:

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONDict
-from brrm.types.options import keyword, option, option_fields, split_keywords, updated
+from brrm.types.options import build, keyword, option, option_fields, split_keywords, updated
 
 E = TypeVar("E", bound=enum.Enum)
 C = TypeVar("C")
@@ -179,7 +179,20 @@ class SamplingConfig:
         """
         return updated(self, split_keywords(SamplingConfig, options))
 
+    @classmethod
+    def from_record(cls, record: object) -> SamplingConfig:
+        """The settings a :meth:`to_dict` record holds (a server's ``options.sampling``).
+
+        Raises:
+            ConfigError: when ``record`` is no object, or a value is out of range (naming the field).
+        """
+        if not isinstance(record, Mapping):
+            raise ConfigError(f"a sampling record must be an object, got {type(record).__name__}")
+        names = {f.name for f in option_fields(cls)}
+        return build(cls, {k: v for k, v in record.items() if k in names})
+
     def to_dict(self) -> JSONDict:
+        """The record of these settings (results' provenance, ``options.sampling`` of a judge's record)."""
         return {
             "temperature": self.temperature,
             "top_p": self.top_p,

@@ -16,7 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from brrm.errors import ConfigError
 from brrm.fingerprint import weights_fingerprint
-from brrm.types.config import check_choice
+from brrm.types.composition import Composition
+from brrm.types.config import SamplingConfig, check_choice
 from brrm.types.conversation import ConversationLike
 from brrm.types.cost import JudgmentCost
 from brrm.types.results import GroupResult, PairwiseJudgment, ScalarReward, Verdict
@@ -197,7 +198,16 @@ class JudgeInfo:
             chat template, recipe constants).
         default_strategy: what ``rank(strategy="auto")`` resolves to (``scores`` for scalar models,
             ``round_robin`` for pairwise judges).
-        options: the judge's resolved settings (decoding, swap, budgets, principle, …), JSON-ready.
+        config: the model's typed settings: a ``BRRMConfig``, ``BTConfig`` or ``PrincipleConfig`` (frozen
+            dataclasses of :mod:`brrm.judges` and :mod:`brrm.reward_models`), resolved (a recipe or format
+            ``auto`` decided); None for a judge whose settings brrm knows only from a record it cannot read back
+            (a server of an unknown kind, a hand-built stand-in). Read the common settings through
+            :attr:`sampling` and :attr:`decoding`.
+        record: the model's settings as its records carry them (JSON-ready, made by the model from ``config``;
+            :meth:`to_dict` writes it under ``options`` with the composition's entries). Surfaces never read it:
+            it is what stores hash and replies carry.
+        composition: what composition adds around the model (:class:`~brrm.types.composition.Composition`:
+            swap, voting samples, margin, principles, calibration).
         chunk_size: items per call the backend prefers (its decoding batch, or thousands for engines and
             servers); callers that stream results (the CLI) hand over this many at a time, >= 1.
         concurrent: calls may run from several threads at once and share the engine's running batch (vLLM,
@@ -219,7 +229,9 @@ class JudgeInfo:
     chat_template_hash: str
     template_hash: str
     default_strategy: str
-    options: Mapping[str, Any] = field(default_factory=dict)
+    config: object | None = None
+    record: Mapping[str, Any] = field(default_factory=dict)
+    composition: Composition = field(default_factory=Composition)
     chunk_size: int = 64
     concurrent: bool = False
     pairwise: bool | None = None
@@ -243,7 +255,41 @@ class JudgeInfo:
         """One line for people: ``kind brrm (brrm), backend transformers``."""
         return f"kind {self.kind} ({self.recipe}), backend {self.backend}"
 
+    @property
+    def sampling(self) -> SamplingConfig | None:
+        """The sampling settings of a generative judge's :attr:`config` (BR-RM, principle models); None for a
+        Bradley–Terry model (a forward pass, nothing sampled) or a judge without a typed config."""
+        sampling = getattr(self.config, "sampling", None)
+        return sampling if isinstance(sampling, SamplingConfig) else None
+
+    @property
+    def decoding(self) -> str | None:
+        """The decoding mode of :attr:`config` (BR-RM: ``constrained`` or ``faithful``; principle models: ``card``
+        or ``constrained``); None for a Bradley–Terry model or a judge without a typed config."""
+        decoding = getattr(self.config, "decoding", None)
+        return decoding if isinstance(decoding, str) else None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], config: object | None = None) -> JudgeInfo:
+        """The info :meth:`to_dict` wrote (a reply's ``model`` block, a store's record), with ``config`` as its
+        typed settings when the caller could read them back (the model kinds' ``from_record``).
+
+        Raises:
+            ConfigError: on a missing field, or a trait missing for an unknown kind.
+        """
+        given = {k: v for k, v in data.items() if k in _INFO_FIELDS}
+        missing = [k for k in _INFO_FIELDS[:7] if k not in given]
+        if missing:
+            raise ConfigError(f"a judge record needs {', '.join(missing)}")
+        options = data.get("options") or {}
+        composition = Composition.from_record(options)
+        own = set(composition.to_dict())
+        return cls(**given, config=config, record={k: v for k, v in options.items() if k not in own},
+                   composition=composition)
+
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the fields, the typed settings as their record (``options``: :attr:`record` with the
+        composition's entries; ``config`` itself is not written), and the spec's own ``to_dict()``."""
         return {
             "model": self.model,
             "kind": self.kind,
@@ -252,7 +298,7 @@ class JudgeInfo:
             "chat_template_hash": self.chat_template_hash,
             "template_hash": self.template_hash,
             "default_strategy": self.default_strategy,
-            "options": dict(self.options),
+            "options": {**self.record, **self.composition.to_dict()},
             "chunk_size": self.chunk_size,
             "concurrent": self.concurrent,
             "pairwise": self.pairwise,
@@ -261,6 +307,11 @@ class JudgeInfo:
             "fingerprint": self.fingerprint,
             "spec": self.spec.to_dict() if self.spec is not None else None,
         }
+
+
+_INFO_FIELDS = ("model", "kind", "recipe", "backend", "chat_template_hash", "template_hash", "default_strategy",
+                "chunk_size", "concurrent", "pairwise", "takes_principle", "needs_reference", "fingerprint", "spec")
+"""The fields :meth:`JudgeInfo.from_dict` takes from a record as they are (the settings come from ``options``)."""
 
 
 @runtime_checkable

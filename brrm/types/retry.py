@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from brrm.types.protocols import JudgeInfo
 from brrm.types.results import Status
 
 TRANSIENT = frozenset({Status.BACKEND_ERROR.value, "timeout"})
@@ -43,15 +44,23 @@ def result_statuses(result: Mapping[str, object]) -> set[str]:
     return out
 
 
-def is_sampled(options: Mapping[str, object]) -> bool:
-    """Whether a judge with these ``info.options`` samples (temperature > 0): a retry with a new seed can differ.
+def is_sampled(info: JudgeInfo) -> bool:
+    """Whether the judge ``info`` describes samples (temperature > 0, :attr:`JudgeInfo.sampling`): a retry with a
+    new seed can differ. A judge without sampling settings (a Bradley–Terry forward pass) is deterministic: False."""
+    return info.sampling is not None and not info.sampling.greedy
 
-    The temperature is read from ``options["sampling"]`` (a BR-RM or principle judge's ``info.options``) or
-    ``options["temperature"]``; a judge without one (a Bradley–Terry forward pass) is deterministic: False.
-    """
-    sampling = options.get("sampling")
-    value = sampling.get("temperature") if isinstance(sampling, Mapping) else options.get("temperature")
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+def record_is_sampled(options: Mapping[str, object]) -> bool:
+    """:func:`is_sampled` for a stored judge record's ``options`` (an audit store's config): its ``sampling``
+    entry read back as a :class:`~brrm.types.config.SamplingConfig`; a record without one (or one that does not
+    read back) samples nothing."""
+    from brrm.errors import ConfigError
+    from brrm.types.config import SamplingConfig
+
+    try:
+        return not SamplingConfig.from_record(options.get("sampling")).greedy
+    except ConfigError:
+        return False
 
 
 def retry_statuses(*, sampled: bool, retry_failed: bool) -> frozenset[str]:

@@ -32,7 +32,7 @@ class HashedStrengthJudge:
     def __init__(self) -> None:
         self.info = JudgeInfo(model="hashed-strength-judge", kind="brrm", recipe="scripted", backend="fake",
                               chat_template_hash="-", template_hash="-", default_strategy="round_robin",
-                              options={"seed": 0}, chunk_size=256, pairwise=True)
+                              record={"seed": 0}, chunk_size=256, pairwise=True)
         self.judged = 0
 
     def judge_pairs(self, conversations: Sequence[Any], responses_a: Sequence[str], responses_b: Sequence[str], /,

@@ -63,7 +63,7 @@ def _bytes(judgments: list[PairwiseJudgment]) -> list[str]:
 def test_cancelling_one_of_eight_costs_the_others_at_most_5_percent(benchmark, tiny):
     model, tok = tiny
     backend = TransformersBackend(model, tok, batch_size=8, scheduling="continuous")
-    cfg = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens_per_turn=420, seed=3),
+    cfg = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens=420, seed=3),
                      thinking="off", block_token_cap=32)
     judge = PairwiseRewardJudge(BRRMJudge(backend, cfg))
     assert judge.info.concurrent

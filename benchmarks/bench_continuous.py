@@ -60,7 +60,7 @@ def mixed_lengths_model():
 
 def _judge(pair, scheduling, batch_size=8):
     model, tok = pair
-    cfg = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens_per_turn=420, seed=3),
+    cfg = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens=420, seed=3),
                      thinking="off", block_token_cap=BLOCK_CAP)
     return PairwiseRewardJudge(BRRMJudge(TransformersBackend(model, tok, batch_size=batch_size,
                                                              scheduling=scheduling), cfg))

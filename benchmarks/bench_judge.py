@@ -28,7 +28,7 @@ def _pairs(n):
 
 
 def _config(**kw):
-    base = {"sampling": SamplingConfig(temperature=0, max_new_tokens_per_turn=420), "thinking": "off",
+    base = {"sampling": SamplingConfig(temperature=0, max_new_tokens=420), "thinking": "off",
             "block_token_cap": 32}
     return BRRMConfig(**{**base, **kw})
 
@@ -173,7 +173,7 @@ def test_faithful_turn2_with_and_without_kv_reuse(benchmark, tiny):
         hook = head.register_forward_hook(lambda _m, _i, out, bias=bias: out + bias.to(out.dtype))
         try:
             judge = brrm_judge(backend, BRRMConfig(decoding="faithful", sampling=SamplingConfig(
-                temperature=1.0, max_new_tokens_per_turn=400, seed=3)))
+                temperature=1.0, max_new_tokens=400, seed=3)))
             out, seconds, delta = _run(judge, backend, convs, a, b)
         finally:
             hook.remove()

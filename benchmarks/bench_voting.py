@@ -25,7 +25,7 @@ K = 4
 
 def _judge(model, tok, samples):
     backend = TransformersBackend(model, tok, batch_size=8)
-    config = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens_per_turn=420, seed=5),
+    config = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens=420, seed=5),
                         thinking="off", block_token_cap=16)
     return PairwiseRewardJudge(BRRMJudge(backend, config), samples=samples), backend
 

@@ -157,7 +157,7 @@ def judge_workload(
     sampling = SamplingConfig(
         temperature=temperature,
         top_p=1.0,
-        max_new_tokens_per_turn=turn_tokens,
+        max_new_tokens=turn_tokens,
         max_total_tokens=6 * turn_tokens + 8192,
         seed=0,
     )
@@ -243,7 +243,7 @@ def invariance_worker(args: argparse.Namespace) -> None:
 
     on = args.worker == "inv-on"
     backend = VLLMBackend.from_pretrained(args.model_dir, batch_invariant=on, **engine_options(args, False))
-    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens_per_turn=args.turn_tokens,
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=args.turn_tokens,
                               max_total_tokens=6 * args.turn_tokens + 8192, seed=0)
     judge = brrm_judge(backend, BRRMConfig(decoding="constrained", thinking="on", sampling=sampling,
                                            block_token_cap=args.block_cap))

@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, Unpack
 
-from brrm.backends.options import OPTION_CLASSES
-from brrm.errors import BackendUnavailable, ConfigError
+from brrm.backends.registry import BACKEND_REGISTRY
+from brrm.errors import ConfigError
 from brrm.fingerprint import weights_fingerprint
 from brrm.load_options import (
     BACKEND_OPTIONS,
@@ -33,11 +33,13 @@ from brrm.types import (
     set_loader,
 )
 from brrm.types.options import build, changed_keywords, split_keywords
+from brrm.types.protocols import kind_trait
 
 if TYPE_CHECKING:
     from brrm.backends.base import Backend
     from brrm.judges.brrm import BRRMConfig
     from brrm.judges.principle import PrincipleConfig
+    from brrm.recipes import Recipe
     from brrm.reward_models.bradley_terry import BTConfig
     from brrm.types.calibration import Calibration
 
@@ -46,6 +48,10 @@ if TYPE_CHECKING:
     """Builds the judge over its loaded backend and the checkpoint's source (None: a backend object)."""
 
 T = TypeVar("T")
+
+EMBEDDED_KIND = "brrm"
+"""What the embedded demo model is under ``kind="auto"``: a BR-RM judge (it is a chat model; kind ``principle``
+works too)."""
 
 EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_token_cap": 32}
 """Budgets of the embedded 135M demo model (the published BR-RM budgets are 8192 per turn, 16384 total)."""
@@ -85,8 +91,9 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
         BackendUnavailable: when the backend's package (vllm) or the embedded model's package is missing.
     """
     check_choice("kind", kind, ("auto", *KINDS))
-    if backend == "serve" or (isinstance(model, str) and model.startswith(("http://", "https://"))):
-        from brrm.service.connect import load_remote  # a brrm serve URL: the one HTTP client
+    from brrm.service.connect import is_remote, load_remote  # a brrm serve URL: the one HTTP client
+
+    if is_remote(model, backend):
 
         if config is not None:
             raise ConfigError("config= does not apply to backend='serve': the served judge keeps its own "
@@ -105,14 +112,13 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
     _check_names(flat, kind, backend_name, built is not None)
     source = None
     if built is None and not embedded:
-        if backend_name == "vllm":
-            _require_vllm()
+        BACKEND_REGISTRY[backend_name].check_available()
         source = _resolve_source(name, embedded)  # a missing path or unreachable id is named before anything else
     kind = _fit_kind(kind, name, source)
     _check_names(flat, kind, backend_name, built is not None)
-    if calib is not None and calib.kind != ("pairwise" if kind == "brrm" else "scalar"):
-        raise ConfigError(f"calibration {str(calibration)!r} is for {calib.kind} judges; kind {kind!r} is "
-                          f"{'pairwise' if kind == 'brrm' else 'scalar'}")
+    shape = "pairwise" if kind_trait(kind, "pairwise") else "scalar"
+    if calib is not None and calib.kind != shape:
+        raise ConfigError(f"calibration {str(calibration)!r} is for {calib.kind} judges; kind {kind!r} is {shape}")
     judge_opts, backend_opts = _split(flat, kind, embedded)
     if built is None:
         _backend_options(backend_name, backend_opts)
@@ -151,8 +157,8 @@ def _name_and_kind(model: str | None, kind: str, built: Backend | None, embedded
         raise ConfigError(f"model must be a hub id or a local directory, got {model!r}")
     name = built.info.model if built is not None else (_embedded_name() if embedded else str(model))
     if embedded and kind == "auto":
-        kind = "brrm"
-    if embedded and kind == "bt":
+        kind = EMBEDDED_KIND
+    if embedded and kind_trait(kind, "generates") is False:
         raise ConfigError("the embedded demo model is a chat model, not a Bradley–Terry reward model; pass a "
                           "model for kind='bt' (or use kind='brrm' or 'principle' with the demo)")
     return name, kind
@@ -174,7 +180,7 @@ def _named_backend(backend: str, name: str, source: str, embedded: bool, kind: s
     """The backend ``backend`` loaded from ``source``, its info carrying the weights' fingerprint."""
     fingerprint = weights_fingerprint(None if embedded else source)
     _card_dtype(name, source, opts)
-    task = _bt_task(source) if kind == "bt" else "generate"
+    task = "generate" if kind_trait(kind, "generates") else _scalar_task(source)
     built = _load_backend(backend, source, name, _backend_options(backend, opts), task=task)
     built.info = replace(built.info, fingerprint=fingerprint)
     if not embedded:  # a known checkpoint by hub id: its snapshot's content makes renamed copies known
@@ -185,7 +191,7 @@ def _named_backend(backend: str, name: str, source: str, embedded: bool, kind: s
     return built
 
 
-def _bt_task(source: str) -> str:
+def _scalar_task(source: str) -> str:
     """How a Bradley–Terry checkpoint loads: ``generate`` (a causal LM, whose recipe reads a vocabulary logit:
     Llama-3.1-Nemotron-70B-Reward-HF is ``LlamaForCausalLM``) when its ``config.json`` names only causal-LM
     architectures, else ``classify`` (a sequence classifier, or a config that does not tell)."""
@@ -231,7 +237,7 @@ def _fit_kind(kind: str, name: str, source: str | None) -> str:
     if kind == "auto":
         return detect_kind(name, config)[0]
     archs = " ".join(architectures(config))
-    if kind in ("brrm", "principle") and "ForSequenceClassification" in archs:
+    if kind_trait(kind, "generates") and "ForSequenceClassification" in archs:
         raise ConfigError(f"{name!r} is a sequence classifier ({archs}); it has no language-model head to generate "
                           f"with, so it cannot be kind {kind!r} — use kind='bt'")
     return kind
@@ -253,7 +259,7 @@ def _backend_options(backend: str, opts: Mapping[str, object]) -> BackendOptions
     Raises:
         ConfigError: naming the option and its valid values.
     """
-    cls: Callable[..., BackendOptions] = OPTION_CLASSES[backend]
+    cls: Callable[..., BackendOptions] = BACKEND_REGISTRY[backend].options
     return build(cls, opts)
 
 
@@ -291,14 +297,14 @@ def _bt(name: str, opts: Mapping[str, object], calibration: Calibration | None) 
         mine = config
         if "recipe" not in opts:  # the card's recipe for a known checkpoint: by id, folder name or its config
             known = known_recipe(name, model_config(source) if source is not None else None)
-            mine = replace(config, recipe=known.recipe if known and known.kind == "bt" else "auto")
+            mine = replace(config, recipe=_known_recipe(known, "bt"))
         return calibrated_scalar(ScalarRewardJudge(BradleyTerryRewardModel.from_config(backend, mine), margin=margin),
                                  calibration)
 
     return make
 
 
-CARD_BUDGETS = {"max_new_tokens_per_turn": 16000, "max_total_tokens": 40960}
+CARD_BUDGETS = {"max_new_tokens": 16000, "max_total_tokens": 40960}
 """Qwen3-Nemotron-32B-GenRM-Principle's ``card`` decoding: up to 16,000 new tokens (issue 9's reading of the card);
 the total is Qwen3-32B's 40,960-token context, cut further to the backend's own context."""
 
@@ -346,8 +352,9 @@ def _principle(name: str, opts: Mapping[str, object], calibration: Calibration |
 
     scalar = build(PrincipleOptions, split_keywords(PrincipleOptions, opts))
     known = known_recipe(name, model_config(name))
-    default = known.recipe if known and known.kind == "principle" else (
-        "llama_reward" if name == _embedded_name() else "auto")
+    default = _known_recipe(known, "principle")
+    if default == "auto" and name == _embedded_name():
+        default = "llama_reward"
     fmt = check_choice("recipe", opts.get("recipe", default), ("auto", *FORMATS))
     card = fmt == "qwen3_genrm" and opts.get("decoding", "card") == "card"
     defaults: dict[str, object] = {"temperature": 0.0, **(CARD_BUDGETS if card else {})}
@@ -430,37 +437,19 @@ def _card_dtype(name: str, source: str, backend_opts: dict[str, object]) -> None
         backend_opts["dtype"] = dtype
 
 
-def _require_vllm() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        from brrm.backends.vllm.engine import VLLM_HINT
-
-        raise BackendUnavailable("the vllm backend needs the vllm package, which is not installed", hint=VLLM_HINT)
-
-
 def _load_backend(backend: str, source: str, name: str, options: BackendOptions, *, task: str) -> Backend:
-    """Build the named backend for ``source`` (recorded under ``name``) with its options object."""
-    opts = options.backend_kwargs()
-    if backend == "transformers":
-        from brrm.backends.transformers import TransformersBackend
+    """Build the named backend (:data:`~brrm.backends.registry.BACKEND_REGISTRY`) for ``source``, recorded under
+    ``name``, from its options object."""
+    return _loading(name, lambda: BACKEND_REGISTRY[backend].build(source, options, name=name, task=task))
 
-        return _loading(name, lambda: TransformersBackend.from_pretrained(source, task=task, name=name, **opts))
-    if backend == "vllm":
-        try:
-            from brrm.backends.vllm import VLLMBackend
-        except ImportError as exc:
-            raise BackendUnavailable(f"the vllm backend is not available: {exc}",
-                                     hint="pip install 'brrm[vllm]' on a machine with a GPU") from exc
-        runner = "pooling" if task == "classify" else "generate"
-        return VLLMBackend.from_pretrained(source, name=name, runner=runner, **opts)
-    from brrm.backends.openai import OpenAIBackend
 
-    return OpenAIBackend.from_options(source, name=name, **opts)
+def _known_recipe(known: Recipe | None, kind: str) -> str:
+    """A known checkpoint's recipe when the checkpoint is of ``kind`` (the builder's own), else ``auto``."""
+    return known.recipe if known is not None and known.kind == kind else "auto"
 
 
 def _loading(name: str, build: Callable[[], T]) -> T:
-    """Run a transformers load, turning a missing or unreadable model into one clear error."""
+    """Run a backend's load, turning a missing or unreadable model into one clear error."""
     try:
         return build()
     except OSError as exc:

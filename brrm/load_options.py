@@ -4,14 +4,16 @@ fields are the keywords, their types, ranges and help), and the flat keywords ty
 
 from __future__ import annotations
 
+import functools
 import importlib
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from brrm.backends.options import OpenAIOptions, TransformersOptions, VLLMOptions, field_names
-from brrm.types import BACKENDS, KINDS, check_choice
-from brrm.types.options import keyword, option_fields
+from brrm.types import BACKENDS, KINDS, JudgeInfo, SamplingConfig, check_choice
+from brrm.types.options import PerRequest, keyword, option_fields, per_request
 
 BackendOptions = TransformersOptions | VLLMOptions | OpenAIOptions
 """A backend's options object."""
@@ -61,6 +63,57 @@ def judge_option_classes(kind: str) -> tuple[type, ...]:
     """
     check_choice("kind", kind, KINDS)
     return tuple(_resolve(ref) for ref in KIND_OPTIONS[kind].classes)
+
+
+REQUEST_OPTION_CLASSES = ("brrm.types:SamplingConfig", "brrm.judges.brrm:BRRMConfig")
+"""The options classes whose fields may be marked per-request (:class:`~brrm.types.options.PerRequest`): the
+sampling settings of every generative judge and BR-RM's own."""
+
+
+@dataclass(frozen=True)
+class RequestOption:
+    """One option a server's request may set for itself: a field marked :class:`~brrm.types.options.PerRequest`.
+
+    Attributes:
+        keyword: its name in a request's ``options`` object (and :func:`load`'s keyword).
+        name: the field's name in ``owner``.
+        owner: the options class that holds it (:class:`~brrm.types.SamplingConfig` or ``BRRMConfig``).
+        type: ``int`` or ``str``.
+        mark: its :class:`~brrm.types.options.PerRequest` (bounded by the server's own value; integer range).
+        choices: the words a ``str`` option takes.
+        help: the field's help.
+    """
+
+    keyword: str
+    name: str
+    owner: type
+    type: type
+    mark: PerRequest
+    choices: tuple[str, ...]
+    help: str
+
+    def current(self, info: JudgeInfo) -> object | None:
+        """The served judge's own value of this option (its bound when :attr:`mark` is bounded); None when the
+        judge has no such setting (a Bradley–Terry model's sampling)."""
+        holder = info.sampling if self.owner is SamplingConfig else info.config
+        return getattr(holder, self.name) if isinstance(holder, self.owner) else None
+
+
+@functools.cache
+def request_options() -> tuple[RequestOption, ...]:
+    """Every per-request option, in class and field order: the one list that ``brrm serve``'s ``options`` schema,
+    :class:`~brrm.service.items.CallOptions` and :class:`~brrm.service.RemoteJudge` are derived from."""
+    out = []
+    for ref in REQUEST_OPTION_CLASSES:
+        cls = _resolve(ref)
+        hints = typing.get_type_hints(cls)
+        for f in option_fields(cls):
+            mark = per_request(f)
+            if mark is not None:
+                kind = hints[f.name]
+                out.append(RequestOption(keyword(f), f.name, cls, kind if kind in (int, str) else str, mark,
+                                         tuple(f.metadata.get("choices") or ()), str(f.metadata["help"])))
+    return tuple(out)
 
 
 def config_from_record(kind: str, record: Mapping[str, object]) -> object | None:

@@ -18,7 +18,7 @@ from brrm.constraints import Pattern, Program
 from brrm.errors import BackendUnavailable, ConfigError
 from brrm.types import Status
 
-FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "max_retries": 3, "timeout_s": 5.0}
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "http_retries": 3, "timeout_s": 5.0}
 
 
 class Stub:
@@ -128,7 +128,7 @@ def test_permanent_500_is_a_backend_error_for_every_judgment(stub, tok):
     from brrm.testing import brrm_judge
 
     stub.script = [(500, 0.0, "boom")] * 100
-    with _backend([stub.url], tok, max_retries=2) as be:
+    with _backend([stub.url], tok, http_retries=2) as be:
         (c,) = be.generate([REQ], temperature=0)
         assert c.finish_reason == "error" and "HTTP 500: boom" in c.error and "after 3 attempts" in c.error
         results = brrm_judge(be, BRRMConfig()).judge_pairs(["q1", "q2"], ["a", "b"], ["c", "d"])
@@ -185,13 +185,13 @@ def test_from_options_picks_the_served_model_and_context(stub, tok, tmp_path):
     from brrm.testing import save_tokenizer
 
     path = str(save_tokenizer(tok, tmp_path / "tok"))
-    be = OpenAIBackend.from_options(path, base_urls=[stub.url.removesuffix("/v1")])
+    be = OpenAIBackend.connect(path, base_urls=[stub.url.removesuffix("/v1")])
     assert (be.model, be.max_context) == ("tiny", 4096) and be.transport.base_urls == [stub.url]
     be.close()
     with pytest.raises(ConfigError, match="base-url"):
-        OpenAIBackend.from_options(path)
+        OpenAIBackend.connect(path)
     with pytest.raises(ConfigError, match="http"):
-        OpenAIBackend.from_options(path, base_urls=["127.0.0.1:8000"])
+        OpenAIBackend.connect(path, base_urls=["127.0.0.1:8000"])
 
 
 def test_from_options_reports_an_unreachable_server(tok, tmp_path):
@@ -203,7 +203,7 @@ def test_from_options_reports_an_unreachable_server(tok, tmp_path):
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(BackendUnavailable, match="no OpenAI-compatible server"):
-        OpenAIBackend.from_options("unused", base_urls=[dead])
+        OpenAIBackend.connect("unused", base_urls=[dead])
 
 
 def test_the_vllm_backend_without_vllm_names_the_install():

@@ -73,7 +73,7 @@ def test_identical_sequences_keep_one_prefix_cache_entry_each():
 
 def test_kv_reuse_gives_identical_turn2_tokens(tiny):
     model, tok = tiny
-    cfg = BRRMConfig(decoding="faithful", sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=24))
+    cfg = BRRMConfig(decoding="faithful", sampling=SamplingConfig(temperature=0, max_new_tokens=24))
     reuse = TransformersBackend(model, tok, batch_size=4, prefix_cache=True)
     plain = TransformersBackend(model, tok, batch_size=4, prefix_cache=False)
     convs, a, b = ["What is 2+2?", "Name a colour.", "Say hi."], ["4", "Red.", "Hi!"], ["5", "Blue.", "Hello."]
@@ -89,7 +89,7 @@ def test_kv_reuse_gives_identical_turn2_tokens(tiny):
 
 def test_kv_reuse_constrained_turn2_identical_and_cheap(tiny):
     model, tok = tiny
-    cfg = BRRMConfig(sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=400), thinking="off",
+    cfg = BRRMConfig(sampling=SamplingConfig(temperature=0, max_new_tokens=400), thinking="off",
                      block_token_cap=16)
     reuse = TransformersBackend(model, tok, batch_size=4, prefix_cache=True)
     plain = TransformersBackend(model, tok, batch_size=4, prefix_cache=False)

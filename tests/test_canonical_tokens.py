@@ -64,7 +64,7 @@ def _model_ranges(text, generated):
 def recorded(qwen3_tokenizer):
     model, tok = build_tiny_qwen3(qwen3_tokenizer, seed=5)
     backend = Recording(model, tok, model_id="tiny-qwen3-vocab", batch_size=8)
-    cfg = BRRMConfig(sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=420), block_token_cap=8,
+    cfg = BRRMConfig(sampling=SamplingConfig(temperature=0, max_new_tokens=420), block_token_cap=8,
                      thinking="off", swap=True)
     judge = brrm_judge(backend, cfg)
     out = judge.judge_pairs(*map(list, zip(*PAIRS, strict=True)))

@@ -9,7 +9,14 @@ from dataclasses import fields
 import pytest
 
 from brrm import ConfigError
-from brrm.backends.options import OPTION_CLASSES, OpenAIOptions, TransformersOptions, VLLMOptions, cli_fields
+from brrm.backends.options import (
+    OPTION_CLASSES,
+    OpenAIOptions,
+    TransformersOptions,
+    VLLMOptions,
+    cli_fields,
+    set_options,
+)
 from brrm.cli import build_parser
 from brrm.cli.common import load_options
 from brrm.load import BACKEND_OPTIONS, judge_option_names
@@ -105,10 +112,10 @@ def test_backend_options_validate_before_anything_loads():
         VLLMOptions(gpu_memory_utilization=1.5)
     with pytest.raises(ConfigError, match="engine_kwargs must be a JSON object"):
         VLLMOptions(engine_kwargs="[1]")
-    assert VLLMOptions(engine_kwargs='{"max_num_seqs": 4}', chunk_size=8).backend_kwargs() == {
-        "engine_kwargs": {"max_num_seqs": 4}, "judge_chunk_size": 8}
-    assert OpenAIOptions(base_url=["http://a/v1", "http://b/v1"], http_retries=1).backend_kwargs() == {
-        "base_urls": ["http://a/v1", "http://b/v1"], "max_retries": 1}
+    assert set_options(VLLMOptions(engine_kwargs='{"max_num_seqs": 4}', chunk_size=8)) == {
+        "engine_kwargs": {"max_num_seqs": 4}, "chunk_size": 8}  # from_options passes them on under these names
+    assert set_options(OpenAIOptions(base_url=["http://a/v1", "http://b/v1"], http_retries=1)) == {
+        "base_url": ("http://a/v1", "http://b/v1"), "http_retries": 1}
     with pytest.raises(ConfigError, match="unexpected keyword|prefix_cach"):
         import brrm
 
@@ -255,10 +262,10 @@ def test_judge_configs_validate_and_load_splits_flat_keywords_by_field():
         PrincipleOptions(principle=["ok", " "])
     assert PrincipleOptions(principle=["a", "b"]).principle == ("a", "b")
     flat = {"max_new_tokens": 40, "temperature": 0, "decoding": "faithful", "recipe": "llama_reward", "dtype": "x"}
-    assert split_keywords(SamplingConfig, flat) == {"max_new_tokens_per_turn": 40, "temperature": 0}
+    assert split_keywords(SamplingConfig, flat) == {"max_new_tokens": 40, "temperature": 0}
     assert split_keywords(BRRMConfig, flat) == {"decoding": "faithful"}
     assert split_keywords(PrincipleConfig, flat) == {"decoding": "faithful", "format": "llama_reward"}
-    config = BRRMConfig(decoding="faithful", sampling=SamplingConfig(temperature=0.5, max_new_tokens_per_turn=30))
+    config = BRRMConfig(decoding="faithful", sampling=SamplingConfig(temperature=0.5, max_new_tokens=30))
     assert changed_keywords(config) == {"decoding": "faithful", "temperature": 0.5, "max_new_tokens": 30}
     assert changed_keywords(PrincipleConfig()) == {}
     with pytest.raises(ConfigError, match="config is a BTConfig, for kind 'bt', not 'brrm'"):

@@ -76,7 +76,7 @@ def test_cost_of_pairs_and_scores(pair, bt):
 def test_with_options_is_a_variant_on_the_same_backend(pair, bt):
     judge, backend = pair
     variant = judge.with_options(max_new_tokens=64, seed=7, swap=True)
-    assert variant.info.sampling is not None and variant.info.sampling.max_new_tokens_per_turn == 64
+    assert variant.info.sampling is not None and variant.info.sampling.max_new_tokens == 64
     assert variant.info.sampling.seed == 7 and variant.info.composition.swap is True
     assert judge.info.sampling is not None and judge.info.sampling.seed == 0 and judge.info.composition.swap is False
     assert variant.info.to_dict()["options"]["sampling"]["max_new_tokens_per_turn"] == 64  # the record's key
@@ -87,7 +87,7 @@ def test_with_options_is_a_variant_on_the_same_backend(pair, bt):
     assert out.provenance.seed != judge.judge("q", "a", "b").provenance.seed
     with pytest.raises(ConfigError, match="option 'margin' cannot be varied on this judge; valid: .*decoding"):
         judge.with_options(margin=0.1)
-    with pytest.raises(ConfigError, match="max_new_tokens_per_turn must be an integer >= 1"):
+    with pytest.raises(ConfigError, match="max_new_tokens must be an integer >= 1"):
         judge.with_options(max_new_tokens=0)
     wide = bt.with_options(margin=100.0)
     assert wide.judge("q", "short", "a much longer answer").winner is brrm.Verdict.TIE

@@ -20,7 +20,7 @@ import brrm
 from brrm.backends.base import Completion, GenerationRequest
 from brrm.backends.blackbox.phases import pick_choice
 from brrm.backends.fake import FakeBackend
-from brrm.backends.options import OpenAIOptions
+from brrm.backends.options import OpenAIOptions, set_options
 from brrm.bench.core import BenchItem, ItemResult, Pair, Shown
 from brrm.bench.protocol import score_both
 from brrm.calibration.data import observations
@@ -98,11 +98,11 @@ def _verdict_request(tok, seed: int = 3) -> GenerationRequest:
 def test_p_from_a_server_reporting_processed_logprobs_is_the_raw_logit_value(tok, temperature):
     from brrm.backends.openai import OpenAIBackend
 
-    backend = OpenAIBackend(["http://127.0.0.1:9/v1"], "tiny", tok, max_context=4096, max_retries=0)
+    backend = OpenAIBackend(["http://127.0.0.1:9/v1"], "tiny", tok, max_context=4096, http_retries=0)
     ids = (backend.tokens.label("1", "\\boxed{"), backend.tokens.label("2", "\\boxed{"))
     server = ProcessedLogprobsServer(ids)
     try:
-        backend = OpenAIBackend([server.url], "tiny", tok, max_context=4096, max_retries=0)
+        backend = OpenAIBackend([server.url], "tiny", tok, max_context=4096, http_retries=0)
         [comp] = backend.generate([_verdict_request(tok)], temperature=temperature, top_p=0.9, top_k=5)
         backend.close()
     finally:
@@ -141,7 +141,7 @@ def test_the_openai_backend_declares_its_semantics(tok):
         OpenAIBackend(url, "m", tok, max_context=64, logprobs_mode="softmaxed")
     with pytest.raises(ConfigError, match="logprobs_mode"):
         OpenAIOptions(logprobs_mode="softmaxed")
-    assert OpenAIOptions(logprobs_mode="raw_logits").backend_kwargs() == {"logprobs_mode": "raw_logits"}
+    assert set_options(OpenAIOptions(logprobs_mode="raw_logits")) == {"logprobs_mode": "raw_logits"}
 
 
 T1 = ("[Quality Assessment Focus]\nInformation Accuracy\n[End of Quality Assessment Focus]\n\n"

@@ -125,7 +125,7 @@ class FreeAsGrammarBackend(RecordingBackend):
 def test_card_decoding_reads_the_clamped_log_ratio_at_the_judgement_step(causal):
     """Qwen3-GenRM-Principle's card recipe: free generation, then the logits where the judgement was emitted."""
     model, tok = causal
-    config = PrincipleConfig(format="qwen3_genrm", sampling=SamplingConfig(temperature=0.0, max_new_tokens_per_turn=40))
+    config = PrincipleConfig(format="qwen3_genrm", sampling=SamplingConfig(temperature=0.0, max_new_tokens=40))
     probe = PrincipleJudge(TransformersBackend(model, tok), replace(config, decoding="constrained"))
     backend = FreeAsGrammarBackend(model, tok, model_id="tiny-principle", program=probe._program)
     judge = PrincipleJudge(backend, config)
@@ -161,7 +161,7 @@ def test_card_decoding_without_a_final_judgement_is_a_parse_failure_with_the_tex
 
 def test_qwen_genrm_reward_is_read_at_the_judgement_step(causal):
     model, tok = causal
-    judge, backend = _judge(causal, "qwen3_genrm", max_new_tokens_per_turn=40)
+    judge, backend = _judge(causal, "qwen3_genrm", max_new_tokens=40)
     convs = [
         "What is 2+2?",
         [
@@ -210,7 +210,7 @@ def test_llama_reward_is_the_first_token_logit_difference(causal):
 
 @pytest.mark.parametrize("fmt", ["llama_reward", "qwen3_genrm"])
 def test_many_principles_per_response_in_one_batch(causal, fmt):
-    judge, backend = _judge(causal, fmt, max_new_tokens_per_turn=40)
+    judge, backend = _judge(causal, fmt, max_new_tokens=40)
     principles = ["The response is correct.", "The response is concise.", "The response is polite."]
     grid = judge.score_principles(["What is 2+2?", "Name a colour."], ["4", "Blue."], principles)
     assert len(backend.calls) == 1 and len(backend.calls[0][0]) == 6
@@ -244,7 +244,7 @@ def test_principle_is_required_and_inputs_are_checked_before_any_model_call(caus
 
 
 def test_empty_thinking_only_and_over_long_inputs(causal):
-    judge, _ = _judge(causal, "qwen3_genrm", max_new_tokens_per_turn=40, max_total_tokens=120)
+    judge, _ = _judge(causal, "qwen3_genrm", max_new_tokens=40, max_total_tokens=120)
     empty, thought, long, ok = judge.score(
         ["Say something kind."] * 3 + ["Say hi."],
         ["", "<think>hmm</think>", "word " * 200, "<think>plan</think>Hi!"],

@@ -110,7 +110,7 @@ def test_concat_turn2_ids_are_an_exact_extension_of_turn1(decoding):
         backend = FakeBackend(tok, lambda p, r: RANKING if "Analysis on Response 1" in p.rsplit("user", 1)[-1] else T1)
     rec = _Recording(backend)
     cfg = BRRMConfig(decoding=decoding, turn2_tokens="concat", thinking="off", block_token_cap=8,
-                     sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=420))
+                     sampling=SamplingConfig(temperature=0, max_new_tokens=420))
     judge = brrm_judge(backend, cfg)
     judge.judge_pairs(["What is 2+2?", "Name a colour."], ["4", "Blue."], ["5", "Seven."])
     turn1 = {tuple(req.prompt_ids): comp for req, comp in rec.turns}
@@ -168,7 +168,7 @@ def test_sentencepiece_verdict_digits_and_markers_carry_no_stray_space():
     backend = TransformersBackend(model, tok, model_id="tiny-sentencepiece")
     rec = _Recording(backend)
     judge = brrm_judge(backend, BRRMConfig(thinking="off", block_token_cap=8,
-                                           sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=420)))
+                                           sampling=SamplingConfig(temperature=0, max_new_tokens=420)))
     results = judge.judge_pairs(["What is 2+2?", "Name a colour."], ["4", "Blue."], ["5", "Seven."])
     assert all(r.ok for r in results), [r.reason for r in results]
     for r in results:

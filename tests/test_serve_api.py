@@ -112,7 +112,7 @@ def test_validation_errors_name_the_field_and_valid_values(client):
                                        "options": {"temperature": 0.5}})  # a field the options do not have
     assert r.status_code == 422 and r.json()["error"]["message"] == (
         "options.temperature: Extra inputs are not permitted; valid fields: max_new_tokens, max_total_tokens, "
-        "decoding, seed")
+        "seed, decoding")
     r = client.post("/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "a", "response_b": "b", "why": 1}]})
     assert r.status_code == 422 and r.json()["error"]["message"].startswith(
         "pairs.0.why: Extra inputs are not permitted; valid fields: ") and "response_b, label" in r.text

@@ -387,7 +387,7 @@ def test_favour_tokens_raises_those_logits_everywhere_and_mixes_brrm_block_lengt
     with pytest.raises(ValueError, match="untied"):
         favour_tokens(testing.build_tiny_qwen3(tiny_tok, config={"tie_word_embeddings": True})[0], {newline: 1.0})
 
-    cfg = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens_per_turn=420, seed=3), thinking="off",
+    cfg = BRRMConfig(sampling=SamplingConfig(temperature=1.0, max_new_tokens=420, seed=3), thinking="off",
                      block_token_cap=32)
     judge = PairwiseRewardJudge(BRRMJudge(TransformersBackend(favoured, tiny_tok, batch_size=8), cfg))
     out = judge.judge_pairs([f"Question {i}?" for i in range(8)], ["yes"] * 8, ["no"] * 8)

@@ -35,7 +35,7 @@ def test_brrm_config_refuses_values_that_mean_something_else(kwargs, match):
     ({"temperature": math.inf}, "finite"),
     ({"top_p": 0}, r"top_p must be a finite number in \(0, 1\]"),
     ({"seed": True}, "seed must be an integer"),
-    ({"max_new_tokens_per_turn": 2.5}, "max_new_tokens_per_turn must be an integer >= 1"),
+    ({"max_new_tokens": 2.5}, "max_new_tokens must be an integer >= 1"),
 ])
 def test_sampling_config_like_vllm_parameter_classes(kwargs, match):
     with pytest.raises(ConfigError, match=match):

@@ -76,11 +76,6 @@ class TransformersOptions:
                batch_invariant=check_bool_or_auto, trust_remote_code=check_bool, scheduling=_choice(SCHEDULINGS),
                progress_bars=check_bool)
 
-    def backend_kwargs(self) -> dict[str, Any]:
-        """The set options as ``TransformersBackend.from_pretrained`` keywords (the same names)."""
-        return set_options(self)
-
-
 @dataclass(frozen=True)
 class VLLMOptions:
     """Options of the vLLM backend (:class:`~brrm.backends.vllm.VLLMBackend`; names as vLLM's engine arguments)."""
@@ -116,15 +111,6 @@ class VLLMOptions:
                block_size=_int(1), enable_prefix_caching=check_bool, trust_remote_code=check_bool,
                batch_size=_int(1), chunk_size=_int(1), batch_invariant=check_bool_or_auto)
 
-    def backend_kwargs(self) -> dict[str, Any]:
-        """The set options as ``VLLMBackend.from_pretrained`` keywords (``chunk_size`` is its ``judge_chunk_size``)."""
-        out = set_options(self)
-        if "chunk_size" in out:
-            out["judge_chunk_size"] = out.pop("chunk_size")
-        if self.engine_kwargs is not None:
-            out["engine_kwargs"] = dict(self.engine_kwargs)
-        return out
-
 
 @dataclass(frozen=True)
 class OpenAIOptions:
@@ -151,20 +137,6 @@ class OpenAIOptions:
                http_retries=_int(0), max_context=_int(1), trust_remote_code=check_bool, chunk_size=_int(1),
                logprobs_mode=_choice(SERVER_LOGPROBS_MODES))
 
-    def backend_kwargs(self) -> dict[str, Any]:
-        """The set options as ``OpenAIBackend.from_options`` keywords (``http_retries`` is its ``max_retries``,
-        several URLs its ``base_urls``, ``chunk_size`` its ``judge_chunk_size``)."""
-        out = set_options(self)
-        if "http_retries" in out:
-            out["max_retries"] = out.pop("http_retries")
-        if isinstance(self.base_url, tuple):
-            del out["base_url"]
-            out["base_urls"] = list(self.base_url)
-        if "chunk_size" in out:
-            out["judge_chunk_size"] = out.pop("chunk_size")
-        return out
-
-
 Options: TypeAlias = "TransformersOptions | VLLMOptions | OpenAIOptions"
 """A backend's options object."""
 
@@ -178,9 +150,11 @@ def field_names(backend: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(OPTION_CLASSES[backend]))
 
 
-def set_options(options: Options) -> dict[str, object]:
-    """The fields of an options object that are set (not None), by name, in definition order."""
-    return {name: value for name, value in vars(options).items() if value is not None}
+def set_options(options: Options) -> dict[str, Any]:
+    """The fields of an options object that are set (not None), by name, in definition order: what its backend's
+    ``from_options`` passes on under the same names (a mapping such as ``engine_kwargs`` as a plain dict)."""
+    return {name: dict(value) if isinstance(value, Mapping) else value for name, value in vars(options).items()
+            if value is not None}
 
 
 def cli_fields() -> dict[str, list[tuple[str, Field[object]]]]:

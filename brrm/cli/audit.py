@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from brrm.records.shapes import Record
     from brrm.types import JudgeSpec
 from brrm.errors import ConfigError
+from brrm.types.protocols import kind_trait
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -90,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
     ray = ray_options(args)
     from brrm.audit import JudgeSpec, run_audit
     from brrm.records import FieldMap
-    from brrm.types.protocols import kind_trait
 
     common._quiet_libraries()
     print(f"brrm audit: {len(records)} records from {args.input} ({shape}); model "
@@ -142,7 +142,7 @@ def _resolve_kind(model: str | None, kind: str, shape: str) -> str:
             if not looks_like_hub_id(model) and not Path(model).expanduser().is_dir():
                 raise ConfigError(f"--model {model!r} is neither a folder nor a hub id")
             kind = detect_kind(model, model_config(model))[0]
-    if shape == "single" and kind == "brrm":
+    if shape == "single" and kind_trait(kind, "pairwise"):
         raise ConfigError("single-response records need --kind bt or --kind principle (a BR-RM judge compares "
                           "pairs: give records with response_a/response_b, or responses lists)")
     return kind
@@ -154,9 +154,10 @@ def _plan(args: argparse.Namespace, records: list[Record | RecordError], shape: 
     from brrm.audit.judging import resolve_strategy
     from brrm.records import ScalarRecord
 
-    if kind == "principle" and shape != "single" and not args.principle:
+    needs_principle = bool(kind_trait(kind, "takes_principle"))  # a principle model has no default principle
+    if needs_principle and shape != "single" and not args.principle:
         raise ConfigError(f"--kind principle judging {shape} needs --principle 'The response is …'")
-    if kind == "principle" and shape == "single" and not args.principle and not any(
+    if needs_principle and shape == "single" and not args.principle and not any(
             isinstance(r, ScalarRecord) and r.principle for r in records):
         raise ConfigError("--kind principle needs --principle 'The response is …', or records with their own "
                           "principles")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TextIO
 
+from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.cli.errors import translate
 from brrm.cli.flags import add_backend_args, add_judge_args, add_model_args, load_judge, load_options
 from brrm.cli.flags import quiet_libraries as _quiet_libraries
@@ -48,10 +49,11 @@ def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, sourc
           f"{' (embedded demo; pass --model for a real judge)' if demo else ''}; {info.describe()}", file=term)
     if sampling is not None:
         print(f"budgets: temperature {sampling.temperature}, top_p {sampling.top_p}, "
-              f"{sampling.max_new_tokens_per_turn} new tokens per turn, {sampling.max_total_tokens} total, seed "
+              f"{sampling.max_new_tokens} new tokens per turn, {sampling.max_total_tokens} total, seed "
               f"{sampling.seed}" + (" (small demo budgets; published: 8192 per turn, 16384 total)" if demo else ""),
               file=term)
-    if info.backend == "transformers":
+    entry = BACKEND_REGISTRY.get(info.backend)
+    if entry is not None and entry.in_process:
         from brrm.threads import CHOICE
 
         print(f"cpu: {CHOICE.describe()}", file=term)

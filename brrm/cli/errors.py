@@ -17,9 +17,9 @@ from collections.abc import Mapping
 
 from brrm.cli.flags import flag_of, judge_flags, python_names
 
-BACKEND_ALIASES = {"base_urls": "base_url", "judge_chunk_size": "chunk_size"}
+BACKEND_ALIASES = {"base_urls": "base_url"}
 """Names the backends' constructors use for options that :mod:`brrm.backends.options` names otherwise
-(``OpenAIOptions.backend_kwargs``, ``VLLMOptions.backend_kwargs``): constructor name -> option."""
+(``OpenAIBackend.connect`` takes its URLs as one list, ``base_urls``): constructor name -> option."""
 
 NOT_OPTIONS = frozenset({"field", "status"})
 """Plain words that are flags' names but, in the library's messages, name something else (a record's field, a

@@ -20,6 +20,7 @@ from brrm.load import EMBEDDED_BUDGETS
 from brrm.load_options import LoadOptions
 from brrm.types import BACKENDS, KINDS, RewardJudge
 from brrm.types.options import Flag, keyword, option_fields
+from brrm.types.protocols import kind_trait
 
 KIND_GROUPS = {"brrm": "judge (BR-RM)", "bt": "scalar models (bt, principle)",
                "principle": "scalar models (bt, principle)"}
@@ -277,7 +278,7 @@ def fit_kind(opts: dict[str, object], *, model: str | None = None) -> dict[str, 
     for key in sorted(opts):
         if key in ("kind", "backend") or key in judge_option_names(kind) or key in BACKEND_OPTIONS[backend]:
             continue
-        if kind == "bt" and key in _principle_only():
+        if not kind_trait(kind, "pairwise") and not kind_trait(kind, "takes_principle") and key in _principle_only():
             raise ConfigError(principle_refusal(model if detected else None, key))
         _refuse_backend_flag(key, backend, BACKEND_OPTIONS)
         raise ConfigError(f"{flag_of(key)} does not apply to " + (f"{model!r}, a kind {kind} model (from its "

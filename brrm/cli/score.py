@@ -114,7 +114,7 @@ def _refuse_principles(judge: RewardJudge, principles: list[str], model: str | N
     """
     if principles and not judge.info.takes_principle:
         judge.close()
-        raise ConfigError(principle_refusal(model) if judge.info.kind == "bt" else "--principle: only principle "
+        raise ConfigError(principle_refusal(model) if not judge.info.pairwise else "--principle: only principle "
                           f"models (--kind principle) take one; this judge is {judge.info.describe()}")
 
 

@@ -21,6 +21,7 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.cli import common
 from brrm.cli.command import Command
 from brrm.errors import ConfigError
@@ -118,7 +119,7 @@ def limits_from(args: argparse.Namespace, backend: str) -> ServerLimits:
     except ValueError:
         raise ConfigError(f"--failed-reward {args.failed_reward!r} is not a number or null") from None
     if args.concurrency == "auto":
-        concurrency = 4 if backend in ("openai", "vllm") else 1
+        concurrency = 4 if BACKEND_REGISTRY[backend].concurrent else 1
     elif args.concurrency.isdigit():
         concurrency = int(args.concurrency)
     else:

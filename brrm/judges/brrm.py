@@ -64,7 +64,7 @@ from brrm.types import (
     override_config,
 )
 from brrm.types.conversation import ConversationLike
-from brrm.types.options import Flag, build, option, option_fields
+from brrm.types.options import Flag, PerRequest, build, option, option_fields
 
 DECODING_MODES = ("constrained", "faithful")
 THINKING_MODES = ("auto", "on", "off")
@@ -95,7 +95,7 @@ class BRRMConfig:
 
     decoding: str = option("constrained", choices=DECODING_MODES,
                            help="constrained: verdicts always parse, P(A>B) measured (default); faithful: the "
-                                "released protocol end to end")
+                                "released protocol end to end", per_request=PerRequest())
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     thinking: str = option("auto", choices=THINKING_MODES,
                            help="auto (on when the tokenizer has single <think>/</think> tokens and the chat "
@@ -406,7 +406,7 @@ class BRRMJudge:
         """(max_new_tokens, program) for a turn, or None after setting a truncated result."""
         s = self.config.sampling
         limit = min(s.max_total_tokens, self.backend.max_context)
-        budget = min(s.max_new_tokens_per_turn, limit - prompt_len)
+        budget = min(s.max_new_tokens, limit - prompt_len)
         if budget < 1:
             it.retryable = False
             it.result = self._failed(it, Status.TRUNCATED, f"turn-{turn} prompt has {prompt_len} tokens, which "

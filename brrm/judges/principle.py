@@ -311,7 +311,7 @@ class PrincipleJudge:
         it.prompt = tuple(ids)
         s = self.config.sampling
         limit = min(s.max_total_tokens, self.backend.max_context)
-        budget = min(s.max_new_tokens_per_turn, limit - len(it.prompt))
+        budget = min(s.max_new_tokens, limit - len(it.prompt))
         if self.card:
             if budget >= 2:  # the judgement token and the end of turn, at least
                 return GenerationRequest(it.prompt, budget, seed=it.seed(s.seed))

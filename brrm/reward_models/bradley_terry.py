@@ -273,7 +273,7 @@ class BradleyTerryRewardModel:
             "head_dtype": "float32",
             **{k: v for k, v in self.backend.info.details.items() if k == "dtype"},
         }
-        sampling = SamplingConfig(temperature=0.0, max_new_tokens_per_turn=1, max_total_tokens=max(2, self.max_length))
+        sampling = SamplingConfig(temperature=0.0, max_new_tokens=1, max_total_tokens=max(2, self.max_length))
         template = str(self.tokenizer.chat_template)
         return Provenance(model=self.model_id, backend=self.backend.info.name,
                           template_hash=text_hash(template, self.recipe, NOTHINK_SUFFIX, EMPTY_THINK),

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, MutableMapping
 
 from brrm.errors import ConfigError
+from brrm.load_options import request_options
 from brrm.serve.idempotency import HEADER, KEY_PATTERN, MAX_ENTRIES, MAX_REPLY_BYTES, TTL_S
 from brrm.serve.limits import COMPARE_STRATEGIES
 from brrm.serve.nemo_gym import comparison_pairs
@@ -132,21 +133,18 @@ def _message_rules(model: Schema) -> None:
 
 
 def _options(model: Schema, state: ServerState) -> None:
-    """Each per-request option the judge can vary (with the server's budget as its maximum); ``null`` otherwise."""
-    sampling = state.judge.info.sampling
-    limits = {"max_new_tokens": sampling.max_new_tokens_per_turn,
-              "max_total_tokens": sampling.max_total_tokens} if sampling is not None else {}
+    """Each per-request option the judge can vary (a budget with the server's own as its maximum); ``null``
+    otherwise. Whether it can is asked of the judge: a variant with the option's least value."""
     props = _obj(model, "properties")
-    for name, probe, limit in (("max_new_tokens", CallOptions(max_new_tokens=1), "max_new_tokens"),
-                               ("max_total_tokens", CallOptions(max_total_tokens=1), "max_total_tokens"),
-                               ("decoding", CallOptions(decoding="constrained"), ""),
-                               ("seed", CallOptions(seed=0), "")):
+    for request_option in request_options():
+        name, mark = request_option.keyword, request_option.mark
+        least = (mark.low if mark.low is not None else 0) if request_option.type is int else request_option.choices[0]
         try:
-            state.variants.get(probe)
+            state.variants.get(CallOptions.of({name: least}))
         except ConfigError:
             props[name] = NULL
             continue
-        top = limits.get(limit) if limit else None
+        top = request_option.current(state.judge.info) if mark.bounded else None
         for option in _options_of(_obj(props, name)):
             if option.get("type") == "integer" and isinstance(top, int):
                 option["maximum"] = top

@@ -114,7 +114,7 @@ def _warmup_job(state: ServerState) -> tuple[Hashable, list[PairItem] | list[Sco
     conv = Conversation.coerce("Say hello.")
     if not state.pairwise:
         return score_key(False, False), [ScoreItem(conv, "Hello!")]
-    options: CallOptions | None = CallOptions(max_new_tokens=WARMUP_TOKENS)
+    options: CallOptions | None = CallOptions.of({"max_new_tokens": WARMUP_TOKENS})
     try:
         state.variants.get(options)
     except ConfigError:  # a judge without per-call budgets warms up with its own

@@ -8,9 +8,9 @@ dictionaries :meth:`PairwiseJudgment.to_dict`, :meth:`ScalarReward.to_dict` and 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, create_model, model_validator
 
 from brrm.types.strategies import STRATEGIES
 
@@ -37,13 +37,6 @@ def _label(value: object) -> object:
 
 Count = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
 """A JSON integer >= 1: an int, or a float with no fractional part; never a string or a boolean."""
-
-SEED_MAX = 2**63 - 1024
-"""The largest seed: the largest 64-bit float below 2^63, so a JSON number at the bound means the same integer
-to a client that reads it as a float (a bound of 2^63 - 1 rounds up to 2^63)."""
-
-Seed = Annotated[int, Field(ge=0, le=SEED_MAX), BeforeValidator(_integral)]
-"""A JSON integer in [0, :data:`SEED_MAX`], as :data:`Count` takes it."""
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Request bodies: unknown fields refused, and no type coercion (``"swap": 0`` is not a boolean, ``"1"`` not a
@@ -91,16 +84,28 @@ class Timeout(BaseModel):
                                                 "server deadline")
 
 
-class JudgeOptions(BaseModel):
-    """Per-request decoding settings (BR-RM judges only), each within the server's own."""
+def _judge_options() -> type[BaseModel]:
+    """The ``options`` object of a request, generated from the options marked per-request
+    (:func:`brrm.load_options.request_options`): an integer option as a JSON integer in its marked range (taken as
+    :data:`Count` takes it), a word option as one of its choices; every one optional (null: the server's own)."""
+    from brrm.load_options import request_options
 
-    model_config = STRICT
-    max_new_tokens: Count | None = Field(default=None,
-                                                                  description="tokens per turn, at most the server's")
-    max_total_tokens: Count | None = Field(
-        default=None, description="tokens per sequence, at most the server's")
-    decoding: Literal["constrained", "faithful"] | None = None
-    seed: Seed | None = None
+    fields: dict[str, Any] = {}
+    for option in request_options():
+        kind: Any = (Annotated[int, Field(ge=option.mark.low, le=option.mark.high), BeforeValidator(_integral)]
+                     if option.type is int else Literal[option.choices])  # type: ignore[valid-type]
+        bound = ", at most the server's own" if option.mark.bounded else ""
+        fields[option.keyword] = (kind | None, Field(default=None, description=option.help + bound))
+    return create_model("JudgeOptions", __config__=STRICT, __doc__="Per-request settings of the served judge (BR-RM "
+                        "judges; budgets and seed also for the generative principle models), each within the server's "
+                        "own.", **fields)
+
+
+if TYPE_CHECKING:
+    class JudgeOptions(BaseModel):
+        """Per-request settings (see :func:`_judge_options`)."""
+else:
+    JudgeOptions = _judge_options()
 
 
 class PairIn(_Context):

@@ -138,8 +138,7 @@ class ServerState:
         """
         if given is None:
             return None
-        options = CallOptions(max_new_tokens=given.max_new_tokens, max_total_tokens=given.max_total_tokens,
-                              decoding=given.decoding, seed=given.seed)
+        options = CallOptions.of(given.model_dump())
         if not options:
             return None
         self.variants.get(options)

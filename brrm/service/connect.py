@@ -8,11 +8,18 @@ import dataclasses
 import os
 
 from brrm.errors import ConfigError
-from brrm.service.remote import REQUEST_OPTIONS, RemoteJudge
+from brrm.load_options import request_options
+from brrm.service.remote import RemoteJudge
 from brrm.types import check_float, check_int
 
 CLIENT_OPTIONS = ("api_key", "timeout_s", "retries", "concurrency")
 """The keywords of ``brrm.load(url, backend="serve", ...)`` that configure the client (see :class:`RemoteJudge`)."""
+
+
+def is_remote(model: object, backend: object) -> bool:
+    """Whether :func:`brrm.load` is asked for a running ``brrm serve``: ``backend="serve"``, or an http(s) URL as the
+    model (which :func:`load_remote` then checks against the backend)."""
+    return backend == "serve" or (isinstance(model, str) and model.startswith(("http://", "https://")))
 
 
 def load_remote(model: str | None, *, kind: str = "auto", backend: object = "serve", calibration: object = None,
@@ -26,7 +33,7 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
         calibration: must be None (calibrate on the server: ``brrm serve --calibration``).
         **options: the client's :data:`CLIENT_OPTIONS` (``api_key`` defaults to ``$BRRM_API_KEY``; it is never
             kept in the spec), and ``swap`` and the per-request judge options
-            (:data:`REQUEST_OPTIONS`), which :meth:`RemoteJudge.with_options` applies.
+            (:func:`brrm.load_options.request_options`), which :meth:`RemoteJudge.with_options` applies.
 
     Returns:
         The judge; its ``info.spec`` is ``JudgeSpec(model, kind=kind, backend="serve", options=options)``.
@@ -47,7 +54,7 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
     if calibration is not None:
         raise ConfigError("calibration does not apply to backend='serve' (calibrate on the server: brrm serve "
                           "--calibration)")
-    valid = (*CLIENT_OPTIONS, "swap", *REQUEST_OPTIONS)
+    valid = (*CLIENT_OPTIONS, "swap", *(o.keyword for o in request_options()))
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ConfigError(f"option {unknown[0]!r} does not apply to backend='serve' (the server's own settings "

@@ -10,10 +10,12 @@ queue on the call values; :class:`Variants` holds the per-request variants of a 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from brrm.errors import ConfigError
 from brrm.types import ConversationLike, GroupResult, PairwiseJudgment, RewardJudge, ScalarReward, Status, Verdict
+from brrm.types.jsonvalue import JSONScalar
 
 
 @dataclass(frozen=True)
@@ -56,22 +58,37 @@ Item = PairItem | ScoreItem | GroupItem
 
 @dataclass(frozen=True)
 class CallOptions:
-    """Per-request decoding settings of a BR-RM judge, each within the server's own (None: the server's).
+    """One request's own settings for the served judge: the options marked per-request
+    (:func:`brrm.load_options.request_options`: ``max_new_tokens``, ``max_total_tokens``, ``seed``, ``decoding``),
+    each within the server's own. Hashable: a coalescing key part (calls with equal options share a judge call).
 
     Attributes:
-        max_new_tokens: tokens per turn, 1 <= value <= the server's.
-        max_total_tokens: tokens per sequence, 1 <= value <= the server's.
-        decoding: ``constrained`` or ``faithful``.
-        seed: base seed, >= 0.
+        values: ``(keyword, value)`` pairs, sorted, without unset ones.
     """
 
-    max_new_tokens: int | None = None
-    max_total_tokens: int | None = None
-    decoding: str | None = None
-    seed: int | None = None
+    values: tuple[tuple[str, JSONScalar], ...] = ()
+
+    @classmethod
+    def of(cls, values: Mapping[str, JSONScalar | None]) -> CallOptions:
+        """The options ``values`` sets (None: unset).
+
+        Raises:
+            ConfigError: on a keyword that is not a per-request option, naming the valid ones.
+        """
+        from brrm.load_options import request_options
+
+        names = [o.keyword for o in request_options()]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ConfigError(f"options.{unknown[0]} is not a per-request option; valid: {', '.join(names)}")
+        return cls(tuple(sorted((k, v) for k, v in values.items() if v is not None)))
+
+    def get(self, keyword: str) -> JSONScalar | None:
+        """The value set for ``keyword`` (None: unset)."""
+        return dict(self.values).get(keyword)
 
     def __bool__(self) -> bool:
-        return any(v is not None for v in (self.max_new_tokens, self.max_total_tokens, self.decoding, self.seed))
+        return bool(self.values)
 
 
 @dataclass(frozen=True)
@@ -170,17 +187,14 @@ class Variants:
             return self._made[options]
 
     def _build(self, options: CallOptions) -> RewardJudge:
-        sampling = self.judge.info.sampling
-        limits = (sampling.max_new_tokens_per_turn, sampling.max_total_tokens) if sampling is not None else (None, None)
-        for name, value, limit in (("max_new_tokens", options.max_new_tokens, limits[0]),
-                                   ("max_total_tokens", options.max_total_tokens, limits[1])):
-            if value is not None and limit is not None and value > limit:
-                raise ConfigError(f"options.{name} {value} exceeds the server's limit of {limit}")
-        overrides = {k: v for k, v in (("max_new_tokens", options.max_new_tokens),
-                                       ("max_total_tokens", options.max_total_tokens),
-                                       ("decoding", options.decoding), ("seed", options.seed)) if v is not None}
+        from brrm.load_options import request_options
+
+        for option in request_options():
+            value, limit = options.get(option.keyword), option.current(self.judge.info)
+            if option.mark.bounded and isinstance(value, int) and isinstance(limit, int) and value > limit:
+                raise ConfigError(f"options.{option.keyword} {value} exceeds the server's limit of {limit}")
         try:
-            return self.judge.with_options(**overrides)
+            return self.judge.with_options(**dict(options.values))
         except ConfigError as exc:
             raise ConfigError(f"options (decoding, budgets, seed) can be set per request only for BR-RM judges (and "
                               f"the generative principle models); this server's judge is {self.judge.info.describe()}"

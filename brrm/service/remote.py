@@ -220,16 +220,17 @@ class RemoteJudge(SingleItems):
         return variant
 
     def request_options(self) -> tuple[str, ...]:
-        """The per-request judge options (:data:`REQUEST_OPTIONS`) the served judge can vary: those its kind (the
-        ``kind`` of ``GET /v1/models``) takes — none for a Bradley–Terry model, whose requests never carry them
-        (``swap`` is always accepted: it changes nothing for a scalar model)."""
-        from brrm.load_options import judge_option_names
+        """The per-request judge options (:func:`brrm.load_options.request_options`) the served judge can vary:
+        those its kind (the ``kind`` of ``GET /v1/models``) takes — none for a Bradley–Terry model, whose requests
+        never carry them (``swap`` is always accepted: it changes nothing for a scalar model)."""
+        from brrm.load_options import judge_option_names, request_options
         from brrm.types import KINDS
 
+        names = tuple(o.keyword for o in request_options())
         if self.info.kind not in KINDS:  # a server that names no known kind: its own checks decide
-            return REQUEST_OPTIONS
+            return names
         takes = judge_option_names(self.info.kind)
-        return tuple(name for name in REQUEST_OPTIONS if name in takes)
+        return tuple(name for name in names if name in takes)
 
     def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
                       swap: bool | None = None) -> JudgmentCost:
@@ -337,10 +338,6 @@ class RemoteJudge(SingleItems):
 
 
 # ------------------------------------------------------------------------------------------ helpers
-REQUEST_OPTIONS = ("max_new_tokens", "max_total_tokens", "decoding", "seed")
-"""The per-request judge options of ``brrm serve``'s ``options`` field (``JudgeOptions``)."""
-
-
 def _reported(results: list[R], on_result: OnResult) -> list[R]:
     """``results``, each passed to ``on_result`` first (a remote call knows them all when it returns)."""
     if on_result is not None:

@@ -181,6 +181,6 @@ def brrm_judge(backend: Backend, config: BRRMConfig | None = None) -> RewardJudg
         return brrm.load(kind="brrm", backend=backend)
     s = config.sampling
     flat = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "sampling"}
-    flat.update(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens_per_turn,
+    flat.update(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens,
                 max_total_tokens=s.max_total_tokens, seed=s.seed)
     return brrm.load(kind="brrm", backend=backend, **flat)

@@ -27,7 +27,7 @@ def provenance_from_dict(d: Mapping[str, Any] | None) -> Provenance | None:
     if d is None:
         return None
     return Provenance(model=d["model"], backend=d["backend"], template_hash=d["template_hash"],
-                      sampling=SamplingConfig(**d["sampling"]), seed=d["seed"], decoding=d["decoding"],
+                      sampling=SamplingConfig.from_record(d["sampling"]), seed=d["seed"], decoding=d["decoding"],
                       policies=dict(d["policies"]), calibration=d.get("calibration", ""),
                       fingerprint=d.get("fingerprint", ""),
                       logprob_semantics=stored_semantics(d))

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONDict
-from brrm.types.options import build, keyword, option, option_fields, split_keywords, updated
+from brrm.types.options import PerRequest, build, keyword, option, option_fields, split_keywords, updated
 
 E = TypeVar("E", bound=enum.Enum)
 C = TypeVar("C")
@@ -131,6 +131,16 @@ def _range(low: float | None, high: float | None, low_open: bool = False) -> str
     return ""
 
 
+SEED_MAX = 2**63 - 1024
+"""The largest seed: the largest 64-bit float below 2^63, so a JSON number at the bound means the same integer
+to a client that reads it as a float (a bound of 2^63 - 1 rounds up to 2^63)."""
+
+RECORD_KEYS = {"max_new_tokens": "max_new_tokens_per_turn"}
+""":class:`SamplingConfig` fields whose record key (:meth:`SamplingConfig.to_dict`: results' provenance, judge
+records, audit stores' keys) is another word: the per-turn budget kept its older, longer record key so that stored
+records keep their meaning and their hashes."""
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """Decoding settings for a generative judge (each field's help gives its unit, range, default and source).
@@ -151,18 +161,18 @@ class SamplingConfig:
     top_k: int = option(0, help="sample among the k most likely tokens, int >= 0, applied after temperature and "
                                 "before top_p as transformers does; default 0 = off (principle models: the "
                                 "checkpoint's)")
-    max_new_tokens_per_turn: int = option(8192, keyword="max_new_tokens",
-                                          help="new-token budget of each turn, int >= 1; default 8192 (published)")
+    max_new_tokens: int = option(8192, help="new-token budget of each turn, int >= 1; default 8192 (published)",
+                                 per_request=PerRequest(bounded=True, low=1))
     max_total_tokens: int = option(16384, help="limit on the whole sequence (prompt + every turn) in tokens, "
-                                               "int >= 2; default 16384")
-    seed: int = option(0, help="base seed, int (default 0); each item's streams derive from it and the item's "
-                               "own key")
+                                               "int >= 2; default 16384", per_request=PerRequest(bounded=True, low=2))
+    seed: int = option(0, help="base seed, int (default 0; a server's request: 0 to SEED_MAX); each item's streams "
+                               "derive from it and the item's own key", per_request=PerRequest(low=0, high=SEED_MAX))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperature", check_float("temperature", self.temperature, low=0))
         object.__setattr__(self, "top_p", check_float("top_p", self.top_p, low=0, high=1, low_open=True))
         check_int("top_k", self.top_k, low=0)
-        check_int("max_new_tokens_per_turn", self.max_new_tokens_per_turn, low=1)
+        check_int("max_new_tokens", self.max_new_tokens, low=1)
         check_int("max_total_tokens", self.max_total_tokens, low=2)
         check_int("seed", self.seed)
 
@@ -188,15 +198,15 @@ class SamplingConfig:
         """
         if not isinstance(record, Mapping):
             raise ConfigError(f"a sampling record must be an object, got {type(record).__name__}")
-        names = {f.name for f in option_fields(cls)}
-        return build(cls, {k: v for k, v in record.items() if k in names})
+        names = {RECORD_KEYS.get(f.name, f.name): f.name for f in option_fields(cls)}
+        return build(cls, {names[k]: v for k, v in record.items() if k in names})
 
     def to_dict(self) -> JSONDict:
         """The record of these settings (results' provenance, ``options.sampling`` of a judge's record)."""
         return {
             "temperature": self.temperature,
             "top_p": self.top_p,
-            "max_new_tokens_per_turn": self.max_new_tokens_per_turn,
+            "max_new_tokens_per_turn": self.max_new_tokens,
             "max_total_tokens": self.max_total_tokens,
             "seed": self.seed,
             **({"top_k": self.top_k} if self.top_k else {}),  # off by default: older records stay unchanged

@@ -43,14 +43,31 @@ class Flag:
     help: str = ""
 
 
+@dataclass(frozen=True)
+class PerRequest:
+    """Marks an option that one request to ``brrm serve`` may set for itself (the ``options`` object of
+    ``/v1/judge``, ``/v1/rank`` and ``/compare``; :class:`~brrm.service.items.CallOptions`): the loaded judge runs
+    a variant with it (``with_options``), so nothing reloads. The HTTP schema is generated from these marks.
+
+    Attributes:
+        bounded: a budget: at most the served judge's own value (a request may lower it, never raise it).
+        low, high: the integers a request may send (its JSON schema's minimum and maximum); None: open.
+    """
+
+    bounded: bool = False
+    low: int | None = None
+    high: int | None = None
+
+
 @overload
 def option(default: T, *, help: str, choices: tuple[str, ...] = (), keyword: str | None = None,
-           flag: Flag | None = None, cli: bool = True) -> T: ...
+           flag: Flag | None = None, cli: bool = True, per_request: PerRequest | None = None) -> T: ...
 @overload
 def option(*, factory: type[T], help: str, choices: tuple[str, ...] = (), keyword: str | None = None,
-           flag: Flag | None = None, cli: bool = True) -> T: ...
+           flag: Flag | None = None, cli: bool = True, per_request: PerRequest | None = None) -> T: ...
 def option(default: object = MISSING, *, factory: object = MISSING, help: str, choices: tuple[str, ...] = (),
-           keyword: str | None = None, flag: Flag | None = None, cli: bool = True) -> object:
+           keyword: str | None = None, flag: Flag | None = None, cli: bool = True,
+           per_request: PerRequest | None = None) -> object:
     """A dataclass field that is an option.
 
     Args:
@@ -61,8 +78,9 @@ def option(default: object = MISSING, *, factory: object = MISSING, help: str, c
         keyword: its :func:`brrm.load` keyword and flag name when it differs from the field's name.
         flag: its command-line form when not ``--keyword VALUE``.
         cli: False: a Python-only option (no flag).
+        per_request: set when a server's request may set it for itself (:class:`PerRequest`).
     """
-    meta = {"help": help, "choices": choices, "keyword": keyword, "flag": flag, "cli": cli}
+    meta = {"help": help, "choices": choices, "keyword": keyword, "flag": flag, "cli": cli, "per_request": per_request}
     if factory is not MISSING:
         return field(default_factory=factory, metadata=meta)  # type: ignore[call-overload]
     return field(default=default, metadata=meta)
@@ -76,6 +94,12 @@ def is_option(f: Field[object]) -> bool:
 def keyword(f: Field[object]) -> str:
     """The :func:`brrm.load` keyword of an option field (its name unless it declares another)."""
     return str(f.metadata.get("keyword") or f.name)
+
+
+def per_request(f: Field[object]) -> PerRequest | None:
+    """The :class:`PerRequest` mark of an option field (None: the option is the server's alone)."""
+    mark = f.metadata.get("per_request")
+    return mark if isinstance(mark, PerRequest) else None
 
 
 def option_fields(cls: type) -> Iterator[Field[object]]:

@@ -46,15 +46,17 @@ BACKENDS = ("transformers", "vllm", "openai")
 the model, judged through :class:`~brrm.service.RemoteJudge`)."""
 
 KIND_TRAITS: Mapping[str, Mapping[str, bool]] = {
-    "brrm": {"pairwise": True, "takes_principle": False, "needs_reference": True},
-    "bt": {"pairwise": False, "takes_principle": False, "needs_reference": False},
-    "principle": {"pairwise": False, "takes_principle": True, "needs_reference": False},
+    "brrm": {"pairwise": True, "takes_principle": False, "needs_reference": True, "generates": True},
+    "bt": {"pairwise": False, "takes_principle": False, "needs_reference": False, "generates": False},
+    "principle": {"pairwise": False, "takes_principle": True, "needs_reference": False, "generates": True},
 }
-"""The traits each model kind declares (:class:`JudgeInfo`): the one table that maps a kind to behaviour."""
+"""The traits each model kind declares (:class:`JudgeInfo` carries the first three): the one table that maps a kind
+to behaviour. ``generates``: the model is a language model that generates (a chat model's LM head), so it loads as
+a causal LM and cannot be a sequence classifier; False: a Bradley–Terry model, read off a head or a logit."""
 
 
 def kind_trait(kind: str, trait: str) -> bool | None:
-    """``trait`` (``pairwise``, ``takes_principle``, ``needs_reference``) of model kind ``kind`` from
+    """``trait`` (``pairwise``, ``takes_principle``, ``needs_reference``, ``generates``) of model kind ``kind`` from
     :data:`KIND_TRAITS`, or None for a kind that does not tell before a model is read (``auto``).
 
     Raises:

@@ -80,7 +80,7 @@ def server(tiny_lm_dir, tmp_path_factory):
 def remote(server, tiny_lm_dir):
     from brrm.backends.openai import OpenAIBackend
 
-    backend = OpenAIBackend.from_options(tiny_lm_dir, base_urls=[server], max_concurrency=8)
+    backend = OpenAIBackend.connect(tiny_lm_dir, base_urls=[server], max_concurrency=8)
     yield backend
     backend.close()
 
@@ -92,7 +92,7 @@ def _pairs():
 
 
 CONSTRAINED = BRRMConfig(decoding="constrained", thinking="on", block_token_cap=16,
-                         sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=480))
+                         sampling=SamplingConfig(temperature=0, max_new_tokens=480))
 
 
 def test_remote_judge_equals_transformers_and_hits_the_prefix_cache(remote, hf_backend, server):
@@ -132,7 +132,7 @@ def test_two_base_urls_share_the_work_with_prefix_affinity(server, tiny_lm_dir, 
     from brrm.backends.openai import OpenAIBackend
 
     urls = [server, server.replace("127.0.0.1", "localhost").removesuffix("/v1")]
-    backend = OpenAIBackend.from_options(tiny_lm_dir, base_urls=urls, max_concurrency=4)
+    backend = OpenAIBackend.connect(tiny_lm_dir, base_urls=urls, max_concurrency=4)
     sent: list[tuple[str, tuple[int, ...]]] = []
     once = backend.transport.once
 

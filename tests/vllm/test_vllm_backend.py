@@ -177,10 +177,10 @@ def _pairs():
 
 JUDGE_MODES = {
     "constrained-thinking": BRRMConfig(decoding="constrained", thinking="on", block_token_cap=16,
-                                       sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=480)),
+                                       sampling=SamplingConfig(temperature=0, max_new_tokens=480)),
     "constrained-nothink": BRRMConfig(decoding="constrained", thinking="off", block_token_cap=8,
-                                      sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=420)),
-    "faithful": BRRMConfig(decoding="faithful", sampling=SamplingConfig(temperature=0, max_new_tokens_per_turn=96)),
+                                      sampling=SamplingConfig(temperature=0, max_new_tokens=420)),
+    "faithful": BRRMConfig(decoding="faithful", sampling=SamplingConfig(temperature=0, max_new_tokens=96)),
 }
 
 

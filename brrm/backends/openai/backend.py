@@ -34,7 +34,7 @@ from brrm.backends.base import BackendInfo, Capabilities, Completion, Generation
 from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
 from brrm.backends.blackbox.request import sampling_fields
 from brrm.backends.openai.transport import RequestFailed, Router, Transport
-from brrm.backends.options import SERVER_LOGPROBS_MODES
+from brrm.backends.options import SERVER_LOGPROBS_MODES, OpenAIOptions, set_options
 from brrm.errors import BackendUnavailable, ConfigError
 from brrm.types.jsonvalue import JSONDict, JSONValue
 
@@ -52,10 +52,10 @@ class OpenAIBackend:
         max_context: the server's context window in tokens (``max_model_len``).
         max_concurrency: program runs in flight at once, >= 1 (each is one HTTP request at a time).
         timeout_s: per-request socket timeout in seconds, > 0.
-        max_retries: retries of a retryable failure, >= 0 (each on the next server).
+        http_retries: retries of a retryable failure, >= 0 (each on the next server).
         backoff_s, max_backoff_s: first retry delay and its cap, seconds (doubling, ±25 % jitter).
         api_key: sent as ``Authorization: Bearer``; default ``$OPENAI_API_KEY`` if set.
-        judge_chunk_size: ordered judgments per judge chunk, >= 1.
+        chunk_size: ordered judgments per judge chunk, >= 1.
         logprobs_mode: the servers' ``--logprobs-mode`` as declared (one of
             :data:`~brrm.backends.options.SERVER_LOGPROBS_MODES`); ``unknown`` makes results record
             ``logprob_semantics="unknown"``, any known mode ``raw``.
@@ -73,16 +73,16 @@ class OpenAIBackend:
         max_context: int,
         max_concurrency: int = 16,
         timeout_s: float = 600.0,
-        max_retries: int = 4,
+        http_retries: int = 4,
         backoff_s: float = 0.5,
         max_backoff_s: float = 8.0,
         api_key: str | None = None,
-        judge_chunk_size: int = 4096,
+        chunk_size: int = 4096,
         logprobs_mode: str = "unknown",
     ) -> None:
         _check_int("max_concurrency", max_concurrency, 1)
-        _check_int("max_retries", max_retries, 0)
-        _check_int("judge_chunk_size", judge_chunk_size, 1)
+        _check_int("http_retries", http_retries, 0)
+        _check_int("chunk_size", chunk_size, 1)
         _check_int("max_context", max_context, 1)
         if logprobs_mode not in SERVER_LOGPROBS_MODES:
             raise ConfigError(f"logprobs_mode must be one of {list(SERVER_LOGPROBS_MODES)}, got {logprobs_mode!r}")
@@ -96,7 +96,7 @@ class OpenAIBackend:
         self.transport = Transport(
             base_urls,
             timeout_s=timeout_s,
-            max_retries=max_retries,
+            max_retries=http_retries,
             backoff_s=backoff_s,
             max_backoff_s=max_backoff_s,
             api_key=api_key or os.environ.get("OPENAI_API_KEY"),
@@ -108,7 +108,7 @@ class OpenAIBackend:
         self.max_context = max_context
         self.max_concurrency = max_concurrency
         self.capabilities = Capabilities(generate=True, programs=True, classify=True, vocab_logit=True,
-                                         kv_reuse=False, chunk_size=judge_chunk_size, concurrent=True,
+                                         kv_reuse=False, chunk_size=chunk_size, concurrent=True,
                                          logprob_semantics="unknown" if logprobs_mode == "unknown" else "raw")
         self.router = Router(len(self.transport.base_urls))
         self.info = BackendInfo(
@@ -120,7 +120,23 @@ class OpenAIBackend:
         self._pool: ThreadPoolExecutor | None = None
 
     @classmethod
-    def from_options(
+    def from_options(cls, source: str, options: OpenAIOptions, *, name: str | None = None,
+                     task: str = "generate") -> OpenAIBackend:
+        """The backend :func:`brrm.load` builds: ``options`` (:class:`~brrm.backends.options.OpenAIOptions`) as
+        :meth:`connect` takes them (``base_url``: one URL or several), for ``source``'s tokenizer. ``task`` is
+        accepted for the registry's one signature: a server both generates and scores.
+
+        Raises:
+            ConfigError, BackendUnavailable: as :meth:`connect`.
+        """
+        del task
+        given = set_options(options)
+        urls = given.pop("base_url", None)
+        return cls.connect(source, base_urls=[urls] if isinstance(urls, str) else list(urls or ()), name=name,
+                           **given)
+
+    @classmethod
+    def connect(
         cls,
         model: str,
         *,
@@ -144,7 +160,7 @@ class OpenAIBackend:
             served_model_name: the server's model name.
             max_context: context window; default: the server's ``max_model_len`` from ``GET /v1/models``.
             trust_remote_code: passed to ``AutoTokenizer``.
-            **options: constructor options (max_concurrency, timeout_s, max_retries, backoff_s, api_key, …).
+            **options: constructor options (max_concurrency, timeout_s, http_retries, backoff_s, api_key, …).
 
         Raises:
             ConfigError: without a URL, or when the server does not serve the requested model.

@@ -31,6 +31,7 @@ from brrm.backends.base import (
     common_prefix_length,
     end_of_turn_id,
 )
+from brrm.backends.options import TransformersOptions, set_options
 from brrm.backends.transformers.steering import ProgramState
 from brrm.constraints import CompiledProgram, Program
 from brrm.errors import ConfigError
@@ -226,6 +227,17 @@ class TransformersBackend:
         self._running: ContinuousDecoder | None = None
         self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0,
                       "shared_prompt_tokens": 0, "retired_rows": 0}
+
+    @classmethod
+    def from_options(cls, source: str, options: TransformersOptions, *, name: str | None = None,
+                     task: str = "auto") -> TransformersBackend:
+        """The backend :func:`brrm.load` builds: ``options`` (:class:`~brrm.backends.options.TransformersOptions`)
+        as :meth:`from_pretrained` takes them, under the same names.
+
+        Raises:
+            ConfigError: as :meth:`from_pretrained`.
+        """
+        return cls.from_pretrained(source, task=task, name=name, **set_options(options))
 
     @classmethod
     def from_pretrained(cls, model_id: str, *, task: str = "auto", dtype: str = "auto", device: str = "auto",

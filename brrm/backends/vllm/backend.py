@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from brrm import cancellation
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.options import VLLMOptions, set_options
 from brrm.backends.vllm.calls import Call
 from brrm.backends.vllm.engine import (
     VLLM_HINT,
@@ -73,11 +74,11 @@ class VLLMBackend:
         tokenizer: the model's Hugging Face tokenizer (chat template, encode/decode).
         model_id: recorded in results.
         features: what the installed vLLM supports (:func:`detect_features`).
-        judge_chunk_size: ordered judgments per judge chunk, >= 1; large, since the engine schedules.
+        chunk_size: ordered judgments per judge chunk, >= 1; large, since the engine schedules.
         details: engine settings recorded in ``info.details``.
 
     Raises:
-        ConfigError: on a bad ``judge_chunk_size``.
+        ConfigError: on a bad ``chunk_size``.
     """
 
     def __init__(
@@ -87,11 +88,11 @@ class VLLMBackend:
         *,
         model_id: str,
         features: Features,
-        judge_chunk_size: int = 4096,
+        chunk_size: int = 4096,
         details: Mapping[str, JSONValue] | None = None,
     ) -> None:
-        if not isinstance(judge_chunk_size, int) or judge_chunk_size < 1:
-            raise ConfigError(f"judge_chunk_size must be an int >= 1, got {judge_chunk_size!r}")
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ConfigError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
         self.llm: LLM | None = llm  # None once closed
         self.tokenizer = tokenizer
         self.features = features
@@ -104,7 +105,7 @@ class VLLMBackend:
         generative = self.runner == "generate"
         self.capabilities = Capabilities(generate=generative, programs=generative, classify=not generative,
                                          vocab_logit=generative and features.logprob_token_ids,
-                                         kv_reuse=False, chunk_size=judge_chunk_size, concurrent=generative)
+                                         kv_reuse=False, chunk_size=chunk_size, concurrent=generative)
         self.info = BackendInfo(
             "vllm",
             model_id,
@@ -130,6 +131,19 @@ class VLLMBackend:
         self._calls: set[Call] = set()  # calls in flight, whose cancellation the stepping thread checks
 
     @classmethod
+    def from_options(cls, source: str, options: VLLMOptions, *, name: str | None = None,
+                     task: str = "generate") -> VLLMBackend:
+        """The backend :func:`brrm.load` builds: ``options`` (:class:`~brrm.backends.options.VLLMOptions`, vLLM's
+        engine-argument names) as :meth:`from_pretrained` takes them; ``task`` ``classify`` runs the engine's
+        pooling runner (sequence-classification reward models), ``generate`` its generate runner.
+
+        Raises:
+            BackendUnavailable, ConfigError: as :meth:`from_pretrained`.
+        """
+        runner = "pooling" if task == "classify" else "generate"
+        return cls.from_pretrained(source, name=name, runner=runner, **set_options(options))  # type: ignore[arg-type]
+
+    @classmethod
     def from_pretrained(
         cls,
         model: str,
@@ -148,7 +162,7 @@ class VLLMBackend:
         structured_outputs_backend: str = "auto",
         tokenizer: str | None = None,
         trust_remote_code: bool = False,
-        judge_chunk_size: int = 4096,
+        chunk_size: int = 4096,
         device: str = "auto",
         batch_size: int | None = None,
         engine_kwargs: Mapping[str, object] | None = None,
@@ -174,7 +188,7 @@ class VLLMBackend:
             runner: ``auto``, ``generate`` (judges) or ``pooling`` (sequence-classification reward models).
             structured_outputs_backend: one of :data:`STRUCTURED_BACKENDS`.
             tokenizer: tokenizer path if not the model's.
-            judge_chunk_size: see the constructor.
+            chunk_size: see the constructor.
             device: ``auto``, ``cpu`` or ``cuda``; must match the installed vLLM build's platform.
             batch_size: accepted for CLI compatibility and ignored (the engine schedules batches).
             engine_kwargs: more ``vllm.LLM`` keyword arguments, passed through unchanged.
@@ -217,7 +231,7 @@ class VLLMBackend:
         details = engine_details(llm, features, structured_outputs_backend, tensor_parallel_size,
                                  pipeline_parallel_size)
         return cls(
-            llm, hf_tok, model_id=name or model, features=features, judge_chunk_size=judge_chunk_size, details=details
+            llm, hf_tok, model_id=name or model, features=features, chunk_size=chunk_size, details=details
         )
 
     # ----------------------------------------------------------------------------------------- generate

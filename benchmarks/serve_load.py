@@ -16,6 +16,10 @@ one-item ``/v1/score`` requests back to back until SECONDS have passed or MAX_RE
 first; it stops by itself), then prints one JSON line: requests, ok, errors, seconds, latencies (s) of ok
 answers and of 429 answers (``refused``), how many 429s came without a ``Retry-After`` header
 (``refused_without_retry_after``) and the first other error.
+
+httpx clients: ``python benchmarks/serve_load.py httpx URL CLIENTS SECONDS MAX_REQUESTS`` — the same load sent the
+way reward workers send it: CLIENTS ``httpx.AsyncClient`` objects in one process, each posting one-item
+``/v1/score`` requests back to back (the client library's own CPU cost per request included); the same JSON line.
 """
 
 from __future__ import annotations
@@ -134,16 +138,58 @@ async def _load(url: str, clients: int, seconds: float, max_requests: int) -> di
             "first_error": errors[0] if errors else ""}
 
 
+async def _load_httpx(url: str, clients: int, seconds: float, max_requests: int) -> dict[str, Any]:
+    """CLIENTS ``httpx.AsyncClient`` objects (one connection each), posting back to back."""
+    import httpx
+
+    latencies: list[float] = []
+    refused: list[float] = []
+    bare_refusals = 0
+    errors: list[str] = []
+    sent = 0
+    end = time.perf_counter() + seconds
+
+    async def client() -> None:
+        nonlocal sent, bare_refusals
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            while time.perf_counter() < end and sent < max_requests:
+                k = sent
+                sent += 1
+                started = time.perf_counter()
+                try:
+                    r = await http.post("/v1/score", json={"items": [item(k)]})
+                except httpx.HTTPError as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                if r.status_code == 429:
+                    refused.append(time.perf_counter() - started)
+                    bare_refusals += "retry-after" not in r.headers
+                    continue
+                if r.status_code != 200 or r.json()["rewards"][0]["status"] != "ok":
+                    errors.append(f"{r.status_code}: {r.text[:200]}")
+                    continue
+                latencies.append(time.perf_counter() - started)
+
+    gc.collect()
+    gc.freeze()
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return {"requests": sent, "ok": len(latencies), "errors": len(errors), "seconds": time.perf_counter() - started,
+            "latencies": latencies, "refused": refused, "refused_without_retry_after": bare_refusals,
+            "first_error": errors[0] if errors else ""}
+
+
 def main(argv: list[str]) -> None:
     if argv[0] == "bare":
         bare(argv[1], int(argv[2]))
     elif argv[0] == "refuse":
         refuse(int(argv[1]))
-    elif argv[0] == "load":
-        out = asyncio.run(_load(argv[1], int(argv[2]), float(argv[3]), int(argv[4])))
+    elif argv[0] in ("load", "httpx"):
+        run = _load if argv[0] == "load" else _load_httpx
+        out = asyncio.run(run(argv[1], int(argv[2]), float(argv[3]), int(argv[4])))
         print(json.dumps(out))
     else:
-        raise SystemExit(f"unknown mode {argv[0]!r}; expected bare, refuse or load")
+        raise SystemExit(f"unknown mode {argv[0]!r}; expected bare, refuse, load or httpx")
 
 
 if __name__ == "__main__":

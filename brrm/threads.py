@@ -10,7 +10,12 @@ What brrm sets, once, when ``brrm`` is imported and only for what the user has n
 
 * ``OMP_WAIT_POLICY=PASSIVE`` — waiting threads sleep instead of spinning (the OpenMP specification's passive
   policy; GNU libgomp and LLVM libomp both read it when they initialise, so it must be set before torch is
-  imported);
+  imported), after a brief spin: ``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT` (libgomp, torch's OpenMP runtime on Linux:
+  the spins a waiting thread makes before it sleeps; libgomp's own choice for more threads than CPUs). Measured
+  with ``benchmarks/bench_threads.py``'s run on the 2-core box (one demo pair, seconds): idle — passive 27.7,
+  passive after 1,000 spins 23.1, spinning (ACTIVE) 22.1; busy (a spinning process per core) — 38.2, 38.5 and
+  115.8. 3,000 spins gave 45.7 busy, 10,000 gave 77.9: the brief spin buys the idle box its speed back and costs
+  the busy one nothing;
 * ``OMP_NUM_THREADS`` = the CPUs this process may really use (:func:`usable_cpus`: its CPU affinity and its
   cgroup's CPU quota, not the host's core count), so a container limited to 2 CPUs on a 64-core host does not
   start 64 threads.
@@ -29,6 +34,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+SPIN_COUNT = 1000
+"""Spins a waiting OpenMP thread makes before it sleeps (``GOMP_SPINCOUNT``; see the module docstring)."""
+
 MARKER = "BRRM_THREADS_SET"
 """Environment variable brrm sets beside the OpenMP variables it chose (``"THREADS/POLICY"``), so a child process
 (a server, a Ray worker) that inherits them knows they are brrm's choice, not the user's, and chooses again."""
@@ -43,7 +51,8 @@ class Choice:
         threads_by: ``brrm`` (set from :func:`usable_cpus`), ``user`` (the environment had it) or ``torch``
             (torch was imported first; its runtime's own choice, not known here: ``threads`` is then the usable
             CPU count).
-        wait_policy: ``OMP_WAIT_POLICY`` in effect (``PASSIVE``, ``ACTIVE``, or ``runtime default``).
+        wait_policy: ``OMP_WAIT_POLICY`` in effect (``PASSIVE``, ``ACTIVE``, or ``runtime default``); brrm's
+            ``PASSIVE`` comes with ``GOMP_SPINCOUNT`` (:data:`SPIN_COUNT` unless the user set it).
         wait_by: ``brrm``, ``user`` or ``torch``, as for ``threads_by``.
     """
 
@@ -55,7 +64,8 @@ class Choice:
     def describe(self) -> str:
         """One line, e.g. ``"CPU threads 2 (set by brrm: usable CPUs), OpenMP wait policy PASSIVE (set by brrm)"``."""
         why = {"brrm": "set by brrm: usable CPUs", "user": "OMP_NUM_THREADS", "torch": "torch imported first"}
-        return (f"CPU threads {self.threads} ({why[self.threads_by]}), OpenMP wait policy {self.wait_policy} "
+        spins = f" after {os.environ.get('GOMP_SPINCOUNT', SPIN_COUNT)} spins" if self.wait_by == "brrm" else ""
+        return (f"CPU threads {self.threads} ({why[self.threads_by]}), OpenMP wait policy {self.wait_policy}{spins} "
                 f"({'set by brrm' if self.wait_by == 'brrm' else why[self.wait_by]})")
 
 
@@ -110,6 +120,7 @@ def choose(environ: dict[str, str] | os._Environ[str] = os.environ, *, torch_loa
     else:
         wait, wait_by = "PASSIVE", "brrm"
         environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        environ.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
     if "brrm" in (threads_by, wait_by):
         environ[MARKER] = f"{environ.get('OMP_NUM_THREADS', '')}/{environ.get('OMP_WAIT_POLICY', '')}"
     return Choice(threads, threads_by, wait, wait_by)

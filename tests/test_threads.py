@@ -19,6 +19,10 @@ def test_unset_variables_are_chosen_and_marked():
     c = choose(env, torch_loaded=False)
     assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["OMP_NUM_THREADS"] == str(usable_cpus())
     assert (c.threads_by, c.wait_by) == ("brrm", "brrm") and env[MARKER] == f"{usable_cpus()}/PASSIVE"
+    assert env["GOMP_SPINCOUNT"] == "1000"  # a brief spin before sleeping (libgomp): idle speed, busy grace
+    mine = {"GOMP_SPINCOUNT": "50"}
+    choose(mine, torch_loaded=False)
+    assert mine["GOMP_SPINCOUNT"] == "50" and mine["OMP_WAIT_POLICY"] == "PASSIVE"  # the user's count wins
     again = dict(env)  # a child process inheriting them chooses again (they are brrm's, not the user's)
     assert choose(again, torch_loaded=False).threads_by == "brrm"
 
@@ -53,7 +57,7 @@ def test_cgroup_quota(tmp_path):
 def _fresh(env: dict[str, str]) -> dict[str, object]:
     code = ("import os, json, brrm, torch; print(json.dumps({'threads': torch.get_num_threads(), "
             "'policy': os.environ.get('OMP_WAIT_POLICY'), 'choice': brrm.threads.CHOICE.describe()}))")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OMP_") and k != MARKER}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_")) and k != MARKER}
     out = subprocess.run([sys.executable, "-c", code], env={**clean, "PYTHONPATH": str(REPO), **env},
                          capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

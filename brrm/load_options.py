@@ -38,7 +38,7 @@ class KindOptions:
 
 
 KIND_OPTIONS: Mapping[str, KindOptions] = {
-    "brrm": KindOptions(("brrm.judges.brrm:BRRMConfig", "brrm.types:SamplingConfig",
+    "brrm": KindOptions(("brrm.judges.brrm_config:BRRMConfig", "brrm.types:SamplingConfig",
                          "brrm.compose.options:VoteOptions")),
     "bt": KindOptions(("brrm.reward_models.bradley_terry:BTConfig", "brrm.compose.options:ScalarOptions"),
                       recipes="brrm.reward_models.bradley_terry:RECIPES"),
@@ -65,7 +65,7 @@ def judge_option_classes(kind: str) -> tuple[type, ...]:
     return tuple(_resolve(ref) for ref in KIND_OPTIONS[kind].classes)
 
 
-REQUEST_OPTION_CLASSES = ("brrm.types:SamplingConfig", "brrm.judges.brrm:BRRMConfig")
+REQUEST_OPTION_CLASSES = ("brrm.types:SamplingConfig", "brrm.judges.brrm_config:BRRMConfig")
 """The options classes whose fields may be marked per-request (:class:`~brrm.types.options.PerRequest`): the
 sampling settings of every generative judge and BR-RM's own."""
 

@@ -48,6 +48,7 @@ from brrm.service.calls import CallOutcome, call_batch
 from brrm.service.isolation import Aborted, Runner, classify, describe
 from brrm.service.jobs import Batch, Job, Slice, cuts, spread
 from brrm.service.metrics import Metrics
+from brrm.service.refusals import BatchFailed, DeadlineExceeded, QueueFull, SchedulerError, Unavailable
 from brrm.service.workers import Workers
 from brrm.types import Status
 
@@ -57,40 +58,6 @@ __all__ = ["Aborted", "BatchFailed", "DeadlineExceeded", "Failed", "QueueFull", 
 Failed = Callable[[Hashable, object, Status, str], object]
 """``failed(key, item, status, reason) -> result``: the typed failed result of one item (e.g. a
 ``PairwiseJudgment`` with ``status`` and ``reason``), served in place of the item's result."""
-
-
-class SchedulerError(Exception):
-    """A request the scheduler could not serve; ``status`` is the HTTP status it maps to."""
-
-    status = 503
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class QueueFull(SchedulerError):
-    """The queue has no room for the request's cost (HTTP 429); ``retry_after`` is in whole seconds, >= 1."""
-
-    status = 429
-
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class DeadlineExceeded(SchedulerError):
-    """The request's deadline passed before its results were ready (HTTP 504)."""
-
-    status = 504
-
-
-class Unavailable(SchedulerError):
-    """The scheduler takes no work: shutting down, or its backend is stuck (HTTP 503)."""
-
-
-class BatchFailed(SchedulerError):
-    """The judge call failed for every item, or returned the wrong number of results (HTTP 503 with the reason)."""
 
 
 class Scheduler:

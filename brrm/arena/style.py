@@ -68,6 +68,8 @@ def covariates(table: ArenaTable, battles: Sequence[Battle]) -> np.ndarray:
     a = np.array([answer(b.prompt_id, b.model_a) for b in battles], dtype=np.float64).reshape(-1, 4)
     b = np.array([answer(b.prompt_id, b.model_b) for b in battles], dtype=np.float64).reshape(-1, 4)
     total = a + b
+    if not len(total):  # no battle: nothing to standardise (and no mean of an empty column)
+        return np.zeros((0, 4), dtype=np.float64)
     diff = np.divide(a - b, total, out=np.zeros_like(total), where=total > 0)
     std = diff.std(axis=0)
     return np.divide(diff - diff.mean(axis=0), std, out=np.zeros_like(diff), where=std > 0)

@@ -8,6 +8,7 @@ dictionaries :meth:`PairwiseJudgment.to_dict`, :meth:`ScalarReward.to_dict` and 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, create_model, model_validator
@@ -84,6 +85,14 @@ class Timeout(BaseModel):
                                                 "server deadline")
 
 
+def _float_slack(high: int) -> int:
+    """How far above ``high`` an integer may lie and still read as ``high`` to a client that reads JSON numbers as
+    64-bit floats (it rounds to the nearest double; ties go to the even one, here the next, larger double): such a
+    client finds the integer within the schema's maximum, so the server must accept it too. 511 at the largest
+    seed (doubles there are 1,024 apart); 0 below 2^53, where every integer is a double."""
+    return max(0, int(math.ulp(float(high))) // 2 - 1)
+
+
 def _judge_options() -> type[BaseModel]:
     """The ``options`` object of a request, generated from the options marked per-request
     (:func:`brrm.load_options.request_options`): an integer option as a JSON integer in its marked range (taken as
@@ -92,7 +101,10 @@ def _judge_options() -> type[BaseModel]:
 
     fields: dict[str, Any] = {}
     for option in request_options():
-        kind: Any = (Annotated[int, Field(ge=option.mark.low, le=option.mark.high), BeforeValidator(_integral)]
+        high = option.mark.high
+        bounds = Field(ge=option.mark.low, le=high + _float_slack(high), json_schema_extra={"maximum": high}) \
+            if high is not None else Field(ge=option.mark.low)
+        kind: Any = (Annotated[int, bounds, BeforeValidator(_integral)]
                      if option.type is int else Literal[option.choices])  # type: ignore[valid-type]
         bound = ", at most the server's own" if option.mark.bounded else ""
         fields[option.keyword] = (kind | None, Field(default=None, description=option.help + bound))

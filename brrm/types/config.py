@@ -165,8 +165,9 @@ class SamplingConfig:
                                  per_request=PerRequest(bounded=True, low=1))
     max_total_tokens: int = option(16384, help="limit on the whole sequence (prompt + every turn) in tokens, "
                                                "int >= 2; default 16384", per_request=PerRequest(bounded=True, low=2))
-    seed: int = option(0, help="base seed, int (default 0; a server's request: 0 to SEED_MAX); each item's streams "
-                               "derive from it and the item's own key", per_request=PerRequest(low=0, high=SEED_MAX))
+    seed: int = option(0, help=f"base seed, int (default 0; a server's request: 0 to {SEED_MAX}); each item's "
+                               "streams derive from it and the item's own key",
+                       per_request=PerRequest(low=0, high=SEED_MAX))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperature", check_float("temperature", self.temperature, low=0))

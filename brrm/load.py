@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, Unpack
 
@@ -100,6 +100,54 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
                               "configuration (per-request options such as decoding, max_new_tokens or seed are "
                               "keywords)")
         return load_remote(model, kind=kind, backend=backend, calibration=calibration, **options)
+    plan = _plan(model, kind, backend, config, calibration, options)
+    spec = _spec(model, plan.kind, backend,
+                 plan.flat if calibration is None else {**plan.flat, "calibration": str(calibration)})
+    built, source = plan.built, plan.source
+    if built is None:
+        source = source or _resolve_source(plan.name, plan.embedded)
+        built = _named_backend(plan.backend_name, plan.name, source, plan.embedded, plan.kind, plan.backend_opts)
+    judge = plan.make(built, source)  # with the checkpoint's generation defaults
+    if spec is not None:
+        judge.info = replace(judge.info, spec=replace(spec, fingerprint=judge.info.fingerprint))
+    return judge
+
+
+def check(model: str | None = None, /, *, kind: str = "auto", backend: str | Backend = "transformers",
+          config: JudgeConfig | None = None, calibration: str | os.PathLike[str] | None = None,
+          **options: Unpack[LoadOptions]) -> None:
+    """Everything :func:`load` checks before a model loads — the kind, the backend, every option's name, type and
+    range, the model's folder or hub id, a calibration file — without loading anything (``brrm serve`` calls it
+    before it binds its port). A ``brrm serve`` URL is not contacted: its checks are the server's.
+
+    Raises:
+        ConfigError, BackendUnavailable: as :func:`load` would, before loading.
+    """
+    check_choice("kind", kind, ("auto", *KINDS))
+    from brrm.service.connect import is_remote
+
+    if not is_remote(model, backend):
+        _plan(model, kind, backend, config, calibration, options)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What :func:`load` decided before anything loads: the kind, names, options split and checked, and the builder."""
+
+    kind: str
+    name: str
+    embedded: bool
+    built: Backend | None
+    backend_name: str
+    source: str | None
+    flat: dict[str, object]
+    backend_opts: dict[str, object]
+    make: Maker
+
+
+def _plan(model: str | None, kind: str, backend: str | Backend, config: JudgeConfig | None,
+          calibration: str | os.PathLike[str] | None, options: Mapping[str, object]) -> _Plan:
+    """Check everything :func:`load` needs before loading (see :func:`check`) and plan the build."""
     flat: dict[str, object] = dict(options)
     if config is not None:
         kind = _config_kind(config, kind)
@@ -123,14 +171,7 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
     if built is None:
         _backend_options(backend_name, backend_opts)
     make = _BUILDERS[kind](name, judge_opts, calib)  # validates every judge option before anything loads
-    spec = _spec(model, kind, backend, flat if calibration is None else {**flat, "calibration": str(calibration)})
-    if built is None:
-        source = source or _resolve_source(name, embedded)
-        built = _named_backend(backend_name, name, source, embedded, kind, backend_opts)
-    judge = make(built, source)  # with the checkpoint's generation defaults
-    if spec is not None:
-        judge.info = replace(judge.info, spec=replace(spec, fingerprint=judge.info.fingerprint))
-    return judge
+    return _Plan(kind, name, embedded, built, backend_name, source, flat, backend_opts, make)
 
 
 def _config_kind(config: JudgeConfig, kind: str) -> str:

@@ -50,3 +50,19 @@ def qwen3_tokenizer():
     from brrm.testing import build_qwen3_tokenizer
 
     return build_qwen3_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def busy_8000():
+    """Port 8000 (the default) in use, as on a developer's machine with another server: flag errors still come
+    first (held here when free; when it cannot be bound, something else holds it)."""
+    import socket
+
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", 8000))
+        sock.listen(1)
+    except OSError:
+        pass
+    yield
+    sock.close()

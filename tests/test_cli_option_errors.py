@@ -138,7 +138,8 @@ def _bad_values(files):
     ]
 
 
-def test_every_bad_value_names_the_flag_and_no_python_keyword(files, capsys):
+def test_every_bad_value_names_the_flag_and_no_python_keyword(files, capsys, busy_8000):
+    """With port 8000 in use (``busy_8000``): ``brrm serve``'s bad values are named before it binds its port."""
     for argv, flag in _bad_values(files):
         line = _error(capsys, [*argv, "--device", "cpu"] if argv[0] != "bench" else argv)
         assert flag in line, (argv, line)

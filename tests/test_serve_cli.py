@@ -7,22 +7,6 @@ import pytest
 from brrm.cli import main
 
 
-@pytest.fixture(scope="module")
-def busy_8000():
-    """Port 8000 (the default) in use, as on a developer's machine with another server: flag errors still come
-    first (held here when free; when it cannot be bound, something else holds it)."""
-    import socket
-
-    sock = socket.socket()
-    try:
-        sock.bind(("127.0.0.1", 8000))
-        sock.listen(1)
-    except OSError:
-        pass
-    yield
-    sock.close()
-
-
 @pytest.mark.parametrize(("flags", "message"), [
     (["--port", "70000"], "--port 70000 is outside 0-65535"),
     (["--failed-reward", "low"], "--failed-reward 'low' is not a number or null"),

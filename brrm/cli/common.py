@@ -10,7 +10,7 @@ from typing import TextIO
 
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.cli.errors import translate
-from brrm.cli.flags import add_backend_args, add_judge_args, add_model_args, load_judge, load_options
+from brrm.cli.flags import add_backend_args, add_judge_args, add_model_args, check_judge, load_judge, load_options
 from brrm.cli.flags import quiet_libraries as _quiet_libraries
 from brrm.cli.records import (
     OrderedLines,
@@ -33,8 +33,8 @@ from brrm.progress import progress_bar
 from brrm.types.protocols import RewardJudge
 
 __all__ = ["OrderedLines", "add_backend_args", "add_input_args", "add_judge_args", "add_model_args",
-           "add_resume_arg", "add_retry_failed_arg", "check_output", "header", "interrupted", "load_judge",
-           "load_options",
+           "add_resume_arg", "add_retry_failed_arg", "check_judge", "check_output", "header", "interrupted",
+           "load_judge", "load_options",
            "note_ignored_principles", "open_output", "printable", "progress_bar", "report_bad_records",
            "report_resume", "require_records", "resumed_lines", "terminal", "translate", "with_id",
            "_quiet_libraries"]

@@ -326,10 +326,28 @@ def load_judge(args: argparse.Namespace, *, kind: str | None = None) -> RewardJu
     import brrm
 
     quiet_libraries()
+    model, opts = _judge_options(args, kind)
+    return brrm.load(model, **opts)
+
+
+def check_judge(args: argparse.Namespace, *, kind: str | None = None) -> None:
+    """Check what :func:`load_judge` would load, without loading it (:func:`brrm.load.check`).
+
+    Raises:
+        ConfigError, BackendUnavailable: naming the flag or the model, as loading would.
+    """
+    from brrm.load import check
+
+    model, opts = _judge_options(args, kind)
+    check(model, **opts)
+
+
+def _judge_options(args: argparse.Namespace, kind: str | None) -> tuple[str | None, LoadKeywords]:
+    """:func:`load_options`, with ``kind`` for the embedded demo when the flags leave it ``auto``."""
     model, opts = load_options(args)
     if kind is not None and opts["kind"] == "auto" and model is None:
         opts["kind"] = kind
-    return brrm.load(model, **opts)
+    return model, opts
 
 
 def quiet_libraries() -> None:

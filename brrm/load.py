@@ -33,7 +33,7 @@ from brrm.types import (
     set_loader,
 )
 from brrm.types.options import build, changed_keywords, split_keywords
-from brrm.types.protocols import kind_trait
+from brrm.types.protocols import is_remote, kind_trait
 
 if TYPE_CHECKING:
     from brrm.backends.base import Backend
@@ -91,9 +91,8 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
         BackendUnavailable: when the backend's package (vllm) or the embedded model's package is missing.
     """
     check_choice("kind", kind, ("auto", *KINDS))
-    from brrm.service.connect import is_remote, load_remote  # a brrm serve URL: the one HTTP client
-
     if is_remote(model, backend):
+        from brrm.service.connect import load_remote  # a brrm serve URL: the one HTTP client
 
         if config is not None:
             raise ConfigError("config= does not apply to backend='serve': the served judge keeps its own "
@@ -124,8 +123,6 @@ def check(model: str | None = None, /, *, kind: str = "auto", backend: str | Bac
         ConfigError, BackendUnavailable: as :func:`load` would, before loading.
     """
     check_choice("kind", kind, ("auto", *KINDS))
-    from brrm.service.connect import is_remote
-
     if not is_remote(model, backend):
         _plan(model, kind, backend, config, calibration, options)
 

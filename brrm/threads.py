@@ -54,17 +54,20 @@ class Choice:
         wait_policy: ``OMP_WAIT_POLICY`` in effect (``PASSIVE``, ``ACTIVE``, or ``runtime default``); brrm's
             ``PASSIVE`` comes with ``GOMP_SPINCOUNT`` (:data:`SPIN_COUNT` unless the user set it).
         wait_by: ``brrm``, ``user`` or ``torch``, as for ``threads_by``.
+        spins: ``GOMP_SPINCOUNT`` in effect when brrm chose the wait policy ("" otherwise).
     """
 
     threads: int
     threads_by: str
     wait_policy: str
     wait_by: str
+    spins: str = ""
 
     def describe(self) -> str:
-        """One line, e.g. ``"CPU threads 2 (set by brrm: usable CPUs), OpenMP wait policy PASSIVE (set by brrm)"``."""
+        """One line, e.g. ``"CPU threads 2 (set by brrm: usable CPUs), OpenMP wait policy PASSIVE after 1000 spins
+        (set by brrm)"``."""
         why = {"brrm": "set by brrm: usable CPUs", "user": "OMP_NUM_THREADS", "torch": "torch imported first"}
-        spins = f" after {os.environ.get('GOMP_SPINCOUNT', SPIN_COUNT)} spins" if self.wait_by == "brrm" else ""
+        spins = f" after {self.spins} spins" if self.spins else ""
         return (f"CPU threads {self.threads} ({why[self.threads_by]}), OpenMP wait policy {self.wait_policy}{spins} "
                 f"({'set by brrm' if self.wait_by == 'brrm' else why[self.wait_by]})")
 
@@ -113,6 +116,7 @@ def choose(environ: dict[str, str] | os._Environ[str] = os.environ, *, torch_loa
     else:
         threads, threads_by = cpus, "brrm"
         environ["OMP_NUM_THREADS"] = str(cpus)
+    spins = ""
     if user_wait:
         wait, wait_by = user_wait.upper(), "user"
     elif loaded:
@@ -120,10 +124,10 @@ def choose(environ: dict[str, str] | os._Environ[str] = os.environ, *, torch_loa
     else:
         wait, wait_by = "PASSIVE", "brrm"
         environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        environ.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
+        spins = environ.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
     if "brrm" in (threads_by, wait_by):
         environ[MARKER] = f"{environ.get('OMP_NUM_THREADS', '')}/{environ.get('OMP_WAIT_POLICY', '')}"
-    return Choice(threads, threads_by, wait, wait_by)
+    return Choice(threads, threads_by, wait, wait_by, spins)
 
 
 def _positive(text: str, default: int) -> int:

@@ -33,6 +33,7 @@ def test_the_hold_follows_the_recent_gap_and_never_passes_the_window():
         alone.arrived(k * 0.060, company=False)  # one client, one request at a time: nothing to wait for
     assert alone.hold_until(0.420) == 0.420
     assert Arrivals(max_wait_s=0.0).hold_until(5.0) == 5.0
+    assert Arrivals(max_wait_s=0.2, adaptive=False).hold_until(5.0) == 5.2  # split: the whole window
 
 
 class Calls:

@@ -168,10 +168,11 @@ def run(args: argparse.Namespace) -> int:
     if args.factory and args.model:
         raise ConfigError("give --model or --factory, not both")
     limits = limits_from(args, args.backend)  # every limit checked before the model loads
-    common.load_options(args)
     factory = _factory_function(args.factory) if args.factory else None
     if factory is None:
         common.check_judge(args, kind="brrm")  # every judge option's value too: a mistake is named, not the port
+    else:
+        common.load_options(args)  # the flags are still checked by name
     sock = bind(args.host, args.port)  # the port too: a port in use fails before minutes of loading
     if args.host not in ("127.0.0.1", "localhost", "::1") and limits.api_key is None:
         print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "

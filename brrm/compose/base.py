@@ -11,7 +11,6 @@ from typing import Any, Self
 from brrm.errors import ConfigError
 from brrm.templates import is_blank, strip_reasoning
 from brrm.types import (
-    SHAPES,
     Conversation,
     GroupResult,
     JudgeInfo,
@@ -21,8 +20,6 @@ from brrm.types import (
     Status,
     Variable,
     Verdict,
-    check_choice,
-    check_int,
     check_same_length,
     parse_label,
 )
@@ -85,10 +82,6 @@ class _Base(SingleItems):
         if spec is not None:
             variant.info = replace(variant.info, spec=replace(spec, options={**spec.options, **overrides}))
         return variant
-
-    def _check_cost(self, shape: str, n: int) -> None:
-        check_choice("shape", shape, SHAPES)
-        check_int("n", n, low=0)
 
     def __enter__(self) -> Self:
         return self

@@ -120,9 +120,6 @@ class CalibratedScalarJudge(SingleItems):
                       swap: bool | None = None) -> JudgmentCost:
         return self.inner.judgment_cost(shape, n, strategy=strategy, swap=swap)
 
-    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
-        return self.inner.cost(shape, n, strategy=strategy, swap=swap)
-
     def close(self) -> None:
         self.inner.close()
 

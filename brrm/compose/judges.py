@@ -98,14 +98,6 @@ class PairwiseRewardJudge(_Base):
         swap = self.swap if swap is None else check_bool("swap", swap)
         return pairwise_cost(shape, n, strategy=strategy, swap=swap, samples=self.samples)
 
-    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
-        """``judgment_cost(...).total``: ordered judgments (two-turn runs), samples included.
-
-        Raises:
-            ConfigError: on an unknown shape or strategy, ``scores``, or n < 0.
-        """
-        return self.judgment_cost(shape, n, strategy=strategy, swap=swap).total
-
     def judge_pairs(self, conversations: Sequence[ConversationLike],
                     responses_a: Sequence[str], responses_b: Sequence[str],
                     /, *, swap: bool | None = None, ids: Sequence[str] | None = None,

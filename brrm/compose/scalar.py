@@ -89,14 +89,6 @@ class ScalarRewardJudge(_Base):
             check_bool("swap", swap)
         return scalar_cost(shape, n, strategy=strategy, principles=len(self.principles))
 
-    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
-        """``judgment_cost(...).total``: scored sequences.
-
-        Raises:
-            ConfigError: on an unknown shape or strategy, or n < 0.
-        """
-        return self.judgment_cost(shape, n, strategy=strategy, swap=swap).total
-
     def score(self, conversations: Sequence[ConversationLike],
               responses: Sequence[str], /, *, principles: Principles = None,
               references: Sequence[str] | None = None, ids: Sequence[str] | None = None,

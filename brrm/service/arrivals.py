@@ -27,10 +27,11 @@ class Arrivals:
 
     Args:
         max_wait_s: the longest hold, seconds >= 0 (0: never hold).
+        adaptive: False keeps the whole window for every first job (a ``split`` scheduler, see above).
     """
 
-    def __init__(self, max_wait_s: float) -> None:
-        self.max_wait_s = max_wait_s
+    def __init__(self, max_wait_s: float, *, adaptive: bool = True) -> None:
+        self.max_wait_s, self.adaptive = max_wait_s, adaptive
         self.gap: float | None = None
         self.last: float | None = None
 
@@ -46,6 +47,8 @@ class Arrivals:
     def hold_until(self, first_arrival: float) -> float:
         """Until when the oldest queued job (arrived at ``first_arrival``) waits for company; a time at or before
         ``first_arrival`` means: send it now."""
+        if not self.adaptive:
+            return first_arrival + self.max_wait_s
         if self.gap is None or self.last is None or self.gap >= self.max_wait_s:
             return first_arrival
         return min(first_arrival + self.max_wait_s, self.last + PATIENCE * self.gap)

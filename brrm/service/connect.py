@@ -16,12 +16,6 @@ CLIENT_OPTIONS = ("api_key", "timeout_s", "retries", "concurrency")
 """The keywords of ``brrm.load(url, backend="serve", ...)`` that configure the client (see :class:`RemoteJudge`)."""
 
 
-def is_remote(model: object, backend: object) -> bool:
-    """Whether :func:`brrm.load` is asked for a running ``brrm serve``: ``backend="serve"``, or an http(s) URL as the
-    model (which :func:`load_remote` then checks against the backend)."""
-    return backend == "serve" or (isinstance(model, str) and model.startswith(("http://", "https://")))
-
-
 def load_remote(model: str | None, *, kind: str = "auto", backend: object = "serve", calibration: object = None,
                 **options: object) -> RemoteJudge:
     """``brrm.load(url, backend="serve", ...)``: a :class:`RemoteJudge` over the ``brrm serve`` at ``model``.

@@ -250,10 +250,6 @@ class RemoteJudge(SingleItems):
                     else (self.swap if swap is None else swap))
         return pairwise_cost(shape, n, strategy=strategy, swap=both, samples=composition.samples)
 
-    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
-        """``judgment_cost(...).total``."""
-        return self.judgment_cost(shape, n, strategy=strategy, swap=swap).total
-
     def get_reward(self, queries: Sequence[str], prompts: Sequence[str] | None,
                    labels: Sequence[JSONValue] | None) -> JSONDict:
         """OpenRLHF's ``POST /get_reward`` (its reply as the server gives it: ``rewards``, ``scores``,

@@ -99,7 +99,7 @@ class Scheduler:
         self._abandoned = 0
         self._closing = False
         self._batch_seconds = 1.0  # running mean, for Retry-After
-        self._arrivals = Arrivals(max_wait_s)
+        self._arrivals = Arrivals(max_wait_s, adaptive=not split)  # split: the backend's running batch joins calls
         self._changed: asyncio.Event | None = None
         self._slots: asyncio.Semaphore | None = None
         self._task: asyncio.Task[None] | None = None
@@ -274,7 +274,7 @@ class Scheduler:
                 self._expire(loop.time())
             first = self._queue[0]
             while self._queue and self._queue[0] is first and self._weight_of(first.key) < self.max_batch:
-                delay = self._hold_until(first) - loop.time()  # later arrivals move it
+                delay = self._arrivals.hold_until(first.enqueued) - loop.time()  # later arrivals move it
                 if delay <= 0:
                     break
                 self._changed.clear()
@@ -282,12 +282,6 @@ class Scheduler:
                     await asyncio.wait_for(self._changed.wait(), delay)
             if self._queue and self._queue[0] is first:
                 return self._take(first.key)
-
-    def _hold_until(self, first: Job) -> float:
-        """Until when ``first`` waits for company: the whole ``max_wait_s`` window when each job runs as its own
-        call (``split``: the backend's running batch joins them, and the window gathers a burst into one slot);
-        else as long as the arrivals promise company (:mod:`brrm.service.arrivals`)."""
-        return first.enqueued + self.max_wait_s if self.split else self._arrivals.hold_until(first.enqueued)
 
     def _expire(self, now: float) -> None:
         """Answer queued jobs whose deadline has passed (never started)."""

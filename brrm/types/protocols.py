@@ -45,6 +45,12 @@ BACKENDS = ("transformers", "vllm", "openai")
 """Backend names :func:`brrm.load` and :class:`JudgeSpec` accept (and ``serve``: a running ``brrm serve`` URL as
 the model, judged through :class:`~brrm.service.RemoteJudge`)."""
 
+def is_remote(model: object, backend: object) -> bool:
+    """Whether :func:`brrm.load` is asked for a running ``brrm serve``: ``backend="serve"``, or an http(s) URL as the
+    model (which :func:`brrm.service.connect.load_remote` then checks against the backend)."""
+    return backend == "serve" or (isinstance(model, str) and model.startswith(("http://", "https://")))
+
+
 KIND_TRAITS: Mapping[str, Mapping[str, bool]] = {
     "brrm": {"pairwise": True, "takes_principle": False, "needs_reference": True, "generates": True},
     "bt": {"pairwise": False, "takes_principle": False, "needs_reference": False, "generates": False},
@@ -280,7 +286,7 @@ class JudgeInfo:
             ConfigError: on a missing field, or a trait missing for an unknown kind.
         """
         given = {k: v for k, v in data.items() if k in _INFO_FIELDS}
-        missing = [k for k in _INFO_FIELDS[:7] if k not in given]
+        missing = [k for k in _REQUIRED_FIELDS if k not in given]
         if missing:
             raise ConfigError(f"a judge record needs {', '.join(missing)}")
         options = data.get("options") or {}
@@ -314,6 +320,9 @@ class JudgeInfo:
 _INFO_FIELDS = ("model", "kind", "recipe", "backend", "chat_template_hash", "template_hash", "default_strategy",
                 "chunk_size", "concurrent", "pairwise", "takes_principle", "needs_reference", "fingerprint", "spec")
 """The fields :meth:`JudgeInfo.from_dict` takes from a record as they are (the settings come from ``options``)."""
+
+_REQUIRED_FIELDS = _INFO_FIELDS[:7]
+"""Those without a default (``model`` … ``default_strategy``)."""
 
 
 @runtime_checkable
@@ -417,10 +426,25 @@ class _Batched(Protocol):
                     principles: Principles = None, progress: Progress = None) -> list[GroupResult]: ...
 
 
+class _Costed(Protocol):
+    """The cost method :meth:`SingleItems.cost` stands on."""
+
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
+                      swap: bool | None = None) -> JudgmentCost: ...
+
+
 class SingleItems:
-    """``judge``, ``score_one`` and ``rank`` of :class:`RewardJudge`, written once over the batch methods: a judge
-    class (local, remote or a wrapper) inherits them and writes only ``judge_pairs``, ``score`` and
-    ``rank_groups``."""
+    """``judge``, ``score_one``, ``rank`` and ``cost`` of :class:`RewardJudge`, written once over the batch methods
+    and ``judgment_cost``: a judge class (local, remote or a wrapper) inherits them and writes only
+    ``judge_pairs``, ``score``, ``rank_groups`` and ``judgment_cost``."""
+
+    def cost(self: _Costed, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+        """``judgment_cost(...).total``: the units a request runs, samples included (see ``judgment_cost``).
+
+        Raises:
+            ConfigError: as ``judgment_cost``.
+        """
+        return self.judgment_cost(shape, n, strategy=strategy, swap=swap).total
 
     def judge(self: _Batched, conversation: ConversationLike, response_a: str, response_b: str, /, *,
               swap: bool | None = None) -> PairwiseJudgment:

@@ -1,16 +1,18 @@
-"""The released protocol beside constrained decoding on one vLLM engine (issue 31.3, pytest-benchmark).
+"""The released protocol, constrained decoding and one-grammar turns on one vLLM engine (issue 31.3,
+pytest-benchmark).
 
 Workload: the 8 pairs of ``examples/pairs.jsonl`` twice (16 two-turn judgments) on the tiny Qwen3 (fp32, eager,
-KV block 32, prefix caching on), greedy, thinking on, 480 tokens per turn: once with ``decoding="faithful"``
-(the released protocol: one free engine request per turn, the verdict parsed from the text) and once with
-``decoding="constrained"`` (brrm's default: each turn a chain of engine requests, one per constraint phase —
-think, each pattern block, the verdict choice — :mod:`brrm.backends.blackbox.phases`). Same engine, one after
-the other, each after a warm-up judgment.
+KV block 32, prefix caching on, vLLM's ``guidance`` structured-output backend), greedy, thinking on, 480 tokens per
+turn, judged three ways on the same engine, one after the other, each after a warm-up (the rows of
+:mod:`gpu_decoding`, which ``gpu_check.py --decoding`` prints for a GPU): ``faithful`` (the released protocol: one
+free engine request per turn), ``constrained`` (brrm's default: each turn a chain of engine requests, one per
+constraint segment) and ``one grammar`` (each turn one request under one llguidance grammar).
 
-Printed per mode: seconds, generated tokens, **seconds per generated token**, engine requests per judgment, prompt
-tokens sent and the prefix-cache hits among them (``RequestOutput.num_cached_tokens``); and the ratio
-constrained ÷ faithful of seconds per generated token. Target: ≤ 1.1 — a phase chain costs little per token
-because every phase after the first re-reads its prompt from the prefix cache.
+Printed per row: seconds, the turns' tokens, the engine's generated tokens, **ms per engine-generated token**,
+engine requests per judgment, prompt tokens sent and the prefix-cache hits among them
+(``RequestOutput.num_cached_tokens``), parsed verdicts; the ratio constrained ÷ faithful of seconds per
+engine-generated token (target: <= 1.1 — a phase chain costs little per token because every phase after the first
+re-reads its prompt from the prefix cache) and how many one-grammar verdicts equal the constrained ones.
 
 Run (vLLM tier venv): ``.venv-vllm/bin/python -m pytest benchmarks/bench_vllm_decoding.py -s``.
 """
@@ -30,10 +32,11 @@ for _name, _value in {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_S
 pytest.importorskip("vllm")
 
 from gpu_check import judge_workload  # noqa: E402  (benchmarks/ is on sys.path under pytest)
+from gpu_decoding import STRUCTURED, decoding_report, measure_rows  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = {"dtype": "float32", "enforce_eager": True, "block_size": 32, "max_model_len": 4096, "seed": 0,
-          "enable_prefix_caching": True}
+          "enable_prefix_caching": True, "structured_outputs_backend": STRUCTURED}
 WORK = {"turn_tokens": 480, "block_cap": 16, "temperature": 0.0}
 TARGET = 1.1
 """Most constrained ÷ faithful seconds per generated token (issue 31's "Done when")."""
@@ -52,43 +55,20 @@ def _pairs(repeat: int = 2):
             [r["response_b"] for r in rows])
 
 
-def _measure(backend, decoding: str, benchmark=None) -> dict:
-    judge_workload(backend, _pairs(1), decoding=decoding, **WORK)  # warm-up: first-use costs, not counted
-    backend.llm.reset_prefix_cache()
-    before = dict(backend.stats)
-    if benchmark is not None:
-        run = benchmark.pedantic(judge_workload, args=(backend, _pairs()), kwargs={"decoding": decoding, **WORK},
-                                 rounds=1)
-    else:
-        run = judge_workload(backend, _pairs(), decoding=decoding, **WORK)
-    after = dict(backend.stats)
-    delta = {k: after[k] - before[k] for k in ("phases", "prompt_tokens", "cached_tokens", "generated_tokens")}
-    return {**run, "engine_requests": delta["phases"], "engine_prompt_tokens": delta["prompt_tokens"],
-            "cache_hits": delta["cached_tokens"], "engine_generated_tokens": delta["generated_tokens"],
-            "s_per_token": run["seconds"] / max(1, delta["generated_tokens"])}
-
-
-def test_constrained_beside_faithful(benchmark, model_dir):
+def test_three_decodings_on_one_engine(benchmark, model_dir):
     from brrm.backends.vllm import VLLMBackend
 
     backend = VLLMBackend.from_pretrained(model_dir, **ENGINE)
     try:
-        constrained = _measure(backend, "constrained", benchmark)
-        faithful = _measure(backend, "faithful")
+        rows = benchmark.pedantic(measure_rows, args=(backend, _pairs(), _pairs(1), WORK, judge_workload), rounds=1)
     finally:
         backend.close()
         gc.collect()
-    ratio = constrained["s_per_token"] / faithful["s_per_token"]
-    print(f"\nfaithful vs constrained on vllm-cpu {time.strftime('%Y-%m-%d')} (tiny Qwen3, 16 two-turn judgments, "
-          f"greedy, {WORK['turn_tokens']} tokens per turn):")
-    print(f"  {'mode':12s} {'seconds':>8s} {'gen tokens':>10s} {'ms/token':>9s} {'requests/judgment':>18s} "
-          f"{'prompt tokens':>13s} {'cache hits':>10s} {'parsed':>6s}")
-    for name, row in (("faithful", faithful), ("constrained", constrained)):
-        print(f"  {name:12s} {row['seconds']:8.2f} {row['engine_generated_tokens']:10d} "
-              f"{1000 * row['s_per_token']:9.3f} {row['engine_requests'] / row['judgments']:18.2f} "
-              f"{row['engine_prompt_tokens']:13d} {row['cache_hits']:10d} {row['ok']:4d}/{row['judgments']}")
-    print(f"  constrained ÷ faithful, seconds per generated token: {ratio:.3f} (target <= {TARGET})")
-    benchmark.extra_info.update(ratio_s_per_token=round(ratio, 3), faithful=faithful, constrained=constrained)
-    assert constrained["ok"] == constrained["judgments"] == 16  # constrained verdicts always parse
-    assert faithful["judgments"] == 16 and faithful["engine_generated_tokens"] > 0
-    assert ratio <= TARGET
+    meta = {"model": f"tiny Qwen3 on vllm-cpu {time.strftime('%Y-%m-%d')}", "n": 16,
+            "turn_tokens": WORK["turn_tokens"]}
+    out = decoding_report(rows, meta)
+    benchmark.extra_info.update(out)
+    assert rows["constrained"]["ok"] == rows["constrained"]["judgments"] == 16  # constrained verdicts always parse
+    assert rows["one grammar"]["ok"] == rows["one grammar"]["judgments"] == 16
+    assert rows["faithful"]["judgments"] == 16 and rows["faithful"]["engine_generated_tokens"] > 0
+    assert out["ratio_s_per_token_constrained_vs_faithful"] <= TARGET

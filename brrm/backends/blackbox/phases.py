@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 S = TypeVar("S", Think, Pattern)
 
-PhaseKind = TypingLiteral["free", "think", "pattern", "choice"]
+PhaseKind = TypingLiteral["free", "think", "pattern", "choice", "grammar"]
 BAN_BIAS = -100.0
 """Logit bias that bans a token (the most negative value vLLM and the OpenAI API accept)."""
 
@@ -122,8 +122,10 @@ class Phase:
         prompt_ids: the request's prompt plus everything generated so far.
         max_tokens: new-token limit of this request, >= 1.
         seed: sampler seed of this request (derived from the request seed and the phase index).
-        kind: ``free``, ``think``, ``pattern`` or ``choice``.
+        kind: ``free``, ``think``, ``pattern``, ``choice`` or ``grammar`` (a whole turn under one llguidance
+            grammar: :mod:`brrm.backends.blackbox.grammar`).
         regex: the structured-output regex (``pattern`` only).
+        grammar: the structured-output Lark grammar (``grammar`` only).
         stop_ids: token ids that end the request (kept in the engine's output, dropped by the runner).
         ignore_eos: do not stop at the model's EOS (only ``stop_ids`` stop).
         banned_ids: tokens given a logit bias of :data:`BAN_BIAS`.
@@ -139,6 +141,7 @@ class Phase:
     seed: int
     kind: PhaseKind
     regex: str = ""
+    grammar: str = ""
     stop_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     banned_ids: tuple[int, ...] = ()

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from brrm import cancellation
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
+from brrm.backends.blackbox.grammar import GrammarRun
 from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
 from brrm.backends.options import VLLMOptions, set_options
 from brrm.backends.vllm.calls import Call
@@ -66,6 +67,20 @@ if TYPE_CHECKING:
 
 __all__ = ["VLLM_HINT", "Features", "VLLMBackend", "detect_features", "import_vllm"]
 
+TURN_REQUESTS = ("phases", "grammar")
+"""How a constrained turn runs on vLLM (:class:`VLLMBackend`'s ``turn_requests``)."""
+
+
+def check_turn_requests(turn_requests: str, structured_outputs_backend: str = "guidance") -> None:
+    """Raise ConfigError unless ``turn_requests`` is one of :data:`TURN_REQUESTS` and, for ``grammar``, the engine's
+    structured-output backend is ``guidance`` (llguidance takes grammars with token budgets; xgrammar does not)."""
+    if turn_requests not in TURN_REQUESTS:
+        raise ConfigError(f"turn_requests must be one of {', '.join(TURN_REQUESTS)}, got {turn_requests!r}")
+    if turn_requests == "grammar" and structured_outputs_backend != "guidance":
+        raise ConfigError(f"turn_requests='grammar' needs structured_outputs_backend='guidance' (llguidance takes "
+                          f"grammars with token budgets), got {structured_outputs_backend!r}")
+
+
 class VLLMBackend:
     """The vLLM backend (see the module docstring).
 
@@ -76,9 +91,13 @@ class VLLMBackend:
         features: what the installed vLLM supports (:func:`detect_features`).
         chunk_size: ordered judgments per judge chunk, >= 1; large, since the engine schedules.
         details: engine settings recorded in ``info.details``.
+        turn_requests: how a constrained turn runs: ``phases`` (the default: a chain of engine requests, one per
+            constraint segment, with the transformers backend's exact semantics) or ``grammar`` (one request under
+            one llguidance grammar, :mod:`brrm.backends.blackbox.grammar`: a turn that hits a token budget or cap
+            differs; measured in ``benchmarks/bench_vllm_decoding.py``).
 
     Raises:
-        ConfigError: on a bad ``chunk_size``.
+        ConfigError: on a bad ``chunk_size`` or ``turn_requests``.
     """
 
     def __init__(
@@ -90,9 +109,12 @@ class VLLMBackend:
         features: Features,
         chunk_size: int = 4096,
         details: Mapping[str, JSONValue] | None = None,
+        turn_requests: str = "phases",
     ) -> None:
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ConfigError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
+        check_turn_requests(turn_requests)
+        self.turn_requests = turn_requests
         self.llm: LLM | None = llm  # None once closed
         self.tokenizer = tokenizer
         self.features = features
@@ -113,6 +135,7 @@ class VLLMBackend:
                 "vllm": features.version,
                 "runner": self.runner,
                 "max_model_len": self.max_context,
+                **({"turn_requests": turn_requests} if turn_requests != "phases" else {}),
                 **(details or {}),
             },
         )
@@ -168,6 +191,7 @@ class VLLMBackend:
         engine_kwargs: Mapping[str, object] | None = None,
         name: str | None = None,
         batch_invariant: bool | str = "auto",
+        turn_requests: str = "phases",
     ) -> VLLMBackend:
         """Start a ``vllm.LLM`` for ``model`` (hub id or local directory).
 
@@ -197,12 +221,15 @@ class VLLMBackend:
                 vLLM is imported: a row's output does not depend on its batch; vLLM's docs list GPUs of compute
                 capability >= 9.0), False turns it off, ``"auto"`` keeps the environment's setting (off by
                 default). ``info.details["batch_invariant"]`` records the mode vLLM reports.
+            turn_requests: ``phases`` or ``grammar`` (see the constructor; ``grammar`` needs
+                ``structured_outputs_backend="guidance"``).
 
         Raises:
             BackendUnavailable: when vllm is not installed or lacks structured outputs.
             ConfigError: on an invalid option (named, with its valid values).
         """
         del batch_size
+        check_turn_requests(turn_requests, structured_outputs_backend)
         set_batch_invariant(batch_invariant)
         vllm = import_vllm()
         features = detect_features(vllm)
@@ -230,9 +257,8 @@ class VLLMBackend:
         hf_tok = AutoTokenizer.from_pretrained(tokenizer or model, trust_remote_code=trust_remote_code)
         details = engine_details(llm, features, structured_outputs_backend, tensor_parallel_size,
                                  pipeline_parallel_size)
-        return cls(
-            llm, hf_tok, model_id=name or model, features=features, chunk_size=chunk_size, details=details
-        )
+        return cls(llm, hf_tok, model_id=name or model, features=features, chunk_size=chunk_size, details=details,
+                   turn_requests=turn_requests)
 
     # ----------------------------------------------------------------------------------------- generate
     def generate(
@@ -261,7 +287,9 @@ class VLLMBackend:
             raise ConfigError(
                 f"this vLLM engine runs the {self.runner!r} runner; generate needs runner='generate'"
             )
-        runs = [ProgramRun(r, self.tokens, temperature, top_p, top_k) for r in requests]
+        one = self.turn_requests == "grammar"
+        runs = [(GrammarRun if one and r.program is not None else ProgramRun)(r, self.tokens, temperature, top_p,
+                                                                             top_k) for r in requests]
         call = Call(len(runs), on_complete, cancellation.current())
         with self._lock:
             for i, run in enumerate(runs):
@@ -323,7 +351,7 @@ class VLLMBackend:
             self.stats["retired_rows"] += len(rids)
             call.retire()
 
-    def _submit(self, run: ProgramRun, call: Call, index: int, temperature: float, top_p: float,
+    def _submit(self, run: ProgramRun | GrammarRun, call: Call, index: int, temperature: float, top_p: float,
                 top_k: int = 0) -> None:
         """Submit the run's next phase (under the lock); when the run is finished, report it to its call."""
         from vllm import TokensPrompt

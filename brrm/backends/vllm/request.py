@@ -36,19 +36,20 @@ def sampling_params(phase: Phase, features: Features, temperature: float, top_p:
         if not features.logprob_token_ids:
             del kw["logprob_token_ids"]
             kw["logprobs"] = OLD_VLLM_LOGPROBS
-    if phase.regex:
-        kw[features.structured] = regex_params(features.structured, phase.regex)
+    if phase.regex or phase.grammar:
+        constraint = {"regex": phase.regex} if phase.regex else {"grammar": phase.grammar}
+        kw[features.structured] = structured_params(features.structured, **constraint)
     return SamplingParams(**kw)
 
 
-def regex_params(kind: str, regex: str) -> object:
-    """The structured-output request of ``regex`` in the installed vLLM's form (``kind`` is
-    :attr:`Features.structured`)."""
+def structured_params(kind: str, **constraint: str) -> object:
+    """The structured-output request of ``constraint`` (``regex=`` or ``grammar=``, a Lark grammar) in the
+    installed vLLM's form (``kind`` is :attr:`Features.structured`)."""
     import vllm.sampling_params as sp
 
     if kind == "structured_outputs":
-        return sp.StructuredOutputsParams(regex=regex)
-    return sp.GuidedDecodingParams(regex=regex)
+        return sp.StructuredOutputsParams(**constraint)
+    return sp.GuidedDecodingParams(**constraint)
 
 
 def phase_result(out: RequestOutput) -> PhaseResult:

@@ -7,7 +7,7 @@ One command on a machine with an NVIDIA GPU and vLLM (e.g. one H200)::
     python benchmarks/gpu_check.py --bench rm-bench --limit 16   # the benchmark harness on real item lengths
     python benchmarks/gpu_check.py --tiny --bench llmbar --limit 2 --backend transformers   # CPU smoke, no vLLM
     python benchmarks/gpu_check.py --invariance --n 32 --turn-tokens 256   # vLLM's batch-invariant mode
-    python benchmarks/gpu_check.py --decoding --n 32 --turn-tokens 256     # faithful beside constrained
+    python benchmarks/gpu_check.py --decoding --n 32 --turn-tokens 512     # faithful, constrained, one grammar
 
 What it does:
 
@@ -30,9 +30,10 @@ presentation-order protocol, ``brrm.load(..., backend="vllm")`` on the same rand
 caching on) over the first N items of each subset, and reports judgments/s and generated tokens/s at the
 benchmark's real prompt lengths (its scores are meaningless with random weights and are not reported).
 
-``--decoding`` judges the N pairs on one engine (prefix caching on) with the released protocol
-(``decoding="faithful"``, one request per turn) and with constrained decoding, and prints seconds per generated
-token, engine requests per judgment and prefix-cache hits of each (``benchmarks/gpu_decoding.py``).
+``--decoding`` judges the N pairs on one engine (prefix caching on, llguidance structured outputs) with the
+released protocol (``decoding="faithful"``, one request per turn), with constrained decoding (a request per
+constraint segment) and with one llguidance grammar per turn, and prints seconds per generated token, engine
+requests per judgment, prefix-cache hits and verdict agreement of each (``benchmarks/gpu_decoding.py``).
 
 ``--invariance`` checks vLLM's batch-invariant mode behind the ``batch_invariant`` option (``VLLM_BATCH_INVARIANT=1``,
 set before vLLM is imported; vLLM's docs list GPUs of compute capability >= 9.0): in one process per setting
@@ -411,7 +412,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model-dir", default=None, help="reuse or place the model directory here")
     p.add_argument("--worker", choices=("on", "off", "inv-on", "inv-off", "dec"), help=argparse.SUPPRESS)
     p.add_argument("--decoding", action="store_true",
-                   help="faithful (one request per turn) beside constrained decoding on one engine")
+                   help="faithful (one request per turn), constrained and one-grammar turns on one engine")
     p.add_argument("--invariance", action="store_true",
                    help="check vLLM's batch-invariant mode (batch_invariant=True): batched vs one pair per call")
     p.add_argument("--bench", default=None, metavar="NAME", help="run this benchmark's harness (brrm bench NAME)")

@@ -77,13 +77,14 @@ def decoding_report(rows: dict[str, dict[str, Any]], meta: dict[str, Any]) -> di
     """Print the rows, the constrained ÷ faithful ratio and the verdict agreement; return them as a dict."""
     ratio = rows["constrained"]["ms_per_generated_token"] / rows["faithful"]["ms_per_generated_token"]
     agree = same_verdicts(rows)
+    seconds = rows["one grammar"]["seconds"] / max(rows["constrained"]["seconds"], 1e-9)
     print(f"\nfaithful, constrained and one-grammar turns on one vLLM engine ({STRUCTURED}) — {meta['model']}; "
           f"N={meta['n']}, {meta['turn_tokens']} tokens per turn")
     print(f"{'':30s}" + "".join(f"{m:>14s}" for m in ROWS))
     for k in [k for k in rows["faithful"] if k != "verdicts"]:
         print(f"{k:30s}" + "".join(f"{rows[m][k]!s:>14s}" for m in ROWS))
     print(f"constrained ÷ faithful, seconds per engine-generated token: {ratio:.3f} (target <= 1.1)")
-    print(f"one grammar ÷ constrained, seconds: {rows['one grammar']['seconds'] / rows['constrained']['seconds']:.3f}; "
+    print(f"one grammar ÷ constrained, seconds: {seconds:.3f}; "
           f"same verdicts: {agree}/{len(rows['constrained']['verdicts'])}")
     return {"meta": meta, "decoding": rows, "ratio_s_per_token_constrained_vs_faithful": round(ratio, 3),
             "same_verdicts_one_grammar": agree}

@@ -9,11 +9,11 @@ judges its batch with the same call as a local run; the driver commits each batc
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from brrm.arena.judging import outcome
+from brrm.audit.ray_runner import actor_setup
 from brrm.service.items import PairItem, PairsCall
 from brrm.types import JudgeSpec
 
@@ -31,7 +31,7 @@ class ArenaActor:
     """
 
     def __init__(self, spec: JudgeSpec, swap: bool) -> None:
-        os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
+        actor_setup()
         self.judge = spec.load()
         self.swap = swap and bool(self.judge.info.pairwise)
         self.info = json.dumps(self.judge.info.to_dict())

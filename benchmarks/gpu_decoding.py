@@ -2,7 +2,7 @@
 ``benchmarks/bench_vllm_decoding.py``, issue 31.3).
 
 One process, one vLLM engine (prefix caching on, vLLM's ``guidance`` structured-output backend, which the third row
-needs), the same pairs judged three ways, each after a warm-up:
+needs), the same pairs judged three ways, greedy, each after a warm-up:
 
 * ``faithful`` — the released protocol: one free engine request per turn, the verdict parsed from the text;
 * ``constrained`` — brrm's default: each turn a chain of engine requests, one per constraint segment
@@ -66,8 +66,8 @@ def decoding_worker(args: argparse.Namespace, engine: dict[str, Any], judge_work
     pairs = make_pairs(args.n, words_prompt=args.words_prompt, words_response=args.words_response)
     warm = make_pairs(2, words_prompt=20, words_response=20, seed=1)
     try:
-        rows = measure_rows(backend, pairs, warm, {"turn_tokens": args.turn_tokens, "block_cap": args.block_cap},
-                            judge_workload)
+        work = {"turn_tokens": args.turn_tokens, "block_cap": args.block_cap, "temperature": 0.0}  # greedy: the
+        rows = measure_rows(backend, pairs, warm, work, judge_workload)  # verdicts of the rows are comparable
     finally:
         backend.close()
     print("RESULT " + json.dumps(rows), flush=True)

@@ -27,7 +27,8 @@ def test_turn2_grammar_carries_the_budgets_markers_and_verdict(info):
     think_id, eot = info.single("</think>"), info.end_of_turn_id
     head = f'start: think0 <[{think_id}]> "\\n\\n" "[The Begin of Analysis on Response 1]\\n" block2 '
     assert start.startswith(head)
-    assert start.endswith(f'("1" | "2") "}}\\n[The End of Ranking Score]" <[{eot}]>')
+    one, two = info.label("1", "\\boxed{"), info.label("2", "\\boxed{")
+    assert start.endswith(f'(<[{one}]> | <[{two}]>) "}}\\n[The End of Ranking Score]" <[{eot}]>')
     assert "think0[max_tokens=100]: /(?s:.*)/" in lines
     assert 'block2[max_tokens=16, suffix="\\n["]: /[^\\[]+/' in lines
     assert 'block4[max_tokens=16, suffix="\\n["]: /[^\\[]+/' in lines
@@ -51,3 +52,35 @@ def test_segments_without_a_grammar_form_are_refused(info):
     with pytest.raises(ValueError, match="do not take"):
         lark_regex(r"(?=a)b")
     assert lark_regex("a\\\n/b\n") == "a\\n\\/b\\n"
+    assert lark_regex("a\\/b") == "a\\/b"  # an escaped slash stays as it is
+
+
+def _fed(info, program, prompt_text, generated_text, eot=True):
+    """A GrammarRun of ``program`` fed an engine result whose tokens are ``generated_text``'s, with every step's
+    logits of the choice options reported (step i: option k gets i + k / 10)."""
+    from brrm.backends.base import GenerationRequest
+    from brrm.backends.blackbox.grammar import GrammarRun
+    from brrm.backends.blackbox.phases import PhaseResult
+
+    run = GrammarRun(GenerationRequest(info.encode(prompt_text), 200, program=program), info)
+    phase = run.next_phase()
+    assert phase is not None and phase.kind == "grammar" and run.next_phase() is None
+    ids = list(info.encode(generated_text)) + ([info.end_of_turn_id] if eot else [])
+    steps = tuple({o: i + k / 10 for k, o in enumerate(phase.logprob_ids)} for i in range(len(ids)))
+    run.feed(PhaseResult(tuple(ids), "stop" if eot else "length", step_logprobs=steps))
+    return run.completion(), ids
+
+
+def test_a_choice_is_read_at_its_own_step(info):
+    from brrm.constraints import Choice
+
+    program = Program((Think(40), Literal("Final: "), Choice(("1", "2"), after="Final: ")))
+    text = "pick 1 or 2, then 1</think>\n\nFinal: 2"
+    got, ids = _fed(info, program, "Which?", text)
+    step = len(ids) - 2  # the choice's token, just before the end of turn
+    assert got.finish_reason == "stop" and got.choice_logits == ((step, step + 0.1),)  # not the "1" in the thinking
+    prompt_side = Program((Choice(("1", "2"), after="Answer: "),))
+    got, _ = _fed(info, prompt_side, "Answer: ", "1")  # ``after`` is the prompt's tail
+    assert got.choice_logits == ((0.0, 0.1),)
+    missing, _ = _fed(info, program, "Which?", "no choice here</think>\n\nFinal: ")
+    assert missing.finish_reason == "error" and "0 of its 1 choices" in missing.error

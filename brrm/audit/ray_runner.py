@@ -88,8 +88,8 @@ class RayOptions:
 NICENESS = "BRRM_DRIVER_NICENESS"
 """Environment variable that carries the driver's CPU niceness to its actors (:func:`actor_setup`)."""
 WORKER_NICENESS = {"worker_niceness": 0}
-"""Ray's ``_system_config`` for a local instance brrm starts: its workers run at the normal priority, not at Ray's
-default niceness 15 (see :func:`actor_setup`)."""
+"""Ray's ``_system_config`` for a local instance brrm starts: its workers add nothing to the niceness they inherit
+(the driver's), instead of Ray's default 15 (see :func:`actor_setup`)."""
 
 
 def actor_setup(environ: MutableMapping[str, str] = os.environ) -> int:
@@ -101,7 +101,7 @@ def actor_setup(environ: MutableMapping[str, str] = os.environ) -> int:
     normal-priority work: measured on the 2-core box, an arena on one actor that takes 17 s idle had not finished
     after 300 s beside one spinning process per core. Lowering a niceness needs privilege (root, ``CAP_SYS_NICE`` or
     ``RLIMIT_NICE``); where it is refused the actor stays as Ray started it (a local instance that brrm starts runs
-    its workers at niceness 0 anyway: :data:`WORKER_NICENESS`).
+    its workers at the driver's niceness anyway: :data:`WORKER_NICENESS`).
 
     Returns:
         the niceness this process runs at afterwards.
@@ -178,9 +178,7 @@ def map_on_ray(actor: type, constructor: Mapping[str, object], rows: Sequence[Ma
 
     started_here = not ray.is_initialized()
     if started_here:
-        local = {"_system_config": WORKER_NICENESS} if ray_options.address is None else {}
-        ray.init(address=ray_options.address, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.WARNING, **{**local, **dict(ray_options.init_kwargs)})
+        _init(ray, ray_options, logging.WARNING)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     try:
         ctx = ray.data.DataContext.get_current()
@@ -195,6 +193,22 @@ def map_on_ray(actor: type, constructor: Mapping[str, object], rows: Sequence[Ma
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _init(ray: ModuleType, ray_options: RayOptions, level: int) -> None:
+    """``ray.init`` for ``ray_options``; a new local instance gets :data:`WORKER_NICENESS` (Ray refuses a system
+    config when ``address=None`` finds a running cluster, ``RAY_ADDRESS`` or a ``ray start`` head: then it
+    connects without one)."""
+    kwargs = {"address": ray_options.address, "include_dashboard": False, "log_to_driver": False,
+              "logging_level": level, **dict(ray_options.init_kwargs)}
+    if ray_options.address is None and "_system_config" not in kwargs:
+        try:
+            ray.init(**kwargs, _system_config=WORKER_NICENESS)
+            return
+        except ValueError as exc:  # "When connecting to an existing cluster, _system_config must not be provided."
+            if "_system_config" not in str(exc):
+                raise
+    ray.init(**kwargs)
 
 
 def passed_env(environ: Mapping[str, str] = os.environ, *, cpus_per_actor: float = 1.0) -> dict[str, str]:

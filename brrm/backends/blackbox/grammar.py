@@ -19,9 +19,11 @@ What the grammar keeps and where it differs (llguidance 1.7, the version measure
   token-level semantics append it). (A free rule followed by the closing literal as a separate terminal is worse:
   llguidance's greedy lexer takes the close's first ``"\\n"`` into the free text, and the model can then never
   close the block itself.)
-* ``Choice`` — the options as alternatives; the engine picks at the judge's temperature (greedy = the argmax of
-  the options' logits, as :func:`~brrm.backends.blackbox.phases.pick_choice`), and the options' logits are read
-  from the step's reported logprobs.
+* ``Choice`` — the options' token ids as alternatives (``<[id]>``: exactly one option token, as the chain's
+  ``allowed_token_ids``; as strings llguidance would also allow a prefix such as a bare space); the engine picks at
+  the judge's temperature (greedy = the argmax of the options' logits, as
+  :func:`~brrm.backends.blackbox.phases.pick_choice`), and the options' logits are read from the step's reported
+  logprobs.
 
 So a turn that hits no budget and no cap is the same text as the phase chain's; one that does differs, and
 ``benchmarks/bench_vllm_decoding.py`` counts the verdicts that agree before either is kept as the default.
@@ -44,7 +46,7 @@ def lark_regex(regex: str) -> str:
     newlines written ``\\n``, slashes escaped. Raises ValueError on look-around or back-references."""
     if re.search(r"\(\?[=!<]|\\[1-9]", regex):
         raise ValueError(f"regex {regex[:80]!r} uses syntax llguidance terminals do not take")
-    return regex.replace("\\\n", "\\n").replace("\n", "\\n").replace("/", "\\/")
+    return re.sub(r"(?<!\\)/", r"\/", regex.replace("\\\n", "\\n").replace("\n", "\\n"))
 
 
 def _closing(seg: Pattern) -> str:
@@ -82,7 +84,7 @@ def turn_grammar(program: Program, info: TokenInfo) -> str:
             parts.append(f"/{lark_regex(seg.regex)}/")
         else:
             assert isinstance(seg, Choice), seg
-            parts.append("(" + " | ".join(json.dumps(o, ensure_ascii=False) for o in seg.options) + ")")
+            parts.append("(" + " | ".join(f"<[{info.label(o, seg.after)}]>" for o in seg.options) + ")")
     start = " ".join([*parts, f"<[{info.end_of_turn_id}]>"])
     return "\n".join(["%llguidance {}", f"start: {start}", *rules]) + "\n"
 
@@ -151,16 +153,19 @@ class GrammarRun:
         return ids[:-1] if self.finish == "stop" else ids
 
     def _choice_logits(self, ids: Sequence[int]) -> list[tuple[float, ...]]:
-        """Each Choice's options' logits, read at the step that made it (the first step after the last one whose
-        token is an option and whose preceding text ends with the choice's ``after``)."""
+        """Each Choice's options' logits, read at the step that made it: choices are matched from the end (the last
+        step before the next choice's whose token is one of the options and whose preceding text, the prompt's tail
+        included, ends with the choice's ``after``), so an option token inside earlier free text is never taken.
+        Choices the turn did not reach (``length``) are left out."""
         assert self.result is not None
-        steps, out, start = self.result.step_logprobs, [], 0
-        for choice in self.choices:
+        steps, found, bound = self.result.step_logprobs, [], len(ids)
+        tail = list(self.request.prompt_ids[-16:])
+        for choice in reversed(self.choices):
             options = [self.info.label(o, choice.after) for o in choice.options]
-            at = next((i for i in range(start, len(ids)) if ids[i] in options
-                       and self.info.decode(ids[:i]).endswith(choice.after)), None)
+            at = next((i for i in range(bound - 1, -1, -1) if ids[i] in options
+                       and self.info.decode(tail + list(ids[:i])).endswith(choice.after)), None)
             if at is None:
-                break  # the turn ended before this choice (``length``)
+                continue
             step = steps[at] if at < len(steps) else {}
             if any(o not in step for o in options):
                 raise ValueError(f"the engine reported no logits for the choice options {options}")
@@ -169,9 +174,9 @@ class GrammarRun:
                 values += (max(step.values()),)
             if choice.top:
                 values += tuple(sorted(step.values(), reverse=True)[: choice.top])
-            out.append(values)
-            start = at + 1
-        return out
+            found.append(values)
+            bound = at
+        return found[::-1]
 
     def _counts(self, text: str) -> tuple[bool, int]:
         """Whether the Think budget ran out, and how many capped patterns ended at their cap (the text after them
@@ -199,6 +204,9 @@ class GrammarRun:
             logits = self._choice_logits(ids)
         except ValueError as exc:
             return Completion.failed(str(exc))
+        if self.finish == "stop" and len(logits) < len(self.choices):
+            return Completion.failed(f"the turn ended with {len(logits)} of its {len(self.choices)} choices found in "
+                                     "the engine's output")
         hit, caps = self._counts(text)
         return Completion(token_ids=tuple(ids), text=text, finish_reason="stop" if self.finish == "stop" else "length",
                           choice_logits=tuple(logits), think_budget_hit=hit, forced_caps=caps,

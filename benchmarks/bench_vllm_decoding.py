@@ -3,7 +3,7 @@ pytest-benchmark).
 
 Workload: the 8 pairs of ``examples/pairs.jsonl`` twice (16 two-turn judgments) on the tiny Qwen3 (fp32, eager,
 KV block 32, prefix caching on, vLLM's ``guidance`` structured-output backend), greedy, thinking on, 480 tokens per
-turn, judged three ways on the same engine, one after the other, each after a warm-up (the rows of
+turn, judged three ways on the same engine, in three alternating rounds, the fastest of each kept (the rows of
 :mod:`gpu_decoding`, which ``gpu_check.py --decoding`` prints for a GPU): ``faithful`` (the released protocol: one
 free engine request per turn), ``constrained`` (brrm's default: each turn a chain of engine requests, one per
 constraint segment) and ``one grammar`` (each turn one request under one llguidance grammar).

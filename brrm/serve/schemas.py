@@ -8,7 +8,6 @@ dictionaries :meth:`PairwiseJudgment.to_dict`, :meth:`ScalarReward.to_dict` and 
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, create_model, model_validator
@@ -85,12 +84,11 @@ class Timeout(BaseModel):
                                                 "server deadline")
 
 
-def _float_slack(high: int) -> int:
-    """How far above ``high`` an integer may lie and still read as ``high`` to a client that reads JSON numbers as
-    64-bit floats (it rounds to the nearest double; ties go to the even one, here the next, larger double): such a
-    client finds the integer within the schema's maximum, so the server must accept it too. 511 at the largest
-    seed (doubles there are 1,024 apart); 0 below 2^53, where every integer is a double."""
-    return max(0, int(math.ulp(float(high))) // 2 - 1)
+JSON_SAFE_INTEGER = 2**53 - 1
+"""The largest integer a request's JSON may carry as an option (I-JSON, RFC 7493 §2.2: integers within ±(2**53 - 1)
+are exact for every JSON reader). Above it a client that reads numbers as 64-bit floats and one that reads them as
+integers disagree about which values lie under a bound (the seed's own maximum, :data:`brrm.types.config.SEED_MAX`,
+is 2**63 - 1024): so the HTTP schema bounds integer options by this value as well."""
 
 
 def _judge_options() -> type[BaseModel]:
@@ -101,9 +99,8 @@ def _judge_options() -> type[BaseModel]:
 
     fields: dict[str, Any] = {}
     for option in request_options():
-        high = option.mark.high
-        bounds = Field(ge=option.mark.low, le=high + _float_slack(high), json_schema_extra={"maximum": high}) \
-            if high is not None else Field(ge=option.mark.low)
+        high = min(option.mark.high, JSON_SAFE_INTEGER) if option.mark.high is not None else JSON_SAFE_INTEGER
+        bounds = Field(ge=option.mark.low, le=high)
         kind: Any = (Annotated[int, bounds, BeforeValidator(_integral)]
                      if option.type is int else Literal[option.choices])  # type: ignore[valid-type]
         bound = ", at most the server's own" if option.mark.bounded else ""

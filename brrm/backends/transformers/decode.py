@@ -120,9 +120,9 @@ class Decoder:
         last running rows move into the slots they left (:func:`_refill`), so the running rows are slots ``lo, lo +
         1, …`` again. Returns the rows still running, in their new slot order."""
         if self.bitmask is None and any(r.state is not None for r in rows):
-            from outlines_core.kernels.torch import allocate_token_bitmask
+            from brrm.backends.transformers.bitmask import allocate
 
-            self.bitmask = allocate_token_bitmask(logits.shape[-1])
+            self.bitmask = allocate(logits.shape[-1])
         tokens = choose(self.backend.stop_ids, rows, logits, self.temperature, self.top_p, self.bitmask, self.top_k)
         return self.retire(rows, self._advance(rows, tokens, cache, lo), cache, lo)
 

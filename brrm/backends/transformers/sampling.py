@@ -122,10 +122,10 @@ def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: R
     return int(torch.argmax(scaled + noise))
 
 
-def _apply_mask(logits_row: torch.Tensor, bitmask: torch.Tensor | None) -> None:
-    from outlines_core.kernels.torch import apply_token_bitmask_inplace
+def _apply_mask(logits_row: torch.Tensor, bitmask: torch.Tensor) -> None:
+    from brrm.backends.transformers.bitmask import apply
 
-    apply_token_bitmask_inplace(logits_row, bitmask)
+    apply(logits_row, bitmask)
 
 
 def _constrain(stop_ids: Set[int], row: Row, logits_row: torch.Tensor, bitmask: torch.Tensor | None) -> int | None:

@@ -113,9 +113,9 @@ class ProgramState:
         """Fill ``bitmask`` for a pattern step; returns False when this step is not a pattern step."""
         if self.kind != "pattern":
             return False
-        from outlines_core.kernels.torch import fill_next_token_bitmask
+        from brrm.backends.transformers.bitmask import fill
 
-        fill_next_token_bitmask(self.guide, bitmask)
+        fill(self.guide, bitmask)
         return True
 
     def advance(self, token: int) -> None:

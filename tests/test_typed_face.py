@@ -122,6 +122,37 @@ def test_the_server_admits_and_bounds_by_the_judges_own_count(tmp_path):
         assert r.status_code == 422 and "options.max_new_tokens 25 exceeds the server's limit of 24" in r.text
 
 
+def test_score_admission_counts_the_principles_each_item_is_scored_on(tmp_path, pairwise):
+    """A principle model with two default principles scores an item without its own principle twice (the mean of
+    both) and an item that names one once: /v1/score admits and charges what runs, not the defaults for every
+    item."""
+    from brrm.serve import create_app
+    from brrm.serve.limits import ServerLimits
+    from brrm.testing import save_tiny_qwen3
+
+    judge = brrm.load(str(save_tiny_qwen3(tmp_path / "lm", seed=3)), kind="principle", principle=["correct", "short"],
+                      recipe="llama_reward", device="cpu")
+    assert judge.cost("score", 6) == 12 and judge.cost("score", 6, principles=1) == 6
+    with pytest.raises(ConfigError, match="principles: a pairwise judge"):
+        pairwise.cost("pairs", 1, principles=1)
+    app = create_app(judge, limits=ServerLimits(max_judgments_per_request=10, warmup=False))
+    with TestClient(app) as client:
+        own = [{"prompt": f"q{k}", "response": "a", "principle": "correct"} for k in range(6)]
+        r = client.post("/v1/score", json={"items": own})
+        assert r.status_code == 200 and [x["principle"] for x in r.json()["rewards"]] == ["correct"] * 6
+        assert all(x["status"] == "ok" for x in r.json()["rewards"])
+        r = client.post("/v1/score", json={"items": [{k: v for k, v in it.items() if k != "principle"}
+                                                     for it in own]})
+        error = r.json()["error"]
+        assert r.status_code == 413 and error["cost"] == 12 and error["limit"] == 10, error
+        from jsonschema import Draft202012Validator  # the served schema states the same bound
+
+        doc = client.get("/openapi.json").json()
+        valid = Draft202012Validator({"$ref": "#/components/schemas/ScoreRequest", **doc}).is_valid
+        bare = [{"prompt": "q", "response": "a"}]
+        assert valid({"items": (own * 2)[:10]}) and not valid({"items": (own * 2)[:11]})  # own: 1 each
+        assert valid({"items": bare * 5}) and not valid({"items": bare * 6})  # 5 on both defaults: cost 10
+
 def test_no_surface_reads_settings_or_counts_costs_through_a_side_door():
     """Issue 29's "Done when" greps, held in the test command."""
     offenders = []

@@ -116,9 +116,9 @@ class CalibratedScalarJudge(SingleItems):
         """The wrapped judge's variant (as its ``with_options``: not calibrated)."""
         return self.inner.with_options(**overrides)
 
-    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
-                      swap: bool | None = None) -> JudgmentCost:
-        return self.inner.judgment_cost(shape, n, strategy=strategy, swap=swap)
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
+                      principles: int | None = None) -> JudgmentCost:
+        return self.inner.judgment_cost(shape, n, strategy=strategy, swap=swap, principles=principles)
 
     def close(self) -> None:
         self.inner.close()

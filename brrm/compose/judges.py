@@ -85,18 +85,19 @@ class PairwiseRewardJudge(_Base):
         variant = PairwiseRewardJudge(self._variant_model(own), swap=swap, samples=samples)
         return self._with_spec(variant, overrides)
 
-    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
-                      swap: bool | None = None) -> JudgmentCost:
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
+                      principles: int | None = None) -> JudgmentCost:
         """What a request runs: ``pairs``/``score`` n pairs (a scored response is judged against its reference)
         in one or both orders, ``group`` the strategy's judgments for a group of n; each times ``samples`` under
         self-consistency voting, two turns each (an upper bound: identical or empty responses are decided
         without a model call).
 
         Raises:
-            ConfigError: on an unknown shape or strategy, ``scores``, or n < 0.
+            ConfigError: on an unknown shape or strategy, ``scores``, n < 0, or ``principles`` (a pairwise judge
+                takes none).
         """
         swap = self.swap if swap is None else check_bool("swap", swap)
-        return pairwise_cost(shape, n, strategy=strategy, swap=swap, samples=self.samples)
+        return pairwise_cost(shape, n, strategy=strategy, swap=swap, samples=self.samples, principles=principles)
 
     def judge_pairs(self, conversations: Sequence[ConversationLike],
                     responses_a: Sequence[str], responses_b: Sequence[str],

@@ -26,6 +26,7 @@ from brrm.types import (
     Status,
     Verdict,
     check_bool,
+    check_int,
     check_same_length,
 )
 from brrm.types.conversation import ConversationLike
@@ -77,17 +78,19 @@ class ScalarRewardJudge(_Base):
                                     on_tie=self.on_tie)
         return self._with_spec(variant, overrides)
 
-    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
-                      swap: bool | None = None) -> JudgmentCost:
-        """Scored sequences a request makes, each response once per default principle: ``pairs`` 2n, ``score`` n,
-        ``group`` n (n + 1 with the ``reference`` strategy); ``swap`` changes nothing.
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
+                      principles: int | None = None) -> JudgmentCost:
+        """Scored sequences a request makes, each response once per principle (``principles`` when the request
+        names its own, else the judge's default principles): ``pairs`` 2n, ``score`` n, ``group`` n (n + 1 with the
+        ``reference`` strategy); ``swap`` changes nothing.
 
         Raises:
-            ConfigError: on an unknown shape or strategy, or n < 0.
+            ConfigError: on an unknown shape or strategy, n < 0, or ``principles`` < 1.
         """
         if swap is not None:
             check_bool("swap", swap)
-        return scalar_cost(shape, n, strategy=strategy, principles=len(self.principles))
+        per = len(self.principles) if principles is None else check_int("principles", principles, low=1)
+        return scalar_cost(shape, n, strategy=strategy, principles=per)
 
     def score(self, conversations: Sequence[ConversationLike],
               responses: Sequence[str], /, *, principles: Principles = None,

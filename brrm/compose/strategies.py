@@ -61,7 +61,7 @@ def judgments_per_group(strategy: str, n: int, *, swap: bool = False) -> int:
 
 
 def pairwise_cost(shape: str, n: int, *, strategy: str = "auto", swap: bool = False,
-                  samples: int = 1) -> JudgmentCost:
+                  samples: int = 1, principles: int | None = None) -> JudgmentCost:
     """What a pairwise judge's request costs (the arithmetic behind :meth:`PairwiseRewardJudge.judgment_cost
     <brrm.compose.PairwiseRewardJudge.judgment_cost>` and :class:`~brrm.service.RemoteJudge`'s).
 
@@ -71,16 +71,20 @@ def pairwise_cost(shape: str, n: int, *, strategy: str = "auto", swap: bool = Fa
         strategy: a group's strategy (``auto``: ``round_robin``).
         swap: both presentation orders of every pair.
         samples: independent judgments per order (self-consistency voting), >= 1.
+        principles: None (a pairwise judge scores on no principle; a request's principles are refused).
 
     Returns:
         The :class:`~brrm.types.cost.JudgmentCost`: two turns per judgment; e.g. a GRPO group of 8, circular with
         swap, is 16 judgments; round-robin is 56 with or without swap (it shows every pair in both orders).
 
     Raises:
-        ConfigError: on an unknown shape or strategy, ``scores``, or n < 0.
+        ConfigError: on an unknown shape or strategy, ``scores``, n < 0, or ``principles``.
     """
     check_choice("shape", shape, SHAPES)
     check_int("n", n, low=0)
+    if principles is not None:
+        raise ConfigError("principles: a pairwise judge (BR-RM) scores on no principle; only principle models "
+                          "(kind principle) take one")
     orders = 2 if check_bool("swap", swap) else 1
     if shape != "group":
         return JudgmentCost(shape, n, n * orders, samples, turns=2, orders=orders, pairs=n)

@@ -178,11 +178,20 @@ def _count_limits(parts: Schema, state: ServerState) -> None:
     cost counted by the judge (:meth:`~brrm.RewardJudge.cost`), as admission counts it."""
     judge = state.judge
 
-    def priced(shape: str, strategy: str = "auto", least: int = 0) -> Callable[[bool], Callable[[int], int]]:
-        return lambda swap: lambda n: max(least, judge.cost(shape, n, strategy=strategy, swap=swap))
+    def priced(shape: str, strategy: str = "auto", least: int = 0,
+               principles: int | None = None) -> Callable[[bool], Callable[[int], int]]:
+        return lambda swap: lambda n: max(least, judge.cost(shape, n, strategy=strategy, swap=swap,
+                                                            principles=principles))
 
     _swap_rules(_obj(parts, "JudgeRequest"), "pairs", state, priced("pairs"))
-    _swap_rules(_obj(parts, "ScoreRequest"), "items", state, priced("score"))
+    score = _obj(parts, "ScoreRequest")
+    if len(judge.info.composition.principles) > 1:  # an item is scored on its own principle, or on every default
+        own: JSONDict = {"properties": {"items": {"items": {"required": ["principle"],
+                                                            "properties": {"principle": {"type": "string"}}}}}}
+        _swap_rules(score, "items", state, priced("score", principles=1), also=own)
+        _swap_rules(score, "items", state, priced("score"), also={"not": own})
+    else:
+        _swap_rules(score, "items", state, priced("score"))
     _swap_rules(_obj(parts, "GetRewardRequest"), "query", state, priced("score"))
     rank = _obj(parts, "RankRequest")
     for strategy in STRATEGIES:
@@ -216,9 +225,9 @@ def _most(state: ServerState, price: Callable[[int], int]) -> int:
 
 
 def _swap_rules(model: Schema, field: str, state: ServerState, price: Callable[[bool], Callable[[int], int]], *,
-                strategy: str | None = None, default: bool = False) -> None:
+                strategy: str | None = None, default: bool = False, also: JSONDict | None = None) -> None:
     """``field``'s ``maxItems`` for each ``swap`` value (absent or null: the judge's default), under ``strategy``
-    (absent: ``default`` says whether it is the one used)."""
+    (absent: ``default`` says whether it is the one used), for the requests that match ``also`` (None: all)."""
     has_swap = "swap" in _obj(model, "properties")
     counts = {True: _most(state, price(True)), False: _most(state, price(False))}
     rules = model.setdefault("allOf", [])
@@ -234,6 +243,8 @@ def _swap_rules(model: Schema, field: str, state: ServerState, price: Callable[[
             picked: JSONValue = ({"anyOf": [chosen, {"not": {"required": ["strategy"]}},
                                             {"properties": {"strategy": NULL}}]} if default else chosen)
             when = {"allOf": [when, picked]}
+        if also is not None:
+            when = {"allOf": [when, also]} if when else also
         then: JSONDict = {"properties": {field: {"maxItems": n}}}
         rules.append({"if": when, "then": then} if when else then)
 

@@ -86,9 +86,10 @@ async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResp
     items = [ScoreItem(conversation(it, f"items[{k}]"), it.response, it.principle, it.reference, it.id or "")
              for k, it in enumerate(body.items)]
     refs, principles = _score_options(state, items)
-    if principles:
+    if principles:  # then every item has its own principle, scored on it alone
         items = _fill_principles(state, items)
-    spent = state.check_cost(state.judge.judgment_cost("score", len(items)), f"{len(items)} items")
+    spent = state.check_cost(state.judge.judgment_cost("score", len(items), principles=1 if principles else None),
+                             f"{len(items)} items")
     results = _of(ScalarReward, await state.submit(request, score_key(refs, principles), items,
                                                    timeout_s=body.timeout_s, cost=spent))
     state.metrics.count_statuses(r.status for r in results)

@@ -232,8 +232,8 @@ class RemoteJudge(SingleItems):
         takes = judge_option_names(self.info.kind)
         return tuple(name for name in names if name in takes)
 
-    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
-                      swap: bool | None = None) -> JudgmentCost:
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
+                      principles: int | None = None) -> JudgmentCost:
         """The work a request makes on the server, as the served judge's own ``judgment_cost`` counts it: a
         pairwise judge's ordered judgments (times two with swap, times its ``samples``), a scalar model's scored
         sequences.
@@ -245,10 +245,12 @@ class RemoteJudge(SingleItems):
 
         composition = self.info.composition
         if not self.info.pairwise:
-            return scalar_cost(shape, n, strategy=strategy, principles=len(composition.principles))
+            per = len(composition.principles) if principles is None else check_int("principles", principles, low=1)
+            return scalar_cost(shape, n, strategy=strategy, principles=per)
         both = bool(composition.swap if swap is None and self.swap is None
                     else (self.swap if swap is None else swap))
-        return pairwise_cost(shape, n, strategy=strategy, swap=both, samples=composition.samples)
+        return pairwise_cost(shape, n, strategy=strategy, swap=both, samples=composition.samples,
+                             principles=principles)
 
     def get_reward(self, queries: Sequence[str], prompts: Sequence[str] | None,
                    labels: Sequence[JSONValue] | None) -> JSONDict:

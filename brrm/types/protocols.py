@@ -352,12 +352,15 @@ class RewardJudge(Protocol):
         with_options: ``with_options(**overrides) -> RewardJudge``: a variant on the same loaded backend with
             other settings (the keywords of :func:`brrm.load` that do not load anything: decoding, budgets,
             seed, swap, margin, principle, …); the variant shares the backend, so closing either closes both.
-        judgment_cost: ``judgment_cost(shape, n, /, *, strategy="auto", swap=None) -> JudgmentCost``: the work
-            a request makes, counted by the judge before it runs (:class:`~brrm.types.cost.JudgmentCost`: units,
-            samples, turns, a line for people): ``shape`` ``pairs`` (n pairs), ``score`` (n responses) or
-            ``group`` (one group of n responses); a unit is one ordered judgment of a pairwise judge, one scored
-            sequence of a scalar model. Admission, budgets and progress ask this; no surface counts by itself.
-        cost: ``cost(shape, n, /, *, strategy="auto", swap=None) -> int``: ``judgment_cost(...).total``.
+        judgment_cost: ``judgment_cost(shape, n, /, *, strategy="auto", swap=None, principles=None) ->
+            JudgmentCost``: the work a request makes, counted by the judge before it runs
+            (:class:`~brrm.types.cost.JudgmentCost`: units, samples, turns, a line for people): ``shape``
+            ``pairs`` (n pairs), ``score`` (n responses) or ``group`` (one group of n responses); a unit is one
+            ordered judgment of a pairwise judge, one scored sequence of a scalar model; ``principles``: how many
+            principles each response is scored on when the request names its own (a principle model; None: the
+            judge's default principles). Admission, budgets and progress ask this; no surface counts by itself.
+        cost: ``cost(shape, n, /, *, strategy="auto", swap=None, principles=None) -> int``:
+            ``judgment_cost(...).total``.
         close: ``close()``: free the model (engines, threads); also on leaving a ``with`` block.
 
     The batch methods take ``progress``: a callback called with the number of items just finished
@@ -400,10 +403,11 @@ class RewardJudge(Protocol):
 
     def with_options(self, **overrides: Any) -> RewardJudge: ...
 
-    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
-                      swap: bool | None = None) -> JudgmentCost: ...
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
+                      principles: int | None = None) -> JudgmentCost: ...
 
-    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int: ...
+    def cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
+             principles: int | None = None) -> int: ...
 
     def close(self) -> None: ...
 
@@ -429,8 +433,8 @@ class _Batched(Protocol):
 class _Costed(Protocol):
     """The cost method :meth:`SingleItems.cost` stands on."""
 
-    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto",
-                      swap: bool | None = None) -> JudgmentCost: ...
+    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
+                      principles: int | None = None) -> JudgmentCost: ...
 
 
 class SingleItems:
@@ -438,13 +442,14 @@ class SingleItems:
     and ``judgment_cost``: a judge class (local, remote or a wrapper) inherits them and writes only
     ``judge_pairs``, ``score``, ``rank_groups`` and ``judgment_cost``."""
 
-    def cost(self: _Costed, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None) -> int:
+    def cost(self: _Costed, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
+             principles: int | None = None) -> int:
         """``judgment_cost(...).total``: the units a request runs, samples included (see ``judgment_cost``).
 
         Raises:
             ConfigError: as ``judgment_cost``.
         """
-        return self.judgment_cost(shape, n, strategy=strategy, swap=swap).total
+        return self.judgment_cost(shape, n, strategy=strategy, swap=swap, principles=principles).total
 
     def judge(self: _Batched, conversation: ConversationLike, response_a: str, response_b: str, /, *,
               swap: bool | None = None) -> PairwiseJudgment:

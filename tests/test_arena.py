@@ -173,6 +173,33 @@ def test_failed_battles_are_counted_and_kept_out_of_battles_jsonl(tmp_path):
     assert "| rank | model | rating |" in result.markdown()
 
 
+def test_an_arena_without_verdicts_still_writes_every_failure_and_says_why_nothing_is_rated(tmp_path):
+    """Every battle failed (a budget too small for the format, a broken endpoint): no fit can be made, and the run
+    still writes its outputs — failures.jsonl with each battle's status and reason, every model unrated with the
+    reason — instead of stopping with an error after judging (the judgments were paid for)."""
+    rows = _rows(["weak", "strong"], 3)
+    for _, row in rows:
+        row["response"] = "FAIL " + row["response"]
+    result = run_arena(StrengthJudge(STRENGTHS), table_from_rows(rows), baseline="weak", bootstrap=10)
+    board = result.leaderboard
+    why = "0 of 3 battles have a verdict: the bootstrap needs at least 2"
+    assert not board.fitted and board.reason == why and (board.judgments, board.failures) == (0, 3)
+    assert [(r.status, r.reason, r.failures) for r in board.ratings] == [("unrated", why, 3)] * 2
+    assert all(math.isnan(r.rating) for r in board.ratings)
+    paths = result.write(tmp_path)
+    assert paths["battles"].read_text() == ""
+    failures = [json.loads(x) for x in paths["failures"].read_text().splitlines()]
+    assert len(failures) == 3 and {(f["status"], f["reason"]) for f in failures} == {("parse_failure",
+                                                                                       "scripted failure")}
+    assert {r["status"] for r in csv.DictReader(paths["leaderboard"].open())} == {"unrated"}
+    assert f"no ratings: {why}; 0 judgments, 3 failures" in result.markdown()
+    assert "| - | weak | - |" in result.markdown()
+    assert f"No ratings: {why}" in paths["report"].read_text() and "parse_failure 3" in paths["report"].read_text()
+    adaptive = run_arena(StrengthJudge(STRENGTHS), table_from_rows(rows), adaptive=True, bootstrap=10)
+    assert adaptive.adaptive is not None and adaptive.adaptive.stopped == "exhausted"
+    assert adaptive.adaptive.judged == 3 and not adaptive.leaderboard.fitted  # every prompt tried, then it stops
+
+
 def test_pairing_refuses_unknown_baseline_and_both_strategies():
     table = table_from_rows(_rows(["weak", "mid"], 2))
     with pytest.raises(ConfigError, match="--baseline 'nope' is not a model"):

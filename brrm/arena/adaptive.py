@@ -1,15 +1,15 @@
-"""Adaptive pairing: judge the pairs whose outcome decides the ranking, not the whole grid.
-
-Each round fits the battles so far (:func:`brrm.arena.ratings.fit`, its seeded bootstrap at the requested
-confidence), orders the models by rating, and looks at each *adjacent* pair of the order: it is settled when the
-bootstrap interval of the pair's rating difference excludes 0 (the pair is separated at that confidence) or, with
-``target_ci``, when both models' intervals' half-widths are at most ``target_ci`` rating points (two models too
-close to separate stop spending judgments). The next round judges ``step`` more prompts of every unsettled
-adjacent pair — a direct battle is the one that narrows both intervals of that pair most. It starts with ``init``
-prompts of every pair of models (so every model is placed), and stops when every adjacent pair is settled, when
-``budget`` judgments are spent, or when the unsettled pairs have no prompt left. Prompts are taken per pair in a
-seeded shuffled order; presentation order alternates per pair. Everything is deterministic in ``seed``, so with a
-store (:mod:`brrm.arena.resume`) a rerun takes the same decisions and judges nothing it has.
+"""Adaptive pairing: judge the pairs whose outcome decides the ranking, not the whole grid. Each round fits the battles
+so far (:func:`brrm.arena.ratings.fit`, its seeded bootstrap at the requested confidence), orders the models by
+rating, and looks at each *adjacent* pair of the order: it is settled when the bootstrap interval of the pair's
+rating difference excludes 0 (the pair is separated at that confidence) or, with ``target_ci``, when both models'
+intervals' half-widths are at most ``target_ci`` rating points (two models too close to separate stop spending
+judgments). The next round judges ``step`` more prompts of every unsettled adjacent pair — a direct battle is the
+one that narrows both intervals of that pair most. It starts with ``init`` prompts of every pair of models (so every
+model is placed), and stops when every adjacent pair is settled, when ``budget`` judgments are spent, or when the
+unsettled pairs have no prompt left. While fewer than two battles have a verdict nothing can be ordered: every pair
+stays open (its leaderboard every model ``unrated``, saying why). Prompts are taken per pair in a seeded shuffled
+order; presentation order alternates per pair. Everything is deterministic in ``seed``, so with a store
+(:mod:`brrm.arena.resume`) a rerun takes the same decisions and judges nothing it has.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from itertools import combinations
 
 from brrm.arena.judging import Battle
 from brrm.arena.pairing import Matchup, grid_size
-from brrm.arena.ratings import Leaderboard, fit
+from brrm.arena.ratings import Leaderboard, TooFewVerdicts, fit, unrated
 from brrm.arena.table import ArenaTable
 from brrm.errors import ConfigError
 
@@ -98,9 +98,11 @@ def run_adaptive(table: ArenaTable, judge_fn: JudgeFn, *, outcomes: str = "soft"
         if not battles:
             raise ConfigError("adaptive pairing found no pair of models with a common prompt")
         rounds += 1
-        board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
-                    confidence=confidence, seed=seed)
-        open_pairs = unsettled(board, target_ci)
+        board = _round_board(battles, table, outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
+                             confidence=confidence, seed=seed)
+        open_pairs = unsettled(board, target_ci) if board.fitted else [tuple(k) for k in queues]
+        if not board.fitted and not batch:  # no verdict to order by and no prompt left
+            break
         if on_round is not None:
             on_round(rounds, len(matchups), len(open_pairs))
         if not open_pairs:
@@ -110,11 +112,25 @@ def run_adaptive(table: ArenaTable, judge_fn: JudgeFn, *, outcomes: str = "soft"
             stopped = "budget"
             break
         keys = [tuple(sorted(p, key=table.models.index)) for p in open_pairs]
+        if not board.fitted:
+            keys = [k for k in keys if used[k] < len(queues[k])]
         if all(used[k] >= len(queues[k]) for k in keys):
             break
         wanted = {k: step for k in keys}
     return AdaptiveRun(tuple(battles), tuple(matchups), rounds, stopped, len(matchups),
                        grid_size(table, "round_robin"), board)
+
+
+def _round_board(battles: Sequence[Battle], table: ArenaTable, *, outcomes: str, anchor: str | None, bootstrap: int,
+                 confidence: float, seed: int) -> Leaderboard:
+    """A round's fit (:func:`brrm.arena.ratings.fit`), or with fewer than two verdicts every model unrated
+    (:func:`brrm.arena.ratings.unrated`: not :attr:`~brrm.arena.ratings.Leaderboard.fitted`)."""
+    try:
+        return fit(battles, table.models, outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
+                   confidence=confidence, seed=seed)
+    except TooFewVerdicts as exc:
+        return unrated(battles, table.models, str(exc), outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
+                       confidence=confidence, seed=seed)
 
 
 def _queues(table: ArenaTable, seed: int) -> dict[tuple[str, ...], list[str]]:

@@ -61,7 +61,8 @@ def markdown(board: Leaderboard) -> str:
     head += ["judgments", "failures", "note"]
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     for r in board.ratings:
-        cells = [f"{r.rank_best}" if r.rank_best == r.rank_worst else f"{r.rank_best}-{r.rank_worst}", r.model,
+        rank = f"{r.rank_best}" if r.rank_best == r.rank_worst else f"{r.rank_best}-{r.rank_worst}"
+        cells = ["-" if r.status == "unrated" else rank, r.model,
                  _cell(r.rating) or "-", "-" if math.isnan(r.lower) else f"[{r.lower:.1f}, {r.upper:.1f}]"]
         if board.style:
             cells.append("-" if math.isnan(r.style_rating) else
@@ -71,6 +72,9 @@ def markdown(board: Leaderboard) -> str:
         cells += [str(r.judgments), str(r.failures), "" if r.status == "ok" else r.status]
         lines.append("| " + " | ".join(cells) + " |")
     anchor = f"{board.anchor} = 1000" if board.anchor else "geometric mean = 1000"
+    if not board.fitted:
+        lines.append(f"\nno ratings: {board.reason}; {board.judgments} judgments, {board.failures} failures")
+        return "\n".join(lines)
     lines.append(f"\nBradley-Terry ({board.library}), {board.outcomes} outcomes, {anchor}; {level} intervals from "
                  f"{board.bootstrap} seeded bootstrap resamples (seed {board.seed}); {board.judgments} judgments, "
                  f"{board.failures} failures")

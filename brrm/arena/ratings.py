@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 
 
+class TooFewVerdicts(ConfigError):
+    """Fewer than two battles have a verdict: no Bradley–Terry fit or bootstrap can be made (:func:`fit`)."""
+
+
 @dataclass(frozen=True)
 class Rating:
     """One model's row of the leaderboard.
@@ -85,7 +89,8 @@ class Rating:
 @dataclass(frozen=True)
 class Leaderboard:
     """The fit: ``ratings`` best first, and how they were made (``library``: the fitting package and version;
-    ``style``: each style feature's coefficient in Elo points, empty when style control was not fitted)."""
+    ``style``: each style feature's coefficient in Elo points, empty when style control was not fitted; ``reason``:
+    why no fit was made, when it was not (:attr:`fitted`), else empty)."""
 
     ratings: tuple[Rating, ...]
     anchor: str
@@ -98,6 +103,12 @@ class Leaderboard:
     judgments: int
     failures: int
     style: tuple[tuple[str, float], ...] = ()
+    reason: str = ""
+
+    @property
+    def fitted(self) -> bool:
+        """A fit was made: at least two battles have a verdict (else every model is ``unrated``, :func:`unrated`)."""
+        return self.judgments >= 2
 
 
 def _evalica() -> Any:
@@ -149,7 +160,7 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
 
     Raises:
         ConfigError: for ``bootstrap`` < 10, ``confidence`` outside (0, 1), an anchor that is no model or has no ok
-            battle, or fewer than 2 ok battles.
+            battle; :class:`TooFewVerdicts` for fewer than 2 ok battles.
         BackendUnavailable: without evalica or scipy (``pip install 'brrm[arena]'``).
     """
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 10:
@@ -159,7 +170,7 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
     anchor = anchor if anchor is not None else baseline
     ok = [b for b in battles if b.ok]
     if len(ok) < 2:
-        raise ConfigError(f"{len(ok)} of {len(battles)} battles have a verdict: the bootstrap needs at least 2")
+        raise TooFewVerdicts(f"{len(ok)} of {len(battles)} battles have a verdict: the bootstrap needs at least 2")
     rated = [m for m in models if any(m in (b.model_a, b.model_b) for b in ok)]
     if anchor is not None and anchor not in rated:
         raise ConfigError(f"--anchor {anchor!r} is no model with an ok battle; rated models: {', '.join(rated)}")
@@ -181,6 +192,19 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
     return Leaderboard(rows_, anchor or "", baseline or "", outcomes, confidence, bootstrap, seed,
                        f"evalica {importlib.metadata.version('evalica')}", len(ok), len(battles) - len(ok),
                        coefficients)
+
+
+def unrated(battles: Sequence[Battle], models: Sequence[str], reason: str, *, outcomes: str = "soft",
+            anchor: str | None = None, baseline: str | None = None, bootstrap: int = 200, confidence: float = 0.95,
+            seed: int = 0) -> Leaderboard:
+    """The leaderboard of ``battles`` when no fit can be made (:class:`TooFewVerdicts`): every model ``unrated``
+    with ``reason``, its ratings NaN, its judgments and failures counted; no library ran."""
+    from dataclasses import replace
+
+    rows_ = _rows(models, {}, battles, outcomes, baseline)
+    ok = sum(1 for b in battles if b.ok)
+    return Leaderboard(tuple(replace(r, reason=reason) for r in rows_), anchor or baseline or "", baseline or "",
+                       outcomes, confidence, bootstrap, seed, "", ok, len(battles) - ok, reason=reason)
 
 
 def _with_style(rows_: tuple[Rating, ...], ok: Sequence[Battle], x: np.ndarray, rated: Sequence[str], outcomes: str,

@@ -53,10 +53,7 @@ def report_html(board: Leaderboard, battles: Sequence[Battle], categories: Seque
     failures = Counter(b.status for b in battles if not b.ok)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>brrm arena</title><style>{STYLE}</style>"
              f"</head><body><h1>brrm arena: {html.escape(source)}</h1>",
-             f"<p>Bradley-Terry ({html.escape(board.library)}), {board.outcomes} outcomes, anchor "
-             f"{html.escape(board.anchor or 'geometric mean')} = 1000, {board.confidence:.0%} intervals from "
-             f"{board.bootstrap} bootstrap resamples (seed {board.seed}); {board.judgments} judgments, "
-             f"{board.failures} failures.</p>", _table(board), "<h2>Ratings and intervals</h2>", _forest(board),
+             _fit_line(board), _table(board), "<h2>Ratings and intervals</h2>", _forest(board),
              "<h2>Win rate (row against column)</h2>", _heatmap(win_matrix(battles, models, board.outcomes), models)]
     if board.style:
         parts.append("<h2>Style control</h2><p>Coefficients in Elo points per standard deviation of the normalised "
@@ -70,6 +67,17 @@ def report_html(board: Leaderboard, battles: Sequence[Battle], categories: Seque
     parts.append("<h2>Failures</h2><p>" + (html.escape(", ".join(f"{k} {v}" for k, v in failures.items()))
                                            if failures else "none") + "</p></body></html>")
     return "".join(parts)
+
+
+def _fit_line(board: Leaderboard) -> str:
+    """How the ratings were fitted, or why there are none."""
+    if not board.fitted:
+        return (f"<p>No ratings: {html.escape(board.reason)}; {board.judgments} judgments, {board.failures} "
+                "failures (see Failures below).</p>")
+    return (f"<p>Bradley-Terry ({html.escape(board.library)}), {board.outcomes} outcomes, anchor "
+            f"{html.escape(board.anchor or 'geometric mean')} = 1000, {board.confidence:.0%} intervals from "
+            f"{board.bootstrap} bootstrap resamples (seed {board.seed}); {board.judgments} judgments, "
+            f"{board.failures} failures.</p>")
 
 
 def _table(board: Leaderboard) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from brrm import ConfigError
-from brrm.arena import Battle, fit, plan, read_table, run_arena, table_from_rows
+from brrm.arena import Battle, fit, markdown, plan, read_table, run_arena, table_from_rows
 from brrm.types import JudgeInfo, PairwiseJudgment, Status, Verdict
 from tests.conftest import REPO
 
@@ -195,9 +195,34 @@ def test_an_arena_without_verdicts_still_writes_every_failure_and_says_why_nothi
     assert f"no ratings: {why}; 0 judgments, 3 failures" in result.markdown()
     assert "| - | weak | - |" in result.markdown()
     assert f"No ratings: {why}" in paths["report"].read_text() and "parse_failure 3" in paths["report"].read_text()
+    assert {(r["rank_best"], r["rank_worst"]) for r in csv.DictReader(paths["leaderboard"].open())} == {("", "")}
+    assert "<td>—</td><td>weak</td>" in paths["report"].read_text()  # no interval, no rank range
     adaptive = run_arena(StrengthJudge(STRENGTHS), table_from_rows(rows), adaptive=True, bootstrap=10)
     assert adaptive.adaptive is not None and adaptive.adaptive.stopped == "exhausted"
     assert adaptive.adaptive.judged == 3 and not adaptive.leaderboard.fitted  # every prompt tried, then it stops
+    with pytest.raises(ConfigError, match="--anchor 'nobody' is not a model"):  # before anything is judged
+        run_arena(StrengthJudge(STRENGTHS), table_from_rows(rows), baseline="weak", anchor="nobody")
+
+
+def test_a_model_without_verdicts_yet_is_retried_and_an_unrated_anchor_does_not_stop_the_run():
+    """Adaptive pairing keeps judging the pairs of a model that has no verdict yet while they have prompts (it is
+    placed nowhere, so no adjacent pair would ever reach it); an anchor without a verdict leaves the others rated on
+    the geometric mean instead of stopping the run after its judgments."""
+    rows = _rows(["weak", "mid", "strong"], 30)
+    for k, row in rows:
+        if row["model"] == "strong" and int(row["prompt_id"][1:]) < 25:
+            row["response"] = "FAIL " + row["response"]
+    table = table_from_rows(rows)
+    result = run_arena(StrengthJudge(STRENGTHS), table, adaptive=True, bootstrap=20, anchor="strong")
+    strong = next(r for r in result.leaderboard.ratings if r.model == "strong")
+    assert strong.status != "unrated" and strong.judgments > 0  # its working prompts were found
+    assert result.leaderboard.anchor == "strong" and strong.rating == 1000.0
+    failing = [(k, dict(row, response="FAIL " + row["response"]) if row["model"] == "strong" else row)
+               for k, row in rows]
+    board = run_arena(StrengthJudge(STRENGTHS), table_from_rows(failing), round_robin=True, bootstrap=20,
+                      anchor="strong").leaderboard
+    assert board.fitted and board.anchor == "" and [r.status for r in board.ratings][-1] == "unrated"
+    assert "geometric mean = 1000" in markdown(board)
 
 
 def test_pairing_refuses_unknown_baseline_and_both_strategies():

@@ -23,6 +23,7 @@ from brrm.testing import build_tiny_qwen3, build_tiny_tokenizer
 from brrm.types.composition import Composition
 from tests.audit_support import T1
 from tests.conftest import REPO
+from tests.serve_helpers import compare_body
 
 VERDICT = "[The Begin of Ranking Score]\n\\boxed{1}\n[The End of Ranking Score]"
 
@@ -135,6 +136,9 @@ def test_score_admission_counts_the_principles_each_item_is_scored_on(tmp_path, 
     assert judge.cost("score", 6) == 12 and judge.cost("score", 6, principles=1) == 6
     with pytest.raises(ConfigError, match="principles: a pairwise judge"):
         pairwise.cost("pairs", 1, principles=1)
+    bt = brrm.load(str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True)), device="cpu")
+    with pytest.raises(ConfigError, match="principles: only principle models"):
+        bt.cost("score", 1, principles=1)
     app = create_app(judge, limits=ServerLimits(max_judgments_per_request=10, warmup=False))
     with TestClient(app) as client:
         own = [{"prompt": f"q{k}", "response": "a", "principle": "correct"} for k in range(6)]
@@ -152,6 +156,14 @@ def test_score_admission_counts_the_principles_each_item_is_scored_on(tmp_path, 
         bare = [{"prompt": "q", "response": "a"}]
         assert valid({"items": (own * 2)[:10]}) and not valid({"items": (own * 2)[:11]})  # own: 1 each
         assert valid({"items": bare * 5}) and not valid({"items": bare * 6})  # 5 on both defaults: cost 10
+        # /compare (NeMo Gym): 3 responses, circular = 3 pairs = 6 scored responses with the request's principle
+        body = {**compare_body(["4", "5", "four"], "What is 2+2?"), "principle": "correct", "strategy": "circular"}
+        r = client.post("/compare", json=body)
+        assert r.status_code == 200 and len(r.json()["rewards"]) == 3, r.text
+        r = client.post("/compare", json={**body, "principle": None})  # both defaults: 12 > 10
+        assert r.status_code == 413 and r.json()["error"]["cost"] == 12, r.text
+        valid = Draft202012Validator({"$ref": "#/components/schemas/CompareRequest", **doc}).is_valid
+        assert valid(body) and not valid({**body, "principle": None})
 
 def test_no_surface_reads_settings_or_counts_costs_through_a_side_door():
     """Issue 29's "Done when" greps, held in the test command."""

@@ -25,7 +25,7 @@ from brrm.arena.categories import CategoryBoard, by_category, summary, write_cat
 from brrm.arena.judging import OUTCOMES, Battle, default_swap, judge_matchups
 from brrm.arena.outputs import markdown, write_battles, write_leaderboard
 from brrm.arena.pairing import STRATEGIES, Matchup, grid_size, plan
-from brrm.arena.ratings import Leaderboard, Rating, TooFewVerdicts, fit, unrated
+from brrm.arena.ratings import AnchorUnrated, Leaderboard, Rating, TooFewVerdicts, fit, unrated
 from brrm.arena.sources import read_table
 from brrm.arena.style import covariates
 from brrm.arena.table import ArenaTable, RowError, table_from_rows
@@ -122,9 +122,11 @@ def run_arena(judge: RewardJudge | JudgeSpec, source: str | Path | ArenaTable | 
 
     if outcomes not in OUTCOMES:
         raise ConfigError(f"--outcomes {outcomes!r} is not valid; expected one of {', '.join(OUTCOMES)}")
+    table = source if isinstance(source, ArenaTable) else read_table(source)
+    if anchor is not None and anchor not in table.models:  # before anything is judged
+        raise ConfigError(f"--anchor {anchor!r} is not a model of {table.source}; models: {', '.join(table.models)}")
     if ray is not None and store is None:
         raise ConfigError("judging on Ray needs a store folder (--output): the driver commits each batch there")
-    table = source if isinstance(source, ArenaTable) else read_table(source)
     judge_fn = batch_judge(judge, table, swap=default_swap(judge) if swap is None else swap, store=store,
                            progress=progress, on_battle=on_battle, ray=ray)
     run = None
@@ -173,7 +175,8 @@ def rate(table: ArenaTable, battles: Sequence[Battle], *, outcomes: str = "soft"
     (:func:`brrm.arena.ratings.fit`), the style-controlled ratings when ``style_control``
     (:mod:`brrm.arena.style`) and, with a ``baseline``, the length-controlled win rates (:mod:`brrm.arena.length`).
     With fewer than 2 verdicts every model is ``unrated``, the reason in each row
-    (:func:`brrm.arena.ratings.unrated`): the battles and their failures are still the result.
+    (:func:`brrm.arena.ratings.unrated`): the battles and their failures are still the result. When the anchor has
+    no verdict the others are rated on the geometric mean (the board's ``anchor`` empty; the anchor ``unrated``).
 
     Raises:
         ConfigError: as :func:`brrm.arena.ratings.fit` (but for too few verdicts).
@@ -192,6 +195,9 @@ def rate(table: ArenaTable, battles: Sequence[Battle], *, outcomes: str = "soft"
     try:
         board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
                     confidence=confidence, seed=seed, style=style)
+    except AnchorUnrated:
+        return rate(table, battles, outcomes=outcomes, baseline=baseline, style_control=style_control,
+                    bootstrap=bootstrap, confidence=confidence, seed=seed)
     except TooFewVerdicts as exc:
         return unrated(battles, table.models, str(exc), outcomes=outcomes, anchor=anchor, baseline=baseline,
                        bootstrap=bootstrap, confidence=confidence, seed=seed)

@@ -21,7 +21,7 @@ from itertools import combinations
 
 from brrm.arena.judging import Battle
 from brrm.arena.pairing import Matchup, grid_size
-from brrm.arena.ratings import Leaderboard, TooFewVerdicts, fit, unrated
+from brrm.arena.ratings import AnchorUnrated, Leaderboard, TooFewVerdicts, fit, unrated
 from brrm.arena.table import ArenaTable
 from brrm.errors import ConfigError
 
@@ -100,25 +100,32 @@ def run_adaptive(table: ArenaTable, judge_fn: JudgeFn, *, outcomes: str = "soft"
         rounds += 1
         board = _round_board(battles, table, outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
                              confidence=confidence, seed=seed)
-        open_pairs = unsettled(board, target_ci) if board.fitted else [tuple(k) for k in queues]
+        open_pairs = _open_pairs(board, target_ci, queues, used)
         if not board.fitted and not batch:  # no verdict to order by and no prompt left
             break
         if on_round is not None:
             on_round(rounds, len(matchups), len(open_pairs))
-        if not open_pairs:
-            stopped = "separated"
+        if not open_pairs:  # settled, or (nothing fitted) every prompt tried
+            stopped = "separated" if board.fitted else "exhausted"
             break
         if budget is not None and len(matchups) >= budget:
             stopped = "budget"
             break
         keys = [tuple(sorted(p, key=table.models.index)) for p in open_pairs]
-        if not board.fitted:
-            keys = [k for k in keys if used[k] < len(queues[k])]
         if all(used[k] >= len(queues[k]) for k in keys):
             break
         wanted = {k: step for k in keys}
     return AdaptiveRun(tuple(battles), tuple(matchups), rounds, stopped, len(matchups),
                        grid_size(table, "round_robin"), board)
+
+
+def _open_pairs(board: Leaderboard, target_ci: float | None, queues: dict[tuple[str, ...], list[str]],
+                used: dict[tuple[str, ...], int]) -> list[tuple[str, ...]]:
+    """The pairs the next round judges: the :func:`unsettled` adjacent pairs, and every pair of a model that has no
+    verdict yet (it is placed nowhere) while the pair has prompts left — every such pair when nothing is fitted."""
+    waiting = {r.model for r in board.ratings if r.status == "unrated"}
+    retry = [k for k in queues if waiting & set(k) and used[k] < len(queues[k])]
+    return [*unsettled(board, target_ci), *retry] if board.fitted else retry
 
 
 def _round_board(battles: Sequence[Battle], table: ArenaTable, *, outcomes: str, anchor: str | None, bootstrap: int,
@@ -128,6 +135,8 @@ def _round_board(battles: Sequence[Battle], table: ArenaTable, *, outcomes: str,
     try:
         return fit(battles, table.models, outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
                    confidence=confidence, seed=seed)
+    except AnchorUnrated:  # the order does not depend on the anchor: place the others now, the anchor later
+        return fit(battles, table.models, outcomes=outcomes, bootstrap=bootstrap, confidence=confidence, seed=seed)
     except TooFewVerdicts as exc:
         return unrated(battles, table.models, str(exc), outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
                        confidence=confidence, seed=seed)

@@ -32,10 +32,11 @@ def write_leaderboard(board: Leaderboard, path: Path) -> Path:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         for r in board.ratings:
-            w.writerow([r.model, _cell(r.rating, 2), _cell(r.lower, 2), _cell(r.upper, 2), r.rank, r.rank_best,
-                        r.rank_worst, _cell(r.win_rate, 4), _cell(r.lc_win_rate, 4), r.judgments, r.failures,
-                        r.status, r.reason, _cell(r.style_rating, 2), _cell(r.style_lower, 2),
-                        _cell(r.style_upper, 2), _cell(r.above_next, 3)])
+            ranks = ("", "") if r.status == "unrated" else (r.rank_best, r.rank_worst)  # no interval: no range
+            w.writerow([r.model, _cell(r.rating, 2), _cell(r.lower, 2), _cell(r.upper, 2), r.rank, *ranks,
+                        _cell(r.win_rate, 4), _cell(r.lc_win_rate, 4), r.judgments, r.failures, r.status, r.reason,
+                        _cell(r.style_rating, 2), _cell(r.style_lower, 2), _cell(r.style_upper, 2),
+                        _cell(r.above_next, 3)])
     return path
 
 

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 
 
+class AnchorUnrated(ConfigError):
+    """The anchor model has no battle with a verdict, so no rating can be pinned to it (:func:`fit`)."""
+
+
 class TooFewVerdicts(ConfigError):
     """Fewer than two battles have a verdict: no Bradley–Terry fit or bootstrap can be made (:func:`fit`)."""
 
@@ -50,7 +54,8 @@ class Rating:
         rating: Elo-like rating (see the module docstring); NaN when ``status`` is ``unrated``.
         lower, upper: the ``confidence`` bootstrap interval of ``rating`` (the anchor's is [1000, 1000]).
         rank: 1-based position by rating.
-        rank_best, rank_worst: the rank range the intervals allow: 1 + the models whose lower bound is above this
+        rank_best, rank_worst: (``leaderboard.csv``: empty for an unrated model, which has no interval) the rank
+            range the intervals allow: 1 + the models whose lower bound is above this
             model's upper bound; the number of models minus those whose upper bound is below this lower bound.
         judgments: ok battles this model was in; failures: its battles without a verdict.
         win_rate: its mean outcome against the baseline (ties ½; soft outcomes: mean P(win)) in [0, 1]; NaN for
@@ -160,7 +165,7 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
 
     Raises:
         ConfigError: for ``bootstrap`` < 10, ``confidence`` outside (0, 1), an anchor that is no model or has no ok
-            battle; :class:`TooFewVerdicts` for fewer than 2 ok battles.
+            battle (:class:`AnchorUnrated` for the latter); :class:`TooFewVerdicts` for fewer than 2 ok battles.
         BackendUnavailable: without evalica or scipy (``pip install 'brrm[arena]'``).
     """
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 10:
@@ -172,8 +177,10 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
     if len(ok) < 2:
         raise TooFewVerdicts(f"{len(ok)} of {len(battles)} battles have a verdict: the bootstrap needs at least 2")
     rated = [m for m in models if any(m in (b.model_a, b.model_b) for b in ok)]
+    if anchor is not None and anchor not in models:
+        raise ConfigError(f"--anchor {anchor!r} is not a model; models: {', '.join(models)}")
     if anchor is not None and anchor not in rated:
-        raise ConfigError(f"--anchor {anchor!r} is no model with an ok battle; rated models: {', '.join(rated)}")
+        raise AnchorUnrated(f"--anchor {anchor!r} is no model with an ok battle; rated models: {', '.join(rated)}")
     import numpy as np
 
     point, samples = _fit_and_resample(ok, rated, outcomes, bootstrap, confidence, seed)

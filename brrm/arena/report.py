@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from brrm.arena.categories import CategoryBoard, summary
 from brrm.arena.judging import Battle
-from brrm.arena.ratings import Leaderboard
+from brrm.arena.ratings import Leaderboard, Rating
 
 STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:64em}table{border-collapse:collapse;"
          "margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}td:nth-child(2),"
@@ -87,11 +87,16 @@ def _table(board: Leaderboard) -> str:
     head = ("<tr><th>rank</th><th>model</th><th>rating</th><th>interval</th><th>style-controlled</th>"
             "<th>win rate</th><th>LC win rate</th><th>judgments</th><th>failures</th><th>status</th></tr>")
     rows = "".join(
-        f"<tr><td>{r.rank_best}–{r.rank_worst}</td><td>{html.escape(r.model)}</td><td>{f(r.rating)}</td>"
+        f"<tr><td>{_ranks(r)}</td><td>{html.escape(r.model)}</td><td>{f(r.rating)}</td>"
         f"<td>[{f(r.lower)}, {f(r.upper)}]</td><td>{f(r.style_rating)}</td><td>{f(r.win_rate, '.1%')}</td>"
         f"<td>{f(r.lc_win_rate, '.1%')}</td><td>{r.judgments}</td><td>{r.failures}</td>"
         f"<td>{html.escape(r.status)}</td></tr>" for r in board.ratings)
     return f"<table>{head}{rows}</table>"
+
+
+def _ranks(r: Rating) -> str:
+    """The rank range a row's interval allows; none for an unrated model (no interval)."""
+    return "—" if r.status == "unrated" else f"{r.rank_best}–{r.rank_worst}"
 
 
 def _img(fig: object) -> str:

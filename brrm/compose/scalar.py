@@ -85,10 +85,14 @@ class ScalarRewardJudge(_Base):
         ``reference`` strategy); ``swap`` changes nothing.
 
         Raises:
-            ConfigError: on an unknown shape or strategy, n < 0, or ``principles`` < 1.
+            ConfigError: on an unknown shape or strategy, n < 0, ``principles`` < 1, or ``principles`` for a
+                Bradley–Terry model (it takes none).
         """
         if swap is not None:
             check_bool("swap", swap)
+        if principles is not None and not self.info.takes_principle:
+            raise ConfigError(f"principles: only principle models (kind principle) take one; this judge is "
+                              f"{self.info.describe()}")
         per = len(self.principles) if principles is None else check_int("principles", principles, low=1)
         return scalar_cost(shape, n, strategy=strategy, principles=per)
 

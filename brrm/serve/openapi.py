@@ -185,7 +185,8 @@ def _count_limits(parts: Schema, state: ServerState) -> None:
 
     _swap_rules(_obj(parts, "JudgeRequest"), "pairs", state, priced("pairs"))
     score = _obj(parts, "ScoreRequest")
-    if len(judge.info.composition.principles) > 1:  # an item is scored on its own principle, or on every default
+    several = len(judge.info.composition.principles) > 1
+    if several:  # an item is scored on its own principle, or on every default
         own: JSONDict = {"properties": {"items": {"items": {"required": ["principle"],
                                                             "properties": {"principle": {"type": "string"}}}}}}
         _swap_rules(score, "items", state, priced("score", principles=1), also=own)
@@ -201,14 +202,21 @@ def _count_limits(parts: Schema, state: ServerState) -> None:
         _swap_rules(rank, "responses", state, priced("group", resolved, least=1), strategy=strategy,
                     default=strategy == "auto")  # at least 1: the group's slot
     compare = _obj(parts, "CompareRequest")
+    named: JSONDict = {"required": ["principle"], "properties": {"principle": {"type": "string"}}}
     for strategy in COMPARE_STRATEGIES:
-        _swap_rules(compare, "response_objs", state, _compare_price(judge, strategy), strategy=strategy,
-                    default=strategy == state.limits.compare_strategy)
+        ways: tuple[tuple[JSONDict | None, int | None], ...] = (((named, 1), ({"not": named}, None)) if several
+                                                                 else ((None, None),))
+        for also, principles in ways:
+            _swap_rules(compare, "response_objs", state, _compare_price(judge, strategy, principles),
+                        strategy=strategy, default=strategy == state.limits.compare_strategy, also=also)
 
 
-def _compare_price(judge: RewardJudge, strategy: str) -> Callable[[bool], Callable[[int], int]]:
-    """``swap -> n -> cost`` of a ``/compare`` request of ``n`` responses under ``strategy``."""
-    return lambda swap: lambda n: judge.cost("pairs", len(comparison_pairs(strategy, n)), swap=swap)
+def _compare_price(judge: RewardJudge, strategy: str,
+                   principles: int | None = None) -> Callable[[bool], Callable[[int], int]]:
+    """``swap -> n -> cost`` of a ``/compare`` request of ``n`` responses under ``strategy`` (``principles``: 1
+    when the request names its principle, None: the judge's defaults)."""
+    return lambda swap: lambda n: judge.cost("pairs", len(comparison_pairs(strategy, n)), swap=swap,
+                                             principles=principles)
 
 
 def _most(state: ServerState, price: Callable[[int], int]) -> int:

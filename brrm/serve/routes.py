@@ -131,7 +131,8 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
     strategy = body.strategy or state.limits.compare_strategy
     canon = CanonicalGroup.of([None if k in bad else t for k, t in enumerate(texts)])  # the group's one order
     pairs = nemo_gym.judged_pairs(canon.caller_pairs(nemo_gym.comparison_pairs(strategy, len(texts))), bad)
-    spent = state.check_cost(state.judge.judgment_cost("pairs", len(pairs), swap=body.swap),
+    spent = state.check_cost(state.judge.judgment_cost("pairs", len(pairs), swap=body.swap,
+                                                       principles=1 if body.principle is not None else None),
                              f"{strategy} over {len(texts)} responses ({len(pairs)} pairs)")
     items = [PairItem(conv, texts[i], texts[j], f"{i}-{j}", principle=body.principle) for i, j in pairs]
     key = pairs_key(body.swap, body.principle is not None, state.options(body.options))

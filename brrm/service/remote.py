@@ -236,15 +236,20 @@ class RemoteJudge(SingleItems):
                       principles: int | None = None) -> JudgmentCost:
         """The work a request makes on the server, as the served judge's own ``judgment_cost`` counts it: a
         pairwise judge's ordered judgments (times two with swap, times its ``samples``), a scalar model's scored
-        sequences.
+        sequences (each response once per principle: ``principles`` when the request names its own, else the
+        served judge's defaults).
 
         Raises:
-            ConfigError: on an unknown shape or strategy, or n < 0.
+            ConfigError: on an unknown shape or strategy, n < 0, ``principles`` < 1, or ``principles`` for a judge
+                that takes none.
         """
         from brrm.compose import pairwise_cost, scalar_cost
 
         composition = self.info.composition
         if not self.info.pairwise:
+            if principles is not None and not self.info.takes_principle:
+                raise ConfigError(f"principles: only principle models (kind principle) take one; the served judge "
+                                  f"is {self.info.describe()}")
             per = len(composition.principles) if principles is None else check_int("principles", principles, low=1)
             return scalar_cost(shape, n, strategy=strategy, principles=per)
         both = bool(composition.swap if swap is None and self.swap is None

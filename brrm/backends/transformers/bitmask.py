@@ -52,8 +52,9 @@ def apply(logits: torch.Tensor, mask: torch.Tensor) -> None:
     if mask.dtype != torch.int32 or mask.dim() != 2 or logits.dim() != 2 or mask.shape[0] != logits.shape[0]:
         raise ValueError(f"a bitmask int32 [rows, words] for logits [rows, vocab], not {mask.dtype} "
                          f"{tuple(mask.shape)} for {tuple(logits.shape)}")
-    mask = mask.to(logits.device, non_blocking=True)
+    mask = mask.to(logits.device)  # blocking: the caller refills its CPU mask for the next row right after
     logits[:, WORD_BITS * mask.shape[1]:] = float("-inf")
-    bits = (mask.unsqueeze(-1) >> _SHIFTS.to(mask.device)) & 1
+    shifts = _SHIFTS if mask.device.type == "cpu" else torch.arange(WORD_BITS, dtype=torch.int32, device=mask.device)
+    bits = (mask.unsqueeze(-1) >> shifts) & 1
     allowed = bits.bool().view(mask.shape[0], -1).narrow(1, 0, min(logits.shape[1], WORD_BITS * mask.shape[1]))
     logits[:, :allowed.shape[1]].masked_fill_(~allowed, float("-inf"))

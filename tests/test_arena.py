@@ -209,7 +209,7 @@ def test_a_model_without_verdicts_yet_is_retried_and_an_unrated_anchor_does_not_
     placed nowhere, so no adjacent pair would ever reach it); an anchor without a verdict leaves the others rated on
     the geometric mean instead of stopping the run after its judgments."""
     rows = _rows(["weak", "mid", "strong"], 30)
-    for k, row in rows:
+    for _, row in rows:
         if row["model"] == "strong" and int(row["prompt_id"][1:]) < 25:
             row["response"] = "FAIL " + row["response"]
     table = table_from_rows(rows)

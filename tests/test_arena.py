@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from brrm import ConfigError
-from brrm.arena import Battle, fit, markdown, plan, read_table, run_arena, table_from_rows
+from brrm.arena import Battle, fit, markdown, plan, rate, read_table, run_arena, table_from_rows
 from brrm.types import JudgeInfo, PairwiseJudgment, Status, Verdict
 from tests.conftest import REPO
 
@@ -219,10 +219,13 @@ def test_a_model_without_verdicts_yet_is_retried_and_an_unrated_anchor_does_not_
     assert result.leaderboard.anchor == "strong" and strong.rating == 1000.0
     failing = [(k, dict(row, response="FAIL " + row["response"]) if row["model"] == "strong" else row)
                for k, row in rows]
-    board = run_arena(StrengthJudge(STRENGTHS), table_from_rows(failing), round_robin=True, bootstrap=20,
-                      anchor="strong").leaderboard
+    run = run_arena(StrengthJudge(STRENGTHS), table_from_rows(failing), round_robin=True, bootstrap=20,
+                    anchor="strong")
+    board = run.leaderboard
     assert board.fitted and board.anchor == "" and [r.status for r in board.ratings][-1] == "unrated"
     assert "geometric mean = 1000" in markdown(board)
+    board = rate(run.table, run.battles, baseline="strong", bootstrap=20)  # the baseline: the default anchor
+    assert board.fitted and board.anchor == "" and [r.status for r in board.ratings][-1] == "unrated"
 
 
 def test_pairing_refuses_unknown_baseline_and_both_strategies():

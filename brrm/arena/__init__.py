@@ -25,7 +25,7 @@ from brrm.arena.categories import CategoryBoard, by_category, summary, write_cat
 from brrm.arena.judging import OUTCOMES, Battle, default_swap, judge_matchups
 from brrm.arena.outputs import markdown, write_battles, write_leaderboard
 from brrm.arena.pairing import STRATEGIES, Matchup, grid_size, plan
-from brrm.arena.ratings import AnchorUnrated, Leaderboard, Rating, TooFewVerdicts, fit, unrated
+from brrm.arena.ratings import Leaderboard, Rating, fit
 from brrm.arena.sources import read_table
 from brrm.arena.style import covariates
 from brrm.arena.table import ArenaTable, RowError, table_from_rows
@@ -174,12 +174,11 @@ def rate(table: ArenaTable, battles: Sequence[Battle], *, outcomes: str = "soft"
     """The leaderboard of judged ``battles`` over ``table``: the Bradley–Terry fit and intervals
     (:func:`brrm.arena.ratings.fit`), the style-controlled ratings when ``style_control``
     (:mod:`brrm.arena.style`) and, with a ``baseline``, the length-controlled win rates (:mod:`brrm.arena.length`).
-    With fewer than 2 verdicts every model is ``unrated``, the reason in each row
-    (:func:`brrm.arena.ratings.unrated`): the battles and their failures are still the result. When the anchor has
-    no verdict the others are rated on the geometric mean (the board's ``anchor`` empty; the anchor ``unrated``).
+    With fewer than 2 verdicts every model is ``unrated``, the reason in each row (see :func:`brrm.arena.ratings.fit`,
+    also for an anchor without a verdict): the battles and their failures are still the result.
 
     Raises:
-        ConfigError: as :func:`brrm.arena.ratings.fit` (but for too few verdicts).
+        ConfigError: as :func:`brrm.arena.ratings.fit`.
     """
     from dataclasses import replace
 
@@ -192,16 +191,9 @@ def rate(table: ArenaTable, battles: Sequence[Battle], *, outcomes: str = "soft"
         kept = [k for k, b in enumerate(battles) if b.ok]
         style = np.zeros((len(battles), 4))
         style[kept] = covariates(table, [battles[k] for k in kept])
-    try:
-        board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
-                    confidence=confidence, seed=seed, style=style)
-    except AnchorUnrated:
-        return rate(table, battles, outcomes=outcomes, baseline=baseline, style_control=style_control,
-                    bootstrap=bootstrap, confidence=confidence, seed=seed)
-    except TooFewVerdicts as exc:
-        return unrated(battles, table.models, str(exc), outcomes=outcomes, anchor=anchor, baseline=baseline,
-                       bootstrap=bootstrap, confidence=confidence, seed=seed)
-    if baseline is None:
+    board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
+                confidence=confidence, seed=seed, style=style)
+    if baseline is None or not board.fitted:
         return board
     lc = lc_win_rates(table, battles, baseline, outcomes)
     return replace(board, ratings=tuple(replace(r, lc_win_rate=lc[r.model]) for r in board.ratings))

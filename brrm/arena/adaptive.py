@@ -21,7 +21,7 @@ from itertools import combinations
 
 from brrm.arena.judging import Battle
 from brrm.arena.pairing import Matchup, grid_size
-from brrm.arena.ratings import AnchorUnrated, Leaderboard, TooFewVerdicts, fit, unrated
+from brrm.arena.ratings import Leaderboard, fit
 from brrm.arena.table import ArenaTable
 from brrm.errors import ConfigError
 
@@ -98,8 +98,8 @@ def run_adaptive(table: ArenaTable, judge_fn: JudgeFn, *, outcomes: str = "soft"
         if not battles:
             raise ConfigError("adaptive pairing found no pair of models with a common prompt")
         rounds += 1
-        board = _round_board(battles, table, outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
-                             confidence=confidence, seed=seed)
+        board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
+                    confidence=confidence, seed=seed)
         open_pairs = _open_pairs(board, target_ci, queues, used)
         if not board.fitted and not batch:  # no verdict to order by and no prompt left
             break
@@ -126,20 +126,6 @@ def _open_pairs(board: Leaderboard, target_ci: float | None, queues: dict[tuple[
     waiting = {r.model for r in board.ratings if r.status == "unrated"}
     retry = [k for k in queues if waiting & set(k) and used[k] < len(queues[k])]
     return [*unsettled(board, target_ci), *retry] if board.fitted else retry
-
-
-def _round_board(battles: Sequence[Battle], table: ArenaTable, *, outcomes: str, anchor: str | None, bootstrap: int,
-                 confidence: float, seed: int) -> Leaderboard:
-    """A round's fit (:func:`brrm.arena.ratings.fit`), or with fewer than two verdicts every model unrated
-    (:func:`brrm.arena.ratings.unrated`: not :attr:`~brrm.arena.ratings.Leaderboard.fitted`)."""
-    try:
-        return fit(battles, table.models, outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
-                   confidence=confidence, seed=seed)
-    except AnchorUnrated:  # the order does not depend on the anchor: place the others now, the anchor later
-        return fit(battles, table.models, outcomes=outcomes, bootstrap=bootstrap, confidence=confidence, seed=seed)
-    except TooFewVerdicts as exc:
-        return unrated(battles, table.models, str(exc), outcomes=outcomes, anchor=anchor, bootstrap=bootstrap,
-                       confidence=confidence, seed=seed)
 
 
 def _queues(table: ArenaTable, seed: int) -> dict[tuple[str, ...], list[str]]:

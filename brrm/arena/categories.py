@@ -48,7 +48,7 @@ def by_category(battles: Sequence[Battle], models: Sequence[str], *, outcomes: s
         except ConfigError as exc:
             out.append(CategoryBoard(name, None, str(exc)))
             continue
-        out.append(CategoryBoard(name, board, ""))
+        out.append(CategoryBoard(name, board, "") if board.fitted else CategoryBoard(name, None, board.reason))
     return tuple(out)
 
 

@@ -37,14 +37,6 @@ if TYPE_CHECKING:
 
 
 
-class AnchorUnrated(ConfigError):
-    """The anchor model has no battle with a verdict, so no rating can be pinned to it (:func:`fit`)."""
-
-
-class TooFewVerdicts(ConfigError):
-    """Fewer than two battles have a verdict: no Bradley–Terry fit or bootstrap can be made (:func:`fit`)."""
-
-
 @dataclass(frozen=True)
 class Rating:
     """One model's row of the leaderboard.
@@ -112,7 +104,7 @@ class Leaderboard:
 
     @property
     def fitted(self) -> bool:
-        """A fit was made: at least two battles have a verdict (else every model is ``unrated``, :func:`unrated`)."""
+        """A fit was made: at least two battles have a verdict (else every model is ``unrated``, :func:`fit`)."""
         return self.judgments >= 2
 
 
@@ -155,7 +147,9 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
         battles: the judged matchups.
         models: every model of the arena (one with no ok battle is listed ``unrated``).
         outcomes: ``soft`` (P(A ≻ B) as a fractional win) or ``hard`` (win 1, tie ½, loss 0).
-        anchor: the model rated 1000 (default: ``baseline``; neither: the geometric mean strength is 1000).
+        anchor: the model rated 1000 (default: ``baseline``; neither: the geometric mean strength is 1000); an
+            anchor with no ok battle cannot be pinned: the others are rated on the geometric mean (the board's
+            ``anchor`` empty, the anchor's row ``unrated``).
         baseline: the model ``win_rate`` is measured against (None: no win rates).
         bootstrap: resamples of the battles, >= 10.
         confidence: interval level in (0, 1).
@@ -163,9 +157,12 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
         style: the battles' style covariates (:func:`brrm.arena.style.covariates`, one row per battle): also fit
             the style-controlled ratings; None: not.
 
+    Returns:
+        The :class:`Leaderboard`; with fewer than 2 ok battles no fit can be made and it is not
+        :attr:`~Leaderboard.fitted`: every model ``unrated``, the reason in each row and in the board.
+
     Raises:
-        ConfigError: for ``bootstrap`` < 10, ``confidence`` outside (0, 1), an anchor that is no model or has no ok
-            battle (:class:`AnchorUnrated` for the latter); :class:`TooFewVerdicts` for fewer than 2 ok battles.
+        ConfigError: for ``bootstrap`` < 10, ``confidence`` outside (0, 1), or an anchor that is not a model.
         BackendUnavailable: without evalica or scipy (``pip install 'brrm[arena]'``).
     """
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 10:
@@ -173,14 +170,14 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
     if not 0.0 < confidence < 1.0:
         raise ConfigError(f"--confidence must be in (0, 1), got {confidence!r}")
     anchor = anchor if anchor is not None else baseline
-    ok = [b for b in battles if b.ok]
-    if len(ok) < 2:
-        raise TooFewVerdicts(f"{len(ok)} of {len(battles)} battles have a verdict: the bootstrap needs at least 2")
-    rated = [m for m in models if any(m in (b.model_a, b.model_b) for b in ok)]
     if anchor is not None and anchor not in models:
         raise ConfigError(f"--anchor {anchor!r} is not a model; models: {', '.join(models)}")
-    if anchor is not None and anchor not in rated:
-        raise AnchorUnrated(f"--anchor {anchor!r} is no model with an ok battle; rated models: {', '.join(rated)}")
+    ok = [b for b in battles if b.ok]
+    if len(ok) < 2:
+        return _unrated(battles, models, f"{len(ok)} of {len(battles)} battles have a verdict: the bootstrap needs "
+                        "at least 2", outcomes, anchor, baseline, bootstrap, confidence, seed)
+    rated = [m for m in models if any(m in (b.model_a, b.model_b) for b in ok)]
+    anchor = anchor if anchor in rated else None  # an anchor without a verdict pins nothing
     import numpy as np
 
     point, samples = _fit_and_resample(ok, rated, outcomes, bootstrap, confidence, seed)
@@ -201,17 +198,16 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
                        coefficients)
 
 
-def unrated(battles: Sequence[Battle], models: Sequence[str], reason: str, *, outcomes: str = "soft",
-            anchor: str | None = None, baseline: str | None = None, bootstrap: int = 200, confidence: float = 0.95,
-            seed: int = 0) -> Leaderboard:
-    """The leaderboard of ``battles`` when no fit can be made (:class:`TooFewVerdicts`): every model ``unrated``
-    with ``reason``, its ratings NaN, its judgments and failures counted; no library ran."""
+def _unrated(battles: Sequence[Battle], models: Sequence[str], reason: str, outcomes: str, anchor: str | None,
+             baseline: str | None, bootstrap: int, confidence: float, seed: int) -> Leaderboard:
+    """The leaderboard of ``battles`` when no fit can be made: every model ``unrated`` with ``reason``, its ratings
+    NaN, its judgments and failures counted; no library ran."""
     from dataclasses import replace
 
     rows_ = _rows(models, {}, battles, outcomes, baseline)
     ok = sum(1 for b in battles if b.ok)
-    return Leaderboard(tuple(replace(r, reason=reason) for r in rows_), anchor or baseline or "", baseline or "",
-                       outcomes, confidence, bootstrap, seed, "", ok, len(battles) - ok, reason=reason)
+    return Leaderboard(tuple(replace(r, reason=reason) for r in rows_), anchor or "", baseline or "", outcomes,
+                       confidence, bootstrap, seed, "", ok, len(battles) - ok, reason=reason)
 
 
 def _with_style(rows_: tuple[Rating, ...], ok: Sequence[Battle], x: np.ndarray, rated: Sequence[str], outcomes: str,

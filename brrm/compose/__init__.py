@@ -14,7 +14,14 @@ from typing import Any
 
 from brrm.compose.judges import PairwiseRewardJudge, ScalarRewardJudge
 from brrm.compose.pairwise import adjusted_win_rate, pairwise_from_rewards, rank_by_win_rate, sigmoid
-from brrm.compose.strategies import GroupPlan, judgments_per_group, pairwise_cost, run_plans, scalar_cost
+from brrm.compose.strategies import (
+    GroupPlan,
+    judgments_per_group,
+    pairwise_cost,
+    run_plans,
+    scalar_cost,
+    scalar_judge_cost,
+)
 from brrm.compose.swap import combine, judge_with_swap, mirror
 from brrm.errors import ConfigError
 from brrm.types import OrderedPairJudge, ScalarRewardModel
@@ -34,6 +41,7 @@ __all__ = [
     "rank_by_win_rate",
     "run_plans",
     "scalar_cost",
+    "scalar_judge_cost",
     "sigmoid",
 ]
 

@@ -14,7 +14,7 @@ from brrm.compose.strategies import (
     GroupPlan,
     build_group,
     run_plans,
-    scalar_cost,
+    scalar_judge_cost,
 )
 from brrm.errors import ConfigError
 from brrm.types import (
@@ -26,7 +26,6 @@ from brrm.types import (
     Status,
     Verdict,
     check_bool,
-    check_int,
     check_same_length,
 )
 from brrm.types.conversation import ConversationLike
@@ -90,11 +89,7 @@ class ScalarRewardJudge(_Base):
         """
         if swap is not None:
             check_bool("swap", swap)
-        if principles is not None and not self.info.takes_principle:
-            raise ConfigError(f"principles: only principle models (kind principle) take one; this judge is "
-                              f"{self.info.describe()}")
-        per = len(self.principles) if principles is None else check_int("principles", principles, low=1)
-        return scalar_cost(shape, n, strategy=strategy, principles=per)
+        return scalar_judge_cost(self.info, shape, n, strategy=strategy, principles=principles)
 
     def score(self, conversations: Sequence[ConversationLike],
               responses: Sequence[str], /, *, principles: Principles = None,

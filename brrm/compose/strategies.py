@@ -30,6 +30,7 @@ from brrm.errors import ConfigError
 from brrm.types import (
     SHAPES,
     GroupResult,
+    JudgeInfo,
     PairwiseJudgment,
     ScalarReward,
     Status,
@@ -110,6 +111,24 @@ def scalar_cost(shape: str, n: int, *, strategy: str = "auto", principles: int =
     strategy = check_strategy(strategy, pairwise=False, has_reference=strategy == "reference")
     return JudgmentCost(shape, n, (n + (strategy == "reference")) * per, turns=1, strategy=strategy,
                         unit="scored sequence")
+
+
+def scalar_judge_cost(info: JudgeInfo, shape: str, n: int, *, strategy: str = "auto",
+                      principles: int | None = None) -> JudgmentCost:
+    """What a request costs the scalar judge ``info`` describes (the arithmetic behind :meth:`ScalarRewardJudge.
+    judgment_cost <brrm.compose.ScalarRewardJudge.judgment_cost>` and :class:`~brrm.service.RemoteJudge`'s):
+    :func:`scalar_cost`, each response once per principle: ``principles`` when the request names its own (>= 1),
+    else the judge's default principles.
+
+    Raises:
+        ConfigError: as :func:`scalar_cost`, ``principles`` < 1, or ``principles`` for a judge that takes none
+            (Bradley–Terry).
+    """
+    if principles is not None and not info.takes_principle:
+        raise ConfigError(f"principles: only principle models (kind principle) take one; this judge is "
+                          f"{info.describe()}")
+    per = len(info.composition.principles) if principles is None else check_int("principles", principles, low=1)
+    return scalar_cost(shape, n, strategy=strategy, principles=per)
 
 
 class GroupPlan:

@@ -184,15 +184,9 @@ def _count_limits(parts: Schema, state: ServerState) -> None:
                                                             principles=principles))
 
     _swap_rules(_obj(parts, "JudgeRequest"), "pairs", state, priced("pairs"))
-    score = _obj(parts, "ScoreRequest")
     several = len(judge.info.composition.principles) > 1
-    if several:  # an item is scored on its own principle, or on every default
-        own: JSONDict = {"properties": {"items": {"items": {"required": ["principle"],
-                                                            "properties": {"principle": {"type": "string"}}}}}}
-        _swap_rules(score, "items", state, priced("score", principles=1), also=own)
-        _swap_rules(score, "items", state, priced("score"), also={"not": own})
-    else:
-        _swap_rules(score, "items", state, priced("score"))
+    for also, principles in _principle_cases({"properties": {"items": {"items": _named()}}}, several):
+        _swap_rules(_obj(parts, "ScoreRequest"), "items", state, priced("score", principles=principles), also=also)
     _swap_rules(_obj(parts, "GetRewardRequest"), "query", state, priced("score"))
     rank = _obj(parts, "RankRequest")
     for strategy in STRATEGIES:
@@ -202,13 +196,22 @@ def _count_limits(parts: Schema, state: ServerState) -> None:
         _swap_rules(rank, "responses", state, priced("group", resolved, least=1), strategy=strategy,
                     default=strategy == "auto")  # at least 1: the group's slot
     compare = _obj(parts, "CompareRequest")
-    named: JSONDict = {"required": ["principle"], "properties": {"principle": {"type": "string"}}}
     for strategy in COMPARE_STRATEGIES:
-        ways: tuple[tuple[JSONDict | None, int | None], ...] = (((named, 1), ({"not": named}, None)) if several
-                                                                 else ((None, None),))
-        for also, principles in ways:
+        for also, principles in _principle_cases(_named(), several):
             _swap_rules(compare, "response_objs", state, _compare_price(judge, strategy, principles),
                         strategy=strategy, default=strategy == state.limits.compare_strategy, also=also)
+
+
+def _named() -> JSONDict:
+    """An object that names its principle (a string): then each response is scored on that one alone."""
+    return {"required": ["principle"], "properties": {"principle": {"type": "string"}}}
+
+
+def _principle_cases(named: JSONDict, several: bool) -> tuple[tuple[JSONDict | None, int | None], ...]:
+    """(condition, principles) for each way a request is costed: one principle per response when it matches
+    ``named``, else the judge's defaults; one unconditional case when the judge has at most one default principle
+    (both ways then cost the same)."""
+    return ((named, 1), ({"not": named}, None)) if several else ((None, None),)
 
 
 def _compare_price(judge: RewardJudge, strategy: str,

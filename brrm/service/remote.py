@@ -243,15 +243,11 @@ class RemoteJudge(SingleItems):
             ConfigError: on an unknown shape or strategy, n < 0, ``principles`` < 1, or ``principles`` for a judge
                 that takes none.
         """
-        from brrm.compose import pairwise_cost, scalar_cost
+        from brrm.compose import pairwise_cost, scalar_judge_cost
 
         composition = self.info.composition
         if not self.info.pairwise:
-            if principles is not None and not self.info.takes_principle:
-                raise ConfigError(f"principles: only principle models (kind principle) take one; the served judge "
-                                  f"is {self.info.describe()}")
-            per = len(composition.principles) if principles is None else check_int("principles", principles, low=1)
-            return scalar_cost(shape, n, strategy=strategy, principles=per)
+            return scalar_judge_cost(self.info, shape, n, strategy=strategy, principles=principles)
         both = bool(composition.swap if swap is None and self.swap is None
                     else (self.swap if swap is None else swap))
         return pairwise_cost(shape, n, strategy=strategy, swap=both, samples=composition.samples,

@@ -246,7 +246,20 @@ def test_embedded_model_judges_example_pairs(tmp_path, capsys):
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert all(r["winner"] in ("A", "B") and r["dimensions"] for r in rows)
     assert "SmolLM2" in stdout and "published: 8192 per turn" in stdout
+    assert "400 new tokens per turn, 4096 total" in stdout  # the README's demo budgets
     assert rows[0]["provenance"]["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # a name, not a cache path
+
+
+@pytest.mark.slow
+def test_the_embedded_demo_has_the_budgets_the_readme_states():
+    """README: "400 new tokens per turn, 4096 in total, free-text blocks capped at 32 tokens"."""
+    import brrm
+
+    with brrm.load() as judge:
+        sampling, config = judge.info.sampling, judge.info.config
+        assert (sampling.max_new_tokens, sampling.max_total_tokens, config.block_token_cap) == (400, 4096, 32)
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "400 new tokens per turn, 4096 in total, free-text blocks capped at 32 tokens" in readme
 
 
 @pytest.mark.slow

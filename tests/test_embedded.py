@@ -99,7 +99,8 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, flo
 
 @pytest.mark.slow
 def test_converted_dir_has_weights_tokenizer_and_template(converted: tuple[Path, Path, float]) -> None:
-    root, path, _ = converted
+    root, path, seconds = converted
+    assert seconds < 90, seconds  # the README: "about 30 s the first time" (19-23 s on the 2-core box, busy or not)
     assert path.parent == root and path.name.startswith("smollm2-135m-instruct-")
     names = {p.name for p in path.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", MARKER} <= names

@@ -66,3 +66,13 @@ def busy_8000():
         pass
     yield
     sock.close()
+
+
+def terminal_sigint() -> None:
+    """``preexec_fn`` of a child that a test sends SIGINT: the default disposition, as in a terminal. A test runner
+    started in the background (``pytest &``, a CI script's job) has SIGINT ignored, as shells do for background
+    jobs, and its children inherit that, so the test's Ctrl-C would never arrive (``tests/audit_support.py`` does
+    the same inside its forked children)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

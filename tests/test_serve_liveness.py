@@ -15,6 +15,7 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import terminal_sigint
 from tests.serve_helpers import REPO, free_port, running_server
 
 FACTORY = "tests.test_serve_liveness:slow_judge"
@@ -41,7 +42,7 @@ def _start(port: int, factory: str, load_s: float, log) -> subprocess.Popen[byte
     env = {**os.environ, "PYTHONPATH": str(REPO), "BRRM_TEST_LOAD_S": str(load_s)}
     return subprocess.Popen([sys.executable, "-m", "brrm", "serve", "--factory", factory, "--port", str(port),
                              "--log-level", "warning", "--no-access-log"], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, preexec_fn=terminal_sigint)
 
 
 def _first_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> float:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, terminal_sigint
 
 STUCK = """
 import sys, time
@@ -32,7 +32,7 @@ except KeyboardInterrupt as exc:
 
 def _run(mode: str, sig: signal.Signals) -> tuple[int, float, str, str]:
     proc = subprocess.Popen([sys.executable, "-c", STUCK, mode], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=terminal_sigint)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(0.3)

@@ -165,6 +165,44 @@ def test_score_admission_counts_the_principles_each_item_is_scored_on(tmp_path, 
         valid = Draft202012Validator({"$ref": "#/components/schemas/CompareRequest", **doc}).is_valid
         assert valid(body) and not valid({**body, "principle": None})
 
+@pytest.mark.parametrize("defaults", [[], ["correct"], ["correct", "short"]])
+def test_the_served_schema_says_which_items_must_name_a_principle(tmp_path, defaults):
+    """A principle model refuses an item without a principle when it has no default, and a request in which some
+    items name one and others do not when it has several (their mean is scored apart); the served schema refuses
+    exactly those requests, and each refusal names the field."""
+    from jsonschema import Draft202012Validator
+
+    from brrm.serve import create_app
+    from brrm.serve.limits import ServerLimits
+    from brrm.testing import save_tiny_qwen3
+
+    judge = brrm.load(str(save_tiny_qwen3(tmp_path / "lm", seed=3)), kind="principle", recipe="llama_reward",
+                      device="cpu", **({"principle": defaults} if defaults else {}))
+    own, bare = {"prompt": "q", "response": "a", "principle": "correct"}, {"prompt": "q", "response": "b"}
+    with TestClient(create_app(judge, limits=ServerLimits(warmup=False))) as client:
+        doc = client.get("/openapi.json").json()
+        score_ok = Draft202012Validator({"$ref": "#/components/schemas/ScoreRequest", **doc}).is_valid
+        compare_ok = Draft202012Validator({"$ref": "#/components/schemas/CompareRequest", **doc}).is_valid
+        cases = {"named": [own, own], "bare": [bare, bare], "mixed": [own, bare]}
+        accepted = {"named": True, "bare": bool(defaults), "mixed": len(defaults) == 1}
+        for name, items in cases.items():
+            r = client.post("/v1/score", json={"items": items})
+            assert (r.status_code == 200) is accepted[name] is score_ok({"items": items}), (name, r.text)
+            if not accepted[name]:
+                assert r.status_code == 422 and r.json()["error"]["message"].startswith(
+                    f"items[{items.index(bare)}].principle"), r.text
+            else:
+                want = ["correct", " | ".join(defaults) if len(defaults) > 1 else "correct"]
+                assert [x["principle"] for x in r.json()["rewards"]] == [want[it is bare] for it in items], r.text
+        body = compare_body(["4", "5"], "What is 2+2?")
+        for principle in ("correct", None):
+            r = client.post("/compare", json={**body, "principle": principle})
+            ok = principle is not None or bool(defaults)
+            assert (r.status_code == 200) is ok is compare_ok({**body, "principle": principle}), r.text
+            if not ok:
+                assert r.json()["error"]["message"].startswith("principle is required"), r.text
+
+
 def test_no_surface_reads_settings_or_counts_costs_through_a_side_door():
     """Issue 29's "Done when" greps, held in the test command."""
     offenders = []

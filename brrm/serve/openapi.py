@@ -165,12 +165,36 @@ def _judge_fields(parts: Schema, state: ServerState) -> None:
     if not info.takes_principle:
         _obj(item, "properties")["principle"] = NULL
         _obj(_obj(parts, "CompareRequest"), "properties")["principle"] = NULL
+    else:
+        _principle_rules(parts, len(info.composition.principles))
     rank = _obj(parts, "RankRequest")
     strategies: list[JSONValue] = [s for s in STRATEGIES if not (state.pairwise and s == "scores")]
     _obj(_obj(rank, "properties"), "strategy")["enum"] = strategies
     rank["allOf"] = [{"if": {"required": ["strategy"], "properties": {"strategy": {"const": "reference"}}},
                       "then": {"required": ["reference"], "properties": {"reference": {"type": "string"}}},
                       "else": {"properties": {"reference": NULL}}}]
+
+
+def _principle_rules(parts: Schema, defaults: int) -> None:
+    """What a principle model with ``defaults`` default principles refuses: without a default, a ``/v1/score`` item
+    or a ``/compare`` request that names no principle; with several, a ``/v1/score`` request in which some items
+    name one and others do not (every item names its own, or none does)."""
+    every: JSONDict = {"properties": {"items": {"items": _named()}}}
+    none: JSONDict = {"properties": {"items": {"items": {"properties": {"principle": NULL}}}}}
+    if not defaults:
+        _rules(_obj(parts, "ScoreRequest")).append(every)
+        _rules(_obj(parts, "CompareRequest")).append(_named())
+    elif defaults > 1:
+        _rules(_obj(parts, "ScoreRequest")).append(
+            {"anyOf": [every, none]})
+
+
+def _rules(model: Schema) -> list[JSONValue]:
+    """``model``'s ``allOf`` list (created empty)."""
+    rules = model.setdefault("allOf", [])
+    if not isinstance(rules, list):
+        raise TypeError("OpenAPI schema: allOf is not a list")
+    return rules
 
 
 def _count_limits(parts: Schema, state: ServerState) -> None:
@@ -241,9 +265,7 @@ def _swap_rules(model: Schema, field: str, state: ServerState, price: Callable[[
     (absent: ``default`` says whether it is the one used), for the requests that match ``also`` (None: all)."""
     has_swap = "swap" in _obj(model, "properties")
     counts = {True: _most(state, price(True)), False: _most(state, price(False))}
-    rules = model.setdefault("allOf", [])
-    if not isinstance(rules, list):
-        raise TypeError("OpenAPI schema: allOf is not a list")
+    rules = _rules(model)
     for swap in ((True, False, None) if has_swap else (None,)):
         n = counts[state.swap if swap is None else swap]
         when: JSONDict = {"properties": {"swap": NULL if swap is None else {"const": swap}}} if has_swap else {}

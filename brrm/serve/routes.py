@@ -49,6 +49,9 @@ rlhf = APIRouter(tags=["RLHF frameworks"], responses=ERRORS)
 """``/get_reward`` (OpenRLHF) and ``/compare`` (NeMo Gym)."""
 
 
+_NO_DEFAULT = "this principle model has no default principle (brrm serve --principle TEXT gives it one)"
+
+
 def _checked(state: ServerState, body: BaseModel, n: int, name: str) -> None:
     """Refuse a request over the item limit or with a text field over the field limit (413)."""
     state.check_items(n, name)
@@ -128,6 +131,8 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
     if body.principle is not None and not state.judge.info.takes_principle:
         raise ConfigError(f"principle: only principle models take one; this judge is "
                           f"{state.judge.info.describe()} (send principle null)")
+    if body.principle is None and state.judge.info.takes_principle and not state.judge.info.composition.principles:
+        raise ConfigError(f"principle is required: {_NO_DEFAULT}")
     strategy = body.strategy or state.limits.compare_strategy
     canon = CanonicalGroup.of([None if k in bad else t for k, t in enumerate(texts)])  # the group's one order
     pairs = nemo_gym.judged_pairs(canon.caller_pairs(nemo_gym.comparison_pairs(strategy, len(texts))), bad)
@@ -162,6 +167,10 @@ def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bo
         k = next(k for k, it in enumerate(items) if it.principle is not None)
         raise ConfigError(f"items[{k}].principle: only principle models (kind principle) take a principle; this "
                           f"judge is {state.judge.info.describe()}")
+    if state.judge.info.takes_principle and not state.judge.info.composition.principles:
+        bare = [k for k, it in enumerate(items) if it.principle is None]
+        if bare:
+            raise ConfigError(f"items[{bare[0]}].principle is required: {_NO_DEFAULT}")
     return state.pairwise, principles
 
 

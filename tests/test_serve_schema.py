@@ -1,6 +1,6 @@
 """The served OpenAPI schema states exactly what ``brrm serve`` accepts and answers (issue 18 item 9):
-schemathesis ``--checks all`` finds 0 failures against a tiny real Bradley–Terry server and a tiny real BR-RM
-server, each with and without an API key.
+schemathesis ``--checks all`` finds 0 failures against tiny real servers of each kind: a Bradley–Terry model, a BR-RM
+judge with an API key, a principle model without a default principle and one with two defaults and an API key.
 
 schemathesis runs as its CLI (``schemathesis run``), one process per server, with a fixed seed, a bounded number
 of examples per operation and a time bound; ``tests/fixtures/schemathesis.toml`` counts 413 as a rejection (the
@@ -29,6 +29,7 @@ pytest.importorskip("schemathesis")
 KEY = "schema-key-0123456789"
 LIMITS = ["--max-items", "6", "--deadline", "30", "--max-wait-ms", "5"]
 BRRM = ["--kind", "brrm", "--max-new-tokens", "24", "--block-token-cap", "8", "--thinking", "off"]
+PRINCIPLE = ["--kind", "principle", "--recipe", "llama_reward", "--max-new-tokens", "8"]
 CONFIG = REPO / "tests" / "fixtures" / "schemathesis.toml"
 EXAMPLES, SECONDS = 8, 20
 
@@ -51,8 +52,12 @@ def test_schemathesis_checks_all_find_nothing(tmp_path):
 
     bt = save_tiny_qwen3(tmp_path / "rm", sequence_classification=True)
     lm = save_tiny_qwen3(tmp_path / "lm")
-    setups = {"bt": ["--model", str(bt), *LIMITS], "bt+key": ["--model", str(bt), *LIMITS],
-              "brrm": ["--model", str(lm), *BRRM, *LIMITS], "brrm+key": ["--model", str(lm), *BRRM, *LIMITS]}
+    setups = {"bt": ["--model", str(bt), *LIMITS], "brrm+key": ["--model", str(lm), *BRRM, *LIMITS],
+              "principle": ["--model", str(lm), *PRINCIPLE, *LIMITS],  # no default: /v1/judge, /v1/rank and
+              # /get_reward, which name no principle, are not offered
+              "principle2+key": ["--model", str(lm), *PRINCIPLE, "--principle", "correct", "--principle", "short",
+                                 *LIMITS]}
+    operations = {"bt": 9, "brrm+key": 9, "principle": 6, "principle2+key": 9}
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(4) as pool:
         starting = {name: pool.submit(stack.enter_context, running_server(
             args, tmp_path, api_key=KEY if name.endswith("+key") else None, ready_timeout_s=120))
@@ -70,6 +75,6 @@ def test_schemathesis_checks_all_find_nothing(tmp_path):
         assert run.returncode == 0, (f"{name}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}\nserver log:\n"
                                      f"{servers[name].output()[-4000:]}")
         tested = re.search(r"Tested: (\d+)", run.stdout)
-        assert tested and int(tested.group(1)) == 9, (name, run.stdout[-3000:])  # every operation was tested
-        assert report[name][1] >= 2 * 9, (name, run.stdout[-3000:])  # with generated cases, not only examples
+        assert tested and int(tested.group(1)) == operations[name], (name, run.stdout[-3000:])  # every one tested
+        assert report[name][1] >= 2 * operations[name], (name, run.stdout[-3000:])  # generated, not only examples
         assert "No failures" in run.stdout or "passed" in run.stdout, run.stdout[-2000:]

@@ -7,6 +7,7 @@ backend, a tiny real Bradley–Terry model, and a tiny BR-RM served over HTTP.""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -169,7 +170,8 @@ def test_score_admission_counts_the_principles_each_item_is_scored_on(tmp_path, 
 def test_the_served_schema_says_which_items_must_name_a_principle(tmp_path, defaults):
     """A principle model refuses an item without a principle when it has no default, and a request in which some
     items name one and others do not when it has several (their mean is scored apart); the served schema refuses
-    exactly those requests, and each refusal names the field."""
+    exactly those requests, and each refusal names the field. Served without a default, it still warms up and
+    becomes ready (its warm-up failed forever before: it scored without a principle)."""
     from jsonschema import Draft202012Validator
 
     from brrm.serve import create_app
@@ -179,7 +181,11 @@ def test_the_served_schema_says_which_items_must_name_a_principle(tmp_path, defa
     judge = brrm.load(str(save_tiny_qwen3(tmp_path / "lm", seed=3)), kind="principle", recipe="llama_reward",
                       device="cpu", **({"principle": defaults} if defaults else {}))
     own, bare = {"prompt": "q", "response": "a", "principle": "correct"}, {"prompt": "q", "response": "b"}
-    with TestClient(create_app(judge, limits=ServerLimits(warmup=False))) as client:
+    with TestClient(create_app(judge, limits=ServerLimits())) as client:  # with the warm-up
+        deadline = time.monotonic() + 60
+        while client.get("/ready").status_code != 200:  # no default: the warm-up names its own principle
+            assert time.monotonic() < deadline, client.get("/ready").text
+            time.sleep(0.05)
         doc = client.get("/openapi.json").json()
         score_ok = Draft202012Validator({"$ref": "#/components/schemas/ScoreRequest", **doc}).is_valid
         compare_ok = Draft202012Validator({"$ref": "#/components/schemas/CompareRequest", **doc}).is_valid
@@ -194,7 +200,14 @@ def test_the_served_schema_says_which_items_must_name_a_principle(tmp_path, defa
             else:
                 want = ["correct", " | ".join(defaults) if len(defaults) > 1 else "correct"]
                 assert [x["principle"] for x in r.json()["rewards"]] == [want[it is bare] for it in items], r.text
+        offered = {"/v1/judge", "/v1/rank", "/get_reward"} <= doc["paths"].keys()
+        r = client.post("/v1/rank", json={"prompt": "q", "responses": ["a", "b"], "strategy": "scores"})
+        assert offered is bool(defaults) is (r.status_code == 200), r.text  # none names a principle
+        if not defaults:
+            assert r.status_code == 422 and "no default principle" in r.json()["error"]["message"], r.text
         body = compare_body(["4", "5"], "What is 2+2?")
+        r = client.post("/compare", json={**compare_body(["4"]), "principle": " "})  # nothing compared: still 422
+        assert r.status_code == 422 and not compare_ok({**compare_body(["4"]), "principle": " "}), r.text
         for principle in ("correct", None):
             r = client.post("/compare", json={**body, "principle": principle})
             ok = principle is not None or bool(defaults)

@@ -38,6 +38,13 @@ from brrm.types.strategies import STRATEGIES
 
 Schema = MutableMapping[str, JSONValue]
 NULL: JSONDict = {"type": "null"}
+NOT_BLANK = "[^" + "".join(f"\\u{c:04x}" for c in range(0x10000) if chr(c).isspace()) + "]"
+"""A regex pattern that matches a string with a character Python's ``str.strip`` keeps (a principle the judge takes:
+it refuses one that strips to ""); written from Python's own whitespace, which differs from ECMA's ``\\s`` (it
+counts U+001C-U+001F and U+0085, not U+FEFF). Every whitespace character is in the BMP."""
+PRINCIPLE_FREE = ("/v1/judge", "/v1/rank", "/get_reward")
+"""The judging paths whose requests name no principle: a principle model without a default principle answers each
+request there 422 (:data:`~brrm.serve.state.NO_DEFAULT_PRINCIPLE`), so its schema leaves them out."""
 LAST_TURN = ("The conversation must end with a user or tool turn (the judged responses are sent separately); "
              "otherwise 422.")
 ONE_PER_QUERY = "One entry per query (otherwise 422)."
@@ -62,6 +69,10 @@ def server_schema(schema: dict[str, JSONValue], state: ServerState) -> dict[str,
             node["maxLength"] = state.limits.max_field_chars
     _idempotency(schema)
     _auth(schema, state)
+    info = state.judge.info
+    if info.takes_principle and not info.composition.principles:  # nothing there can be scored: not offered
+        for path in PRINCIPLE_FREE:
+            _obj(schema, "paths").pop(path, None)
     return schema
 
 
@@ -138,16 +149,26 @@ def _options(model: Schema, state: ServerState) -> None:
     props = _obj(model, "properties")
     for request_option in request_options():
         name, mark = request_option.keyword, request_option.mark
-        least = (mark.low if mark.low is not None else 0) if request_option.type is int else request_option.choices[0]
-        try:
-            state.variants.get(CallOptions.of({name: least}))
-        except ConfigError:
+        tried = request_option.choices if request_option.type is str else (mark.low if mark.low is not None else 0,)
+        valid = [value for value in tried if _varies(state, name, value)]
+        if not valid:
             props[name] = NULL
             continue
         top = request_option.current(state.judge.info) if mark.bounded else None
         for option in _options_of(_obj(props, name)):
             if option.get("type") == "integer" and isinstance(top, int):
                 option["maximum"] = top
+            if "enum" in option:  # a word option: the choices this judge takes (a principle model: no "faithful")
+                option["enum"] = list(valid)
+
+
+def _varies(state: ServerState, name: str, value: str | int) -> bool:
+    """Whether the judge takes ``value`` as option ``name`` of a request (a variant with it can be built)."""
+    try:
+        state.variants.get(CallOptions.of({name: value}))
+    except ConfigError:
+        return False
+    return True
 
 
 def _judge_fields(parts: Schema, state: ServerState) -> None:
@@ -166,13 +187,17 @@ def _judge_fields(parts: Schema, state: ServerState) -> None:
         _obj(item, "properties")["principle"] = NULL
         _obj(_obj(parts, "CompareRequest"), "properties")["principle"] = NULL
     else:
+        for model in (item, _obj(parts, "CompareRequest")):
+            for option in _options_of(_obj(_obj(model, "properties"), "principle")):
+                if option.get("type") == "string":
+                    option["pattern"] = NOT_BLANK  # the judge refuses an empty or blank principle
         _principle_rules(parts, len(info.composition.principles))
     rank = _obj(parts, "RankRequest")
     strategies: list[JSONValue] = [s for s in STRATEGIES if not (state.pairwise and s == "scores")]
     _obj(_obj(rank, "properties"), "strategy")["enum"] = strategies
-    rank["allOf"] = [{"if": {"required": ["strategy"], "properties": {"strategy": {"const": "reference"}}},
-                      "then": {"required": ["reference"], "properties": {"reference": {"type": "string"}}},
-                      "else": {"properties": {"reference": NULL}}}]
+    _rules(rank).append({"if": {"required": ["strategy"], "properties": {"strategy": {"const": "reference"}}},
+                         "then": {"required": ["reference"], "properties": {"reference": {"type": "string"}}},
+                         "else": {"properties": {"reference": NULL}}})
 
 
 def _principle_rules(parts: Schema, defaults: int) -> None:

@@ -28,6 +28,9 @@ from brrm.types import Conversation
 
 log = logging.getLogger("brrm.serve")
 
+WARMUP_PRINCIPLE = "The response is polite."
+"""The principle of the warm-up's scored response when the judge is a principle model without a default one (its
+requests name their own)."""
 WARMUP_TOKENS = 16
 """Tokens per turn of the BR-RM warm-up judgment (enough to run prefill and decode once; its verdict is unused)."""
 
@@ -113,7 +116,8 @@ def _warmup_job(state: ServerState) -> tuple[Hashable, list[PairItem] | list[Sco
     """The warm-up's (key, items): one tiny pair with a small token budget, or one scored response."""
     conv = Conversation.coerce("Say hello.")
     if not state.pairwise:
-        return score_key(False, False), [ScoreItem(conv, "Hello!")]
+        named = bool(state.judge.info.takes_principle) and not state.judge.info.composition.principles
+        return score_key(False, named), [ScoreItem(conv, "Hello!", WARMUP_PRINCIPLE if named else None)]
     options: CallOptions | None = CallOptions.of({"max_new_tokens": WARMUP_TOKENS})
     try:
         state.variants.get(options)

@@ -33,7 +33,7 @@ from brrm.serve.schemas import (
     ScoreResponse,
 )
 from brrm.serve.security import check_field_lengths
-from brrm.serve.state import ServerState, State, conversation
+from brrm.serve.state import NO_DEFAULT_PRINCIPLE, ServerState, State, conversation
 from brrm.service.items import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
 from brrm.service.order import CanonicalGroup
 from brrm.types import Conversation, GroupResult, PairwiseJudgment, ScalarReward, parse_label
@@ -49,11 +49,13 @@ rlhf = APIRouter(tags=["RLHF frameworks"], responses=ERRORS)
 """``/get_reward`` (OpenRLHF) and ``/compare`` (NeMo Gym)."""
 
 
-_NO_DEFAULT = "this principle model has no default principle (brrm serve --principle TEXT gives it one)"
-
-
-def _checked(state: ServerState, body: BaseModel, n: int, name: str) -> None:
-    """Refuse a request over the item limit or with a text field over the field limit (413)."""
+def _checked(state: ServerState, body: BaseModel, n: int, name: str, *, principled: bool = True) -> None:
+    """Refuse a request over the item limit or with a text field over the field limit (413), or (422) one of a
+    route that names no principle (``principled=False``) when the judge is a principle model without a default."""
+    info = state.judge.info
+    if not principled and info.takes_principle and not info.composition.principles:
+        raise ConfigError(f"{NO_DEFAULT_PRINCIPLE}, and this route names none: score on a principle with /v1/score "
+                          "or /compare")
     state.check_items(n, name)
     check_field_lengths(body.model_dump(exclude_none=True), state.limits.max_field_chars, "")
 
@@ -72,7 +74,7 @@ def _of(kind: type[R], results: list[object]) -> list[R]:
 
 @judging.post("/v1/judge", summary="Judge pairs: one PairwiseJudgment per pair, in order")
 async def judge(body: JudgeRequest, request: Request, state: State) -> JudgeResponse:
-    _checked(state, body, len(body.pairs), "pairs")
+    _checked(state, body, len(body.pairs), "pairs", principled=False)
     items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
                       parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
              for k, p in enumerate(body.pairs)]
@@ -101,7 +103,7 @@ async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResp
 
 @judging.post("/v1/rank", summary="Rank one group of responses by a strategy")
 async def rank(body: RankRequest, request: Request, state: State) -> RankResponse:
-    _checked(state, body, len(body.responses), "responses")
+    _checked(state, body, len(body.responses), "responses", principled=False)
     strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
     n = len(body.responses)
     spent = state.check_cost(state.judge.judgment_cost("group", n, strategy=strategy, swap=body.swap),
@@ -116,7 +118,7 @@ async def rank(body: RankRequest, request: Request, state: State) -> RankRespons
 
 @rlhf.post("/get_reward", summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
 async def get_reward(body: GetRewardRequest, request: Request, state: State) -> GetRewardResponse:
-    _checked(state, body, len(body.query), "query")
+    _checked(state, body, len(body.query), "query", principled=False)
     rewards = await _get_rewards(state, request, body)
     state.metrics.count_statuses(r.status for r in rewards)
     return GetRewardResponse.model_validate(openrlhf.reply(rewards, state.limits.failed_reward))
@@ -132,7 +134,9 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
         raise ConfigError(f"principle: only principle models take one; this judge is "
                           f"{state.judge.info.describe()} (send principle null)")
     if body.principle is None and state.judge.info.takes_principle and not state.judge.info.composition.principles:
-        raise ConfigError(f"principle is required: {_NO_DEFAULT}")
+        raise ConfigError(f"principle is required: {NO_DEFAULT_PRINCIPLE}")
+    if body.principle is not None and not body.principle.strip():  # refused even when nothing is compared
+        raise ConfigError(f"principle must be a non-empty string, got {body.principle!r}")
     strategy = body.strategy or state.limits.compare_strategy
     canon = CanonicalGroup.of([None if k in bad else t for k, t in enumerate(texts)])  # the group's one order
     pairs = nemo_gym.judged_pairs(canon.caller_pairs(nemo_gym.comparison_pairs(strategy, len(texts))), bad)
@@ -170,7 +174,7 @@ def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bo
     if state.judge.info.takes_principle and not state.judge.info.composition.principles:
         bare = [k for k, it in enumerate(items) if it.principle is None]
         if bare:
-            raise ConfigError(f"items[{bare[0]}].principle is required: {_NO_DEFAULT}")
+            raise ConfigError(f"items[{bare[0]}].principle is required: {NO_DEFAULT_PRINCIPLE}")
     return state.pairwise, principles
 
 

@@ -24,6 +24,8 @@ from brrm.types import Conversation, RewardJudge
 from brrm.types.cost import JudgmentCost
 from brrm.types.jsonvalue import JSONValue
 
+NO_DEFAULT_PRINCIPLE = "this principle model has no default principle (brrm serve --principle TEXT gives it one)"
+"""Why a principle model served without ``--principle`` refuses a request that names no principle."""
 
 class TooManyItems(Exception):
     """A request with more items than the server takes (HTTP 413)."""

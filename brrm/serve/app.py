@@ -104,7 +104,9 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     app = ServeApp(state, title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),
                    description="Pairwise judgments, scalar rewards and group rankings from a brrm judge "
                                "(BR-RM, Bradley–Terry or principle reward model), with OpenRLHF- and NeMo Gym-"
-                               "compatible routes.")
+                               f"compatible routes. A request body over {limits.max_body_bytes} bytes "
+                               "(--max-body-bytes) is refused with 413 as it streams in: the schema bounds items and "
+                               "text fields, not a body's bytes.")
     _add_error_handlers(app)
     app.include_router(ops.router)
     add_offline_docs(app)

@@ -69,8 +69,7 @@ def server_schema(schema: dict[str, JSONValue], state: ServerState) -> dict[str,
             node["maxLength"] = state.limits.max_field_chars
     _idempotency(schema)
     _auth(schema, state)
-    info = state.judge.info
-    if info.takes_principle and not info.composition.principles:  # nothing there can be scored: not offered
+    if state.needs_principle:  # nothing there can be scored: not offered
         for path in PRINCIPLE_FREE:
             _obj(schema, "paths").pop(path, None)
     return schema

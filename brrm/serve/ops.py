@@ -116,7 +116,7 @@ def _warmup_job(state: ServerState) -> tuple[Hashable, list[PairItem] | list[Sco
     """The warm-up's (key, items): one tiny pair with a small token budget, or one scored response."""
     conv = Conversation.coerce("Say hello.")
     if not state.pairwise:
-        named = bool(state.judge.info.takes_principle) and not state.judge.info.composition.principles
+        named = state.needs_principle
         return score_key(False, named), [ScoreItem(conv, "Hello!", WARMUP_PRINCIPLE if named else None)]
     options: CallOptions | None = CallOptions.of({"max_new_tokens": WARMUP_TOKENS})
     try:

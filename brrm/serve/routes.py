@@ -52,8 +52,7 @@ rlhf = APIRouter(tags=["RLHF frameworks"], responses=ERRORS)
 def _checked(state: ServerState, body: BaseModel, n: int, name: str, *, principled: bool = True) -> None:
     """Refuse a request over the item limit or with a text field over the field limit (413), or (422) one of a
     route that names no principle (``principled=False``) when the judge is a principle model without a default."""
-    info = state.judge.info
-    if not principled and info.takes_principle and not info.composition.principles:
+    if not principled and state.needs_principle:
         raise ConfigError(f"{NO_DEFAULT_PRINCIPLE}, and this route names none: score on a principle with /v1/score "
                           "or /compare")
     state.check_items(n, name)
@@ -133,7 +132,7 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
     if body.principle is not None and not state.judge.info.takes_principle:
         raise ConfigError(f"principle: only principle models take one; this judge is "
                           f"{state.judge.info.describe()} (send principle null)")
-    if body.principle is None and state.judge.info.takes_principle and not state.judge.info.composition.principles:
+    if body.principle is None and state.needs_principle:
         raise ConfigError(f"principle is required: {NO_DEFAULT_PRINCIPLE}")
     if body.principle is not None and not body.principle.strip():  # refused even when nothing is compared
         raise ConfigError(f"principle must be a non-empty string, got {body.principle!r}")
@@ -171,7 +170,7 @@ def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bo
         k = next(k for k, it in enumerate(items) if it.principle is not None)
         raise ConfigError(f"items[{k}].principle: only principle models (kind principle) take a principle; this "
                           f"judge is {state.judge.info.describe()}")
-    if state.judge.info.takes_principle and not state.judge.info.composition.principles:
+    if state.needs_principle:
         bare = [k for k, it in enumerate(items) if it.principle is None]
         if bare:
             raise ConfigError(f"items[{bare[0]}].principle is required: {NO_DEFAULT_PRINCIPLE}")

@@ -27,6 +27,7 @@ from brrm.types.jsonvalue import JSONValue
 NO_DEFAULT_PRINCIPLE = "this principle model has no default principle (brrm serve --principle TEXT gives it one)"
 """Why a principle model served without ``--principle`` refuses a request that names no principle."""
 
+
 class TooManyItems(Exception):
     """A request with more items than the server takes (HTTP 413)."""
 
@@ -126,6 +127,12 @@ class ServerState:
         if cost.total > self.limits.judgment_limit:
             raise TooCostly(f"{what} ({cost.describe()})", cost.total, self.limits.judgment_limit)
         return cost.total
+
+    @property
+    def needs_principle(self) -> bool:
+        """Whether every scored response needs a principle from its request: a principle model without a default
+        principle (served without ``--principle``)."""
+        return bool(self.judge.info.takes_principle) and not self.judge.info.composition.principles
 
     @property
     def swap(self) -> bool:

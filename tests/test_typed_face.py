@@ -166,6 +166,7 @@ def test_score_admission_counts_the_principles_each_item_is_scored_on(tmp_path, 
         valid = Draft202012Validator({"$ref": "#/components/schemas/CompareRequest", **doc}).is_valid
         assert valid(body) and not valid({**body, "principle": None})
 
+
 @pytest.mark.parametrize("defaults", [[], ["correct"], ["correct", "short"]])
 def test_the_served_schema_says_which_items_must_name_a_principle(tmp_path, defaults):
     """A principle model refuses an item without a principle when it has no default, and a request in which some
@@ -200,6 +201,13 @@ def test_the_served_schema_says_which_items_must_name_a_principle(tmp_path, defa
             else:
                 want = ["correct", " | ".join(defaults) if len(defaults) > 1 else "correct"]
                 assert [x["principle"] for x in r.json()["rewards"]] == [want[it is bare] for it in items], r.text
+        blank = [own, own, {**own, "principle": "\x1f\t"}]  # Python strips U+001F; ECMA's \s does not match it
+        r = client.post("/v1/score", json={"items": blank})
+        assert r.status_code == 422 and not score_ok({"items": blank}), r.text
+        assert r.json()["error"]["message"].startswith("items[2].principle must be a non-empty string"), r.text
+        decoding = doc["components"]["schemas"]["JudgeOptions"]["properties"]["decoding"]
+        assert [o.get("enum") for o in decoding["anyOf"] if "enum" in o] == [["constrained"]], decoding
+        assert decoding["description"].endswith("This server's judge takes: constrained."), decoding
         offered = {"/v1/judge", "/v1/rank", "/get_reward"} <= doc["paths"].keys()
         r = client.post("/v1/rank", json={"prompt": "q", "responses": ["a", "b"], "strategy": "scores"})
         assert offered is bool(defaults) is (r.status_code == 200), r.text  # none names a principle

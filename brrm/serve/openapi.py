@@ -143,8 +143,9 @@ def _message_rules(model: Schema) -> None:
 
 
 def _options(model: Schema, state: ServerState) -> None:
-    """Each per-request option the judge can vary (a budget with the server's own as its maximum); ``null``
-    otherwise. Whether it can is asked of the judge: a variant with the option's least value."""
+    """Each per-request option the judge can vary (a budget with the server's own as its maximum; a word option
+    with only the choices the judge takes, said in its description); ``null`` otherwise. Whether it can is asked
+    of the judge: a variant with the option's least value, or with each of a word option's choices."""
     props = _obj(model, "properties")
     for request_option in request_options():
         name, mark = request_option.keyword, request_option.mark
@@ -157,8 +158,10 @@ def _options(model: Schema, state: ServerState) -> None:
         for option in _options_of(_obj(props, name)):
             if option.get("type") == "integer" and isinstance(top, int):
                 option["maximum"] = top
-            if "enum" in option:  # a word option: the choices this judge takes (a principle model: no "faithful")
+            if "enum" in option and len(valid) < len(tried):  # a principle model's decoding: no "faithful"
                 option["enum"] = list(valid)
+                node, takes = _obj(props, name), ", ".join(map(str, valid))
+                node["description"] = f"{node.get('description', '')} This server's judge takes: {takes}."
 
 
 def _varies(state: ServerState, name: str, value: str | int) -> bool:
@@ -209,8 +212,7 @@ def _principle_rules(parts: Schema, defaults: int) -> None:
         _rules(_obj(parts, "ScoreRequest")).append(every)
         _rules(_obj(parts, "CompareRequest")).append(_named())
     elif defaults > 1:
-        _rules(_obj(parts, "ScoreRequest")).append(
-            {"anyOf": [every, none]})
+        _rules(_obj(parts, "ScoreRequest")).append({"anyOf": [every, none]})
 
 
 def _rules(model: Schema) -> list[JSONValue]:

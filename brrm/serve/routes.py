@@ -49,14 +49,19 @@ rlhf = APIRouter(tags=["RLHF frameworks"], responses=ERRORS)
 """``/get_reward`` (OpenRLHF) and ``/compare`` (NeMo Gym)."""
 
 
-def _checked(state: ServerState, body: BaseModel, n: int, name: str, *, principled: bool = True) -> None:
-    """Refuse a request over the item limit or with a text field over the field limit (413), or (422) one of a
-    route that names no principle (``principled=False``) when the judge is a principle model without a default."""
-    if not principled and state.needs_principle:
-        raise ConfigError(f"{NO_DEFAULT_PRINCIPLE}, and this route names none: score on a principle with /v1/score "
-                          "or /compare")
+def _checked(state: ServerState, body: BaseModel, n: int, name: str) -> None:
+    """Refuse a request over the item limit or with a text field over the field limit (413)."""
     state.check_items(n, name)
     check_field_lengths(body.model_dump(exclude_none=True), state.limits.max_field_chars, "")
+
+
+def _names_no_principle(state: ServerState) -> None:
+    """Refuse (422) a request of a route that names no principle (``/v1/judge``, ``/v1/rank``, ``/get_reward``)
+    when the judge needs one from every request (a principle model without a default: the schema leaves these
+    routes out)."""
+    if state.needs_principle:
+        raise ConfigError(f"{NO_DEFAULT_PRINCIPLE}, and this route names none: score on a principle with /v1/score "
+                          "or /compare")
 
 
 def _of(kind: type[R], results: list[object]) -> list[R]:
@@ -73,7 +78,8 @@ def _of(kind: type[R], results: list[object]) -> list[R]:
 
 @judging.post("/v1/judge", summary="Judge pairs: one PairwiseJudgment per pair, in order")
 async def judge(body: JudgeRequest, request: Request, state: State) -> JudgeResponse:
-    _checked(state, body, len(body.pairs), "pairs", principled=False)
+    _names_no_principle(state)
+    _checked(state, body, len(body.pairs), "pairs")
     items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
                       parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
              for k, p in enumerate(body.pairs)]
@@ -102,7 +108,8 @@ async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResp
 
 @judging.post("/v1/rank", summary="Rank one group of responses by a strategy")
 async def rank(body: RankRequest, request: Request, state: State) -> RankResponse:
-    _checked(state, body, len(body.responses), "responses", principled=False)
+    _names_no_principle(state)
+    _checked(state, body, len(body.responses), "responses")
     strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
     n = len(body.responses)
     spent = state.check_cost(state.judge.judgment_cost("group", n, strategy=strategy, swap=body.swap),
@@ -117,7 +124,8 @@ async def rank(body: RankRequest, request: Request, state: State) -> RankRespons
 
 @rlhf.post("/get_reward", summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
 async def get_reward(body: GetRewardRequest, request: Request, state: State) -> GetRewardResponse:
-    _checked(state, body, len(body.query), "query", principled=False)
+    _names_no_principle(state)
+    _checked(state, body, len(body.query), "query")
     rewards = await _get_rewards(state, request, body)
     state.metrics.count_statuses(r.status for r in rewards)
     return GetRewardResponse.model_validate(openrlhf.reply(rewards, state.limits.failed_reward))
@@ -134,8 +142,7 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
                           f"{state.judge.info.describe()} (send principle null)")
     if body.principle is None and state.needs_principle:
         raise ConfigError(f"principle is required: {NO_DEFAULT_PRINCIPLE}")
-    if body.principle is not None and not body.principle.strip():  # refused even when nothing is compared
-        raise ConfigError(f"principle must be a non-empty string, got {body.principle!r}")
+    _check_principle(body.principle, "principle")  # refused even when nothing is compared
     strategy = body.strategy or state.limits.compare_strategy
     canon = CanonicalGroup.of([None if k in bad else t for k, t in enumerate(texts)])  # the group's one order
     pairs = nemo_gym.judged_pairs(canon.caller_pairs(nemo_gym.comparison_pairs(strategy, len(texts))), bad)
@@ -165,30 +172,41 @@ def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bo
     if not state.pairwise and any(refs):
         raise ConfigError(f"items[{refs.index(True)}].reference: a scalar reward model scores each response on its "
                           "own; references are for pairwise judges")
-    principles = any(it.principle is not None for it in items)
-    if principles and not state.judge.info.takes_principle:
-        k = next(k for k, it in enumerate(items) if it.principle is not None)
-        raise ConfigError(f"items[{k}].principle: only principle models (kind principle) take a principle; this "
-                          f"judge is {state.judge.info.describe()}")
-    if state.needs_principle:
-        bare = [k for k, it in enumerate(items) if it.principle is None]
-        if bare:
-            raise ConfigError(f"items[{bare[0]}].principle is required: {NO_DEFAULT_PRINCIPLE}")
-    return state.pairwise, principles
+    _check_principles(state, items)
+    return state.pairwise, any(it.principle is not None for it in items)
+
+
+def _check_principles(state: ServerState, items: list[ScoreItem]) -> None:
+    """Refuse a /v1/score request's principles as the served schema does, naming the first item at fault: a
+    principle for a judge that takes none, a blank one, none where the judge has no default, and items with and
+    without one where the judge has several defaults (those items would be scored on their mean)."""
+    named = [k for k, it in enumerate(items) if it.principle is not None]
+    bare = [k for k, it in enumerate(items) if it.principle is None]
+    if named and not state.judge.info.takes_principle:
+        raise ConfigError(f"items[{named[0]}].principle: only principle models (kind principle) take a principle; "
+                          f"this judge is {state.judge.info.describe()}")
+    for k in named:
+        _check_principle(items[k].principle, f"items[{k}].principle")
+    if bare and state.needs_principle:
+        raise ConfigError(f"items[{bare[0]}].principle is required: {NO_DEFAULT_PRINCIPLE}")
+    if bare and named and len(state.judge.info.composition.principles) > 1:
+        raise ConfigError(f"items[{bare[0]}].principle is required when other items name one: the judge has several "
+                          "default principles, which an item without one is scored on (every item names its "
+                          "principle, or none does)")
+
+
+def _check_principle(principle: str | None, where: str) -> None:
+    """Refuse an empty or blank principle (the judge would), naming ``where``."""
+    if principle is not None and not principle.strip():
+        raise ConfigError(f"{where} must be a non-empty string, got {principle!r}")
 
 
 def _fill_principles(state: ServerState, items: list[ScoreItem]) -> list[ScoreItem]:
-    """Give items without a principle the judge's single default principle (refuse when there is none)."""
-    default = list(state.judge.info.composition.principles)
-    out = []
-    for k, it in enumerate(items):
-        if it.principle is None:
-            if len(default) != 1:
-                raise ConfigError(f"items[{k}].principle is required when other items set one (the judge has "
-                                  f"{'several default principles' if default else 'no default principle'})")
-            it = ScoreItem(it.conversation, it.response, default[0], it.reference, it.id)
-        out.append(it)
-    return out
+    """Items without a principle given the judge's default (:func:`_check_principles` has refused a request that
+    mixes items with and without one unless the judge has exactly one default)."""
+    default = state.judge.info.composition.principles
+    return [it if it.principle is not None else ScoreItem(it.conversation, it.response, default[0], it.reference,
+                                                          it.id) for it in items]
 
 
 async def _get_rewards(state: ServerState, request: Request, body: GetRewardRequest) -> list[ScalarReward]:

@@ -196,6 +196,6 @@ class Variants:
         try:
             return self.judge.with_options(**dict(options.values))
         except ConfigError as exc:
-            raise ConfigError(f"options (decoding, budgets, seed) can be set per request only for BR-RM judges (and "
-                              f"the generative principle models); this server's judge is {self.judge.info.describe()}"
-                              f" ({exc})") from None
+            raise ConfigError(f"options: {exc} (this server's judge is {self.judge.info.describe()}; per-request "
+                              "options (decoding, budgets, seed) are for BR-RM judges and the generative principle "
+                              "models)") from None

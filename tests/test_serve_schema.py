@@ -65,6 +65,7 @@ def test_schemathesis_checks_all_find_nothing(tmp_path):
         servers = {name: future.result() for name, future in starting.items()}
         with ThreadPoolExecutor(2) as runs:
             done = dict(zip(servers, runs.map(lambda s: schemathesis(s, tmp_path), servers.values()), strict=True))
+    assert "/v1/judge, /v1/rank and /get_reward, which name none, answer 422" in servers["principle"].output()
     report = {}
     for name, run in done.items():
         summary = re.search(r"Test cases:\s*\n\s*(\d+) generated", run.stdout)

@@ -204,6 +204,9 @@ def _build_app(args: argparse.Namespace, limits: ServerLimits,
     info = judge.info
     print(f"brrm serve: {info.model} ({info.describe()}) loaded on "
           f"http://{args.host}:{args.port}; docs at /docs", file=sys.stderr)
+    if app.state.brrm.needs_principle:
+        print("brrm serve: no default principle (--principle): every /v1/score item and /compare request names its "
+              "own; /v1/judge, /v1/rank and /get_reward, which name none, answer 422", file=sys.stderr)
     return app
 
 

@@ -25,7 +25,7 @@ from brrm.arena.categories import CategoryBoard, by_category, summary, write_cat
 from brrm.arena.judging import OUTCOMES, Battle, default_swap, judge_matchups
 from brrm.arena.outputs import markdown, write_battles, write_leaderboard
 from brrm.arena.pairing import STRATEGIES, Matchup, grid_size, plan
-from brrm.arena.ratings import Leaderboard, Rating, fit
+from brrm.arena.ratings import Leaderboard, Rating, check_anchor, fit
 from brrm.arena.sources import read_table
 from brrm.arena.style import covariates
 from brrm.arena.table import ArenaTable, RowError, table_from_rows
@@ -123,8 +123,7 @@ def run_arena(judge: RewardJudge | JudgeSpec, source: str | Path | ArenaTable | 
     if outcomes not in OUTCOMES:
         raise ConfigError(f"--outcomes {outcomes!r} is not valid; expected one of {', '.join(OUTCOMES)}")
     table = source if isinstance(source, ArenaTable) else read_table(source)
-    if anchor is not None and anchor not in table.models:  # before anything is judged
-        raise ConfigError(f"--anchor {anchor!r} is not a model of {table.source}; models: {', '.join(table.models)}")
+    check_anchor(anchor, table.models, table.source)  # before anything is judged
     if ray is not None and store is None:
         raise ConfigError("judging on Ray needs a store folder (--output): the driver commits each batch there")
     judge_fn = batch_judge(judge, table, swap=default_swap(judge) if swap is None else swap, store=store,

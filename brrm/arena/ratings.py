@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from brrm.arena.judging import Battle
@@ -170,8 +170,7 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
     if not 0.0 < confidence < 1.0:
         raise ConfigError(f"--confidence must be in (0, 1), got {confidence!r}")
     anchor = anchor if anchor is not None else baseline
-    if anchor is not None and anchor not in models:
-        raise ConfigError(f"--anchor {anchor!r} is not a model; models: {', '.join(models)}")
+    check_anchor(anchor, models)
     ok = [b for b in battles if b.ok]
     if len(ok) < 2:
         return _unrated(battles, models, f"{len(ok)} of {len(battles)} battles have a verdict: the bootstrap needs "
@@ -198,12 +197,21 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
                        coefficients)
 
 
+def check_anchor(anchor: str | None, models: Sequence[str], source: str = "") -> None:
+    """Refuse an ``anchor`` that is not one of ``models`` (None: no anchor), naming the models (and ``source``).
+
+    Raises:
+        ConfigError: naming ``--anchor``.
+    """
+    if anchor is not None and anchor not in models:
+        raise ConfigError(f"--anchor {anchor!r} is not a model{f' of {source}' if source else ''}; models: "
+                          f"{', '.join(models)}")
+
+
 def _unrated(battles: Sequence[Battle], models: Sequence[str], reason: str, outcomes: str, anchor: str | None,
              baseline: str | None, bootstrap: int, confidence: float, seed: int) -> Leaderboard:
     """The leaderboard of ``battles`` when no fit can be made: every model ``unrated`` with ``reason``, its ratings
     NaN, its judgments and failures counted; no library ran."""
-    from dataclasses import replace
-
     rows_ = _rows(models, {}, battles, outcomes, baseline)
     ok = sum(1 for b in battles if b.ok)
     return Leaderboard(tuple(replace(r, reason=reason) for r in rows_), anchor or "", baseline or "", outcomes,
@@ -215,7 +223,6 @@ def _with_style(rows_: tuple[Rating, ...], ok: Sequence[Battle], x: np.ndarray, 
                 ) -> tuple[tuple[Rating, ...], tuple[tuple[str, float], ...]]:
     """``rows_`` with their style-controlled ratings (:func:`brrm.arena.style.fit_style` on the ok battles and
     their covariates ``x``), and the features' coefficients."""
-    from dataclasses import replace
 
     from brrm.arena.style import fit_style
 
@@ -273,7 +280,6 @@ def _scaled(strengths: np.ndarray, rated: Sequence[str], anchor: str | None) -> 
 
 def _above_next(rows_: tuple[Rating, ...], dist: np.ndarray, rated: Sequence[str]) -> tuple[Rating, ...]:
     """``rows_`` with :attr:`Rating.above_next` from the bootstrap ratings ``dist`` (samples x ``rated``)."""
-    from dataclasses import replace
 
     column = {m: i for i, m in enumerate(rated)}
     ranked = [r for r in rows_ if r.model in column]

@@ -68,6 +68,7 @@ from brrm.types import (
     check_same_length,
     override_config,
 )
+from brrm.types.config import check_principle
 from brrm.types.conversation import ConversationLike
 from brrm.types.options import Flag, build, option, option_fields
 
@@ -268,9 +269,8 @@ class PrincipleJudge:
             raise ConfigError(f"responses[{pos}] is missing (None): scoring needs the assistant response")
         if not isinstance(response, str):
             raise ConfigError(f"responses[{pos}] must be a string, got {type(response).__name__}")
-        if not isinstance(principle, str) or not principle.strip():
-            raise ConfigError(f"principle of item {pos} must be a non-empty string, got {principle!r}")
-        return _Item(Conversation.coerce(conversation, where=f"conversations[{pos}]"), response, principle, rid)
+        return _Item(Conversation.coerce(conversation, where=f"conversations[{pos}]"), response,
+                     check_principle(f"principle of item {pos}", principle), rid)
 
     def _messages(self, it: _Item, response: str) -> list[dict[str, Any]]:
         history = it.conversation.to_list()

@@ -23,6 +23,7 @@ conversation ends with a user or tool turn; ``/get_reward``'s ``prompts`` and ``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, MutableMapping
 
 from brrm.errors import ConfigError
@@ -38,10 +39,6 @@ from brrm.types.strategies import STRATEGIES
 
 Schema = MutableMapping[str, JSONValue]
 NULL: JSONDict = {"type": "null"}
-NOT_BLANK = "[^" + "".join(f"\\u{c:04x}" for c in range(0x10000) if chr(c).isspace()) + "]"
-"""A regex pattern that matches a string with a character Python's ``str.strip`` keeps (a principle the judge takes:
-it refuses one that strips to ""); written from Python's own whitespace, which differs from ECMA's ``\\s`` (it
-counts U+001C-U+001F and U+0085, not U+FEFF). Every whitespace character is in the BMP."""
 PRINCIPLE_FREE = ("/v1/judge", "/v1/rank", "/get_reward")
 """The judging paths whose requests name no principle: a principle model without a default principle answers each
 request there 422 (:data:`~brrm.serve.state.NO_DEFAULT_PRINCIPLE`), so its schema leaves them out."""
@@ -192,7 +189,7 @@ def _judge_fields(parts: Schema, state: ServerState) -> None:
         for model in (item, _obj(parts, "CompareRequest")):
             for option in _options_of(_obj(_obj(model, "properties"), "principle")):
                 if option.get("type") == "string":
-                    option["pattern"] = NOT_BLANK  # the judge refuses an empty or blank principle
+                    option["pattern"] = _not_blank()  # the judge refuses an empty or blank principle
         _principle_rules(parts, len(info.composition.principles))
     rank = _obj(parts, "RankRequest")
     strategies: list[JSONValue] = [s for s in STRATEGIES if not (state.pairwise and s == "scores")]
@@ -202,11 +199,25 @@ def _judge_fields(parts: Schema, state: ServerState) -> None:
                          "else": {"properties": {"reference": NULL}}})
 
 
+@functools.cache
+def _not_blank() -> str:
+    """A regex pattern that matches a string with a character Python's ``str.strip`` keeps (a principle
+    :func:`~brrm.types.config.check_principle` takes); written from Python's own whitespace, which differs from
+    ECMA's ``\\s`` (it counts U+001C-U+001F and U+0085, not U+FEFF). Every whitespace character is in the BMP.
+    Built once, when a principle model's schema is first asked for (a scan of the BMP: not at import)."""
+    return "[^" + "".join(f"\\u{c:04x}" for c in range(0x10000) if chr(c).isspace()) + "]"
+
+
+def _every_named() -> JSONDict:
+    """A ``/v1/score`` request whose every item names its principle."""
+    return {"properties": {"items": {"items": _named()}}}
+
+
 def _principle_rules(parts: Schema, defaults: int) -> None:
     """What a principle model with ``defaults`` default principles refuses: without a default, a ``/v1/score`` item
     or a ``/compare`` request that names no principle; with several, a ``/v1/score`` request in which some items
     name one and others do not (every item names its own, or none does)."""
-    every: JSONDict = {"properties": {"items": {"items": _named()}}}
+    every = _every_named()
     none: JSONDict = {"properties": {"items": {"items": {"properties": {"principle": NULL}}}}}
     if not defaults:
         _rules(_obj(parts, "ScoreRequest")).append(every)
@@ -235,7 +246,7 @@ def _count_limits(parts: Schema, state: ServerState) -> None:
 
     _swap_rules(_obj(parts, "JudgeRequest"), "pairs", state, priced("pairs"))
     several = len(judge.info.composition.principles) > 1
-    for also, principles in _principle_cases({"properties": {"items": {"items": _named()}}}, several):
+    for also, principles in _principle_cases(_every_named(), several):
         _swap_rules(_obj(parts, "ScoreRequest"), "items", state, priced("score", principles=principles), also=also)
     _swap_rules(_obj(parts, "GetRewardRequest"), "query", state, priced("score"))
     rank = _obj(parts, "RankRequest")

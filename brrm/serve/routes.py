@@ -38,6 +38,7 @@ from brrm.service.items import GroupItem, PairItem, ScoreItem, pairs_key, rank_k
 from brrm.service.order import CanonicalGroup
 from brrm.types import Conversation, GroupResult, PairwiseJudgment, ScalarReward, parse_label
 from brrm.types import Verdict as V
+from brrm.types.config import check_principle
 from brrm.types.strategies import check_strategy
 
 R = TypeVar("R")
@@ -137,12 +138,7 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
     history = nemo_gym.history_messages([m.model_dump() for m in body.conversation_history])
     conv = Conversation.coerce(history, where="conversation_history")
     texts, bad = nemo_gym.output_texts(body.response_objs)
-    if body.principle is not None and not state.judge.info.takes_principle:
-        raise ConfigError(f"principle: only principle models take one; this judge is "
-                          f"{state.judge.info.describe()} (send principle null)")
-    if body.principle is None and state.needs_principle:
-        raise ConfigError(f"principle is required: {NO_DEFAULT_PRINCIPLE}")
-    _check_principle(body.principle, "principle")  # refused even when nothing is compared
+    _check_principles(state, [("principle", body.principle)])  # refused even when nothing is compared
     strategy = body.strategy or state.limits.compare_strategy
     canon = CanonicalGroup.of([None if k in bad else t for k, t in enumerate(texts)])  # the group's one order
     pairs = nemo_gym.judged_pairs(canon.caller_pairs(nemo_gym.comparison_pairs(strategy, len(texts))), bad)
@@ -172,33 +168,28 @@ def _score_options(state: ServerState, items: list[ScoreItem]) -> tuple[bool, bo
     if not state.pairwise and any(refs):
         raise ConfigError(f"items[{refs.index(True)}].reference: a scalar reward model scores each response on its "
                           "own; references are for pairwise judges")
-    _check_principles(state, items)
+    _check_principles(state, [(f"items[{k}].principle", it.principle) for k, it in enumerate(items)])
     return state.pairwise, any(it.principle is not None for it in items)
 
 
-def _check_principles(state: ServerState, items: list[ScoreItem]) -> None:
-    """Refuse a /v1/score request's principles as the served schema does, naming the first item at fault: a
-    principle for a judge that takes none, a blank one, none where the judge has no default, and items with and
-    without one where the judge has several defaults (those items would be scored on their mean)."""
-    named = [k for k, it in enumerate(items) if it.principle is not None]
-    bare = [k for k, it in enumerate(items) if it.principle is None]
+def _check_principles(state: ServerState, given: list[tuple[str, str | None]]) -> None:
+    """Refuse a request's principles (``(field, principle or None)`` per scored item) as the served schema does,
+    naming the first field at fault: a principle for a judge that takes none, a blank one
+    (:func:`~brrm.types.config.check_principle`), none where the judge has no default, and items with and without
+    one where the judge has several defaults (an item without one is scored on their mean)."""
+    named = [(where, p) for where, p in given if p is not None]
+    bare = [where for where, p in given if p is None]
     if named and not state.judge.info.takes_principle:
-        raise ConfigError(f"items[{named[0]}].principle: only principle models (kind principle) take a principle; "
-                          f"this judge is {state.judge.info.describe()}")
-    for k in named:
-        _check_principle(items[k].principle, f"items[{k}].principle")
+        raise ConfigError(f"{named[0][0]}: only principle models (kind principle) take a principle; this judge is "
+                          f"{state.judge.info.describe()} (send null)")
+    for where, principle in named:
+        check_principle(where, principle)
     if bare and state.needs_principle:
-        raise ConfigError(f"items[{bare[0]}].principle is required: {NO_DEFAULT_PRINCIPLE}")
+        raise ConfigError(f"{bare[0]} is required: {NO_DEFAULT_PRINCIPLE}")
     if bare and named and len(state.judge.info.composition.principles) > 1:
-        raise ConfigError(f"items[{bare[0]}].principle is required when other items name one: the judge has several "
-                          "default principles, which an item without one is scored on (every item names its "
-                          "principle, or none does)")
-
-
-def _check_principle(principle: str | None, where: str) -> None:
-    """Refuse an empty or blank principle (the judge would), naming ``where``."""
-    if principle is not None and not principle.strip():
-        raise ConfigError(f"{where} must be a non-empty string, got {principle!r}")
+        raise ConfigError(f"{bare[0]} is required when other items name one: the judge has several default "
+                          "principles, which an item without one is scored on (every item names its principle, or "
+                          "none does)")
 
 
 def _fill_principles(state: ServerState, items: list[ScoreItem]) -> list[ScoreItem]:

@@ -74,6 +74,18 @@ def check_float(name: str, value: object, *, low: float | None = None, high: flo
     return float(value)
 
 
+def check_principle(name: str, value: object) -> str:
+    """``value`` when it is a principle a principle model can judge against: a string that is not empty or blank
+    (Python's ``str.strip`` leaves something), and valid text (:func:`check_text`).
+
+    Raises:
+        ConfigError: naming ``name`` and the value.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+    return check_text(name, value)
+
+
 def check_text(name: str, value: str) -> str:
     """``value`` when it is valid Unicode text, i.e. UTF-8 can encode it (every tokenizer brrm loads needs that);
     O(len). NUL and other control characters are valid text and are tokenized as text.

@@ -13,11 +13,18 @@ either way.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 WORD_BITS = 32
 """Tokens per int32 word of a bitmask."""
-_SHIFTS = torch.arange(WORD_BITS, dtype=torch.int32)
+
+
+@functools.cache
+def _shifts(device: torch.device) -> torch.Tensor:
+    """``arange(32)`` as int32 on ``device``: a word's bit positions (made once per device, not per step)."""
+    return torch.arange(WORD_BITS, dtype=torch.int32, device=device)
 
 
 def allocate(vocab_size: int) -> torch.Tensor:
@@ -54,7 +61,6 @@ def apply(logits: torch.Tensor, mask: torch.Tensor) -> None:
                          f"{tuple(mask.shape)} for {tuple(logits.shape)}")
     mask = mask.to(logits.device)  # blocking: the caller refills its CPU mask for the next row right after
     logits[:, WORD_BITS * mask.shape[1]:] = float("-inf")
-    shifts = _SHIFTS if mask.device.type == "cpu" else torch.arange(WORD_BITS, dtype=torch.int32, device=mask.device)
-    bits = (mask.unsqueeze(-1) >> shifts) & 1
+    bits = (mask.unsqueeze(-1) >> _shifts(mask.device)) & 1
     allowed = bits.bool().view(mask.shape[0], -1).narrow(1, 0, min(logits.shape[1], WORD_BITS * mask.shape[1]))
     logits[:, :allowed.shape[1]].masked_fill_(~allowed, float("-inf"))

@@ -36,6 +36,10 @@ def test_the_hold_follows_the_recent_gap_and_never_passes_the_window():
     assert Arrivals(max_wait_s=0.2, adaptive=False).hold_until(5.0) == 5.2  # split: the whole window
 
 
+WINDOW_S = 5.0
+"""The scheduler's longest hold in the test below: far longer than any delay a busy machine adds to a call."""
+
+
 class Calls:
     def __init__(self) -> None:
         self.sizes: list[int] = []
@@ -50,24 +54,26 @@ def test_one_by_one_requests_are_not_held_and_a_fast_stream_shares_calls():
     calls = Calls()
 
     async def main() -> tuple[list[float], list[int]]:
-        s = Scheduler(calls, max_batch=64, max_wait_s=0.2, max_queue=1000)
+        # a 5 s window: a request held for company would wait seconds, one sent at once waits milliseconds, so the
+        # verdict below holds on a machine as busy as it gets (the policy itself is checked on its own clock above)
+        s = Scheduler(calls, max_batch=64, max_wait_s=WINDOW_S, max_queue=1000)
         await s.start()
         waits = []
-        for k in range(6):  # one at a time, 60 ms apart (slower than no hold, far faster than 200 ms)
+        for k in range(6):  # one at a time, 60 ms apart
             start = time.perf_counter()
-            assert await s.submit("k", [k], timeout_s=5) == [k]
+            assert await s.submit("k", [k], timeout_s=30) == [k]
             waits.append(time.perf_counter() - start)
             await asyncio.sleep(0.06)
         calls.sizes.clear()
 
         async def client(c: int) -> None:
             for k in range(10):
-                await s.submit("k", [c * 100 + k], timeout_s=5)
+                await s.submit("k", [c * 100 + k], timeout_s=30)
 
         await asyncio.gather(*(client(c) for c in range(16)))  # 16 clients back to back
         await s.drain(2)
         return waits, list(calls.sizes)
 
     waits, sizes = asyncio.run(main())
-    assert max(waits) < 0.1, waits  # never the 200 ms window
+    assert max(waits) < WINDOW_S / 2, waits  # never held for the window
     assert sum(sizes) == 160 and len(sizes) < 160 / 2, sizes  # the fast stream shared calls

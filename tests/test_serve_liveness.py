@@ -23,10 +23,18 @@ PAIRS = {"pairs": [{"prompt": "Q?", "response_a": "a good answer", "response_b":
 
 
 def slow_judge():
-    """The scripted BR-RM of the server tests, after ``BRRM_TEST_LOAD_S`` seconds of "loading"."""
+    """The scripted BR-RM of the server tests, after ``BRRM_TEST_LOAD_S`` seconds of "loading", or, where
+    ``BRRM_TEST_LOAD_GATE`` names a file, once the test has created it (at most 600 s): the load ends when the test
+    says so, however long the process took to start on a busy machine."""
     from tests.serve_helpers import fake_brrm
 
-    time.sleep(float(os.environ.get("BRRM_TEST_LOAD_S", "0")))
+    gate = os.environ.get("BRRM_TEST_LOAD_GATE")
+    if gate:
+        end = time.monotonic() + 600
+        while not os.path.exists(gate) and time.monotonic() < end:
+            time.sleep(0.05)
+    else:
+        time.sleep(float(os.environ.get("BRRM_TEST_LOAD_S", "0")))
     return fake_brrm()
 
 
@@ -38,8 +46,9 @@ def failing_judge():
     raise ConfigError("model 'nowhere' is not a local directory")
 
 
-def _start(port: int, factory: str, load_s: float, log) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "BRRM_TEST_LOAD_S": str(load_s)}
+def _start(port: int, factory: str, load_s: float, log, gate: str | None = None) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "BRRM_TEST_LOAD_S": str(load_s), **({"BRRM_TEST_LOAD_GATE": gate}
+                                                                                        if gate else {})}
     return subprocess.Popen([sys.executable, "-m", "brrm", "serve", "--factory", factory, "--port", str(port),
                              "--log-level", "warning", "--no-access-log"], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT, preexec_fn=terminal_sigint)
@@ -60,8 +69,9 @@ def _first_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60
 def test_health_answers_while_the_model_loads_and_ready_says_loading(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    gate = tmp_path / "loaded"  # the load lasts until the checks below are done: an event, not a guess of 12 s
     with open(tmp_path / "server.log", "wb") as log:
-        proc = _start(port, FACTORY, 12.0, log)
+        proc = _start(port, FACTORY, 0, log, gate=str(gate))
     try:
         _first_health(url, proc)
         ready = httpx.get(f"{url}/ready", timeout=10)
@@ -71,6 +81,7 @@ def test_health_answers_while_the_model_loads_and_ready_says_loading(tmp_path):
         assert ready.status_code == 503 and ready.json()["reason"] == "loading" and ready.json()["ready"] is False
         assert judge.status_code == 503 and judge.json()["error"]["type"] == "loading"
         assert judge.headers["retry-after"] == "5" and head.status_code == 200
+        gate.touch()
         end = time.monotonic() + 90
         while httpx.get(f"{url}/ready", timeout=10).status_code != 200:  # the load ends: the real app takes over
             assert time.monotonic() < end, (tmp_path / "server.log").read_text()
@@ -101,7 +112,7 @@ def test_a_signal_during_the_load_stops_the_server_within_seconds(tmp_path, how)
             proc.kill()
             proc.wait(5)
     out = (tmp_path / "server.log").read_text()
-    assert took < 5, out
+    assert took < 15, out  # seconds, not the 600 s load (the bound leaves a busy machine room)
     assert proc.returncode == (0 if how == "SIGTERM" else 130), out
     assert "stopped while the model was loading" in out and "Traceback" not in out
 

@@ -49,7 +49,8 @@ def _run(mode: str, sig: signal.Signals) -> tuple[int, float, str, str]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_run_stuck_in_native_code_ends_within_seconds_of_the_signal(sig):
     code, took, out, err = _run("native", sig)
-    assert code == -signal.SIGKILL and 0.9 < took < 5, (code, took, err)
+    # killed after the 1 s grace, not the minutes the native call would run: the bound leaves a busy machine room
+    assert code == -signal.SIGKILL and 0.9 < took < 20, (code, took, err)
     assert f"brrm: {sig.name}: the run did not stop within 1 s" in err and "unwound" not in out
 
 
@@ -57,5 +58,6 @@ def test_a_run_stuck_in_native_code_ends_within_seconds_of_the_signal(sig):
                                                      (signal.SIGINT, "KeyboardInterrupt", 130)])
 def test_a_run_that_unwinds_keeps_its_own_path(sig, name, status):
     code, took, out, err = _run("python", sig)
-    assert code == status and took < 2 and out.strip() == f"unwound {name}", (code, out, err)
+    # its own exit status and no watchdog message tell the unwinding apart from the kill; the bound is a backstop
+    assert code == status and took < 20 and out.strip() == f"unwound {name}", (code, out, err)
     assert "did not stop" not in err

@@ -60,13 +60,22 @@ def test_an_over_limit_line_is_invalid_input_and_the_rest_is_judged(tmp_path, ca
                                             ("latin1.jsonl", '{"prompt": "caf\u00e9"}\n'.encode("latin-1")),
                                             ("nul.jsonl", b'{"prompt": "a"}\n\x00\x00\x00\n'),
                                             ("bin.json", b"\xff\xfe[\x00{\x00")])
-def test_a_binary_or_non_utf8_file_is_one_error_line(tmp_path, name, data):
+def test_a_binary_or_non_utf8_file_is_one_error_line(tmp_path, name, data, capsys):
+    """Each file through ``main(argv)`` (its exit code and stderr); the first also as a real ``python -m brrm``
+    process, whose whole stderr (import-time output included) must be that one line."""
     path = tmp_path / name
     path.write_bytes(data)
     with pytest.raises(ConfigError, match=f"{name}: not a UTF-8 text file"):
         read_records(path, "pairs")
-    done = subprocess.run([sys.executable, "-m", "brrm", "judge", "--input", str(path), "--model",
-                           str(tmp_path / "no-model")], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
-    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("brrm: error: ") and name in lines[0], done.stderr
+    argv = ["judge", "--input", str(path), "--model", str(tmp_path / "no-model")]
+    capsys.readouterr()
+    code = main(argv)
+    runs = [(code, capsys.readouterr().err)]
+    if name == "bin.jsonl":
+        done = subprocess.run([sys.executable, "-m", "brrm", *argv], cwd=REPO, capture_output=True, text=True,
+                              timeout=120)
+        runs.append((done.returncode, done.stderr))
+    for returncode, stderr in runs:
+        assert returncode != 0 and "Traceback" not in stderr, stderr
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("brrm: error: ") and name in lines[0], stderr

@@ -29,9 +29,17 @@ def backend():
 
 
 @pytest.mark.slow
-def test_200_constrained_judgments_all_well_formed(backend):
+def test_every_distinct_constrained_judgment_well_formed(backend):
+    """Sampled constrained judgments of 5 prompts, each with 3 whitespace variants, each pair in both orders and in
+    both roles (the forward judgment, the swapped one): 60 judgments, every one a distinct result.
+
+    This was 200 judgments (20 variants, ``k`` in range(20)); but sampler streams are keyed by the item's content
+    (no ids here: :func:`brrm.seeds.item_seed`), results do not depend on the batch, and a variant is fixed by
+    ``(k % 3, k % 2)``, so the 200 held these 60 results and repeats of them, nothing else (checked: the sets of
+    ``to_dict()`` of both are equal). The same property holds over the same generations: same power, 1/3.3 of
+    the work."""
     prompts, a, b = [], [], []
-    for k in range(20):  # 100 pairs (20 variants of 5) judged in both orders = 200 judgments
+    for k in range(6):  # 30 pairs (6 variants of 5: spacing k % 3, order k % 2) judged in both orders = 60 judgments
         for i in range(5):
             prompts.append(PROMPTS[i] + " " * (k % 3))
             a.append(A[i] if k % 2 else B[i])
@@ -41,7 +49,7 @@ def test_200_constrained_judgments_all_well_formed(backend):
                      thinking="off")
     results = brrm_judge(backend, cfg).judge_pairs(prompts, a, b, swap=True)
     ordered = [j for r in results for j in r.sub_judgments]
-    assert len(ordered) == 200
+    assert len(ordered) == 60
     assert all(j.status is Status.OK for j in ordered), [j.reason for j in ordered if not j.ok][:3]
     for j in ordered:
         assert 1 <= len(j.dimensions) <= 3 and set(j.dimensions) <= set(DIMENSIONS)

@@ -70,18 +70,21 @@ def test_bad_samples_are_named_before_loading(tiny_dir):
 
 
 def test_cli_samples_3_swap_gives_6_votes_byte_identical_at_batch_1_and_8(tmp_path, tiny_dir, capsys):
+    """The first 4 pairs of examples/pairs.jsonl (one multi-turn): 24 judgments, 48 generations, more rows than a
+    batch of 8 holds, so the batch-8 run refills its batch as in a longer file."""
     outs = []
     for bs in ("1", "8"):
         out = tmp_path / f"b{bs}.jsonl"
         assert main(["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(out), "--model",
-                     tiny_dir, "--kind", "brrm", "--batch-size", bs, "--samples", "3", "--swap", *BUDGET]) == 0
+                     tiny_dir, "--kind", "brrm", "--batch-size", bs, "--samples", "3", "--swap", "--limit", "4",
+                     *BUDGET]) == 0
         outs.append(out.read_bytes())
     printed = capsys.readouterr().out
-    assert "cost: 8 pairs x 2 orders x 3 samples = 48 judgments (96 generations)" in printed
+    assert "cost: 4 pairs x 2 orders x 3 samples = 24 judgments (48 generations)" in printed
     assert "voting: 3 samples per order; mean agreement" in printed
     assert outs[0] == outs[1]  # byte-identical files, every sample's provenance included
     rows = [json.loads(line) for line in outs[0].splitlines()]
-    assert len(rows) == 8
+    assert len(rows) == 4
     for row in rows:
         subs = row["sub_judgments"]
         assert len(subs) == 6 and row["samples"] == 3 and row["status"] == "ok"
@@ -96,7 +99,7 @@ def test_cli_samples_3_swap_gives_6_votes_byte_identical_at_batch_1_and_8(tmp_pa
     # sample 0 of each order is the unvoted judgment: voting adds samples, it does not move the first one
     plain = tmp_path / "plain.jsonl"
     assert main(["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(plain), "--model",
-                 tiny_dir, "--kind", "brrm", "--batch-size", "8", "--swap", *BUDGET]) == 0
+                 tiny_dir, "--kind", "brrm", "--batch-size", "8", "--swap", "--limit", "4", *BUDGET]) == 0
     capsys.readouterr()
     for voted, one in zip(rows, map(json.loads, plain.read_bytes().splitlines()), strict=True):
         assert voted["sub_judgments"][0] == one["sub_judgments"][0]

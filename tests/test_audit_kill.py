@@ -13,8 +13,6 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -56,14 +54,17 @@ def wait_for_more(out: Path, before: int, proc, timeout: float = 240.0, *, at_mo
     return time.time() - start
 
 
-def status(out: Path) -> str:
-    res = subprocess.run([sys.executable, "-m", "brrm", "audit", "--status", str(out)], capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    assert res.returncode == 0, res.stderr
-    return res.stdout
+def status(out: Path, capsys) -> str:
+    """``brrm audit --status OUT`` through ``main(argv)`` in the test's process: another process than the run's (the
+    store is read across processes either way; a subprocess would only add seconds of imports)."""
+    from brrm.cli import main
+
+    capsys.readouterr()
+    assert main(["audit", "--status", str(out)]) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
 
 
-def test_ctrl_c_and_five_sigkills_then_rerun_equals_an_uninterrupted_run(tmp_path):
+def test_ctrl_c_and_five_sigkills_then_rerun_equals_an_uninterrupted_run(tmp_path, capsys):
     from brrm.testing import save_tiny_qwen3
 
     model = str(save_tiny_qwen3(tmp_path / "tiny"))
@@ -105,7 +106,7 @@ def test_ctrl_c_and_five_sigkills_then_rerun_equals_an_uninterrupted_run(tmp_pat
         else:  # right after a commit, or inside the next batch (never later than the next commit)
             wait_for_more(out, before, proc)
             if cycle == 1:
-                seen_running = status(out)  # another process reads the store while this run writes it
+                seen_running = status(out, capsys)  # another process reads the store while this run writes it
             wait_for_more(out, before + 2, proc, at_most=rng.uniform(0.0, 0.9) * batch)
         assert proc.is_alive()
         os.kill(proc.pid, signal.SIGKILL)
@@ -131,5 +132,5 @@ def test_ctrl_c_and_five_sigkills_then_rerun_equals_an_uninterrupted_run(tmp_pat
     assert states[0] == "interrupted" and states[-1] == "finished" and set(states[1:-1]) <= {"killed"}
     assert last == N_PAIRS - len(partial)  # the rerun judged only what was missing
     assert "running (pid" in seen_running and "rows done" in seen_running
-    text = status(out)
+    text = status(out, capsys)
     assert "finished" in text and f"{N_PAIRS + 1}/{N_PAIRS + 1} rows done" in text and "invalid_input 1" in text

@@ -56,10 +56,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(interrupted(args), file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
+    except BrokenPipeError:  # the reader left (``| head -1``): stop quietly, as a command killed by SIGPIPE does
+        _stdout_to_devnull()
+        return PIPE_CLOSED
     finally:
         from brrm.cli.common import end_compile_note
 
         end_compile_note()
+
+
+PIPE_CLOSED = 141
+"""Exit status when stdout's reader has gone: 128 + SIGPIPE (13), what a shell reports for ``cat`` or ``seq`` ended
+by a closed pipe. Lines already written to ``--output`` stay there (each flushed once it and every earlier record
+are done)."""
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout's descriptor at /dev/null, so that the interpreter's own flush at exit finds no closed pipe
+    (which would print a second error and exit 120; Python's documentation, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # no descriptor (an in-process stream)
+        pass
 
 
 def _line_buffered(stream: object) -> None:

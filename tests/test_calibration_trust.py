@@ -16,9 +16,10 @@ import pytest
 
 from brrm.audit import AuditOptions, plan_items, run_audit
 from brrm.calibration import read_calibration
-from brrm.calibration.data import content_key
+from brrm.calibration.data import content_key, observations
 from brrm.calibration.fit import T_MIN
 from brrm.calibration.split import KEY_CHARS, MIN_GROUPS
+from brrm.calibration.split import split as split_by_group
 from brrm.cli import main
 from brrm.numerics import bin_edges, bin_index
 from brrm.records import read_records
@@ -114,14 +115,27 @@ def test_no_content_group_straddles_the_split_for_any_seed(tmp_path, capsys):
         rows.append(again)
     assert all(r["content_key"] == rows[int(r["id"][3:])]["content_key"] for r in rows[100:])  # order-free keys
     path = write(tmp_path / "j.jsonl", rows)
-    for seed in range(20):
-        assert main(["calibrate", "-i", str(path), "-o", str(tmp_path / "c.json"), "--split-seed", str(seed)]) == 0
-        split = read_calibration(tmp_path / "c.json").details["split"]
+
+    def check(split: dict) -> None:
         fit, held = set(split["fit_group_keys"]), set(split["heldout_group_keys"])
         assert not fit & held and len(fit | held) == 100 == split["fit_groups"] + split["heldout_groups"]
         assert split["fit_observations"] + split["heldout_observations"] == 120
         sides = Counter(r["content_key"][:KEY_CHARS] in fit for r in rows)  # duplicates go with their original
         assert (sides[True], sides[False]) == (split["fit_observations"], split["heldout_observations"])
+
+    # the rule for 200 seeds, as calib.json records it (each `brrm calibrate` also draws its reliability diagram,
+    # ~0.8 s of CPU, which is not what this test is about) ...
+    items = observations(rows).items
+    for seed in range(200):
+        check(split_by_group(items, seed, 0.3).to_dict(seed, 0.3))
+    # ... and `brrm calibrate` records exactly that split for the seed it is given
+    recorded = []
+    for seed in (0, 7, 19):
+        assert main(["calibrate", "-i", str(path), "-o", str(tmp_path / "c.json"), "--split-seed", str(seed)]) == 0
+        recorded.append(read_calibration(tmp_path / "c.json").details["split"])
+        assert recorded[-1] == split_by_group(items, seed, 0.3).to_dict(seed, 0.3)
+        check(recorded[-1])
+    assert len({tuple(r["fit_group_keys"]) for r in recorded}) == 3  # three seeds, three different splits
     out = capsys.readouterr().out
     assert "pairs / " in out and "observations held out" in out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -130,20 +131,73 @@ def test_first_verdict_is_printed_after_one_pairs_work(monkeypatch, capsys, tiny
     assert total_static == total and set(static) == {total}
 
 
+PAUSED_CLI = """
+import os, signal, sys
+from pathlib import Path
+
+from transformers.models.qwen3 import modeling_qwen3
+
+from brrm.cli import main
+
+out, after = Path(sys.argv[1]), int(sys.argv[2])
+real, paused = modeling_qwen3.Qwen3ForCausalLM.forward, []
+
+
+def forward(self, *args, **kwargs):
+    if not paused and out.is_file() and out.read_bytes().count(b"\\n") >= after:
+        paused.append(True)
+        os.kill(os.getpid(), signal.SIGSTOP)  # frozen inside the decode, before this forward runs
+    return real(self, *args, **kwargs)
+
+
+modeling_qwen3.Qwen3ForCausalLM.forward = forward
+sys.exit(main(sys.argv[3:]))
+"""
+"""``python -c PAUSED_CLI OUT N ARGV...``: the ``brrm`` CLI (``main(ARGV)``, as ``python -m brrm`` runs it) that stops
+itself (SIGSTOP) at the first model forward after its ``--output`` file OUT holds N lines: the test sees the run
+frozen mid-decode at a point that does not depend on the machine's speed, acts, and lets it go on (SIGCONT)."""
+
+
+def _paused(argv, out, after):
+    """``argv`` (a :func:`_cli` command line) as a :data:`PAUSED_CLI` command line pausing after ``after`` lines."""
+    assert argv[1:3] == ["-m", "brrm"]
+    return [argv[0], "-c", PAUSED_CLI, str(out), str(after), *argv[3:]]
+
+
+def _wait_paused(proc, timeout=300.0):
+    """Block until ``proc`` has stopped itself (or fail if it ended first); the timeout only guards a hang."""
+    deadline = time.monotonic() + timeout
+    while (info := os.waitid(os.P_PID, proc.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT | os.WNOHANG)) is None:
+        assert time.monotonic() < deadline, "the run neither paused nor ended"
+        time.sleep(0.02)
+    assert info.si_code == os.CLD_STOPPED, "the run ended before it reached its pause point"
+
+
 def test_verdict_lines_reach_a_pipe_as_each_pair_finishes(tmp_path, tiny_dir):
     """stdout a pipe (``| tee``, a job's log), PYTHONUNBUFFERED unset: each verdict line arrives while later pairs
-    still decode, not in one block when the run ends (Python block-buffers a pipe unless told otherwise)."""
-    lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()
+    still decode, not in one block when the run ends (Python block-buffers a pipe unless told otherwise). The run
+    is frozen mid-decode after its 2nd JSONL line (each line is written before its verdict is printed, so the
+    first verdict line has been printed by then): the pipe already holds it, while pairs are still to come."""
+    lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()[:4]
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    src.write_text("\n".join(lines * 3) + "\n")
+    src.write_text("\n".join(lines) + "\n")
     argv, env = _cli(tiny_dir, src, out)
     env.pop("PYTHONUNBUFFERED", None)
-    proc = subprocess.Popen([a for a in argv if a != "-q"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(_paused([a for a in argv if a != "-q"], out, 2), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
-    written = [len(out.read_bytes().splitlines()) for line in proc.stdout if "winner=" in line]  # as lines arrive
-    assert proc.wait(timeout=600) == 0 and len(written) == 24 and len(out.read_bytes().splitlines()) == 24
-    assert written[0] < 24  # the first line came while later pairs were still being judged
+    try:
+        _wait_paused(proc)
+        written = len(out.read_bytes().splitlines())
+        fd, arrived = proc.stdout.fileno(), b""
+        while select.select([fd], [], [], 0)[0] and (chunk := os.read(fd, 1 << 16)):  # what the pipe holds now
+            arrived += chunk
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=600) == 0
+    assert 2 <= written < 4 and arrived.count(b"winner=") >= 1  # a verdict line came while pairs still decode
+    assert (arrived + rest).count(b"winner=") == 4 and len(out.read_bytes().splitlines()) == 4
 
 
 def _cli(tiny_dir, src, out, *extra):
@@ -152,35 +206,45 @@ def _cli(tiny_dir, src, out, *extra):
             *TINY_ARGS, "--batch-size", "1", "--no-progress", "-q", *extra], env
 
 
+N_RESUME = 8
+"""Records of the resume tests: a valid one, an invalid one, then six valid, the last two repeating the first two
+valid records (the same content at another position is judged again, not taken from the kept lines)."""
+
+
 @pytest.fixture(scope="module")
 def unbroken(tmp_path_factory, tiny_dir):
-    """(input file, the bytes an unbroken run writes for it): 17 records, the second one invalid."""
+    """(input file, the bytes an unbroken run writes for it): :data:`N_RESUME` records, the second one invalid.
+    Run in-process (``main(argv)``): the bytes are the CLI's, whichever process runs it."""
     lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()
     tmp = tmp_path_factory.mktemp("unbroken")
     src, full = tmp / "in.jsonl", tmp / "full.jsonl"
-    src.write_text("\n".join([lines[0], '{"id": "bad", "prompt": "x"}', *lines[1:], *lines]) + "\n")
-    argv, env = _cli(tiny_dir, src, full)
-    subprocess.run(argv, env=env, check=True, capture_output=True)
+    src.write_text("\n".join([lines[0], '{"id": "bad", "prompt": "x"}', *lines[1:5], lines[0], lines[1]]) + "\n")
+    assert main(_cli(tiny_dir, src, full)[0][3:]) == 0
     return src, full.read_bytes()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir, unbroken, sig):
-    """SIGKILL or SIGTERM mid-run: the file holds the finished records' lines (the invalid record's included), each
-    a complete JSON object; after SIGTERM brrm says how to resume (exit 143); --resume appends the rest, and the
-    file equals an unbroken run's byte for byte. A --limit smaller than the file is refused, naming --resume."""
+def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir, unbroken, sig, capsys):
+    """SIGKILL or SIGTERM mid-run (a real process, frozen mid-decode after its 3rd line, then signalled): the file
+    holds the finished records' lines (the invalid record's included), each a complete JSON object; after SIGTERM
+    brrm says how to resume (exit 143); --resume appends the rest, and the file equals an unbroken run's byte for
+    byte (after SIGTERM the resume is a real ``python -m brrm`` process, after SIGKILL ``main(argv)``). A --limit
+    smaller than the file is refused, naming --resume."""
+    n = N_RESUME
     src, expected = unbroken
     part = tmp_path / "part.jsonl"
-    assert len(expected.splitlines()) == 17
+    assert len(expected.splitlines()) == n
 
     argv, env = _cli(tiny_dir, src, part)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and (
-            not part.exists() or len(part.read_bytes().splitlines()) < 3):
-        time.sleep(0.02)
-    proc.send_signal(sig)
-    _, err = proc.communicate()
+    proc = subprocess.Popen(_paused(argv, part, 3), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        _wait_paused(proc)
+        at_pause = len(part.read_bytes().splitlines())
+        proc.send_signal(sig)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=300)
     kept = part.read_bytes()
     rows = [json.loads(x) for x in kept.splitlines()]
     if sig == signal.SIGTERM:
@@ -188,20 +252,28 @@ def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir, u
         assert err.strip().splitlines()[-1] == (f"brrm: interrupted: {len(rows)} lines, in input order, are in {part}; "
                                                 "rerun the same command with --resume to continue (an unbroken run's "
                                                 "bytes)")
-    assert 3 <= len(rows) < 17, "the run ended before it could be killed mid-way"
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    assert 3 <= at_pause <= len(rows) < n, "the run was not stopped mid-way"
     assert rows[1]["status"] == "invalid_input" and expected.startswith(kept)
 
     argv, env = _cli(tiny_dir, src, part, "--resume")
-    resumed = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
-    assert f"resuming: {len(rows)} of 17 lines already in {part}; {17 - len(rows)} to run" in resumed.stdout
-    assert f"summary of this run (the {len(rows)} lines kept from before are not counted):" in resumed.stdout
+    if sig == signal.SIGTERM:  # the user's own next step, as a process: exit 0, its stdout
+        done = subprocess.run(argv, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        printed = done.stdout
+    else:
+        assert main(argv[3:]) == 0
+        printed = capsys.readouterr().out
+    assert f"resuming: {len(rows)} of {n} lines already in {part}; {n - len(rows)} to run" in printed
+    assert f"summary of this run (the {len(rows)} lines kept from before are not counted):" in printed
     assert part.read_bytes() == expected
     if sig == signal.SIGKILL:
         return  # the refusal below is the same after either signal: checked once
-    argv, env = _cli(tiny_dir, src, part, "--resume", "--limit", "3")
-    refused = subprocess.run(argv, env=env, capture_output=True, text=True)
-    assert refused.returncode == 2 and refused.stderr.strip() == (
-        f"brrm: error: --resume: {part} holds 17 lines but this run writes 3: another --input, --limit or "
+    capsys.readouterr()
+    assert main(_cli(tiny_dir, src, part, "--resume", "--limit", "3")[0][3:]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"brrm: error: --resume: {part} holds {n} lines but this run writes 3: another --input, --limit or "
         "--principle made it (rerun that command with --resume, or write a new --output)")
 
 

@@ -4,25 +4,41 @@ reason, never a number) and a scalar reward."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from typing import Any
 
 import pytest
 
-pytest.importorskip("inspect_ai")
+import brrm
+from brrm.backends.fake import FakeBackend
+from brrm.testing import build_tiny_tokenizer, save_tiny_qwen3
+from tests.serve_helpers import T1, is_turn2, ranking
 
-from inspect_ai import Task, eval  # noqa: E402
-from inspect_ai.dataset import Sample  # noqa: E402
-from inspect_ai.model import ModelOutput, ModelUsage, get_model  # noqa: E402
-from inspect_ai.solver import generate  # noqa: E402
-
-import brrm  # noqa: E402
-from brrm.backends.fake import FakeBackend  # noqa: E402
-from brrm.integrations.inspect import brrm_pairwise, brrm_reward  # noqa: E402
-from brrm.testing import build_tiny_tokenizer, save_tiny_qwen3  # noqa: E402
-from tests.serve_helpers import T1, is_turn2, ranking  # noqa: E402
-
+# inspect_ai is imported by the fixture below, in the worker that runs these tests: collecting the file (every
+# pytest-xdist worker collects the whole suite) costs nothing where the tests run elsewhere
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("inspect_ai") is None,
+                                reason="inspect_ai not installed (pip install -e '.[inspect]')")
+Task = eval = Sample = ModelOutput = ModelUsage = get_model = generate = brrm_pairwise = brrm_reward = Any
 MOCK_OUTPUT = "Default output from mockllm/model"
-SAMPLES = [Sample(input="What is 2+2?", target="4", id="s1"), Sample(input="Name a colour.", target="Red.", id="s2")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _inspect_ai():
+    """inspect_ai's names (and brrm's scorers, which import it) as this module's globals."""
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ModelOutput, ModelUsage, get_model
+    from inspect_ai.solver import generate
+
+    from brrm.integrations.inspect import brrm_pairwise, brrm_reward
+
+    globals().update(Task=Task, eval=eval, Sample=Sample, ModelOutput=ModelOutput, ModelUsage=ModelUsage,
+                     get_model=get_model, generate=generate, brrm_pairwise=brrm_pairwise, brrm_reward=brrm_reward)
+
+
+def _samples() -> list[Any]:
+    return [Sample(input="What is 2+2?", target="4", id="s1"), Sample(input="Name a colour.", target="Red.", id="s2")]
 
 
 def _mock(text=MOCK_OUTPUT):
@@ -35,7 +51,7 @@ def _mock(text=MOCK_OUTPUT):
 
 
 def _eval(scorer, tmp_path):
-    (log,) = eval(Task(dataset=SAMPLES, solver=generate(), scorer=scorer), model=_mock(),
+    (log,) = eval(Task(dataset=_samples(), solver=generate(), scorer=scorer), model=_mock(),
                   log_dir=str(tmp_path), display="none")
     assert log.status == "success", log.error
     return log

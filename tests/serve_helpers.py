@@ -117,6 +117,111 @@ def running_server(args: Sequence[str], tmp: Path, *, env: dict[str, str] | None
         server.stop()
 
 
+class InProcessServer(Server):
+    """``brrm serve`` in this process: the CLI's own parser and checks, the app :func:`brrm.cli.serve._build_app`
+    makes behind a :class:`~brrm.serve.loading.LoadingApp`, and the uvicorn server ``brrm serve`` runs, in a daemon
+    thread on a real socket (started by :func:`serving_in_process`). Spares a test the ~6 s a ``brrm serve`` process
+    spends importing torch and transformers where the process boundary is not what it checks."""
+
+    def __init__(self, uvicorn_server: Any, thread: threading.Thread, app: Any, port: int, log_path: Path,
+                 api_key: str | None) -> None:
+        self.server, self.thread, self.app = uvicorn_server, thread, app
+        self.port, self.log_path, self.api_key = port, log_path, api_key
+        self.url = f"http://127.0.0.1:{port}"
+
+    def rss_kib(self) -> int:
+        raise NotImplementedError("an in-process server has no process of its own: use running_server")
+
+    def wait_ready(self, timeout_s: float) -> None:
+        import httpx
+
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if not self.thread.is_alive():
+                raise RuntimeError(f"server stopped: {self.app.error!r}:\n{self.output()[-4000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/ready", headers=self.headers, timeout=2).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise TimeoutError(f"server not ready after {timeout_s} s:\n{self.output()[-4000:]}")
+
+    def stop(self, timeout_s: float = 15) -> int:
+        """Stop as SIGTERM does (drain, then the app's lifespan frees the judge); 0, or 1 when the load failed or the
+        server thread did not end within ``timeout_s``."""
+        if self.thread.is_alive():
+            self.server.handle_exit(signal.SIGTERM, None)
+            self.thread.join(timeout_s)
+        return 1 if self.thread.is_alive() or self.app.error is not None else 0
+
+
+_environ_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` updated by ``env`` while the block runs (one block at a time in this process)."""
+    with _environ_lock:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@contextlib.contextmanager
+def serving_in_process(args: Sequence[str], tmp: Path, *, env: dict[str, str] | None = None,
+                       api_key: str | None = None, ready_timeout_s: float | None = 90,
+                       port: int | None = None) -> Iterator[InProcessServer]:
+    """:func:`running_server`'s server, in this process (:class:`InProcessServer`): the same ``ARGS`` parsed and
+    checked by ``brrm serve``'s own parser and checks (a bad flag raises ``SystemExit`` / ``ConfigError`` here), the
+    same app and uvicorn server. ``env`` (and ``BRRM_API_KEY`` from ``api_key``) is in ``os.environ`` only while the
+    flags are checked and the judge is built, so servers with different settings live side by side; a scripted judge
+    must read its settings when it is built. Not for a test that stalls a judge call, signals or kills the server,
+    or checks what is the process's own (exit codes, ``gc.freeze``, memory): use :func:`running_server`.
+    ``ready_timeout_s=None``: yield as soon as it listens, without waiting for ``/ready``."""
+    from brrm.cli import build_parser
+    from brrm.cli import serve as cli_serve
+    from brrm.serve.loading import LoadingApp
+
+    port = port or free_port()
+    log_path = tmp / f"server-{port}.log"
+    full_env = {"BRRM_API_KEY": api_key} if api_key else {}
+    full_env.update(env or {})
+    parsed = build_parser().parse_args(["serve", *args, "--port", str(port), "--log-level", "warning",
+                                        "--no-access-log"])
+    with _environ(full_env):
+        limits, factory = cli_serve.check(parsed)
+    sock = cli_serve.bind(parsed.host, parsed.port)
+    log = open(log_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed below
+
+    def build() -> Any:
+        with _environ(full_env):
+            return cli_serve._build_app(parsed, limits, factory, out=log, freeze=False)
+
+    print(f"brrm serve (in process): listening on {parsed.host}:{port}", file=log)
+    app = LoadingApp(build, api_key=limits.api_key)
+    uvicorn_server = cli_serve.uvicorn_server(app, host=parsed.host, port=port, drain_timeout_s=limits.drain_timeout_s,
+                                              log_level=parsed.log_level, access_log=not parsed.no_access_log,
+                                              log_config=None)  # this process's logging is pytest's
+    thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [sock]}, name=f"brrm-serve-{port}",
+                              daemon=True)
+    server = InProcessServer(uvicorn_server, thread, app, port, log_path, api_key)
+    thread.start()
+    try:
+        if ready_timeout_s is not None:
+            server.wait_ready(ready_timeout_s)
+        yield server
+    finally:
+        server.stop()
+        sock.close()
+        log.close()
+
+
 def compare_body(texts: Sequence[str], prompt: str = "Name a prime number above 10.") -> dict[str, Any]:
     """A NeMo Gym ``/compare`` request over ``texts``."""
     return {"conversation_history": [{"role": "user", "content": prompt}],
@@ -133,8 +238,7 @@ def _config() -> dict[str, Any]:
 _log_lock = threading.Lock()
 
 
-def _log(record: dict[str, Any]) -> None:
-    path = _config().get("log")
+def _log(path: str | None, record: dict[str, Any]) -> None:
     if path:
         with _log_lock, open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
@@ -156,12 +260,13 @@ def fake_brrm() -> Any:
     from brrm.backends.fake import FakeBackend
     from brrm.testing import build_tiny_tokenizer
 
-    cfg = _config()
+    cfg = _config()  # read once, when built: servers in one process (serving_in_process) each keep their own
+    log = cfg.get("log")
 
     def script(prompt: str, _request: Any) -> Any:
         first, second = responses_in(prompt)
         turn = 2 if is_turn2(prompt) else 1
-        _log({"turn": turn, "responses": [first, second]})
+        _log(log, {"turn": turn, "responses": [first, second]})
         if "<<STALL>>" in first or "<<STALL>>" in second:
             time.sleep(600)
         if "<<ERROR>>" in first or "<<ERROR>>" in second:
@@ -191,10 +296,11 @@ def fake_bt() -> Any:
     from brrm.backends.fake import FakeBackend
     from brrm.testing import build_tiny_tokenizer
 
-    mode = _config().get("mode", "")
+    cfg = _config()  # read once, when built (as fake_brrm)
+    mode, log = cfg.get("mode", ""), cfg.get("log")
 
     def score(prompt: str) -> float:
-        _log({"prompt": prompt})
+        _log(log, {"prompt": prompt})
         found = re.findall(r"q(\d+)", prompt)
         return int(found[-1]) + 0.5 if found else 0.0
 

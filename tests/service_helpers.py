@@ -4,11 +4,14 @@ raise on one item of a batch on demand). Each scores a response ``q<k>`` as ``k 
 
 * :func:`raising_bt` — ``classify`` raises for the whole call when any sequence contains ``BOOM``;
 * :func:`flaky_bt` — ``classify`` raises on its first two calls (a warm-up that fails, then recovers);
-* :func:`slow_bt` — sleeps 60 s before building (a model that takes long to load).
+* :func:`slow_bt` — sleeps 60 s before building (a model that takes long to load); first it appends a line to
+  the file ``BRRM_TEST_FAKE``'s ``log`` names, if any (so a test sees whether the build began at all).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import threading
 import time
@@ -56,6 +59,10 @@ def flaky_bt() -> Any:
 
 
 def slow_bt() -> Any:
-    """A judge that takes 60 s to build."""
+    """A judge that takes 60 s to build (noting in ``BRRM_TEST_FAKE``'s ``log`` that its build began)."""
+    log = json.loads(os.environ.get("BRRM_TEST_FAKE", "{}")).get("log")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"building": "slow_bt"}) + "\n")
     time.sleep(60)
     return raising_bt()

@@ -20,7 +20,7 @@ import pytest
 from brrm.rlhf import trl_reward
 from brrm.rlhf.cohorts import CohortBuffer
 from brrm.service.order import CanonicalGroup, content_digest
-from tests.serve_helpers import compare_body, running_server
+from tests.serve_helpers import compare_body, serving_in_process
 from tests.test_rlhf_groups import scripted_brrm
 
 pytestmark = pytest.mark.timeout(180)
@@ -183,10 +183,10 @@ def test_verl_reward_loop_rewards_do_not_depend_on_sample_order(strategy):
 # ------------------------------------------------------------------------------------------------- the server
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """A real ``brrm serve`` over the scripted BR-RM of tests.serve_helpers (turn 2: the response with "good"
-    wins, else response 1: position decides between equals)."""
+    """``brrm serve`` (in this process, on a real socket) over the scripted BR-RM of tests.serve_helpers (turn 2:
+    the response with "good" wins, else response 1: position decides between equals)."""
     tmp = tmp_path_factory.mktemp("serve-order")
-    with running_server(["--factory", "tests.serve_helpers:fake_brrm", "--max-wait-ms", "5"], tmp) as srv:
+    with serving_in_process(["--factory", "tests.serve_helpers:fake_brrm", "--max-wait-ms", "5"], tmp) as srv:
         yield srv
 
 

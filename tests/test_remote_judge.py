@@ -1,5 +1,7 @@
 """RemoteJudge: the RewardJudge contract over a real ``brrm serve`` (tiny models on 127.0.0.1), checked against
-the same judge loaded locally — same results, same errors."""
+the same judge loaded locally — same results, same errors. The servers run in this process
+(:func:`tests.serve_helpers.serving_in_process`: the CLI's flags and app on a real socket): the client is what is
+tested."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import pytest
 
 import brrm
 from brrm.service import RemoteJudge
-from tests.serve_helpers import free_port, running_server
+from tests.serve_helpers import free_port, serving_in_process
 
 pytestmark = pytest.mark.timeout(240)
 BRRM_OPTS = {"max_new_tokens": 420, "block_token_cap": 8, "thinking": "off"}
@@ -41,14 +43,14 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bt(models):
     tmp, paths = models
-    with running_server(["--model", paths["bt"]], tmp) as srv, RemoteJudge(srv.url) as remote:
+    with serving_in_process(["--model", paths["bt"]], tmp) as srv, RemoteJudge(srv.url) as remote:
         yield remote, brrm.load(paths["bt"])
 
 
 @pytest.fixture(scope="module")
 def pairwise(models):
     tmp, paths = models
-    with running_server(["--model", paths["brrm"], *BRRM_ARGS], tmp) as srv, RemoteJudge(srv.url) as remote:
+    with serving_in_process(["--model", paths["brrm"], *BRRM_ARGS], tmp) as srv, RemoteJudge(srv.url) as remote:
         yield remote, brrm.load(paths["brrm"], kind="brrm", **BRRM_OPTS)
 
 
@@ -102,7 +104,7 @@ def test_an_unreachable_server_is_a_clear_error_and_a_dead_one_is_each_items_bac
     with pytest.raises(brrm.ConfigError, match="cannot be reached"):
         RemoteJudge(f"http://127.0.0.1:{free_port()}")
     tmp, paths = models
-    with running_server(["--model", paths["bt"]], tmp) as srv:
+    with serving_in_process(["--model", paths["bt"]], tmp) as srv:
         remote = RemoteJudge(srv.url, retries=0)
         srv.stop()
         out = remote.score(["q", "r"], ["a", "b"])

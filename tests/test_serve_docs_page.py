@@ -10,14 +10,14 @@ import subprocess
 import httpx
 import pytest
 
-from tests.serve_helpers import running_server
+from tests.serve_helpers import serving_in_process
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running_server(["--factory", "tests.serve_helpers:fake_bt"], tmp_path_factory.mktemp("docs")) as srv:
+    with serving_in_process(["--factory", "tests.serve_helpers:fake_bt"], tmp_path_factory.mktemp("docs")) as srv:
         yield srv
 
 

@@ -75,13 +75,13 @@ def test_per_request_options_stay_within_the_servers_limits(fake):
 
 
 def test_n06_a_stalled_comparison_times_out_alone_and_frees_its_slot(fake):
-    started = time.monotonic()
+    # the server's own deadline (--deadline 5) bounds the wait: the 504 says it fired (the stall is 600 s)
     r = httpx.post(f"{fake.url}/compare", json=compare_body(["11", "13", "12", "<<STALL>>"]), timeout=30)
-    took = time.monotonic() - started
-    assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded" and took < 5 + 2, took
-    after = time.monotonic()
+    assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded"
+    # one slot (--max-batch 1, concurrency 1), still held by the 600 s stall unless it was abandoned: a request that
+    # queued behind it would be a 504 at its own 5 s deadline, so a 200 says the slot was freed
     fresh = httpx.post(f"{fake.url}/compare", json=compare_body(["good 11", "12"]), timeout=30)
-    assert fresh.status_code == 200 and time.monotonic() - after < 2.0
+    assert fresh.status_code == 200, fresh.text
     assert fresh.json()["rewards"] == [1.0, 0.0] and fresh.json()["statuses"] == ["ok", "ok"]
     idle(fake)
     assert metric(fake, "brrm_abandoned_total") == 1 and metric(fake, "brrm_queue_depth") == 0
@@ -107,11 +107,11 @@ def test_n10_a_disconnected_request_stops_costing_model_time(fake):
     sock.close()  # X goes away after 100 ms, while its turn 1 runs
     for t in threads:
         t.join(30)
-    assert sorted(code for code, _ in results) == [200, 200, 200]
-    assert max(t for _, t in results) < 3 * 0.5 + 1.0, results
+    assert sorted(code for code, _ in results) == [200, 200, 200], results
     calls = read_log(fake.calls)[before:]
     x_turns = {c["turn"] for c in calls if "X-answer-1" in c["responses"]}
     assert 2 not in x_turns, "X's judgment went on to turn 2 after its client left"
+    # (what X no longer costs is counted, not timed: no turn 2 of X above, its cancellation below)
     time.sleep(0.2)
     idle(fake)
     assert metric(fake, 'brrm_cancelled_total{reason="disconnect",stage="running"}') >= 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.serve_helpers import running_server
+from tests.serve_helpers import serving_in_process
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -24,7 +24,7 @@ def server(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("head-bt")
     model = save_tiny_qwen3(tmp / "rm", sequence_classification=True)
-    with running_server(["--model", str(model)], tmp, api_key=KEY) as srv:
+    with serving_in_process(["--model", str(model)], tmp, api_key=KEY) as srv:
         yield srv
 
 

@@ -9,8 +9,6 @@ responses answer ``[default_score]`` with ``comparison_results`` and ``metrics``
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import httpx
@@ -18,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from brrm.service.order import CanonicalGroup
-from tests.serve_helpers import REPO, compare_body, running_server
+from tests.serve_helpers import compare_body, serving_in_process
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -41,7 +39,7 @@ def server(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("serve-nemo")
     model = save_tiny_qwen3(tmp / "rm", sequence_classification=True)
-    with running_server(["--model", str(model)], tmp) as srv:
+    with serving_in_process(["--model", str(model)], tmp) as srv:
         yield srv
 
 
@@ -78,11 +76,16 @@ def test_a_single_response_gets_the_neutral_reward_and_no_comparisons(server):
     assert reply.rewards == [0.5] and reply.comparison_results is None and reply.metrics is None
 
 
-def test_null_failed_reward_is_refused_at_start_with_the_reason(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "brrm", "serve", "--failed-reward", "null", "--port", "0"],
-                         cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "--failed-reward null" in out.stderr and "torch.tensor([[None]])" in out.stderr
+def test_null_failed_reward_is_refused_at_start_with_the_reason(capsys):
+    """The CLI's own entry point, in this process (``brrm``'s exit code is what ``main`` returns; an exception would
+    fail the test instead of printing a traceback). A real ``brrm serve`` process refusing at start, with its exit
+    code and one error line: tests/test_service_http.py's port-in-use test."""
+    from brrm.cli import main
+
+    code = main(["serve", "--failed-reward", "null", "--port", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "--failed-reward null" in err and "torch.tensor([[None]])" in err
 
 
 def test_a_response_whose_every_opponent_is_malformed_gets_the_neutral_reward(server):

@@ -1,4 +1,7 @@
-"""The service layer through real ``brrm serve`` processes on 127.0.0.1 (issue 18 items 2, 3, 4, 9).
+"""The service layer through real ``brrm serve`` servers on 127.0.0.1 (issue 18 items 2, 3, 4, 9): in this process
+(:func:`tests.serve_helpers.serving_in_process`: the CLI's own flags, app and uvicorn server on a real socket)
+where the process is not what a test checks; as processes for a port in use (exit code before the load), a
+call that stalls for 600 s, and a 100-response all_pairs (CPU-bound: the server's own process, gc-frozen).
 
 * a tiny real Bradley–Terry model: the poison test (30 good requests and one with a lone surrogate, sent
   concurrently to ``/v1/score``, ``/get_reward`` and ``/v1/judge``), operations (HEAD, bearer scheme, public model
@@ -21,7 +24,7 @@ import time
 import httpx
 import pytest
 
-from tests.serve_helpers import REPO, compare_body, free_port, read_log, running_server
+from tests.serve_helpers import REPO, compare_body, free_port, read_log, running_server, serving_in_process
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -35,8 +38,8 @@ def bt(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("service-bt")
     model = save_tiny_qwen3(tmp / "rm", sequence_classification=True)
-    with running_server(["--model", str(model), "--max-items", "64", "--max-wait-ms", "30"], tmp,
-                        api_key=KEY) as srv:
+    with serving_in_process(["--model", str(model), "--max-items", "64", "--max-wait-ms", "30"], tmp,
+                            api_key=KEY) as srv:
         srv.model_dir = model
         yield srv
 
@@ -159,20 +162,20 @@ def test_labels_1_2_and_the_timeout_floor(bt):
 
 def test_a_port_in_use_fails_at_once_before_the_model_loads(tmp_path):
     port = free_port()
+    building = tmp_path / "building.jsonl"  # slow_bt notes here that its (60 s) build began
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "BRRM_TEST_FAKE": json.dumps({"log": str(building)})}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen(1)
-        started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "brrm", "serve", "--factory", "tests.service_helpers:slow_bt",
-                               "--port", str(port)], cwd=REPO, capture_output=True, text=True, timeout=50)
-        took = time.monotonic() - started
-    assert done.returncode != 0 and took < 40, took  # slow_bt takes 60 s to build: it never started
+                               "--port", str(port)], cwd=REPO, env=env, capture_output=True, text=True, timeout=50)
+    assert done.returncode != 0 and not building.exists()  # the model's build never began
     assert f"brrm: error: cannot listen on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_batch_that_raises_is_bisected_onto_the_item_that_causes_it(tmp_path):
     args = ["--factory", "tests.service_helpers:raising_bt", "--max-wait-ms", "100", "--max-batch", "64"]
-    with running_server(args, tmp_path) as srv:
+    with serving_in_process(args, tmp_path) as srv:
         bodies = [json.dumps({"items": [{"prompt": "p", "response": f"BOOM q{k}" if k == 5 else f"q{k}"}]}).encode()
                   for k in range(12)]
 
@@ -192,18 +195,12 @@ def test_a_batch_that_raises_is_bisected_onto_the_item_that_causes_it(tmp_path):
 
 
 def test_a_failed_warmup_is_reported_and_retried_not_permanent(tmp_path):
-    args = ["--factory", "tests.service_helpers:flaky_bt"]
-    port = free_port()
-    log = open(tmp_path / "flaky.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "brrm", "serve", *args, "--port", str(port), "--log-level",
-                             "warning"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
-    try:
+    with serving_in_process(["--factory", "tests.service_helpers:flaky_bt"], tmp_path, ready_timeout_s=None) as srv:
         seen: list[str] = []
-        end = time.monotonic() + 60
+        end = time.monotonic() + 60  # a bound on a hang only: the loop ends on the first 200
         while time.monotonic() < end:
             try:
-                r = httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2)
+                r = httpx.get(f"{srv.url}/ready", timeout=2)
             except httpx.HTTPError:
                 time.sleep(0.1)
                 continue
@@ -214,10 +211,6 @@ def test_a_failed_warmup_is_reported_and_retried_not_permanent(tmp_path):
         assert r.status_code == 200 and r.json()["warmup_attempts"] == 3, r.text
         assert any("warm-up attempt 1 failed: BatchFailed" in s and "retrying in 1 s" in s for s in seen), seen
         assert any("cold-start failure" in s for s in seen)
-    finally:
-        proc.terminate()
-        proc.wait(15)
-        log.close()
 
 
 # ------------------------------------------------------------------------------------------ cost and deadlines
@@ -227,6 +220,8 @@ def brrm_fake(tmp_path_factory):
     env = {"BRRM_TEST_FAKE": json.dumps({"log": str(tmp / "calls.jsonl")})}
     args = ["--factory", "tests.serve_helpers:fake_brrm", "--max-batch", "8", "--max-items", "600",
             "--max-judgments-per-request", "6000", "--max-queue", "10000", "--max-wait-ms", "5"]
+    # a process: 4950 judgments of CPU work, which in a test worker (no gc.freeze of a heap holding torch) ran past
+    # the test's 200 s on a busy machine
     with running_server(args, tmp, env=env) as srv:
         srv.calls = tmp / "calls.jsonl"
         yield srv
@@ -270,9 +265,9 @@ def test_overload_429_comes_before_the_body_is_parsed(tmp_path):
     args = ["--factory", "tests.serve_helpers:fake_brrm", "--max-batch", "1", "--max-queue", "2", "--max-wait-ms",
             "0", "--no-warmup"]
     pair = {"pairs": [{"prompt": "q", "response_a": "good", "response_b": "b"}]}
-    with running_server(args, tmp_path, env=env) as srv:
+    with serving_in_process(args, tmp_path, env=env) as srv:
 
-        async def run() -> tuple[list[httpx.Response], list[float], int]:
+        async def run() -> tuple[list[httpx.Response], list[float], int, list[bool]]:
             async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
                 def distinct(k: int) -> dict:  # identical requests in flight would share one job (single-flight)
                     return {"pairs": [{"prompt": f"q{k}", "response_a": "good", "response_b": "b"}]}
@@ -282,23 +277,24 @@ def test_overload_429_comes_before_the_body_is_parsed(tmp_path):
                 fill += [asyncio.ensure_future(c.post("/v1/judge", json=distinct(k))) for k in (1, 2)]
                 await asyncio.sleep(0.2)  # one running, two queued: the queue is full
 
-                async def timed(body: bytes) -> tuple[httpx.Response, float]:
+                async def timed(body: bytes) -> tuple[httpx.Response, float, bool]:
                     started = time.perf_counter()
                     r = await c.post("/v1/judge", content=body, headers={"Content-Type": "application/json"})
-                    return r, time.perf_counter() - started
+                    return r, time.perf_counter() - started, all(f.done() for f in fill)
 
                 refused = await asyncio.gather(*(timed(b"{not json" if k % 2 else json.dumps(pair).encode())
                                                  for k in range(40)))
                 served = await asyncio.gather(*fill)
-                return [r for r, _ in refused], [t for _, t in refused], sum(r.status_code == 200 for r in served)
+                return ([r for r, _, _ in refused], [t for _, t, _ in refused],
+                        sum(r.status_code == 200 for r in served), [d for _, _, d in refused])
 
-        refused, seconds, ok = asyncio.run(run())
+        refused, seconds, ok, queue_drained = asyncio.run(run())
     assert ok == 3
     assert [r.status_code for r in refused] == [429] * 40  # invalid bodies too: answered before parsing
     assert all(int(r.headers["Retry-After"]) >= 1 and r.json()["error"]["type"] == "queue_full" for r in refused)
     p99 = sorted(seconds)[int(0.99 * len(seconds))]
     print(f"\n429 latency under overload: max {max(seconds) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
-    assert p99 < 1.0
+    assert not any(queue_drained)  # every 429 came before the work it would queue behind was done: none waited
 
 
 def test_a_stalled_call_past_its_deadline_frees_its_slot_within_a_healthy_jobs_deadline(tmp_path):
@@ -319,5 +315,6 @@ def test_a_stalled_call_past_its_deadline_frees_its_slot_within_a_healthy_jobs_d
         stalled, healthy, took = asyncio.run(run())
         abandoned = re.search(r"^brrm_abandoned_total (\S+)$", httpx.get(f"{srv.url}/metrics").text, re.M)
     assert stalled.status_code == 504 and stalled.json()["error"]["type"] == "deadline_exceeded"
-    assert healthy.status_code == 200 and healthy.json()["judgments"][0]["winner"] == "A" and took < 4, took
+    # a 200 is the server's word that it finished within its own deadline (timeout_s 4: else 504)
+    assert healthy.status_code == 200 and healthy.json()["judgments"][0]["winner"] == "A", took
     assert abandoned and float(abandoned.group(1)) == 1  # counted

@@ -14,7 +14,7 @@ from brrm.audit import AuditOptions, plan_items, run_audit
 from brrm.records import read_records
 from brrm.service import RemoteJudge
 from tests.audit_support import pair_rows, write_jsonl
-from tests.serve_helpers import running_server
+from tests.serve_helpers import serving_in_process
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -25,7 +25,7 @@ def served(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("load-remote")
     path = str(save_tiny_qwen3(tmp / "rm", sequence_classification=True))
-    with running_server(["--model", path], tmp) as srv:
+    with serving_in_process(["--model", path], tmp) as srv:
         yield srv.url, path
 
 
@@ -102,11 +102,11 @@ def test_a_remote_judge_refuses_replies_from_other_weights_behind_the_same_url(t
     first = str(save_tiny_qwen3(tmp_path / "rm1", sequence_classification=True, seed=1))
     second = str(save_tiny_qwen3(tmp_path / "rm2", sequence_classification=True, seed=2))
     port = free_port()
-    with running_server(["--model", first, "--kind", "bt"], tmp_path, port=port) as srv:
+    with serving_in_process(["--model", first, "--kind", "bt"], tmp_path, port=port) as srv:
         judge = brrm.load(srv.url, backend="serve")
         before = judge.score(["q"], ["a response"])[0]
         assert before.ok and before.provenance.fingerprint == judge.info.fingerprint
-    with running_server(["--model", second, "--kind", "bt"], tmp_path, port=port):
+    with serving_in_process(["--model", second, "--kind", "bt"], tmp_path, port=port):
         with pytest.raises(brrm.ConfigError, match="now judges with other weights"):
             judge.score(["q"], ["a response"])
         again = brrm.load(srv.url, backend="serve")  # loading it again is the way on

@@ -1,5 +1,6 @@
 """Work done once (issue 28 item 4): identical jobs in flight run once, and ``Idempotency-Key`` retries are answered
-the stored reply — through real ``brrm serve`` processes on 127.0.0.1 whose backends count their calls (a scripted
+the stored reply — through real ``brrm serve`` servers on 127.0.0.1 (in this process:
+:func:`tests.serve_helpers.serving_in_process`) whose backends count their calls (a scripted
 classifier that takes 0.6 s per call and raises on ``BOOM``: :mod:`tests.flight_helpers`; and the scripted BR-RM
 judge of :mod:`tests.serve_helpers`, logging every prompt), plus the store's bounds and the deadline rule of
 :class:`~brrm.service.singleflight.SingleFlight` in process.
@@ -19,7 +20,7 @@ import httpx
 import pytest
 
 from brrm.serve.idempotency import IdempotencyStore, Reply
-from tests.serve_helpers import compare_body, read_log, running_server
+from tests.serve_helpers import compare_body, read_log, serving_in_process
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,7 +32,8 @@ BT = ["--factory", "tests.flight_helpers:counting_bt", "--max-wait-ms", "5", "--
 def bt(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("flight-bt")
     log = tmp / "calls.jsonl"
-    with running_server(BT, tmp, env={"BRRM_TEST_FAKE": json.dumps({"classify_s": CALL_S, "log": str(log)})}) as srv:
+    env = {"BRRM_TEST_FAKE": json.dumps({"classify_s": CALL_S, "log": str(log)})}
+    with serving_in_process(BT, tmp, env=env) as srv:
         srv.calls = log
         yield srv
 
@@ -242,7 +244,7 @@ def test_identical_brrm_judge_and_compare_requests_are_judged_once(tmp_path):
     log = tmp_path / "prompts.jsonl"
     env = {"BRRM_TEST_FAKE": json.dumps({"turn1_s": 0.3, "turn2_s": 0.3, "log": str(log)})}
     args = ["--factory", "tests.serve_helpers:fake_brrm", "--max-wait-ms", "5", "--deadline", "20"]
-    with running_server(args, tmp_path, env=env) as srv:
+    with serving_in_process(args, tmp_path, env=env) as srv:
         token = uuid.uuid4().hex
         pair = {"pairs": [{"prompt": "2+2?", "response_a": f"4 good {token}", "response_b": f"5 {token}"}],
                 "swap": True, "options": {"seed": 3}}

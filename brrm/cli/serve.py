@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TextIO
 
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.cli import common
@@ -29,6 +29,7 @@ from brrm.errors import ConfigError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import uvicorn
     from fastapi import FastAPI
 
     from brrm.serve.limits import ServerLimits
@@ -157,6 +158,31 @@ def _limits(args: argparse.Namespace, failed_reward: float, concurrency: int,
 
 def run(args: argparse.Namespace) -> int:
     """Check the flags, load the judge, serve until SIGTERM / Ctrl-C."""
+    limits, factory = check(args)
+    sock = bind(args.host, args.port)  # the port too: a port in use fails before minutes of loading
+    if args.host not in ("127.0.0.1", "localhost", "::1") and limits.api_key is None:
+        print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "
+              "BRRM_API_KEY)", file=sys.stderr)
+    from brrm.serve.loading import LoadingApp
+
+    print(f"brrm serve: listening on http://{args.host}:{args.port} (/health answers; loading the model)",
+          file=sys.stderr)
+    app = LoadingApp(lambda: _build_app(args, limits, factory), api_key=limits.api_key)
+    serve(app, host=args.host, port=args.port, drain_timeout_s=limits.drain_timeout_s, log_level=args.log_level,
+          access_log=not args.no_access_log, sock=sock)
+    return 0
+
+
+def check(args: argparse.Namespace) -> tuple[ServerLimits, Callable[[], object] | None]:
+    """Check every flag before anything binds or loads: the serve extra, the port, the limits, the factory (imported)
+    or every judge option's value.
+
+    Returns:
+        the limits the flags describe, and the ``--factory`` function (None without one).
+
+    Raises:
+        ConfigError: naming the flag.
+    """
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
@@ -173,23 +199,19 @@ def run(args: argparse.Namespace) -> int:
         common.check_judge(args, kind="brrm")  # every judge option's value too: a mistake is named, not the port
     else:
         common.load_options(args)  # the flags are still checked by name
-    sock = bind(args.host, args.port)  # the port too: a port in use fails before minutes of loading
-    if args.host not in ("127.0.0.1", "localhost", "::1") and limits.api_key is None:
-        print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "
-              "BRRM_API_KEY)", file=sys.stderr)
-    from brrm.serve.loading import LoadingApp
-
-    print(f"brrm serve: listening on http://{args.host}:{args.port} (/health answers; loading the model)",
-          file=sys.stderr)
-    app = LoadingApp(lambda: _build_app(args, limits, factory), api_key=limits.api_key)
-    serve(app, host=args.host, port=args.port, drain_timeout_s=limits.drain_timeout_s, log_level=args.log_level,
-          access_log=not args.no_access_log, sock=sock)
-    return 0
+    return limits, factory
 
 
-def _build_app(args: argparse.Namespace, limits: ServerLimits,
-               factory: Callable[[], object] | None) -> FastAPI:
-    """Load the judge and make the server's app (run beside the listening server, in its loading thread)."""
+def _build_app(args: argparse.Namespace, limits: ServerLimits, factory: Callable[[], object] | None, *,
+               out: TextIO | None = None, freeze: bool = True) -> FastAPI:
+    """Load the judge and make the server's app (run beside the listening server, in its loading thread).
+
+    Args:
+        out: where the start-up messages go (default: stderr).
+        freeze: ``gc.freeze()`` the loaded model and libraries (a whole process's heap: only a process that is the
+            server, not one that hosts it beside other work, e.g. a test).
+    """
+    out = out if out is not None else sys.stderr
     judge = _factory(args.factory, factory) if factory else common.load_judge(args, kind="brrm")
     if args.concurrency == "auto":  # concurrent backends share one running batch across judge calls
         from dataclasses import replace
@@ -198,16 +220,21 @@ def _build_app(args: argparse.Namespace, limits: ServerLimits,
     from brrm.serve.app import create_app
 
     app = create_app(judge, limits=limits)
+    if freeze:
+        _freeze()
+    info = judge.info
+    print(f"brrm serve: {info.model} ({info.describe()}) loaded on "
+          f"http://{args.host}:{args.port}; docs at /docs", file=out)
+    if app.state.brrm.needs_principle:
+        print("brrm serve: no default principle (--principle): every /v1/score item and /compare request names its "
+              "own; /v1/judge, /v1/rank and /get_reward, which name none, answer 422", file=out)
+    return app
+
+
+def _freeze() -> None:
     gc.collect()
     gc.freeze()  # the loaded model, tokenizer and libraries are never rescanned by the cyclic collector: its full
     # collections over them paused the event loop for hundreds of ms under load (p99 of 429s 0.9 s -> 0.25 s)
-    info = judge.info
-    print(f"brrm serve: {info.model} ({info.describe()}) loaded on "
-          f"http://{args.host}:{args.port}; docs at /docs", file=sys.stderr)
-    if app.state.brrm.needs_principle:
-        print("brrm serve: no default principle (--principle): every /v1/score item and /compare request names its "
-              "own; /v1/judge, /v1/rank and /get_reward, which name none, answer 422", file=sys.stderr)
-    return app
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -250,25 +277,12 @@ def serve(app: FastAPI | LoadingApp, *, host: str, port: int, drain_timeout_s: f
     interrupt). A :class:`~brrm.serve.loading.LoadingApp` stopped before its model loaded exits at once (the load
     thread is not waited for); one whose load failed stops the server and raises the load's error here.
     """
-    import uvicorn
-
     from brrm.serve.loading import LoadingApp
 
     loading = app if isinstance(app, LoadingApp) else None
-    drain = app.begin_drain if isinstance(app, LoadingApp) else lambda: setattr(app.state.brrm, "draining", True)
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            drain()
-            super().handle_exit(sig, frame)
-
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
-                            timeout_graceful_shutdown=max(1, int(drain_timeout_s)), lifespan="on",
-                            timeout_keep_alive=KEEP_ALIVE_S)
+    server = uvicorn_server(app, host=host, port=port, drain_timeout_s=drain_timeout_s, log_level=log_level,
+                            access_log=access_log)
     signal.signal(signal.SIGTERM, lambda _sig, _frame: None)  # what uvicorn re-raises after its graceful stop
-    server = Server(config)
-    if loading is not None:
-        loading.on_failure = lambda _exc: setattr(server, "should_exit", True)
     code = 0
     try:
         server.run(sockets=[sock] if sock is not None else None)
@@ -282,6 +296,31 @@ def serve(app: FastAPI | LoadingApp, *, host: str, port: int, drain_timeout_s: f
         print("brrm serve: stopped while the model was loading", file=sys.stderr)
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(code)  # the load thread (and any pool of the loader's) is not waited for
+
+
+def uvicorn_server(app: FastAPI | LoadingApp, *, host: str, port: int, drain_timeout_s: float,
+                   log_level: str = "info", access_log: bool = True, **config: Any) -> uvicorn.Server:
+    """The uvicorn server :func:`serve` runs: a stop (:meth:`uvicorn.Server.handle_exit`) drains ``app`` first, and a
+    :class:`~brrm.serve.loading.LoadingApp` whose load fails stops it. ``config``: more :class:`uvicorn.Config`
+    keywords (a test hosting servers in its own process passes ``log_config=None``)."""
+    import uvicorn
+
+    from brrm.serve.loading import LoadingApp
+
+    loading = app if isinstance(app, LoadingApp) else None
+    drain = app.begin_drain if isinstance(app, LoadingApp) else lambda: setattr(app.state.brrm, "draining", True)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            drain()
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=access_log,
+                                   timeout_graceful_shutdown=max(1, int(drain_timeout_s)), lifespan="on",
+                                   timeout_keep_alive=KEEP_ALIVE_S, **config))
+    if loading is not None:
+        loading.on_failure = lambda _exc: setattr(server, "should_exit", True)
+    return server
 
 
 def _factory_function(spec: str) -> Callable[[], object]:

@@ -1,7 +1,6 @@
 """``brrm serve`` over a tiny real Bradley–Terry model: every endpoint through httpx and through the served
 OpenAPI schema (schemathesis), authentication, validation errors, OpenRLHF's contract (N07, C23, C24) and a load
-test of 200 concurrent clients. One real uvicorn server on 127.0.0.1, in this process
-(:func:`tests.serve_helpers.serving_in_process`), serves the whole module.
+test of 200 concurrent clients. One real uvicorn process on 127.0.0.1 serves the whole module.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from tests.serve_helpers import REPO, compare_body, serving_in_process
+from tests.serve_helpers import REPO, compare_body, running_server
 
 KEY = "test-key-0123456789"
 CHATML_PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
@@ -30,7 +29,7 @@ def server(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("serve-bt")
     model = save_tiny_qwen3(tmp / "rm", sequence_classification=True)
-    with serving_in_process(["--model", str(model), "--max-items", "64"], tmp, api_key=KEY) as srv:
+    with running_server(["--model", str(model), "--max-items", "64"], tmp, api_key=KEY) as srv:
         yield srv
 
 
@@ -241,26 +240,31 @@ def test_load_200_concurrent_clients(server):
     assert 'brrm_requests_total{code="200",endpoint="/v1/judge"}' in metrics and "brrm_batch_items_count" in metrics
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_schemathesis_no_server_errors(server):
-    """Generated requests for every operation of the served schema: never a 5xx."""
+    """Generated requests for every operation of the served schema: never a 5xx. What is sent depends on the schema
+    alone (12 derandomized examples per operation, no time bound); a generated short ``timeout_s`` that a loaded
+    machine misses answers 504 by design, which ``tests/fixtures/schemathesis.toml`` accepts, as
+    ``tests/test_serve_schema.py`` does."""
     import hypothesis
     import schemathesis
     from schemathesis.checks import not_a_server_error
+    from schemathesis.config import SchemathesisConfig
 
-    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json", headers=server.headers)
+    config = SchemathesisConfig.from_path(REPO / "tests" / "fixtures" / "schemathesis.toml")
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json", config=config, headers=server.headers)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 9  # 5 judging routes, 4 operational ones
-    calls = 0
+    assert len(operations) == 9, [op.label for op in operations]  # 5 judging routes, 4 operational ones
+    calls = dict.fromkeys((op.label for op in operations), 0)
     for operation in operations:
         @hypothesis.settings(max_examples=12, deadline=None, database=None, derandomize=True,
                              suppress_health_check=list(hypothesis.HealthCheck))
         @hypothesis.given(case=operation.as_strategy())
         def check(case):
-            nonlocal calls
-            calls += 1
-            response = case.call(base_url=server.url, headers=server.headers, timeout=30)
+            calls[case.operation.label] += 1
+            # a guard against a hang only: a tiny BT model answers in well under a second, loaded or not
+            response = case.call(base_url=server.url, headers=server.headers, timeout=120)
             case.validate_response(response, checks=[not_a_server_error])
 
         check()
-    assert calls >= 5 * len(operations)
+    assert all(calls.values()) and sum(calls.values()) >= 5 * len(operations), f"requests per operation: {calls}"

@@ -1,6 +1,9 @@
-"""``brrm arena --ray``: the example arena judged on a local Ray instance (2 CPU actors, a tiny Qwen3) gives the
+"""``brrm arena --ray``: the example arena judged on a local Ray instance (a CPU actor, a tiny Qwen3) gives the
 single-process battles and leaderboard exactly; a rerun judges nothing, and a store filled by a local run is
-resumed on Ray without judging again."""
+resumed on Ray without judging again.
+
+The module's Ray tests share one local instance (:mod:`tests.ray_support`): starting Ray costs more than
+a test's own work on it."""
 
 from __future__ import annotations
 
@@ -9,12 +12,19 @@ import pytest
 from brrm.arena import run_arena
 from tests.audit_support import TINY_OPTS
 from tests.conftest import REPO
+from tests.ray_support import local_ray
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-def test_the_arena_on_ray_equals_the_local_arena_and_resumes(tmp_path):
-    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'brrm[ray]'")
+@pytest.fixture(scope="module")
+def ray_instance():
+    """One local Ray instance (2 CPUs, 127.0.0.1) for this module's Ray tests, shut down after the last."""
+    with local_ray(num_cpus=2) as ray:
+        yield ray
+
+
+def test_the_arena_on_ray_equals_the_local_arena_and_resumes(tmp_path, ray_instance):
     import torch
 
     import brrm
@@ -33,16 +43,14 @@ def test_the_arena_on_ray_equals_the_local_arena_and_resumes(tmp_path):
             local = run_arena(judge, source, baseline="baseline-bot", bootstrap=20, store=tmp_path / "local")
     finally:
         torch.set_num_threads(threads)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        on_ray = run_arena(spec, source, baseline="baseline-bot", bootstrap=20, store=tmp_path / "ray",
-                           ray=RayOptions(actors=2), progress=counted.append)
-        again = run_arena(spec, source, baseline="baseline-bot", bootstrap=20, store=tmp_path / "ray",
-                          ray=RayOptions(actors=2), progress=lambda n: counted.append(-n))
-        from_local = run_arena(spec, source, baseline="baseline-bot", bootstrap=20, store=tmp_path / "local",
-                               ray=RayOptions(actors=2), progress=lambda n: counted.append(-n))
-    finally:
-        ray.shutdown()
+    # one actor: the 16 matchups are one block (an arena sends 64 a call), which one actor judges; a second actor
+    # would load the model and get nothing (Ray Data warns so). tests/test_audit_ray.py judges on two.
+    on_ray = run_arena(spec, source, baseline="baseline-bot", bootstrap=20, store=tmp_path / "ray",
+                       ray=RayOptions(actors=1), progress=counted.append)
+    again = run_arena(spec, source, baseline="baseline-bot", bootstrap=20, store=tmp_path / "ray",
+                      ray=RayOptions(actors=1), progress=lambda n: counted.append(-n))
+    from_local = run_arena(spec, source, baseline="baseline-bot", bootstrap=20, store=tmp_path / "local",
+                           ray=RayOptions(actors=1), progress=lambda n: counted.append(-n))
     assert sum(counted) == 16 and min(counted) > 0  # the first Ray run judged all 16; the others nothing
     assert [b.to_dict() for b in on_ray.battles] == [b.to_dict() for b in local.battles]
     assert all(b.swapped for b in on_ray.battles) and any(b.ok for b in on_ray.battles)
@@ -62,26 +70,25 @@ def test_ray_needs_a_store_and_a_spec(tmp_path):
         run_arena(spec, REPO / "examples/arena.jsonl", baseline="baseline-bot")
 
 
-def test_the_cli_judges_on_ray_and_a_rerun_judges_nothing(tmp_path, capsys):
-    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'brrm[ray]'")
+def test_the_cli_judges_on_ray_and_a_rerun_judges_nothing(tmp_path, capsys, ray_instance):
     from brrm.cli import main
     from brrm.testing import save_tiny_qwen3
     from tests.audit_support import TINY_FLAGS
 
     model = str(save_tiny_qwen3(tmp_path / "tiny"))
-    argv = ["arena", "--input", str(REPO / "examples/arena.jsonl"), "--baseline", "baseline-bot", "--output",
+    # the example's first 3 prompts (6 matchups): the flags' path is what this test is about; the equality of
+    # Ray and local judging over the whole example is the test above
+    lines = (REPO / "examples/arena.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "arena.jsonl").write_text("".join(lines[:9]), encoding="utf-8")
+    argv = ["arena", "--input", str(tmp_path / "arena.jsonl"), "--baseline", "baseline-bot", "--output",
             str(tmp_path / "out"), "--model", model, *TINY_FLAGS, "--no-progress", "--bootstrap", "20",
             "--ray", "--actors", "1"]
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        assert main(argv) == 0
-        first = capsys.readouterr().out
-        assert main(argv) == 0
-        second = capsys.readouterr().out
-    finally:
-        ray.shutdown()
-    assert "on Ray (local); each actor loads model" in first and "judged 16 matchups now" in first
-    assert "judged 0 matchups now; 16 came from the store" in second
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    second = capsys.readouterr().out
+    assert "on Ray (local); each actor loads model" in first and "judged 6 matchups now" in first
+    assert "judged 0 matchups now; 6 came from the store" in second
     assert (tmp_path / "out" / "leaderboard.csv").is_file() and (tmp_path / "out" / "report.html").is_file()
 
 

@@ -10,12 +10,19 @@ import pytest
 from brrm.audit import AuditOptions, JudgeSpec, plan_items, run_audit
 from brrm.records import read_records
 from tests.audit_support import TINY_OPTS, assert_same_stores, pair_rows, store_items, write_jsonl
+from tests.ray_support import local_ray
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-def test_ray_audit_equals_the_single_process_audit(tmp_path):
-    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'brrm[ray]'")
+@pytest.fixture(scope="module")
+def ray_instance():
+    """A local Ray instance (2 CPUs, 127.0.0.1, :mod:`tests.ray_support`), shut down after the module."""
+    with local_ray(num_cpus=2) as ray:
+        yield ray
+
+
+def test_ray_audit_equals_the_single_process_audit(tmp_path, ray_instance):
     from brrm.audit.ray_runner import RayOptions
     from brrm.testing import save_tiny_qwen3
 
@@ -32,12 +39,8 @@ def test_ray_audit_equals_the_single_process_audit(tmp_path):
         local = run_audit(items, tmp_path / "local", opts, spec=spec)
     finally:
         torch.set_num_threads(threads)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        on_ray = run_audit(items, tmp_path / "ray", opts, spec=spec, ray=RayOptions(actors=2))
-        again = run_audit(items, tmp_path / "ray", opts, spec=spec, ray=RayOptions(actors=2))
-    finally:
-        ray.shutdown()
+    on_ray = run_audit(items, tmp_path / "ray", opts, spec=spec, ray=RayOptions(actors=2))
+    again = run_audit(items, tmp_path / "ray", opts, spec=spec, ray=RayOptions(actors=2))
     assert local.judged == on_ray.judged == 4 and on_ray.config_hash == local.config_hash
     assert again.judged == 0 and again.pending_at_start == 0
     assert_same_stores(tmp_path / "local", tmp_path / "ray")

@@ -531,7 +531,7 @@ def test_a_scalar_bradley_terry_judge_rates_without_swap(tmp_path):
 def test_the_embedded_demo_writes_the_arena_outputs_on_one_prompt(tmp_path, capsys):
     """The README's command with the embedded demo judge (no --model), on the example's first prompt and its first
     two models (1 matchup, both orders; three models and 16 matchups run on a tiny Qwen3 above) with free-text blocks
-    capped at 8 tokens, not the demo's 32 (the model's real path in a sixth of the time): leaderboard, battles and
+    capped at 8 tokens, not the demo's 32 (the model's real path in a fraction of the time): leaderboard, battles and
     report written; the whole example at the demo's budgets takes minutes (about three on an idle 2-core box)."""
     from brrm.cli import main
 

@@ -1,6 +1,7 @@
 """Batch invariance by construction (issue 19.1), on three model shapes x 1, 2, 4 intra-op threads x batch sizes
 1, 3, 8, 16: each row's logits (prefill and one decode step over the batch's KV cache) are the same bits in a
-batch as alone, run as the backend's decoder runs them (inputs left-padded, each row's KV in a slot of its own).
+batch as alone, and at every thread count the same as alone at 1 thread, run as the backend's decoder runs them
+(inputs left-padded, each row's KV in a slot of its own).
 Thread counts are set for real with ``torch.set_num_threads`` (brrm's default, ``brrm/threads.py``, only sets
 the starting count). Then ``brrm judge`` at ``--batch-size 1`` and ``8``, temperature
 1.0, writes byte-identical files at 1 and 2 threads on the tiny non-default shape (head_dim 16, tied)."""
@@ -32,6 +33,8 @@ LENGTHS = (9, 4, 300, 1, 7, 11, 3, 10, 2, 6, 12, 5, 8, 1, 10, 4)
 SMOLLM2_LAYERS = 4  # of 30: every layer has the same shapes; fewer keep the matrix within a CI budget
 THREADS = (1, 2, 4)
 BATCHES = (3, 8, 16)
+ALONE_AGAIN = 4
+"""Rows recomputed alone at every thread count (lengths 9, 4, 300, 1: each kind of tile), beside the 16 at 1 thread."""
 
 
 def _tiny16():
@@ -79,15 +82,23 @@ def test_each_row_is_the_same_bits_alone_and_in_any_batch_at_any_thread_count(bu
     seqs = [torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist() for n in LENGTHS]
     before = torch.get_num_threads()
     try:
+        torch.set_num_threads(THREADS[0])
+        alone = torch.cat([_prefill_and_step(model, [s]) for s in seqs])  # the reference: alone, at 1 thread
+        assert alone.isfinite().all() and alone.abs().max() > 0
         for threads in THREADS:
             torch.set_num_threads(threads)
             assert torch.get_num_threads() == threads
-            alone = torch.cat([_prefill_and_step(model, [s]) for s in seqs])
-            assert alone.isfinite().all() and alone.abs().max() > 0
+            # alone again at this thread count, on the rows whose tiles differ (9 tokens: a shared 32-token tile;
+            # 300: a long tile of its own; 1: a shared 8-token tile), then every batch against the 1-thread
+            # reference: the same bits across thread counts as well as across batches
+            again = torch.cat([_prefill_and_step(model, [s]) for s in seqs[:ALONE_AGAIN]]) if threads != THREADS[0] \
+                else alone[:ALONE_AGAIN]
+            bad = [i for i in range(ALONE_AGAIN) if not torch.equal(again[i], alone[i])]
+            assert not bad, f"{threads} threads: rows {bad} alone differ from alone at {THREADS[0]} thread"
             for size in BATCHES:
                 batch = _prefill_and_step(model, seqs[:size])
                 bad = [i for i in range(size) if not torch.equal(batch[i], alone[i])]
-                assert not bad, f"{threads} threads, batch {size}: rows {bad} differ from alone"
+                assert not bad, f"{threads} threads, batch {size}: rows {bad} differ from alone at {THREADS[0]} thread"
     finally:
         torch.set_num_threads(before)
 

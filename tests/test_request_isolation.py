@@ -246,13 +246,18 @@ def _pair(k: int, stall: bool = False) -> dict[str, Any]:
             else f"<<STALL>> {k}"}
 
 
+STALLED_TIMEOUT_S = 6.0
+"""The stalled request's own deadline: its 8 neighbours, sent with it, must be answered before it ends (each takes
+0.1 s of scripted work; the margin is for a busy machine)."""
+
+
 def test_a_stalled_item_among_eight_costs_only_itself_in_the_server(stall_server):
     for round_ in range(2):
         out: dict[int, tuple[int, float, dict[str, Any]]] = {}
 
         def send(k: int, round_: int = round_, out: dict[int, tuple[int, float, dict[str, Any]]] = out) -> None:
             stall = k == 3
-            body = {"pairs": [_pair(10 * round_ + k, stall)], **({"timeout_s": 3.0} if stall else {})}
+            body = {"pairs": [_pair(10 * round_ + k, stall)], **({"timeout_s": STALLED_TIMEOUT_S} if stall else {})}
             t = time.monotonic()
             r = httpx.post(f"{stall_server.url}/v1/judge", json=body, timeout=60)
             out[k] = (r.status_code, time.monotonic() - t, r.json())
@@ -263,14 +268,14 @@ def test_a_stalled_item_among_eight_costs_only_itself_in_the_server(stall_server
         for t in threads:
             t.join(60)
         assert out[3][0] == 504, out[3]
-        for k in (0, 1, 2, 4, 5, 6, 7, 8):
-            code, took, reply = out[k]
-            assert code == 200 and took < 3.0, (round_, k, code, took)
+        for k in (0, 1, 2, 4, 5, 6, 7, 8):  # sent with the stalled one, answered before its deadline ended it:
+            code, took, reply = out[k]    # not held behind it (an order of events, not a wall-time bound)
+            assert code == 200 and took < out[3][1], (round_, k, code, took, out[3][1])
             assert reply["judgments"][0]["winner"] == "B" and reply["judgments"][0]["status"] == "ok"
-        # queued requests are not held behind it: a fresh burst right after is served at once
-        t = time.monotonic()
+        # queued requests are not held behind it: a fresh request right after is served (held behind the 600 s
+        # stall, it would end at the server's 30 s deadline with a 504)
         after = httpx.post(f"{stall_server.url}/v1/judge", json={"pairs": [_pair(99)]}, timeout=60)
-        assert after.status_code == 200 and time.monotonic() - t < 3.0
+        assert after.status_code == 200, after.text
     state = _ready(stall_server)  # the stalled calls were abandoned: nothing counts as running
     assert state["ready"] is True
 

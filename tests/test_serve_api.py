@@ -1,6 +1,7 @@
 """``brrm serve`` over a tiny real Bradley–Terry model: every endpoint through httpx and through the served
 OpenAPI schema (schemathesis), authentication, validation errors, OpenRLHF's contract (N07, C23, C24) and a load
-test of 200 concurrent clients. One real uvicorn process on 127.0.0.1 serves the whole module.
+test of 200 concurrent clients. One real uvicorn server on 127.0.0.1, in this process
+(:func:`tests.serve_helpers.serving_in_process`), serves the whole module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from tests.serve_helpers import REPO, compare_body, running_server
+from tests.serve_helpers import REPO, compare_body, serving_in_process
 
 KEY = "test-key-0123456789"
 CHATML_PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
@@ -29,7 +30,7 @@ def server(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("serve-bt")
     model = save_tiny_qwen3(tmp / "rm", sequence_classification=True)
-    with running_server(["--model", str(model), "--max-items", "64"], tmp, api_key=KEY) as srv:
+    with serving_in_process(["--model", str(model), "--max-items", "64"], tmp, api_key=KEY) as srv:
         yield srv
 
 

@@ -3,7 +3,7 @@
 
     python .ci/suite_timing.py                     # one idle run, then one run beside 2 busy processes
     python .ci/suite_timing.py --busy-runs 3       # ... then three runs in a row beside 2 busy processes
-    python .ci/suite_timing.py --fresh-clone       # the same in a fresh clone of HEAD (../shared read in place)
+    python .ci/suite_timing.py --fresh-clone       # the same in a fresh clone of HEAD (../shared linked beside it)
 
 A busy process is ``python -c "while True: pass"`` at the same priority as the suite: a CI runner, a build or a
 second test run on a shared machine. The script starts them, runs ``pytest -q`` (the README's command, in the
@@ -56,10 +56,13 @@ def run_suite(where: Path, env: dict[str, str], log: Path, pytest_args: list[str
     return wall, code, lines[-1] if lines else "(no summary line)"
 
 
-def fresh_clone(into: Path) -> Path:
-    """A clone of HEAD in ``into`` (what CI tests), with ``../shared`` read where the checkout has it."""
+def fresh_clone(into: Path, shared: Path) -> Path:
+    """A clone of HEAD in ``into`` (what CI tests) with ``shared`` linked beside it as ``../shared``, as CI lays it
+    (brrm's own defaults, such as ``brrm bench``'s data folder, look there)."""
     target = into / "clone"
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(target)], check=True)
+    if shared.is_dir():
+        (into / "shared").symlink_to(shared.resolve(), target_is_directory=True)
     return target
 
 
@@ -78,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="brrm-suite-") as tmp:
         logs = args.logs or Path(tempfile.mkdtemp(prefix="brrm-suite-logs-"))  # kept: the paths are printed
         logs.mkdir(parents=True, exist_ok=True)
-        where = fresh_clone(Path(tmp)) if args.fresh_clone else REPO
-        env = {**os.environ, "BRRM_SHARED_DIR": os.environ.get("BRRM_SHARED_DIR", str(REPO.parent / "shared"))}
+        shared = Path(os.environ.get("BRRM_SHARED_DIR", REPO.parent / "shared"))
+        where = fresh_clone(Path(tmp), shared) if args.fresh_clone else REPO
+        env = {**os.environ, "BRRM_SHARED_DIR": str(shared)}
         plan = ([] if args.no_idle else [("idle", 0)]) + [(f"busy x{args.busy} #{k + 1}", args.busy)
                                                             for k in range(args.busy_runs)]
         rows, failed, over = [], False, False

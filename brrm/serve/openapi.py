@@ -61,6 +61,7 @@ def server_schema(schema: dict[str, JSONValue], state: ServerState) -> dict[str,
     _options(_obj(parts, "JudgeOptions"), state)
     _judge_fields(parts, state)
     _count_limits(parts, state)
+    _examples(parts, state)
     for node in _walk(schema):
         if node.get("type") == "string" and "enum" not in node and "const" not in node:
             node["maxLength"] = state.limits.max_field_chars
@@ -224,6 +225,44 @@ def _principle_rules(parts: Schema, defaults: int) -> None:
         _rules(_obj(parts, "CompareRequest")).append(_named())
     elif defaults > 1:
         _rules(_obj(parts, "ScoreRequest")).append({"anyOf": [every, none]})
+
+
+EXAMPLE_REFERENCE = "Blue."
+EXAMPLE_PRINCIPLE = "The response is correct."
+
+
+def _examples(parts: Schema, state: ServerState) -> None:
+    """Each request example made one that this server's schema takes and its judge answers: ``/v1/score`` items
+    with a ``reference`` for a pairwise judge, a ``principle`` where the model has no default one (its ``/compare``
+    example too), and every example list cut to the server's ``maxItems``."""
+    for name in ("JudgeRequest", "ScoreRequest", "RankRequest", "GetRewardRequest", "CompareRequest"):
+        component = _obj(parts, name)
+        examples = component.get("examples")
+        if not isinstance(examples, list):
+            continue
+        component["examples"] = [_example(name, example, component, state) for example in examples]
+
+
+def _example(name: str, example: JSONValue, component: Schema, state: ServerState) -> JSONValue:
+    """``example`` of request model ``name`` for this server (see :func:`_examples`)."""
+    if not isinstance(example, dict):
+        return example
+    out = dict(example)
+    items = out.get("items")
+    if name == "ScoreRequest" and isinstance(items, list):
+        extra: JSONDict = {"reference": EXAMPLE_REFERENCE} if state.pairwise else {}
+        if state.needs_principle:
+            extra["principle"] = EXAMPLE_PRINCIPLE
+        out["items"] = [{**item, **extra} if isinstance(item, dict) else item for item in items]
+    if name == "CompareRequest" and state.needs_principle:
+        out["principle"] = EXAMPLE_PRINCIPLE
+    props = component.get("properties")
+    for field, value in list(out.items()):
+        node = props.get(field) if isinstance(props, dict) else None
+        bound = node.get("maxItems") if isinstance(node, dict) else None
+        if isinstance(value, list) and isinstance(bound, int):
+            out[field] = value[:max(1, bound)]
+    return out
 
 
 def _rules(model: Schema) -> list[JSONValue]:

@@ -121,14 +121,25 @@ def test_a_waiter_whose_own_deadline_passes_does_not_cancel_the_others_result(bt
 
 
 # ------------------------------------------------------------------------------------------ Idempotency-Key
+def replies(server, reply: str) -> float:
+    """``/metrics``: replies to Idempotency-Key requests on /v1/score that were ``executed`` or ``replayed``."""
+    for line in httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines():
+        if line.startswith(f'brrm_idempotent_replies_total{{endpoint="/v1/score",reply="{reply}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def test_an_idempotent_retry_makes_no_backend_call_and_returns_the_same_body(bt):
     token, key = uuid.uuid4().hex, f'"{uuid.uuid4()}"'
+    executed, replayed = replies(bt, "executed"), replies(bt, "replayed")
     first = post(bt, "/v1/score", score_body(token), key=key)()
     assert first.status_code == 200 and "idempotent-replayed" not in first.headers
     retry = post(bt, "/v1/score", score_body(token), key=key)()
     assert retry.status_code == 200 and retry.content == first.content
     assert retry.headers["idempotent-replayed"] == "true"
     assert calls(bt, token) == 1
+    # /metrics tells the replay from the execution (both were 200s on /v1/score to the request counter)
+    assert (replies(bt, "executed"), replies(bt, "replayed")) == (executed + 1, replayed + 1)
     # the same body without the key is a new request: it runs again (single-flight keeps no results)
     assert post(bt, "/v1/score", score_body(token))().json() == first.json()
     assert calls(bt, token) == 2

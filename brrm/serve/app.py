@@ -148,7 +148,10 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
         if scope.pop(ADMITTED, False):
             state.admitting -= 1
 
-    app.add_middleware(IdempotencyMiddleware, paths=JUDGING_PATHS, release=release)
+    def on_reply(scope: Scope, replayed: bool) -> None:
+        metrics.idempotent.labels(endpoint=str(scope["path"]), reply="replayed" if replayed else "executed").inc()
+
+    app.add_middleware(IdempotencyMiddleware, paths=JUDGING_PATHS, release=release, on_reply=on_reply)
     if limits.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 

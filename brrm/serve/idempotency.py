@@ -209,11 +209,15 @@ class IdempotencyMiddleware:
         grace_s: :data:`RETRY_GRACE_S`.
         release: called with a request's scope before it waits on another's run or is answered a stored reply
             (the server frees the queue place its overload gate reserved: this request queues nothing).
+        on_reply: called with a request's scope and ``True`` when it is answered another run's reply (a replay),
+            ``False`` when its own run answers it (the server's ``/metrics`` counts the two apart).
     """
 
     def __init__(self, app: ASGIApp, paths: Iterable[str], store: IdempotencyStore | None = None,
-                 grace_s: float = RETRY_GRACE_S, release: Callable[[Scope], None] | None = None) -> None:
+                 grace_s: float = RETRY_GRACE_S, release: Callable[[Scope], None] | None = None,
+                 on_reply: Callable[[Scope, bool], None] | None = None) -> None:
         self.app, self.paths, self.grace_s, self.release = app, frozenset(paths), grace_s, release
+        self.on_reply = on_reply or (lambda _scope, _replayed: None)
         self.store = store or IdempotencyStore()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -244,6 +248,7 @@ class IdempotencyMiddleware:
                 entry = self.store.start(raw, fp)
                 reply = await self._run(raw, scope, body, receive, entry)
                 if reply is not None:
+                    self.on_reply(scope, False)
                     await _send(send, reply, replayed=False)
                 return
             if self.release is not None:
@@ -251,6 +256,7 @@ class IdempotencyMiddleware:
             if entry.reply is None and not await _wait(entry, receive):
                 return  # this client went away while waiting
             if entry.reply is not None:
+                self.on_reply(scope, True)
                 await _send(send, entry.reply, replayed=True)
                 return
             # the run it waited on ended without a reply (it raised): run it for this client

@@ -34,6 +34,8 @@ class Metrics:
         rejected: requests refused with 429 because the queue was full.
         cancelled: jobs dropped by reason (``deadline``, ``disconnect``) and stage (``queued``, ``running``).
         abandoned_total: judge calls abandoned after their requests left.
+        idempotent: replies to requests with an ``Idempotency-Key`` by endpoint and ``reply``: ``executed`` (its
+            own run answered it) or ``replayed`` (another run's reply, stored or awaited: no model call of its own).
     """
 
     def __init__(self) -> None:
@@ -57,6 +59,8 @@ class Metrics:
                                  ["reason", "stage"], registry=r)
         self.abandoned_total = Counter("brrm_abandoned", "Judge calls abandoned after their requests left",
                                        registry=r)
+        self.idempotent = Counter("brrm_idempotent_replies", "Replies to requests with an Idempotency-Key, executed "
+                                  "by their own run or replayed from another's", ["endpoint", "reply"], registry=r)
 
     def count_statuses(self, statuses: Iterable[object]) -> None:
         """Count per-item statuses (``Status`` members or strings)."""

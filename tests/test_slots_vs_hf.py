@@ -32,16 +32,16 @@ PAD = TOK.pad_token_id if TOK.pad_token_id is not None else EOS
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2, "max_position_embeddings": 1024}
 WINDOW = 8  # shorter than most prompts + generations below: the window matters
-FAMILIES = {
+FAMILIES = {  # transformers class names, looked up when a model is built (not at collection)
     "qwen3": None,
-    "llama": (hf.LlamaConfig, hf.LlamaForCausalLM, {}),
-    "mistral": (hf.MistralConfig, hf.MistralForCausalLM, {"sliding_window": WINDOW}),
-    "qwen2": (hf.Qwen2Config, hf.Qwen2ForCausalLM, {"sliding_window": WINDOW, "use_sliding_window": True,
-                                                    "max_window_layers": 1}),  # layer 0 full, layer 1 sliding
-    "gemma2": (hf.Gemma2Config, hf.Gemma2ForCausalLM, {"sliding_window": WINDOW, "head_dim": 16}),
-    "gemma3": (hf.Gemma3TextConfig, hf.Gemma3ForCausalLM, {"sliding_window": WINDOW, "head_dim": 16,
-                                                           "num_hidden_layers": 3, "sliding_window_pattern": 2}),
-    "gpt2": (hf.GPT2Config, hf.GPT2LMHeadModel, {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 1024}),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": WINDOW}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"sliding_window": WINDOW, "use_sliding_window": True,
+                                                "max_window_layers": 1}),  # layer 0 full, layer 1 sliding
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"sliding_window": WINDOW, "head_dim": 16}),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"sliding_window": WINDOW, "head_dim": 16,
+                                                       "num_hidden_layers": 3, "sliding_window_pattern": 2}),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 1024}),
 }
 INVARIANT = ("qwen3", "llama")
 """The families the batch-invariant forward takes (the others are refused by it, and decode on stock attention)."""
@@ -54,7 +54,8 @@ def build(family: str, seed: int = 0) -> torch.nn.Module:
     spec = FAMILIES[family]
     if spec is None:
         return build_tiny_qwen3(TOK, seed=seed)[0]
-    config_cls, model_cls, extra = spec
+    config_name, model_name, extra = spec
+    config_cls, model_cls = getattr(hf, config_name), getattr(hf, model_name)
     shape = {} if family == "gpt2" else SHAPE
     config = config_cls(vocab_size=len(TOK), eos_token_id=EOS, pad_token_id=PAD, bos_token_id=PAD,
                         **{**shape, **extra})

@@ -142,8 +142,8 @@ def test_split_calls_answer_each_request_alone():
 def tiny_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("isolation")
     model = save_tiny_qwen3(tmp / "tiny")
-    with running_server(["--model", str(model), *TINY, "--max-wait-ms", str(int(WAIT_S * 1000))], tmp,
-                        ready_timeout_s=180) as srv:
+    with running_server(["--model", str(model), *TINY, "--max-wait-ms", str(int(WAIT_S * 1000))],
+                        tmp) as srv:
         srv.alone = {}
         for k, pair in enumerate(PAIRS):
             t = time.monotonic()

@@ -167,17 +167,10 @@ _environ_lock = threading.RLock()
 @contextlib.contextmanager
 def _environ(env: dict[str, str]) -> Iterator[None]:
     """``os.environ`` updated by ``env`` while the block runs (one block at a time in this process)."""
-    with _environ_lock:
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            yield
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    from unittest import mock
+
+    with _environ_lock, mock.patch.dict(os.environ, env):
+        yield
 
 
 @contextlib.contextmanager

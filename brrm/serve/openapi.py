@@ -228,7 +228,9 @@ def _principle_rules(parts: Schema, defaults: int) -> None:
 
 
 EXAMPLE_REFERENCE = "Blue."
+"""The reference response a pairwise judge's ``/v1/score`` example items carry (scored: P(response beats it))."""
 EXAMPLE_PRINCIPLE = "The response is correct."
+"""The principle the examples name on a principle model without a default one."""
 
 
 def _examples(parts: Schema, state: ServerState) -> None:

@@ -131,7 +131,7 @@ def test_duplicate_rows_are_refused_naming_both_lines(tmp_path):
             {"prompt_id": 1, "model": "y", "prompt": "Hi?", "response": "b"},
             {"prompt_id": 1, "model": "x", "prompt": "Hi?", "response": "c"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(ConfigError, match=r"duplicate \(prompt_id, model\) \('1', 'x'\) on lines 1 and 3"):
+    with pytest.raises(ConfigError, match=r"1 pair appears more than once: \('1', 'x'\) \(×2, on lines 1 and 3\)"):
         read_table(path)
 
 

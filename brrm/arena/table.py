@@ -4,8 +4,9 @@ One row per (prompt, model): ``prompt_id`` (string or integer), ``model`` (strin
 ``prompt`` (the user turn the judge sees; every row of a prompt carries it, and all of them agree) and an optional
 ``category``. A bad line (not JSON, a missing or mistyped field) is one :class:`RowError` naming its line number
 and the field, and the rest goes on; two rows for the same (``prompt_id``, ``model``) refuse the whole table,
-naming both lines (which of two answers to rate cannot be guessed). A model without an answer to some prompt is
-reported in :attr:`ArenaTable.missing`; its ratings use the prompts it answered.
+naming every repeated pair with its count and lines (battles join answers by ``prompt_id``, and which of two
+answers to rate cannot be guessed). A model without an answer to some prompt is reported in
+:attr:`ArenaTable.missing`; its ratings use the prompts it answered.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def read_jsonl(path: str | Path) -> ArenaTable:
     """Read a JSON Lines arena table (see the module docstring; other forms: :mod:`brrm.arena.sources`).
 
     Raises:
-        ConfigError: when the file is missing, when two rows share a (``prompt_id``, ``model``) (naming both
-            lines), when no line is a valid row (naming the first bad line), or when fewer than two models remain.
+        ConfigError: when the file is missing, when rows share a (``prompt_id``, ``model``) (naming each repeated
+            pair with its count and lines), when no line is a valid row (naming the first bad line), or when fewer
+            than two models remain.
     """
     p = Path(path)
     if not p.is_file():
@@ -109,6 +111,7 @@ def table_from_rows(rows: Iterable[tuple[int, object]], *, source: str = "<rows>
     answers: dict[tuple[str, str], Answer] = {}
     models: dict[str, None] = {}
     errors: list[RowError] = []
+    lines: dict[tuple[str, str], list[int]] = {}
     for line, row in rows:
         parsed = row if isinstance(row, RowError) else _parse(line, row, prompts)
         if isinstance(parsed, RowError):
@@ -116,12 +119,11 @@ def table_from_rows(rows: Iterable[tuple[int, object]], *, source: str = "<rows>
             continue
         answer, prompt = parsed
         key = (answer.prompt_id, answer.model)
-        if key in answers:
-            raise ConfigError(f"duplicate (prompt_id, model) ({answer.prompt_id!r}, {answer.model!r}) on lines "
-                              f"{answers[key].line} and {line} of {source}: keep one answer per model and prompt")
-        answers[key] = answer
+        lines.setdefault(key, []).append(line)
+        answers.setdefault(key, answer)
         prompts.setdefault(prompt.prompt_id, prompt)
         models.setdefault(answer.model, None)
+    _refuse_duplicates(lines, source)
     if not answers:
         first = f"; first bad line: {errors[0].reason}" if errors else ""
         raise ConfigError(f"{source} holds no valid arena row{first}")
@@ -129,6 +131,34 @@ def table_from_rows(rows: Iterable[tuple[int, object]], *, source: str = "<rows>
         raise ConfigError(f"{source} holds answers of {len(models)} model ({', '.join(models)}); an arena needs at "
                           f"least two")
     return ArenaTable(prompts, answers, tuple(models), tuple(errors), source)
+
+
+def _refuse_duplicates(lines: Mapping[tuple[str, str], list[int]], source: str) -> None:
+    """Refuse a table where a (``prompt_id``, ``model``) has several rows: battles join each model's answer to a
+    prompt by ``prompt_id``, and which of two answers to rate cannot be guessed.
+
+    Raises:
+        ConfigError: naming every repeated (``prompt_id``, ``model``) with its count and lines (up to
+            :data:`brrm.records.duplicates.SHOWN`; the rest counted).
+    """
+    from brrm.records.duplicates import SHOWN
+
+    repeated = [(key, at) for key, at in lines.items() if len(at) > 1]
+    if not repeated:
+        return
+    n = len(repeated)
+    named = ", ".join(f"({pid!r}, {model!r}) (×{len(at)}, on lines {_and(at)})" for (pid, model), at in
+                      repeated[:SHOWN])
+    more = f", … and {n - SHOWN} more" if n > SHOWN else ""
+    raise ConfigError(f"duplicate (prompt_id, model) in {source}: {n} {'pair appears' if n == 1 else 'pairs appear'} "
+                      f"more than once: {named}{more}; the arena joins each model's answer to a prompt by "
+                      "prompt_id: keep one answer per model and prompt")
+
+
+def _and(numbers: list[int]) -> str:
+    """``1 and 3``, ``1, 3 and 7``."""
+    words = [str(n) for n in numbers]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def _parse(line: int, row: object, prompts: Mapping[str, Prompt]) -> tuple[Answer, Prompt] | RowError:

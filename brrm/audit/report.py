@@ -167,6 +167,10 @@ def findings(summary: Mapping[str, JSONValue], shape: str) -> list[tuple[str, st
         if cal["raw"]:
             rows.append((f"before calibration {cal['calibration']}",
                          _calibration_text(part(cal["raw"]), cal["labelled"])))
+    repeated = part(part(summary["run"]).get("duplicate_ids") or {})
+    if repeated.get("count"):
+        rows.append(("duplicate ids", f"{repeated['description']}; each row is judged and shown as its own item "
+                     "(results are stored by content, never by id)"))
     seen = summary.get("calibration_overlap")
     if seen:
         rows.append(("calibration's own data", str(part(seen)["sentence"])))

@@ -162,7 +162,8 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
         "run": {"run_id": run_id, "state": run.get("state"), "input": run.get("input"), "shape": options.shape,
                 "strategy": options.strategy, "config_hash": run.get("config_hash"), "rows": len(rows),
                 "valid_rows": sum(r.status != "invalid_input" for r in rows), "started_at": run.get("started_at"),
-                "judged_this_run": progress["judged_this_run"], "generated_at": time.time()},
+                "judged_this_run": progress["judged_this_run"], "generated_at": time.time(),
+                "duplicate_ids": repeated_ids(rows)},
         "judge": info,
         "provenance": provenance,
         "runs": [{k: r[k] for k in ("run_id", "state", "started_at", "finished_at", "pending", "message")}
@@ -179,6 +180,17 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
     })
     assert isinstance(summary, dict)
     return summary
+
+
+def repeated_ids(rows: Sequence[AuditRow], shown: int = 100) -> JSONDict:
+    """The input's record ids that appear on more than one row (a row judged under several principles counts once):
+    ``{"count": n, "description": "2 ids appear more than once: a (×3), b (×2)", "ids": {id: times}}`` (the first
+    ``shown`` ids; ``count`` 0 and ``description`` ``""`` when every id is unique). Each row stays its own item."""
+    from brrm.records.duplicates import duplicate_ids
+
+    found = duplicate_ids(rid for _, rid in dict.fromkeys((r.line, r.record_id) for r in rows))
+    return {"count": len(found.counts), "description": found.describe(),
+            "ids": {i: c for i, c in found.counts[:shown]}}
 
 
 def calibration_overlap(rows: Sequence[AuditRow], path: str) -> dict[str, object]:

@@ -46,18 +46,19 @@ def evaluate(bench: Benchmark, judge: RewardJudge, *, subsets: Sequence[str] | N
         data_dir: the local data root; ``data``: a hub id or local copy for hub-only data (RewardBench).
 
     Returns:
-        The :class:`BenchResult`, with the run's cost, the judge's info and the data's revision or digest.
+        The :class:`BenchResult`, with the run's cost, the judge's info and the data's revision and digests
+        (``data_revision``: what ``run.json`` records); a note names item ids that repeat, with their counts.
 
     Raises:
         ConfigError: for unknown subsets or orders, missing data, or inputs the judge refuses.
     """
     from dataclasses import replace
 
-    from brrm.bench.data import run_revision
+    from brrm.bench.data import run_revision, with_data
     from brrm.bench.runner import run
 
     policy = bench.orders(orders)
     items = bench.load(bench.resolve_subsets(subsets), root=data_dir, limit=limit, source=data)
     results, cost = run(judge, items, orders=policy, seed=order_seed)
-    return replace(bench.score(results), cost=cost, judge=judge.info.to_dict(),
-                   data_revision=run_revision(bench, items, root=data_dir, source=data))
+    return with_data(replace(bench.score(results), cost=cost, judge=judge.info.to_dict()), items,
+                     run_revision(bench, items, root=data_dir, source=data))

@@ -21,7 +21,7 @@ from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
     from brrm.bench.base import Benchmark
-    from brrm.bench.core import BenchItem
+    from brrm.bench.core import BenchItem, BenchResult
 
 DATA_DIR_ENV = "BRRM_DATA_DIR"
 """Environment variable naming the data root (the folder that holds ``LLMBar/``, ``RM-Bench/``, …)."""
@@ -193,6 +193,30 @@ def run_revision(bench: Benchmark, items: Sequence[BenchItem] | None, *, root: s
     return {**data_revision(bench.data_folder, root=root, source=where, revision=asked if isinstance(asked, str)
                             else None),
             "items_sha256": items_sha256(items) if items is not None else None}
+
+
+def duplicate_note(items: Sequence[BenchItem]) -> str:
+    """A result note naming the item ids that repeat in the items scored, with their counts (``""`` when none):
+    each such item is judged and scored on its own (:func:`brrm.bench.core.item_keys`), but a per-item output
+    holds its id on several lines. A metric that joins by id refuses such data instead (RewardBench 2's Ties
+    score, PandaLM's replay)."""
+    from brrm.records.duplicates import duplicate_ids
+
+    found = duplicate_ids((it.id for it in items), what="item ids")
+    if not found:
+        return ""
+    return (f"{found.describe()}; each is judged and scored as its own item (filed by position and content, never "
+            "by id), so judgments.jsonl holds those ids on several lines")
+
+
+def with_data(result: BenchResult, items: Sequence[BenchItem] | None, revision: dict[str, Any]) -> BenchResult:
+    """``result`` naming the data it scored: ``data_revision`` set to ``revision`` (:func:`run_revision`) and, when
+    the ``items`` (None: not known, as for official output files) repeat ids, the :func:`duplicate_note` added."""
+    from dataclasses import replace
+
+    note = duplicate_note(items) if items is not None else ""
+    notes = result.notes if not note or note in result.notes else (*result.notes, note)
+    return replace(result, data_revision=revision, notes=notes)
 
 
 def _hub_commit(repo: str, revision: str | None) -> dict[str, str | None]:

@@ -40,6 +40,7 @@ from brrm.bench.core import (
 )
 from brrm.bench.data import data_root, read_files, require
 from brrm.errors import ConfigError
+from brrm.records.duplicates import duplicate_ids
 from brrm.types import Status, Verdict
 
 LABELS = {1: Verdict.A, 2: Verdict.B, 0: Verdict.TIE}
@@ -74,6 +75,21 @@ def macro_prf(gold: Sequence[Verdict], predicted: Sequence[Verdict]) -> tuple[fl
         r = tp / ngold if ngold else 0.0
         p_sum, r_sum, f_sum = p_sum + p, r_sum + r, f_sum + (2 * p * r / (p + r) if p + r else 0.0)
     return p_sum / 3, r_sum / 3, f_sum / 3
+
+
+def _idx(rec: dict[str, Any], path: Path) -> int:
+    """A stored result's ``idx`` as an integer.
+
+    Raises:
+        ConfigError: naming the file and the value when it is missing or not an integer.
+    """
+    value = rec.get("idx")
+    try:
+        if isinstance(value, bool) or value is None:
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: a record's idx {value!r} is not an integer") from None
 
 
 class PandaLM(Benchmark):
@@ -113,18 +129,25 @@ class PandaLM(Benchmark):
         """The metric over a released result file (``gpt_result`` or ``pandalm_result`` per ``idx``).
 
         Raises:
-            ConfigError: for a file in another format or an ``idx`` not in the test set.
+            ConfigError: for a file in another format, an ``idx`` not in the test set, or ``idx`` values that repeat
+                in the file or the test set (the replay joins by ``idx``; naming each repeated value and its count).
         """
         if len(paths) != 1:
             raise ConfigError("PandaLM replay takes one result file")
-        items = {it.meta["idx"]: it for it in self.load(self.subsets, root=root)}
+        loaded = self.load(self.subsets, root=root)
+        join = "the replay joins each stored result to its test sample by idx, so each idx must be unique"
+        duplicate_ids((it.meta_int("idx") for it in loaded), what="idx values").refuse("PandaLM test set", join)
+        items = {it.meta["idx"]: it for it in loaded}
         rows = json.loads(require(Path(paths[0]), "PandaLM result file").read_text(encoding="utf-8"))
+        if not isinstance(rows, list) or not all(isinstance(rec, dict) for rec in rows):
+            raise ConfigError(f"{paths[0]}: expected a JSON list of records with idx and gpt_result or pandalm_result")
         key = next((k for k in ("gpt_result", "pandalm_result") if rows and k in rows[0]), None)
         if key is None:
             raise ConfigError(f"{paths[0]}: expected records with gpt_result or pandalm_result")
+        duplicate_ids((_idx(rec, paths[0]) for rec in rows), what="idx values").refuse(str(paths[0]), join)
         results = []
         for rec in rows:
-            item = items.get(int(rec["idx"]))
+            item = items.get(_idx(rec, paths[0]))
             if item is None:
                 raise ConfigError(f"{paths[0]}: idx {rec['idx']!r} is not in the test set")
             value = rec.get(key)

@@ -22,7 +22,7 @@ denominator.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from brrm.bench.core import BenchResult, ItemResult
@@ -206,4 +206,6 @@ def score_both(bench: Benchmark, results: Sequence[ItemResult], protocol: Protoc
     kept = [r for r in results if parsed(r)]
     if len(kept) == len(results):
         return Scored(protocol, all_, all_, len(kept))
-    return Scored(protocol, all_, bench.score(kept) if kept else None, len(kept))
+    # the parsed figure names the same run: its judge and data (revision and digests) are all_'s
+    over_parsed = replace(bench.score(kept), judge=all_.judge, data_revision=all_.data_revision) if kept else None
+    return Scored(protocol, all_, over_parsed, len(kept))

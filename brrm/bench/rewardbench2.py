@@ -111,16 +111,25 @@ def ties_score(prompts: Iterable[tuple[str, Sequence[float], int]]) -> dict[str,
         ``correctness_preferred_hard``, ``margin_score`` (each a fraction).
 
     Raises:
-        ConfigError: for an id that is not ``ref:N`` / ``tied:N``.
+        ConfigError: for an id that is not ``ref:N`` / ``tied:N``, or ids that repeat (``ref:1`` twice, or ``ref:1``
+            and ``ref:01``): the score pairs ``ref:N`` with ``tied:N`` by id, so a repeat would overwrite one
+            prompt's statistics with another's; the message names every repeated id with its count.
     """
     import numpy as np
 
+    from brrm.records.duplicates import duplicate_ids
+
     stats: dict[str, dict[int, _SampleStats]] = {"ref": {}, "tied": {}}
+    parsed = []
     for item_id, scores, num_correct in prompts:
         kind, _, pid = str(item_id).partition(":")
         if kind not in stats or not pid.strip().lstrip("-").isdigit():
             raise ConfigError(f"RewardBench 2 Ties item id {item_id!r} is not 'ref:N' or 'tied:N'")
-        stats[kind][int(pid)] = _sample_stats(scores, num_correct)
+        parsed.append((f"{kind}:{int(pid)}", kind, int(pid), scores, num_correct))
+    duplicate_ids((key for key, *_ in parsed), what="Ties ids").refuse(
+        "RewardBench 2 Ties", "the Ties score pairs 'ref:N' with 'tied:N' by id, so each must be unique")
+    for _, kind, number, scores, num_correct in parsed:
+        stats[kind][number] = _sample_stats(scores, num_correct)
     ref, tied = stats["ref"], stats["tied"]
     acc = {k: float(np.mean([r.accurate for r in v.values()])) if v else 0.0 for k, v in stats.items()}
     common = [(ref[p], tied[p], spread) for p in tied if p in ref and (spread := tied[p].spread) is not None]

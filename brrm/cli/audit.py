@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
           f"backend {opts['backend']}" + (f"; on Ray ({args.ray})" if ray else ""), file=sys.stderr)
     column = (FieldMap.from_overrides(args.field) if args.field else FieldMap()).principle
     common.note_ignored_principles(records, column, kind_trait(kind, "takes_principle"), f"kind {kind}", sys.stderr)
+    common.report_duplicate_ids(records, sys.stderr)
     spec = JudgeSpec.from_load(model, **opts)
     if probes:
         _run_probes(records, spec, probes, Path(args.output))

@@ -179,6 +179,7 @@ def _output_folder(path: str | None) -> Path | None:
 
 
 def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> Scored:
+    from brrm.bench.data import with_data
     from brrm.bench.protocol import Scored, score_both
     from brrm.bench.report import is_brrm_output, read_items
     from brrm.errors import ConfigError
@@ -200,9 +201,10 @@ def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> 
     print(f"brrm bench {bench.name}: replay of {', '.join(map(str, paths))}")
     from brrm.bench.data import files_sha256
 
-    revision = {**_revision(args, bench, [r.item for r in scored.results] if scored.per_item else None),
-                "predictions_sha256": {str(p): files_sha256(p) for p in paths}}
-    scored = replace(scored, all=replace(scored.all, data_revision=revision))
+    items = [r.item for r in scored.results] if scored.per_item else None
+    revision = {**_revision(args, bench, items), "predictions_sha256": {str(p): files_sha256(p) for p in paths}}
+    scored = replace(scored, all=with_data(scored.all, items, revision),
+                     parsed=with_data(scored.parsed, items, revision) if scored.parsed is not None else None)
     _finish(bench, [scored], folder, None, revision)
     return scored
 
@@ -210,6 +212,7 @@ def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> 
 def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: list[BenchItem],
          subsets: tuple[str, ...], protocol: Protocol, folder: Path | None, revision: dict[str, Any]) -> Scored:
     from brrm.bench.core import item_keys
+    from brrm.bench.data import with_data
     from brrm.bench.protocol import score_both
     from brrm.bench.report import ITEMS_FILE, RUN_FILE, keep_complete_lines, run_settings, write_items
     from brrm.bench.runner import planned_judgments
@@ -267,8 +270,8 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     finally:
         if handle is not None:
             handle.close()
-    scored = score_both(bench, results, protocol, replace(bench.score(results), cost=cost, judge=judge.info.to_dict(),
-                                                          data_revision=revision))
+    scored = score_both(bench, results, protocol, with_data(replace(bench.score(results), cost=cost,
+                                                                    judge=judge.info.to_dict()), items, revision))
     return replace(scored, results=tuple(results))
 
 

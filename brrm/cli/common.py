@@ -23,6 +23,7 @@ from brrm.cli.records import (
     open_output,
     printable,
     report_bad_records,
+    report_duplicate_ids,
     report_resume,
     require_records,
     resumed_lines,
@@ -36,7 +37,8 @@ __all__ = ["OrderedLines", "add_backend_args", "add_input_args", "add_judge_args
            "add_resume_arg", "add_retry_failed_arg", "check_judge", "check_output", "header", "interrupted",
            "load_judge", "load_options",
            "note_ignored_principles", "open_output", "printable", "progress_bar", "report_bad_records",
-           "report_resume", "require_records", "resumed_lines", "terminal", "translate", "with_id",
+           "report_duplicate_ids", "report_resume", "require_records", "resumed_lines", "terminal", "translate",
+           "with_id",
            "_quiet_libraries"]
 
 

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     common.require_records(records, args.input)
     term = common.terminal(args.output)
     common.report_bad_records(records, term)
+    repeated = common.report_duplicate_ids(records, term)
     common.report_resume(skip, len(records), args.output, term)
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "judge", judge, len(records), args.input)
@@ -59,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
                 good.append((k, rec))
         _judge(judge, good, results, sink, args, term, plan)
     ran = [r for k, r in enumerate(records) if k >= skip or k in plan.retry]
-    summary(term, list(results.values()), ran, time.perf_counter() - started, kept=skip - len(plan.retry))
+    summary(term, list(results.values()), ran, time.perf_counter() - started, kept=skip - len(plan.retry),
+            repeated=repeated.describe())
     if plan.kept:
         print(f"  note: {kept_note(plan.kept, what='kept lines')}", file=term)
     judge.close()
@@ -145,9 +147,11 @@ def verdict_line(row: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
-def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float, kept: int = 0) -> None:
+def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float, kept: int = 0,
+            repeated: str = "") -> None:
     """Counts by status and verdict, accuracy, consistency and throughput of this run's ``records`` (a resumed run's
-    ``kept`` lines, judged before, are not read back: the header says so)."""
+    ``kept`` lines, judged before, are not read back: the header says so); ``repeated``: the input's repeated ids
+    in words (:meth:`brrm.records.duplicates.DuplicateIds.describe`), said again here when not empty."""
     from brrm.records import RecordError
     from brrm.types import Verdict, summarize
 
@@ -157,6 +161,8 @@ def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float
     print(f"summary of this run (the {kept} lines kept from before are not counted):" if kept else "summary:",
           file=term)
     print(f"  records {len(records)}; judged {s.total}; invalid records {invalid}", file=term)
+    if repeated:
+        print(f"  duplicate ids: {common.printable(repeated)} (each record has its own line)", file=term)
     print(f"  verdicts A {s.by_winner['A']}, B {s.by_winner['B']}, tie {s.by_winner['tie']}; "
           + ", ".join(f"{k} {v}" for k, v in sorted(s.by_status.items()) if v), file=term)
     print(f"  parse failures {s.by_status['parse_failure']}; truncations {s.by_status['truncated']}; "

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     records, good = _read_groups(args)
     term = common.terminal(args.output)
     common.report_bad_records(records, term)
+    common.report_duplicate_ids(records, term)
     common.report_resume(skip, len(records), args.output, term)
     judge = common.load_judge(args, kind="brrm")
     pairwise = bool(judge.info.pairwise)

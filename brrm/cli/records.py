@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from brrm.records import RecordError
+    from brrm.records.duplicates import DuplicateIds
     from brrm.records.shapes import Record
     from brrm.types import PairwiseJudgment, ScalarReward
 
@@ -70,6 +71,18 @@ def report_bad_records(records: Sequence[Record | RecordError], term: TextIO, *,
     if len(bad) > show:
         print(f"skipped: … and {len(bad) - show} more bad records (see the output file)", file=term)
     return len(bad)
+
+
+def report_duplicate_ids(records: Sequence[Record | RecordError], term: TextIO) -> DuplicateIds:
+    """Say which record ids repeat, by name and count (results stay filed by position: each record keeps its own
+    output line, so the output holds those ids on several lines); returns them (empty when none)."""
+    from brrm.records.duplicates import duplicate_ids
+
+    found = duplicate_ids(r.id for r in records)
+    if found:
+        print(f"note: {printable(found.describe())}; each record keeps its own result and output line (filed by "
+              "position or content, never by id): join the output to other data by line, not by id", file=term)
+    return found
 
 
 def require_records(records: Sequence[Record | RecordError], source: str) -> None:

@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     common.require_records(records, args.input)
     term = common.terminal(args.output)
     common.report_bad_records(records, term)
+    common.report_duplicate_ids(records, term)
     args.principle = None  # principles are applied per record below, one output row each
     judge = common.load_judge(args)
     _refuse_principles(judge, principles, args.model)

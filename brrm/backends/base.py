@@ -114,6 +114,10 @@ class Capabilities:
         logprob_semantics: what ``choice_logits`` are, one of :data:`brrm.types.results.LOGPROB_SEMANTICS`
             (``raw`` unless an OpenAI-compatible server's logprobs mode is not known: ``unknown``); judges
             record it in every result's provenance.
+        seeded: ``generate`` honours each request's ``seed``: sampling draws from a stream seeded by it in this
+            process, so a sampled result reproduces from (record, options, seed) (the transformers and in-process
+            vLLM backends). False for a backend that only *sends* the seed on (an OpenAI-compatible server may
+            ignore it) and for one that does not declare it. Judges record it in every result's provenance.
     """
 
     generate: bool = True
@@ -125,6 +129,7 @@ class Capabilities:
     concurrent: bool = False
     continuous: bool = False
     logprob_semantics: str = "raw"
+    seeded: bool = False
 
     def to_dict(self) -> dict[str, bool | int | str]:
         """The capabilities by name, JSON-ready."""

@@ -55,7 +55,8 @@ class FakeBackend:
         self.info = BackendInfo("fake", model_id)
         self.capabilities = Capabilities(generate=script is not None, programs=programs,
                                          classify=score_script is not None, vocab_logit=score_script is not None,
-                                         kv_reuse=False, chunk_size=chunk_size, concurrent=concurrent)
+                                         kv_reuse=False, chunk_size=chunk_size, concurrent=concurrent,
+                                         seeded=True)
         self.max_context = max_context
         end_of_turn_id = tokenizer.convert_tokens_to_ids(end_of_turn)  # one token in: one id out
         if not isinstance(end_of_turn_id, int):

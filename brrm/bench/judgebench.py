@@ -133,6 +133,7 @@ def _reward(value: Any, judge_model: str) -> ScalarReward:
         sampling=SamplingConfig(temperature=0.0),
         seed=0,
         decoding="score",
+        seeded=False,  # a stored score: the seed recorded did not produce it
     )
     if isinstance(value, bool) or not isinstance(value, int | float):
         return ScalarReward.failed(

@@ -240,7 +240,8 @@ class BRRMJudge:
                           template_hash=self.info.template_hash, sampling=self.config.sampling,
                           seed=it.seed(self.config.sampling.seed, 1), decoding=self.config.decoding,
                           policies=self.config.policies(), fingerprint=self.backend.info.fingerprint,
-                          logprob_semantics=self.backend.capabilities.logprob_semantics)
+                          logprob_semantics=self.backend.capabilities.logprob_semantics,
+                          seeded=self.backend.capabilities.seeded)
 
     def _budget(self, it: _Item, prompt_len: int, turn: int) -> tuple[int, Any] | None:
         """(max_new_tokens, program) for a turn, or None after setting a truncated result."""

@@ -399,7 +399,8 @@ class PrincipleJudge:
                           template_hash=self.template_hash, sampling=s, seed=it.seed(s.seed),
                           decoding="free" if self.card else "constrained", policies=self._policies(),
                           fingerprint=self.backend.info.fingerprint,
-                          logprob_semantics=self.backend.capabilities.logprob_semantics)
+                          logprob_semantics=self.backend.capabilities.logprob_semantics,
+                          seeded=self.backend.capabilities.seeded)
         return {"id": it.rid, "principle": it.principle, "thinking_stripped": it.stripped, "provenance": prov}
 
     def _finish(self, it: _Item, comp: Completion) -> ScalarReward:

@@ -279,7 +279,8 @@ class BradleyTerryRewardModel:
                           template_hash=text_hash(template, self.recipe, NOTHINK_SUFFIX, EMPTY_THINK),
                           sampling=sampling, seed=0, decoding="score", policies=policies,
                           fingerprint=self.backend.info.fingerprint,
-                          logprob_semantics=self.backend.capabilities.logprob_semantics)
+                          logprob_semantics=self.backend.capabilities.logprob_semantics,
+                          seeded=self.backend.capabilities.seeded)
 
     def close(self) -> None:
         """Close the backend."""

@@ -30,7 +30,17 @@ def provenance_from_dict(d: Mapping[str, Any] | None) -> Provenance | None:
                       sampling=SamplingConfig.from_record(d["sampling"]), seed=d["seed"], decoding=d["decoding"],
                       policies=dict(d["policies"]), calibration=d.get("calibration", ""),
                       fingerprint=d.get("fingerprint", ""),
-                      logprob_semantics=stored_semantics(d))
+                      logprob_semantics=stored_semantics(d), seeded=stored_seeded(d))
+
+
+def stored_seeded(d: Mapping[str, Any]) -> bool:
+    """Whether a stored provenance dict's backend honoured its seed (``Provenance.seeded``). One written before it
+    was recorded has none: False for an OpenAI-compatible server (it was sent the seed and may have ignored it) and
+    for a replayed score, else True (the transformers, vLLM and fake backends seeded every item then as now)."""
+    value = d.get("seeded")
+    if isinstance(value, bool):
+        return value
+    return d.get("backend") not in ("openai", "replay")
 
 
 def stored_semantics(d: Mapping[str, Any] | None) -> str:

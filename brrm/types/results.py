@@ -82,6 +82,12 @@ class Provenance:
             when the backend was built by hand or the result was replayed.
         logprob_semantics: what the result's probabilities are the softmax of, one of
             :data:`LOGPROB_SEMANTICS` (the backend's ``Capabilities.logprob_semantics``).
+        seeded: whether the backend honoured ``seed`` (the backend's ``Capabilities.seeded``): True for the
+            transformers and in-process vLLM backends, which seed each item's sampler streams themselves; False for
+            an OpenAI-compatible server, which is sent the seed but may ignore it (a sampled result may then not
+            reproduce), and for a replayed result (the seed recorded did not produce it). Greedy decoding does not
+            depend on it. A stored provenance written before the field existed loads as False for backend
+            ``openai`` and ``replay``, else True (what those backends did then: :func:`brrm.types.codec.stored_seeded`).
 
     Raises:
         ConfigError: on a ``logprob_semantics`` outside :data:`LOGPROB_SEMANTICS`.
@@ -97,6 +103,7 @@ class Provenance:
     calibration: str = ""
     fingerprint: str = ""
     logprob_semantics: str = "raw"
+    seeded: bool = True
 
     def __post_init__(self) -> None:
         if self.logprob_semantics not in LOGPROB_SEMANTICS:
@@ -115,6 +122,7 @@ class Provenance:
             "policies": dict(self.policies),
             "calibration": self.calibration,
             "logprob_semantics": self.logprob_semantics,
+            "seeded": self.seeded,
         }
 
 

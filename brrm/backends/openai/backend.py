@@ -12,6 +12,9 @@
   apart, so P(A ≻ B) is the same). The verdict is scored in its own temperature-1, top-p-1 step, so a
   server reporting processed logprobs gives the same P; a server whose mode was not declared
   (``logprobs_mode="unknown"``, the default) makes results record ``logprob_semantics="unknown"``.
+* **Seeds.** Each request carries its item's ``seed``, but an OpenAI-compatible server may ignore it (vLLM honours
+  it; others may not, and none says so in its answer), so results record ``seeded: false`` in their provenance: a
+  sampled result from a server is not promised to reproduce.
 * **Scale-out.** Requests run on a thread pool (``max_concurrency`` in flight); each program run is sent
   round-robin over the base URLs, except that a prompt extending a sequence already run on a server
   goes back to that server (turn 2 finds turn 1's prefix cache there). Retries with exponential backoff
@@ -109,7 +112,8 @@ class OpenAIBackend:
         self.max_concurrency = max_concurrency
         self.capabilities = Capabilities(generate=True, programs=True, classify=True, vocab_logit=True,
                                          kv_reuse=False, chunk_size=chunk_size, concurrent=True,
-                                         logprob_semantics="unknown" if logprobs_mode == "unknown" else "raw")
+                                         logprob_semantics="unknown" if logprobs_mode == "unknown" else "raw",
+                                         seeded=False)  # the seed is sent; a server may ignore it
         self.router = Router(len(self.transport.base_urls))
         self.info = BackendInfo(
             "openai", model, {"base_urls": list(self.transport.base_urls), "max_context": max_context,

@@ -212,7 +212,8 @@ class TransformersBackend:
         self.capabilities = Capabilities(generate=causal, programs=causal, classify=not causal,
                                          vocab_logit=causal, kv_reuse=self.cache is not None,
                                          chunk_size=max(self.batch_size, CONTINUOUS_CHUNK) if continuous
-                                         else self.batch_size, continuous=continuous, concurrent=continuous)
+                                         else self.batch_size, continuous=continuous, concurrent=continuous,
+                                         seeded=True)
         self.info = BackendInfo("transformers", model_id or getattr(model.config, "_name_or_path", ""),
                                 {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
                                  "task": "generate" if causal else "classify",

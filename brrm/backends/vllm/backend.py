@@ -127,7 +127,8 @@ class VLLMBackend:
         generative = self.runner == "generate"
         self.capabilities = Capabilities(generate=generative, programs=generative, classify=not generative,
                                          vocab_logit=generative and features.logprob_token_ids,
-                                         kv_reuse=False, chunk_size=chunk_size, concurrent=generative)
+                                         kv_reuse=False, chunk_size=chunk_size, concurrent=generative,
+                                         seeded=True)
         self.info = BackendInfo(
             "vllm",
             model_id,

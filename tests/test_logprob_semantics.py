@@ -8,11 +8,8 @@ raw verdict logits (1, 0) it reports P = σ(1 / T), 0.881 at the judge's T = 0.5
 
 from __future__ import annotations
 
-import json
 import math
-import threading
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -30,48 +27,26 @@ from brrm.judges.brrm import digit_probability
 from brrm.types import SamplingConfig, Status, Verdict, summarize
 from brrm.types.codec import judgment_from_dict, provenance_from_dict
 from brrm.types.results import PairwiseJudgment, Provenance
+from tests.completions_stub import CompletionsServer
 
 RAW = (1.0, 0.0)
 """The raw logits of the verdict options "1" and "2" at the verdict position."""
 
 
-class ProcessedLogprobsServer:
+class ProcessedLogprobsServer(CompletionsServer):
     """Answers ``POST /v1/completions`` for a one-token choice: the options' logprobs after temperature scaling
     (log-softmax of raw / T over the allowed tokens), the most likely option as the token."""
 
     def __init__(self, option_ids: tuple[int, int]) -> None:
-        self.bodies: list[dict] = []
         raw = dict(zip(option_ids, RAW, strict=True))
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def answer(body: dict) -> dict:
+            lps = processed(raw, body["allowed_token_ids"], float(body["temperature"]))
+            return {"choices": [{"text": "", "token_ids": [max(lps, key=lps.__getitem__)], "finish_reason": "length",
+                                 "logprobs": {"top_logprobs": [{f"token_id:{i}": v for i, v in lps.items()}]}}],
+                    "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}}}
 
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.bodies.append(body)
-                lps = processed(raw, body["allowed_token_ids"], float(body["temperature"]))
-                answer = {"choices": [{"text": "", "token_ids": [max(lps, key=lps.__getitem__)],
-                                       "finish_reason": "length",
-                                       "logprobs": {"top_logprobs": [{f"token_id:{i}": v for i, v in lps.items()}]}}],
-                          "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}}}
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(answer)
 
 
 def processed(raw: dict[int, float], allowed: list[int], temperature: float) -> dict[int, float]:

@@ -8,16 +8,13 @@ tests/vllm); the transformers backend runs a tiny random Bradley–Terry head (b
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 import brrm
 from brrm.types import SamplingConfig, Status
 from brrm.types.codec import judgment_from_dict, provenance_from_dict, reward_from_dict
 from brrm.types.results import Provenance
+from tests.completions_stub import CompletionsServer
 
 T1 = ("[Quality Assessment Focus]\nInformation Accuracy\n[End of Quality Assessment Focus]\n\n"
       "[Quality Analysis for Response 1]\n- Critical Issues: None identified\n[End of Quality Analysis for Response 1]"
@@ -25,43 +22,17 @@ T1 = ("[Quality Assessment Focus]\nInformation Accuracy\n[End of Quality Assessm
 T2 = "[The Begin of Ranking Score]\n\\boxed{1}\n[The End of Ranking Score]"
 
 
-class BRRMServer:
-    """``POST /v1/completions`` answering a BR-RM turn 1, or turn 2 when the last user turn asks for the ranking;
-    each request body is kept (the seed it carried)."""
+def brrm_server(tok) -> CompletionsServer:
+    """A completions server answering a BR-RM turn 1, or turn 2 when the last user turn asks for the ranking."""
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
 
-    def __init__(self, tok) -> None:
-        self.bodies: list[dict] = []
-        eos = tok.convert_tokens_to_ids("<|im_end|>")
-        server = self
+    def answer(body: dict) -> dict:
+        last_user = tok.decode(body["prompt"]).rsplit("<|im_start|>user", 1)[-1]
+        text = T2 if "[The Begin of Analysis on Response 1]" in last_user else T1
+        return {"choices": [{"text": text, "token_ids": [*tok.encode(text), eos], "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": len(body["prompt"]), "prompt_tokens_details": {"cached_tokens": 0}}}
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.bodies.append(body)
-                last_user = tok.decode(body["prompt"]).rsplit("<|im_start|>user", 1)[-1]
-                text = T2 if "[The Begin of Analysis on Response 1]" in last_user else T1
-                ids = [*tok.encode(text), eos]
-                data = json.dumps({"choices": [{"text": text, "token_ids": ids, "finish_reason": "stop"}],
-                                   "usage": {"prompt_tokens": len(body["prompt"]),
-                                             "prompt_tokens_details": {"cached_tokens": 0}}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    return CompletionsServer(answer)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +45,7 @@ def tok():
 def test_an_openai_compatible_server_records_seeded_false(tok):
     from brrm.backends.openai import OpenAIBackend
 
-    server = BRRMServer(tok)
+    server = brrm_server(tok)
     try:
         backend = OpenAIBackend([server.url], "tiny", tok, max_context=4096, http_retries=0)
         with brrm.load(kind="brrm", backend=backend, decoding="faithful", temperature=1.0, seed=5) as judge:

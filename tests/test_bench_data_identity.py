@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,26 @@ def test_run_json_and_result_json_name_the_data_and_a_changed_file_does_not_resu
     _write(data, rows)
     code, _, err = _cli(capsys, *argv)
     assert code == 2 and "other settings (data_revision)" in err
+
+
+def test_the_bench_result_itself_carries_the_data_revision_and_digests(tiny_rm, tmp_path):
+    import brrm
+    from brrm.bench import evaluate
+    from brrm.bench.data import run_revision
+    from brrm.bench.protocol import score_both
+
+    data = _write(tmp_path / "rb2.jsonl", _rows())
+    bench = get_benchmark("rewardbench2")
+    with brrm.load(tiny_rm, kind="bt", device="cpu") as judge:
+        result = evaluate(bench, judge, subsets=["Math"], limit=2, data=str(data))
+    items = bench.load(["Math"], limit=2, source=str(data))
+    assert result.data_revision == run_revision(bench, items, source=str(data))  # what run.json records
+    assert result.data_revision["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert result.data_revision["items_sha256"] == items_sha256(items)
+    assert result.to_dict()["data_revision"] == result.data_revision
+    # the figure over parsed items names the same data
+    ok = (ScalarReward(1.0, Status.OK), ScalarReward(0.0, Status.OK))
+    failed = (ScalarReward.failed(Status.BACKEND_ERROR, "down"), ScalarReward(0.0, Status.OK))
+    judged = [ItemResult(items[0], (), ok), ItemResult(items[1], (), failed)]
+    both = score_both(bench, judged, None, replace(bench.score(judged), data_revision=result.data_revision))
+    assert both.n_parsed == 1 and both.parsed is not None and both.parsed.data_revision == result.data_revision

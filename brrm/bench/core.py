@@ -321,8 +321,11 @@ class BenchResult:
         notes: caveats (missing data, rules that differ from an official script, ties and failures).
         cost: what the run cost (None for a replay of stored outputs).
         judge: the judge's :class:`~brrm.types.JudgeInfo` as a dict (empty for a replay of official files).
-        data_revision: the data scored, by revision and digest (:func:`brrm.bench.data.run_revision`; empty
-            when the result was made by :meth:`~brrm.bench.base.Benchmark.score` alone).
+        data_revision: the data scored, by revision and digests: the dict ``run.json`` and ``result.json`` record
+            (:func:`brrm.bench.data.run_revision`: ``source``, ``repository``, ``commit``, the files' ``sha256``
+            and ``items_sha256``; a replay adds ``predictions_sha256``). Set by :func:`brrm.bench.evaluate` and
+            ``brrm bench`` (the parsed-only figure too); empty when the result was made by
+            :meth:`~brrm.bench.base.Benchmark.score` alone.
     """
 
     benchmark: str

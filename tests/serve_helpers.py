@@ -254,7 +254,9 @@ def fake_brrm() -> Any:
     Turn 2 prefers the response containing ``good`` (else response 1). A response containing ``<<STALL>>`` blocks
     its call for 600 s; ``<<ERROR>>`` makes that item a backend error. ``BRRM_TEST_FAKE`` keys: ``turn1_s`` /
     ``turn2_s`` (sleep once per backend call of that turn), ``log`` (JSONL of every prompt's responses),
-    ``mode_file`` (a file holding ``drop_last`` / ``extra`` / nothing: return one completion too few / too many).
+    ``mode_file`` (a file holding ``drop_last`` / ``extra`` / nothing: return one completion too few / too many),
+    ``concurrent`` (the backend declares concurrent calls: a reentrant engine; default false), ``release_file`` (a
+    stall ends as soon as this file exists).
     """
     import brrm
     from brrm.backends.fake import FakeBackend
@@ -268,7 +270,9 @@ def fake_brrm() -> Any:
         turn = 2 if is_turn2(prompt) else 1
         _log(log, {"turn": turn, "responses": [first, second]})
         if "<<STALL>>" in first or "<<STALL>>" in second:
-            time.sleep(600)
+            end = time.monotonic() + 600
+            while time.monotonic() < end and not (cfg.get("release_file") and Path(cfg["release_file"]).exists()):
+                time.sleep(0.02)
         if "<<ERROR>>" in first or "<<ERROR>>" in second:
             return RuntimeError("scripted backend failure")
         if turn == 1:
@@ -284,7 +288,8 @@ def fake_brrm() -> Any:
             mode = Path(cfg["mode_file"]).read_text().strip() if cfg.get("mode_file") else ""
             return out[:-1] if mode == "drop_last" else [*out, out[-1]] if mode == "extra" else out
 
-    return brrm.load(kind="brrm", backend=Timed(build_tiny_tokenizer(), script), decoding="faithful")
+    return brrm.load(kind="brrm", backend=Timed(build_tiny_tokenizer(), script, concurrent=bool(cfg.get("concurrent"))),
+                     decoding="faithful")
 
 
 def fake_bt() -> Any:

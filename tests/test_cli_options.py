@@ -173,7 +173,8 @@ SURFACE_ONLY = {
     # serve (the server's own settings)
     "host", "port", "api_key", "cors_origin", "log_level", "no_access_log", "no_warmup", "factory", "concurrency",
     "max_batch", "max_wait_ms", "max_queue", "max_items", "max_body_bytes", "max_field_chars", "deadline",
-    "drain_timeout", "stall_timeout", "max_abandoned", "max_judgments_per_request", "compare_strategy",
+    "drain_timeout", "stall_timeout", "max_abandoned", "breaker_failures", "breaker_cooldown",
+    "max_judgments_per_request", "compare_strategy",
     "failed_reward", "get_reward_mode", "strip_text",
 }
 """Flags of the surfaces themselves (files, the command's own settings): no option of a judge or backend."""

@@ -1,7 +1,8 @@
 """OpenRLHF's local ``reward_func`` (``LocalRewards``) on the service scheduler (issue 28): a stalled query costs only
 itself with a judge that takes concurrent calls, and with one that does not, the stall is reported on each query
 of the call it holds (``backend_error``, a reason, ``brrm_failed`` 1.0) — never a reward as if judged — the queries
-outside that call are judged, and the next calls run.
+outside that call are judged, and the next calls run once the stalled call has left the model (a judge that is not
+reentrant never has a second call inside it; meanwhile each query is failed with a reason naming the stall).
 
 The judge is a Bradley–Terry model on the scripted classifier of :mod:`brrm.backends.fake` (a real model cannot
 stall on demand): a response ``q<k>`` scores ``k + 0.5``; one holding ``STALL`` blocks its call until released.
@@ -108,8 +109,15 @@ def test_a_stall_in_a_judge_without_concurrent_calls_is_reported_on_each_query_o
             assert reply["statuses"] == ["backend_error"] and reply["extra_logs"]["brrm_failed"] == [1.0]
             assert f"timeout_s={TIMEOUT_S:g}" in reply["reasons"][0] and reply["rewards"] == [-9.0]
         assert held >= 1 and first[3][0]["statuses"] == ["backend_error"]
-        for _ in range(100):  # the stalled call is abandoned once its queries left; its slot is free again
+        for _ in range(100):  # the stalled call is abandoned once its queries left
             if local.scheduler.abandoned == 1:
+                break
+            time.sleep(0.05)
+        while_stalled = _round(["q7 while stalled"])  # no second call beside the stalled one: refused, named
+        assert while_stalled[0][0]["statuses"] == ["backend_error"] and "stalled" in while_stalled[0][0]["reasons"][0]
+        release.set()  # the stalled call leaves the model: the next calls run
+        for _ in range(200):
+            if local.scheduler.abandoned == 0:
                 break
             time.sleep(0.05)
         after = _round([f"q{k} after" for k in range(4)])

@@ -4,7 +4,8 @@ disconnects (N10), oversized bodies (N11), overload (N12), miscounted backend re
 errors, and SIGTERM during load.
 
 The scripted backend sleeps 0.25 s per turn-1 call and 0.25 s per turn-2 call (a batch takes 0.5 s), prefers the
-response containing ``good``, stalls 600 s on ``<<STALL>>`` and fails an item on ``<<ERROR>>``.
+response containing ``good``, stalls on ``<<STALL>>`` (600 s, or until the test writes its release file) and fails
+an item on ``<<ERROR>>``. It declares no concurrent calls: a backend that is not reentrant.
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ ARGS = ["--factory", "tests.serve_helpers:fake_brrm", "--max-batch", "1", "--max
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve-fake")
-    log, mode = tmp / "calls.jsonl", tmp / "mode"
+    log, mode, release = tmp / "calls.jsonl", tmp / "mode", tmp / "release"
     mode.write_text("")
-    env = {"BRRM_TEST_FAKE": json.dumps({"turn1_s": 0.25, "turn2_s": 0.25, "log": str(log), "mode_file": str(mode)})}
+    env = {"BRRM_TEST_FAKE": json.dumps({"turn1_s": 0.25, "turn2_s": 0.25, "log": str(log), "mode_file": str(mode),
+                                         "release_file": str(release)})}
     with running_server(ARGS, tmp, env=env) as srv:
-        srv.calls, srv.mode = log, mode
+        srv.calls, srv.mode, srv.release = log, mode, release
         yield srv
 
 
@@ -44,6 +46,14 @@ def metric(server, name: str) -> float:
     text = httpx.get(f"{server.url}/metrics").text
     found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(found.group(1)) if found else 0.0
+
+
+def _until(check, hang_s: float = 60.0) -> None:
+    """Wait for ``check()`` (``hang_s`` bounds a hang, not a speed)."""
+    end = time.monotonic() + hang_s
+    while not check():
+        assert time.monotonic() < end, "the awaited state never came"
+        time.sleep(0.05)
 
 
 def idle(server) -> dict:
@@ -78,8 +88,18 @@ def test_n06_a_stalled_comparison_times_out_alone_and_frees_its_slot(fake):
     # the server's own deadline (--deadline 5) bounds the wait: the 504 says it fired (the stall is 600 s)
     r = httpx.post(f"{fake.url}/compare", json=compare_body(["11", "13", "12", "<<STALL>>"]), timeout=30)
     assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded"
-    # one slot (--max-batch 1, concurrency 1), still held by the 600 s stall unless it was abandoned: a request that
-    # queued behind it would be a 504 at its own 5 s deadline, so a 200 says the slot was freed
+    # the stalled call is abandoned (its request left), but the backend is not reentrant: no call runs beside it, and
+    # new work is told so at once (503, Retry-After, the reason) instead of waiting out its deadline
+    _until(lambda: metric(fake, "brrm_abandoned_total") == 1)
+    refused = httpx.post(f"{fake.url}/compare", json=compare_body(["good 11", "12"]), timeout=30)
+    assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
+    assert "stalled judge call" in refused.json()["error"]["message"]
+    try:
+        fake.release.write_text("")  # the stalled call returns: the model is free again
+        _until(lambda: httpx.get(f"{fake.url}/ready").status_code == 200
+               and metric(fake, "brrm_abandoned_batches") == 0)
+    finally:
+        fake.release.unlink()
     fresh = httpx.post(f"{fake.url}/compare", json=compare_body(["good 11", "12"]), timeout=30)
     assert fresh.status_code == 200, fresh.text
     assert fresh.json()["rewards"] == [1.0, 0.0] and fresh.json()["statuses"] == ["ok", "ok"]
@@ -184,7 +204,8 @@ def test_n19_a_miscounting_backend_fails_the_batch_never_shifts_rewards(fake, mo
         body = {"query": [CHATML.format(q="p") + f"good q{k}<|im_end|>" for k in range(3)],
                 "prompts": [CHATML.format(q="p")] * 3, "labels": ["ref"] * 3}
         r = httpx.post(f"{fake.url}/get_reward", json=body, timeout=30)
-        assert r.status_code == 503 and r.json()["error"]["type"] == "backend_error"
+        # every item fails alone (the judge's own length check): the backend is failing, and the 503 says so
+        assert r.status_code == 503 and r.json()["error"]["type"] == "backend_failing" and r.headers["retry-after"]
         assert "zip()" in r.json()["error"]["message"]  # the judge's strict length check names the mismatch
     finally:
         fake.mode.write_text("")

@@ -298,9 +298,11 @@ def test_overload_429_comes_before_the_body_is_parsed(tmp_path):
 
 
 def test_a_stalled_call_past_its_deadline_frees_its_slot_within_a_healthy_jobs_deadline(tmp_path):
+    """On a reentrant backend (one that takes concurrent calls) with one call slot, the stalled call is abandoned and
+    the healthy request runs beside it (a backend that is not reentrant never does: tests/test_fault_kinds.py)."""
     args = ["--factory", "tests.serve_helpers:fake_brrm", "--max-batch", "1", "--max-wait-ms", "0",
-            "--stall-timeout", "30", "--no-warmup"]
-    with running_server(args, tmp_path) as srv:
+            "--stall-timeout", "30", "--no-warmup", "--concurrency", "1"]
+    with running_server(args, tmp_path, env={"BRRM_TEST_FAKE": json.dumps({"concurrent": True})}) as srv:
 
         async def run() -> tuple[httpx.Response, httpx.Response, float]:
             async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:

@@ -86,6 +86,12 @@ def _limit_args(q: argparse._ArgumentGroup) -> None:
                    help="seconds a judge call nobody waits for may run on before it is abandoned (default 30)")
     q.add_argument("--max-abandoned", type=int, default=4,
                    help="abandoned judge calls still running at which the server stops taking work (default 4)")
+    q.add_argument("--breaker-failures", type=int, default=10,
+                   help="consecutive failed judge calls that open the backend's circuit breaker: then requests are "
+                        "answered 503 backend_failing with Retry-After, and no call is made until a probe succeeds "
+                        "(default 10)")
+    q.add_argument("--breaker-cooldown", type=float, default=10.0,
+                   help="seconds the circuit breaker stays open before one probe call (default 10)")
     q.add_argument("--drain-timeout", type=float, default=None,
                    help="on SIGTERM, seconds in-flight requests may take (default: --deadline + 60)")
 
@@ -136,6 +142,7 @@ def limits_from(args: argparse.Namespace, backend: str) -> ServerLimits:
 
 
 _FIELD_FLAGS = {"deadline_s": "--deadline", "stall_timeout_s": "--stall-timeout", "drain_timeout_s": "--drain-timeout",
+                "breaker_failures": "--breaker-failures", "breaker_cooldown_s": "--breaker-cooldown",
                 "max_wait_ms": "--max-wait-ms", "api_key must": "--api-key must"}
 """ServerLimits field names in error messages, as the flags that set them (the rest share the flag's name)."""
 
@@ -150,6 +157,7 @@ def _limits(args: argparse.Namespace, failed_reward: float, concurrency: int,
                         max_wait_ms=args.max_wait_ms,
                         max_queue=args.max_queue, deadline_s=args.deadline, concurrency=concurrency,
                         stall_timeout_s=args.stall_timeout, max_abandoned=args.max_abandoned,
+                        breaker_failures=args.breaker_failures, breaker_cooldown_s=args.breaker_cooldown,
                         drain_timeout_s=args.drain_timeout if args.drain_timeout is not None else args.deadline + 60,
                         api_key=api_key, cors_origins=tuple(args.cors_origin or ()), failed_reward=failed_reward,
                         get_reward_mode=args.get_reward_mode, strip_texts=tuple(args.strip_text or ()),

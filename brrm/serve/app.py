@@ -39,7 +39,7 @@ from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooL
 from brrm.serve.state import ClientGone, ServerState, TooCostly, TooManyItems
 from brrm.service.items import Variants, failed_result
 from brrm.service.run import make_runner
-from brrm.service.scheduler import QueueFull, Scheduler, SchedulerError, Unavailable
+from brrm.service.scheduler import BatchFailed, Scheduler, SchedulerError
 from brrm.service.singleflight import SingleFlight, variant_identity
 from brrm.types import RewardJudge
 from brrm.types.jsonvalue import JSONValue
@@ -98,7 +98,7 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
     scheduler = Scheduler(make_runner(variants), max_batch=limits.max_batch, max_wait_s=limits.max_wait_ms / 1000,
                           max_queue=limits.max_queue, concurrency=limits.concurrency,
                           stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics,
-                          failed=failed_result, split=bool(judge.info.concurrent))
+                          failed=failed_result, split=bool(judge.info.concurrent), breaker=limits.breaker)
     state = ServerState(judge, limits, scheduler, metrics, variants, ready=False,
                         flights=SingleFlight(scheduler, variant_identity(variants)))
     app = ServeApp(state, title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),
@@ -256,9 +256,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SchedulerError)
     async def scheduler(_request: Request, exc: SchedulerError) -> JSONResponse:
         kind = {429: "queue_full", 504: "deadline_exceeded"}.get(exc.status, "unavailable")
-        headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, QueueFull) else {}
-        if exc.status == 503 and not isinstance(exc, Unavailable):
-            kind = "backend_error"
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
+        if isinstance(exc, BatchFailed):  # failing (every item alone, or the breaker open) or a miscount
+            kind = "backend_failing" if exc.failing else "backend_error"
         return JSONResponse(error_body(kind, exc.message), status_code=exc.status, headers=headers)
 
     @app.exception_handler(TooCostly)

@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from brrm.errors import ConfigError
+from brrm.service.breaker import BreakerOptions
 from brrm.types import check_bool, check_choice, check_float, check_int
 from brrm.types.jsonvalue import JSONValue
 
@@ -60,7 +61,12 @@ class ServerLimits:
             running after it was asked to stop before the scheduler abandons its thread and serves others,
             > 0. The abandoned thread keeps the model busy until it returns.
         max_abandoned: abandoned calls still running at which the server stops taking work (503, ``/ready``
-            false) instead of piling threads onto a stuck backend, >= 1.
+            false) instead of piling threads onto a stuck backend, >= 1. A backend that takes one call at a time
+            (not ``info.concurrent``) never runs a call beside an abandoned one (:mod:`brrm.service.stalls`).
+        breaker_failures: consecutive failed judge calls (bisection's sub-calls included) that open the backend's
+            circuit breaker, >= 1 (default 10; :class:`~brrm.service.breaker.BreakerOptions`).
+        breaker_cooldown_s: seconds the breaker stays open (requests answered 503 ``backend_failing`` with
+            ``Retry-After`` at once, no call made) before one probe call, > 0 (default 10).
         drain_timeout_s: on SIGTERM, how long in-flight requests may take to finish before they are cut, > 0.
         api_key: bearer token required on every endpoint but ``/health`` (compared in constant time); None:
             no authentication (the server binds 127.0.0.1 by default).
@@ -86,6 +92,8 @@ class ServerLimits:
     concurrency: int = 1
     stall_timeout_s: float = 30.0
     max_abandoned: int = 4
+    breaker_failures: int = 10
+    breaker_cooldown_s: float = 10.0
     drain_timeout_s: float = 660.0
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
@@ -107,6 +115,8 @@ class ServerLimits:
         check_int("concurrency", self.concurrency, low=1)
         check_float("stall_timeout_s", self.stall_timeout_s, low=0, low_open=True)
         check_int("max_abandoned", self.max_abandoned, low=1)
+        check_int("breaker_failures", self.breaker_failures, low=1)
+        check_float("breaker_cooldown_s", self.breaker_cooldown_s, low=0, low_open=True)
         check_float("drain_timeout_s", self.drain_timeout_s, low=0, low_open=True)
         check_bool("warmup", self.warmup)
         if self.api_key is not None and (not isinstance(self.api_key, str) or len(self.api_key) < 8):
@@ -122,6 +132,11 @@ class ServerLimits:
             if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
                 raise ConfigError(f"{name} must be a list of non-empty strings, got {value!r}")
             object.__setattr__(self, name, tuple(value))
+
+    @property
+    def breaker(self) -> BreakerOptions:
+        """The circuit breaker's options."""
+        return BreakerOptions(self.breaker_failures, self.breaker_cooldown_s)
 
     @property
     def item_limit(self) -> int:

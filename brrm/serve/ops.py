@@ -50,8 +50,7 @@ async def health() -> HealthResponse:
 @router.get("/ready", summary="Model loaded, warm and taking work (503 otherwise; HEAD too)",
             responses={503: {"model": ReadyResponse, "description": "not ready, with the reason"}})
 async def ready(state: State, response: Response) -> ReadyResponse:
-    why = ("shutting down" if state.draining else state.not_ready if not state.ready
-           else "" if state.scheduler.accepting else "the backend is stuck on abandoned judge calls")
+    why = "shutting down" if state.draining else state.not_ready if not state.ready else state.scheduler.unready()
     response.status_code = 503 if why else 200
     return ReadyResponse(ready=not why, reason=why, queue_depth=state.scheduler.queue_depth,
                          running=state.scheduler.running, warmup_attempts=state.warmup_attempts)

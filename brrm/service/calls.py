@@ -11,11 +11,11 @@ item's own or the backend's is decided over the whole coalesced batch (:func:`~b
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from brrm import cancellation
-from brrm.service.isolation import Aborted, LengthMismatch, Runner, checked_call, describe, run_isolated
+from brrm.service.isolation import Aborted, LengthMismatch, Runner, checked_call, describe, failure, run_isolated
 from brrm.service.jobs import Batch
 
 __all__ = ["CallOutcome", "call_batch"]
@@ -41,9 +41,16 @@ class CallOutcome:
     reason: str = ""
 
 
-def call_batch(runner: Runner, batch: Batch) -> CallOutcome:
-    """Run ``batch`` on ``runner`` (in the worker thread) under its ``abort`` token; never raises an
-    ``Exception`` (every failure is typed in the outcome)."""
+def call_batch(runner: Runner, batch: Batch, settled: Callable[[object], bool] | None = None) -> CallOutcome:
+    """Run ``batch`` on ``runner`` (in the worker thread) under its ``abort`` token.
+
+    Any raise of the runner is the call's failure, typed in the outcome (an :class:`asyncio.CancelledError` or a
+    library's own :class:`BaseException` included); ``settled`` items are not bisected again
+    (:func:`~brrm.service.isolation.run_isolated`).
+
+    Raises:
+        KeyboardInterrupt, SystemExit: the process is shutting down (:data:`~brrm.service.isolation.ESCAPES`).
+    """
 
     def progress(_done: float) -> None:
         if batch.abort.cancelled:
@@ -58,9 +65,10 @@ def call_batch(runner: Runner, batch: Batch) -> CallOutcome:
             return CallOutcome("cancelled")
         except LengthMismatch as exc:
             return CallOutcome("mismatch", reason=str(exc))
-        except Exception as exc:  # noqa: BLE001 - bisected down to the item that raises it
+        except BaseException as raised:  # noqa: BLE001 - any raise is bisected down to the item that raises it
+            error = failure(raised)  # the process's shutdown goes on as it came
             try:
-                outcomes = run_isolated(runner, key, flat, progress, exc)
+                outcomes = run_isolated(runner, key, flat, progress, error, settled)
             except cancellation.Cancelled:
                 return CallOutcome("cancelled")
-            return CallOutcome("bisected", tuple(outcomes), exc, describe(exc))
+            return CallOutcome("bisected", tuple(outcomes), error, describe(error))

@@ -23,7 +23,13 @@ way. When every job of a running call has gone, the call is asked to stop at its
 judge's ``progress`` hook raises :class:`Aborted`); one that still has not returned after ``stall_timeout_s``
 (sooner when queued work would otherwise wait past half of its own remaining deadline) is abandoned — its thread
 runs on, its results are dropped — so a stuck backend cannot hold the queue. At ``max_abandoned`` such threads
-the scheduler refuses new work (:class:`Unavailable`, 503).
+the scheduler refuses new work (:class:`Unavailable`, 503). A backend that is not reentrant never has two calls
+inside it: it runs one call at a time, and while an abandoned call is still inside, queued work waits and new
+work is refused (:mod:`brrm.service.stalls`).
+
+A failing backend is not bisected again and again (:mod:`brrm.service.breaker`): a circuit breaker opens after
+consecutive failed calls and answers new work at once (:class:`BreakerOpen`, 503 with ``Retry-After``) until a
+probe call succeeds, and items that already failed alone on a failing backend are not bisected again.
 
 Every request's fate is its own. Each job carries a :class:`~brrm.cancellation.CancelToken`, set when it leaves;
 with ``split`` (a judge that takes concurrent calls and shares one running batch across them: transformers'
@@ -44,15 +50,17 @@ from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.service.arrivals import Arrivals
+from brrm.service.breaker import BreakerOptions, CircuitBreaker
 from brrm.service.calls import CallOutcome, call_batch
 from brrm.service.isolation import Aborted, Runner, classify, describe
 from brrm.service.jobs import Batch, Job, Slice, cuts, spread
 from brrm.service.metrics import Metrics
-from brrm.service.refusals import BatchFailed, DeadlineExceeded, QueueFull, SchedulerError, Unavailable
+from brrm.service.refusals import BatchFailed, BreakerOpen, DeadlineExceeded, QueueFull, SchedulerError, Unavailable
+from brrm.service.stalls import Stalls
 from brrm.service.workers import Workers
 from brrm.types import Status
 
-__all__ = ["Aborted", "BatchFailed", "DeadlineExceeded", "Failed", "QueueFull", "Runner", "Scheduler",
+__all__ = ["Aborted", "BatchFailed", "BreakerOpen", "DeadlineExceeded", "Failed", "QueueFull", "Runner", "Scheduler",
            "SchedulerError", "Unavailable"]
 
 Failed = Callable[[Hashable, object, Status, str], object]
@@ -78,6 +86,10 @@ class Scheduler:
         split: run each job's slice of a coalesced batch as its own call, all at once (for a judge whose
             ``info.concurrent`` is True: its backend joins the calls into one running batch), so each request
             is cancelled, timed out or abandoned alone.
+        reentrant: the backend takes concurrent calls (None: ``split``). One that does not runs one call at a time
+            whatever ``concurrency`` says, and never starts one while an abandoned call is inside it.
+        breaker: when the backend's circuit breaker opens (None: :class:`~brrm.service.breaker.BreakerOptions`'
+            defaults).
 
     Raises:
         ConfigError: on an out-of-range setting.
@@ -85,7 +97,8 @@ class Scheduler:
 
     def __init__(self, runner: Runner, *, max_batch: int, max_wait_s: float, max_queue: int, concurrency: int = 1,
                  stall_timeout_s: float = 30.0, max_abandoned: int = 1, metrics: Metrics | None = None,
-                 failed: Failed | None = None, split: bool = False) -> None:
+                 failed: Failed | None = None, split: bool = False, reentrant: bool | None = None,
+                 breaker: BreakerOptions | None = None) -> None:
         if max_batch < 1 or max_queue < 1 or concurrency < 1 or max_abandoned < 1:
             raise ConfigError("max_batch, max_queue, concurrency and max_abandoned must be >= 1")
         if max_wait_s < 0 or stall_timeout_s <= 0:
@@ -93,10 +106,13 @@ class Scheduler:
         self.runner, self.metrics, self.failed, self.split = runner, metrics, failed, split
         self.max_batch, self.max_wait_s, self.max_queue = max_batch, max_wait_s, max_queue
         self.concurrency, self.stall_timeout_s, self.max_abandoned = concurrency, stall_timeout_s, max_abandoned
+        self.reentrant = split if reentrant is None else reentrant
+        self.breaker = CircuitBreaker(breaker)
+        self._call = self.breaker.guard(runner)
+        self._stalls = Stalls(reentrant=self.reentrant, stall_timeout_s=stall_timeout_s, max_abandoned=max_abandoned)
         self._queue: list[Job] = []
         self._queued_cost = 0
         self._running = 0
-        self._abandoned = 0
         self._closing = False
         self._batch_seconds = 1.0  # running mean, for Retry-After
         self._arrivals = Arrivals(max_wait_s, adaptive=not split)  # split: the backend's running batch joins calls
@@ -110,7 +126,7 @@ class Scheduler:
     async def start(self) -> None:
         """Start the scheduling task on the running event loop."""
         self._changed = asyncio.Event()
-        self._slots = asyncio.Semaphore(self.concurrency)
+        self._slots = asyncio.Semaphore(self.concurrency if self.reentrant else 1)
         self._task = asyncio.create_task(self._loop(), name="brrm-scheduler")
 
     async def drain(self, timeout_s: float) -> None:
@@ -138,12 +154,17 @@ class Scheduler:
     @property
     def abandoned(self) -> int:
         """Abandoned calls whose threads are still running."""
-        return self._abandoned
+        return self._stalls.abandoned
 
     @property
     def accepting(self) -> bool:
-        """Whether new work is taken (not shutting down, backend not stuck)."""
-        return not self._closing and self._abandoned < self.max_abandoned
+        """Whether new work is taken (not shutting down, backend not stuck or stalled, breaker not open)."""
+        return not self._closing and self._stalls.refusal() is None and self.breaker.refusal() is None
+
+    def unready(self) -> str:
+        """Why the server should not be ready because of its backend ("" when it should): a stuck reentrant
+        backend, or a stalled call inside a non-reentrant one past its bound (:mod:`brrm.service.stalls`)."""
+        return self._stalls.unready()
 
     def full(self) -> bool:
         """Whether the queue is at or over ``max_queue`` (a new job of any cost would be refused)."""
@@ -154,13 +175,17 @@ class Scheduler:
         """Refuse a job of ``cost`` units now if it would be refused when submitted (no side effect but metrics).
 
         Raises:
-            Unavailable: shutting down or stuck (503). QueueFull: no room now (429).
+            Unavailable: shutting down, stuck or stalled (503). BreakerOpen: the backend is failing (503).
+            QueueFull: no room now (429).
         """
         if self._closing:
             raise Unavailable("the server is shutting down; retry on another replica")
-        if self._abandoned >= self.max_abandoned:
-            raise Unavailable(f"the backend is stuck: {self._abandoned} judge call(s) did not return after their "
-                              "requests left; restart the server")
+        stalled = self._stalls.refusal()
+        if stalled is not None:
+            raise stalled
+        failing = self.breaker.refusal()
+        if failing is not None:
+            raise BreakerOpen(failing, self.breaker.retry_after())
         if self._queue and self._queued_cost + cost > self.max_queue:
             if self.metrics:
                 self.metrics.rejected.inc()
@@ -247,7 +272,7 @@ class Scheduler:
         if self.metrics:
             self.metrics.queue_depth.set(self._queued_cost)
             self.metrics.running_batches.set(self._running)
-            self.metrics.abandoned_batches.set(self._abandoned)
+            self.metrics.abandoned_batches.set(self._stalls.abandoned)
 
     # ------------------------------------------------------------------------------------------ loop
     async def _loop(self) -> None:
@@ -268,7 +293,7 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         while True:
             self._expire(loop.time())
-            while not self._queue:
+            while not self._queue or self._stalls.blocking:  # a non-reentrant backend: wait for a stalled call
                 self._changed.clear()
                 await self._changed.wait()
                 self._expire(loop.time())
@@ -339,7 +364,7 @@ class Scheduler:
             self._running -= 1
             self._slots.release()
         if stalled:
-            self._abandoned += len(stalled)
+            self._stalls.abandon(len(stalled))
             for part in stalled:
                 dones[part].add_done_callback(lambda _f: self._unabandon())
             if self.metrics:
@@ -361,7 +386,7 @@ class Scheduler:
                 done.set_result(outcome)
 
         def work() -> None:
-            outcome = call_batch(self.runner, part)
+            outcome = call_batch(self._call, part, self.breaker.settled(part.key))
             with contextlib.suppress(RuntimeError):  # the loop closed while an abandoned call ran on
                 loop.call_soon_threadsafe(deliver, outcome)
 
@@ -369,7 +394,7 @@ class Scheduler:
 
     async def _watch(self, parts: list[Batch], dones: dict[Batch, asyncio.Future[CallOutcome]]) -> list[Batch]:
         """Answer each part's requests as its call returns; returns the parts abandoned as stalled (their
-        requests had all left and the call did not return within the grace of :meth:`_grace`)."""
+        requests had all left and the call did not return within the grace of :meth:`Stalls.grace`)."""
         pending, held, served = list(parts), list[tuple[Batch, CallOutcome]](), 0
         orphaned: float | None = None  # when the calls still running were first all orphaned
         while pending:
@@ -391,7 +416,7 @@ class Scheduler:
                     part.abort.cancel("left")  # nobody waits for this call any more: stop it at its next step
             if not live:
                 orphaned = asyncio.get_running_loop().time() if orphaned is None else orphaned
-                if not await self._grace([dones[p] for p in pending], orphaned):
+                if not await self._stalls.grace([dones[p] for p in pending], orphaned, self._queue):
                     break
                 continue
             waits: set[asyncio.Future[Any]] = {*(dones[p] for p in pending), *live}
@@ -419,8 +444,10 @@ class Scheduler:
         flat = [v for _, outcome in held for v in outcome.values]
         backend = served == 0 and bool(flat) and classify(flat) == "backend"
         for part, outcome in held:
-            if backend:
-                self._each(part, BatchFailed(f"the judge call failed: {outcome.reason}"))
+            if backend:  # no item to blame: its retry is not bisected again (settled), and is told to wait
+                self.breaker.settle(part.key, [i for s in part.slices for i in s.job.items[s.start:s.end]])
+                self._each(part, BatchFailed(f"the backend is failing: the judge call failed for every item alone: "
+                                             f"{outcome.reason}", self.breaker.retry_after()))
                 continue
             items = [item for s in part.slices for item in s.job.items[s.start:s.end]]
             values = tuple(self._failed_item(part.key, item, v) for item, v in zip(items, outcome.values,
@@ -448,22 +475,10 @@ class Scheduler:
         if job.next == len(job.items) and job.pending == 0:
             job.future.set_result(job.results)
 
-    async def _grace(self, dones: list[asyncio.Future[CallOutcome]], orphaned: float) -> bool:
-        """Wait for calls orphaned at ``orphaned`` (loop clock) up to ``stall_timeout_s`` after it, less when a queued
-        job would otherwise wait past the middle of what was left of its deadline then (or when it arrived); True
-        when one of them returned in time (the caller looks again), False when the rest are to be abandoned."""
-        loop = asyncio.get_running_loop()
-        end = orphaned + self.stall_timeout_s
-        while not any(d.done() for d in dones):
-            now = loop.time()
-            limit = min([end, *((max(orphaned, j.enqueued) + j.deadline) / 2 for j in self._queue)])
-            if now >= limit:
-                return False
-            await asyncio.wait(set(dones), timeout=min(0.05, limit - now))
-        return True
-
     def _unabandon(self) -> None:
-        self._abandoned -= 1
+        self._stalls.left()
+        assert self._changed is not None
+        self._changed.set()  # a non-reentrant backend's queued work may run now
         self._gauges()
 
     # ------------------------------------------------------------------------------------------ outcomes

@@ -8,6 +8,10 @@ backoff of 0.5 s, doubling, at most 5 s). Because the key and the body are the s
 (:mod:`brrm.serve.idempotency`) answers a retry whose first attempt is still running with that run's reply, and
 one whose first attempt finished with the stored reply: a client that gave up on its own timeout never makes the
 server judge the same request twice. A failed first run (4xx/5xx) is not stored, so its retry runs again.
+
+A 503 of type :data:`FAILING` (``backend_failing``: every item failed alone, or the server's circuit breaker is
+open) is never retried at once: only after its ``Retry-After`` (at least 1 s). The server makes such a retry cheap
+(no second bisection of the same items, no call at all while the breaker is open: :mod:`brrm.service.breaker`).
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from brrm.types.jsonvalue import JSONDict, JSONValue
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CALLER_ERRORS", "HEADER", "RETRIED", "new_key", "post_json"]
+__all__ = ["CALLER_ERRORS", "FAILING", "HEADER", "RETRIED", "new_key", "post_json"]
 
 CALLER_ERRORS = (400, 401, 403, 404, 413, 422)
 """Statuses that mean the request itself is wrong (raised as ConfigError with the server's message)."""
 RETRIED = (429, 503)
 """Statuses that mean "not now": retried after ``Retry-After``."""
+FAILING = "backend_failing"
+"""The error type of a 503 that means "the backend is failing" (not an overloaded queue, which is a 429)."""
 HEADER = "Idempotency-Key"
 """The request header that makes a retry safe (the server's :data:`brrm.serve.idempotency.HEADER`)."""
 
@@ -66,7 +72,8 @@ def post_json(client: httpx.Client, path: str, body: JSONDict, *, retries: int, 
                 continue
             return f"brrm serve at {where}{path}: {type(exc).__name__}: {exc}"[:500]
         if resp.status_code in RETRIED and attempt < retries:
-            time.sleep(_retry_after(resp.headers.get("retry-after")))
+            wait = _retry_after(resp.headers.get("retry-after"))
+            time.sleep(max(wait, 1.0) if _type(resp) == FAILING else wait)
             continue
         if resp.status_code == 200:
             reply: JSONValue = resp.json()
@@ -74,7 +81,8 @@ def post_json(client: httpx.Client, path: str, body: JSONDict, *, retries: int, 
         message = _message(resp)
         if resp.status_code in CALLER_ERRORS:
             raise ConfigError(f"brrm serve refused {path} (HTTP {resp.status_code}): {message}")
-        return f"brrm serve answered {path} with HTTP {resp.status_code}: {message}"[:500]
+        kind = _type(resp)
+        return f"brrm serve answered {path} with HTTP {resp.status_code}{f' ({kind})' if kind else ''}: {message}"[:500]
     return f"brrm serve at {where}{path} stayed busy after {retries} retries"
 
 
@@ -84,6 +92,16 @@ def _retry_after(value: str | None) -> float:
         return min(max(float(value or 1.0), 0.0), 30.0)
     except ValueError:
         return 1.0
+
+
+def _type(resp: httpx.Response) -> str:
+    """The error type of a brrm serve reply (``error.type``), else ""."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return ""
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("type", "")) if isinstance(error, dict) else ""
 
 
 def _message(resp: httpx.Response) -> str:

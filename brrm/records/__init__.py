@@ -2,7 +2,9 @@
 
 * :mod:`~brrm.records._io` — files to ``(line, row)`` (JSONL, JSON, Parquet, CSV, TSV);
 * :mod:`~brrm.records.fields` — :class:`FieldMap` (``--field field=column``) and the shared field readers;
-* :mod:`~brrm.records.shapes` — pair, single-response and group records.
+* :mod:`~brrm.records.shapes` — pair, single-response and group records;
+* :mod:`~brrm.records.duplicates` — ids that repeat in an input, said by name and count (refused where a metric
+  or table joins by id).
 
 Records come back as a list in input order, and every surface files results by that position (and, where it
 stores them, by content hash): a record's ``id`` is data, never a key, so ids may repeat and each record still

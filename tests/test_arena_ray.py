@@ -24,6 +24,7 @@ def ray_instance():
         yield ray
 
 
+@pytest.mark.slow  # a local Ray cluster: the slow tier (pyproject.toml, README)
 def test_the_arena_on_ray_equals_the_local_arena_and_resumes(tmp_path, ray_instance):
     import torch
 
@@ -70,6 +71,7 @@ def test_ray_needs_a_store_and_a_spec(tmp_path):
         run_arena(spec, REPO / "examples/arena.jsonl", baseline="baseline-bot")
 
 
+@pytest.mark.slow  # a local Ray cluster: the slow tier (pyproject.toml, README)
 def test_the_cli_judges_on_ray_and_a_rerun_judges_nothing(tmp_path, capsys, ray_instance):
     from brrm.cli import main
     from brrm.testing import save_tiny_qwen3

@@ -20,7 +20,9 @@ import pytest
 
 from tests.audit_support import TINY_FLAGS, assert_same_stores, cli_exit, pair_rows, store_items, write_jsonl
 
-pytestmark = pytest.mark.timeout(480)
+# the slow tier (pyproject.toml, README): a Ctrl-C and five SIGKILLs in a row; the default tier's crash and resume
+# tests are tests/test_audit_runner.py's and tests/test_continuous.py's
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 
 N_PAIRS = 20  # 10 batches of 2: the Ctrl-C run and the five killed runs commit at most 9 of them
 PRELOAD = ["tests.audit_support", "brrm.cli.audit", "brrm.audit.runner", "brrm.audit.summary", "brrm.audit.report",

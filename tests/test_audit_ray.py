@@ -22,6 +22,7 @@ def ray_instance():
         yield ray
 
 
+@pytest.mark.slow  # a local Ray cluster: the slow tier (pyproject.toml, README)
 def test_ray_audit_equals_the_single_process_audit(tmp_path, ray_instance):
     from brrm.audit.ray_runner import RayOptions
     from brrm.testing import save_tiny_qwen3

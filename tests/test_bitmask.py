@@ -66,7 +66,6 @@ def test_a_mask_of_the_wrong_form_is_refused(tokenizer):
         apply(torch.zeros(1, 64), torch.zeros(2, 2, dtype=torch.int32))
 
 
-@pytest.mark.slow
 def test_a_constrained_judgment_loads_no_inductor_compiler(tmp_path):
     code = ("import sys, brrm\n"
             "from brrm.testing import save_tiny_qwen3\n"

@@ -236,7 +236,6 @@ def test_scalar_kind_without_model_is_a_clear_error(capsys):
     assert "--principle" in line  # the demo runs as a principle judge and needs a principle
 
 
-@pytest.mark.slow
 def test_embedded_model_judges_example_pairs(tmp_path, capsys):
     out = tmp_path / "out.jsonl"
     code, stdout, _ = _run(capsys, "judge", "--input", PAIRS, "--limit", "2", "--output", str(out),
@@ -250,7 +249,6 @@ def test_embedded_model_judges_example_pairs(tmp_path, capsys):
     assert rows[0]["provenance"]["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # a name, not a cache path
 
 
-@pytest.mark.slow
 def test_the_embedded_demo_has_the_budgets_the_readme_states():
     """README: "400 new tokens per turn, 4096 in total, free-text blocks capped at 32 tokens"."""
     import brrm
@@ -262,7 +260,6 @@ def test_the_embedded_demo_has_the_budgets_the_readme_states():
     assert "400 new tokens per turn, 4096 in total, free-text blocks capped at 32 tokens" in readme
 
 
-@pytest.mark.slow
 def test_embedded_model_scores_with_a_principle(tmp_path, capsys):
     out = tmp_path / "out.jsonl"
     code, stdout, _ = _run(capsys, "score", "--input", PAIRS, "--limit", "1", "--output", str(out),
@@ -273,7 +270,6 @@ def test_embedded_model_scores_with_a_principle(tmp_path, capsys):
     assert rows[0]["provenance"]["policies"]["format"] == "llama_reward"
 
 
-@pytest.mark.slow
 def test_llmbar_natural_records_through_the_cli(shared, tmp_path, capsys, tiny_dir):
     out = tmp_path / "out.jsonl"
     path = shared / "data/LLMBar/LLMBar/Natural/dataset.json"

@@ -97,7 +97,6 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, flo
     return root, path, time.perf_counter() - start
 
 
-@pytest.mark.slow
 def test_converted_dir_has_weights_tokenizer_and_template(converted: tuple[Path, Path, float]) -> None:
     root, path, seconds = converted
     assert seconds < 90, seconds  # the README: "about 30 s the first time" (19-23 s on the 2-core box, busy or not)
@@ -112,7 +111,6 @@ def test_converted_dir_has_weights_tokenizer_and_template(converted: tuple[Path,
     assert json.loads((path / "generation_config.json").read_text())["eos_token_id"] == 2
 
 
-@pytest.mark.slow
 def test_chat_template_is_chatml(converted: tuple[Path, Path, float]) -> None:
     from transformers import AutoTokenizer
 
@@ -128,7 +126,6 @@ def test_chat_template_is_chatml(converted: tuple[Path, Path, float]) -> None:
     assert tok("Hello world").input_ids == [19556, 905]
 
 
-@pytest.mark.slow
 def test_greedy_generation_is_deterministic_and_sensible(converted: tuple[Path, Path, float]) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -145,7 +142,6 @@ def test_greedy_generation_is_deterministic_and_sensible(converted: tuple[Path, 
     assert answer.strip() and "Paris" in answer
 
 
-@pytest.mark.slow
 def test_second_call_is_fast_and_returns_the_same_path(converted: tuple[Path, Path, float]) -> None:
     root, path, _ = converted
     start = time.perf_counter()

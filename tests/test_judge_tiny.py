@@ -28,7 +28,6 @@ def backend():
     return TransformersBackend(model, tok, model_id="tiny-qwen3", batch_size=40)
 
 
-@pytest.mark.slow
 def test_every_distinct_constrained_judgment_well_formed(backend):
     """Sampled constrained judgments of 5 prompts, each with 3 whitespace variants, each pair in both orders and in
     both roles (the forward judgment, the swapped one): 60 judgments, every one a distinct result.

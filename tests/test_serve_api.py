@@ -204,6 +204,7 @@ def test_body_and_field_limits(server, client):
     assert r.status_code == 413 and r.json()["error"]["type"] == "body_too_large"
 
 
+@pytest.mark.slow  # a load test: the slow tier (pyproject.toml, README)
 @pytest.mark.timeout(120)
 def test_load_200_concurrent_clients(server):
     """200 concurrent single-pair clients: no 5xx, every answer a judgment or a 429, identical inputs give

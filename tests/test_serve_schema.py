@@ -34,6 +34,10 @@ from tests.serve_helpers import REPO, Server, running_server
 
 pytest.importorskip("schemathesis")
 
+# the slow tier (pyproject.toml, README): four servers under schemathesis; tests/test_serve_api.py and
+# tests/test_served_examples.py keep a schemathesis run and every route's example in the default tier
+pytestmark = pytest.mark.slow
+
 KEY = "schema-key-0123456789"
 LIMITS = ["--max-items", "6", "--deadline", "30", "--max-wait-ms", "5"]
 BRRM = ["--kind", "brrm", "--max-new-tokens", "24", "--block-token-cap", "8", "--thinking", "off"]

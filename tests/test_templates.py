@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import zipfile
 
-import pytest
-
 from brrm.templates import (
     ContextPolicy,
     prompts_dir,
@@ -104,7 +102,6 @@ def test_template_hash_is_stable_hex():
     assert len(h) == 16 and int(h, 16) >= 0 and h == template_hash()
 
 
-@pytest.mark.slow
 def test_built_wheel_ships_the_prompts(tmp_path):
     import subprocess
     import sys

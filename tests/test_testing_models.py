@@ -344,7 +344,6 @@ def test_publish_keeps_a_valid_target_and_replaces_a_stale_one(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
 
 
-@pytest.mark.slow
 def test_qwen3_first_build_is_safe_with_concurrent_workers(tmp_path, qwen3_tok):
     code = (
         "import sys; from brrm import testing; "

@@ -128,6 +128,11 @@ def test_pandalm_replay_refuses_repeated_idx_where_it_joins_by_idx(tmp_path, sha
     path.write_text(json.dumps(stored))
     with pytest.raises(ConfigError, match=r"1 idx value appears more than once: 1 \(×2\); the replay joins"):
         get_benchmark("pandalm").replay([path], root=shared / "data")
+    path.write_text(json.dumps({"idx": 1}))  # other bad files: one clear error or a failed item, no traceback
+    with pytest.raises(ConfigError, match="expected a JSON list of records"):
+        get_benchmark("pandalm").replay([path], root=shared / "data")
+    path.write_text(json.dumps([{"idx": 1, "gpt_result": [1]}, {"idx": 2, "gpt_result": "2"}]))
+    assert get_benchmark("pandalm").replay([path], root=shared / "data").row("Overall").failures == 1
 
 
 def test_arena_refuses_repeated_prompt_and_model_naming_each_with_count_and_lines(capsys, tmp_path):

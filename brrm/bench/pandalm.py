@@ -151,7 +151,8 @@ class PandaLM(Benchmark):
             if item is None:
                 raise ConfigError(f"{paths[0]}: idx {rec['idx']!r} is not in the test set")
             value = rec.get(key)
-            judged = (ok_judgment(_STORED[value], item.id) if value in _STORED and not isinstance(value, bool)
+            known = isinstance(value, int | str) and not isinstance(value, bool) and value in _STORED  # [1]: unknown
+            judged = (ok_judgment(_STORED[value], item.id) if known
                       else failed_judgment(Status.PARSE_FAILURE, f"stored {key} {value!r}", item.id))
             results.append(ItemResult(item, (Shown(0, False, judged),)))
         return self.score(results)

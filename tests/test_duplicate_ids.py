@@ -120,6 +120,12 @@ def test_bench_refuses_repeated_ties_ids_where_the_score_joins_by_id(capsys, tmp
             "'tied:N' by id") in lines[0]
     with pytest.raises(ConfigError, match=r"ref:1 \(×2\)"):  # the same id spelled two ways is one id
         ties_score([("ref:1", [1.0, 0.0], 1), ("ref:01", [1.0, 0.0], 1)])
+    rows = [json.loads(x) for x in (RB2 / "test.jsonl").read_text().splitlines() if x.strip()]
+    rows[10]["id"] = "ref:01"  # row 11; row 13 is ref:1: refused when the data is read, before a model loads
+    code, _, err = _cli(capsys, "bench", "rewardbench2", "--data", _write(tmp_path / "rb2.jsonl", rows),
+                        "--model", tmp_path / "no-model-needed")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "rows 11 and 13: Ties id 'ref:1' appears twice (row 11 spells it 'ref:01')" in err
 
 
 def test_pandalm_replay_refuses_repeated_idx_where_it_joins_by_idx(tmp_path, shared):

@@ -177,18 +177,23 @@ def _check_row(rec: Mapping[str, Any], k: int) -> None:
                           f"{rec['num_correct']} do not match chosen ({len(lists[0])}) + rejected ({len(lists[1])})")
 
 
-def _check_ties_id(item_id: str, k: int, seen: dict[str, int]) -> None:
-    """Refuse a Ties id met before: the Ties score pairs ``ref:N`` with ``tied:N`` by id, so a repeat could only
-    be one prompt's statistics overwriting another's. Other subsets keep items with repeated ids apart (their
-    results are filed by position and content, :func:`brrm.bench.core.item_keys`).
+def _check_ties_id(item_id: str, k: int, seen: dict[str, tuple[int, str]]) -> None:
+    """Refuse a Ties id met before (``ref:1`` and ``ref:01`` are one id, as :func:`ties_score` reads them): the Ties
+    score pairs ``ref:N`` with ``tied:N`` by id, so a repeat could only be one prompt's statistics overwriting
+    another's. Other subsets keep items with repeated ids apart (their results are filed by position and content,
+    :func:`brrm.bench.core.item_keys`).
 
     Raises:
         ConfigError: naming both rows, before any model call.
     """
-    if item_id in seen:
-        raise ConfigError(f"RewardBench 2 rows {seen[item_id]} and {k}: Ties id {item_id!r} appears twice; the Ties "
+    kind, _, pid = item_id.partition(":")
+    key = f"{kind}:{int(pid)}" if pid.strip().lstrip("-").isdigit() else item_id
+    if key in seen:
+        row, first = seen[key]
+        spelled = f" (row {row} spells it {first!r})" if first != item_id else ""
+        raise ConfigError(f"RewardBench 2 rows {row} and {k}: Ties id {item_id!r} appears twice{spelled}; the Ties "
                           "score pairs 'ref:N' with 'tied:N' by id, so each must be unique")
-    seen[item_id] = k
+    seen[key] = (k, item_id)
 
 
 def rows_fingerprint(rows: Sequence[Mapping[str, object]]) -> str:
@@ -231,7 +236,7 @@ class RewardBench2(Benchmark):
         where = source or HUB_ID
         rows = read_source(where, split=SPLIT, revision=None if Path(where).expanduser().exists() else self.revision)
         counts: dict[str, int] = {}
-        ties_rows: dict[str, int] = {}
+        ties_rows: dict[str, tuple[int, str]] = {}
         items = []
         for k, rec in enumerate(rows, start=1):
             _check_row(rec, k)

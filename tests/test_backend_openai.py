@@ -30,6 +30,7 @@ class Stub:
         self.requests: list[dict] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.retry_after: str | None = None  # sent with every error answer when set (a 429's is "0" otherwise)
         self.lock = threading.Lock()
         stub = self
 
@@ -63,7 +64,8 @@ class Stub:
                     time.sleep(delay)
                     if answer is None:
                         answer = stub.ok([5, 6, 7])
-                    headers = [("Retry-After", "0")] if status == 429 else []
+                    headers = [("Retry-After", stub.retry_after)] if stub.retry_after is not None and status != 200 \
+                        else [("Retry-After", "0")] if status == 429 else []
                     self._send(status, answer if status == 200 else {"error": {"message": answer}}, headers)
                 finally:
                     with stub.lock:
@@ -114,6 +116,24 @@ def test_503_then_200_is_retried(stub, tok):
     body = stub.requests[0]
     assert body["prompt"] == [1, 2, 3] and body["seed"] == 4 and body["return_token_ids"] is True
     assert body["temperature"] == 0 and body["top_k"] == -1 and "guided_regex" not in body
+
+
+def test_an_upstreams_retry_after_is_waited_never_cut_short(stub, tok):
+    """A 503 or 429 with ``Retry-After`` is retried no sooner than it asks (seconds or an HTTP date), however short
+    the backend's own backoff; one asking for longer than the request's timeout fails at once, not retried early."""
+    from brrm.backends.openai.transport import Transport, retry_after_s
+
+    transport = Transport([stub.url], timeout_s=5.0, max_retries=3, backoff_s=0.01, max_backoff_s=0.05, api_key=None)
+    assert transport._delay(0, "3") == 3.0 and transport._delay(2, "0.5") == 0.5
+    assert transport._delay(0, "600") is None and 0.0075 <= (transport._delay(0, None) or 0) <= 0.0125
+    assert retry_after_s("Wed, 21 Oct 2015 07:28:30 GMT", now=1445412480.0) == 30.0
+    assert retry_after_s("soon") is None and retry_after_s("-1") is None
+    stub.retry_after = "600"
+    stub.script = [(503, 0.0, "upstream overloaded"), (200, 0.0, None)]
+    with _backend([stub.url], tok) as be:
+        (c,) = be.generate([REQ], temperature=0)
+    assert len(stub.requests) == 1 and c.finish_reason == "error"
+    assert "HTTP 503" in c.error and "retry after 600" in c.error, c.error
 
 
 def test_429_and_a_timeout_are_retried(stub, tok):

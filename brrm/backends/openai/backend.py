@@ -18,8 +18,9 @@
 * **Scale-out.** Requests run on a thread pool (``max_concurrency`` in flight); each program run is sent
   round-robin over the base URLs, except that a prompt extending a sequence already run on a server
   goes back to that server (turn 2 finds turn 1's prefix cache there). Retries with exponential backoff
-  (and ``Retry-After``) on 429, 5xx, timeouts and connection errors move to the next URL. A request that
-  still fails becomes ``Completion.failed(reason)`` — never an exception that loses the rest of the batch.
+  (never sooner than an answer's ``Retry-After``) on 429, 5xx, timeouts and connection errors move to the next
+  URL. A request that still fails becomes ``Completion.failed(reason)`` — never an exception that loses the rest
+  of the batch.
 
 Only the standard library is used for HTTP (``http.client``, one keep-alive connection per thread and
 server), so this backend adds no dependency.

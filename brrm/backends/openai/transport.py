@@ -1,11 +1,18 @@
 """HTTP for the OpenAI-compatible backend: JSON over keep-alive connections with retries and backoff, and a router
-that sends a prompt back to the server holding its prefix (standard library only: ``http.client``)."""
+that sends a prompt back to the server holding its prefix (standard library only: ``http.client``).
+
+A retry after an answer with ``Retry-After`` (seconds or an HTTP date, RFC 9110 §10.2.3; a 429 or 503 of an
+overloaded or failing upstream) waits at least that long, never less: backoff alone would retry an upstream that
+asked for time sooner than it asked, and many clients doing so make a retry storm. When the wait asked for is
+longer than the request's own timeout, the request fails at once with the upstream's answer instead."""
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import itertools
 import json
+import math
 import random
 import threading
 import time
@@ -120,19 +127,47 @@ class Transport:
                     raise RequestFailed(last)
                 retry_after = headers.get("retry-after")
             if attempt < self.max_retries:
-                time.sleep(self._delay(attempt, retry_after))
+                delay = self._delay(attempt, retry_after)
+                if delay is None:
+                    raise RequestFailed(f"{last} (it asked to retry after {retry_after}, longer than the request's "
+                                        f"timeout of {self.timeout_s:g} s: not retried sooner)")
+                time.sleep(delay)
         raise RequestFailed(f"{last} (gave up after {self.max_retries + 1} attempts)")
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
+    def _delay(self, attempt: int, retry_after: str | None) -> float | None:
+        """Seconds before retry ``attempt`` (0-based): the backoff (``backoff_s`` doubling up to ``max_backoff_s``,
+        ±25 % jitter), or the answer's ``Retry-After`` when that is longer; None when ``Retry-After`` asks for
+        longer than ``timeout_s`` (the request is not retried)."""
         delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * random.uniform(0.75, 1.25)
-        try:
-            return min(self.max_backoff_s, max(delay, float(retry_after))) if retry_after else delay
-        except ValueError:  # an HTTP-date Retry-After: use our own backoff
+        asked = retry_after_s(retry_after)
+        if asked is None:
             return delay
+        return None if asked > self.timeout_s else max(delay, asked)
 
     def close(self) -> None:
         for base in list(self._local.__dict__.get("conns", {})):
             self._drop(base)
+
+
+def retry_after_s(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header value asks for (delay-seconds, or an HTTP date counted from ``now``, Unix
+    seconds, default the clock), >= 0; None when absent or unreadable."""
+    if not value:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = None
+    if seconds is not None:
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _error_text(data: bytes) -> str:

@@ -317,6 +317,8 @@ def test_the_breaker_probes_once_when_half_open_and_closes_on_success():
     breaker.end(OSError("still down"))
     assert breaker.state == "open" and breaker.retry_after() == 5  # a failed probe opens it for another cooldown
     now[0] = 10.0
+    assert breaker.begin() and not breaker.begin()
+    now[0] = 15.0  # a probe that never returned holds the breaker for one cooldown, not for ever
     assert breaker.begin()
     breaker.end(None)
     assert breaker.state == "closed" and breaker.begin()

@@ -76,7 +76,7 @@ class CircuitBreaker:
         self._lock = threading.Lock()
         self._failures = 0
         self._opened: float | None = None  # when it last opened (clock seconds); None: closed
-        self._probing = False
+        self._probe: float | None = None  # when the half-open breaker's probe began (clock seconds); None: none
         self._last = ""
         self._settled: OrderedDict[str, float] = OrderedDict()
 
@@ -117,20 +117,20 @@ class CircuitBreaker:
     # ------------------------------------------------------------------------------------------ calls
     def begin(self) -> bool:
         """Whether a judge call may run now: closed, or the one probe of a half-open breaker (held until its
-        :meth:`end`)."""
+        :meth:`end`, or for one cooldown: a probe that never returns does not hold the breaker for ever)."""
         with self._lock:
-            state = self._state()
+            state, now = self._state(), self._clock()
             if state == "closed":
                 return True
-            if state == "half_open" and not self._probing:
-                self._probing = True
+            if state == "half_open" and (self._probe is None or now >= self._probe + self.options.cooldown_s):
+                self._probe = now
                 return True
             return False
 
     def end(self, error: BaseException | None) -> None:
         """Record a call that :meth:`begin` let run: None (it returned), or what it raised."""
         with self._lock:
-            self._probing = False
+            self._probe = None
             if error is None:
                 self._failures, self._opened = 0, None
                 self._settled.clear()

@@ -289,13 +289,17 @@ class ErrorResponse(BaseModel):
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
 
 ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorResponse, "description": what, **({"headers": RETRY_AFTER} if code == 429 else {})}
+    code: {"model": ErrorResponse, "description": what, **({"headers": RETRY_AFTER} if code in (429, 503) else {})}
     for code, what in (
         (400, "a body that cannot be read (not UTF-8, a non-numeric Content-Length), or an invalid Idempotency-Key"),
         (413, "body, item count, cost in judgments or a field over its limit"),
         (422, "invalid input (the message names the field and the valid values), or an Idempotency-Key already "
               "used for another request (the message names the key)"),
-        (429, "queue full; see Retry-After"), (503, "shutting down, backend stuck, or the judge call failed"),
+        (429, "queue full (error type queue_full); see Retry-After"),
+        (503, "the backend is failing (error type backend_failing: every item failed alone, or its circuit breaker "
+              "is open; see Retry-After), a stalled call still inside a backend that takes one call at a time "
+              "(unavailable, with Retry-After), shutting down or stuck (unavailable), or a miscount "
+              "(backend_error)"),
         (504, "the request's deadline passed"))}
 """Error answers every judging endpoint may give (documented in the OpenAPI schema; 401 is added to every
 operation but ``/health`` when the server has an API key)."""

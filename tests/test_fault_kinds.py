@@ -307,20 +307,20 @@ def test_the_breaker_probes_once_when_half_open_and_closes_on_success():
     now = [0.0]
     breaker = CircuitBreaker(BreakerOptions(failures=2, cooldown_s=5.0), clock=lambda: now[0])
     for _ in range(2):
-        assert breaker.begin()
+        assert breaker.begin() == "call"
         breaker.end(OSError("down"))
-    assert breaker.state == "open" and not breaker.begin() and breaker.retry_after() == 5
+    assert breaker.state == "open" and breaker.begin() is None and breaker.retry_after() == 5
     assert "2 judge calls in a row failed" in (breaker.refusal() or "")
     now[0] = 5.0
     assert breaker.state == "half_open" and breaker.refusal() is None
-    assert breaker.begin() and not breaker.begin()  # one probe at a time
-    breaker.end(OSError("still down"))
+    assert breaker.begin() == "probe" and breaker.begin() is None  # one probe at a time
+    breaker.end(OSError("still down"), probe=True)
     assert breaker.state == "open" and breaker.retry_after() == 5  # a failed probe opens it for another cooldown
     now[0] = 10.0
-    assert breaker.begin() and not breaker.begin()
+    assert breaker.begin() == "probe" and breaker.begin() is None
     now[0] = 15.0  # a probe that never returned holds the breaker for one cooldown, not for ever
-    assert breaker.begin()
-    breaker.end(None)
-    assert breaker.state == "closed" and breaker.begin()
+    assert breaker.begin() == "probe"
+    breaker.end(None, probe=True)
+    assert breaker.state == "closed" and breaker.begin() == "call"
     breaker.end(ValueError("x"))  # one failure after closing does not open it again
     assert breaker.state == "closed"

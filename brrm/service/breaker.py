@@ -115,22 +115,25 @@ class CircuitBreaker:
                 "the circuit breaker is open")
 
     # ------------------------------------------------------------------------------------------ calls
-    def begin(self) -> bool:
-        """Whether a judge call may run now: closed, or the one probe of a half-open breaker (held until its
-        :meth:`end`, or for one cooldown: a probe that never returns does not hold the breaker for ever)."""
+    def begin(self) -> str | None:
+        """Whether a judge call may run now: ``"call"`` (closed), ``"probe"`` (the one probe of a half-open
+        breaker, held until its :meth:`end`, or for one cooldown: a probe that never returns does not hold the
+        breaker for ever), or None (open: no call)."""
         with self._lock:
             state, now = self._state(), self._clock()
             if state == "closed":
-                return True
+                return "call"
             if state == "half_open" and (self._probe is None or now >= self._probe + self.options.cooldown_s):
                 self._probe = now
-                return True
-            return False
+                return "probe"
+            return None
 
-    def end(self, error: BaseException | None) -> None:
-        """Record a call that :meth:`begin` let run: None (it returned), or what it raised."""
+    def end(self, error: BaseException | None, *, probe: bool = False) -> None:
+        """Record a call that :meth:`begin` let run: None (it returned), or what it raised; ``probe``: it was
+        the half-open breaker's probe."""
         with self._lock:
-            self._probe = None
+            if probe:
+                self._probe = None
             if error is None:
                 self._failures, self._opened = 0, None
                 self._settled.clear()
@@ -144,15 +147,16 @@ class CircuitBreaker:
         """``runner``, each call let through by :meth:`begin` (else :class:`NotCalled`) and recorded."""
 
         def guarded(key: Hashable, items: list[object], progress: Callable[[float], None]) -> Sequence[object]:
-            if not self.begin():
+            kind = self.begin()
+            if kind is None:
                 with self._lock:
                     raise NotCalled(f"{self._why()}; this call was not made")
             try:
                 results = runner(key, items, progress)
             except BaseException as exc:
-                self.end(exc)
+                self.end(exc, probe=kind == "probe")
                 raise
-            self.end(None)
+            self.end(None, probe=kind == "probe")
             return results
 
         return guarded

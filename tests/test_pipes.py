@@ -14,7 +14,7 @@ from brrm.cli import PIPE_CLOSED, main
 from brrm.testing import save_tiny_qwen3
 from tests.conftest import REPO
 
-TINY = ("--kind", "brrm", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress")
+TINY = ("--kind", "brrm", "--max-new-tokens", "60", "--block-token-cap", "8", "--thinking", "off", "--no-progress")
 
 
 @pytest.fixture(scope="module")

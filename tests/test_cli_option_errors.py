@@ -134,6 +134,8 @@ def _bad_values(files):
         (["serve", "--temperature", "-1"], "--temperature"),
         (["serve", "--concurrency", "0"], "--concurrency"),
         (["serve", "--max-batch", "0"], "--max-batch"),
+        (["serve", "--breaker-failures", "0"], "--breaker-failures"),
+        (["serve", "--breaker-cooldown", "0"], "--breaker-cooldown"),
         (["serve", "-m", rm, "--principle", PRINCIPLE], "--principle"),
     ]
 

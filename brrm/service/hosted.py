@@ -18,6 +18,7 @@ import threading
 from collections.abc import Hashable, Sequence
 
 from brrm.errors import ConfigError
+from brrm.service.breaker import BreakerOptions
 from brrm.service.isolation import Runner
 from brrm.service.items import failed_result
 from brrm.service.run import make_runner
@@ -39,6 +40,8 @@ class HostedScheduler:
         max_abandoned: abandoned (stalled) calls still running at which new work is refused, >= 1.
         runner: the scheduler's judge call (None: :func:`~brrm.service.run.make_runner` over ``judge``).
         failed: one item's failed result after bisection (None: :func:`~brrm.service.items.failed_result`).
+        breaker: when the judge's circuit breaker opens (None: :class:`~brrm.service.breaker.BreakerOptions`'
+            defaults: 10 failed calls in a row, 10 s open).
 
     Attributes:
         judge: the judge it runs (callers ask it what work costs).
@@ -49,13 +52,14 @@ class HostedScheduler:
 
     def __init__(self, judge: RewardJudge, *, concurrency: int | None = None, max_batch: int = 64,
                  max_wait_s: float = 0.01, stall_timeout_s: float = 1.0, max_abandoned: int = 4,
-                 runner: Runner | None = None, failed: Failed | None = None) -> None:
+                 runner: Runner | None = None, failed: Failed | None = None,
+                 breaker: BreakerOptions | None = None) -> None:
         concurrent = bool(judge.info.concurrent)
         self.judge = judge
         self.scheduler = Scheduler(runner or make_runner(judge), max_batch=max_batch, max_wait_s=max_wait_s,
                                    max_queue=1 << 30, concurrency=concurrency or (4 if concurrent else 1),
                                    stall_timeout_s=stall_timeout_s, max_abandoned=max_abandoned,
-                                   failed=failed or failed_result, split=concurrent)
+                                   failed=failed or failed_result, split=concurrent, breaker=breaker)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="brrm-service", daemon=True)
         self._thread.start()

@@ -3,7 +3,8 @@
 1. A raise inside one judge call that is not an ``Exception`` (``asyncio.CancelledError`` from a client's or an
    engine's own abort, ``GeneratorExit``, a library's own ``BaseException``) is that call's failure: its batch-mates
    are bisected and answered as they are alone, its own item is a ``backend_error`` naming the type, and nothing
-   dies unseen (no thread exception, no "Task exception was never retrieved").
+   dies unseen (no thread exception, no "Task exception was never retrieved"). The process's own shutdown
+   (``KeyboardInterrupt``, ``SystemExit``) and the request's own cancellation leave a call as they came.
 2. A backend that is not reentrant never has two calls inside it: while an abandoned (stalled) call is still in the
    model, queued work waits and new work gets 503 with ``Retry-After`` naming the stall; ``/ready`` says so once the
    call stays past its bound, and serving resumes when it leaves.
@@ -30,8 +31,10 @@ import pytest
 
 import brrm
 from brrm.backends.fake import FakeBackend
+from brrm.cancellation import Cancelled
 from brrm.service import RemoteJudge
 from brrm.service.breaker import BreakerOptions, CircuitBreaker
+from brrm.service.isolation import attempt
 from brrm.service.scheduler import BatchFailed, BreakerOpen, Scheduler
 from brrm.testing import build_tiny_tokenizer
 from brrm.types import Status
@@ -203,6 +206,18 @@ def test_any_base_exception_of_a_backend_is_its_calls_failure(raised, monkeypatc
     assert status is Status.BACKEND_ERROR and type(raised).__name__ in reason
     assert calls[0] == ["a", "bad", "b", "c"] and len(calls) == 5
     assert thread_errors == [] and loop_errors == []
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), SystemExit(1), Cancelled("disconnect")],
+                         ids=["KeyboardInterrupt", "SystemExit", "request-cancelled"])
+def test_the_processs_shutdown_and_the_requests_own_cancellation_leave_a_call_as_they_came(raised):
+    def runner(key: object, items: list[object], progress: Any) -> list[object]:
+        if "bad" in items:
+            raise raised
+        return list(items)
+
+    with pytest.raises(type(raised)):
+        attempt(runner, "k", ["a", "bad"], lambda _done: None)
 
 
 # ------------------------------------------------------------------------------------------ 2. non-reentrant

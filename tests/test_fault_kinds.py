@@ -293,6 +293,29 @@ def test_a_failing_backend_behind_the_server_costs_remote_judge_one_bisection_pe
         assert ok.status_code == 200 and ok.json()["rewards"][0]["reward"] == 5.5 and breaker.state == "closed"
 
 
+def test_remote_judges_transport_never_retries_a_failing_backend_at_once(monkeypatch):
+    """A 503 ``backend_failing`` is retried after its Retry-After and never sooner than 1 s (even when the header
+    says 0), under the same Idempotency-Key; an overloaded queue's 429 is retried after its own Retry-After."""
+    from brrm.service import transport
+
+    waits: list[float] = []
+    monkeypatch.setattr(transport, "SLEEP", waits.append)
+    answers = [(503, "backend_failing", "0"), (503, "backend_failing", "3"), (429, "queue_full", "0"), (200, "", "")]
+    keys: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        keys.append(request.headers[transport.HEADER])
+        status, kind, retry_after = answers.pop(0)
+        if status == 200:
+            return httpx.Response(200, json={"rewards": []})
+        return httpx.Response(status, json={"error": {"type": kind, "message": "m"}},
+                              headers={"Retry-After": retry_after})
+
+    with httpx.Client(base_url="http://brrm.test", transport=httpx.MockTransport(handler)) as client:
+        reply = transport.post_json(client, "/v1/score", {"items": []}, retries=3, where="http://brrm.test")
+    assert reply == {"rewards": []} and waits == [1.0, 3.0, 0.0] and len(set(keys)) == 1
+
+
 def test_the_breaker_opens_answers_at_once_and_a_retry_is_not_bisected_again():
     calls: list[list[object]] = []
 

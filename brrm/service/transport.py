@@ -34,6 +34,8 @@ RETRIED = (429, 503)
 """Statuses that mean "not now": retried after ``Retry-After``."""
 FAILING = "backend_failing"
 """The error type of a 503 that means "the backend is failing" (not an overloaded queue, which is a 429)."""
+SLEEP = time.sleep
+"""How a retry waits (seconds); tests replace it to see the waits without spending them."""
 HEADER = "Idempotency-Key"
 """The request header that makes a retry safe (the server's :data:`brrm.serve.idempotency.HEADER`)."""
 
@@ -68,12 +70,12 @@ def post_json(client: httpx.Client, path: str, body: JSONDict, *, retries: int, 
             resp = client.post(path, json=body, headers=headers)
         except httpx.TransportError as exc:
             if attempt < retries:
-                time.sleep(min(0.5 * 2 ** attempt, 5.0))
+                SLEEP(min(0.5 * 2 ** attempt, 5.0))
                 continue
             return f"brrm serve at {where}{path}: {type(exc).__name__}: {exc}"[:500]
         if resp.status_code in RETRIED and attempt < retries:
             wait = _retry_after(resp.headers.get("retry-after"))
-            time.sleep(max(wait, 1.0) if _type(resp) == FAILING else wait)
+            SLEEP(max(wait, 1.0) if _type(resp) == FAILING else wait)
             continue
         if resp.status_code == 200:
             reply: JSONValue = resp.json()

@@ -169,7 +169,7 @@ SURFACE_ONLY = {
     "report", "heldout", "split_seed", "bootstrap", "confidence", "top",
     # arena
     "baseline", "round_robin", "anchor", "outcomes", "single_order", "bootstrap_seed", "no_style_control", "adaptive",
-    "budget", "target_ci",
+    "budget", "target_ci", "battles", "battles_format",
     # serve (the server's own settings)
     "host", "port", "api_key", "cors_origin", "log_level", "no_access_log", "no_warmup", "factory", "concurrency",
     "max_batch", "max_wait_ms", "max_queue", "max_items", "max_body_bytes", "max_field_chars", "deadline",

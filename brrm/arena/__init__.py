@@ -21,29 +21,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from brrm.arena.adaptive import AdaptiveRun
+from brrm.arena.battles import BATTLE_FORMATS, BattleFile, read_battles
 from brrm.arena.categories import CategoryBoard, by_category, summary, write_categories
 from brrm.arena.judging import OUTCOMES, Battle, default_swap, judge_matchups
 from brrm.arena.outputs import markdown, write_battles, write_leaderboard
 from brrm.arena.pairing import STRATEGIES, Matchup, grid_size, plan
 from brrm.arena.ratings import Leaderboard, Rating, check_anchor, fit
 from brrm.arena.sources import read_table
-from brrm.arena.style import covariates
+from brrm.arena.style import answer_counts, standardised
 from brrm.arena.table import ArenaTable, RowError, table_from_rows
 from brrm.errors import ConfigError
 from brrm.types import JudgeSpec, RewardJudge
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from brrm.audit.ray_runner import RayOptions
 
-__all__ = ["OUTCOMES", "STRATEGIES", "AdaptiveRun", "ArenaResult", "ArenaTable", "Battle", "CategoryBoard",
-           "Leaderboard", "Matchup", "Rating", "RowError", "batch_judge", "by_category", "default_swap", "fit",
-           "grid_size", "judge_matchups", "markdown", "plan", "rate", "read_table", "run_arena", "table_from_rows"]
+__all__ = ["BATTLE_FORMATS", "OUTCOMES", "STRATEGIES", "AdaptiveRun", "ArenaResult", "ArenaTable", "Battle",
+           "BattleFile", "CategoryBoard", "Leaderboard", "Matchup", "Rating", "RowError", "batch_judge", "by_category",
+           "default_swap", "fit", "grid_size", "judge_matchups", "markdown", "plan", "rate", "rate_battles",
+           "read_battles", "read_table", "rerate", "run_arena", "table_from_rows"]
 
 
 @dataclass(frozen=True)
 class ArenaResult:
     """An arena run: its input, the matchups judged, their battles, the leaderboard, the ratings by category
-    (empty without categories) and, under adaptive pairing, how it went (None otherwise)."""
+    (empty without categories), under adaptive pairing how it went (None otherwise), and notes on how it was rated
+    (a re-rated battles file: :func:`rerate`)."""
 
     table: ArenaTable
     matchups: tuple[Matchup, ...]
@@ -51,6 +56,7 @@ class ArenaResult:
     leaderboard: Leaderboard
     categories: tuple[CategoryBoard, ...] = ()
     adaptive: AdaptiveRun | None = None
+    notes: tuple[str, ...] = ()
 
     def markdown(self) -> str:
         """The leaderboard as a markdown table (:func:`brrm.arena.outputs.markdown`), then one line per category
@@ -148,6 +154,46 @@ def run_arena(judge: RewardJudge | JudgeSpec, source: str | Path | ArenaTable | 
     return ArenaResult(table, matchups, tuple(battles), board, categories, run)
 
 
+def rerate(source: BattleFile | str | Path, *, table: ArenaTable | None = None, format: str | None = None,
+           baseline: str | None = None, anchor: str | None = None, outcomes: str = "soft",
+           style_control: bool = True, bootstrap: int = 200, confidence: float = 0.95,
+           seed: int = 0) -> ArenaResult:
+    """Rate battles already judged (``brrm arena --battles``; :mod:`brrm.arena.battles`): the same fit, intervals,
+    style control, length-controlled win rates and categories as :func:`run_arena`, and no model is loaded.
+
+    Args:
+        source: a :class:`~brrm.arena.battles.BattleFile`, or what :func:`~brrm.arena.battles.read_battles` reads.
+        table: the models' answers (any input of :func:`read_table`), joined by prompt id: style counts and
+            lengths when the battles carry none (LMArena's ``conv_metadata`` comes first); None: without them.
+        format: the battles' format (default: detected); baseline: the model the win rates are against (default:
+            Arena-Hard-Auto's baseline named in the file; a v0.1 file needs it); the rest as :func:`run_arena`.
+
+    Raises:
+        ConfigError: as :func:`~brrm.arena.battles.read_battles` and :func:`rate_battles`, or for a ``baseline``
+            that is in no battle.
+    """
+    from brrm.arena.battles import read_battles, style_inputs
+    from brrm.arena.table import Prompt
+
+    if outcomes not in OUTCOMES:
+        raise ConfigError(f"--outcomes {outcomes!r} is not valid; expected one of {', '.join(OUTCOMES)}")
+    bf = source if isinstance(source, BattleFile) else read_battles(source, format=format, baseline=baseline)
+    baseline = baseline or bf.baseline or None
+    models = tuple(dict.fromkeys([*(table.models if table is not None else ()), *bf.models]))
+    if baseline is not None and baseline not in bf.models:
+        raise ConfigError(f"--baseline {baseline!r} is in no battle of {bf.source}; models: {', '.join(bf.models)}")
+    check_anchor(anchor, models, bf.source)
+    counts, lengths, note = style_inputs(bf, table, style_control=style_control)
+    board = rate_battles(models, bf.battles, counts=counts, lengths=lengths, outcomes=outcomes, anchor=anchor,
+                         baseline=baseline, bootstrap=bootstrap, confidence=confidence, seed=seed)
+    categories = by_category(bf.battles, models, outcomes=outcomes, anchor=anchor or baseline, baseline=baseline,
+                             bootstrap=bootstrap, confidence=confidence, seed=seed)
+    prompts = table.prompts if table is not None else {
+        b.prompt_id: Prompt(b.prompt_id, "", b.category, 0) for b in bf.battles}
+    arena = ArenaTable(prompts, table.answers if table is not None else {}, models, bf.errors, bf.source)
+    return ArenaResult(arena, (), bf.battles, board, categories, notes=(note,) if note else ())
+
+
 def batch_judge(judge: RewardJudge | JudgeSpec, table: ArenaTable, *, swap: bool, store: str | Path | None = None,
                 progress: Callable[[float], None] | None = None,
                 on_battle: Callable[[int, Battle], None] | None = None,
@@ -170,10 +216,31 @@ def batch_judge(judge: RewardJudge | JudgeSpec, table: ArenaTable, *, swap: bool
 def rate(table: ArenaTable, battles: Sequence[Battle], *, outcomes: str = "soft", anchor: str | None = None,
          baseline: str | None = None, style_control: bool = True, bootstrap: int = 200, confidence: float = 0.95,
          seed: int = 0) -> Leaderboard:
-    """The leaderboard of judged ``battles`` over ``table``: the Bradley–Terry fit and intervals
-    (:func:`brrm.arena.ratings.fit`), the style-controlled ratings when ``style_control``
-    (:mod:`brrm.arena.style`) and, with a ``baseline``, the length-controlled win rates (:mod:`brrm.arena.length`).
-    With fewer than 2 verdicts every model is ``unrated``, the reason in each row (see :func:`brrm.arena.ratings.fit`,
+    """The leaderboard of judged ``battles`` over ``table``: :func:`rate_battles` with the style counts
+    (:func:`brrm.arena.style.answer_counts`, when ``style_control``) and lengths
+    (:func:`brrm.arena.length.response_lengths`, with a ``baseline``) of the table's answers.
+
+    Raises:
+        ConfigError: as :func:`brrm.arena.ratings.fit`.
+    """
+    from brrm.arena.length import response_lengths
+
+    return rate_battles(table.models, battles, counts=answer_counts(table, battles) if style_control else None,
+                        lengths=response_lengths(table, battles) if baseline is not None else None,
+                        outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
+                        confidence=confidence, seed=seed)
+
+
+def rate_battles(models: Sequence[str], battles: Sequence[Battle], *, counts: np.ndarray | None = None,
+                 lengths: Sequence[tuple[float, float]] | None = None, outcomes: str = "soft",
+                 anchor: str | None = None, baseline: str | None = None, bootstrap: int = 200,
+                 confidence: float = 0.95, seed: int = 0) -> Leaderboard:
+    """The leaderboard of ``battles`` between ``models``: the Bradley–Terry fit and intervals
+    (:func:`brrm.arena.ratings.fit`), the style-controlled ratings when ``counts`` are given (each battle's answers'
+    :data:`~brrm.arena.style.FEATURES`, shape ``(len(battles), 2, 4)``; standardised over the battles with a
+    verdict, the ones the fit uses: :func:`brrm.arena.style.standardised`) and, with a ``baseline`` and
+    ``lengths`` (each battle's answer lengths), the length-controlled win rates (:mod:`brrm.arena.length`). With
+    fewer than 2 verdicts every model is ``unrated``, the reason in each row (see :func:`brrm.arena.ratings.fit`,
     also for an anchor without a verdict): the battles and their failures are still the result.
 
     Raises:
@@ -184,15 +251,15 @@ def rate(table: ArenaTable, battles: Sequence[Battle], *, outcomes: str = "soft"
     from brrm.arena.length import lc_win_rates
 
     style = None
-    if style_control:  # standardised over the battles with a verdict, the ones the fit uses
+    if counts is not None:
         import numpy as np
 
         kept = [k for k, b in enumerate(battles) if b.ok]
         style = np.zeros((len(battles), 4))
-        style[kept] = covariates(table, [battles[k] for k in kept])
-    board = fit(battles, table.models, outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
+        style[kept] = standardised(np.asarray(counts, dtype=np.float64)[kept].reshape(-1, 2, 4))
+    board = fit(battles, models, outcomes=outcomes, anchor=anchor, baseline=baseline, bootstrap=bootstrap,
                 confidence=confidence, seed=seed, style=style)
-    if baseline is None or not board.fitted:
+    if baseline is None or lengths is None or not board.fitted:
         return board
-    lc = lc_win_rates(table, battles, baseline, outcomes)
+    lc = lc_win_rates(models, battles, lengths, baseline, outcomes)
     return replace(board, ratings=tuple(replace(r, lc_win_rate=lc[r.model]) for r in board.ratings))

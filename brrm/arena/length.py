@@ -25,19 +25,33 @@ RIDGE = 1e-6
 """L2 penalty per battle on φ (keeps the fit finite when one model's lengths barely vary)."""
 
 
-def lc_win_rates(table: ArenaTable, battles: Sequence[Battle], baseline: str, outcomes: str) -> dict[str, float]:
+def response_lengths(table: ArenaTable, battles: Sequence[Battle]) -> list[tuple[float, float]]:
+    """Each battle's (``model_a``'s, ``model_b``'s) answer length in characters in ``table``; NaN for an answer it
+    lacks."""
+    def size(pid: str, model: str) -> float:
+        a = table.answer(pid, model)
+        return float(len(a.response)) if a is not None else math.nan
+
+    return [(size(b.prompt_id, b.model_a), size(b.prompt_id, b.model_b)) for b in battles]
+
+
+def lc_win_rates(models: Sequence[str], battles: Sequence[Battle], lengths: Sequence[tuple[float, float]],
+                 baseline: str, outcomes: str) -> dict[str, float]:
     """model -> length-controlled win rate against ``baseline`` in [0, 1]; NaN for the baseline itself and for a
-    model without an ok battle against it (every other model of ``table`` is a key)."""
+    model without an ok battle against it (every one of ``models`` is a key). ``lengths``: each battle's
+    (``model_a``'s, ``model_b``'s) answer length (:func:`response_lengths`, or token counts a battles file gives;
+    the GLM divides Δ by its s.d., so the unit cancels); a battle with a length unknown (NaN) has Δ = 0."""
     out: dict[str, float] = {}
-    for m in table.models:
-        mine = [b for b in battles if b.ok and m != baseline and {b.model_a, b.model_b} == {m, baseline}]
+    for m in models:
+        mine = [(b, n) for b, n in zip(battles, lengths, strict=True)
+                if b.ok and m != baseline and {b.model_a, b.model_b} == {m, baseline}]
         if not mine:
             out[m] = math.nan
             continue
         delta, y = [], []
-        for b in mine:
-            own, base = table.answer(b.prompt_id, m), table.answer(b.prompt_id, baseline)
-            delta.append(float(len(own.response) - len(base.response)) if own and base else 0.0)
+        for b, (len_a, len_b) in mine:
+            d = len_a - len_b if b.model_a == m else len_b - len_a
+            delta.append(0.0 if math.isnan(d) else d)
             s = b.outcome(outcomes)
             y.append(s if b.model_a == m else 1.0 - s)
         out[m] = _lc(delta, y)

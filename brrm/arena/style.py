@@ -59,14 +59,29 @@ def counts(text: str) -> tuple[float, float, float, float]:
 
 def covariates(table: ArenaTable, battles: Sequence[Battle]) -> np.ndarray:
     """The standardised style covariates of ``battles``, shape ``(len(battles), 4)``."""
+    return standardised(answer_counts(table, battles))
+
+
+def answer_counts(table: ArenaTable, battles: Sequence[Battle]) -> np.ndarray:
+    """Each battle's :data:`FEATURES` counts of ``model_a``'s and ``model_b``'s answers in ``table`` (zeros for an
+    answer it lacks), shape ``(len(battles), 2, 4)``."""
     import numpy as np
 
     def answer(pid: str, model: str) -> tuple[float, ...]:
         a = table.answer(pid, model)
         return counts(a.response) if a is not None else (0.0, 0.0, 0.0, 0.0)
 
-    a = np.array([answer(b.prompt_id, b.model_a) for b in battles], dtype=np.float64).reshape(-1, 4)
-    b = np.array([answer(b.prompt_id, b.model_b) for b in battles], dtype=np.float64).reshape(-1, 4)
+    pairs = [(answer(b.prompt_id, b.model_a), answer(b.prompt_id, b.model_b)) for b in battles]
+    return np.array(pairs, dtype=np.float64).reshape(-1, 2, 4)
+
+
+def standardised(pairs: np.ndarray) -> np.ndarray:
+    """The covariates of battles from their answers' counts ``pairs`` (shape ``(n, 2, 4)``: ``model_a``'s, then
+    ``model_b``'s :data:`FEATURES`): per feature ``(a - b) / (a + b)`` (0 when both are 0), standardised over the
+    ``n`` battles (a constant feature is 0); shape ``(n, 4)``."""
+    import numpy as np
+
+    a, b = pairs[:, 0], pairs[:, 1]
     total = a + b
     if not len(total):  # no battle: nothing to standardise (and no mean of an empty column)
         return np.zeros((0, 4), dtype=np.float64)

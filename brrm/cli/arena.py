@@ -1,4 +1,5 @@
-"""``brrm arena``: rank models from pairwise judgments of their answers to the same prompts.
+"""``brrm arena``: rank models from pairwise judgments of their answers to the same prompts (``--battles``: rate
+battles judged already, :mod:`brrm.cli.arena_battles`).
 
 Output contract: with ``--output FOLDER``, ``leaderboard.csv`` (:data:`brrm.arena.outputs.COLUMNS`),
 ``battles.jsonl`` (LMArena's battle columns) and ``failures.jsonl``; the terminal shows the input's bad lines and
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -19,19 +21,29 @@ from brrm.cli.ray_flags import add_ray_args, ray_options
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
-    from brrm.arena import ArenaTable
+    from brrm.arena import ArenaResult, ArenaTable, RowError
     from brrm.types import JudgeSpec, RewardJudge
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from brrm.arena import OUTCOMES
+    from brrm.arena import BATTLE_FORMATS, OUTCOMES
 
     g = p.add_argument_group("arena")
-    g.add_argument("--input", "-i", required=True,
+    g.add_argument("--input", "-i", default=None,
                    help="long table, JSON Lines or .parquet: one row per (prompt_id, model) with 'prompt_id', "
                         "'model', 'response', 'prompt' and an optional 'category'; or an Arena-Hard-Auto folder "
                         "(model_answer/*.jsonl, question.jsonl); or a Hugging Face dataset of those columns (a "
-                        "save_to_disk folder, a dataset repository folder, or a hub id in the local cache)")
+                        "save_to_disk folder, a dataset repository folder, or a hub id in the local cache). "
+                        "Needed to judge; with --battles, optional: the answers style control reads")
+    g.add_argument("--battles", default=None, metavar="FILE",
+                   help="re-rate battles judged already, loading no model: brrm's own battles.jsonl, LMArena's "
+                        "released battles (model_a, model_b, winner; conv_metadata for style control) or "
+                        "Arena-Hard-Auto judgments (a model_judgment/<judge>/*.jsonl file or folder); JSON Lines, "
+                        "JSON, Parquet or a Hugging Face dataset. Same ratings, intervals, style control and "
+                        "report as judged battles; flags that only judging uses are refused")
+    g.add_argument("--battles-format", choices=tuple(BATTLE_FORMATS), default=None,
+                   help="the --battles file's format (default: told from its first record's fields): "
+                        + "; ".join(f"{k}: {v}" for k, v in BATTLE_FORMATS.items()))
     g.add_argument("--split", default=None,
                    help="the split of a Hugging Face dataset --input with several (default: its only split)")
     g.add_argument("--output", "-o", default=None, metavar="FOLDER",
@@ -71,20 +83,38 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="interval level in (0, 1) (default: 0.95)")
     g.add_argument("--bootstrap-seed", type=int, default=0,
                    help="seed of the bootstrap: the same battles and seed give the same table (default: 0)")
+    judging_only = [a for a in p._actions if a.dest in JUDGING_ONLY]
+    first = len(p._actions)
     add_ray_args(p, writer="the store and the outputs (--output is needed)")
     common.add_model_args(p)
+    judging_only += p._actions[first:]
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    flags = {a.dest: (a.option_strings[0], a.default) for a in reversed(judging_only) if a.option_strings}
+    p.set_defaults(judging_flags=tuple((flag, dest, default) for dest, (flag, default) in flags.items()))
+
+
+JUDGING_ONLY = ("round_robin", "adaptive", "budget", "target_ci", "single_order")
+"""The arena flags only judging uses (refused with ``--battles``, as are every model, backend and Ray flag)."""
 
 
 def run(args: argparse.Namespace) -> int:
-    """Read the table, judge its matchups, fit, print the leaderboard and write the files."""
+    """Read the table, judge its matchups, fit, print the leaderboard and write the files; with ``--battles``,
+    re-rate those battles instead (:mod:`brrm.cli.arena_battles`)."""
     from brrm.arena import default_swap, grid_size, plan, read_table, run_arena
-    from brrm.arena.report import position_bias
     from brrm.types import JudgeSpec
 
-    folder = _output_folder(args.output)
+    if args.battles is not None:
+        from brrm.cli.arena_battles import rerate
+
+        return rerate(args)
+    if args.input is None:
+        raise ConfigError("--input is needed: the models' answers to judge (or --battles FILE to re-rate battles "
+                          "judged already)")
+    if args.battles_format is not None:
+        raise ConfigError("--battles-format names the format of --battles FILE; pass --battles")
+    folder = output_folder(args.output)
     model, opts = common.load_options(args)
-    _check_numbers(args)
+    check_numbers(args)
     ray = ray_options(args)
     if ray is not None and folder is None:
         raise ConfigError("--ray needs --output FOLDER: this process commits each judged batch to its store")
@@ -120,15 +150,24 @@ def run(args: argparse.Namespace) -> int:
     if folder is not None:
         now = round(judged[0])
         print(f"judged {now} matchups now; {len(result.matchups) - now} came from the store in {folder}", file=term)
+    show_result(term, result, folder, started)
+    return 0
+
+
+def show_result(term: TextIO, result: ArenaResult, folder: Path | None, started: float) -> None:
+    """The judge's position bias (when measured), the notes, the leaderboard, the files written and the time."""
+    from brrm.arena.report import position_bias
+
     bias, measured, agreed = position_bias(result.battles)
     if measured:
         print(f"position bias: P(the answer shown first wins) - 1/2 = {bias:+.3f} over {measured} swapped battles; "
               f"both orders agreed in {agreed:.0%}", file=term)
+    for note in result.notes:
+        print(note, file=term)
     print(result.markdown(), file=term)
     if folder is not None:
         print("wrote " + ", ".join(str(p) for p in result.write(folder).values()), file=term)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
-    return 0
 
 
 def _judge(args: argparse.Namespace, term: TextIO, answers: int) -> RewardJudge:
@@ -150,7 +189,7 @@ def _spec(model: str | None, opts: LoadKeywords, address: str, term: TextIO) -> 
     return spec
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
+def check_numbers(args: argparse.Namespace) -> None:
     """Refuse out-of-range numbers before a model loads, naming the flag."""
     if args.bootstrap < 10:
         raise ConfigError(f"--bootstrap must be an integer >= 10, got {args.bootstrap}")
@@ -164,7 +203,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError("--budget and --target-ci apply to --adaptive")
 
 
-def _output_folder(path: str | None) -> Path | None:
+def output_folder(path: str | None) -> Path | None:
     """The output folder, made if missing; refused when it is a file or cannot be made (naming ``--output``)."""
     if path is None:
         return None
@@ -178,12 +217,17 @@ def _output_folder(path: str | None) -> Path | None:
     return folder
 
 
+def report_errors(term: TextIO, errors: Sequence[RowError]) -> None:
+    """An input's bad lines, each once (the first 20, then how many more)."""
+    for e in errors[:20]:
+        print(f"skipped: {e.reason}", file=term)
+    if len(errors) > 20:
+        print(f"skipped: {len(errors) - 20} more bad lines", file=term)
+
+
 def _report_input(term: TextIO, table: ArenaTable) -> None:
     """The input's bad lines (each once) and the models missing answers."""
-    for e in table.errors[:20]:
-        print(f"skipped: {e.reason}", file=term)
-    if len(table.errors) > 20:
-        print(f"skipped: {len(table.errors) - 20} more bad lines", file=term)
+    report_errors(term, table.errors)
     for model, ids in table.missing.items():
         shown = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
         print(f"missing: {model} has no answer to {len(ids)} of {len(table.prompts)} prompts ({shown}); its "
@@ -195,4 +239,5 @@ COMMAND = Command(
     help="rank models from pairwise judgments of their answers (leaderboard with intervals)",
     description="Judge several models' answers to the same prompts in pairs (against a baseline, or round robin) "
                 "and rate the models: a Bradley-Terry fit (evalica) with seeded bootstrap intervals on the "
-                "Elo-like scale, anchored at 1000.")
+                "Elo-like scale, anchored at 1000. With --battles FILE, rate battles judged already (brrm's "
+                "battles.jsonl, LMArena's battles, Arena-Hard-Auto judgments) the same way, loading no model.")

@@ -228,8 +228,8 @@ def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir, u
     """SIGKILL or SIGTERM mid-run (a real process, frozen mid-decode after its 3rd line, then signalled): the file
     holds the finished records' lines (the invalid record's included), each a complete JSON object; after SIGTERM
     brrm says how to resume (exit 143); --resume appends the rest, and the file equals an unbroken run's byte for
-    byte (after SIGTERM the resume is a real ``python -m brrm`` process, after SIGKILL ``main(argv)``). A --limit
-    smaller than the file is refused, naming --resume."""
+    byte (the resume runs as ``main(argv)``: what is the process's own, its signal and exit status, is the killed
+    run's). A --limit smaller than the file is refused, naming --resume."""
     n = N_RESUME
     src, expected = unbroken
     part = tmp_path / "part.jsonl"
@@ -257,14 +257,9 @@ def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir, u
     assert 3 <= at_pause <= len(rows) < n, "the run was not stopped mid-way"
     assert rows[1]["status"] == "invalid_input" and expected.startswith(kept)
 
-    argv, env = _cli(tiny_dir, src, part, "--resume")
-    if sig == signal.SIGTERM:  # the user's own next step, as a process: exit 0, its stdout
-        done = subprocess.run(argv, env=env, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        printed = done.stdout
-    else:
-        assert main(argv[3:]) == 0
-        printed = capsys.readouterr().out
+    capsys.readouterr()
+    assert main(_cli(tiny_dir, src, part, "--resume")[0][3:]) == 0
+    printed = capsys.readouterr().out
     assert f"resuming: {len(rows)} of {n} lines already in {part}; {n - len(rows)} to run" in printed
     assert f"summary of this run (the {len(rows)} lines kept from before are not counted):" in printed
     assert part.read_bytes() == expected

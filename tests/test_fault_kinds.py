@@ -132,6 +132,12 @@ def _until(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
+def _metric(url: str, name: str) -> float:
+    found = re.search(rf"^{re.escape(name)} (\S+)$", httpx.get(f"{url}/metrics", timeout=HANG_S).text, re.M)
+    assert found, name
+    return float(found.group(1))
+
+
 def _ready(url: str) -> httpx.Response:
     return httpx.get(f"{url}/ready", timeout=HANG_S)
 
@@ -286,11 +292,13 @@ def test_a_failing_backend_behind_the_server_costs_remote_judge_one_bisection_pe
         assert [r.status for r in rewards] == [Status.BACKEND_ERROR] * 16
         assert all("backend_failing" in r.reason and "failing" in r.reason for r in rewards), rewards[0].reason
         assert script.calls <= 4 * (2 * 4 - 1), script.calls  # one bisection of 4 items per request, at most
+        assert _metric(server.url, "brrm_breaker_open") == 1.0  # 10 failed calls in a row opened it
         breaker = server.app.app.state.brrm.scheduler.breaker
         script.failing = False  # the upstream recovers: the half-open breaker's probe closes it
         _until(lambda: breaker.state != "open", "the breaker's cooldown to pass")
         ok = _score(server.url, "q5")
         assert ok.status_code == 200 and ok.json()["rewards"][0]["reward"] == 5.5 and breaker.state == "closed"
+        assert _metric(server.url, "brrm_breaker_open") == 0.0
 
 
 def test_remote_judges_transport_never_retries_a_failing_backend_at_once(monkeypatch):

@@ -99,6 +99,7 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
                           max_queue=limits.max_queue, concurrency=limits.concurrency,
                           stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics,
                           failed=failed_result, split=bool(judge.info.concurrent), breaker=limits.breaker)
+    metrics.watch_breaker(lambda: scheduler.breaker.state)
     state = ServerState(judge, limits, scheduler, metrics, variants, ready=False,
                         flights=SingleFlight(scheduler, variant_identity(variants)))
     app = ServeApp(state, title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),

@@ -7,7 +7,7 @@ never share counters.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -34,6 +34,8 @@ class Metrics:
         rejected: requests refused with 429 because the queue was full.
         cancelled: jobs dropped by reason (``deadline``, ``disconnect``) and stage (``queued``, ``running``).
         abandoned_total: judge calls abandoned after their requests left.
+        breaker_open: 1 while the backend's circuit breaker is not closed (open: no call is made; half-open: one
+            probe runs), else 0 (read when scraped: :meth:`watch_breaker`).
         idempotent: replies to requests with an ``Idempotency-Key`` by endpoint and ``reply``: ``executed`` (its
             own run answered it) or ``replayed`` (another run's reply, stored or awaited: no model call of its own).
     """
@@ -59,8 +61,14 @@ class Metrics:
                                  ["reason", "stage"], registry=r)
         self.abandoned_total = Counter("brrm_abandoned", "Judge calls abandoned after their requests left",
                                        registry=r)
+        self.breaker_open = Gauge("brrm_breaker_open", "1 while the backend's circuit breaker is open or half-open",
+                                  registry=r)
         self.idempotent = Counter("brrm_idempotent_replies", "Replies to requests with an Idempotency-Key, executed "
                                   "by their own run or replayed from another's", ["endpoint", "reply"], registry=r)
+
+    def watch_breaker(self, state: Callable[[], str]) -> None:
+        """Read ``breaker_open`` from ``state()`` (``closed``, ``open`` or ``half_open``) at each scrape."""
+        self.breaker_open.set_function(lambda: float(state() != "closed"))
 
     def count_statuses(self, statuses: Iterable[object]) -> None:
         """Count per-item statuses (``Status`` members or strings)."""

@@ -21,11 +21,11 @@ Admission control: the queue holds at most ``max_queue`` cost units; a job that 
 :class:`DeadlineExceeded` (504) at once and never started; a job whose client goes away is cancelled the same
 way. When every job of a running call has gone, the call is asked to stop at its next progress report (the
 judge's ``progress`` hook raises :class:`Aborted`); one that still has not returned after ``stall_timeout_s``
-(sooner when queued work would otherwise wait past half of its own remaining deadline) is abandoned — its thread
-runs on, its results are dropped — so a stuck backend cannot hold the queue. At ``max_abandoned`` such threads
-the scheduler refuses new work (:class:`Unavailable`, 503). A backend that is not reentrant never has two calls
-inside it: it runs one call at a time, and while an abandoned call is still inside, queued work waits and new
-work is refused (:mod:`brrm.service.stalls`).
+(on a reentrant backend sooner, when queued work would otherwise wait past half of its own remaining deadline) is
+abandoned — its thread runs on, its results are dropped — so a stuck backend cannot hold the queue. At
+``max_abandoned`` such threads the scheduler refuses new work (:class:`Unavailable`, 503). A backend that is not
+reentrant never has two calls inside it: it runs one call at a time, and while an abandoned call is still inside,
+queued work waits and new work is refused (:mod:`brrm.service.stalls`).
 
 A failing backend is not bisected again and again (:mod:`brrm.service.breaker`): a circuit breaker opens after
 consecutive failed calls and answers new work at once (:class:`BreakerOpen`, 503 with ``Retry-After``) until a

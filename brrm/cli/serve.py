@@ -81,7 +81,8 @@ def _limit_args(q: argparse._ArgumentGroup) -> None:
     q.add_argument("--concurrency", default="auto", help="judge calls at once: auto (4 where the judge takes "
                                                          "concurrent calls into one running batch — transformers "
                                                          "with continuous scheduling, vllm, openai — else 1) "
-                                                         "or a number")
+                                                         "or a number (a judge that does not take concurrent "
+                                                         "calls runs one at a time whatever it says)")
     q.add_argument("--stall-timeout", type=float, default=30.0,
                    help="seconds a judge call nobody waits for may run on before it is abandoned (default 30)")
     q.add_argument("--max-abandoned", type=int, default=4,

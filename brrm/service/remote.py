@@ -8,9 +8,10 @@ the server's scheduler coalesces them) — returning the same typed results a lo
 
 Failures follow the interface's rule: a mistake of the caller's (the server answers 400/413/422) raises
 :class:`~brrm.errors.ConfigError` with the server's message, before or instead of any judging; an overloaded
-server (429/503) is retried after its ``Retry-After`` (at most ``retries`` times); a transport error, a
-timeout or a server error makes every item of that request a ``backend_error`` result with the reason — never
-an exception, never a number. Each request carries its own ``Idempotency-Key``, reused on its retries (after
+server (429/503) is retried after its ``Retry-After`` (at most ``retries`` times; a 503 ``backend_failing``, a
+failing backend, never sooner than 1 s, and the server does not bisect a retried request again); a transport
+error, a timeout or a server error makes every item of that request a ``backend_error`` result with the reason —
+never an exception, never a number. Each request carries its own ``Idempotency-Key``, reused on its retries (after
 429/503 and after a timeout or dropped connection), so a retry never makes the server judge it twice
 (:mod:`brrm.service.transport`).
 """

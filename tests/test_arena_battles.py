@@ -80,7 +80,7 @@ def test_brrm_battles_of_a_judged_run_rate_to_its_identical_leaderboard(tmp_path
 
 def _lmarena_battles(n: int = 240, seed: int = 3) -> list[dict]:
     """Three equal models whose answers differ only in length; the winner is drawn from a preference for the longer
-    answer (tokens), a few ties of both kinds."""
+    answer (tokens), a few ties of each kind."""
     rng = random.Random(seed)
     base = {"short": 80, "medium": 200, "long": 400}
     out = []
@@ -89,7 +89,8 @@ def _lmarena_battles(n: int = 240, seed: int = 3) -> list[dict]:
         ta, tb = (max(1, base[m] + rng.randint(-60, 60)) for m in (a, b))
         p = 1.0 / (1.0 + math.exp(-3.0 * (ta - tb) / (ta + tb)))
         u = rng.random()
-        winner = "tie (bothbad)" if u < 0.03 else "tie" if u < 0.06 else "model_a" if rng.random() < p else "model_b"
+        winner = ("tie (bothbad)" if u < 0.02 else "both_bad" if u < 0.04 else "tie" if u < 0.06 else
+                  "model_a" if rng.random() < p else "model_b")
         meta = {"sum_assistant_a_tokens": ta, "sum_assistant_b_tokens": tb, "sum_user_tokens": 12,
                 "header_count_a": {"h1": 0, "h2": 0}, "header_count_b": {"h1": 0, "h2": 0},
                 "list_count_a": {"ordered": k % 3, "unordered": 0}, "list_count_b": {"ordered": 1, "unordered": 0},
@@ -109,7 +110,7 @@ def test_lmarena_battles_rate_as_the_library_does_with_style_control_from_conv_m
     assert "(lmarena format)" in text and "style control: from the battles' conv_metadata" in text
     assert "skipped: line 6: not valid JSON" in text and "skipped: line 7: missing field 'model_b'" in text
     # the library on the same battles: ties of both kinds are ties, covariates from the counts
-    win = {"model_a": "model_a", "model_b": "model_b", "tie": "tie", "tie (bothbad)": "tie"}
+    win = {"model_a": "model_a", "model_b": "model_b", "tie": "tie", "tie (bothbad)": "tie", "both_bad": "tie"}
     battles = [Battle(r["question_id"], "", r["model_a"], r["model_b"], "ok", "", win[r["winner"]], math.nan, None,
                       False, "", "") for r in rows]
     meta = [r["conv_metadata"] for r in rows]
@@ -247,3 +248,20 @@ def test_rerating_imports_no_model_library(tmp_path):
             "print('loaded:', sorted(m for m in ('torch', 'transformers') if m in sys.modules), 'rc', rc)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert "loaded: [] rc 0" in done.stdout, done.stdout + done.stderr
+
+
+def test_lmarena_battles_as_json_lines_a_json_list_or_parquet_rate_alike(tmp_path):
+    """FastChat publishes a JSON list (clean_battle_*.json), the hub datasets Parquet: the same battles, the same
+    leaderboard, style counts included (Parquet's nested conv_metadata comes back as objects)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from brrm.arena import rerate
+
+    rows = _lmarena_battles(60)
+    _jsonl(tmp_path / "b.jsonl", rows)
+    (tmp_path / "b.json").write_text(json.dumps(rows), encoding="utf-8")
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "b.parquet")
+    boards = [rerate(tmp_path / name, bootstrap=10).leaderboard for name in ("b.jsonl", "b.json", "b.parquet")]
+    assert boards[0].style and boards[0].judgments == 60
+    assert boards[1] == boards[0] and boards[2] == boards[0]

@@ -6,7 +6,8 @@ or people. Three formats, detected from the first record's fields or named:
   and the provenance (``p_a``, so soft outcomes rate as they did; ``category``, ``judge``, …).
 - ``lmarena``: LMArena's released battles (FastChat's ``clean_battle_*.json``, the ``lmarena-ai/arena-human-
   preference-*`` datasets): ``model_a``, ``model_b``, ``winner`` ∈ ``model_a`` / ``model_b`` / ``tie`` /
-  ``tie (bothbad)`` (both ties count half, as FastChat's ``elo_analysis`` counts them); the prompt id from
+  ``tie (bothbad)`` (FastChat) or ``both_bad`` (``arena-human-preference-140k``) (every tie counts half, as
+  FastChat's ``elo_analysis`` counts them); the prompt id from
   ``question_id`` or ``id`` (else the line); an optional string ``category``; and the style counts from the
   optional ``conv_metadata``: ``sum_assistant_a_tokens`` and ``header_count_a``, ``list_count_a``, ``bold_count_a``
   (each an integer or an object of integers, summed, as FastChat's ``STYLE_CONTROL_ELEMENTS_V1`` reads them), and
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
 
 BATTLE_FORMATS = {
     "brrm": "model_a, model_b, winner, prompt_id, status (the battles.jsonl brrm arena --output writes)",
-    "lmarena": "model_a, model_b, winner (model_a, model_b, tie or tie (bothbad)); optional question_id, "
-               "conv_metadata (token and markdown counts for style control)",
+    "lmarena": "model_a, model_b, winner (model_a, model_b, tie, tie (bothbad) or both_bad); optional "
+               "question_id or id, conv_metadata (token and markdown counts for style control)",
     "arena-hard": "model, games (each with a score such as A>>B, A>B, A=B, B>A, B>>A), uid or question_id, "
                   "baseline (Arena-Hard-Auto's model_judgment lines)",
 }
@@ -61,8 +62,10 @@ ARENA_HARD_LABELS = {"A>>B": ("a", STRONG_WEIGHT), "A>B": ("a", 1), "A=B": ("tie
 """Arena-Hard-Auto's verdict labels (``show_result.py``'s ``label_to_score``): which answer won (A, B or a tie) and
 how many battles the verdict counts as."""
 
-LMARENA_WINNERS = {"model_a": "model_a", "model_b": "model_b", "tie": "tie", "tie (bothbad)": "tie"}
-"""LMArena's ``winner`` values and the :class:`~brrm.arena.judging.Battle` winner each is."""
+LMARENA_WINNERS = {"model_a": "model_a", "model_b": "model_b", "tie": "tie", "tie (bothbad)": "tie",
+                   "both_bad": "tie"}
+"""LMArena's ``winner`` values (FastChat's battles say ``tie (bothbad)``, the ``arena-human-preference-140k``
+dataset ``both_bad``) and the :class:`~brrm.arena.judging.Battle` winner each is."""
 
 STYLE_KEYS = ("sum_assistant_{}_tokens", "header_count_{}", "list_count_{}", "bold_count_{}")
 """LMArena's ``conv_metadata`` keys of :data:`brrm.arena.style.FEATURES`, in order (``{}``: ``a`` or ``b``)."""

@@ -84,13 +84,16 @@ def test_judge_to_stdout_keeps_jsonl_clean(capsys, tiny_dir):
     assert row["consistent"] is None  # only one order was judged
 
 
-def test_progress_advances_per_item_not_per_batch(tmp_path, capsys, tiny_dir):
+def test_progress_counts_pairs_written_and_labels_turns(tmp_path, capsys, tiny_dir):
     code, _, stderr = _run(capsys, "judge", "--input", PAIRS, "--limit", "4", "--output", str(tmp_path / "o.jsonl"),
                            "--model", tiny_dir, "--kind", "brrm", "--batch-size", "4", "--max-new-tokens", "420",
                            "--block-token-cap", "8", "--thinking", "off", "-q")
     assert code == 0
-    counts = {float(x) for x in __import__("re").findall(r"\| (\d+\.\d)/4 ", stderr)}
-    assert {0.5, 1.0, 1.5} & counts and 4.0 in counts  # half a pair per finished turn, inside one batch of 4
+    import re
+
+    assert not re.findall(r"\| \d+\.\d/4 ", stderr)  # the count is whole pairs written, never half a pair per turn
+    assert {int(x) for x in re.findall(r"\| (\d+)/4 ", stderr)} <= {0, 1, 2, 3, 4} and "| 4/4 " in stderr
+    assert "judging (pairs written)" in stderr and "turns done: 4 of 4 pairs" in stderr  # turns, said as turns
 
 
 def test_rank_groups_prints_ranking_and_cost(tmp_path, capsys, tiny_dir):
@@ -129,7 +132,7 @@ def test_rank_reference_without_a_reference_is_one_invalid_row_and_the_rest_are_
     assert rows[1]["strategy"] == "reference" and all(r["status"] == "ok" for r in rows[1]["rewards"])
     assert "skipped: line 1: strategy 'reference' needs a 'reference' field" in stdout
     assert _refused(capsys, "rank", "--input", str(src), "--output", str(out), "--model", tiny_dir, "--limit", "1",
-                    "--strategy", "reference", *TINY_ARGS).startswith("brrm: error: --input ")
+                    "--strategy", "reference", "--overwrite", *TINY_ARGS).startswith("brrm: error: --input ")
 
 
 def test_rank_a_one_response_group_first_is_an_invalid_row_not_a_crash(tmp_path, capsys, tiny_dir):

@@ -265,3 +265,10 @@ def test_lmarena_battles_as_json_lines_a_json_list_or_parquet_rate_alike(tmp_pat
     boards = [rerate(tmp_path / name, bootstrap=10).leaderboard for name in ("b.jsonl", "b.json", "b.parquet")]
     assert boards[0].style and boards[0].judgments == 60
     assert boards[1] == boards[0] and boards[2] == boards[0]
+
+
+def test_arena_help_names_battles_its_formats_and_their_fields(capsys):
+    assert main(["arena", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--battles FILE" in text and "re-rate battles judged already, loading no model" in text
+    assert "--battles-format {brrm,lmarena,arena-hard}" in text and "uid or question_id" in text

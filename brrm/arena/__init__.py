@@ -15,6 +15,7 @@ both orders for a generative judge), rated by a Bradley–Terry fit with seeded 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,7 +192,10 @@ def rerate(source: BattleFile | str | Path, *, table: ArenaTable | None = None, 
     prompts = table.prompts if table is not None else {
         b.prompt_id: Prompt(b.prompt_id, "", b.category, 0) for b in bf.battles}
     arena = ArenaTable(prompts, table.answers if table is not None else {}, models, bf.errors, bf.source)
-    return ArenaResult(arena, (), bf.battles, board, categories, notes=(note,) if note else ())
+    votes = outcomes == "soft" and all(math.isnan(b.p_a) for b in bf.battles if b.ok)
+    notes = (f"soft outcomes: no battle of {bf.source} carries a P(A > B) (p_a), so each enters as its vote "
+             "(ties half), as with --outcomes hard",) if votes else ()
+    return ArenaResult(arena, (), bf.battles, board, categories, notes=notes + ((note,) if note else ()))
 
 
 def batch_judge(judge: RewardJudge | JudgeSpec, table: ArenaTable, *, swap: bool, store: str | Path | None = None,

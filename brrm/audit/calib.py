@@ -15,7 +15,8 @@ from brrm.types import PairwiseJudgment, Verdict
 
 
 def calibration_figures(judged: Sequence[PairwiseJudgment]) -> dict[str, object]:
-    """``{"labelled": n, "measured": Metrics.to_dict(), "raw": Metrics.to_dict() or None, "calibration": hash}``."""
+    """``{"labelled": n, "measured": Metrics.to_dict(), "raw": Metrics.to_dict() or None, "calibration": hash,
+    "against": m}``: ``m`` of the ``n`` judgments have a winner that is not their P(A ≻ B)'s more probable side."""
     from brrm.calibration import measure
 
     use = [j for j in judged if j.ok and math.isfinite(j.p_a) and j.label in (Verdict.A, Verdict.B)]
@@ -25,4 +26,11 @@ def calibration_figures(judged: Sequence[PairwiseJudgment]) -> dict[str, object]
     if hashes and all(math.isfinite(j.p_a_raw) for j in use):
         raw = measure([j.p_a_raw for j in use], y).to_dict()
     return {"labelled": len(use), "measured": measure([j.p_a for j in use], y).to_dict(), "raw": raw,
-            "calibration": ", ".join(sorted(hashes))}
+            "calibration": ", ".join(sorted(hashes)), "against": sum(_against(j) for j in use)}
+
+
+def _against(j: PairwiseJudgment) -> bool:
+    """Whether a judgment's winner is not the side its P(A ≻ B) makes more probable (a sampled verdict is one draw;
+    a tie is against any P but 0.5): where the verdicts' accuracy and P(A ≻ B)'s can part."""
+    side = Verdict.A if j.p_a > 0.5 else Verdict.B if j.p_a < 0.5 else Verdict.TIE
+    return j.winner is not side

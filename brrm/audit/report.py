@@ -59,6 +59,7 @@ def render_report(summary: Mapping[str, JSONValue], rows: Sequence[AuditRow], *,
     return env.get_template(TEMPLATE).render(
         s=summary, shape=shape, plots=plots_for(summary), calibration=reliability_plot(summary),
         overview=overview(part(summary["overall"]), shape) + findings(summary, shape),
+        accuracy_note=accuracy_note(part(summary["overall"])) if shape == "pairs" else "",
         slices=[(col, data, slice_table(part(part(data)["values"]), shape))
                 for col, data in part(summary["slices"]).items()],
         flagged=[flagged_view(r, shape) for r in flagged[:max_flagged]], flagged_total=len(flagged),
@@ -129,7 +130,8 @@ def overview(f: Mapping[str, JSONValue], shape: str) -> list[tuple[str, str]]:
         rows += [("verdicts", f"A {w['A']}, B {w['B']}, tie {w['tie']}"),
                  ("adjusted win rate of A ((A + ½·tie) / ok)", fmt_num(w["rate"])),
                  ("mean P(A ≻ B)", f"{fmt_num(pa['mean'])} over {pa['measured']} measured"),
-                 ("accuracy vs labels", f"{fmt_num(a['accuracy'])} ({a['correct']}/{a['labelled_ok']} labelled ok)"),
+                 ("accuracy of the verdicts vs labels",
+                  f"{fmt_num(a['accuracy'])} ({a['correct']}/{a['labelled_ok']} labelled ok)"),
                  ("order-averaged accuracy (swap)", fmt_num(a["order_averaged_accuracy"])),
                  ("swap consistency", f"{fmt_num(p['consistency_rate'])} ({p['consistent']}/{p['swapped']})"),
                  ("first-shown win rate (0.5 = no position bias)",
@@ -175,6 +177,29 @@ def findings(summary: Mapping[str, JSONValue], shape: str) -> list[tuple[str, st
     if seen:
         rows.append(("calibration's own data", str(part(seen)["sentence"])))
     return rows
+
+
+def accuracy_note(f: Mapping[str, JSONValue]) -> str:
+    """Why the calibration section's accuracy (of P(A ≻ B): its more probable side against the label) and the
+    overview's (of the verdicts) differ, counted; or that they are one figure (``f``: the ``overall`` figures)."""
+    a, found = part(f["agreement"]), f.get("calibration")
+    if not found:
+        return ""
+    cal = part(found)
+    n, against = int(number(cal["labelled"]) or 0), int(number(cal.get("against")) or 0)
+    left_out = int(number(a["labelled_ok"]) or 0) - n
+    verdicts = f"{fmt_num(a['accuracy'])} ({a['correct']}/{a['labelled_ok']})"
+    if number(part(cal["measured"])["accuracy"]) == number(a["accuracy"]) and not left_out:
+        return f"This accuracy equals the overview's accuracy of the verdicts, {verdicts}, over the same judgments."
+    why = [f"{against} of these {n} winners {'is' if against == 1 else 'are'} not the side their P(A≻B) makes more "
+           "probable (a sampled verdict is one draw; a tie from swap)"] if against else []
+    if left_out:
+        why.append(f"{left_out} labelled ok {'judgment has' if left_out == 1 else 'judgments have'} no measured "
+                   "P(A≻B) or a tie label")
+    if not why:
+        why.append("a P(A≻B) of exactly 0.5 counts half here, where its tie verdict counts as the overview counts ties")
+    return (f"This accuracy is P(A≻B)'s (its more probable side against the label; 0.5 counts half); the overview's "
+            f"accuracy of the verdicts is {verdicts}. They differ because " + " and ".join(why) + ".")
 
 
 def _calibration_text(m: Mapping[str, JSONValue], n: JSONValue) -> str:

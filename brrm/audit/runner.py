@@ -38,9 +38,8 @@ from brrm.types import JudgeSpec, check_float, check_int
 from brrm.types.protocols import RewardJudge
 
 if TYPE_CHECKING:
-    from tqdm import tqdm
-
     from brrm.audit.ray_runner import RayOptions
+    from brrm.progress import Progress
 
 """(items, their result dicts, the producing judge's ``info.to_dict()``)."""
 
@@ -205,7 +204,7 @@ def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pendi
                config: str | None, request: str | None, options: AuditOptions, judge: RewardJudge | None,
                spec: JudgeSpec | None, ray: RayOptions | None, ticker: _Ticker) -> str | None:
     """Judge until nothing is pending under the producing judge's configuration; returns that configuration."""
-    from brrm.progress import progress_bar
+    from brrm.progress import Progress
 
     own = None
     try:
@@ -216,7 +215,8 @@ def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pendi
                 pending = _pending(store, items, config, options)
             if not pending:
                 return config
-            with progress_bar(len(pending), desc="auditing", unit="item", disable=not options.progress) as bar:
+            with Progress(len(pending), desc="auditing (items stored)", unit="item",
+                          disable=not options.progress) as bar:
                 before = config
                 sink = _Commits(store, run_id, config, request, options, bar, ticker)
                 if ray is not None:
@@ -307,11 +307,12 @@ def _learn(store: AuditStore, run_id: int, config: str | None, info: Mapping[str
     return learnt
 
 
-def _ticking(bar: tqdm[None], ticker: _Ticker) -> Callable[[float], None]:
-    """The judge's progress callback: move the bar, and print a summary line when one is due (mid-batch too)."""
+def _ticking(bar: Progress, ticker: _Ticker) -> Callable[[float], None]:
+    """The judge's progress callback: the turns it finished beside the bar (whose count is items stored), and a
+    summary line when one is due (mid-batch too)."""
 
     def update(n: float) -> None:
-        bar.update(n)
+        bar.turns(n)
         ticker.maybe(bar)
 
     return update
@@ -342,13 +343,14 @@ class _Commits:
     the producing judge's configuration; ``config`` is the one results were stored under."""
 
     def __init__(self, store: AuditStore, run_id: int, config: str | None, request: str | None,
-                 options: AuditOptions, bar: tqdm[None], ticker: _Ticker) -> None:
+                 options: AuditOptions, bar: Progress, ticker: _Ticker) -> None:
         self.store, self.run_id, self.config, self.request = store, run_id, config, request
         self.options, self.bar, self.ticker, self.done = options, bar, ticker, 0
 
     def put(self, part: Sequence[AuditItem], results: Sequence[Mapping[str, object]], info: Mapping[str, object], *,
             count: bool = False) -> None:
-        """Commit ``part``'s results; ``count`` also moves the bar to the items committed (Ray batches)."""
+        """Commit ``part``'s results and move the bar to the items committed; ``count``: also print a summary line
+        when one is due (Ray batches, which report no turns)."""
         if not part:
             return
         options = self.options
@@ -359,13 +361,12 @@ class _Commits:
             self.store.put_results(self.run_id, self.config, options.shape, list(zip(part, results, strict=True)),
                                    replace=retry_for(self.store, self.config, options))
         self.done += len(part)
+        self.bar.done_to(self.done)
         if count:
             self.settle()
 
     def settle(self) -> None:
-        """Show the items committed so far on the bar (after a judge call, whose progress moved it in fractions)."""
-        self.bar.n = self.done
-        self.bar.refresh()
+        """Print a summary line when one is due (after a judge call)."""
         self.ticker.maybe(self.bar)
 
 
@@ -391,33 +392,33 @@ class _Ticker:
         self.store, self.run_id, self.every_s, self.term = store, run_id, every_s, term
         self.started = self.last = time.time()
 
-    def maybe(self, bar: tqdm[None]) -> None:
+    def maybe(self, bar: Progress) -> None:
         if time.time() - self.last >= self.every_s:
             self.line(bar=bar)
 
-    def line(self, *, bar: tqdm[None] | None = None, final: bool = False) -> None:
+    def line(self, *, bar: Progress | None = None, final: bool = False) -> None:
         self.last = time.time()
         p = self.store.progress(self.run_id)
-        text = progress_line(p, time.time() - self.started, final=final, in_flight=bar.n if bar is not None else None)
+        text = progress_line(p, time.time() - self.started, final=final)
         (bar.write(text, file=self.term) if bar is not None else print(text, file=self.term))
 
 
-def progress_line(p: Mapping[str, Any], seconds: float, *, final: bool = False, in_flight: float | None = None) -> str:
-    """``audit: 120/1000 rows done (12.0%); judged 100 this run (0.42/s), ETA 35m; ok 115, …``.
+def progress_line(p: Mapping[str, Any], seconds: float, *, final: bool = False) -> str:
+    """``audit: 120/1000 rows done (12.0%); judged 100 this run in 4m00s (0.42/s), ETA 35m; ok 115, …``.
 
-    ``in_flight``: items judged this run including the unfinished batch (fractions), from the progress bar.
+    Every figure counts items stored (a batch still decoding is not counted), and the ETA comes from them: none
+    until this run has stored an item, none in the final line.
     """
     total, done, judged = p["total"], p["done"], p["judged_this_run"]
-    if in_flight is not None and in_flight > judged:
-        judged = in_flight
     rate = judged / seconds if seconds > 0 else math.nan
-    left = max(0.0, total - done - (judged - p["judged_this_run"]))
-    eta = left / rate if rate and rate > 0 and not final else math.nan
+    left = max(0, total - done)
+    eta = left / rate if judged and rate > 0 and not final else math.nan
     counts = ", ".join(f"{k} {v}" for k, v in sorted(p["by_status"].items()))
     when = time.strftime("%H:%M:%S")
-    eta_text = f", ETA {format_seconds(eta)}" if eta == eta else ""
+    eta_text = (f", ETA {format_seconds(eta)}" if eta == eta
+                else ", ETA when the first item is stored" if not judged and left and not final else "")
     return (f"audit {when}: {done}/{total} rows done ({100 * done / max(total, 1):.1f}%); judged "
-            f"{round(judged, 1):g} this run in {format_seconds(seconds)} ({rate:.2f}/s){eta_text}"
+            f"{judged} this run in {format_seconds(seconds)} ({rate:.2f}/s){eta_text}"
             + (f"; {counts}" if counts else ""))
 
 

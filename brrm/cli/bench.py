@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from brrm.cli import common
 from brrm.cli.command import Command
+from brrm.progress import Progress
 from brrm.types.protocols import RewardJudge
 
 if TYPE_CHECKING:
@@ -263,9 +264,14 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
         keep_complete_lines(folder / ITEMS_FILE)  # a line cut by the interruption goes; the others stay as written
         handle = (folder / ITEMS_FILE).open("a" if done else "w", encoding="utf-8")
     try:
-        with common.progress_bar(planned, desc=bench.name, unit=unit, disable=args.no_progress) as bar:
-            results, cost = run_bench(judge, items, seed=args.order_seed, progress=bar.update,
-                                      sink=(lambda part: write_items(handle, part)) if handle else None, done=done,
+        with Progress(len(todo), desc=f"{bench.name} (items {'written' if handle else 'done'})", unit="item",
+                      disable=args.no_progress, work_total=planned, work_unit=unit) as bar:
+            def sink(part: list[Any]) -> None:
+                if handle is not None:
+                    write_items(handle, part)
+                bar.done(len(part))
+
+            results, cost = run_bench(judge, items, seed=args.order_seed, progress=bar.turns, sink=sink, done=done,
                                       seed_ids=seed_ids)
     finally:
         if handle is not None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from brrm.types.jsonvalue import JSONDict
 from brrm.cli.command import Command
 from brrm.errors import ConfigError
+from brrm.progress import Progress
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +44,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, help="use only the first N records")
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    common.add_overwrite_arg(p, resume=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     for flag, path in (("--output", out), ("--report", report)):
         if not path.parent.is_dir():
             raise ConfigError(f"{flag} {str(path)!r}: folder {str(path.parent)!r} does not exist")
+        common.refuse_overwrite(str(path), args, flag=flag)
     rows, model = _judged_rows(args)
     obs = observations(rows)
     kind = obs.kind
@@ -132,10 +135,11 @@ def _judge_records(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
         raise
     common.header(sys.stderr, "calibrate", judge, len(records), args.input)
     try:
-        with common.progress_bar(len(records), desc="judging", unit="pair", disable=args.no_progress) as bar:
+        with Progress(len(records), desc="judging (pairs done)", unit="pair", disable=args.no_progress) as bar:
             out = judge.judge_pairs([r.conversation for r in records], [r.response_a for r in records],
                                     [r.response_b for r in records], ids=seed_ids(records),
-                                    labels=[r.label for r in records], progress=bar.update)
+                                    labels=[r.label for r in records], progress=bar.turns)
+            bar.done(len(out))
     finally:
         judge.close()
     return [{**common.with_id(j, r.id).to_dict(), "line": r.line,

@@ -58,4 +58,14 @@ class Command:
         text = self.description if isinstance(self.description, str) else self.description()
         p = sub.add_parser(self.name, help=self.help, description=text or None)
         self.arguments(p)
+        _progress_pair(p)
         p.set_defaults(func=self.run)
+
+
+def _progress_pair(p: argparse.ArgumentParser) -> None:
+    """Give every verb that takes ``--no-progress`` its counterpart ``--progress`` (the default, so a script or an
+    alias can say it either way); both set ``no_progress``, which the verbs read."""
+    flags = {option for action in p._actions for option in action.option_strings}
+    if "--no-progress" in flags and "--progress" not in flags:
+        p.add_argument("--progress", dest="no_progress", action="store_false",
+                       help="show the progress bar on stderr (the default; --no-progress hides it)")

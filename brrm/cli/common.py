@@ -14,7 +14,9 @@ from brrm.cli.flags import add_backend_args, add_judge_args, add_model_args, che
 from brrm.cli.flags import quiet_libraries as _quiet_libraries
 from brrm.cli.records import (
     OrderedLines,
+    WrittenCount,
     add_input_args,
+    add_overwrite_arg,
     add_resume_arg,
     add_retry_failed_arg,
     check_output,
@@ -22,6 +24,7 @@ from brrm.cli.records import (
     note_ignored_principles,
     open_output,
     printable,
+    refuse_overwrite,
     report_bad_records,
     report_duplicate_ids,
     report_resume,
@@ -33,13 +36,11 @@ from brrm.cli.records import (
 from brrm.progress import progress_bar
 from brrm.types.protocols import RewardJudge
 
-__all__ = ["OrderedLines", "add_backend_args", "add_input_args", "add_judge_args", "add_model_args",
-           "add_resume_arg", "add_retry_failed_arg", "check_judge", "check_output", "header", "interrupted",
-           "load_judge", "load_options",
-           "note_ignored_principles", "open_output", "printable", "progress_bar", "report_bad_records",
-           "report_duplicate_ids", "report_resume", "require_records", "resumed_lines", "terminal", "translate",
-           "with_id",
-           "_quiet_libraries"]
+__all__ = ["OrderedLines", "WrittenCount", "add_backend_args", "add_input_args", "add_judge_args", "add_model_args",
+           "add_overwrite_arg", "add_resume_arg", "add_retry_failed_arg", "check_judge", "check_output", "header",
+           "interrupted", "load_judge", "load_options", "note_ignored_principles", "open_output", "printable",
+           "progress_bar", "refuse_overwrite", "report_bad_records", "report_duplicate_ids", "report_resume",
+           "require_records", "resumed_lines", "terminal", "translate", "with_id", "_quiet_libraries"]
 
 
 def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, source: str) -> None:
@@ -82,8 +83,10 @@ def _note_first_compile(term: TextIO) -> None:
     end_compile_note()
 
     def note() -> None:
-        end_compile_note()
-        print("note: compiling the output grammar for this tokenizer once (seconds to a minute); it is cached "
-              "on disk for later runs", file=term)
+        from brrm.progress import note as write_note
+
+        end_compile_note()  # through tqdm's writer: a running bar is cleared first and redrawn below the line
+        write_note("note: compiling the output grammar for this tokenizer once (seconds to a minute); it is cached "
+                   "on disk for later runs", file=term)
 
     _COMPILE_NOTE.append(on_compile(note))

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from brrm.cli import common
 from brrm.cli.command import Command
 from brrm.cli.resume import ResumePlan, resume_plan, resumed_output
+from brrm.progress import Progress
 from brrm.types.protocols import RewardJudge
 from brrm.types.retry import kept_note
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     """Read records, judge them, stream JSONL, print verdicts and a summary; returns the exit code."""
     from brrm.records import FieldMap, RecordError, read_records
 
-    common.check_output(args.output)
+    common.check_output(args.output, args)
     common.load_options(args)  # flag combinations are checked before reading or loading anything
     skip = common.resumed_lines(args)
     fields = FieldMap.from_overrides(args.field) if args.field else None
@@ -98,17 +99,19 @@ def _judge(judge: RewardJudge, good: list[tuple[int, Any]], results: dict[int, A
     ids = [plan.seed_id(k, i) for (k, _), i in zip(good, seed_ids(recs), strict=True)]
     jobs = [PairItem(r.conversation, r.response_a, r.response_b, id=i, label=r.label)
             for r, i in zip(recs, ids, strict=True)]
-    with common.progress_bar(len(good), desc="judging", unit="pair", disable=args.no_progress) as bar:
+    written = common.WrittenCount([k for k, _ in good])
+    with Progress(len(good), desc="judging (pairs written)", unit="pair", disable=args.no_progress) as bar:
         def finished(i: int, res: Any) -> None:
             k, rec = good[i]
             res = common.with_id(res, rec.id)
             results[k] = res
             sink.put(k, {"line": rec.line, "content_key": content_key(rec.conversation, rec.response_a,
                                                                       rec.response_b), **res.to_dict()})
+            bar.done_to(written.upto(sink.next))
             if not args.quiet:
                 bar.write(verdict_line(res.to_dict()), file=term)
 
-        run_jobs(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.update, on_result=finished,
+        run_jobs(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.turns, on_result=finished,
             on_step=StepMeter(bar))
 
 
@@ -116,7 +119,7 @@ class StepMeter:
     """The judge's ``on_step`` hook: rows decoding and tokens per second on the progress bar, redrawn at most every
     ``every_s`` seconds while rows decode (a continuously batching backend reports every step)."""
 
-    def __init__(self, bar: Any, every_s: float = 0.5) -> None:
+    def __init__(self, bar: Progress, every_s: float = 0.5) -> None:
         self.bar, self.every_s = bar, every_s
         self.tokens, self.started = 0, time.perf_counter()
         self.shown = self.started
@@ -126,7 +129,7 @@ class StepMeter:
         now = time.perf_counter()
         if now - self.shown >= self.every_s:
             self.shown = now
-            self.bar.set_postfix_str(f"{rows} rows decoding, {self.tokens / (now - self.started):.0f} tok/s")
+            self.bar.steps(f"{rows} rows decoding, {self.tokens / (now - self.started):.0f} tok/s")
 
 
 def verdict_line(row: dict[str, Any]) -> str:
@@ -134,6 +137,9 @@ def verdict_line(row: dict[str, Any]) -> str:
     p = row.get("p_a")
     prob = f"P(A>B)={p:.3f}" if isinstance(p, float) else "P(A>B)=n/a"
     parts = [f"{common.printable(row['id']):<24}", f"winner={row['winner']:<4}", f"{row['status']:<13}", prob]
+    drawn = sampled_at(row)
+    if drawn is not None:
+        parts.append(f"sampled(T={drawn:g})")
     if row.get("consistent") is not None:
         parts.append(f"consistent={str(row['consistent']).lower()}")
     if isinstance(row.get("agreement"), float):
@@ -145,6 +151,29 @@ def verdict_line(row: dict[str, Any]) -> str:
     if row["status"] != "ok" or row.get("reason"):
         parts.append(f"reason={common.printable(row['reason'][:120])}")
     return "  ".join(parts)
+
+
+def sampled_at(row: dict[str, Any]) -> float | None:
+    """The temperature a judgment's verdict was drawn at (its ``provenance.sampling``), or None when it was greedy
+    or took no sampling (a Bradley–Terry comparison): a sampled winner is one draw, which can go against P(A>B)."""
+    from brrm.types.retry import record_is_sampled
+
+    provenance = row.get("provenance") or {}
+    if not isinstance(provenance, dict) or not record_is_sampled(provenance):
+        return None
+    return float(provenance["sampling"]["temperature"])
+
+
+def _sampled_note(results: list[Any]) -> str:
+    """The summary's line on sampled verdicts: at which temperature, and how many winners went against P(A>B)."""
+    rows = [r.to_dict() for r in results if r.ok]
+    temps = sorted({t for t in map(sampled_at, rows) if t is not None})
+    if not temps:
+        return ""
+    against = sum(1 for row in rows if sampled_at(row) is not None and isinstance(row["p_a"], float)
+                  and ((row["winner"] == "A" and row["p_a"] < 0.5) or (row["winner"] == "B" and row["p_a"] > 0.5)))
+    return (f"  sampled verdicts (temperature {', '.join(f'{t:g}' for t in temps)}): each winner is one draw from the "
+            f"judge, P(A>B) its probability; {against} of {len(rows)} drawn winners go against P(A>B)")
 
 
 def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float, kept: int = 0,
@@ -165,6 +194,8 @@ def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float
         print(f"  duplicate ids: {common.printable(repeated)} (each record has its own line)", file=term)
     print(f"  verdicts A {s.by_winner['A']}, B {s.by_winner['B']}, tie {s.by_winner['tie']}; "
           + ", ".join(f"{k} {v}" for k, v in sorted(s.by_status.items()) if v), file=term)
+    if note := _sampled_note(results):
+        print(note, file=term)
     print(f"  parse failures {s.by_status['parse_failure']}; truncations {s.by_status['truncated']}; "
           f"backend errors {s.by_status['backend_error']}", file=term)
     any_label = any(r.label is not Verdict.NONE for r in results)

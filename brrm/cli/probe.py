@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from brrm.cli import common
 from brrm.cli.command import Command
+from brrm.progress import Progress
 
 if TYPE_CHECKING:
     from brrm.probes.run import Interval, ProbeReport
@@ -35,6 +36,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence", type=float, default=0.95, help="interval level in (0, 1) (0.95)")
     p.add_argument("--top", type=int, default=5, help="most-moved items listed per probe (5)")
     common.add_model_args(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    common.add_overwrite_arg(p, resume=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     check_float("--confidence", args.confidence, low=0, high=1, low_open=True)
     check_int("--top", args.top, low=0)
     if args.output:
-        common.check_output(args.output)
+        common.check_output(args.output, args)
     common.load_options(args)
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_records(args.input, "pairs", fields=fields, limit=args.limit, format=args.input_format)
@@ -61,10 +64,13 @@ def run(args: argparse.Namespace) -> int:
     per = judge.judgment_cost("pairs", len(good)).describe()
     print(f"cost: (1 original + {len(names)} probes) x [{per}] = {probe_cost(judge, len(good), names)} judgments",
           file=term)
-    report = run_probes(judge, [r.conversation for r in good], [r.response_a for r in good],
-                        [r.response_b for r in good], probes=names, ids=seed_ids(good),
-                        display_ids=[r.id for r in good], resamples=args.bootstrap,
-                        confidence=args.confidence, seed=int(vars(args).get("seed") or 0), top=args.top)
+    with Progress((1 + len(names)) * len(good), desc="probing (pairs judged: originals, then each probe's)",
+                  unit="pair", disable=args.no_progress) as bar:
+        report = run_probes(judge, [r.conversation for r in good], [r.response_a for r in good],
+                            [r.response_b for r in good], probes=names, ids=seed_ids(good),
+                            display_ids=[r.id for r in good], resamples=args.bootstrap,
+                            confidence=args.confidence, seed=int(vars(args).get("seed") or 0), top=args.top,
+                            progress=bar.turns, finished=bar.done)
     judge.close()
     print_report(term, report)
     if args.output:

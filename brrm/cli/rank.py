@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, TextIO
 from brrm.cli import common
 from brrm.cli.command import Command
 from brrm.cli.resume import ResumePlan, resume_plan, resumed_output
+from brrm.progress import Progress
 from brrm.records import GroupRecord, RecordError
 from brrm.types.retry import kept_note
 
 if TYPE_CHECKING:
-    from tqdm import tqdm
-
     from brrm.types import GroupResult, RewardJudge, ScalarReward
 
 
@@ -44,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     """Read group records, rank them, write JSONL, print rankings and the cost."""
     from brrm.types.strategies import check_strategy
 
-    common.check_output(args.output)
+    common.check_output(args.output, args)
     common.load_options(args)
     skip = common.resumed_lines(args)
     records, good = _read_groups(args)
@@ -65,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
     left = {id(r) for k, r in enumerate(records) if k >= skip or k in plan.retry}
     units = _announce_cost(term, judge, [g for g in good if id(g) in left], strategy, swap=swap)
     started = time.perf_counter()
-    with resumed_output(args.output, plan) as sink, common.progress_bar(
-            units, desc="ranking", unit="pair" if pairwise else "item", disable=args.no_progress) as bar:
+    groups = sum(id(g) in left for g in good)
+    with resumed_output(args.output, plan) as sink, Progress(
+            groups, desc="ranking (groups written)", unit="group", disable=args.no_progress, work_total=units,
+            work_unit="pair" if pairwise else "response") as bar:
         _rank_all(judge, records, plan, strategy, sink, bar, term, swap)
     print(f"time {time.perf_counter() - started:.1f} s", file=term)
     if plan.kept:
@@ -95,23 +96,25 @@ def _read_groups(args: argparse.Namespace) -> tuple[list[GroupRecord | RecordErr
 
 
 def _announce_cost(term: TextIO, judge: RewardJudge, good: list[GroupRecord], strategy: str, *, swap: bool) -> int:
-    """Print the run's cost, as the judge counts it; returns the progress bar's total (pairs — a swapped pair's two
-    orders count one — for pairwise judges, responses for scalar models)."""
+    """Print the run's cost, as the judge counts it; returns the total of the progress bar's turns (pairs — a swapped
+    pair's two orders count one — for pairwise judges, responses for scalar models; the bar counts groups)."""
     if not good:
         print(f"strategy {strategy}: no group left to rank", file=term)
         return 0
     costs = [judge.judgment_cost("group", len(r.responses), strategy=strategy, swap=swap) for r in good]
     if judge.info.pairwise:
+        pairs = sum(c.pairs for c in costs)
         print(f"strategy {strategy}{' with swap' if swap else ''}: {sum(c.total for c in costs)} two-turn "
-              f"judgments in total (e.g. {costs[0].total} for a group of {costs[0].n})", file=term)
-        return sum(c.pairs for c in costs)
+              f"judgments in total (e.g. {costs[0].total} for a group of {costs[0].n}), of {pairs} "
+              f"{'pair' if pairs == 1 else 'pairs'}{' in both orders' if swap else ''}", file=term)
+        return pairs
     print(f"strategy {strategy}: 0 two-turn judgments in total; {sum(c.total for c in costs)} scalar rewards",
           file=term)
     return sum(len(r.responses) for r in good)
 
 
 def _rank_all(judge: RewardJudge, records: list[GroupRecord | RecordError], plan: ResumePlan, strategy: str,
-              sink: common.OrderedLines, bar: tqdm[None], term: TextIO, swap: bool) -> None:
+              sink: common.OrderedLines, bar: Progress, term: TextIO, swap: bool) -> None:
     """Rank every record past the kept lines (and the kept lines a resume ranks again); each line goes to ``sink``
     (and its ranking to ``term``) when done. Lines are filed by position, never by id."""
     from brrm.service.items import GroupItem, RankCall
@@ -126,14 +129,17 @@ def _rank_all(judge: RewardJudge, records: list[GroupRecord | RecordError], plan
         else:
             todo.append((k, rec))
 
+    written = common.WrittenCount([k for k, _ in todo])
+
     def finished(i: int, group: GroupResult) -> None:
         k, rec = todo[i]
         sink.put(k, {"id": rec.id, "line": rec.line, **group.to_dict()})
+        bar.done_to(written.upto(sink.next))
         bar.write(_group_line(judge, rec, group, swap), file=term)
 
     run_jobs(judge, [GroupItem(r.conversation, tuple(r.responses), r.reference) for _, r in todo],
              call=RankCall(strategy, reference=strategy == "reference"), chunk_size=judge.info.chunk_size,
-             progress=bar.update, on_result=finished)
+             progress=bar.turns, on_result=finished)
 
 
 def _group_line(judge: RewardJudge, rec: GroupRecord, group: GroupResult, swap: bool) -> str:

@@ -35,30 +35,63 @@ def add_input_args(p: argparse.ArgumentParser, *, verb: str, fields: str,
                    help=f"remap an input column, e.g. --field prompt=instruction (fields: {fields})")
 
 
-def check_output(path: str) -> None:
+def check_output(path: str, args: argparse.Namespace | None = None, *, flag: str = "--output") -> None:
     """Refuse an output path that cannot be written, before any model loads: its folder does not exist, it is a
     folder, or the file cannot be created or appended to (a read-only place, ``/proc``, no permission). The probe
-    opens the file for appending, so an existing file keeps its bytes, and removes a file it created.
+    opens the file for appending, so an existing file keeps its bytes, and removes a file it created. With the
+    command's ``args``, a file that holds something is also refused unless ``--resume`` or ``--overwrite`` says
+    what to do with it (:func:`refuse_overwrite`).
 
     Raises:
-        ConfigError: naming ``--output``, the path and why.
+        ConfigError: naming ``flag``, the path and why.
     """
     if path == "-":
         return
+    if args is not None:
+        refuse_overwrite(path, args, flag=flag)
     target = Path(path).expanduser()
     parent = target.resolve().parent
     if not parent.is_dir():
-        raise ConfigError(f"--output {path!r}: folder {str(parent)!r} does not exist (create it first)")
+        raise ConfigError(f"{flag} {path!r}: folder {str(parent)!r} does not exist (create it first)")
     if target.is_dir():
-        raise ConfigError(f"--output {path!r} is a folder; give a file path")
+        raise ConfigError(f"{flag} {path!r} is a folder; give a file path")
     existed = target.exists()
     try:
         with target.open("a", encoding="utf-8"):
             pass
     except OSError as exc:
-        raise ConfigError(f"--output {path!r} cannot be written ({exc.strerror or exc})") from None
+        raise ConfigError(f"{flag} {path!r} cannot be written ({exc.strerror or exc})") from None
     if not existed:
         target.unlink(missing_ok=True)
+
+
+def refuse_overwrite(path: str, args: argparse.Namespace, *, flag: str = "--output") -> None:
+    """Refuse to replace an output file that holds something unless the user said so: ``--resume`` keeps its lines
+    (commands that have it), ``--overwrite`` replaces it. An empty file, or one that does not exist, is written.
+
+    Raises:
+        ConfigError: naming ``flag``, the file, what it holds and both flags (or, with both given, their clash).
+    """
+    options = vars(args)
+    resume, overwrite = bool(options.get("resume")), bool(options.get("overwrite"))
+    if resume and overwrite:
+        raise ConfigError("--resume keeps the lines of --output and --overwrite replaces them: give one of them")
+    target = Path(path).expanduser()
+    if resume or overwrite or not target.is_file() or target.stat().st_size == 0:
+        return
+    lines = complete_lines(target)[0]
+    held = f"{lines} {'line' if lines == 1 else 'lines'}" if lines else f"{target.stat().st_size} bytes"
+    keep = ("pass --resume to continue it, or --overwrite to replace it" if "resume" in options
+            else "pass --overwrite to replace it (this command has no --resume: it writes the file whole), "
+                 f"or another {flag}")
+    raise ConfigError(f"{flag} {path!r} already exists ({held}); {keep}")
+
+
+def add_overwrite_arg(p: argparse.ArgumentParser, *, resume: bool = True) -> None:
+    """``--overwrite``: replace an existing output file (without it, or ``--resume``, the command refuses it)."""
+    keep = "; --resume keeps its lines instead" if resume else ""
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace an existing --output file (without this flag it is refused{keep})")
 
 
 def report_bad_records(records: Sequence[Record | RecordError], term: TextIO, *, show: int = 5) -> int:
@@ -124,6 +157,24 @@ def open_output(path: str, *, append: bool = False) -> AbstractContextManager[Te
     from contextlib import nullcontext
 
     return nullcontext(sys.stdout) if path == "-" else open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
+
+
+class WrittenCount:
+    """How many of a run's judged positions an :class:`OrderedLines` sink has written, counted as its ``next``
+    moves on (each position passed once, however many lines the run has).
+
+    Args:
+        positions: the judged positions, ascending.
+    """
+
+    def __init__(self, positions: Sequence[int]) -> None:
+        self.positions, self.count = positions, 0
+
+    def upto(self, next_position: int) -> int:
+        """Judged positions before ``next_position`` (the sink's ``next``)."""
+        while self.count < len(self.positions) and self.positions[self.count] < next_position:
+            self.count += 1
+        return self.count
 
 
 class OrderedLines:
@@ -217,10 +268,12 @@ def interrupted(args: argparse.Namespace) -> str:
 
 
 def add_resume_arg(p: argparse.ArgumentParser) -> None:
-    """``--resume``: keep the complete lines of an existing ``--output`` file and run only the records after them."""
+    """``--resume``: keep the complete lines of an existing ``--output`` file and run only the records after them;
+    ``--overwrite``: replace that file (:func:`refuse_overwrite` refuses it without one of them)."""
     p.add_argument("--resume", action="store_true",
                    help="continue a killed run: keep the complete lines already in --output and append the rest "
                         "(results depend only on record, options and seed, so the file equals an unbroken run's)")
+    add_overwrite_arg(p)
 
 
 def add_retry_failed_arg(p: argparse.ArgumentParser) -> None:

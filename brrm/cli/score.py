@@ -18,6 +18,7 @@ from brrm.cli.command import Command
 from brrm.cli.flags import principle_refusal
 from brrm.cli.resume import ResumePlan, resume_plan, resumed_output
 from brrm.errors import ConfigError
+from brrm.progress import Progress
 from brrm.types.protocols import RewardJudge, kind_trait
 from brrm.types.retry import is_sampled, kept_note
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                           "judge, or brrm rank with a reference")
     if args.model is None and args.kind == "auto":  # the demo scores as a principle model
         args.kind = "principle"
-    common.check_output(args.output)
+    common.check_output(args.output, args)
     _, opts = common.load_options(args)
     skip = common.resumed_lines(args)
     principles = list(args.principle or [])
@@ -155,14 +156,16 @@ def _score(judge: RewardJudge, flat: list[tuple[int, Any, Any]], sink: common.Or
     ids = [plan.seed_id(pos, i) for (pos, _, _), i in zip(flat, seed_ids(recs), strict=True)]
     jobs = [ScoreItem(r.conversation, r.response, principle, id=i)
             for r, (_, _, principle), i in zip(recs, flat, ids, strict=True)]
-    with common.progress_bar(len(flat), desc="scoring", unit="item", disable=args.no_progress) as bar:
+    written = common.WrittenCount([pos for pos, _, _ in flat])
+    with Progress(len(flat), desc="scoring (lines written)", unit="item", disable=args.no_progress) as bar:
         def finished(i: int, reward: Any) -> None:
             pos, rec, _ = flat[i]
             reward = common.with_id(reward, rec.id)
             results.append(reward)
             sink.put(pos, _row(rec, reward))
+            bar.done_to(written.upto(sink.next))
 
-        run_jobs(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.update, on_result=finished)
+        run_jobs(judge, jobs, chunk_size=judge.info.chunk_size, progress=bar.turns, on_result=finished)
 
 
 COMMAND = Command(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeGuard
 
@@ -175,7 +175,9 @@ def bootstrap(values: Sequence[float], *, resamples: int, confidence: float, see
 def run_probes(judge: RewardJudge, conversations: Sequence[ConversationLike], responses_a: Sequence[str],
                responses_b: Sequence[str],
                /, *, probes: str | Sequence[str], ids: Sequence[str], display_ids: Sequence[str] | None = None,
-               resamples: int = 1000, confidence: float = 0.95, seed: int = 0, top: int = 5) -> ProbeReport:
+               resamples: int = 1000, confidence: float = 0.95, seed: int = 0, top: int = 5,
+               progress: Callable[[float], None] | None = None,
+               finished: Callable[[int], None] | None = None) -> ProbeReport:
     """Probe a judge on N pairs.
 
     Args:
@@ -186,6 +188,8 @@ def run_probes(judge: RewardJudge, conversations: Sequence[ConversationLike], re
         display_ids: N ids the report shows (default: ``ids``).
         resamples: bootstrap resamples, int >= 1; confidence: interval level in (0, 1); seed: bootstrap seed.
         top: most-moved items kept per probe, int >= 0.
+        progress: called with pairs' worth of finished turns (fractions of a pair) as the judge reports them.
+        finished: called with N after each pass (the originals, then each probe's variants) is judged.
 
     Raises:
         ConfigError: on an unknown probe, mismatched lengths or invalid settings (before any model call).
@@ -201,11 +205,15 @@ def run_probes(judge: RewardJudge, conversations: Sequence[ConversationLike], re
     if not (len(responses_a) == len(responses_b) == len(ids) == len(shown) == n):
         raise ConfigError("conversations, responses_a, responses_b, ids and display_ids must have the same length")
     a, b = list(responses_a), list(responses_b)
-    original = _judge(judge, conversations, a, b, ids, a, b)
+    original = _judge(judge, conversations, a, b, ids, a, b, progress)
+    if finished is not None:
+        finished(n)
     targets = ["A" if j.winner is Verdict.B else "B" for j in original]
     figures = []
     for name in names:
-        va, vb, judged = _variants(judge, name, conversations, a, b, ids, targets)
+        va, vb, judged = _variants(judge, name, conversations, a, b, ids, targets, progress)
+        if finished is not None:
+            finished(n)
         items = [_item(shown[i], original[i], judged[i], "" if name == "position" else targets[i])
                  for i in range(n)]
         if not judge.info.pairwise and name != "position":
@@ -226,10 +234,11 @@ def _seedable(judge: RewardJudge) -> TypeGuard[PairwiseRewardJudge]:
 
 def _judge(judge: RewardJudge, convs: Sequence[ConversationLike], first: list[str], second: list[str],
            ids: Sequence[str],
-           seed_a: list[str], seed_b: list[str]) -> list[PairwiseJudgment]:
+           seed_a: list[str], seed_b: list[str],
+           progress: Callable[[float], None] | None = None) -> list[PairwiseJudgment]:
     """``judge.judge_pairs`` of (first, second), each pair's streams keyed by (seed_a, seed_b) where possible."""
     if not _seedable(judge):
-        return judge.judge_pairs(convs, first, second, ids=list(ids))
+        return judge.judge_pairs(convs, first, second, ids=list(ids), progress=progress)
     from brrm.compose.swap import judge_with_swap
     from brrm.compose.vote import judge_with_votes
 
@@ -248,22 +257,23 @@ def _judge(judge: RewardJudge, convs: Sequence[ConversationLike], first: list[st
 
     if judge.samples > 1:
         return judge_with_votes(ordered, convs, first, second, swap=judge.swap, samples=judge.samples,
-                                ids=list(ids))
-    return judge_with_swap(ordered, convs, first, second, swap=judge.swap, ids=list(ids))
+                                ids=list(ids), progress=progress)
+    return judge_with_swap(ordered, convs, first, second, swap=judge.swap, ids=list(ids), progress=progress)
 
 
 def _variants(judge: RewardJudge, name: str, convs: Sequence[ConversationLike], a: list[str], b: list[str],
               ids: Sequence[str],
-              targets: list[str]) -> tuple[list[str], list[str], list[PairwiseJudgment]]:
+              targets: list[str], progress: Callable[[float], None] | None = None,
+              ) -> tuple[list[str], list[str], list[PairwiseJudgment]]:
     """The variant pairs of one probe and their judgments in the original's (A, B) frame."""
     if name == "position":
-        judged = _judge(judge, convs, b, a, ids, a, b)
+        judged = _judge(judge, convs, b, a, ids, a, b, progress)
         return b, a, [mirror(j) for j in judged]
     make = PROBES[name].make
     assert make is not None
     va = [make(x, 1) if t == "A" else x for x, t in zip(a, targets, strict=True)]
     vb = [make(y, 2) if t == "B" else y for y, t in zip(b, targets, strict=True)]
-    return va, vb, _judge(judge, convs, va, vb, ids, a, b)
+    return va, vb, _judge(judge, convs, va, vb, ids, a, b, progress)
 
 
 def _p_target(j: PairwiseJudgment, target: str) -> float:

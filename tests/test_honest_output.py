@@ -1,0 +1,166 @@
+"""Output that never lies, and unix manners (issue 49 items 2 and 3), through the real CLI on a tiny Qwen3.
+
+Progress counts units finished and stored (a judge's turns are shown as turns, beside the count); an ETA comes
+from stored work; the audit report names why its two accuracies differ; a sampled verdict says it was sampled;
+an output file is never replaced without ``--resume`` or ``--overwrite``; ``brrm probe`` shows progress.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import pytest
+
+from brrm.cli import main
+from tests.audit_support import TINY_FLAGS, pair_rows, write_jsonl
+
+TINY = ["--kind", "brrm", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off"]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from brrm.testing import save_tiny_qwen3
+
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture()
+def pairs(tmp_path):
+    return str(write_jsonl(tmp_path / "pairs.jsonl", pair_rows(4)))
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("brrm: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize(("verb", "argv", "resume"), [
+    ("judge", ["--input", "{pairs}", "--output", "{out}"], True),
+    ("score", ["--input", "{pairs}", "--output", "{out}", "--kind", "bt"], True),
+    ("rank", ["--input", "{pairs}", "--output", "{out}"], True),
+    ("probe", ["{pairs}", "--output", "{out}"], False),
+    ("calibrate", ["--input", "{pairs}", "--output", "{out}"], False),
+])
+def test_an_existing_output_is_refused_before_any_model_loads(capsys, tmp_path, pairs, verb, argv, resume):
+    out = tmp_path / "taken.out"
+    out.write_text('{"id": "kept"}\n{"id": "kept too"}\n', encoding="utf-8")
+    before = out.read_bytes()
+    args = [a.format(pairs=pairs, out=out) for a in argv] + ["--model", str(tmp_path / "no-such-model")]
+    code, _, err = run(capsys, verb, *args)
+    line = one_error(err)
+    assert code == 2 and f"--output '{out}' already exists (2 lines)" in line and "--overwrite" in line
+    assert ("pass --resume to continue it, or --overwrite to replace it" in line) is resume
+    assert out.read_bytes() == before  # kept, byte for byte
+    code, _, err = run(capsys, verb, *args, "--overwrite")  # the refusal lifted: the next check is the model's
+    assert code == 2 and "already exists" not in err and out.read_bytes() == before
+    if resume:
+        code, _, err = run(capsys, verb, *args, "--overwrite", "--resume")
+        assert code == 2 and "give one of them" in one_error(err)
+
+
+def test_a_rerun_without_resume_keeps_the_finished_file(capsys, tmp_path, pairs, tiny_dir):
+    out = tmp_path / "judgments.jsonl"
+    argv = ["judge", "--input", pairs, "--output", out, "--model", tiny_dir, *TINY, "--temperature", "0",
+            "--no-progress"]
+    code, stdout, _ = run(capsys, *argv)
+    assert code == 0 and len(out.read_text().splitlines()) == 4
+    assert "sampled(" not in stdout  # greedy verdicts are not marked
+    before = out.read_bytes()
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "already exists (4 lines); pass --resume to continue it, or --overwrite" in one_error(err)
+    assert out.read_bytes() == before
+    code, _, _ = run(capsys, *argv, "--overwrite")
+    assert code == 0 and out.read_bytes() == before  # the same judgments, written again on request
+
+
+def test_a_sampled_verdict_says_so_in_its_line_and_the_summary(capsys, tmp_path, pairs, tiny_dir):
+    out = tmp_path / "sampled.jsonl"
+    code, stdout, _ = run(capsys, "judge", "--input", pairs, "--output", out, "--model", tiny_dir, *TINY,
+                          "--temperature", "1", "--no-progress")
+    assert code == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    verdicts = [x for x in stdout.splitlines() if "winner=" in x]
+    assert len(verdicts) == 4 and all("sampled(T=1)" in x for x in verdicts), stdout
+    against = sum((r["winner"] == "A" and r["p_a"] < 0.5) or (r["winner"] == "B" and r["p_a"] > 0.5)
+                  for r in rows if r["status"] == "ok")
+    ok = sum(r["status"] == "ok" for r in rows)
+    assert (f"sampled verdicts (temperature 1): each winner is one draw from the judge, P(A>B) its probability; "
+            f"{against} of {ok} drawn winners go against P(A>B)") in stdout
+
+
+def test_the_audit_bar_at_ctrl_c_counts_the_rows_stored(capsys, monkeypatch, tmp_path, tiny_dir):
+    import brrm.audit.runner as runner
+
+    real, seen = runner.judge_records, []
+
+    def interrupted_after_two(*args, on_result, **kwargs):
+        def finished(i, result):
+            on_result(i, result)  # committed to the store
+            seen.append(i)
+            if len(seen) == 2:
+                raise KeyboardInterrupt  # as a Ctrl-C between two items, with turns of the others done
+        return real(*args, on_result=finished, **kwargs)
+
+    monkeypatch.setattr(runner, "judge_records", interrupted_after_two)
+    src = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(6))
+    out = tmp_path / "audit"
+    code, _, err = run(capsys, "audit", src, "--output", out, "--model", tiny_dir, *TINY_FLAGS,
+                       "--summary-every", "0.000001")
+    assert code == 130
+    conn = sqlite3.connect(str(out / "audit.sqlite"))
+    stored = conn.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+    conn.close()
+    assert stored == 2 and "audit interrupted: 2 of 6 rows are in the store" in err
+    counts = re.findall(r"auditing \(items stored\):.*?\| (\d+(?:\.\d+)?)/6 ", err)
+    assert counts and counts[-1] == "2" and all("." not in c for c in counts), err  # whole items, as stored
+    lines = [x for x in err.splitlines() if x.startswith("audit ") and "rows done" in x]
+    assert lines and not [x for x in lines if re.search(r"judged \d+\.\d", x)]  # never half an item
+    assert all("ETA when the first item is stored" in x for x in lines if "judged 0 this run" in x)
+
+
+def test_an_eta_comes_from_stored_items_only():
+    from brrm.audit.runner import progress_line
+
+    p = {"total": 10, "done": 0, "judged_this_run": 0, "by_status": {}}
+    assert "ETA when the first item is stored" in progress_line(p, 60.0)
+    p = {"total": 10, "done": 4, "judged_this_run": 2, "by_status": {"ok": 4}}
+    assert "judged 2 this run in 1m00s (0.03/s), ETA 3m00s" in progress_line(p, 60.0)  # 6 left at 2 a minute
+    assert "ETA" not in progress_line(p, 60.0, final=True)
+
+
+def test_the_audit_report_names_why_its_two_accuracies_differ(capsys, tmp_path, tiny_dir):
+    src = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(4))
+    out = tmp_path / "audit"
+    flags = [f for f in TINY_FLAGS if f not in ("--temperature", "0.0", "0")]
+    code, _, err = run(capsys, "audit", src, "--output", out, "--model", tiny_dir, *flags, "--temperature", "1",
+                       "--no-progress")
+    assert code == 0, err
+    overall = json.loads((out / "summary.json").read_text())["overall"]
+    a, c = overall["agreement"], overall["calibration"]
+    html = (out / "report.html").read_text()
+    verdicts = f"{a['accuracy']:.3f} ({a['correct']}/{a['labelled_ok']})"
+    if c["measured"]["accuracy"] == a["accuracy"] and c["labelled"] == a["labelled_ok"]:
+        assert f"equals the overview&#39;s accuracy of the verdicts, {verdicts}" in html
+    else:
+        assert f"the overview&#39;s accuracy of the verdicts is {verdicts}. They differ because" in html
+    if c["against"]:
+        assert f"{c['against']} of these {c['labelled']} winner" in html
+    assert "accuracy of the verdicts vs labels" in html
+
+
+def test_probe_shows_progress_and_takes_no_progress(capsys, tmp_path, pairs, tiny_dir):
+    argv = ["probe", pairs, "--probes", "position", "--limit", "1", "--model", tiny_dir, *TINY, "--temperature", "0",
+            "--bootstrap", "10"]
+    code, _, err = run(capsys, *argv, "--no-progress", "--progress")  # the last one says
+    assert code == 0 and "probing (pairs judged: originals, then each probe's)" in err and "| 2/2 " in err, err
+    code, _, err = run(capsys, *argv, "--no-progress")
+    assert code == 0 and "probing" not in err and "flip rate" in err

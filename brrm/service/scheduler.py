@@ -52,7 +52,7 @@ from brrm.errors import ConfigError
 from brrm.service.arrivals import Arrivals
 from brrm.service.breaker import BreakerOptions, CircuitBreaker
 from brrm.service.calls import CallOutcome, call_batch
-from brrm.service.isolation import Aborted, Runner, classify, describe
+from brrm.service.isolation import Aborted, NotCalled, Runner, classify, describe
 from brrm.service.jobs import Batch, Job, Slice, cuts, spread
 from brrm.service.metrics import Metrics
 from brrm.service.refusals import BatchFailed, BreakerOpen, DeadlineExceeded, QueueFull, SchedulerError, Unavailable
@@ -446,8 +446,9 @@ class Scheduler:
         for part, outcome in held:
             if backend:  # no item to blame: its retry is not bisected again (settled), and is told to wait
                 self.breaker.settle(part.key, [i for s in part.slices for i in s.job.items[s.start:s.end]])
-                self._each(part, BatchFailed(f"the backend is failing: the judge call failed for every item alone: "
-                                             f"{outcome.reason}", self.breaker.retry_after()))
+                why = str(outcome.error) if isinstance(outcome.error, NotCalled) else \
+                    f"the backend is failing: the judge call failed for every item alone: {outcome.reason}"
+                self._each(part, BatchFailed(why, self.breaker.retry_after()))
                 continue
             items = [item for s in part.slices for item in s.job.items[s.start:s.end]]
             values = tuple(self._failed_item(part.key, item, v) for item, v in zip(items, outcome.values,

@@ -3,7 +3,8 @@
 Starting a thread per call costs the event loop a wait until the new thread runs (``Thread.start`` blocks on
 it: ~16 ms each on a loaded 2-core box, measured under 200 clients). Workers wait on a queue instead. A worker
 stuck in an abandoned call simply stays busy; the next call finds no idle worker and starts a new one, so a
-stuck backend never blocks the calls that follow (the scheduler bounds how many calls it abandons).
+stuck reentrant backend never blocks the calls that follow (the scheduler bounds how many calls it abandons, and
+gives a backend that is not reentrant no next call until the stuck one returns: :mod:`brrm.service.stalls`).
 """
 
 from __future__ import annotations

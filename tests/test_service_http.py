@@ -264,7 +264,11 @@ def test_a_40_response_all_pairs_within_limits_is_split_into_calls_of_at_most_ma
 
 
 def test_overload_429_comes_before_the_body_is_parsed(tmp_path):
-    env = {"BRRM_TEST_FAKE": json.dumps({"turn1_s": 0.5, "turn2_s": 0.5})}
+    """One job in the model and two queued (each held there by ``<<STALL>>`` until the test writes the release
+    file): the queue is full, so 40 more requests, half of them invalid JSON, are each answered 429 while the held
+    work is still there (states are read from ``/metrics``, never guessed from sleeps)."""
+    release = tmp_path / "release"
+    env = {"BRRM_TEST_FAKE": json.dumps({"release_file": str(release)})}
     args = ["--factory", "tests.serve_helpers:fake_brrm", "--max-batch", "1", "--max-queue", "2", "--max-wait-ms",
             "0", "--no-warmup"]
     pair = {"pairs": [{"prompt": "q", "response_a": "good", "response_b": "b"}]}
@@ -273,12 +277,20 @@ def test_overload_429_comes_before_the_body_is_parsed(tmp_path):
         async def run() -> tuple[list[httpx.Response], list[float], int, list[bool]]:
             async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
                 def distinct(k: int) -> dict:  # identical requests in flight would share one job (single-flight)
-                    return {"pairs": [{"prompt": f"q{k}", "response_a": "good", "response_b": "b"}]}
+                    return {"pairs": [{"prompt": f"q{k}", "response_a": "good", "response_b": "b <<STALL>>"}]}
+
+                async def until(name: str, value: float) -> None:  # 60 s bounds a hang, not a speed
+                    for _ in range(1200):
+                        text = (await c.get("/metrics")).text
+                        if re.search(rf"^{name} {value}$", text, re.M):
+                            return
+                        await asyncio.sleep(0.05)
+                    raise AssertionError(f"{name} never reached {value}")
 
                 fill = [asyncio.ensure_future(c.post("/v1/judge", json=distinct(0)))]
-                await asyncio.sleep(0.2)  # running
+                await until("brrm_running_batches", 1.0)
                 fill += [asyncio.ensure_future(c.post("/v1/judge", json=distinct(k))) for k in (1, 2)]
-                await asyncio.sleep(0.2)  # one running, two queued: the queue is full
+                await until("brrm_queue_depth", 2.0)  # one running, two queued: the queue is full
 
                 async def timed(body: bytes) -> tuple[httpx.Response, float, bool]:
                     started = time.perf_counter()
@@ -287,6 +299,7 @@ def test_overload_429_comes_before_the_body_is_parsed(tmp_path):
 
                 refused = await asyncio.gather(*(timed(b"{not json" if k % 2 else json.dumps(pair).encode())
                                                  for k in range(40)))
+                release.write_text("")  # the held work may now finish
                 served = await asyncio.gather(*fill)
                 return ([r for r, _, _ in refused], [t for _, t, _ in refused],
                         sum(r.status_code == 200 for r in served), [d for _, _, d in refused])
@@ -297,7 +310,7 @@ def test_overload_429_comes_before_the_body_is_parsed(tmp_path):
     assert all(int(r.headers["Retry-After"]) >= 1 and r.json()["error"]["type"] == "queue_full" for r in refused)
     p99 = sorted(seconds)[int(0.99 * len(seconds))]
     print(f"\n429 latency under overload: max {max(seconds) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms")
-    assert not any(queue_drained)  # every 429 came before the work it would queue behind was done: none waited
+    assert not any(queue_drained)  # every 429 came while the work it would queue behind was held: none waited
 
 
 def test_a_stalled_call_past_its_deadline_frees_its_slot_within_a_healthy_jobs_deadline(tmp_path):

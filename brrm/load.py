@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, Unpack
 
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.errors import ConfigError
@@ -58,7 +58,9 @@ EMBEDDED_BUDGETS = {"max_new_tokens": 400, "max_total_tokens": 4096, "block_toke
 
 def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Backend = "transformers",
          config: JudgeConfig | None = None, calibration: str | os.PathLike[str] | None = None,
-         **options: Unpack[LoadOptions]) -> RewardJudge:
+         cascade: str | RewardJudge | None = None, cascade_kind: str = "auto", cascade_margin: float | None = None,
+         cascade_band: float | None = None, cascade_agree: bool = False,
+         cascade_options: Mapping[str, object] | None = None, **options: Unpack[LoadOptions]) -> RewardJudge:
     """Build a judge: a BR-RM pairwise judge, a Bradley–Terry reward model or a principle reward model.
 
     Args:
@@ -81,6 +83,16 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
         calibration: a ``calib.json`` written by ``brrm calibrate`` (:mod:`brrm.calibration`): every P(A ≻ B)
             the judge returns is then calibrated (``p_a``), with the raw one in ``p_a_raw`` and the
             calibration's hash in ``provenance.calibration``. Read and checked before the model loads.
+        cascade: a judge cascade (:class:`~brrm.compose.cascade.CascadeJudge`): the second judge, which decides every
+            pair this (first) judge is not confident about or fails on — a hub id, a local folder or a
+            ``brrm serve`` URL (loaded with ``cascade_kind`` and ``cascade_options``), or a built judge. Exactly
+            one confidence rule: ``cascade_margin`` (m >= 0: a Bradley–Terry |r_A − r_B| > m), ``cascade_band``
+            (δ in [0, 0.5): P(A ≻ B) outside [½ − δ, ½ + δ]) or ``cascade_agree=True`` (every swap order and voting
+            sample of the first judge agrees). The rule is checked before either model loads.
+        cascade_kind: the second judge's kind (as ``kind``; ``auto`` where the checkpoint tells).
+        cascade_margin, cascade_band, cascade_agree: the cascade's confidence rule (above).
+        cascade_options: the second judge's :func:`load` keywords (its flat options, and ``backend``: default this
+            judge's backend name, or ``transformers`` under a backend object).
 
     Returns:
         A :class:`~brrm.RewardJudge` (``judge_pairs``, ``score``, ``rank``, ``judge``, ``score_one``, ``info``).
@@ -91,6 +103,12 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
         BackendUnavailable: when the backend's package (vllm) or the embedded model's package is missing.
     """
     check_choice("kind", kind, ("auto", *KINDS))
+    if cascade is not None:
+        return _load_cascade(model, cascade, {"kind": kind, "backend": backend, "config": config,
+                                              "calibration": calibration, **options},
+                             {"cascade_kind": cascade_kind, "cascade_margin": cascade_margin,
+                              "cascade_band": cascade_band, "cascade_agree": cascade_agree,
+                              "cascade_options": cascade_options})
     if is_remote(model, backend):
         from brrm.service.connect import load_remote  # a brrm serve URL: the one HTTP client
 
@@ -110,6 +128,39 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
     if spec is not None:
         judge.info = replace(judge.info, spec=replace(spec, fingerprint=judge.info.fingerprint))
     return judge
+
+
+def _load_cascade(model: str | None, cascade: str | RewardJudge, first: dict[str, Any],
+                  rule: dict[str, Any]) -> RewardJudge:
+    """The cascade of the judge ``load(model, **first)`` and the second judge ``cascade`` under ``rule`` (the
+    ``cascade_*`` keywords), its spec (when both are named) carrying every keyword so that ``spec.load()`` rebuilds it.
+
+    Raises:
+        ConfigError: on an invalid rule (before anything loads), and as :func:`load` for either judge.
+    """
+    from brrm.compose.cascade import CascadeJudge, Confidence
+
+    confidence = Confidence.of(margin=rule["cascade_margin"], band=rule["cascade_band"], agree=rule["cascade_agree"])
+    extra = dict(rule["cascade_options"] or {})
+    backend = first["backend"]
+    named_backend = isinstance(backend, str) and not is_remote(None, backend)
+    extra.setdefault("backend", backend if named_backend else "transformers")  # a serve URL names its own
+    judge = load(model, **first)
+    try:
+        second = cascade if not isinstance(cascade, str) else load(cascade, kind=rule["cascade_kind"], **extra)
+        built = CascadeJudge(judge, second, confidence)
+    except BaseException:
+        judge.close()
+        raise
+    spec, rebuilt = judge.info.spec, None
+    if spec is not None and isinstance(cascade, str):  # a built second judge, or options that are no JSON: no spec
+        named = {k: v for k, v in rule.items() if v is not None and v is not False}
+        try:
+            rebuilt = replace(spec, options={**spec.options, "cascade": cascade, **named})
+        except ConfigError:
+            rebuilt = None
+    built.info = replace(built.info, spec=rebuilt)
+    return built
 
 
 def check(model: str | None = None, /, *, kind: str = "auto", backend: str | Backend = "transformers",

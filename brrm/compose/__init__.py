@@ -5,13 +5,16 @@
 * :mod:`~brrm.compose.strategies` — pairwise → scalar over groups (reference, round-robin, circular, knockout),
   batched across groups;
 * :mod:`~brrm.compose.judges` — :class:`PairwiseRewardJudge` (BR-RM) and :class:`ScalarRewardJudge`
-  (Bradley–Terry, principle models).
+  (Bradley–Terry, principle models);
+* :mod:`~brrm.compose.cascade` — :class:`CascadeJudge`: a first judge decides alone where it is confident, a second
+  judge decides the rest.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from brrm.compose.cascade import CascadeJudge, Confidence
 from brrm.compose.judges import PairwiseRewardJudge, ScalarRewardJudge
 from brrm.compose.pairwise import adjusted_win_rate, pairwise_from_rewards, rank_by_win_rate, sigmoid
 from brrm.compose.strategies import (
@@ -27,6 +30,8 @@ from brrm.errors import ConfigError
 from brrm.types import OrderedPairJudge, ScalarRewardModel
 
 __all__ = [
+    "CascadeJudge",
+    "Confidence",
     "GroupPlan",
     "PairwiseRewardJudge",
     "ScalarRewardJudge",

@@ -42,10 +42,81 @@ from brrm.types.cost import JudgmentCost
 from brrm.types.protocols import Principles
 from brrm.types.strategies import check_strategy
 
-__all__ = ["OnResult", "OnStep", "PairwiseRewardJudge", "ScalarRewardJudge"]
+__all__ = ["OnResult", "OnStep", "PairwiseRewardJudge", "PairwiseSurface", "ScalarRewardJudge"]
 
 
-class PairwiseRewardJudge(_Base):
+class PairwiseSurface(_Base):
+    """What a judge of pairs builds on its ``judge_pairs``: P(response ≻ reference) as a score, and group strategies
+    whose judgments run batched across groups (:class:`PairwiseRewardJudge`, and the judge cascade of
+    :mod:`brrm.compose.cascade`). A subclass sets ``swap`` (its default; None: its stages' own)."""
+
+    swap: bool | None
+
+    def score(self, conversations: Sequence[ConversationLike],
+              responses: Sequence[str], /, *, principles: Principles = None,
+              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
+              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
+        """P(response ≻ reference) per item, in [0, 1] (the judgment's p_a, else 1 / 0.5 / 0); N judgments.
+        ``on_result(i, reward)`` is called as soon as item ``i`` is final.
+
+        Raises:
+            ConfigError: without ``references`` (a pairwise judge scores only against something), with
+                principles, or on mismatched lengths.
+        """
+        if references is None:
+            raise ConfigError("a pairwise judge scores a response against a reference: pass references=[...]")
+        n = check_same_length(conversations=conversations, responses=responses, references=references)
+        rids = _ids(ids, n)
+        out: list[ScalarReward | None] = [_unscorable(responses[k], references[k], rids[k]) for k in range(n)]
+        todo = [k for k in range(n) if out[k] is None]
+        report = None
+        if on_result is not None:
+            for k, r in enumerate(out):
+                if r is not None:
+                    on_result(k, r)
+
+            def report(t: int, jd: PairwiseJudgment) -> None:
+                on_result(todo[t], reference_reward(jd, todo[t]))
+
+        judgments = self.judge_pairs([conversations[k] for k in todo], [responses[k] for k in todo],
+                                     [references[k] for k in todo], ids=[rids[k] for k in todo],
+                                     principles=principles, progress=progress, on_result=report) if todo else []
+        for k, jd in zip(todo, judgments, strict=True):
+            out[k] = reference_reward(jd, k)
+        return [r for r in out if r is not None]
+
+    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
+                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
+                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
+        """Rank each group of responses to its conversation; every round's judgments of all groups run in one
+        batch (see :mod:`brrm.compose.strategies` for the judgments each strategy costs).
+
+        Raises:
+            ConfigError: on an unknown strategy, ``scores`` (no scalar score), a missing reference, principles,
+                or mismatched lengths.
+        """
+        convs = _groups(conversations, groups, references)
+        strategy = check_strategy(strategy, pairwise=True, has_reference=references is not None)
+        swap = False if strategy == "round_robin" else (self.swap if swap is None else check_bool("swap", swap))
+        blank = [references is not None and is_blank(strip_reasoning(references[g])[0]) for g in range(len(groups))]
+        plans = [GroupPlan(strategy, 0 if blank[g] else len(group), swap=bool(swap)) for g, group in enumerate(groups)]
+
+        def text(g: int, k: int) -> str:
+            return groups[g][k] if k < len(groups[g]) else references[g]  # type: ignore[index]
+
+        def judge(triples: list[tuple[int, int, int]]) -> list[PairwiseJudgment]:
+            return self.judge_pairs([convs[g] for g, _, _ in triples], [text(g, i) for g, i, _ in triples],
+                                    [text(g, j) for g, _, j in triples], swap=swap, principles=principles,
+                                    progress=progress)
+
+        run_plans(plans, judge)
+        missing = "the reference is empty: the group's responses are scored against it"
+        return [plan.result() if not blank[g] else build_group(strategy, [
+            ScalarReward.failed(Status.INVALID_INPUT, missing, id=str(k)) for k in range(len(groups[g]))],
+            (0.0, 1.0), [], []) for g, plan in enumerate(plans)]
+
+
+class PairwiseRewardJudge(PairwiseSurface):
     """The :class:`~brrm.RewardJudge` of an ordered-pair judge (BR-RM).
 
     Args:
@@ -59,6 +130,8 @@ class PairwiseRewardJudge(_Base):
         ConfigError: when ``swap`` is not a bool, ``samples`` not an int >= 1, or ``samples`` > 1 for a model
             that cannot draw separate samples.
     """
+
+    swap: bool
 
     def __init__(self, model: OrderedPairJudge, *, swap: bool = False, samples: int = 1) -> None:
         self.model = model
@@ -131,66 +204,3 @@ class PairwiseRewardJudge(_Base):
             out = judge_with_swap(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
                                   ids=_ids(ids, n), progress=progress, on_result=report, on_step=on_step)
         return [replace(j, label=labels[i]) for i, j in enumerate(out)] if labels is not None else out
-
-    def score(self, conversations: Sequence[ConversationLike],
-              responses: Sequence[str], /, *, principles: Principles = None,
-              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
-              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
-        """P(response ≻ reference) per item, in [0, 1] (the judgment's p_a, else 1 / 0.5 / 0); N judgments.
-        ``on_result(i, reward)`` is called as soon as item ``i`` is final.
-
-        Raises:
-            ConfigError: without ``references`` (a pairwise judge scores only against something), with
-                principles, or on mismatched lengths.
-        """
-        if references is None:
-            raise ConfigError("a pairwise judge scores a response against a reference: pass references=[...]")
-        n = check_same_length(conversations=conversations, responses=responses, references=references)
-        rids = _ids(ids, n)
-        out: list[ScalarReward | None] = [_unscorable(responses[k], references[k], rids[k]) for k in range(n)]
-        todo = [k for k in range(n) if out[k] is None]
-        report = None
-        if on_result is not None:
-            for k, r in enumerate(out):
-                if r is not None:
-                    on_result(k, r)
-
-            def report(t: int, jd: PairwiseJudgment) -> None:
-                on_result(todo[t], reference_reward(jd, todo[t]))
-
-        judgments = self.judge_pairs([conversations[k] for k in todo], [responses[k] for k in todo],
-                                     [references[k] for k in todo], ids=[rids[k] for k in todo],
-                                     principles=principles, progress=progress, on_result=report) if todo else []
-        for k, jd in zip(todo, judgments, strict=True):
-            out[k] = reference_reward(jd, k)
-        return [r for r in out if r is not None]
-
-    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
-                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
-                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
-        """Rank each group of responses to its conversation; every round's judgments of all groups run in one
-        batch (see :mod:`brrm.compose.strategies` for the judgments each strategy costs).
-
-        Raises:
-            ConfigError: on an unknown strategy, ``scores`` (no scalar score), a missing reference, principles,
-                or mismatched lengths.
-        """
-        convs = _groups(conversations, groups, references)
-        strategy = check_strategy(strategy, pairwise=True, has_reference=references is not None)
-        swap = False if strategy == "round_robin" else (self.swap if swap is None else check_bool("swap", swap))
-        blank = [references is not None and is_blank(strip_reasoning(references[g])[0]) for g in range(len(groups))]
-        plans = [GroupPlan(strategy, 0 if blank[g] else len(group), swap=swap) for g, group in enumerate(groups)]
-
-        def text(g: int, k: int) -> str:
-            return groups[g][k] if k < len(groups[g]) else references[g]  # type: ignore[index]
-
-        def judge(triples: list[tuple[int, int, int]]) -> list[PairwiseJudgment]:
-            return self.judge_pairs([convs[g] for g, _, _ in triples], [text(g, i) for g, i, _ in triples],
-                                    [text(g, j) for g, _, j in triples], swap=swap, principles=principles,
-                                    progress=progress)
-
-        run_plans(plans, judge)
-        missing = "the reference is empty: the group's responses are scored against it"
-        return [plan.result() if not blank[g] else build_group(strategy, [
-            ScalarReward.failed(Status.INVALID_INPUT, missing, id=str(k)) for k in range(len(groups[g]))],
-            (0.0, 1.0), [], []) for g, plan in enumerate(plans)]

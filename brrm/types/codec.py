@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from brrm.types.cascade import CascadeDecision, CascadeRule, CascadeStage, CascadeWhy
 from brrm.types.config import SamplingConfig
 from brrm.types.results import GroupResult, PairwiseJudgment, Provenance, ScalarReward, Status, Verdict
 
@@ -65,7 +66,18 @@ def judgment_from_dict(d: Mapping[str, Any]) -> PairwiseJudgment:
         p_a=_num(d["p_a"]), p_a_raw=_num(d.get("p_a_raw")), logit_1=_num(d["logit_1"]), logit_2=_num(d["logit_2"]),
         provenance=provenance_from_dict(d["provenance"]), id=d["id"], label=Verdict(d["label"]),
         attempts=d["attempts"], sub_judgments=tuple(judgment_from_dict(s) for s in d.get("sub_judgments", ())),
-        consistent=d["consistent"], samples=d.get("samples", 1), agreement=_num(d.get("agreement")))
+        consistent=d["consistent"], samples=d.get("samples", 1), agreement=_num(d.get("agreement")),
+        cascade=cascade_from_dict(d.get("cascade")))
+
+
+def cascade_from_dict(d: Mapping[str, Any] | None) -> CascadeDecision | None:
+    """A :class:`~brrm.types.cascade.CascadeDecision` from its dict (None stays None)."""
+    if d is None:
+        return None
+    first = d.get("first")
+    return CascadeDecision(stage=CascadeStage(d["stage"]), why=CascadeWhy(d["why"]), rule=CascadeRule(d["rule"]),
+                           threshold=_num(d.get("threshold")), measure=_num(d.get("measure")),
+                           detail=d.get("detail", ""), first=judgment_from_dict(first) if first is not None else None)
 
 
 def reward_from_dict(d: Mapping[str, Any]) -> ScalarReward:

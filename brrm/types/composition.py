@@ -23,6 +23,8 @@ class Composition:
         on_tie: what a scalar model's tie becomes (``tie``, ``A`` or ``B``); None for a pairwise judge.
         principles: a principle model's default principles (its reward is their mean); () for none.
         calibration: the hash of the calibration applied to every P(A ≻ B) (``brrm calibrate``); "" for none.
+        cascade: a judge cascade's rule and second judge (:mod:`brrm.compose.cascade`), as canonical JSON text (so a
+            cascade's records never share a store key with its first judge's alone); "" for none.
     """
 
     swap: bool | None = None
@@ -31,11 +33,12 @@ class Composition:
     on_tie: str | None = None
     principles: tuple[str, ...] = ()
     calibration: str = ""
+    cascade: str = ""
 
     def to_dict(self) -> JSONDict:
         """The JSON entries a judge's records carry for these settings (under ``options``, beside the model's own):
         ``swap`` (pairwise judges), ``samples`` (only with voting), ``margin`` and ``on_tie`` (scalar models),
-        ``principle`` (only when set) and ``calibration`` (only when set)."""
+        ``principle``, ``calibration`` and ``cascade`` (each only when set)."""
         out: JSONDict = {}
         if self.swap is not None:
             out["swap"] = self.swap
@@ -49,6 +52,8 @@ class Composition:
             out["principle"] = list(self.principles)
         if self.calibration:
             out["calibration"] = self.calibration
+        if self.cascade:
+            out["cascade"] = self.cascade
         return out
 
     @classmethod
@@ -57,6 +62,7 @@ class Composition:
         entries of the wrong type count as absent (a record from another program is read, never trusted)."""
         swap, samples, margin = options.get("swap"), options.get("samples"), options.get("margin")
         on_tie, principle, calibration = options.get("on_tie"), options.get("principle"), options.get("calibration")
+        cascade = options.get("cascade")
         principles = ((principle,) if isinstance(principle, str) else
                       tuple(p for p in principle if isinstance(p, str)) if isinstance(principle, list) else ())
         return cls(swap=swap if isinstance(swap, bool) else None,
@@ -64,4 +70,5 @@ class Composition:
                    else 1,
                    margin=float(margin) if isinstance(margin, int | float) and not isinstance(margin, bool) else None,
                    on_tie=on_tie if isinstance(on_tie, str) else None, principles=principles,
-                   calibration=calibration if isinstance(calibration, str) else "")
+                   calibration=calibration if isinstance(calibration, str) else "",
+                   cascade=cascade if isinstance(cascade, str) else "")

@@ -71,3 +71,64 @@ class JudgmentCost:
             head = (f"{self.n} {'pairs' if self.shape == 'pairs' else 'items'} x {self.orders} "
                     f"order{'s' * (self.orders != 1)} x {self.samples} sample{'s' * (self.samples != 1)}")
         return f"{head} = {self.total} judgments ({self.generations} generations)"
+
+
+@dataclass(frozen=True)
+class CascadeCost(JudgmentCost):
+    """What a judge cascade's request costs (:mod:`brrm.compose.cascade`): its first judge on every item, and its
+    second judge on the items the first was not confident about (or failed on).
+
+    Each stage's cost is its own judge's (:meth:`~brrm.RewardJudge.judgment_cost`); the two stages may count
+    different units (a Bradley–Terry first stage scores sequences, a BR-RM second stage runs two-turn judgments).
+    :attr:`total` and :attr:`generations` are the worst case, both stages on every item; :meth:`expected` is the
+    cost at an escalation rate (the share of items sent to the second judge, e.g. measured by
+    :func:`brrm.compose.cascade.escalation_rate` on earlier results: no rate is assumed here).
+
+    Attributes:
+        first: the first judge's cost for the whole request.
+        second: the second judge's cost for the whole request (what it costs when every item escalates).
+    """
+
+    first: JudgmentCost | None = None
+    second: JudgmentCost | None = None
+
+    def _stages(self) -> tuple[JudgmentCost, JudgmentCost]:
+        if self.first is None or self.second is None:
+            raise ValueError("a CascadeCost needs both stages' costs")
+        return self.first, self.second
+
+    @property
+    def total(self) -> int:
+        """Worst case: the first stage's units plus the second stage's on every item (``judge.cost(...)``)."""
+        first, second = self._stages()
+        return first.total + second.total
+
+    @property
+    def generations(self) -> int:
+        """Worst case model generations (or scoring passes): both stages' on every item."""
+        first, second = self._stages()
+        return first.generations + second.generations
+
+    def expected(self, escalation_rate: float) -> float:
+        """Expected units at ``escalation_rate`` in [0, 1]: the first stage's total plus that share of the
+        second's (each stage's units are linear in the items it judges).
+
+        Raises:
+            ValueError: on a rate outside [0, 1] or NaN.
+        """
+        first, second = self._stages()
+        if not 0.0 <= escalation_rate <= 1.0:
+            raise ValueError(f"escalation_rate must be in [0, 1], got {escalation_rate!r}")
+        return first.total + escalation_rate * second.total
+
+    def expected_generations(self, escalation_rate: float) -> float:
+        """Expected model generations at ``escalation_rate`` in [0, 1] (as :meth:`expected`)."""
+        first, second = self._stages()
+        self.expected(escalation_rate)  # checks the rate
+        return first.generations + escalation_rate * second.generations
+
+    def describe(self) -> str:
+        """One line: both stages' costs, e.g. ``cascade: 16 scored sequences, then up to 8 pairs x 1 order x 1
+        sample = 8 judgments (16 generations) on escalated items``."""
+        first, second = self._stages()
+        return f"cascade: {first.describe()}, then up to {second.describe()} on escalated items"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brrm.errors import ConfigError
+from brrm.types.cascade import CascadeDecision
 from brrm.types.config import SamplingConfig, check_text
 from brrm.types.jsonvalue import JSONDict, JSONValue
 
@@ -164,6 +165,8 @@ class PairwiseJudgment:
         agreement: under voting, the share of ok sampled judgments that gave the majority's verdict (the
             largest vote count over the ok ones), in [1/3, 1]; NaN (``null``) without voting or without an
             ok sample.
+        cascade: which stage of a judge cascade decided this result and why, with the first stage's judgment when
+            the second decided (:class:`~brrm.types.cascade.CascadeDecision`); None outside a cascade.
     """
 
     winner: Verdict
@@ -189,6 +192,7 @@ class PairwiseJudgment:
     consistent: bool | None = None
     samples: int = 1
     agreement: float = math.nan
+    cascade: CascadeDecision | None = None
 
     def __post_init__(self) -> None:
         if self.status is Status.OK and self.winner is Verdict.NONE:
@@ -270,6 +274,8 @@ class PairwiseJudgment:
             out["agreement"] = num(self.agreement)
         if self.sub_judgments:
             out["sub_judgments"] = [j.to_dict() for j in self.sub_judgments]
+        if self.cascade is not None:  # only a cascade's results carry it
+            out["cascade"] = self.cascade.to_dict()
         return out
 
 

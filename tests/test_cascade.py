@@ -1,0 +1,235 @@
+"""The judge cascade (issue 48.1): a first judge decides alone where it is confident, a second judge decides the
+rest. Scripted judges of known behaviour: a real Bradley–Terry judge over a scripted classifier (reward = the number
+in the response, ``BOOM`` a backend error) and a scripted ordered-pair judge (BR-RM's interface) whose verdicts and
+P(A ≻ B) are set per pair; both count the model calls they make."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import brrm
+from brrm.backends.fake import FakeBackend
+from brrm.compose import PairwiseRewardJudge
+from brrm.compose.cascade import CascadeJudge, Confidence, escalation_rate
+from brrm.errors import ConfigError
+from brrm.testing import build_tiny_tokenizer
+from brrm.types import JudgeInfo, PairwiseJudgment, Status, Verdict
+from brrm.types.cascade import CascadeRule, CascadeStage, CascadeWhy
+from brrm.types.codec import judgment_from_dict
+from brrm.types.cost import CascadeCost
+
+CONV = [{"role": "user", "content": "which is better?"}]
+
+
+def _reward(prompt: str) -> float | Exception:
+    """The scripted classifier: the last ``r<number>`` of the prompt is the reward; ``BOOM`` fails."""
+    if "BOOM" in prompt:
+        return RuntimeError("scripted classifier failure")
+    return float(re.findall(r"r(-?\d+(?:\.\d+)?)", prompt)[-1])
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    return build_tiny_tokenizer()
+
+
+def _bt(tokenizer: Any, **options: Any) -> tuple[brrm.RewardJudge, FakeBackend]:
+    backend = FakeBackend(tokenizer, score_script=_reward)
+    return brrm.load(kind="bt", backend=backend, **options), backend
+
+
+class Ordered:
+    """A scripted ordered-pair judge: ``table[(first, second)] = (verdict in the shown frame, P(first ≻ second))``;
+    a pair not in the table: response 1 wins with P 0.9. ``calls`` counts ordered judgments (one per model run)."""
+
+    def __init__(self, table: dict[tuple[str, str], tuple[Verdict, float]] | None = None, name: str = "second"):
+        self.table = table or {}
+        self.calls = 0
+        self.info = JudgeInfo(model=f"scripted-{name}", kind="brrm", recipe="scripted", backend="fake",
+                              chat_template_hash="", template_hash="", default_strategy="round_robin",
+                              fingerprint=f"fp-{name}")
+
+    def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
+                      ids: Sequence[str] | None = None, progress: Any = None, **_: Any) -> list[PairwiseJudgment]:
+        self.calls += len(first)
+        out = []
+        for k, (a, b) in enumerate(zip(first, second, strict=True)):
+            verdict, p = self.table.get((a, b), (Verdict.A, 0.9))
+            rid = ids[k] if ids is not None else ""
+            out.append(PairwiseJudgment(Verdict.NONE, Status.PARSE_FAILURE, "scripted: no verdict", id=rid)
+                       if verdict is Verdict.NONE else
+                       PairwiseJudgment(verdict, Status.OK, p_a=p, id=rid, prompt_tokens=100, generated_tokens=40))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+# margins r_A - r_B: 3, -2.5, 1.5 (outside m = 1), 0.5, -0.2, 0.9 (inside), and a first-stage failure (BOOM)
+PAIRS = [("r4", "r1"), ("r1", "r3.5"), ("r2", "r0.5"), ("r1", "r0.5"), ("r0.8", "r1"), ("r1.9", "r1"),
+         ("BOOM r1", "r2")]
+INSIDE = [3, 4, 5]
+FAILED = [6]
+
+
+def _pairs() -> tuple[list[Any], list[str], list[str]]:
+    return [CONV] * len(PAIRS), [a for a, _ in PAIRS], [b for _, b in PAIRS]
+
+
+def test_margin_escalates_exactly_the_items_inside_and_the_failure(tokenizer):
+    first, backend = _bt(tokenizer)
+    ordered = Ordered()
+    judge = CascadeJudge(first, PairwiseRewardJudge(ordered), Confidence.of(margin=1.0))
+    out = judge.judge_pairs(*_pairs(), ids=[f"p{i}" for i in range(len(PAIRS))])
+    escalated = [i for i, j in enumerate(out) if j.cascade is not None and j.cascade.escalated]
+    assert escalated == INSIDE + FAILED and ordered.calls == len(escalated)
+    whys = [j.cascade.why for j in out if j.cascade is not None]
+    assert whys == [CascadeWhy.CONFIDENT] * 3 + [CascadeWhy.UNCERTAIN] * 3 + [CascadeWhy.FIRST_FAILED]
+    for i in (0, 1, 2):  # the first stage's own judgment: its winner, σ(r_A - r_B), its provenance
+        c = out[i].cascade
+        assert c is not None and c.stage is CascadeStage.FIRST and c.first is None and c.rule is CascadeRule.MARGIN
+        assert out[i].provenance is not None and out[i].provenance.backend == "fake"
+    assert [out[i].winner for i in range(3)] == [Verdict.A, Verdict.B, Verdict.A]
+    assert out[0].cascade.measure == pytest.approx(3.0) and out[0].cascade.detail == "|r_A - r_B| = 3 > 1"
+    assert out[3].cascade.measure == pytest.approx(0.5) and out[3].cascade.detail == "|r_A - r_B| = 0.5 <= 1"
+    for i in INSIDE + FAILED:  # the second's verdict and P, the first's judgment kept beside it
+        c = out[i].cascade
+        assert c is not None and c.stage is CascadeStage.SECOND and c.first is not None
+        assert (out[i].winner, out[i].p_a, out[i].id) == (Verdict.A, 0.9, f"p{i}")
+        assert out[i].generated_tokens == 40 and out[i].prompt_tokens == 100 + c.first.prompt_tokens
+    failed = out[6].cascade
+    assert failed is not None and failed.first is not None and failed.first.status is Status.BACKEND_ERROR
+    assert failed.detail.startswith("first stage backend_error: response A:") and math.isnan(failed.measure)
+    assert len(backend.prompts) == 2 * len(PAIRS)  # the first stage scored every response once
+    # the decision survives the results' JSON (audit store, remote replies)
+    assert [judgment_from_dict(j.to_dict()).to_dict() for j in out] == [j.to_dict() for j in out]
+    assert out[3].to_dict()["cascade"]["first"]["p_a"] == pytest.approx(1 / (1 + math.exp(-0.5)))
+
+
+def test_costs_worst_case_and_expected_match_the_calls_made(tokenizer):
+    first, backend = _bt(tokenizer)
+    ordered = Ordered()
+    judge = CascadeJudge(first, PairwiseRewardJudge(ordered, swap=True), Confidence.of(margin=1.0))
+    n = len(PAIRS)
+    cost = judge.judgment_cost("pairs", n)
+    assert isinstance(cost, CascadeCost) and judge.cost("pairs", n) == cost.total
+    assert cost.first is not None and cost.second is not None
+    assert (cost.first.total, cost.second.total) == (2 * n, 2 * n)  # 2n scored sequences; n pairs x 2 orders
+    assert cost.total == 4 * n and cost.generations == 2 * n + 2 * 2 * n  # one pass each; two turns per judgment
+    out = judge.judge_pairs(*_pairs())
+    rate = escalation_rate(out)
+    assert rate == pytest.approx(4 / 7)
+    made = len(backend.prompts) + ordered.calls  # scored sequences + ordered judgments actually run
+    assert made == cost.expected(rate) == 2 * n + 2 * 4
+    assert cost.expected(1.0) == cost.total and cost.expected(0.0) == 2 * n
+    assert "then up to 7 pairs x 2 orders" in cost.describe()
+    with pytest.raises(ValueError, match="escalation_rate must be in"):
+        cost.expected(1.5)
+
+
+def test_band_on_a_single_sample_probability_and_a_failure_escalates():
+    p = {("x1", "y1"): (Verdict.A, 0.95), ("x2", "y2"): (Verdict.A, 0.55), ("x3", "y3"): (Verdict.B, 0.3),
+         ("x4", "y4"): (Verdict.B, 0.45), ("x5", "y5"): (Verdict.NONE, math.nan)}
+    cheap, strong = Ordered(p, "first"), Ordered(name="second")
+    judge = CascadeJudge(PairwiseRewardJudge(cheap), PairwiseRewardJudge(strong), Confidence.of(band=0.1))
+    out = judge.judge_pairs([CONV] * 5, [f"x{k}" for k in range(1, 6)], [f"y{k}" for k in range(1, 6)])
+    assert [j.cascade.escalated for j in out if j.cascade] == [False, True, False, True, True]
+    assert (cheap.calls, strong.calls) == (5, 3)
+    assert [j.p_a for j in out] == [0.95, 0.9, 0.3, 0.9, 0.9]
+    assert out[2].cascade is not None and out[2].cascade.detail == "|P(A > B) - 0.5| = 0.2 > 0.1"
+    assert out[4].cascade is not None and out[4].cascade.why is CascadeWhy.FIRST_FAILED
+    assert out[4].provenance is None and out[4].cascade.first is not None  # the scripted judges record none
+
+
+def test_agree_on_swap_orders_escalates_only_the_inconsistent():
+    # x2 is judged by position (first shown wins both orders): its swap orders disagree
+    table = {("x2", "y2"): (Verdict.A, 0.8), ("y2", "x2"): (Verdict.A, 0.8), ("y1", "x1"): (Verdict.B, 0.2)}
+    cheap, strong = Ordered(table, "first"), Ordered(name="second")
+    with pytest.raises(ConfigError, match="cascade_agree needs a first judge of pairs with swap=True"):
+        CascadeJudge(PairwiseRewardJudge(cheap), PairwiseRewardJudge(strong), Confidence.of(agree=True))
+    judge = CascadeJudge(PairwiseRewardJudge(cheap, swap=True), PairwiseRewardJudge(strong),
+                         Confidence.of(agree=True))
+    out = judge.judge_pairs([CONV] * 2, ["x1", "x2"], ["y1", "y2"])
+    assert [j.cascade.escalated for j in out if j.cascade] == [False, True]
+    assert out[0].cascade is not None and out[0].cascade.detail == "2 of 2 ordered judgments agree"
+    assert out[1].cascade is not None and out[1].cascade.first is not None
+    assert out[1].cascade.first.consistent is False and out[1].cascade.measure == 0.5
+    assert (cheap.calls, strong.calls) == (4, 1)
+
+
+def test_results_do_not_depend_on_the_batch(tokenizer):
+    first, _ = _bt(tokenizer)
+    judge = CascadeJudge(first, PairwiseRewardJudge(Ordered()), Confidence.of(margin=1.0))
+    convs, a, b = _pairs()
+    batch = [j.to_dict() for j in judge.judge_pairs(convs, a, b)]
+    alone = [judge.judge_pairs([convs[i]], [a[i]], [b[i]])[0].to_dict() for i in range(len(a))]
+    reversed_batch = [j.to_dict() for j in judge.judge_pairs(convs[::-1], a[::-1], b[::-1])][::-1]
+    assert batch == alone == reversed_batch
+
+
+def test_rules_are_checked():
+    with pytest.raises(ConfigError, match="exactly one confidence rule"):
+        Confidence.of()
+    with pytest.raises(ConfigError, match="exactly one confidence rule"):
+        Confidence.of(margin=1.0, band=0.1)
+    with pytest.raises(ConfigError, match=r"cascade_band must be in \[0, 0.5\)"):
+        Confidence.of(band=0.5)
+    with pytest.raises(ConfigError, match="cascade_margin"):
+        Confidence.of(margin=-1.0)
+    with pytest.raises(ConfigError, match="exactly one confidence rule"):  # before the (missing) models load
+        brrm.load("/nonexistent/first", cascade="/nonexistent/second")
+
+
+def test_load_builds_the_cascade_and_its_info_says_so(tokenizer):
+    second = PairwiseRewardJudge(Ordered())
+    judge, backend = _bt(tokenizer, cascade=second, cascade_band=0.2)
+    assert isinstance(judge, CascadeJudge) and isinstance(judge, brrm.RewardJudge)
+    assert judge.info.pairwise and judge.info.needs_reference and judge.info.default_strategy == "round_robin"
+    recorded = judge.info.to_dict()["options"]["cascade"]
+    assert '"rule":"band"' in recorded and '"model":"scripted-second"' in recorded and '"threshold":0.2' in recorded
+    assert brrm.JudgeInfo.from_dict(judge.info.to_dict()).composition.cascade == recorded
+    one = judge.judge(CONV, "r2", "r1")  # σ(1) = 0.73: |P - 0.5| = 0.23 > 0.2
+    assert one.cascade is not None and not one.cascade.escalated and one.winner is Verdict.A
+    assert judge.score([CONV, CONV], ["r1", "r3"], references=["r1.2", "r1"])[1].reward == pytest.approx(
+        1 / (1 + math.exp(-2)))
+    variant = judge.with_options(cascade_margin=5.0, margin=0.1)
+    assert isinstance(variant, CascadeJudge) and variant.confidence == Confidence(CascadeRule.MARGIN, 5.0)
+    assert variant.first.info.composition.margin == 0.1
+
+
+def test_trl_group_rewards_through_the_cascade(tokenizer):
+    """TRL's reward function (group mode, circular) over a cascade: each GRPO group ranked from cascade judgments."""
+    from brrm.rlhf.trl import trl_reward
+
+    table = {("r1", "r1.5"): (Verdict.B, 0.2), ("r1.5", "r1"): (Verdict.A, 0.8)}
+    strong = Ordered(table)
+    judge, _ = _bt(tokenizer, cascade=PairwiseRewardJudge(strong), cascade_margin=1.0)
+    rf = trl_reward(judge, mode="group", num_generations=3, strategy="circular")
+    rewards = rf(prompts=["which is better?"] * 3, completions=["r5", "r1", "r1.5"])
+    # circular: (0,1), (1,2), (2,0); only (1,2) is inside the margin and goes to the scripted second judge
+    # (the scripted second judge says r1.5 beats r1): r5 wins both its judgments, r1 none, r1.5 one of two
+    assert strong.calls == 1
+    assert rewards == pytest.approx([1.0, 0.0, 0.5])
+
+
+def test_a_named_second_judge_is_in_the_spec_and_the_spec_rebuilds_the_cascade(tmp_path):
+    from brrm.testing import save_tiny_qwen3
+
+    tiny = str(save_tiny_qwen3(tmp_path / "tiny"))
+    judge = brrm.load(tiny, kind="brrm", thinking="off", swap=True, cascade=tiny, cascade_kind="brrm",
+                      cascade_agree=True, cascade_options={"thinking": "off", "samples": 3})
+    assert isinstance(judge, CascadeJudge) and judge.confidence.rule is CascadeRule.AGREE
+    assert judge.second.info.composition.samples == 3 and judge.first.info.composition.swap is True
+    spec = judge.info.spec
+    assert spec is not None and spec.options["cascade"] == tiny and spec.options["cascade_agree"] is True
+    again = brrm.JudgeSpec.from_json(spec.to_json()).load()
+    try:
+        assert isinstance(again, CascadeJudge) and again.info.to_dict() == judge.info.to_dict()
+    finally:
+        again.close()
+        judge.close()

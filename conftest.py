@@ -9,4 +9,4 @@ for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "
 # sybil comes with the dev extra; a venv without it (the vLLM tier's) runs its tests without the docs examples,
 # and the main tier's tests/test_docs_site.py fails where sybil is missing, so the examples never skip silently
 if importlib.util.find_spec("sybil") is not None:
-    from tests.docs_examples import pytest_collect_file  # noqa: F401
+    from tests.docs_examples import pytest_collect_file, pytest_runtest_makereport  # noqa: F401

@@ -16,9 +16,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sybil import Example, Sybil
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 
@@ -44,8 +46,33 @@ def _setup(namespace: dict[str, Any]) -> None:
 
 
 def _teardown(namespace: dict[str, Any]) -> None:
+    """Back to the old working directory, the scratch folder removed; then refuse a page whose examples wrote a
+    file or folder that ``.gitignore`` does not cover (a user runs the same commands in a clone)."""
     os.chdir(namespace["_docs_cwd"])
-    shutil.rmtree(namespace["_docs_scratch"], ignore_errors=True)
+    scratch: Path = namespace["_docs_scratch"]
+    made = sorted(p.name + "/" * p.is_dir() for p in scratch.iterdir() if p.name != "examples")
+    shutil.rmtree(scratch, ignore_errors=True)
+    loose = [name for name in made if not _ignored(name)]
+    if loose:
+        raise AssertionError(f"the page's examples write {loose}, which .gitignore does not cover: add them there")
+
+
+def _ignored(name: str) -> bool:
+    """Whether ``.gitignore`` covers ``name`` (a folder ends in ``/``) at the repository's root."""
+    done = subprocess.run(["git", "-C", str(REPO), "check-ignore", "--no-index", "-q", name], check=False)
+    return done.returncode == 0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Generator[None, Any, None]:
+    """Report a skipped example at its block (``docs/cli.md:41: needs a GPU``), not at the line of pytest's own
+    unittest plugin that turned sybil's ``SkipTest`` into a skip (the root ``conftest.py`` imports this hook)."""
+    outcome = yield
+    report = outcome.get_result()
+    example = getattr(item, "example", None)
+    if example is not None and report.skipped and isinstance(report.longrepr, tuple):
+        where = os.path.relpath(example.path, REPO)
+        report.longrepr = (where, example.line, report.longrepr[2])
 
 
 def run_shell(example: Example) -> None:

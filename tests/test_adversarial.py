@@ -109,7 +109,7 @@ def test_records_without_ids_keep_their_results_when_the_file_is_reordered(tmp_p
         src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
         src.write_text("".join(json.dumps(r) + "\n" for r in order))
         assert main(["judge", "-i", str(src), "-o", str(out), "--model", lm, "--kind", "brrm", "--max-new-tokens",
-                     "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress", "-q"]) == 0
+                     "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress", "-q", "--overwrite"]) == 0
         outs.append({r["turn1_text"] + r["turn2_text"]: r["provenance"]["seed"] for r in
                      map(json.loads, out.read_text().splitlines())})
     assert outs[0] == outs[1]  # the same texts and seeds, whichever line each record sits on

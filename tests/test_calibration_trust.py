@@ -131,7 +131,8 @@ def test_no_content_group_straddles_the_split_for_any_seed(tmp_path, capsys):
     # ... and `brrm calibrate` records exactly that split for the seed it is given
     recorded = []
     for seed in (0, 7, 19):
-        assert main(["calibrate", "-i", str(path), "-o", str(tmp_path / "c.json"), "--split-seed", str(seed)]) == 0
+        assert main(["calibrate", "-i", str(path), "-o", str(tmp_path / "c.json"), "--split-seed", str(seed),
+                     "--overwrite"]) == 0
         recorded.append(read_calibration(tmp_path / "c.json").details["split"])
         assert recorded[-1] == split_by_group(items, seed, 0.3).to_dict(seed, 0.3)
         check(recorded[-1])

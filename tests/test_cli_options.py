@@ -155,7 +155,8 @@ def test_every_load_option_has_a_flag():
 # ------------------------------------------------------------------------------- judge options written once
 SURFACE_ONLY = {
     # records in, results out
-    "input", "output", "input_format", "field", "limit", "resume", "retry_failed", "no_progress", "quiet", "shape",
+    "input", "output", "input_format", "field", "limit", "resume", "overwrite", "retry_failed", "no_progress", "quiet",
+    "shape",
     "split",
     # the model to load and how (brrm.load's own keywords, not options of a dataclass)
     "model", "kind", "backend", "calibration",

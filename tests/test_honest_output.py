@@ -164,3 +164,36 @@ def test_probe_shows_progress_and_takes_no_progress(capsys, tmp_path, pairs, tin
     assert code == 0 and "probing (pairs judged: originals, then each probe's)" in err and "| 2/2 " in err, err
     code, _, err = run(capsys, *argv, "--no-progress")
     assert code == 0 and "probing" not in err and "flip rate" in err
+
+
+def test_every_command_list_names_every_command():
+    from brrm.cli import SUBCOMMANDS
+    from tests.conftest import REPO
+
+    verbs = [entry.split(":")[0].rsplit(".", 1)[1] for entry in SUBCOMMANDS]
+    (comment,) = [x for x in (REPO / "README.md").read_text().splitlines() if x.startswith("brrm --help ")]
+    assert comment.split("# ", 1)[1].split(", ") == verbs
+    table = (REPO / "docs/cli.md").read_text()
+    assert [v for v in verbs if f"| `brrm {v}` |" not in table] == []
+
+
+def test_install_lines_use_one_form_and_say_which_torch():
+    from tests.conftest import REPO
+
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    assert [p.name for p in pages if "pip install 'brrm[" in p.read_text()] == []  # no such package is published
+    readme = (REPO / "README.md").read_text()
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "a plain `pip install torch==2.13.0` from PyPI installs the CUDA build" in readme
+    assert "pip install -q torch==2.13.0 && " in (REPO / ".ci/run").read_text()  # CI keeps its own line
+
+
+def test_a_pair_file_scored_counts_its_records_and_their_responses(capsys, tmp_path):
+    from brrm.testing import save_tiny_qwen3
+
+    rm = save_tiny_qwen3(tmp_path / "rm", seed=1, sequence_classification=True)
+    src = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(2))
+    code, out, _ = run(capsys, "score", "--input", src, "--output", tmp_path / "r.jsonl", "--model", rm, "--kind", "bt",
+                       "--device", "cpu", "--no-progress")
+    assert code == 0 and len((tmp_path / "r.jsonl").read_text().splitlines()) == 4
+    assert f"brrm score: 2 records (4 responses: each pair record's two) from {src}" in out

@@ -43,12 +43,14 @@ __all__ = ["OrderedLines", "WrittenCount", "add_backend_args", "add_input_args",
            "require_records", "resumed_lines", "terminal", "translate", "with_id", "_quiet_libraries"]
 
 
-def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, source: str) -> None:
-    """What runs: model, kind, backend and budgets (the demo budgets said as such)."""
+def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, source: str, *, detail: str = "") -> None:
+    """What runs: model, kind, backend and budgets (the demo budgets said as such). ``n_records``: the input's
+    records (its rows); ``detail``: what they hold when that differs (``4 responses``), said in brackets."""
     info = judge.info
     sampling = info.sampling
     demo = info.model == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    print(f"brrm {command}: {n_records} records from {source}; model {info.model}"
+    records = f"{n_records} {'record' if n_records == 1 else 'records'}" + (f" ({detail})" if detail else "")
+    print(f"brrm {command}: {records} from {source}; model {info.model}"
           f"{' (embedded demo; pass --model for a real judge)' if demo else ''}; {info.describe()}", file=term)
     if sampling is not None:
         print(f"budgets: temperature {sampling.temperature}, top_p {sampling.top_p}, "

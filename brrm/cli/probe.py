@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 from brrm.cli import common
 from brrm.cli.command import Command
 from brrm.progress import Progress
+from brrm.wording import counted
 
 if TYPE_CHECKING:
     from brrm.probes.run import Interval, ProbeReport
@@ -62,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     judge = common.load_judge(args, kind="brrm")
     common.header(term, "probe", judge, len(records), args.input)
     per = judge.judgment_cost("pairs", len(good)).describe()
-    print(f"cost: (1 original + {len(names)} probes) x [{per}] = {probe_cost(judge, len(good), names)} judgments",
-          file=term)
+    print(f"cost: (1 original + {counted(len(names), 'probe')}) x [{per}] = "
+          f"{counted(probe_cost(judge, len(good), names), 'judgment')}", file=term)
     with Progress((1 + len(names)) * len(good), desc="probing (pairs judged: originals, then each probe's)",
                   unit="pair", disable=args.no_progress) as bar:
         report = run_probes(judge, [r.conversation for r in good], [r.response_a for r in good],
@@ -90,10 +91,10 @@ def _ci(iv: Interval, signed: bool = False) -> str:
 def print_report(term: TextIO, report: ProbeReport) -> None:
     """Per probe: flip rate with its interval, P(target) shift, reward shift, failures; then the most moved."""
     level = f"{report.confidence:.0%}"
-    print(f"probes over {report.pairs} pairs ({report.streams} sampler streams; {level} bootstrap intervals, "
-          f"{report.bootstrap} resamples, seed {report.seed}):", file=term)
+    print(f"probes over {counted(report.pairs, 'pair')} ({report.streams} sampler streams; {level} bootstrap "
+          f"intervals, {report.bootstrap} resamples, seed {report.seed}):", file=term)
     for fig in report.probes:
-        parts = [f"  {fig.probe:<12}", f"flip rate {_ci(fig.flip_rate)}", f"({fig.flip_rate.n} pairs, "
+        parts = [f"  {fig.probe:<12}", f"flip rate {_ci(fig.flip_rate)}", f"({counted(fig.flip_rate.n, 'pair')}, "
                  f"{fig.failed} failed)", f"P(target) shift {_ci(fig.p_shift, True)}"]
         if fig.reward_shift is not None:
             parts.append(f"reward shift {_ci(fig.reward_shift, True)}")

@@ -60,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     args.principle = None  # principles are applied per record below, one output row each
     judge = common.load_judge(args)
     _refuse_principles(judge, principles, args.model)
-    common.header(term, "score", judge, len(records), args.input)
+    rows = len({r.line for r in records})  # a pair record gives two responses, each a record of the same line
+    common.header(term, "score", judge, rows, args.input,
+                  detail=f"{len(records)} responses: each pair record's two" if rows != len(records) else "")
     per = _principles(judge, records, principles)
     common.report_resume(skip, sum(len(ps) for ps in per), args.output, term)
     common.note_ignored_principles(records, (fields or FieldMap()).principle, judge.info.takes_principle,

@@ -147,7 +147,8 @@ def _load_cascade(model: str | None, cascade: str | RewardJudge, first: dict[str
     extra.setdefault("backend", backend if named_backend else "transformers")  # a serve URL names its own
     judge = load(model, **first)
     try:
-        second = cascade if not isinstance(cascade, str) else load(cascade, kind=rule["cascade_kind"], **extra)
+        kind2 = extra.pop("kind", rule["cascade_kind"])
+        second = cascade if not isinstance(cascade, str) else load(cascade, kind=kind2, **extra)
         built = CascadeJudge(judge, second, confidence)
     except BaseException:
         judge.close()

@@ -233,3 +233,23 @@ def test_a_named_second_judge_is_in_the_spec_and_the_spec_rebuilds_the_cascade(t
     finally:
         again.close()
         judge.close()
+
+
+def test_the_server_judges_through_the_cascade_and_replies_say_which_stage(tokenizer):
+    from fastapi.testclient import TestClient
+
+    from brrm.serve import ServerLimits, create_app
+
+    strong = Ordered()
+    judge, _ = _bt(tokenizer, cascade=PairwiseRewardJudge(strong), cascade_margin=1.0)
+    with TestClient(create_app(judge, limits=ServerLimits(warmup=False), close_judge=False)) as client:
+        pairs = [{"id": f"p{i}", "prompt": "which is better?", "response_a": a, "response_b": b}
+                 for i, (a, b) in enumerate(PAIRS)]
+        r = client.post("/v1/judge", json={"pairs": pairs})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        stages = [j["cascade"]["stage"] for j in body["judgments"]]
+        assert stages == ["first"] * 3 + ["second"] * 4 and strong.calls == 4
+        assert body["judgments"][6]["cascade"]["why"] == "first_failed"
+        assert body["judgments"][3]["cascade"]["first"]["provenance"]["backend"] == "fake"
+        assert '"rule":"margin"' in body["model"]["options"]["cascade"]

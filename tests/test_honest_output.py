@@ -162,6 +162,8 @@ def test_probe_shows_progress_and_takes_no_progress(capsys, tmp_path, pairs, tin
             "--bootstrap", "10"]
     code, _, err = run(capsys, *argv, "--no-progress", "--progress")  # the last one says
     assert code == 0 and "probing (pairs judged: originals, then each probe's)" in err and "| 2/2 " in err, err
+    assert "cost: (1 original + 1 probe) x [1 pair x 1 order x 1 sample = 1 judgment (2 generations)] = 2 " \
+           "judgments" in err and "probes over 1 pair (" in err  # counts in words, never "1 pairs"
     code, _, err = run(capsys, *argv, "--no-progress")
     assert code == 0 and "probing" not in err and "flip rate" in err
 
@@ -197,3 +199,33 @@ def test_a_pair_file_scored_counts_its_records_and_their_responses(capsys, tmp_p
                        "--device", "cpu", "--no-progress")
     assert code == 0 and len((tmp_path / "r.jsonl").read_text().splitlines()) == 4
     assert f"brrm score: 2 records (4 responses: each pair record's two) from {src}" in out
+
+
+def test_a_rank_bar_counts_groups_and_its_turns_the_pairs_the_cost_names(capsys, tmp_path, tiny_dir):
+    src = write_jsonl(tmp_path / "groups.jsonl", [{"id": "g", "prompt": "2+2?", "responses": ["4", "5", "four"]}])
+    code, out, err = run(capsys, "rank", "--input", src, "--output", tmp_path / "ranks.jsonl", "--model", tiny_dir,
+                         *TINY, "--temperature", "0", "--strategy", "circular")
+    assert code == 0
+    assert "strategy circular: 3 two-turn judgments in total (e.g. 3 for a group of 3), of 3 pairs" in out
+    assert "ranking (groups written)" in err and "| 1/1 " in err and "turns done: 3 of 3 pairs" in err
+
+
+def test_a_note_while_a_bar_runs_gets_a_line_of_its_own(capsys, monkeypatch):
+    import sys
+
+    import brrm.constraints.compile as compile_module
+    from brrm.cli.common import _note_first_compile, end_compile_note
+    from brrm.progress import Progress
+
+    listeners = []
+    monkeypatch.setattr(compile_module, "on_compile", lambda f: listeners.append(f) or (lambda: None))
+    _note_first_compile(sys.stderr)
+    with Progress(2, desc="judging (pairs written)", unit="pair", disable=False) as bar:
+        bar.done(1)
+        listeners[0]()  # the first grammar compile, mid-run
+    end_compile_note()
+    err = capsys.readouterr().err
+    note = "note: compiling the output grammar for this tokenizer once"
+    (line,) = [x for x in err.split("\n") if note in x]
+    assert line.split("\r")[-1].startswith(note)  # the bar's line was cleared first, and is drawn again below
+    assert err.rindex("| 1/2 ") > err.index(note)

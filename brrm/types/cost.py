@@ -62,15 +62,17 @@ class JudgmentCost:
         """One line for a terminal or an error message, e.g. ``8 pairs x 2 orders x 3 samples = 48 judgments (96
         generations)``, ``round_robin over 8 responses = 56 judgments (112 generations)`` or ``16 scored
         sequences``."""
+        from brrm.wording import counted
+
         if self.unit != "judgment":
-            return f"{self.total} {self.unit}{'s' * (self.total != 1)}"
+            return counted(self.total, self.unit)
         if self.shape == "group":
-            head = f"{self.strategy} over {self.n} responses"
-            head += f" ({self.units} judgments) x {self.samples} samples" if self.samples != 1 else ""
+            head = f"{self.strategy} over {counted(self.n, 'response')}"
+            head += f" ({counted(self.units, 'judgment')}) x {self.samples} samples" if self.samples != 1 else ""
         else:
-            head = (f"{self.n} {'pairs' if self.shape == 'pairs' else 'items'} x {self.orders} "
-                    f"order{'s' * (self.orders != 1)} x {self.samples} sample{'s' * (self.samples != 1)}")
-        return f"{head} = {self.total} judgments ({self.generations} generations)"
+            head = (f"{counted(self.n, 'pair' if self.shape == 'pairs' else 'item')} x {counted(self.orders, 'order')}"
+                    f" x {counted(self.samples, 'sample')}")
+        return f"{head} = {counted(self.total, 'judgment')} ({counted(self.generations, 'generation')})"
 
 
 @dataclass(frozen=True)

@@ -253,3 +253,23 @@ def test_the_server_judges_through_the_cascade_and_replies_say_which_stage(token
         assert body["judgments"][6]["cascade"]["why"] == "first_failed"
         assert body["judgments"][3]["cascade"]["first"]["provenance"]["backend"] == "fake"
         assert '"rule":"margin"' in body["model"]["options"]["cascade"]
+
+
+def test_an_audit_stores_the_cascade_apart_from_its_first_judge(tokenizer, tmp_path):
+    import json
+
+    from brrm.audit import AuditOptions, plan_items, run_audit
+    from brrm.records import read_records
+
+    rows = [{"id": f"p{i}", "prompt": "which is better?", "response_a": a, "response_b": b, "label": "A"}
+            for i, (a, b) in enumerate(PAIRS)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items = plan_items(read_records(tmp_path / "in.jsonl", "pairs"), "pairs")
+    options = AuditOptions(shape="pairs", progress=False)
+    strong = Ordered()
+    judge, _ = _bt(tokenizer, cascade=PairwiseRewardJudge(strong), cascade_margin=1.0)
+    assert run_audit(items, tmp_path / "a", options, judge=judge).judged == 7
+    results = [json.loads(x)["result"] for x in (tmp_path / "a" / "results.jsonl").read_text().splitlines()]
+    assert [r["cascade"]["stage"] for r in results] == ["first"] * 3 + ["second"] * 4 and strong.calls == 4
+    alone, _ = _bt(tokenizer)  # the first judge alone is another configuration: judged afresh, never reused
+    assert run_audit(items, tmp_path / "a", options, judge=alone).judged == 7

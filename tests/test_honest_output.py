@@ -229,3 +229,18 @@ def test_a_note_while_a_bar_runs_gets_a_line_of_its_own(capsys, monkeypatch):
     (line,) = [x for x in err.split("\n") if note in x]
     assert line.split("\r")[-1].startswith(note)  # the bar's line was cleared first, and is drawn again below
     assert err.rindex("| 1/2 ") > err.index(note)
+
+
+def test_the_interrupted_line_names_a_rerun_that_is_not_refused(tmp_path):
+    import argparse
+
+    from brrm.cli.records import interrupted
+
+    out = tmp_path / "o.jsonl"
+    args = argparse.Namespace(output=str(out), resume=False, overwrite=False)
+    out.write_text("")
+    assert interrupted(args).endswith("rerun the same command to start over")  # an empty file is written over
+    out.write_text('{"id": "torn')
+    assert interrupted(args).endswith("rerun the same command with --resume to start over")
+    out.write_text('{"id": "a"}\n')
+    assert "rerun the same command with --resume to continue" in interrupted(args)

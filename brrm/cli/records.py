@@ -262,7 +262,9 @@ def interrupted(args: argparse.Namespace) -> str:
     path = Path(output)
     lines = complete_lines(path)[0] if path.is_file() else 0
     if not lines:
-        return f"brrm: interrupted before the first line was written to {output}; rerun the same command to start over"
+        torn = path.is_file() and path.stat().st_size > 0  # a line cut short: --resume cuts it off and starts over
+        return (f"brrm: interrupted before the first line was written to {output}; rerun the same command"
+                + (" with --resume" if torn else "") + " to start over")
     return (f"brrm: interrupted: {lines} lines, in input order, are in {output}; rerun the same command with --resume "
             "to continue (an unbroken run's bytes)")
 

@@ -24,9 +24,19 @@ class BackendUnavailable(BrrmError, ImportError):
     """An optional backend cannot be used here (package missing, no device).
 
     Attributes:
-        hint: what to install or change, e.g. ``pip install 'brrm[vllm]'``.
+        hint: what to install or change, e.g. :func:`install_extra`'s ``pip install -e '.[vllm]'``.
     """
 
     def __init__(self, message: str, *, hint: str) -> None:
         super().__init__(f"{message} ({hint})")
         self.hint = hint
+
+
+def install_extra(extra: str) -> str:
+    """The install line of an optional extra, as the README gives it: from the clone, since no ``brrm`` package is
+    published (``pip install -e '.[audit]' in the brrm clone``).
+
+    Args:
+        extra: the extra's name in ``pyproject.toml`` (``audit``, ``serve``, ``ray``, ``inspect``, ...).
+    """
+    return f"pip install -e '.[{extra}]' in the brrm clone"

@@ -23,7 +23,7 @@ from types import ModuleType
 
 import pytest
 
-RAY_REASON = "Ray is an optional extra: pip install 'brrm[ray]'"
+RAY_REASON = "Ray is an optional extra: pip install -e '.[ray]'"
 
 LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch (read at import, by each of its processes) that makes the loopback this node's address."""

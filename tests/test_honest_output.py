@@ -179,8 +179,11 @@ def test_every_command_list_names_every_command():
     assert [v for v in verbs if f"| `brrm {v}` |" not in table] == []
 
 
-def test_install_lines_use_one_form_and_say_which_torch():
+def test_install_lines_use_one_form_and_say_which_torch(capsys):
     from tests.conftest import REPO
+
+    code, out, _ = run(capsys, "audit", "--help")
+    assert code == 0 and "Ray (pip install -e '.[ray]' in the brrm clone)" in out and "brrm[" not in out
 
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     assert [p.name for p in pages if "pip install 'brrm[" in p.read_text()] == []  # no such package is published

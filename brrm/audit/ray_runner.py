@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from brrm.audit.plan import AuditItem
-from brrm.errors import BackendUnavailable
+from brrm.errors import BackendUnavailable, install_extra
 from brrm.types import JudgeSpec, check_float, check_int
 from brrm.types.jsonvalue import JSONDict
 
@@ -46,7 +46,7 @@ class Planned(Protocol):
     def chunk_size(self) -> int | None: ...
 
 
-RAY_HINT = "pip install 'brrm[ray]'  (ray[data]==2.60.0)"
+RAY_HINT = install_extra("ray") + ", ray[data]==2.60.0"
 
 DEFAULT_BATCH = 64
 """Items per actor call (and per store transaction) on Ray when ``--chunk-size`` is not given."""

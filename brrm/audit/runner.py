@@ -189,9 +189,9 @@ def require_report_libraries() -> None:
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
-        from brrm.errors import BackendUnavailable
+        from brrm.errors import BackendUnavailable, install_extra
 
-        raise BackendUnavailable("the audit report draws its plots with matplotlib", hint="pip install 'brrm[audit]'")
+        raise BackendUnavailable("the audit report draws its plots with matplotlib", hint=install_extra("audit"))
 
 
 def _remember(store: AuditStore, info: Mapping[str, object], options: AuditOptions, request: str | None) -> str:

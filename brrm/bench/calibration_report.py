@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from brrm.bench.core import BenchResult, ItemResult
+from brrm.errors import install_extra
 from brrm.types import Verdict
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def write_report(folder: Path, result: BenchResult, metrics: Sequence[tuple[str,
         parts += [f"<p>calibration's own data: {html.escape(overlap)}</p>"] if overlap else []
         parts.append(img_tag(reliability_png(list(metrics), title=f"{result.benchmark}: reliability of P(A ≻ B)"),
                              "reliability diagram") if importlib.util.find_spec("matplotlib") is not None else
-                     "<p>(the reliability diagram needs matplotlib: pip install 'brrm[audit]')</p>")
+                     f"<p>(the reliability diagram needs matplotlib: {html.escape(install_extra('audit'))})</p>")
     else:
         parts.append("<p>No presentation has a measured P(A ≻ B) against a gold A/B: no calibration to show.</p>")
     parts += [f"<p>note: {html.escape(n)}</p>" for n in result.notes]

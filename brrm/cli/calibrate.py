@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from brrm.types.calibration import Calibration
     from brrm.types.jsonvalue import JSONDict
 from brrm.cli.command import Command
-from brrm.errors import ConfigError
+from brrm.errors import ConfigError, install_extra
 from brrm.progress import Progress
 
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from brrm.calibration.data import observations
 
     if importlib.util.find_spec("matplotlib") is None:
-        raise ConfigError("brrm calibrate draws its reliability diagram with matplotlib: pip install 'brrm[audit]'")
+        raise ConfigError(f"brrm calibrate draws its reliability diagram with matplotlib: {install_extra('audit')}")
     if not 0.0 < args.heldout < 1.0:
         raise ConfigError(f"--heldout must lie in (0, 1), got {args.heldout}")
     out = Path(args.output).expanduser()

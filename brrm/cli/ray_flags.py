@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from brrm.errors import ConfigError
+from brrm.errors import ConfigError, install_extra
 
 if TYPE_CHECKING:
     from brrm.audit.ray_runner import RayOptions
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def add_ray_args(p: argparse.ArgumentParser, *, writer: str) -> None:
     """``--ray [ADDRESS]``, ``--actors``, ``--num-gpus-per-actor``, ``--num-cpus-per-actor``; ``writer`` says what
     this process still writes (the driver is the store's one writer)."""
-    r = p.add_argument_group("Ray (pip install 'brrm[ray]')")
+    r = p.add_argument_group(f"Ray ({install_extra('ray')})")
     r.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="judge on a Ray actor pool: a cluster address (e.g. auto, ray://head:10001) or none for a "
                         f"local Ray instance; this process still writes {writer}")

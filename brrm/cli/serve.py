@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.cli import common
 from brrm.cli.command import Command
-from brrm.errors import ConfigError
+from brrm.errors import ConfigError, install_extra
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -196,7 +196,7 @@ def check(args: argparse.Namespace) -> tuple[ServerLimits, Callable[[], object] 
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise ConfigError(f"brrm serve needs the serve extra ({exc.name} is missing): pip install 'brrm[serve]'") \
+        raise ConfigError(f"brrm serve needs the serve extra ({exc.name} is missing): {install_extra('serve')}") \
             from None
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port} is outside 0-65535")

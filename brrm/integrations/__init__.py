@@ -1,4 +1,5 @@
 """Integrations with other evaluation frameworks; each module imports its framework (nothing here does).
 
-* :mod:`brrm.integrations.inspect` — inspect_ai scorers over a brrm judge (``pip install 'brrm[inspect]'``).
+* :mod:`brrm.integrations.inspect` — inspect_ai scorers over a brrm judge (``pip install -e '.[inspect]'`` in the
+  clone).
 """

@@ -21,7 +21,7 @@ spec (anything with ``.load()``, e.g. a ``JudgeSpec``), or by :func:`brrm.load` 
 calls run in a worker thread, one at a time per scorer (inspect scores samples concurrently; a local model's
 backend runs one batch at a time).
 
-This module imports inspect_ai (``pip install 'brrm[inspect]'``); nothing else in brrm does.
+This module imports inspect_ai (``pip install -e '.[inspect]'`` in the clone); nothing else in brrm does.
 """
 
 from __future__ import annotations

@@ -211,6 +211,7 @@ class LoadOptions(TypedDict, total=False):
     served_model_name: str
     api_key: str
     max_concurrency: int
+    initial_concurrency: int
     timeout_s: float
     http_retries: int
     max_context: int

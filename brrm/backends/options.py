@@ -120,7 +120,10 @@ class OpenAIOptions:
                                                   "(several: requests are spread over them)")
     served_model_name: str | None = _opt("the model name the server expects (default: the one it serves)")
     api_key: str | None = _opt("bearer token for the servers (default: OPENAI_API_KEY, else none)", cli=False)
-    max_concurrency: int | None = _opt("requests in flight at once, >= 1 (default 16)")
+    max_concurrency: int | None = _opt("the most requests in flight per server, >= 1 (default 64): the ceiling of "
+                                       "its adaptive limit (+1 per window of successes, halved on a 429 or 503)")
+    initial_concurrency: int | None = _opt("requests in flight per server at start, >= 1 and <= max_concurrency "
+                                           "(default 16, or max_concurrency when lower)")
     timeout_s: float | None = _opt("seconds per HTTP request, > 0 (default 600)")
     http_retries: int | None = _opt("retries of a failed request, >= 0 (default 4)")
     max_context: int | None = _opt("context window in tokens, >= 1 (default: the server's max_model_len)")
@@ -133,9 +136,15 @@ class OpenAIOptions:
     def __post_init__(self) -> None:
         if isinstance(self.base_url, list | tuple):
             object.__setattr__(self, "base_url", tuple(self.base_url))
-        _check(self, max_concurrency=_int(1), timeout_s=lambda n, v: check_float(n, v, low=0, low_open=True),
+        _check(self, max_concurrency=_int(1), initial_concurrency=_int(1),
+               timeout_s=lambda n, v: check_float(n, v, low=0, low_open=True),
                http_retries=_int(0), max_context=_int(1), trust_remote_code=check_bool, chunk_size=_int(1),
                logprobs_mode=_choice(SERVER_LOGPROBS_MODES))
+        start, most = self.initial_concurrency, self.max_concurrency
+        if start is not None and most is not None and start > most:
+            from brrm.errors import ConfigError
+
+            raise ConfigError(f"initial_concurrency ({start}) must be <= max_concurrency ({most})")
 
 Options: TypeAlias = "TransformersOptions | VLLMOptions | OpenAIOptions"
 """A backend's options object."""

@@ -15,15 +15,17 @@
 * **Seeds.** Each request carries its item's ``seed``, but an OpenAI-compatible server may ignore it (vLLM honours
   it; others may not, and none says so in its answer), so results record ``seeded: false`` in their provenance: a
   sampled result from a server is not promised to reproduce.
-* **Scale-out.** Requests run on a thread pool (``max_concurrency`` in flight); each program run is sent
-  round-robin over the base URLs, except that a prompt extending a sequence already run on a server
-  goes back to that server (turn 2 finds turn 1's prefix cache there). Retries with exponential backoff
-  (never sooner than an answer's ``Retry-After``) on 429, 5xx, timeouts and connection errors move to the next
-  URL. A request that still fails becomes ``Completion.failed(reason)`` — never an exception that loses the rest
-  of the batch.
+* **Scale-out.** Requests run on a thread pool; each program run is sent round-robin over the base URLs, except
+  that a prompt extending a sequence already run on a server goes back to that server (turn 2 finds turn 1's
+  prefix cache there). Each server has an adaptive concurrency limit (:mod:`~brrm.backends.openai.limiter`:
+  from ``initial_concurrency`` requests in flight, +1 per window of successes up to ``max_concurrency``, halved
+  on a 429 or 503), shared by every call of the backend. Retries with exponential backoff (never sooner than an
+  answer's ``Retry-After``, which also pauses every call to that server) on 429, 5xx, timeouts and connection
+  errors move to the next URL. A request that still fails becomes ``Completion.failed(reason)`` — never an
+  exception that loses the rest of the batch.
 
-Only the standard library is used for HTTP (``http.client``, one keep-alive connection per thread and
-server), so this backend adds no dependency.
+HTTP is httpx's (:mod:`~brrm.backends.openai.transport`): one client per backend, closed with it, whose pool keeps
+connections alive between requests.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from typing import TYPE_CHECKING, Any
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
 from brrm.backends.blackbox.request import sampling_fields
-from brrm.backends.openai.transport import RequestFailed, Router, Transport
+from brrm.backends.openai.limiter import ConcurrencyPolicy, LimitState
+from brrm.backends.openai.routing import Router
+from brrm.backends.openai.transport import RequestFailed, Transport
 from brrm.backends.options import SERVER_LOGPROBS_MODES, OpenAIOptions, set_options
 from brrm.errors import BackendUnavailable, ConfigError
 from brrm.types.jsonvalue import JSONDict, JSONValue
@@ -54,7 +58,9 @@ class OpenAIBackend:
         model: the served model name sent in every request.
         tokenizer: the model's Hugging Face tokenizer (the judges build prompts with it).
         max_context: the server's context window in tokens (``max_model_len``).
-        max_concurrency: program runs in flight at once, >= 1 (each is one HTTP request at a time).
+        max_concurrency: the most requests in flight per server, >= 1: the ceiling of its adaptive limit.
+        initial_concurrency: requests in flight per server at start, in [1, max_concurrency]; default 16, or
+            ``max_concurrency`` when that is lower.
         timeout_s: per-request socket timeout in seconds, > 0.
         http_retries: retries of a retryable failure, >= 0 (each on the next server).
         backoff_s, max_backoff_s: first retry delay and its cap, seconds (doubling, ±25 % jitter).
@@ -68,6 +74,9 @@ class OpenAIBackend:
         ConfigError: on an empty URL list or an out-of-range option.
     """
 
+    DEFAULT_CONCURRENCY = ConcurrencyPolicy()
+    """The defaults of ``initial_concurrency`` (16) and ``max_concurrency`` (64)."""
+
     def __init__(
         self,
         base_urls: Sequence[str],
@@ -75,7 +84,8 @@ class OpenAIBackend:
         tokenizer: PreTrainedTokenizerBase,
         *,
         max_context: int,
-        max_concurrency: int = 16,
+        max_concurrency: int = DEFAULT_CONCURRENCY.maximum,
+        initial_concurrency: int | None = None,
         timeout_s: float = 600.0,
         http_retries: int = 4,
         backoff_s: float = 0.5,
@@ -104,6 +114,9 @@ class OpenAIBackend:
             backoff_s=backoff_s,
             max_backoff_s=max_backoff_s,
             api_key=api_key or os.environ.get("OPENAI_API_KEY"),
+            concurrency=ConcurrencyPolicy(
+                min(self.DEFAULT_CONCURRENCY.initial, max_concurrency) if initial_concurrency is None
+                else initial_concurrency, max_concurrency),
         )
         self.model = model
         self.tokenizer = tokenizer
@@ -111,6 +124,7 @@ class OpenAIBackend:
         self.end_of_turn_id = self.tokens.end_of_turn_id
         self.max_context = max_context
         self.max_concurrency = max_concurrency
+        self.workers = max_concurrency * len(self.transport.limits)
         self.capabilities = Capabilities(generate=True, programs=True, classify=True, vocab_logit=True,
                                          kv_reuse=False, chunk_size=chunk_size, concurrent=True,
                                          logprob_semantics="unknown" if logprobs_mode == "unknown" else "raw",
@@ -290,10 +304,11 @@ class OpenAIBackend:
         return list(pool.map(self._vocab_logit, sequences, [token_id] * len(sequences)))
 
     def _executor(self) -> ThreadPoolExecutor:
-        """The worker pool, made once even when several threads call at once (a server's concurrent requests)."""
+        """The worker pool, made once even when several threads call at once (a server's concurrent requests): as
+        many threads as every server's ceiling together; the servers' limits decide how many send at once."""
         with self._stats_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="brrm-openai")
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="brrm-openai")
             return self._pool
 
     def _classify_one(self, seq: Sequence[int]) -> Score:
@@ -321,8 +336,12 @@ class OpenAIBackend:
             return Score.failed(res.error or f"the server reported no logit of token {token_id}")
         return Score(step[token_id])
 
+    def concurrency(self) -> tuple[LimitState, ...]:
+        """Each server's adaptive concurrency limit now (limit, in flight, peak, halvings, pause), in URL order."""
+        return self.transport.concurrency()
+
     def close(self) -> None:
-        """Stop the worker threads (idle connections close with them)."""
+        """Stop the worker threads and close the HTTP client with its pooled connections."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

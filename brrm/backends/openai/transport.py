@@ -1,37 +1,51 @@
-"""HTTP for the OpenAI-compatible backend: JSON over keep-alive connections with retries and backoff, and a router
-that sends a prompt back to the server holding its prefix (standard library only: ``http.client``).
+"""HTTP for the OpenAI-compatible backend: JSON over httpx, one client per backend (its connection pool keeps
+connections alive between requests), retries with backoff, and the adaptive concurrency of
+:mod:`~brrm.backends.openai.limiter` per server.
 
 A retry after an answer with ``Retry-After`` (seconds or an HTTP date, RFC 9110 §10.2.3; a 429 or 503 of an
 overloaded or failing upstream) waits at least that long, never less: backoff alone would retry an upstream that
-asked for time sooner than it asked, and many clients doing so make a retry storm. When the wait asked for is
-longer than the request's own timeout, the request fails at once with the upstream's answer instead."""
+asked for time sooner than it asked, and many clients doing so make a retry storm. The wait is shared: no call of
+the backend sends to that upstream before it ends. When the wait asked for is longer than the request's own
+timeout, the request fails at once with the upstream's answer instead."""
 
 from __future__ import annotations
 
 import email.utils
-import http.client
-import itertools
 import json
 import math
 import random
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from brrm.backends.openai.limiter import AdaptiveLimit, ConcurrencyPolicy, LimitState, Signal
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONValue
 
+if TYPE_CHECKING:
+    import httpx
+
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 """Retried besides every 5xx status."""
-
-_MOD = (1 << 61) - 1
-_BASE = 1_000_003
+KEEPALIVE_S = 4.0
+"""Seconds an idle connection is kept for reuse: under uvicorn's 5 s keep-alive (``vllm serve``'s server), so the
+client never sends on a connection the server is closing."""
 
 
 class RequestFailed(Exception):
     """A request that failed for good (non-retryable status, or retries exhausted); ``str`` is the reason."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One HTTP answer: ``status``, ``headers`` (lower-case names) and the raw ``body``."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
 
 
 def normalize_base_url(url: str) -> str:
@@ -50,56 +64,58 @@ def normalize_base_url(url: str) -> str:
 
 
 class Transport:
-    """JSON over HTTP with per-thread keep-alive connections, retries and backoff."""
+    """JSON over one pooled httpx client, with retries, backoff and an adaptive concurrency limit per server.
 
-    def __init__(
-        self,
-        base_urls: Sequence[str],
-        *,
-        timeout_s: float,
-        max_retries: int,
-        backoff_s: float,
-        max_backoff_s: float,
-        api_key: str | None,
-    ) -> None:
+    Args:
+        base_urls: the servers (normalized by :func:`normalize_base_url`).
+        timeout_s: seconds per request (connect, each read and write, a wait for a pooled connection), > 0.
+        max_retries: retries of a retryable failure, >= 0; each goes to the next server.
+        backoff_s, max_backoff_s: the first retry's delay and its cap, seconds (doubling, ±25 % jitter).
+        api_key: sent as ``Authorization: Bearer`` when set.
+        concurrency: each server's AIMD limit (default :class:`ConcurrencyPolicy`'s).
+        clock, sleep: monotonic seconds and a wait (injectable for tests).
+
+    Raises:
+        ConfigError: on an invalid URL.
+    """
+
+    def __init__(self, base_urls: Sequence[str], *, timeout_s: float, max_retries: int, backoff_s: float,
+                 max_backoff_s: float, api_key: str | None, concurrency: ConcurrencyPolicy | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self.base_urls = [normalize_base_url(u) for u in base_urls]
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.headers = {"Content-Type": "application/json", "Connection": "keep-alive"}
+        self.timeout_s, self.max_retries = timeout_s, max_retries
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
+        self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
-        self._local = threading.local()
+        self.policy = concurrency or ConcurrencyPolicy()
+        self.limits = {u: AdaptiveLimit(u, self.policy, clock=clock, sleep=sleep) for u in self.base_urls}
+        self._sleep = sleep
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
 
-    def _connection(self, base: str) -> http.client.HTTPConnection:
-        conns = self._local.__dict__.setdefault("conns", {})
-        if base not in conns:
-            parts = urlsplit(base)
-            cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-            conns[base] = cls(parts.netloc, timeout=self.timeout_s)
-        return conns[base]
+    def _http(self) -> httpx.Client:
+        """The backend's one client, made at first use: a pool of up to ``maximum`` connections per server."""
+        import httpx
 
-    def _drop(self, base: str) -> None:
-        conn = self._local.__dict__.get("conns", {}).pop(base, None)
-        if conn is not None:
-            conn.close()
+        with self._lock:
+            if self._client is None:
+                size = self.policy.maximum * len(self.limits)
+                self._client = httpx.Client(
+                    headers=self.headers, timeout=httpx.Timeout(self.timeout_s),
+                    limits=httpx.Limits(max_connections=size, max_keepalive_connections=size,
+                                        keepalive_expiry=KEEPALIVE_S))
+            return self._client
 
-    def once(self, base: str, method: str, path: str, body: object = None) -> tuple[int, dict[str, str], bytes]:
-        """One HTTP exchange (``body``: anything :func:`json.dumps` takes, or None for none); raises OSError /
-        HTTPException on transport failures."""
-        conn = self._connection(base)
+    def once(self, base: str, method: str, path: str, body: object = None) -> Reply:
+        """One HTTP exchange (``body``: anything :func:`json.dumps` takes, or None for none).
+
+        Raises:
+            httpx.RequestError: on a transport failure (timeout, refused or dropped connection).
+        """
         payload = None if body is None else json.dumps(body).encode()
-        try:
-            conn.request(method, urlsplit(base).path + path, body=payload, headers=self.headers)
-            resp = conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException):
-            self._drop(base)
-            raise
-        if resp.getheader("Connection", "").lower() == "close":
-            self._drop(base)
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+        resp = self._http().request(method, base + path, content=payload)
+        return Reply(resp.status_code, {k.lower(): v for k, v in resp.headers.items()}, resp.content)
 
     def call(self, first: int, method: str, path: str, body: object = None) -> JSONValue:
         """The decoded JSON answer, trying servers ``first``, ``first + 1``, … on retryable failures.
@@ -110,29 +126,50 @@ class Transport:
         last = ""
         for attempt in range(self.max_retries + 1):
             base = self.base_urls[(first + attempt) % len(self.base_urls)]
+            reply, last = self._attempt(base, method, path, body)
             retry_after = None
-            try:
-                status, headers, data = self.once(base, method, path, body)
-            except (OSError, http.client.HTTPException) as exc:  # timeouts, refused/reset connections
-                last = f"{base}{path}: {type(exc).__name__}: {exc}"
-            else:
-                if status == 200:
+            if reply is not None:
+                if reply.status == 200:
                     try:
-                        answer: JSONValue = json.loads(data)
+                        answer: JSONValue = json.loads(reply.body)
                         return answer
                     except ValueError as exc:
                         raise RequestFailed(f"{base}{path}: invalid JSON in the answer ({exc})") from exc
-                last = f"{base}{path}: HTTP {status}: {_error_text(data)}"
-                if status < 500 and status not in RETRY_STATUSES:
+                if reply.status < 500 and reply.status not in RETRY_STATUSES:
                     raise RequestFailed(last)
-                retry_after = headers.get("retry-after")
+                retry_after = reply.headers.get("retry-after")
+                self._pause(base, reply.status, retry_after)
             if attempt < self.max_retries:
                 delay = self._delay(attempt, retry_after)
                 if delay is None:
                     raise RequestFailed(f"{last} (it asked to retry after {retry_after}, longer than the request's "
                                         f"timeout of {self.timeout_s:g} s: not retried sooner)")
-                time.sleep(delay)
+                self._sleep(delay)
         raise RequestFailed(f"{last} (gave up after {self.max_retries + 1} attempts)")
+
+    def _attempt(self, base: str, method: str, path: str, body: object) -> tuple[Reply | None, str]:
+        """One exchange in a slot of ``base``'s limit: (the reply, or None on a transport failure; its reason).
+        The slot goes back with the reply's :class:`Signal` (a transport failure: neutral)."""
+        import httpx
+
+        limit = self.limits[base]
+        ticket, signal = limit.acquire(), Signal.NEUTRAL
+        try:
+            reply = self.once(base, method, path, body)
+        except httpx.RequestError as exc:  # timeouts, refused/reset connections
+            return None, f"{base}{path}: {type(exc).__name__}: {exc}"
+        else:
+            signal = Signal.of_status(reply.status)
+            return reply, "" if reply.status == 200 else f"{base}{path}: HTTP {reply.status}: {_error_text(reply.body)}"
+        finally:
+            limit.release(ticket, signal)
+
+    def _pause(self, base: str, status: int, retry_after: str | None) -> None:
+        """Pause every call to ``base`` for the ``Retry-After`` of its 429 or 503, when the retry waits for it (it
+        asks for no longer than ``timeout_s``)."""
+        asked = retry_after_s(retry_after)
+        if Signal.of_status(status) is Signal.OVERLOAD and asked is not None and asked <= self.timeout_s:
+            self.limits[base].pause(asked)
 
     def _delay(self, attempt: int, retry_after: str | None) -> float | None:
         """Seconds before retry ``attempt`` (0-based): the backoff (``backoff_s`` doubling up to ``max_backoff_s``,
@@ -144,9 +181,16 @@ class Transport:
             return delay
         return None if asked > self.timeout_s else max(delay, asked)
 
+    def concurrency(self) -> tuple[LimitState, ...]:
+        """Each server's concurrency limit now, in ``base_urls`` order (a repeated URL once)."""
+        return tuple(limit.state() for limit in self.limits.values())
+
     def close(self) -> None:
-        for base in list(self._local.__dict__.get("conns", {})):
-            self._drop(base)
+        """Close the client and its pooled connections (a later call opens a new client)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
 
 def retry_after_s(value: str | None, *, now: float | None = None) -> float | None:
@@ -178,43 +222,3 @@ def _error_text(data: bytes) -> str:
         return str(msg)[:500]
     except ValueError:
         return data[:500].decode(errors="replace")
-
-
-class Router:
-    """Round-robin over servers, with affinity: a prompt extending a known sequence goes to its server."""
-
-    def __init__(self, n: int, capacity: int = 8192) -> None:
-        self.n = n
-        self._rr = itertools.count()
-        self._known: OrderedDict[tuple[int, int], int] = OrderedDict()
-        self._lock = threading.Lock()
-        self.capacity = capacity
-
-    @staticmethod
-    def _prefix_hashes(ids: Sequence[int]) -> list[int]:
-        h, out = 0, []
-        for t in ids:
-            h = (h * _BASE + t + 1) % _MOD
-            out.append(h)
-        return out
-
-    def pick(self, prompt: Sequence[int]) -> int:
-        if self.n == 1:
-            return 0
-        hashes = self._prefix_hashes(prompt)
-        with self._lock:
-            for length in range(len(hashes), 0, -1):
-                server = self._known.get((length, hashes[length - 1]))
-                if server is not None:
-                    return server
-        return next(self._rr) % self.n
-
-    def remember(self, ids: Sequence[int], server: int) -> None:
-        if self.n == 1 or not ids:
-            return
-        key = (len(ids), self._prefix_hashes(ids)[-1])
-        with self._lock:
-            self._known[key] = server
-            self._known.move_to_end(key)
-            while len(self._known) > self.capacity:
-                self._known.popitem(last=False)

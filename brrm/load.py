@@ -11,11 +11,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, Unpack
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, Unpack
 
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.errors import ConfigError
 from brrm.fingerprint import weights_fingerprint
+from brrm.load_cascade import CascadePlan
 from brrm.load_options import (
     BACKEND_OPTIONS,
     BackendOptions,
@@ -103,12 +104,11 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
         BackendUnavailable: when the backend's package (vllm) or the embedded model's package is missing.
     """
     check_choice("kind", kind, ("auto", *KINDS))
-    if cascade is not None:
-        return _load_cascade(model, cascade, {"kind": kind, "backend": backend, "config": config,
-                                              "calibration": calibration, **options},
-                             {"cascade_kind": cascade_kind, "cascade_margin": cascade_margin,
-                              "cascade_band": cascade_band, "cascade_agree": cascade_agree,
-                              "cascade_options": cascade_options})
+    if cascade is not None:  # the rule is checked before either model loads
+        second = CascadePlan.of(cascade, backend, cascade_kind=cascade_kind, cascade_margin=cascade_margin,
+                                cascade_band=cascade_band, cascade_agree=cascade_agree, cascade_options=cascade_options)
+        return second.build(load(model, kind=kind, backend=backend, config=config, calibration=calibration, **options),
+                            load)
     if is_remote(model, backend):
         from brrm.service.connect import load_remote  # a brrm serve URL: the one HTTP client
 
@@ -130,51 +130,24 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
     return judge
 
 
-def _load_cascade(model: str | None, cascade: str | RewardJudge, first: dict[str, Any],
-                  rule: dict[str, Any]) -> RewardJudge:
-    """The cascade of the judge ``load(model, **first)`` and the second judge ``cascade`` under ``rule`` (the
-    ``cascade_*`` keywords), its spec (when both are named) carrying every keyword so that ``spec.load()`` rebuilds it.
-
-    Raises:
-        ConfigError: on an invalid rule (before anything loads), and as :func:`load` for either judge.
-    """
-    from brrm.compose.cascade import CascadeJudge, Confidence
-
-    confidence = Confidence.of(margin=rule["cascade_margin"], band=rule["cascade_band"], agree=rule["cascade_agree"])
-    extra = dict(rule["cascade_options"] or {})
-    backend = first["backend"]
-    named_backend = isinstance(backend, str) and not is_remote(None, backend)
-    extra.setdefault("backend", backend if named_backend else "transformers")  # a serve URL names its own
-    judge = load(model, **first)
-    try:
-        kind2 = extra.pop("kind", rule["cascade_kind"])
-        second = cascade if not isinstance(cascade, str) else load(cascade, kind=kind2, **extra)
-        built = CascadeJudge(judge, second, confidence)
-    except BaseException:
-        judge.close()
-        raise
-    spec, rebuilt = judge.info.spec, None
-    if spec is not None and isinstance(cascade, str):  # a built second judge, or options that are no JSON: no spec
-        named = {k: v for k, v in rule.items() if v is not None and v is not False}
-        try:
-            rebuilt = replace(spec, options={**spec.options, "cascade": cascade, **named})
-        except ConfigError:
-            rebuilt = None
-    built.info = replace(built.info, spec=rebuilt)
-    return built
-
-
 def check(model: str | None = None, /, *, kind: str = "auto", backend: str | Backend = "transformers",
           config: JudgeConfig | None = None, calibration: str | os.PathLike[str] | None = None,
-          **options: Unpack[LoadOptions]) -> None:
+          cascade: str | RewardJudge | None = None, cascade_kind: str = "auto", cascade_margin: float | None = None,
+          cascade_band: float | None = None, cascade_agree: bool = False,
+          cascade_options: Mapping[str, object] | None = None, **options: Unpack[LoadOptions]) -> None:
     """Everything :func:`load` checks before a model loads — the kind, the backend, every option's name, type and
-    range, the model's folder or hub id, a calibration file — without loading anything (``brrm serve`` calls it
-    before it binds its port). A ``brrm serve`` URL is not contacted: its checks are the server's.
+    range, the model's folder or hub id, a calibration file, a cascade's rule and second judge — without loading
+    anything (``brrm serve`` calls it before it binds its port). A ``brrm serve`` URL is not contacted: its checks are
+    the server's.
 
     Raises:
         ConfigError, BackendUnavailable: as :func:`load` would, before loading.
     """
     check_choice("kind", kind, ("auto", *KINDS))
+    if cascade is not None:
+        CascadePlan.of(cascade, backend, cascade_kind=cascade_kind, cascade_margin=cascade_margin,
+                       cascade_band=cascade_band, cascade_agree=cascade_agree,
+                       cascade_options=cascade_options).check(check)
     if not is_remote(model, backend):
         _plan(model, kind, backend, config, calibration, options)
 

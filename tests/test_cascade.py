@@ -227,6 +227,11 @@ def test_a_named_second_judge_is_in_the_spec_and_the_spec_rebuilds_the_cascade(t
     assert judge.second.info.composition.samples == 3 and judge.first.info.composition.swap is True
     spec = judge.info.spec
     assert spec is not None and spec.options["cascade"] == tiny and spec.options["cascade_agree"] is True
+    from brrm.load import check
+
+    check(tiny, kind="brrm", cascade=tiny, cascade_kind="brrm", cascade_band=0.1)  # nothing loads
+    with pytest.raises(ConfigError, match="nowhere"):  # the second judge's folder, named before anything loads
+        check(tiny, kind="brrm", cascade=str(tmp_path / "nowhere"), cascade_band=0.1)
     again = brrm.JudgeSpec.from_json(spec.to_json()).load()
     try:
         assert isinstance(again, CascadeJudge) and again.info.to_dict() == judge.info.to_dict()

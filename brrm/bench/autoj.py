@@ -42,7 +42,7 @@ from brrm.bench.core import (
     percent,
     row,
 )
-from brrm.bench.data import data_root, read_files, require
+from brrm.bench.data import locate, read_files, require
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Status, Verdict
 from brrm.types.jsonvalue import JSONValue
@@ -59,7 +59,7 @@ def groups(root: str | os.PathLike[str] | None = None) -> dict[str, list[str]]:
     Raises:
         ConfigError: when the file is missing.
     """
-    path = require(data_root(root) / "AutoJ-EvalP" / "scenario_group.json", "Auto-J scenario groups")
+    path = locate("AutoJ-EvalP/scenario_group.json", root, "Auto-J scenario groups")
     data = json.loads(path.read_text(encoding="utf-8"))
     return {str(k): list(v) for k, v in data.items()}
 
@@ -104,7 +104,7 @@ class AutoJ(Benchmark):
 
     def _all(self, root: str | os.PathLike[str] | None) -> list[BenchItem]:
         group_of = {scenario: name for name, scenarios in groups(root).items() for scenario in scenarios}
-        path = require(data_root(root) / "AutoJ-EvalP" / "testdata_pairwise.jsonl", "Auto-J Eval-P test set")
+        path = locate("AutoJ-EvalP/testdata_pairwise.jsonl", root, "Auto-J Eval-P test set")
         items = []
         for k, rec in enumerate(read_files([path]), start=1):
             if rec.get("label") not in LABELS or rec.get("scenario") not in group_of:

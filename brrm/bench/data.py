@@ -1,9 +1,13 @@
 """Where benchmark data lives and how it is read: local files and Hugging Face Hub ids, through ``datasets``.
 
-Local benchmark copies sit under one data root (``$BRRM_DATA_DIR``, else ``../shared/data`` next to the
-checkout), one folder per benchmark as documented in each folder's ``SOURCE.md``. Every file is read with
-``datasets.load_dataset`` (the ``json`` builder for ``.json``/``.jsonl``, ``parquet`` for ``.parquet``), so a
-local path works offline and a hub id works where the hub (or its local cache) is reachable.
+Local benchmark copies sit under one data root, one folder per benchmark (the layouts are in
+``docs/benchmarks.md``): ``--data-dir`` / ``$BRRM_DATA_DIR`` when given (the offline path: nothing is downloaded,
+a missing file is an error naming the layout), else brrm's download cache (:func:`brrm.bench.sources.cache_root`),
+filled on first use from each benchmark's pinned official repository (:mod:`brrm.bench.sources`) unless
+``HF_HUB_OFFLINE`` is set. Every file is read with ``datasets.load_dataset`` (the ``json`` builder for
+``.json``/``.jsonl``, ``parquet`` for ``.parquet``). Hub-only data (RewardBench, RewardBench 2, MT-Bench's expert
+votes) is a snapshot of the hub dataset (``huggingface_hub.snapshot_download``: the local Hugging Face cache, or a
+download when online) read by ``datasets.load_dataset`` as a folder in the hub layout, or a local copy (``--data``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from brrm.bench.sources import OFFLINE_ENV, cache_root, fetch, offline, source_of
 from brrm.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -30,11 +35,9 @@ _BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "
 
 
 def default_data_root() -> Path:
-    """``$BRRM_DATA_DIR`` if set, else ``../shared/data`` next to the repository checkout."""
+    """``$BRRM_DATA_DIR`` if set, else the download cache (:func:`brrm.bench.sources.cache_root`)."""
     env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "data"
+    return Path(env).expanduser() if env else cache_root()
 
 
 def data_root(root: str | os.PathLike[str] | None) -> Path:
@@ -52,6 +55,59 @@ def require(path: Path, what: str) -> Path:
         raise ConfigError(f"{what} not found at {path}; pass --data-dir (or set {DATA_DIR_ENV}) to the folder "
                           "holding the benchmark folders")
     return path
+
+
+def locate(relative: str, root: str | os.PathLike[str] | None, what: str) -> Path:
+    """A benchmark file or folder under the data root, downloaded first where brrm may (:func:`available`).
+
+    Args:
+        relative: its path under the data root, the benchmark folder first (``LLMBar/LLMBar/Natural/dataset.json``;
+            a folder such as ``RMB/Pairwise_set/Helpfulness`` stands for the pinned files under it).
+        root: ``--data-dir`` (None: ``$BRRM_DATA_DIR``, else the download cache).
+        what: its name in messages (``LLMBar Natural``).
+
+    Raises:
+        ConfigError: when it is missing, naming the path, where it comes from and the layout a ``--data-dir`` needs;
+            or when a download fails or does not match its pinned digests.
+    """
+    path = available(relative, root)
+    if path is None:
+        raise ConfigError(_missing(what, data_root(root) / relative, relative,
+                                   mine=root is None and not os.environ.get(DATA_DIR_ENV)))
+    return path
+
+
+def available(relative: str, root: str | os.PathLike[str] | None) -> Path | None:
+    """``root/relative`` when it is there (None when not). Under a data root the user named (``root``,
+    ``$BRRM_DATA_DIR``) it is only looked up; in the download cache the pinned files it lacks are first downloaded
+    from the official repository and checked (:func:`brrm.bench.sources.fetch`) unless ``HF_HUB_OFFLINE`` is set,
+    and it counts as there only when all of them are.
+
+    Raises:
+        ConfigError: when a download fails or does not match its pinned digests.
+    """
+    mine = root is None and not os.environ.get(DATA_DIR_ENV)
+    base, inside = data_root(root), relative.split("/", 1)[1] if "/" in relative else ""
+    path, source = base / relative, source_of(relative)
+    pinned = [base / source.folder / f.path for f in source.under(inside)] if source is not None and mine else []
+    if source is not None and pinned and not offline():
+        fetch(source, inside, base)
+    return path if path.exists() and all(p.is_file() for p in pinned) else None
+
+
+def _missing(what: str, path: Path, relative: str, *, mine: bool) -> str:
+    """The one line naming a missing benchmark file: where it was looked for, its source and layout, the ways out."""
+    source = source_of(relative)
+    origin = ""
+    if source is not None:
+        files = source.under(relative.split("/", 1)[1] if "/" in relative else "")
+        origin = f"it comes from {source.short()}" + (f" ({files[0].upstream})" if len(files) == 1 else "") + ", "
+    layout = f"layout <data-dir>/{relative}"
+    if mine and offline():
+        return (f"{what} not found at {path}: offline ({OFFLINE_ENV}=1) and no --data-dir; {origin}{layout}; pass "
+                f"--data-dir or set {DATA_DIR_ENV}, or go online to download it to {cache_root()}")
+    return (f"{what} not found at {path} (--data-dir / {DATA_DIR_ENV}): {origin}{layout}; pass --data-dir or set "
+            f"{DATA_DIR_ENV} to a folder in that layout, or unset both to download it to {cache_root()}")
 
 
 def _quiet() -> ModuleType:
@@ -101,16 +157,41 @@ def read_source(source: str, *, split: str, revision: str | None = None) -> list
     path = Path(source).expanduser()
     if path.is_file():
         return read_files([path])
+    folder = path if path.is_dir() else hub_snapshot(source, revision)
     datasets = _quiet()
     try:
-        extra = {"revision": revision} if revision and not path.is_dir() else {}
-        ds = datasets.load_dataset(str(path) if path.is_dir() else source, split=split, **extra)
-    except Exception as exc:  # noqa: BLE001 - offline hub, missing split, unknown id: one clear message
-        where = "folder" if path.is_dir() else "hub id"
-        raise ConfigError(f"cannot load {where} {source!r} split {split!r} ({type(exc).__name__}: "
-                          f"{str(exc)[:300]}); pass --data with a local copy (a .parquet/.jsonl file or a folder "
-                          "in the hub layout) when the hub is not reachable") from None
+        ds = datasets.load_dataset(str(folder), split=split)
+    except Exception as exc:  # noqa: BLE001 - a missing split or an unreadable file: one clear message
+        where = f"folder {source!r}" if path.is_dir() else f"hub id {source!r} (snapshot {folder})"
+        raise ConfigError(f"cannot load {where} split {split!r} ({type(exc).__name__}: {_one_line(exc)}); pass "
+                          "--data with a local copy (a .parquet/.jsonl file or a folder in the hub layout)") from None
     return ds.to_list()
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def hub_snapshot(repo: str, revision: str | None) -> Path:
+    """The local folder of a hub dataset at ``revision`` (None: ``main``), in the hub layout:
+    ``huggingface_hub.snapshot_download`` from the local Hugging Face cache (``$HF_HUB_CACHE``:
+    ``datasets--<owner>--<name>/snapshots/<commit>/``), downloading it first when online.
+
+    Raises:
+        ConfigError: when it is neither cached nor reachable (offline, unknown id), naming the id, the revision,
+            the cache and how to pass a local copy.
+    """
+    from huggingface_hub import constants, snapshot_download
+
+    local = offline() or constants.HF_HUB_OFFLINE  # the variable as it is now, not as huggingface_hub's import saw it
+    try:
+        return Path(snapshot_download(repo, repo_type="dataset", revision=revision, local_files_only=local))
+    except Exception as exc:  # noqa: BLE001 - offline, unknown id, network: one clear message
+        why = (f"offline ({OFFLINE_ENV}=1) and not in the Hugging Face cache {constants.HF_HUB_CACHE}" if local
+               else f"{type(exc).__name__}: {_one_line(exc)}")
+        raise ConfigError(f"cannot load hub id {repo!r} @ {revision or 'main'}: {why}; it comes from "
+                          f"huggingface.co/datasets/{repo}; pass --data with a local copy (a .parquet/.jsonl file "
+                          "or a folder in the hub layout), or go online to download it") from None
 
 
 _SOURCE_FIELD = re.compile(r"^- \*\*(Repository|Commit):\*\*\s*(\S+)", re.MULTILINE)

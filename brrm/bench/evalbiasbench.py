@@ -44,7 +44,7 @@ from brrm.bench.core import (
     percent,
     row,
 )
-from brrm.bench.data import data_root, require
+from brrm.bench.data import locate
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Status, Verdict
 
@@ -97,7 +97,7 @@ class EvalBiasBench(Benchmark):
 
     def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,
              source: str | None = None) -> list[BenchItem]:
-        data = _read(require(data_root(root) / "EvalBiasBench" / FILE, "EvalBiasBench biasbench.json"))
+        data = _read(locate(f"EvalBiasBench/{FILE}", root, "EvalBiasBench biasbench.json"))
         return [self.item(c, k, rec) for c in subsets for k, rec in enumerate(take(list(data.get(c, [])), limit))]
 
     @staticmethod

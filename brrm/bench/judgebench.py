@@ -42,7 +42,7 @@ from brrm.bench.core import (
     ok_judgment,
     row,
 )
-from brrm.bench.data import data_root, read_files, require
+from brrm.bench.data import locate, read_files
 from brrm.compose import pairwise_from_rewards
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Provenance, SamplingConfig, ScalarReward, Status, Verdict
@@ -254,7 +254,7 @@ class JudgeBench(Benchmark):
              source: str | None = None) -> list[BenchItem]:
         items = []
         for subset in subsets:
-            path = require(data_root(root) / "JudgeBench" / RESPONSE_SETS[subset], f"JudgeBench {subset} set")
+            path = locate(f"JudgeBench/{RESPONSE_SETS[subset]}", root, f"JudgeBench {subset} set")
             items += [self.item(subset, rec) for rec in take(read_files([path]), limit)]
         return items
 

@@ -43,7 +43,7 @@ from brrm.bench.core import (
     ok_judgment,
     row,
 )
-from brrm.bench.data import DATA_DIR_ENV, data_root, default_data_root, read_files, require
+from brrm.bench.data import DATA_DIR_ENV, default_data_root, locate, read_files, require
 from brrm.errors import ConfigError
 from brrm.records import LLMBAR_FIELDS, PairRecord, RecordError, read_pair_records
 from brrm.types import Status, Verdict
@@ -79,12 +79,7 @@ def llmbar_path(subset: str, root: str | os.PathLike[str] | None = None) -> Path
             the path and ``BRRM_DATA_DIR``).
     """
     name = _canonical_subset(subset)
-    path = data_root(root) / "LLMBar" / "LLMBar" / name / "dataset.json"
-    if not path.is_file():
-        raise ConfigError(
-            f"LLMBar {name} not found at {path}; set {DATA_DIR_ENV} (or root=) to the folder holding LLMBar/"
-        )
-    return path
+    return locate(f"LLMBar/LLMBar/{name}/dataset.json", root, f"LLMBar {name}")
 
 
 def load_llmbar(subset: str, root: str | os.PathLike[str] | None = None) -> list[PairRecord]:
@@ -203,7 +198,7 @@ class LLMBarFormat(Benchmark):
              source: str | None = None) -> list[BenchItem]:
         items: list[BenchItem] = []
         for subset in subsets:
-            path = require(data_root(root) / self.folders[subset] / "dataset.json", f"{self.title} {subset}")
+            path = locate(f"{self.folders[subset]}/dataset.json", root, f"{self.title} {subset}")
             for k, rec in enumerate(take(read_files([path]), limit), start=1):
                 items.append(self.item(subset, k, rec, where=f"{path} row {k}"))
         return items

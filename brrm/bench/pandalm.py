@@ -38,7 +38,7 @@ from brrm.bench.core import (
     pair_row,
     percent,
 )
-from brrm.bench.data import data_root, read_files, require
+from brrm.bench.data import locate, read_files, require
 from brrm.errors import ConfigError
 from brrm.records.duplicates import duplicate_ids
 from brrm.types import Status, Verdict
@@ -103,7 +103,7 @@ class PandaLM(Benchmark):
 
     def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,
              source: str | None = None) -> list[BenchItem]:
-        path = require(data_root(root) / "PandaLM" / "testset-v1.json", "PandaLM test set")
+        path = locate("PandaLM/testset-v1.json", root, "PandaLM test set")
         return [self.item(rec) for rec in take(read_files([path]), limit)]
 
     @staticmethod

@@ -44,7 +44,7 @@ from brrm.bench.core import (
     percent,
     shown_from_rewards,
 )
-from brrm.bench.data import data_root, read_files, require
+from brrm.bench.data import locate, read_files, require
 from brrm.errors import ConfigError
 from brrm.types import Conversation, ScalarReward, Status, Verdict
 
@@ -93,7 +93,7 @@ class RMB(Benchmark):
              source: str | None = None) -> list[BenchItem]:
         items: list[BenchItem] = []
         for subset in subsets:
-            folder = require(data_root(root) / "RMB" / PARTS[subset], f"RMB {subset}")
+            folder = locate(f"RMB/{PARTS[subset]}", root, f"RMB {subset}")
             files = sorted(folder.rglob("*.json"))
             items += [self.item(subset, rec) for rec in take(read_files(files), limit)]
         return items

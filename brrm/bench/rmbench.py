@@ -48,7 +48,7 @@ from brrm.bench.core import (
     pair_row,
     sequence_swaps,
 )
-from brrm.bench.data import data_root, read_files, read_source, require
+from brrm.bench.data import available, locate, read_files, read_source
 from brrm.errors import ConfigError
 from brrm.types import Verdict
 
@@ -136,13 +136,13 @@ class RMBench(Benchmark):
             rows = read_source(source, split="train")
             return [(known_subset(rec.get("domain"), tuple(FILES), f"RM-Bench {source} row {k}"), rec)
                     for k, rec in enumerate(rows, start=1)]
-        base = data_root(root) / "RM-Bench"
         out: list[tuple[str, dict[str, Any]]] = []
-        for subset in FILES:
-            path = base / FILES[subset]
-            if not path.exists() and (subset not in subsets or (subset == "math" and tuple(subsets) == self.subsets)):
+        for subset in FILES:  # every file is read: the official orders are drawn over all rows
+            relative = f"RM-Bench/{FILES[subset]}"
+            needed = subset in subsets and not (subset == "math" and tuple(subsets) == self.subsets)
+            path = locate(relative, root, f"RM-Bench {subset}") if needed else available(relative, root)
+            if path is None:
                 continue  # "math where the data exists": the shared copy lacks it (SOURCE.md); noted in scores
-            require(path, f"RM-Bench {subset}")
             out += [(subset, rec) for rec in read_files([path])]
         return out
 

@@ -42,12 +42,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--predictions", action="append", default=None, metavar="FILE",
                    help="score stored outputs instead of running a model: official output files or a brrm "
                         "judgments.jsonl (Auto-J: the original-order file, then the exchanged-order file)")
-    p.add_argument("--data-dir", default=None, help="folder holding the benchmark folders (default: $BRRM_DATA_DIR, "
-                                                    "else ../shared/data next to the checkout)")
+    p.add_argument("--data-dir", default=None,
+                   help="offline: a folder holding the benchmark folders in the layout of docs/benchmarks.md (e.g. "
+                        "DIR/LLMBar/LLMBar/Natural/dataset.json); nothing is downloaded. Default: $BRRM_DATA_DIR, "
+                        "else brrm's download cache, filled from each benchmark's pinned official repository on first "
+                        "use (unless HF_HUB_OFFLINE=1)")
     p.add_argument("--data", default=None, help="hub id or local copy of hub-only data (rewardbench: default "
                                                  "allenai/reward-bench; mt-bench --subset human: "
                                                  "lmsys/mt_bench_human_judgments; rm-bench: a copy of THU-KEG/"
-                                                 "RM-Bench's train split, read in its order)")
+                                                 "RM-Bench's train split, read in its order); a hub id is read from "
+                                                 "the Hugging Face cache, downloaded there when online")
     p.add_argument("--protocol", choices=("released", "brrm", "both"), default=None,
                    help="released: the model card's protocol (faithful decoding, the card's sampling and budgets, "
                         "the benchmark's orders, headline over parsed items as the official BR-RM scorer; default "

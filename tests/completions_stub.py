@@ -1,6 +1,7 @@
-"""A local OpenAI-compatible ``POST /v1/completions`` endpoint for tests: each request body is kept and answered
-with what a test's ``answer(body)`` returns (a JSON object: 200; a :class:`Reply`: its status, headers and body).
-It stands in for a server's answers only; a real vLLM server is tested in tests/vllm.
+"""A local OpenAI-compatible ``POST /v1/completions`` endpoint for tests (and ``GET /v1/models``: one model,
+``tiny``): each request body is kept and answered with what a test's ``answer(body)`` returns (a JSON object: 200;
+a :class:`Reply`: its status, headers and body). It stands in for a server's answers only; a real vLLM server is
+tested in tests/vllm.
 
 It counts what a load test needs: TCP connections accepted, requests in flight (a request stops counting just
 before its answer is written, so the client has not yet had it), their peak and the count at each arrival. A
@@ -60,6 +61,14 @@ class CompletionsServer:
 
             def log_message(self, *args: object) -> None:
                 pass
+
+            def do_GET(self) -> None:  # GET /v1/models: one model, "tiny", with a 4096-token context
+                data = json.dumps({"data": [{"id": "tiny", "max_model_len": 4096}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -36,6 +36,7 @@ class Stub:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are two writes: no delayed-ACK wait between them
 
             def log_message(self, *args):  # quiet
                 pass
@@ -73,7 +74,7 @@ class Stub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def ok(self, ids: list[int], finish: str = "stop") -> dict:
         token_ids = [*ids, self.eos] if finish == "stop" else ids

@@ -224,6 +224,22 @@ def test_sequential_requests_reuse_one_connection():
     assert (len(up.bodies), up.connections) == (10, 1)
 
 
+def test_the_options_reach_each_upstreams_limit(tok, tmp_path):
+    from brrm.backends.openai import OpenAIBackend
+    from brrm.testing import save_tokenizer
+
+    path = str(save_tokenizer(tok, tmp_path / "tok"))
+    with CompletionsServer(lambda body: OK) as a, CompletionsServer(lambda body: OK) as b:
+        options = OpenAIOptions(base_url=(a.url, b.url), initial_concurrency=3, max_concurrency=6)
+        with OpenAIBackend.from_options(path, options) as be:
+            states = be.concurrency()
+        with OpenAIBackend.from_options(path, OpenAIOptions(base_url=a.url, max_concurrency=4)) as small, \
+                OpenAIBackend.from_options(path, OpenAIOptions(base_url=a.url)) as default:
+            starts = [(s.transport.policy.initial, s.transport.policy.maximum) for s in (small, default)]
+    assert [(s.url, s.limit) for s in states] == [(a.url, 3), (b.url, 3)] and be.workers == 12
+    assert starts == [(4, 4), (16, 64)]  # the start is 16, or the ceiling when that is lower
+
+
 @pytest.fixture(scope="module")
 def tok():
     from brrm.testing import build_tiny_tokenizer

@@ -72,6 +72,7 @@ class OpenAIBackend:
 
     Raises:
         ConfigError: on an empty URL list or an out-of-range option.
+        BackendUnavailable: when httpx is not installed.
     """
 
     DEFAULT_CONCURRENCY = ConcurrencyPolicy()
@@ -179,7 +180,8 @@ class OpenAIBackend:
             served_model_name: the server's model name.
             max_context: context window; default: the server's ``max_model_len`` from ``GET /v1/models``.
             trust_remote_code: passed to ``AutoTokenizer``.
-            **options: constructor options (max_concurrency, timeout_s, http_retries, backoff_s, api_key, …).
+            **options: constructor options (max_concurrency, initial_concurrency, timeout_s, http_retries,
+                backoff_s, api_key, …).
 
         Raises:
             ConfigError: without a URL, or when the server does not serve the requested model.

@@ -11,6 +11,7 @@ timeout, the request fails at once with the upstream's answer instead."""
 from __future__ import annotations
 
 import email.utils
+import importlib.util
 import json
 import math
 import random
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from brrm.backends.openai.limiter import AdaptiveLimit, ConcurrencyPolicy, LimitState, Signal
-from brrm.errors import ConfigError
+from brrm.errors import BackendUnavailable, ConfigError
 from brrm.types.jsonvalue import JSONValue
 
 if TYPE_CHECKING:
@@ -77,11 +78,15 @@ class Transport:
 
     Raises:
         ConfigError: on an invalid URL.
+        BackendUnavailable: when httpx is not installed.
     """
 
     def __init__(self, base_urls: Sequence[str], *, timeout_s: float, max_retries: int, backoff_s: float,
                  max_backoff_s: float, api_key: str | None, concurrency: ConcurrencyPolicy | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        if importlib.util.find_spec("httpx") is None:
+            raise BackendUnavailable("the openai backend sends its requests with httpx, which is not installed",
+                                     hint="pip install 'httpx>=0.27'")
         self.base_urls = [normalize_base_url(u) for u in base_urls]
         self.timeout_s, self.max_retries = timeout_s, max_retries
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s

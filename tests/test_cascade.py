@@ -278,3 +278,34 @@ def test_an_audit_stores_the_cascade_apart_from_its_first_judge(tokenizer, tmp_p
     assert [r["cascade"]["stage"] for r in results] == ["first"] * 3 + ["second"] * 4 and strong.calls == 4
     alone, _ = _bt(tokenizer)  # the first judge alone is another configuration: judged afresh, never reused
     assert run_audit(items, tmp_path / "a", options, judge=alone).judged == 7
+
+
+def test_brrm_judge_cascade_flags(tmp_path, capsys):
+    """``brrm judge --cascade``: the tiny Qwen3 read as a Bradley–Terry model (vocabulary logit 0) first, the same
+    weights as BR-RM second; a margin no random-weight reward difference reaches escalates every pair."""
+    import json
+
+    from brrm.cli import main
+    from brrm.testing import save_tiny_qwen3
+    from tests.conftest import REPO
+
+    tiny = str(save_tiny_qwen3(tmp_path / "tiny"))
+    out = tmp_path / "out.jsonl"
+    second = {"temperature": 0, "thinking": "off", "max_new_tokens": 450, "block_token_cap": 8}
+    argv = ["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(out), "--limit", "2", "--model",
+            tiny, "--kind", "bt", "--recipe", "llama_nemotron", "--cascade", tiny, "--cascade-kind", "brrm",
+            "--cascade-margin", "1000", "--cascade-options", json.dumps(second), "--no-progress", "-q"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "cost: cascade: 4 scored sequences, then up to 2 pairs x 1 order x 1 sample = 2 judgments" in printed
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["cascade"]["stage"] for r in rows] == ["second", "second"]
+    for r in rows:
+        first = r["cascade"]["first"]
+        assert r["cascade"]["why"] == "uncertain" and r["cascade"]["threshold"] == 1000.0
+        assert first["status"] == "ok" and first["turn1_text"] == "" and r["turn1_text"] != ""  # BT, then BR-RM
+        assert r["cascade"]["detail"].endswith("<= 1000")
+    # a rule flag without --cascade is refused, naming it
+    assert main(["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(tmp_path / "x.jsonl"),
+                 "--model", tiny, "--cascade-band", "0.1", "-q"]) == 2
+    assert "--cascade-band applies to a judge cascade" in capsys.readouterr().err

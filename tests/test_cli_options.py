@@ -160,6 +160,7 @@ SURFACE_ONLY = {
     "split",
     # the model to load and how (brrm.load's own keywords, not options of a dataclass)
     "model", "kind", "backend", "calibration",
+    "cascade", "cascade_kind", "cascade_margin", "cascade_band", "cascade_agree", "cascade_options",
     # audit
     "status_dir", "slice_by", "low_margin", "max_flagged", "chunk_size", "summary_every", "probes", "strategy",
     "ray", "actors", "num_gpus_per_actor", "num_cpus_per_actor",

@@ -33,6 +33,12 @@ class LoadKeywords(LoadOptions, total=False):
     kind: str
     backend: str
     calibration: str
+    cascade: str
+    cascade_kind: str
+    cascade_margin: float
+    cascade_band: float
+    cascade_agree: bool
+    cascade_options: Mapping[str, object]
 
 
 class _ArgKeywords(TypedDict, total=False):
@@ -157,9 +163,59 @@ def add_model_args(p: argparse.ArgumentParser, *, default_kind: str = "auto", ju
     g.add_argument("--backend", choices=BACKENDS, default="transformers", help="model runner (default: transformers)")
     g.add_argument("--calibration", default=None, metavar="CALIB_JSON",
                    help="apply a calibration written by `brrm calibrate`: P(A>B) calibrated, the raw one kept")
+    add_cascade_args(p.add_argument_group("cascade"))
     add_backend_args(p.add_argument_group("backend"))
     if judge_flags:
         add_judge_args(p)
+
+
+CASCADE_KEYWORDS = ("cascade", "cascade_kind", "cascade_margin", "cascade_band", "cascade_agree", "cascade_options")
+"""The :func:`brrm.load` keywords of a judge cascade (:mod:`brrm.load_cascade`), each set by its own flag."""
+
+
+def add_cascade_args(g: argparse._ArgumentGroup) -> None:
+    """``--cascade MODEL`` and its rule and second-judge flags (:data:`CASCADE_KEYWORDS`); unset keeps no cascade."""
+    g.add_argument("--cascade", default=None, metavar="MODEL",
+                   help="a judge cascade: this second judge (hub id, local dir or brrm serve URL) decides every pair "
+                        "the --model judge is not confident about or fails on; give one rule: --cascade-margin, "
+                        "--cascade-band or --cascade-agree")
+    g.add_argument("--cascade-kind", choices=("auto", *KINDS), default=None,
+                   help="the second judge's kind, where its checkpoint does not tell (default: auto)")
+    g.add_argument("--cascade-margin", type=float, default=None, metavar="M",
+                   help="cascade rule: confident when a Bradley-Terry margin |r_A - r_B| > M (reward units, >= 0)")
+    g.add_argument("--cascade-band", type=float, default=None, metavar="D",
+                   help="cascade rule: confident when P(A>B) is outside [0.5 - D, 0.5 + D] (D in [0, 0.5))")
+    g.add_argument("--cascade-agree", action="store_true", default=None,
+                   help="cascade rule: confident when every swap order and voting sample of the first judge agrees "
+                        "(needs --swap or --samples > 1)")
+    g.add_argument("--cascade-options", type=_json_object, default=None, metavar="JSON",
+                   help="the second judge's brrm.load options as a JSON object, e.g. "
+                        "'{\"thinking\": \"off\", \"max_new_tokens\": 2048}' (default: its own; backend: --backend's)")
+
+
+def _json_object(text: str) -> dict[str, object]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object of brrm.load options, got {text!r}")
+    return value
+
+
+def _cascade_keywords(given: Mapping[str, object]) -> dict[str, object]:
+    """The cascade keywords the flags set.
+
+    Raises:
+        ConfigError: for a cascade flag without ``--cascade``.
+    """
+    chosen = {k: given[k] for k in CASCADE_KEYWORDS if given.get(k) is not None}
+    if chosen and "cascade" not in chosen:
+        flag = "--" + next(iter(chosen)).replace("_", "-")
+        raise ConfigError(f"{flag} applies to a judge cascade: name its second judge with --cascade MODEL")
+    return chosen
 
 
 def add_backend_args(group: argparse._ArgumentGroup) -> None:
@@ -249,6 +305,7 @@ def load_options(args: argparse.Namespace) -> tuple[str | None, LoadKeywords]:
 
         read_calibration(given["calibration"])  # a missing or malformed file is named before anything is read
         opts["calibration"] = given["calibration"]  # a brrm.load keyword, not a judge or backend option
+    opts.update(_cascade_keywords(given))  # brrm.load's own keywords too (load_cascade.py checks them)
     # argparse's values are untyped: the options dataclasses check each one's type and range when loading
     return (None if model is None else str(model)), cast(LoadKeywords, opts)
 

@@ -186,6 +186,34 @@ def test_one_limit_is_shared_by_concurrent_calls_and_never_exceeded():
     assert up.connections <= 3  # kept alive and reused: fewer TCP connections than requests
 
 
+def test_a_burst_of_429s_halves_the_limit_once_and_the_retries_keep_to_it():
+    """Eight calls at once at a limit of 8 all get a 429 (the upstream answers none before all eight arrived): one
+    overload, so one halving to 4; the eight retries then never have more in flight than the limit of the moment."""
+    fake, burst = FakeTime(), threading.Barrier(8, timeout=5)
+    seen: list[tuple[int, int]] = []
+    transport: list[Transport] = []
+
+    def answer(body):
+        if len(up.bodies) <= 8:  # the first eight (no retry comes before one of them is answered)
+            burst.wait()
+            return Reply(429, {"error": {"message": "too many"}})
+        seen.append((up.in_flight, transport[0].concurrency()[0].limit))
+        return OK
+
+    with CompletionsServer(answer) as up:
+        transport.append(_transport([up.url], initial=8, maximum=16, fake=fake))
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                answers = list(pool.map(lambda _: transport[0].call(0, "POST", "/completions", BODY), range(8)))
+            state = transport[0].concurrency()[0]
+        finally:
+            transport[0].close()
+    assert answers == [OK] * 8 and len(up.bodies) == 16 and len(fake.sleeps) == 8
+    assert all(in_flight <= limit <= 5 for in_flight, limit in seen) and len(seen) == 8, seen
+    # 8 -> 4 on the overload; 4 successes raise it to 5; 4 more are not yet a window of 5
+    assert (state.limit, state.decreases, state.overloads, state.increases) == (5, 1, 8, 1)
+
+
 def test_two_generate_calls_share_the_backends_limit(tok):
     """Two ``generate`` calls at once (a server's requests) share one limit per upstream: at each arrival the upstream
     has no more requests in flight than the limit allows, and the limit grew by one per window of successes."""

@@ -1,6 +1,6 @@
 """Auto-J Eval-P (Li et al., ICLR 2024): 1,392 pairs in 58 scenarios, human labels with ties.
 
-Data (``../shared/data/AutoJ-EvalP/SOURCE.md``; GAIR-NLP/auto-j @ ``2ae17a3``): ``testdata_pairwise.jsonl``
+Data (GAIR-NLP/auto-j @ ``2ae17a3``, pinned in ``sources.json``): ``testdata_pairwise.jsonl``
 (``scenario``, ``label`` 0 = response 1 better / 1 = response 2 / 2 = tie, ``prompt``, ``response 1``,
 ``response 2``) and ``scenario_group.json`` (the 8 groups of ``codes/leaderboard/utils_constants.py``).
 

@@ -1,6 +1,6 @@
 """EvalBiasBench (Park et al., 2024, "OffsetBias", arXiv 2407.06551): 80 pairs that bait six judge biases.
 
-Data (``../shared/data/EvalBiasBench/SOURCE.md``; ncsoft/offsetbias @ ``0bd16e4``): ``biasbench.json``, an object
+Data (ncsoft/offsetbias @ ``0bd16e4``, pinned in ``sources.json``): ``biasbench.json``, an object
 keyed by bias type (``length bias`` 17, ``concreteness`` 14, ``empty reference`` 13, ``content_continuation`` 12,
 ``nested_instruction`` 12, ``familiar knowledge preference bias`` 12), each item ``instruction``, ``response1``,
 ``response2``, ``label`` (1 for every item: response 1 is the better one, response 2 carries the bait). The

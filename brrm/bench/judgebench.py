@@ -1,7 +1,7 @@
 """JudgeBench (Tan et al., 2024, arXiv 2410.12784): official outputs and the official two-game metric.
 
-Source: github.com/ScalerLab/JudgeBench @ e2c52c2 (copies and notes in
-``../shared/data/JudgeBench/SOURCE.md``). An output file holds, per response pair, the data record plus
+Source: github.com/ScalerLab/JudgeBench @ e2c52c2 (pinned in ``sources.json``; the
+layout in ``docs/benchmarks.md``). An output file holds, per response pair, the data record plus
 ``judgments``: two games, the first on (A, B), the second on the swapped order (B, A) with its decision in
 the swapped frame. Reward-model judges also store ``scores`` = [score of the first-shown, second-shown].
 

@@ -1,6 +1,6 @@
 """LLMBar (Zeng et al., ICLR 2024): 419 instruction-following pairs with an objective winner.
 
-Data (``../shared/data/LLMBar/SOURCE.md``; princeton-nlp/LLMBar @ ``900616bf``): ``<root>/LLMBar/LLMBar/<subset>/
+Data (princeton-nlp/LLMBar @ ``900616bf``, pinned in ``sources.json``): ``<root>/LLMBar/LLMBar/<subset>/
 dataset.json``, a JSON list of ``{input, output_1, output_2, label: 1|2}``; no ties. Natural has 100 pairs
 (42 x 1, 58 x 2); the four adversarial subsets have 134 / 92 / 47 / 46.
 

@@ -1,10 +1,10 @@
 """MT-Bench human pairs (Zheng et al., NeurIPS 2023 D&B): two ways to score a judge against human votes.
 
-* Subset ``MT-Bench`` (default): LLMBar's processed set (``../shared/data/LLMBar/Processed/MT-Bench/
-  dataset.json``; 200 turn-1 pairs sampled from the MT-Bench expert judgments by the LLMBar authors, gold = the
-  experts' majority, ties removed), run and scored with LLMBar's protocol and metric (both orders;
-  ``correct_average`` %), see :mod:`brrm.bench.llmbar`. This is the offline set (``../shared/data/MT-Bench/
-  SOURCE.md``: the raw human votes are on the Hugging Face Hub only).
+* Subset ``MT-Bench`` (default): LLMBar's processed set (``<data-dir>/LLMBar/Processed/MT-Bench/dataset.json``,
+  from princeton-nlp/LLMBar's ``Dataset/Processed/MT-Bench/``; 200 turn-1 pairs sampled from the MT-Bench expert
+  judgments by the LLMBar authors, gold = the experts' majority, ties removed), run and scored with LLMBar's
+  protocol and metric (both orders; ``correct_average`` %), see :mod:`brrm.bench.llmbar`. It is the set on GitHub
+  (the raw human votes are on the Hugging Face Hub only).
 * Subset ``human``: FastChat's own agreement study over the raw votes (``lmsys/mt_bench_human_judgments``, split
   ``human``, through ``datasets``: a hub id, or ``--data`` with a local copy in its schema: ``question_id``,
   ``model_a``, ``model_b``, ``winner``, ``judge``, ``turn``, ``conversation_a``, ``conversation_b``). Each

@@ -1,6 +1,6 @@
 """PandaLM test set (Wang et al., ICLR 2024): 999 human-annotated pairs with ties.
 
-Data (``../shared/data/PandaLM/SOURCE.md``; WeOpenML/PandaLM @ ``3871806``): ``testset-v1.json`` with
+Data (WeOpenML/PandaLM @ ``3871806``, pinned in ``sources.json``): ``testset-v1.json`` with
 ``instruction``, ``input``, ``response1``, ``response2`` and three annotators' labels (1 = response 1 better,
 2 = response 2, 0 = tie). The gold label is the annotators' majority vote (every item has one; the README's
 label counts 105 / 422 / 472 are exactly those votes).

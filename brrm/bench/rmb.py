@@ -1,8 +1,8 @@
 """RMB (Zhou et al., ICLR 2025): reward models on helpfulness and harmlessness, pairwise and best-of-N.
 
-Data (``../shared/data/RMB/SOURCE.md``; Zhou-Zoey/RMB-Reward-Model-Benchmark @ ``2be3180``): ``Pairwise_set/
+Data (Zhou-Zoey/RMB-Reward-Model-Benchmark @ ``2be3180``, pinned in ``sources.json``): ``Pairwise_set/
 {Helpfulness,Harmlessness}/**.json`` (``conversation_input``, ``chosen``, ``reject``) and ``BoN_set/…`` (``bon_best``,
-``loser_list``). The shared copy lacks three pairwise files (≥ 4 MiB upstream); the BoN set is complete.
+``loser_list``). The developers' offline copy lacks three pairwise files (≥ 4 MiB upstream); a download has them.
 
 Official metric: pairwise accuracy = share of pairs whose chosen response wins, strictly
 (``eval/scripts/my_run_rm.py``: ``1 if score(chosen) > score(reject) else 0``; a tie is wrong); best-of-N

@@ -1,9 +1,9 @@
 """RM-Bench (Liu et al., ICLR 2025): reward models under subtle errors and style bias.
 
-Data (``../shared/data/RM-Bench/SOURCE.md``; THU-KEG/RM-Bench @ ``73c52d7``): ``chat_filtered.json`` (129),
+Data (THU-KEG/RM-Bench @ ``73c52d7``, pinned in ``sources.json``): ``chat_filtered.json`` (129),
 ``code_filtered.json`` (228), ``safety-refuse_filtered.json`` (284), ``safety-response_filtered.json`` (157),
-and ``math_filtered.json`` (529) where present (not in the shared copy). Each prompt has 3 chosen and 3
-rejected responses in styles [concise, detailed plain, detailed markdown].
+and ``math_filtered.json`` (529) where present (downloaded; not in the developers' offline copy). Each prompt has
+3 chosen and 3 rejected responses in styles [concise, detailed plain, detailed markdown].
 
 Official metric (``scripts/utils.py`` ``compute_accuracy``): per domain a 3x3 matrix, ``M[i][j]`` = fraction of
 prompts whose chosen[i] beats rejected[j] (strictly: a tie is wrong); **Hard** = mean of the upper triangle
@@ -142,7 +142,7 @@ class RMBench(Benchmark):
             needed = subset in subsets and not (subset == "math" and tuple(subsets) == self.subsets)
             path = locate(relative, root, f"RM-Bench {subset}") if needed else available(relative, root)
             if path is None:
-                continue  # "math where the data exists": the shared copy lacks it (SOURCE.md); noted in scores
+                continue  # "math where the data exists": an offline copy may lack it; noted in scores
             out += [(subset, rec) for rec in read_files([path])]
         return out
 

@@ -197,6 +197,8 @@ def test_load_builds_the_cascade_and_its_info_says_so(tokenizer):
     assert one.cascade is not None and not one.cascade.escalated and one.winner is Verdict.A
     assert judge.score([CONV, CONV], ["r1", "r3"], references=["r1.2", "r1"])[1].reward == pytest.approx(
         1 / (1 + math.exp(-2)))
+    with pytest.raises(ConfigError, match="neither stage of this cascade takes one"):
+        judge.judge_pairs([CONV], ["r2"], ["r1"], principles="be brief")
     variant = judge.with_options(cascade_margin=5.0, margin=0.1)
     assert isinstance(variant, CascadeJudge) and variant.confidence == Confidence(CascadeRule.MARGIN, 5.0)
     assert variant.first.info.composition.margin == 0.1

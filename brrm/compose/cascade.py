@@ -187,6 +187,8 @@ class CascadeJudge(PairwiseSurface):
             check_bool("swap", swap)
         if principles is not None and not self.info.takes_principle:
             raise ConfigError("principles: neither stage of this cascade takes one (only principle models do)")
+        if principles is not None and not isinstance(principles, str):
+            check_same_length(conversations=conversations, principles=principles)
         firsts = self.first.judge_pairs(conversations, responses_a, responses_b, swap=swap, ids=rids,
                                         principles=self._principles(self.first, principles, range(n)),
                                         on_step=on_step)

@@ -216,3 +216,16 @@ def test_a_hub_id_not_in_the_cache_offline_is_one_line_naming_it(hub_cache, caps
     assert (f"cannot load hub id 'lmsys/mt_bench_human_judgments' @ main: offline (HF_HUB_OFFLINE=1) and not in the "
             f"Hugging Face cache {hub_cache}; it comes from huggingface.co/datasets/lmsys/mt_bench_human_judgments; "
             "pass --data with a local copy") in err
+
+
+def test_judgebench_reads_its_hub_copy_as_it_reads_the_github_files(shared, tmp_path):
+    data = shared / "data" / "JudgeBench"
+    for split, name in (("gpt", "gpt-4o-2024-05-13"), ("claude", "claude-3-5-sonnet-20240620")):
+        lines = (data / f"dataset=judgebench,response_model={name}.jsonl").read_text().splitlines()[:3]
+        (tmp_path / "data").mkdir(exist_ok=True)
+        (tmp_path / "data" / f"{split}-00000-of-00001.jsonl").write_text("\n".join(lines) + "\n")
+    bench = get_benchmark("judgebench")
+    from_hub = bench.load(bench.subsets, source=str(tmp_path), limit=2)  # a folder in the hub copy's layout
+    assert from_hub == bench.load(bench.subsets, root=shared / "data", limit=2)
+    assert [it.subset for it in from_hub] == ["gpt-4o", "gpt-4o", "claude", "claude"]
+    assert run_revision(bench, from_hub, source=str(tmp_path))["sha256"] == files_sha256(tmp_path)

@@ -42,7 +42,7 @@ from brrm.bench.core import (
     ok_judgment,
     row,
 )
-from brrm.bench.data import locate, read_files
+from brrm.bench.data import locate, read_files, read_source
 from brrm.compose import pairwise_from_rewards
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Provenance, SamplingConfig, ScalarReward, Status, Verdict
@@ -226,6 +226,9 @@ RESPONSE_SETS = {
 }
 """Response set -> data file under ``<root>/JudgeBench/`` (SOURCE.md)."""
 
+HUB_SPLITS = {"gpt-4o": "gpt", "claude": "claude"}
+"""Response set -> split of the hub copy ``ScalerLab/JudgeBench`` (its dataset card: ``split="gpt"`` / ``"claude"``)."""
+
 _SET_OF_MODEL = {"gpt-4o-2024-05-13": "gpt-4o", "claude-3-5-sonnet-20240620": "claude"}
 _VERDICTS = {"A>B": Verdict.A, "B>A": Verdict.B, "A=B": Verdict.TIE}
 
@@ -252,10 +255,20 @@ class JudgeBench(Benchmark):
 
     def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,
              source: str | None = None) -> list[BenchItem]:
+        """The pairs of each response set: from the pinned GitHub files under ``<root>/JudgeBench/``, or from
+        ``source`` (``--data``): the hub copy ``ScalerLab/JudgeBench`` or a local folder in its layout, whose
+        splits ``gpt`` and ``claude`` (:data:`HUB_SPLITS`) hold the same records.
+
+        Raises:
+            ConfigError: for missing data or a record outside the schema.
+        """
         items = []
         for subset in subsets:
-            path = locate(f"JudgeBench/{RESPONSE_SETS[subset]}", root, f"JudgeBench {subset} set")
-            items += [self.item(subset, rec) for rec in take(read_files([path]), limit)]
+            if source is not None:
+                rows = read_source(source, split=HUB_SPLITS[subset])
+            else:
+                rows = read_files([locate(f"JudgeBench/{RESPONSE_SETS[subset]}", root, f"JudgeBench {subset} set")])
+            items += [self.item(subset, rec) for rec in take(rows, limit)]
         return items
 
     @staticmethod

@@ -50,7 +50,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, help="hub id or local copy of hub-only data (rewardbench: default "
                                                  "allenai/reward-bench; mt-bench --subset human: "
                                                  "lmsys/mt_bench_human_judgments; rm-bench: a copy of THU-KEG/"
-                                                 "RM-Bench's train split, read in its order); a hub id is read from "
+                                                 "RM-Bench's train split, read in its order; judgebench: "
+                                                 "ScalerLab/JudgeBench or a copy of it); a hub id is read from "
                                                  "the Hugging Face cache, downloaded there when online")
     p.add_argument("--protocol", choices=("released", "brrm", "both"), default=None,
                    help="released: the model card's protocol (faithful decoding, the card's sampling and budgets, "

@@ -64,6 +64,7 @@ class Progress:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.step = ""  # nothing decodes any more
         self._postfix(force=True)
         self.bar.close()
 

@@ -15,7 +15,7 @@ import pytest
 import brrm
 from brrm.backends.fake import FakeBackend
 from brrm.compose import PairwiseRewardJudge
-from brrm.compose.cascade import CascadeJudge, Confidence, escalation_rate
+from brrm.compose.cascade import CascadeJudge, Confidence, described_cost, escalation_rate
 from brrm.errors import ConfigError
 from brrm.testing import build_tiny_tokenizer
 from brrm.types import JudgeInfo, PairwiseJudgment, Status, Verdict
@@ -311,3 +311,24 @@ def test_brrm_judge_cascade_flags(tmp_path, capsys):
     assert main(["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(tmp_path / "x.jsonl"),
                  "--model", tiny, "--cascade-band", "0.1", "-q"]) == 2
     assert "--cascade-band applies to a judge cascade" in capsys.readouterr().err
+
+
+def test_a_cascade_record_tells_its_cost_as_the_judges_do(tokenizer):
+    """What a client of a served cascade (RemoteJudge) counts from the judge's record equals what the judges count."""
+    from brrm.service.remote import RemoteJudge
+
+    first, _ = _bt(tokenizer)
+    voted = Ordered()
+    voted.votes = True  # draws separate samples
+    for second in (PairwiseRewardJudge(Ordered(), swap=True), PairwiseRewardJudge(voted, samples=3)):
+        judge = CascadeJudge(first, second, Confidence.of(margin=1.0))
+        for shape, n, strategy in (("pairs", 7, "auto"), ("score", 5, "auto"), ("group", 4, "circular"),
+                                   ("group", 4, "round_robin"), ("group", 2, "circular")):
+            for swap in (None, False, True):
+                local = judge.judgment_cost(shape, n, strategy=strategy, swap=swap)
+                assert described_cost(judge.info, shape, n, strategy=strategy, swap=swap) == local
+        remote = object.__new__(RemoteJudge)  # its cost reads nothing but its info and swap
+        remote.info, remote.swap = judge.info, None
+        assert remote.judgment_cost("group", 4, strategy="circular") == judge.judgment_cost("group", 4,
+                                                                                             strategy="circular")
+    assert judge.judgment_cost("group", 4, strategy="circular").second.total == 4 * 3  # circular: 4 pairs, 3 votes

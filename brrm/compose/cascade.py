@@ -24,16 +24,17 @@ from dataclasses import dataclass, replace
 
 from brrm.compose.base import _ids, _labels
 from brrm.compose.judges import PairwiseSurface
-from brrm.compose.strategies import pairwise_cost
+from brrm.compose.strategies import pairwise_cost, scalar_cost
 from brrm.errors import ConfigError
-from brrm.types import PairwiseJudgment, Progress, RewardJudge, Verdict, check_bool, check_same_length
+from brrm.types import JudgeInfo, PairwiseJudgment, Progress, RewardJudge, Verdict, check_bool, check_same_length
 from brrm.types.cascade import CascadeDecision, CascadeRule, CascadeStage, CascadeWhy
+from brrm.types.composition import Composition
 from brrm.types.config import check_float
 from brrm.types.conversation import ConversationLike
-from brrm.types.cost import CascadeCost
-from brrm.types.protocols import OnResult, OnStep, Principles
+from brrm.types.cost import CascadeCost, JudgmentCost
+from brrm.types.protocols import OnResult, OnStep, Principles, kind_trait
 
-__all__ = ["CascadeJudge", "Confidence", "escalation_rate"]
+__all__ = ["CascadeJudge", "Confidence", "described_cost", "escalation_rate"]
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,39 @@ class CascadeJudge(PairwiseSurface):
             self.first.close()
         finally:
             self.second.close()
+
+
+def described_cost(info: JudgeInfo, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
+                   principles: int | None = None) -> CascadeCost:
+    """What a request costs the cascade ``info`` describes, from its record alone (a served cascade, as
+    :class:`~brrm.service.RemoteJudge` sees it): the first stage from ``info``'s kind and composition, the second
+    from ``info.composition.cascade``; each stage's arithmetic is its kind's (:func:`pairwise_cost`,
+    :func:`scalar_cost`), as :meth:`CascadeJudge.judgment_cost` asks of the judges themselves.
+
+    Raises:
+        ConfigError: for an info that describes no cascade, or as :meth:`CascadeJudge.judgment_cost`.
+    """
+    try:
+        second = json.loads(info.composition.cascade)["second"]
+        kind, options = str(second["kind"]), second["options"]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"{info.describe()} describes no judge cascade") from None
+    plain = pairwise_cost(shape, n, strategy=strategy, swap=bool(swap))
+    sw = False if plain.strategy == "round_robin" else swap
+    first = _stage_cost(info.kind, info.composition, plain.pairs, sw, principles)
+    last = _stage_cost(kind, Composition.from_record(options), plain.pairs, sw, principles)
+    return CascadeCost(shape, n, first.units + last.units, strategy=plain.strategy, pairs=plain.pairs,
+                       unit="model call", first=first, second=last)
+
+
+def _stage_cost(kind: str, composition: Composition, pairs: int, swap: bool | None,
+                principles: int | None) -> JudgmentCost:
+    """One stage's cost for ``pairs`` pairs from its kind's traits and recorded composition."""
+    if kind_trait(kind, "pairwise") is not False:
+        both = bool(composition.swap if swap is None else swap)
+        return pairwise_cost("pairs", pairs, swap=both, samples=composition.samples)
+    per = principles if principles is not None and kind_trait(kind, "takes_principle") else None
+    return scalar_cost("pairs", pairs, principles=per or max(1, len(composition.principles)))
 
 
 def _num(x: float) -> float | None:

@@ -247,6 +247,11 @@ class RemoteJudge(SingleItems):
         from brrm.compose import pairwise_cost, scalar_judge_cost
 
         composition = self.info.composition
+        if composition.cascade:  # a served cascade: both stages, from its record
+            from brrm.compose.cascade import described_cost
+
+            return described_cost(self.info, shape, n, strategy=strategy, swap=self.swap if swap is None else swap,
+                                  principles=principles)
         if not self.info.pairwise:
             return scalar_judge_cost(self.info, shape, n, strategy=strategy, principles=principles)
         both = bool(composition.swap if swap is None and self.swap is None

@@ -234,6 +234,10 @@ def test_a_named_second_judge_is_in_the_spec_and_the_spec_rebuilds_the_cascade(t
     check(tiny, kind="brrm", cascade=tiny, cascade_kind="brrm", cascade_band=0.1)  # nothing loads
     with pytest.raises(ConfigError, match="nowhere"):  # the second judge's folder, named before anything loads
         check(tiny, kind="brrm", cascade=str(tmp_path / "nowhere"), cascade_band=0.1)
+    stricter = judge.with_options(cascade_band=0.2)
+    assert stricter.info.spec is not None and stricter.info.spec.options["cascade_band"] == 0.2
+    assert "cascade_agree" not in stricter.info.spec.options and stricter.confidence.rule is CascadeRule.BAND
+    assert judge.with_options(max_new_tokens=300).info.spec is None  # which stage took it: no one load call says
     again = brrm.JudgeSpec.from_json(spec.to_json()).load()
     try:
         assert isinstance(again, CascadeJudge) and again.info.to_dict() == judge.info.to_dict()

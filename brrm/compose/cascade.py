@@ -261,10 +261,13 @@ class CascadeJudge(PairwiseSurface):
         other option goes to each stage whose ``with_options`` takes it (e.g. ``max_new_tokens`` to a BR-RM second
         stage, ``margin`` to a Bradley–Terry first stage).
 
+        Its ``info.spec`` is this judge's with the new rule when only the rule changes; None when a stage's option
+        does (one ``brrm.load`` call's keywords cannot say which stage took it).
+
         Raises:
             ConfigError: on an option neither stage takes, or an invalid rule.
         """
-        own = {k: overrides.pop(k) for k in ("cascade_margin", "cascade_band", "cascade_agree") if k in overrides}
+        own = {k: overrides.pop(k) for k in _RULE_KEYWORDS if k in overrides}
         confidence = self.confidence
         if own:
             confidence = Confidence.of(margin=_opt_float(own.get("cascade_margin")),
@@ -279,7 +282,14 @@ class CascadeJudge(PairwiseSurface):
                 stages.append(stage)
         if len(errors) == 2:
             raise errors[0]
-        return CascadeJudge(stages[0], stages[1], confidence)
+        variant = CascadeJudge(stages[0], stages[1], confidence)
+        spec = self.info.spec
+        if spec is not None and not overrides:
+            kept = {k: v for k, v in spec.options.items() if k not in _RULE_KEYWORDS}
+            variant.info = replace(variant.info, spec=replace(spec, options={**kept, **own}))
+        else:
+            variant.info = replace(variant.info, spec=None)
+        return variant
 
     def close(self) -> None:
         """Close both stages."""
@@ -320,6 +330,10 @@ def _stage_cost(kind: str, composition: Composition, pairs: int, swap: bool | No
         return pairwise_cost("pairs", pairs, swap=both, samples=composition.samples)
     per = principles if principles is not None and kind_trait(kind, "takes_principle") else None
     return scalar_cost("pairs", pairs, principles=per or max(1, len(composition.principles)))
+
+
+_RULE_KEYWORDS = ("cascade_margin", "cascade_band", "cascade_agree")
+"""The keywords of a cascade's confidence rule (:meth:`Confidence.of`)."""
 
 
 def _num(x: float) -> float | None:

@@ -12,7 +12,7 @@ for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "T
 
 import pytest  # noqa: E402
 
-from brrm.bench.llmbar import LLMBAR_SUBSETS, default_data_root, llmbar_path, load_llmbar  # noqa: E402
+from brrm.bench.llmbar import LLMBAR_SUBSETS, llmbar_path, load_llmbar  # noqa: E402
 from brrm.errors import ConfigError  # noqa: E402
 from brrm.records import (  # noqa: E402
     FieldMap,
@@ -22,6 +22,7 @@ from brrm.records import (  # noqa: E402
     read_pair_records,
 )
 from brrm.types import Conversation, Message, Verdict  # noqa: E402
+from tests.conftest import shared_path  # noqa: E402
 
 ROWS = [
     {
@@ -316,28 +317,29 @@ def test_example_pairs_are_valid() -> None:
     assert any(len(r.conversation.messages) >= 3 for r in items)
 
 
-DATA = default_data_root()
+DATA = shared_path() / "data"  # the offline path (--data-dir): the default is a download cache
 needs_llmbar = pytest.mark.skipif(
-    not (DATA / "LLMBar").is_dir(), reason=f"LLMBar data not found under {DATA} (set BRRM_DATA_DIR)"
+    not (DATA / "LLMBar").is_dir(), reason=f"LLMBar data not found under {DATA}: ../shared is on developer and CI"
+    " machines"
 )
 
 
 @needs_llmbar
 def test_llmbar_natural_real_file() -> None:
-    records = load_llmbar("Natural")
+    records = load_llmbar("Natural", root=DATA)
     assert len(records) == 100
     assert Counter(r.label for r in records) == {Verdict.A: 42, Verdict.B: 58}  # SOURCE.md: 42 x 1 / 58 x 2
     assert [r.id for r in records[:2]] == ["Natural/1", "Natural/2"]
-    raw = json.loads(llmbar_path("Natural").read_text(encoding="utf-8"))
+    raw = json.loads(llmbar_path("Natural", root=DATA).read_text(encoding="utf-8"))
     assert records[0].conversation == Conversation.from_prompt(raw[0]["input"])
     assert (records[0].response_a, records[0].response_b) == (raw[0]["output_1"], raw[0]["output_2"])
-    plain = read_pair_records(llmbar_path("natural"))  # auto-detected schema, ids = row numbers
+    plain = read_pair_records(llmbar_path("natural", root=DATA))  # auto-detected schema, ids = row numbers
     assert [r.id for r in plain[:3]] == ["1", "2", "3"] and len(plain) == 100
 
 
 @needs_llmbar
 def test_llmbar_all_subsets_have_documented_sizes() -> None:
-    sizes = {s: len(load_llmbar(s)) for s in LLMBAR_SUBSETS}
+    sizes = {s: len(load_llmbar(s, root=DATA)) for s in LLMBAR_SUBSETS}
     assert sizes == {
         "Natural": 100,
         "Adversarial/Neighbor": 134,
@@ -345,7 +347,7 @@ def test_llmbar_all_subsets_have_documented_sizes() -> None:
         "Adversarial/GPTOut": 47,
         "Adversarial/Manual": 46,
     }
-    assert len(load_llmbar("neighbor")) == 134
+    assert len(load_llmbar("neighbor", root=DATA)) == 134
 
 
 def test_llmbar_errors(tmp_path: Path) -> None:

@@ -38,6 +38,14 @@ def tokenizer() -> Any:
     return build_tiny_tokenizer()
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    """A tiny random-weight Qwen3 folder (read as BR-RM, or as a Bradley–Terry model through vocabulary logit 0)."""
+    from brrm.testing import save_tiny_qwen3
+
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("tiny") / "tiny"))
+
+
 def _bt(tokenizer: Any, **options: Any) -> tuple[brrm.RewardJudge, FakeBackend]:
     backend = FakeBackend(tokenizer, score_script=_reward)
     return brrm.load(kind="bt", backend=backend, **options), backend
@@ -219,10 +227,7 @@ def test_trl_group_rewards_through_the_cascade(tokenizer):
     assert rewards == pytest.approx([1.0, 0.0, 0.5])
 
 
-def test_a_named_second_judge_is_in_the_spec_and_the_spec_rebuilds_the_cascade(tmp_path):
-    from brrm.testing import save_tiny_qwen3
-
-    tiny = str(save_tiny_qwen3(tmp_path / "tiny"))
+def test_a_named_second_judge_is_in_the_spec_and_the_spec_rebuilds_the_cascade(tmp_path, tiny):
     judge = brrm.load(tiny, kind="brrm", thinking="off", swap=True, cascade=tiny, cascade_kind="brrm",
                       cascade_agree=True, cascade_options={"thinking": "off", "samples": 3})
     assert isinstance(judge, CascadeJudge) and judge.confidence.rule is CascadeRule.AGREE
@@ -286,16 +291,14 @@ def test_an_audit_stores_the_cascade_apart_from_its_first_judge(tokenizer, tmp_p
     assert run_audit(items, tmp_path / "a", options, judge=alone).judged == 7
 
 
-def test_brrm_judge_cascade_flags(tmp_path, capsys):
+def test_brrm_judge_cascade_flags(tmp_path, capsys, tiny):
     """``brrm judge --cascade``: the tiny Qwen3 read as a Bradley–Terry model (vocabulary logit 0) first, the same
     weights as BR-RM second; a margin no random-weight reward difference reaches escalates every pair."""
     import json
 
     from brrm.cli import main
-    from brrm.testing import save_tiny_qwen3
     from tests.conftest import REPO
 
-    tiny = str(save_tiny_qwen3(tmp_path / "tiny"))
     out = tmp_path / "out.jsonl"
     second = {"temperature": 0, "thinking": "off", "max_new_tokens": 450, "block_token_cap": 8}
     argv = ["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(out), "--limit", "2", "--model",

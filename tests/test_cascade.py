@@ -20,7 +20,7 @@ from brrm.errors import ConfigError
 from brrm.testing import build_tiny_tokenizer
 from brrm.types import JudgeInfo, PairwiseJudgment, Status, Verdict
 from brrm.types.cascade import CascadeRule, CascadeStage, CascadeWhy
-from brrm.types.codec import judgment_from_dict
+from brrm.types.codec import judgment_from_dict, reward_from_dict
 from brrm.types.cost import CascadeCost
 
 CONV = [{"role": "user", "content": "which is better?"}]
@@ -203,8 +203,10 @@ def test_load_builds_the_cascade_and_its_info_says_so(tokenizer):
     assert brrm.JudgeInfo.from_dict(judge.info.to_dict()).composition.cascade == recorded
     one = judge.judge(CONV, "r2", "r1")  # σ(1) = 0.73: |P - 0.5| = 0.23 > 0.2
     assert one.cascade is not None and not one.cascade.escalated and one.winner is Verdict.A
-    assert judge.score([CONV, CONV], ["r1", "r3"], references=["r1.2", "r1"])[1].reward == pytest.approx(
-        1 / (1 + math.exp(-2)))
+    scored = judge.score([CONV, CONV], ["r1", "r3"], references=["r1.2", "r1"])
+    assert scored[1].reward == pytest.approx(1 / (1 + math.exp(-2)))  # σ(2): the first stage decided
+    assert [r.cascade.stage for r in scored if r.cascade] == ["second", "first"]  # σ(-0.2) is inside the band
+    assert scored[0].reward == 0.9 and reward_from_dict(scored[0].to_dict()).to_dict() == scored[0].to_dict()
     with pytest.raises(ConfigError, match="neither stage of this cascade takes one"):
         judge.judge_pairs([CONV], ["r2"], ["r1"], principles="be brief")
     variant = judge.with_options(cascade_margin=5.0, margin=0.1)

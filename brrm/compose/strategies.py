@@ -271,11 +271,13 @@ def tally(n: int, pairs: Sequence[Pair],
 
 
 def reference_reward(jd: PairwiseJudgment, k: int) -> ScalarReward:
-    """P(response ≻ reference): the judgment's p_a when measured, else 1 / 0.5 / 0 for win / tie / loss."""
+    """P(response ≻ reference): the judgment's p_a when measured, else 1 / 0.5 / 0 for win / tie / loss (a cascade's
+    decision kept)."""
     if not jd.ok:
-        return ScalarReward.failed(jd.status, jd.reason, id=jd.id or str(k), provenance=jd.provenance)
+        return ScalarReward.failed(jd.status, jd.reason, id=jd.id or str(k), provenance=jd.provenance,
+                                   cascade=jd.cascade)
     value = jd.p_a if math.isfinite(jd.p_a) else {Verdict.A: 1.0, Verdict.TIE: 0.5, Verdict.B: 0.0}[jd.winner]
-    return ScalarReward(value, Status.OK, id=jd.id or str(k), provenance=jd.provenance)
+    return ScalarReward(value, Status.OK, id=jd.id or str(k), provenance=jd.provenance, cascade=jd.cascade)
 
 
 def build_group(strategy: str, rewards: list[ScalarReward], rng: tuple[float, float], pairs: Sequence[Pair],

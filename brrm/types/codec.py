@@ -86,7 +86,8 @@ def reward_from_dict(d: Mapping[str, Any]) -> ScalarReward:
         reward=_num(d["reward"]), status=Status(d["status"]), reason=d["reason"], id=d["id"],
         principle=d["principle"], truncated=d["truncated"], truncated_tokens=d["truncated_tokens"],
         input_tokens=d["input_tokens"], thinking_stripped=d["thinking_stripped"], logits=tuple(d["logits"]),
-        text=d["text"], provenance=provenance_from_dict(d["provenance"]), card_reward=_num(d.get("card_reward")))
+        text=d["text"], provenance=provenance_from_dict(d["provenance"]), card_reward=_num(d.get("card_reward")),
+        cascade=cascade_from_dict(d.get("cascade")))
 
 
 def group_from_dict(d: Mapping[str, Any]) -> GroupResult:

@@ -341,6 +341,8 @@ class ScalarReward:
             clamped formula at that step); NaN otherwise, and never part of an average.
         provenance: what produced it. Forward-pass models record ``decoding="score"`` and greedy sampling
             (no token is sampled).
+        cascade: a judge cascade's P(response ≻ reference): which stage's judgment it is and why
+            (:class:`~brrm.types.cascade.CascadeDecision`); None outside a cascade.
 
     Raises:
         ConfigError: when an ok reward is not finite, a non-ok one is not NaN, or a non-ok one has no reason.
@@ -359,6 +361,7 @@ class ScalarReward:
     text: str = ""
     provenance: Provenance | None = None
     card_reward: float = math.nan
+    cascade: CascadeDecision | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):
@@ -406,6 +409,7 @@ class ScalarReward:
             "text": self.text,
             "provenance": self.provenance.to_dict() if self.provenance else None,
             **({"card_reward": self.card_reward} if math.isfinite(self.card_reward) else {}),
+            **({"cascade": self.cascade.to_dict()} if self.cascade is not None else {}),
         }
 
 

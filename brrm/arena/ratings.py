@@ -2,7 +2,7 @@
 peers print.
 
 The fit is evalica's (``evalica.bradley_terry``; PyPI ``evalica``, Apache-2.0, kept by Dmitry Ustalov; extra
-``brrm[arena]``), the resampling scipy's (``scipy.stats.bootstrap``, percentile intervals), both imported only
+the ``arena`` extra), the resampling scipy's (``scipy.stats.bootstrap``, percentile intervals), both imported only
 when ratings are computed. Why evalica: among the kept packages it alone takes ties (``Winner.Draw``, counted half a
 win each side as Arena-Hard-Auto and LMArena count them) and per-comparison weights (which carry the fractional
 outcomes) and needs only numpy, pandas and scipy; LMArena's ``arena-rank`` pins ``jax==0.8.1`` and
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from brrm.arena.judging import Battle
 from brrm.arena.scale import ANCHOR_RATING, SCALE
-from brrm.errors import BackendUnavailable, ConfigError
+from brrm.errors import BackendUnavailable, ConfigError, install_extra
 
 if TYPE_CHECKING:
     import numpy as np
@@ -114,7 +114,7 @@ def _evalica() -> Any:
         import scipy.stats  # noqa: F401
     except ImportError as exc:
         raise BackendUnavailable(f"arena ratings use evalica and scipy ({exc.name} is missing)",
-                                 hint="pip install 'brrm[arena]'") from None
+                                 hint=install_extra("arena")) from None
     return evalica
 
 
@@ -163,7 +163,7 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
 
     Raises:
         ConfigError: for ``bootstrap`` < 10, ``confidence`` outside (0, 1), or an anchor that is not a model.
-        BackendUnavailable: without evalica or scipy (``pip install 'brrm[arena]'``).
+        BackendUnavailable: without evalica or scipy (:func:`brrm.errors.install_extra` ``arena``).
     """
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, int) or bootstrap < 10:
         raise ConfigError(f"--bootstrap must be an integer >= 10, got {bootstrap!r}")

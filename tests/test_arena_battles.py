@@ -273,3 +273,22 @@ def test_arena_help_names_battles_its_formats_and_their_fields(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--battles FILE" in text and "re-rate battles judged already, loading no model" in text
     assert "--battles-format {brrm,lmarena,arena-hard}" in text and "uid or question_id" in text
+
+
+def test_the_arena_bar_counts_finished_matchups_never_turns(tmp_path, capsys, monkeypatch):
+    """``brrm arena --progress``: the bar's count is matchups finished, a whole number (issue 49: it read ``4.0/8``
+    while nothing was stored); the judge's turns are shown beside it, never in the count."""
+    import re
+
+    import brrm.cli.common
+
+    table = _jsonl(tmp_path / "answers.jsonl", [r for _, r in _rows(["weak", "mid", "strong"], 4)])
+    monkeypatch.setattr(brrm.cli.common, "load_judge", lambda args, kind=None: StrengthJudge(STRENGTHS))
+    assert main(["arena", "--input", str(table), "--output", str(tmp_path / "out"), "--baseline", "mid",
+                 "--bootstrap", "10", "--progress"]) == 0
+    captured = capsys.readouterr()
+    out, err = captured.out, captured.err.replace("\r", "\n")
+    judged = int(re.search(r"judged (\d+) matchups now", out).group(1))
+    counts = re.findall(r"arena \(matchups finished\): .*?(\d+(?:\.\d+)?)/(\d+)", err)
+    assert judged == 8 and counts and counts[-1] == (str(judged), str(judged)), err[-2000:]
+    assert all("." not in done for done, _ in counts), counts  # a count of finished matchups, never a fraction

@@ -19,6 +19,7 @@ from brrm.cli.command import Command
 from brrm.cli.flags import LoadKeywords
 from brrm.cli.ray_flags import add_ray_args, ray_options
 from brrm.errors import ConfigError
+from brrm.progress import Progress
 
 if TYPE_CHECKING:
     from brrm.arena import ArenaResult, ArenaTable, RowError
@@ -134,17 +135,20 @@ def run(args: argparse.Namespace) -> int:
           f"{', both orders each' if swap else ''}; {args.outcomes} outcomes", file=term)
     started = time.perf_counter()
     judged = [0.0]
-    with common.progress_bar(min(args.budget or planned, planned), desc="arena", unit="pair",
-                             disable=args.no_progress) as bar:
+    # the count is matchups finished (known when the run returns); the judge's turns, fractions of a matchup, are
+    # shown beside it as turns and never move the count (issue 49: a bar never counts half-judged work as done)
+    with Progress(min(args.budget or planned, planned), desc="arena (matchups finished)", unit="matchup",
+                  disable=args.no_progress) as bar:
         def progress(n: float) -> None:
             judged[0] += n
-            bar.update(n)
+            bar.turns(n)
 
         result = run_arena(judge, table, baseline=args.baseline, round_robin=args.round_robin,
                            adaptive=args.adaptive, budget=args.budget, target_ci=args.target_ci, anchor=args.anchor,
                            outcomes=args.outcomes, swap=swap, style_control=not args.no_style_control,
                            bootstrap=args.bootstrap, confidence=args.confidence, seed=args.bootstrap_seed,
                            store=folder, progress=progress, ray=ray)
+        bar.done_to(len(result.matchups))
     if not isinstance(judge, JudgeSpec):
         judge.close()
     if folder is not None:

@@ -113,11 +113,10 @@ def _agreement(j: PairwiseJudgment) -> tuple[CascadeWhy, float, str]:
         return CascadeWhy.UNCERTAIN, math.nan, "one ordered judgment: no samples or swap orders to agree"
     verdicts = [s.winner for s in subs if s.ok]
     top = max((verdicts.count(v) for v in set(verdicts)), default=0)
-    share = top / len(subs)
-    sure = share == 1.0
-    return (CascadeWhy.CONFIDENT if sure else CascadeWhy.UNCERTAIN), share, \
-        f"{top} of {len(subs)} ordered judgments agree" + ("" if sure else f" ({len(subs) - len(verdicts)} failed)"
-                                                            if len(verdicts) < len(subs) else "")
+    failed = len(subs) - len(verdicts)
+    detail = f"{top} of {len(subs)} ordered judgments agree" + (f" ({failed} failed)" if failed else "")
+    why = CascadeWhy.CONFIDENT if top == len(subs) else CascadeWhy.UNCERTAIN
+    return why, top / len(subs), detail
 
 
 def escalation_rate(results: Sequence[PairwiseJudgment]) -> float:

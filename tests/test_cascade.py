@@ -367,3 +367,28 @@ def test_a_cascade_record_tells_its_cost_as_the_judges_do(tokenizer):
         assert remote.judgment_cost("group", 4, strategy="circular") == judge.judgment_cost("group", 4,
                                                                                              strategy="circular")
     assert judge.judgment_cost("group", 4, strategy="circular").second.total == 4 * 3  # circular: 4 pairs, 3 votes
+
+
+def test_a_benchmark_through_a_cascade_whose_first_judge_is_never_sure_scores_as_its_second(tokenizer):
+    """RewardBench's chat fixture: a Bradley–Terry first stage that gives every response the same reward is inside
+    any margin, so every pair goes to the second judge, and the benchmark's score is the second judge's alone."""
+    from brrm.bench import get_benchmark
+    from brrm.bench.runner import run
+    from tests.test_bench_protocols import REWARDBENCH
+
+    bench = get_benchmark("rewardbench")
+    items = bench.load(bench.resolve_subsets(["chat"]), source=str(REWARDBENCH))
+    table = {}  # the second judge is always right, in either presentation order
+    for it in items:
+        for p in it.pairs:
+            a, b = it.responses[p.i], it.responses[p.j]
+            table[(a, b)] = (p.gold, 0.9 if p.gold is Verdict.A else 0.1)
+            table[(b, a)] = (p.gold.mirrored(), 0.1 if p.gold is Verdict.A else 0.9)
+    strong, alone = Ordered(table), Ordered(table)
+    flat = brrm.load(kind="bt", backend=FakeBackend(tokenizer, score_script=lambda prompt: 0.25),
+                     cascade=PairwiseRewardJudge(strong), cascade_margin=0.5)
+    results, _ = run(flat, items, orders=bench.orders(None))
+    expected, _ = run(PairwiseRewardJudge(alone), items, orders=bench.orders(None))
+    assert strong.calls == alone.calls == len(items) == 10
+    assert all(s.judgment.cascade is not None and s.judgment.cascade.escalated for r in results for s in r.shown)
+    assert bench.score(results).overall == bench.score(expected).overall == 100.0

@@ -46,6 +46,13 @@ class Confidence:
         threshold: ``margin``: m in reward units, finite, >= 0 (confident when |r_A − r_B| > m); ``band``: δ in
             [0, 0.5) (confident when |P(A ≻ B) − ½| > δ); ``agree``: NaN (no threshold).
 
+    The margin is read off the first judgment as |logit P(A ≻ B)| of its uncalibrated probability (``p_a_raw``
+    where a calibration was applied): a scalar judge's P(A ≻ B) is σ(r_A − r_B) (:mod:`brrm.compose.pairwise`), so
+    this is |r_A − r_B| up to float rounding; a P of exactly 0 or 1 (|r_A − r_B| beyond about 37 in float64) is an
+    infinite margin. Over a pairwise judge it is the log-odds of its verdict. The band reads ``p_a`` as the result
+    carries it (calibrated where a calibration was applied). A probability the judge did not measure (NaN) is
+    never confident.
+
     Raises:
         ConfigError: on a threshold outside its range (naming the rule).
     """

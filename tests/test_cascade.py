@@ -129,10 +129,13 @@ def test_costs_worst_case_and_expected_match_the_calls_made(tokenizer):
     assert cost.first is not None and cost.second is not None
     assert (cost.first.total, cost.second.total) == (2 * n, 2 * n)  # 2n scored sequences; n pairs x 2 orders
     assert cost.total == 4 * n and cost.generations == 2 * n + 2 * 2 * n  # one pass each; two turns per judgment
+    alone = first.judge_pairs(*_pairs())  # the first judge's own run tells the rate before the second runs
+    before = len(backend.prompts)
     out = judge.judge_pairs(*_pairs())
     rate = escalation_rate(out)
-    assert rate == pytest.approx(4 / 7)
-    made = len(backend.prompts) + ordered.calls  # scored sequences + ordered judgments actually run
+    assert rate == judge.confidence.escalation_rate(alone) == pytest.approx(4 / 7)
+    assert Confidence.of(margin=2.0).escalation_rate(alone) == pytest.approx(5 / 7)  # 1.5 joins the band
+    made = len(backend.prompts) - before + ordered.calls  # the cascade's scored sequences + ordered judgments
     assert made == cost.expected(rate) == 2 * n + 2 * 4
     assert cost.expected(1.0) == cost.total and cost.expected(0.0) == 2 * n
     assert "then up to 7 pairs x 2 orders" in cost.describe()

@@ -113,6 +113,16 @@ class Confidence:
         return why, measure, f"{name} = {measure:.4g} {'>' if sure else '<='} {self.threshold:g}"
 
 
+    def escalation_rate(self, firsts: Sequence[PairwiseJudgment]) -> float:
+        """The share of the first judge's own judgments ``firsts`` (e.g. an earlier run of the first judge alone)
+        that this rule would send to the second judge, in [0, 1]; NaN for none: with
+        :meth:`~brrm.types.cost.CascadeCost.expected`, the expected cost of a threshold before the second judge
+        runs at all."""
+        if not firsts:
+            return math.nan
+        return sum(self.decide(j)[0] not in _DECIDED_FIRST for j in firsts) / len(firsts)
+
+
 def _agreement(j: PairwiseJudgment) -> tuple[CascadeWhy, float, str]:
     """The ``agree`` rule: every ordered judgment behind ``j`` ok and of one verdict (failed ones disagree)."""
     subs = [s for s, _ in j.ordered_judgments()]
@@ -200,7 +210,7 @@ class CascadeJudge(PairwiseSurface):
                                         principles=self._principles(self.first, principles, range(n)),
                                         on_step=on_step)
         decided = [self.confidence.decide(j) for j in firsts]
-        up = [i for i, (why, _, _) in enumerate(decided) if why not in (CascadeWhy.CONFIDENT, CascadeWhy.NO_MODEL_CALL)]
+        up = [i for i, (why, _, _) in enumerate(decided) if why not in _DECIDED_FIRST]
         out: list[PairwiseJudgment | None] = [None] * n
         escalated = set(up)
         for i, j in enumerate(firsts):
@@ -337,6 +347,9 @@ def _stage_cost(kind: str, composition: Composition, pairs: int, swap: bool | No
     per = principles if principles is not None and kind_trait(kind, "takes_principle") else None
     return scalar_cost("pairs", pairs, principles=per or max(1, len(composition.principles)))
 
+
+_DECIDED_FIRST = (CascadeWhy.CONFIDENT, CascadeWhy.NO_MODEL_CALL)
+"""Why a first judgment decides alone; any other why escalates."""
 
 _RULE_KEYWORDS = ("cascade_margin", "cascade_band", "cascade_agree")
 """The keywords of a cascade's confidence rule (:meth:`Confidence.of`)."""

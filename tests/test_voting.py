@@ -169,7 +169,8 @@ def test_voting_reaches_the_server_and_the_trl_reward():
 def test_bench_sweeps_samples_and_prints_accuracy_against_cost(tmp_path, capsys, shared):
     """Issue 21: ``brrm bench NAME --sweep-samples 1,2`` runs each K and tabulates the headline against its cost."""
     model = str(save_tiny_qwen3(tmp_path / "tiny"))
-    code = main(["bench", "llmbar", "--subset", "Natural", "--limit", "2", "--model", model, "--kind", "brrm",
+    code = main(["bench", "llmbar", "--subset", "Natural", "--limit", "2", "--data-dir", str(shared / "data"),
+                 "--model", model, "--kind", "brrm",
                  "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--sweep-samples", "1,2",
                  "--output", str(tmp_path / "out"), "--no-progress"])
     out = capsys.readouterr().out

@@ -132,7 +132,8 @@ def test_deadline_drops_queued_work_and_others_are_unaffected():
 
 def test_cancelled_running_call_is_aborted_at_its_next_progress_report():
     """The cancelled call leaves at its next progress report, not after its 20 s of work nor at the 60 s stall
-    timeout: the follow-up is served long before either (a separation no busy machine closes)."""
+    timeout: when the follow-up is served, the call has already left by raising at a report (an order of events:
+    a call that ran its work out would never raise there)."""
     runner = Recorder(delay_s=20, slow=1)
 
     async def main():
@@ -141,13 +142,11 @@ def test_cancelled_running_call_is_aborted_at_its_next_progress_report():
         task = asyncio.ensure_future(s.submit("k", [1], timeout_s=60))
         await _running(runner)
         task.cancel()
-        started = time.monotonic()
         follow = await s.submit("k", [2], timeout_s=60)
-        return follow, time.monotonic() - started, s.abandoned
+        return follow, runner.progress_raised.is_set(), s.abandoned
 
-    follow, took, abandoned = run(main())
-    assert follow == [20] and took < 10 and abandoned == 0
-    assert runner.progress_raised.is_set()
+    follow, left_at_a_report, abandoned = run(main())
+    assert follow == [20] and left_at_a_report and abandoned == 0
 
 
 def test_full_queue_refuses_at_once_with_retry_after():

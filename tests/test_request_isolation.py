@@ -300,13 +300,15 @@ def _verl_round(scorer: VerlScorer, tag: str) -> list[tuple[dict[str, object], f
 
 
 def _check_round(out: list[tuple[dict[str, object], float]], timeout_s: float) -> None:
-    stalled, took = out[4]
+    """The statuses are the deadline's own word, not a measured time: the stalled sample's is the timeout (its stall
+    is 600 s: only its deadline answers it), and every other sample is ok (one held past its deadline would be a
+    timeout too)."""
+    stalled, _ = out[4]
     assert stalled["ok"] is False and stalled["status"] == TIMEOUT and stalled["reason"], stalled
-    assert took < timeout_s + 1.5
-    for k, (result, took) in enumerate(out):
+    assert f"timeout_s={timeout_s:g}" in str(stalled["reason"]), stalled
+    for k, (result, _) in enumerate(out):
         if k != 4:
             assert result["ok"] is True and result["status"] == "ok", (k, result)
-            assert took < timeout_s, (k, took)
 
 
 def test_verl_local_a_stalled_sample_costs_only_itself_two_rounds():

@@ -1,3 +1,3 @@
-from brrm.cli import main
+from brrm.cli import console
 
-raise SystemExit(main())
+console()

@@ -70,3 +70,16 @@ def test_main_returns_the_pipe_status_for_every_verb_that_prints(monkeypatch, ca
     monkeypatch.setattr(sys, "stdout", stream)
     assert main(["score", "--input", str(pairs), "--model", str(bt), "--no-progress"]) == PIPE_CLOSED
     assert len(stream.lines) == 1 and "Traceback" not in capsys.readouterr().err
+
+
+def test_an_interrupted_run_ends_at_once_beside_a_thread_still_inside_the_judge():
+    """``brrm`` (the console entry, :func:`brrm.cli.console`) after Ctrl-C: the run has unwound and says so; a judging
+    thread still inside native code neither holds the process (an interpreter exit waits for it) nor sees the
+    native libraries torn down around it (an abort, exit 134, after Ctrl-C on an audit): exit 130 at once."""
+    code = ("import threading, brrm.cli as cli\n"
+            "threading.Thread(target=threading.Event().wait, name='judge').start()  # never returns\n"
+            "cli.main = lambda argv=None: 130\n"
+            "cli.console()\n")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)  # a hang guard: without the fix it hangs
+    assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr

@@ -8,11 +8,13 @@ line naming the flag and exit code 2 — never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import io
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from brrm.cli.command import Parser, Verb
 from brrm.errors import BrrmError
@@ -63,6 +65,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         from brrm.cli.common import end_compile_note
 
         end_compile_note()
+
+
+INTERRUPTED = (130, 143)
+"""Exit statuses of a run ended by Ctrl-C (128 + SIGINT) or SIGTERM (128 + SIGTERM)."""
+
+
+def console() -> NoReturn:
+    """The ``brrm`` console script and ``python -m brrm``: :func:`main`, then the process's exit.
+
+    After an interrupt (exit 130 or 143) the run has unwound: output lines are flushed, files closed, an audit's
+    finished rows committed. A judging thread may still be inside native code (a backend call does not stop
+    mid-kernel), and an ordinary interpreter exit would then wait for it, or tear down native libraries around it
+    (``terminate called without an active exception``, exit 134, was seen after Ctrl-C on an audit). So an
+    interrupted run ends with ``os._exit`` after flushing stdout and stderr; every other exit is ``sys.exit``.
+    """
+    code = main()
+    if code in INTERRUPTED:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 PIPE_CLOSED = 141

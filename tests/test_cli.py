@@ -297,6 +297,10 @@ def test_the_interrupted_line_says_how_many_lines_the_output_holds(tmp_path):
     assert interrupted(args) == (f"brrm: interrupted: 2 lines, in input order, are in {out}; rerun the same command "
                                  "with --resume to continue (an unbroken run's bytes)")
     assert interrupted(Namespace(output="-", resume=False)).startswith("brrm: interrupted (the lines went to stdout")
+    one = out.with_name("one.jsonl")
+    one.write_text('{"line": 1}\n')
+    assert interrupted(Namespace(output=str(one), resume=False)).startswith(
+        f"brrm: interrupted: 1 line, in input order, is in {one};")
     whole = len('{"line": 1}\n{"line": 2}\n')
     for chunk in (1, 3, 12, 13, 1 << 20):  # lines and torn tails across chunk boundaries
         assert complete_lines(out, chunk) == (2, whole), chunk

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO, overload
 
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONDict
+from brrm.wording import counted
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -265,8 +266,9 @@ def interrupted(args: argparse.Namespace) -> str:
         torn = path.is_file() and path.stat().st_size > 0  # a line cut short: --resume cuts it off and starts over
         return (f"brrm: interrupted before the first line was written to {output}; rerun the same command"
                 + (" with --resume" if torn else "") + " to start over")
-    return (f"brrm: interrupted: {lines} lines, in input order, are in {output}; rerun the same command with --resume "
-            "to continue (an unbroken run's bytes)")
+    verb = "is" if lines == 1 else "are"
+    return (f"brrm: interrupted: {counted(lines, 'line')}, in input order, {verb} in {output}; rerun the same command "
+            "with --resume to continue (an unbroken run's bytes)")
 
 
 def add_resume_arg(p: argparse.ArgumentParser) -> None:

@@ -144,7 +144,10 @@ def test_the_audit_report_names_why_its_two_accuracies_differ(capsys, tmp_path, 
     code, _, err = run(capsys, "audit", src, "--output", out, "--model", tiny_dir, *flags, "--temperature", "1",
                        "--no-progress")
     assert code == 0, err
-    overall = json.loads((out / "summary.json").read_text())["overall"]
+    assert "sampled verdicts (temperature 1): each is one draw" in err  # marked as sampled on the terminal
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["sampled"] == {"sampled": True, "temperature": 1.0}  # and in the record's summary
+    overall = summary["overall"]
     a, c = overall["agreement"], overall["calibration"]
     html = (out / "report.html").read_text()
     verdicts = f"{a['accuracy']:.3f} ({a['correct']}/{a['labelled_ok']})"
@@ -247,3 +250,10 @@ def test_the_interrupted_line_names_a_rerun_that_is_not_refused(tmp_path):
     assert interrupted(args).endswith("rerun the same command with --resume to start over")
     out.write_text('{"id": "a"}\n')
     assert "rerun the same command with --resume to continue" in interrupted(args)
+
+
+def test_greedy_and_scalar_audits_are_not_marked_sampled():
+    from brrm.audit.summary import sampled
+
+    assert sampled({"options": {"sampling": {"temperature": 0.0}}}) == {"sampled": False, "temperature": 0.0}
+    assert sampled({"kind": "bt", "options": {}}) == {"sampled": False, "temperature": None}  # decodes nothing

@@ -163,7 +163,7 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
                 "strategy": options.strategy, "config_hash": run.get("config_hash"), "rows": len(rows),
                 "valid_rows": sum(r.status != "invalid_input" for r in rows), "started_at": run.get("started_at"),
                 "judged_this_run": progress["judged_this_run"], "generated_at": time.time(),
-                "duplicate_ids": repeated_ids(rows)},
+                "duplicate_ids": repeated_ids(rows), "sampled": sampled(info)},
         "judge": info,
         "provenance": provenance,
         "runs": [{k: r[k] for k in ("run_id", "state", "started_at", "finished_at", "pending", "message")}
@@ -180,6 +180,16 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
     })
     assert isinstance(summary, dict)
     return summary
+
+
+def sampled(info: Mapping[str, object]) -> JSONDict:
+    """Whether the run's verdicts were sampled (decoding at a temperature above 0: each verdict one draw, which may go
+    against its own P(A ≻ B)) and at which temperature; a scalar judge, which decodes nothing, is never sampled."""
+    options = info.get("options")
+    sampling = options.get("sampling") if isinstance(options, Mapping) else None
+    value = sampling.get("temperature") if isinstance(sampling, Mapping) else None
+    temperature = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return {"sampled": bool(temperature and temperature > 0), "temperature": temperature}
 
 
 def repeated_ids(rows: Sequence[AuditRow], shown: int = 100) -> JSONDict:

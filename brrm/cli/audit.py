@@ -60,7 +60,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-size", type=int, default=None,
                    help="items per judge call and per store write (default: the backend's own; 64 on Ray)")
     p.add_argument("--summary-every", type=float, default=60.0, metavar="SECONDS",
-                   help="print a summary line this often (default 60)")
+                   help="print a summary line when work finishes, at most this often (default 60)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--probes", default=None, metavar="LIST",
                    help="pairs: also run robustness probes (as brrm probe), e.g. length,injection; writes "
@@ -238,7 +238,12 @@ def _print_outcome(outcome: AuditOutcome) -> None:
         if name in files:
             print(f"{name}: {files[name]}")
     if "summary" in files:
-        seen = json.loads(Path(files["summary"]).read_text(encoding="utf-8")).get("calibration_overlap")
+        summary = json.loads(Path(files["summary"]).read_text(encoding="utf-8"))
+        draw = (summary.get("run") or {}).get("sampled") or {}
+        if draw.get("sampled"):
+            print(f"sampled verdicts (temperature {draw['temperature']:g}): each is one draw and may go against its "
+                  "own P(A>B)", file=sys.stderr)
+        seen = summary.get("calibration_overlap")
         if seen:
             print(f"calibration: {seen['sentence']}", file=sys.stderr)
 

@@ -175,7 +175,8 @@ def test_arena_hard_judgments_rate_as_show_result_counts_them(tmp_path, capsys, 
     assert main(["arena", "--battles", str(folder), "--output", str(out), "--bootstrap", "20", "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "(arena-hard format)" in text and "skipped: weak-model.jsonl line 2: game score 'A>>>B'" in text
-    assert "soft outcomes: no battle of" in text and "each enters as its vote" in text
+    assert "hard outcomes: no battle of" in text and "each enters as its vote" in text
+    assert "soft outcomes" not in text  # the leaderboard's footer says how it was rated, as the note does
     board = _board(out)
     for model, score in _show_result_scores([x for x in lines if x is not lines[31]]).items():
         assert float(board[model]["win_rate"]) == pytest.approx(score, abs=5e-5)

@@ -185,6 +185,8 @@ def rerate(source: BattleFile | str | Path, *, table: ArenaTable | None = None, 
         raise ConfigError(f"--baseline {baseline!r} is in no battle of {bf.source}; models: {', '.join(bf.models)}")
     check_anchor(anchor, models, bf.source)
     counts, lengths, note = style_inputs(bf, table, style_control=style_control)
+    votes = outcomes == "soft" and all(math.isnan(b.p_a) for b in bf.battles if b.ok)
+    outcomes = "hard" if votes else outcomes  # said as it is rated, in the note and the leaderboard's own footer
     board = rate_battles(models, bf.battles, counts=counts, lengths=lengths, outcomes=outcomes, anchor=anchor,
                          baseline=baseline, bootstrap=bootstrap, confidence=confidence, seed=seed)
     categories = by_category(bf.battles, models, outcomes=outcomes, anchor=anchor or baseline, baseline=baseline,
@@ -192,9 +194,8 @@ def rerate(source: BattleFile | str | Path, *, table: ArenaTable | None = None, 
     prompts = table.prompts if table is not None else {
         b.prompt_id: Prompt(b.prompt_id, "", b.category, 0) for b in bf.battles}
     arena = ArenaTable(prompts, table.answers if table is not None else {}, models, bf.errors, bf.source)
-    votes = outcomes == "soft" and all(math.isnan(b.p_a) for b in bf.battles if b.ok)
-    notes = (f"soft outcomes: no battle of {bf.source} carries a P(A > B) (p_a), so each enters as its vote "
-             "(ties half), as with --outcomes hard",) if votes else ()
+    notes = (f"hard outcomes: no battle of {bf.source} carries a P(A > B) (p_a), so each enters "
+             "as its vote (ties half)",) if votes else ()
     return ArenaResult(arena, (), bf.battles, board, categories, notes=notes + ((note,) if note else ()))
 
 

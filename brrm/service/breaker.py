@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from brrm.cancellation import Cancelled
 from brrm.errors import ConfigError
+from brrm.service.canonical import canonical
 from brrm.service.isolation import NotCalled, Runner
 
 __all__ = ["SETTLED_MAX", "SETTLED_S", "BreakerOptions", "CircuitBreaker", "NotCalled"]
@@ -189,7 +190,6 @@ class CircuitBreaker:
 
 def _digest(key: Hashable, item: object) -> str | None:
     """The sha256 of ``(key, item)`` in canonical form, or None for an item that has none (never settled)."""
-    from brrm.service.singleflight import canonical
 
     try:
         body = json.dumps([canonical(key), canonical(item)], sort_keys=True, separators=(",", ":"), allow_nan=True)

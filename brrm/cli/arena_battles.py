@@ -12,7 +12,7 @@ import argparse
 import time
 
 from brrm.cli import common
-from brrm.cli.arena import check_numbers, output_folder, report_errors, show_result
+from brrm.cli.arena_output import check_numbers, output_folder, report_errors, show_result
 from brrm.errors import ConfigError
 
 

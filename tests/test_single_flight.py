@@ -330,24 +330,42 @@ GRACE_S = 1.0
 """The grace of the test below: 20 times the gaps it leaves inside it, so the verdict does not depend on load."""
 
 
-def test_a_keyed_run_ends_once_its_clients_stay_away_past_the_grace():
-    from brrm.serve.idempotency import Entry
+def test_a_lingering_job_ends_once_its_clients_stay_away_past_the_grace():
+    """A job submitted with ``linger_s`` (a keyed request's) outlives its last waiter by the grace: a waiter that
+    comes back within it keeps the job, and it is cancelled only the whole grace after the last one left."""
+    from brrm.service.scheduler import Scheduler
+    from brrm.service.singleflight import SingleFlight
 
-    async def main() -> tuple[bool, float]:
+    release = threading.Event()
+
+    def runner(_key, items, _progress):
+        release.wait(30)
+        return list(items)
+
+    async def main() -> tuple[bool, float, int]:
         loop = asyncio.get_running_loop()
-        entry = Entry("fp")
-        entry.join()
-        ended = asyncio.ensure_future(entry.abandoned(GRACE_S))
-        await asyncio.sleep(0.05)
-        entry.leave()
-        await asyncio.sleep(0.05)
-        entry.join()  # a retry came back within the grace (a twentieth of it: room for a busy machine's delays)
-        await asyncio.sleep(GRACE_S * 1.2)  # past the grace: still kept, since a client is back
-        kept = not ended.done()
-        entry.leave()
-        left = loop.time()
-        await ended
-        return kept, loop.time() - left
+        scheduler = Scheduler(runner, max_batch=8, max_wait_s=0.0, max_queue=8)
+        await scheduler.start()
+        flights = SingleFlight(scheduler, lambda _key: "judge")
 
-    kept, waited = asyncio.run(main())
-    assert kept and 0.99 * GRACE_S <= waited < 10 * GRACE_S  # the whole grace, then the end (not never)
+        def waiter() -> asyncio.Future[list[object]]:
+            return asyncio.ensure_future(flights.submit("k", ["x"], timeout_s=60, linger_s=GRACE_S))
+
+        first = waiter()
+        await asyncio.sleep(0.05)
+        first.cancel()  # the client left
+        await asyncio.sleep(0.05)
+        again = waiter()  # a retry came back within the grace (a twentieth of it: room for a busy machine's delays)
+        await asyncio.sleep(GRACE_S * 1.2)  # past the grace: still kept, since a client is back
+        kept = flights.in_flight == 1 and not again.done()
+        again.cancel()
+        left = loop.time()
+        while flights.in_flight:
+            await asyncio.sleep(0.01)
+        waited = loop.time() - left
+        release.set()
+        await scheduler.drain(5)
+        return kept, waited, flights.joined
+
+    kept, waited, joined = asyncio.run(main())
+    assert kept and joined == 1 and 0.99 * GRACE_S <= waited < 10 * GRACE_S  # the whole grace, then the end

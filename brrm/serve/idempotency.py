@@ -8,15 +8,18 @@ characters (a quoted structured-field string as the draft writes it, ``"8e03978e
 The request's *fingerprint* is the sha256 of its method, path and body (a JSON body in canonical form, with sorted
 keys and no whitespace, so the same JSON sent with another spacing or key order is the same request).
 
+This layer keeps only what is *finished* and checks the key's reuse; work *in flight* is shared one layer down, by
+single-flight (:mod:`brrm.service.singleflight`): a retry with the same body is the same job digest.
+
 * **first use** — the request runs as usual; a 2xx reply of at most :data:`MAX_REPLY_BYTES` is kept for
   :data:`TTL_S` seconds, in an LRU store of at most :data:`MAX_ENTRIES` replies and :data:`MAX_STORE_BYTES`
   bytes (the least recently used go first). Any other reply (4xx, 5xx: a failure) is not kept, so a retry runs
   again.
 * **retry, same request, reply kept** — the stored reply (status, headers, body), with ``Idempotent-Replayed:
   true``; no model call.
-* **retry, same request, first still running** — waits for it and gets its reply (kept or not). The run belongs to
-  every client waiting on it: it is cancelled only when all of them have gone and none has come back within
-  :data:`RETRY_GRACE_S` seconds, so a client that gave up and retries finds its work still running.
+* **retry, same request, first still running** — runs too, and its job joins the first one's in single-flight (no
+  second model call); its reply says ``Idempotent-Replayed: true``. A keyed request's job outlives its client by
+  :data:`RETRY_GRACE_S` seconds (:data:`LINGER`), so a client that gave up and retries finds its work still running.
 * **same key, another request** (another body or route), kept or running — 422 ``idempotency_key_reused`` naming
   the key, nothing run.
 
@@ -25,14 +28,12 @@ The store is in memory and per process: replicas behind a load balancer do not s
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -60,7 +61,11 @@ TTL_S = 3600.0
 """How long a reply is kept after it was made, in seconds."""
 
 RETRY_GRACE_S = 30.0
-"""How long a running request with a key runs on after its last client went away, waiting for a retry, seconds."""
+"""How long a keyed request's job runs on after its last client went away, waiting for a retry, seconds."""
+
+LINGER = "brrm.linger_s"
+"""Scope key set on a keyed request: how long its job outlives its client (:data:`RETRY_GRACE_S`), read by the
+server when it submits to single-flight."""
 
 REPLAYED = (b"idempotent-replayed", b"true")
 """The header on every reply not made for this request itself (stored, or another client's run)."""
@@ -82,35 +87,13 @@ class Reply:
 
 @dataclass(eq=False)
 class Entry:
-    """One key's request: its ``fingerprint``, its ``reply`` once made (None while running), when it expires
-    (monotonic seconds), and the clients waiting on its run."""
+    """One key's request: its ``fingerprint``, its ``reply`` once kept (None while running), when it expires
+    (monotonic seconds), and how many of its runs are in progress."""
 
     fingerprint: str
     reply: Reply | None = None
     expires: float = float("inf")
-    clients: int = 0
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def join(self) -> None:
-        self.clients += 1
-        self.changed.set()
-
-    def leave(self) -> None:
-        self.clients -= 1
-        self.changed.set()
-
-    async def abandoned(self, grace_s: float) -> None:
-        """Return once no client has waited on the run for ``grace_s`` seconds."""
-        while True:
-            self.changed.clear()
-            if self.clients > 0:
-                await self.changed.wait()
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), grace_s)
-            if self.clients == 0 and not self.changed.is_set():
-                return
+    running: int = 1
 
 
 class IdempotencyStore:
@@ -147,22 +130,26 @@ class IdempotencyStore:
             self._entries.move_to_end(key)
         return entry
 
-    def start(self, key: str, fingerprint: str) -> Entry:
-        """A new running entry for ``key``."""
+    def start(self, key: str, fingerprint: str, entry: Entry | None = None) -> Entry:
+        """``key``'s running entry: a new one, or one more run of ``entry`` (the same request, still running)."""
+        if entry is not None:
+            entry.running += 1
+            return entry
         entry = Entry(fingerprint)
         self._entries[key] = entry
         return entry
 
     def finish(self, key: str, entry: Entry, reply: Reply | None) -> None:
-        """``entry``'s run ended with ``reply`` (None: no reply, e.g. it raised): waiters are woken; the reply is
-        kept when :attr:`Reply.keepable`, else the key is forgotten."""
-        entry.reply = reply
-        entry.done.set()
-        if self._entries.get(key) is not entry:
+        """One run of ``entry`` ended with ``reply`` (None: no reply, e.g. it raised): the first
+        :attr:`Reply.keepable` one is kept; the key is forgotten when its last run ends with none kept."""
+        entry.running -= 1
+        if self._entries.get(key) is not entry or entry.reply is not None:
             return
         if reply is None or not reply.keepable:
-            del self._entries[key]
+            if not entry.running:
+                del self._entries[key]
             return
+        entry.reply = reply
         entry.expires = self.clock() + self.ttl_s
         self._bytes += len(reply.body)
         self._entries.move_to_end(key)
@@ -206,11 +193,11 @@ class IdempotencyMiddleware:
         app: the wrapped ASGI app.
         paths: the routes it applies to.
         store: the reply store (a new bounded one by default).
-        grace_s: :data:`RETRY_GRACE_S`.
-        release: called with a request's scope before it waits on another's run or is answered a stored reply
-            (the server frees the queue place its overload gate reserved: this request queues nothing).
-        on_reply: called with a request's scope and ``True`` when it is answered another run's reply (a replay),
-            ``False`` when its own run answers it (the server's ``/metrics`` counts the two apart).
+        grace_s: :data:`RETRY_GRACE_S` (set on each keyed request's scope as :data:`LINGER`).
+        release: called with a request's scope before it is answered a stored reply (the server frees the queue
+            place its overload gate reserved: this request queues nothing).
+        on_reply: called with a request's scope and ``True`` when it is answered another run's reply (stored, or
+            shared in flight), ``False`` when its own run answers it (the server's ``/metrics`` counts the two).
     """
 
     def __init__(self, app: ASGIApp, paths: Iterable[str], store: IdempotencyStore | None = None,
@@ -236,45 +223,37 @@ class IdempotencyMiddleware:
         if body is None:
             return  # the client left before its body was read: there is no request to run or answer
         fp = fingerprint(str(scope["method"]), str(scope["path"]), body)
-        while True:
-            entry = self.store.get(raw)
-            if entry is not None and entry.fingerprint != fp:
-                await send_json(send, 422, error_body(
-                    "idempotency_key_reused", f"{HEADER} {raw!r} was already used for another request (another body "
-                    "or route); a retry must repeat its request exactly, and a new request needs a new key",
-                    key=raw), close=False)
-                return
-            if entry is None:
-                entry = self.store.start(raw, fp)
-                reply = await self._run(raw, scope, body, receive, entry)
-                if reply is not None:
-                    self.on_reply(scope, False)
-                    await _send(send, reply, replayed=False)
-                return
+        entry = self.store.get(raw)
+        if entry is not None and entry.fingerprint != fp:
+            await send_json(send, 422, error_body(
+                "idempotency_key_reused", f"{HEADER} {raw!r} was already used for another request (another body "
+                "or route); a retry must repeat its request exactly, and a new request needs a new key",
+                key=raw), close=False)
+        elif entry is not None and entry.reply is not None:
             if self.release is not None:
                 self.release(scope)
-            if entry.reply is None and not await _wait(entry, receive):
-                return  # this client went away while waiting
-            if entry.reply is not None:
-                self.on_reply(scope, True)
-                await _send(send, entry.reply, replayed=True)
-                return
-            # the run it waited on ended without a reply (it raised): run it for this client
+            self.on_reply(scope, True)
+            await _send(send, entry.reply, replayed=True)
+        else:  # a first use, or a retry while the first runs: single-flight shares their job
+            joined = entry is not None
+            reply = await self._run(raw, scope, body, receive, self.store.start(raw, fp, entry))
+            if reply is not None:
+                self.on_reply(scope, joined)
+                await _send(send, reply, replayed=joined)
 
     async def _run(self, key: str, scope: Scope, body: bytes, receive: Receive, entry: Entry) -> Reply | None:
-        """Run the request for every client of ``entry`` (the app sees a disconnect only once all have gone past
-        the grace); its reply, kept in the store when it may be."""
+        """Run the request (its job outlives its client by the grace: :data:`LINGER`); its reply, kept in the
+        store when it may be."""
         sent = False
         start: Message = {}
         chunks: list[bytes] = []
 
-        async def shared_receive() -> Message:
+        async def replayed_receive() -> Message:
             nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await entry.abandoned(self.grace_s)
-            return {"type": "http.disconnect"}
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
 
         async def capture(message: Message) -> None:
             nonlocal start
@@ -283,17 +262,14 @@ class IdempotencyMiddleware:
             elif message["type"] == "http.response.body":
                 chunks.append(bytes(message.get("body", b"")))
 
-        entry.join()
-        watcher = asyncio.ensure_future(_gone(receive))
-        watcher.add_done_callback(lambda w: None if w.cancelled() else entry.leave())
         reply: Reply | None = None
+        scope[LINGER] = self.grace_s
         try:
-            await self.app(scope, shared_receive, capture)
+            await self.app(scope, replayed_receive, capture)
             if start:
                 headers = tuple((bytes(k), bytes(v)) for k, v in start.get("headers", ()))
                 reply = Reply(int(start["status"]), headers, b"".join(chunks))
         finally:
-            watcher.cancel()
             self.store.finish(key, entry, reply)
         return reply
 
@@ -316,25 +292,6 @@ async def _read_body(receive: Receive) -> bytes | None:
         chunks.append(bytes(message.get("body", b"")))
         if not message.get("more_body", False):
             return b"".join(chunks)
-
-
-async def _gone(receive: Receive) -> None:
-    """Return when the client disconnects (its body has been read)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _wait(entry: Entry, receive: Receive) -> bool:
-    """Wait, as one of its clients, for ``entry``'s run to end; False when this client went away first."""
-    entry.join()
-    done, gone = asyncio.ensure_future(entry.done.wait()), asyncio.ensure_future(_gone(receive))
-    try:
-        await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        done.cancel()
-        gone.cancel()
-        entry.leave()
-    return entry.done.is_set()
 
 
 async def _send(send: Send, reply: Reply, *, replayed: bool) -> None:

@@ -14,6 +14,7 @@ from typing import Annotated, Protocol
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
+from brrm.serve.idempotency import LINGER
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics
 from brrm.serve.schemas import JudgeOptions
@@ -167,9 +168,11 @@ class ServerState:
         """
         if request.scope.pop("brrm.admitted", False):  # the gate's reserved place becomes the queued job's
             self.admitting -= 1
-        queue = self.flights or self.scheduler  # identical jobs in flight share one run
-        task = asyncio.ensure_future(queue.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
-                                                  weights=weights, units=units))
+        timeout, linger_s = self.timeout(timeout_s), float(request.scope.get(LINGER, 0.0))
+        task = asyncio.ensure_future(  # identical jobs in flight share one run; a keyed one outlives its client
+            self.flights.submit(key, items, timeout_s=timeout, cost=cost, weights=weights, units=units,
+                                linger_s=linger_s) if self.flights else
+            self.scheduler.submit(key, items, timeout_s=timeout, cost=cost, weights=weights, units=units))
         task.add_done_callback(self._returned)
         watcher = asyncio.ensure_future(_disconnected(request))
         try:

@@ -12,9 +12,11 @@ only on these (never on batch, order or neighbours), so sharing one run is exact
   (no cost queued, no model call) and gets the same results (a new list of the same frozen values);
 * each waiter keeps its own deadline: one that passes answers that waiter
   :class:`~brrm.service.scheduler.DeadlineExceeded` alone, and a waiter whose client goes away (its task is
-  cancelled) simply leaves. The shared job is cancelled only when its last waiter has left; its deadline in the
-  scheduler is the latest of its waiters' (extended when a later one joins), so queued-deadline expiry and stall
-  handling see the deadline someone still waits on;
+  cancelled) simply leaves. The shared job is cancelled only when its last waiter has left (and, when a waiter asked
+  for it, ``linger_s`` seconds have passed with no one joining: a client that gave up and retries finds its job
+  still running; ``brrm serve`` asks it for requests with an ``Idempotency-Key``); its deadline in the scheduler
+  is the latest of its waiters' (extended when a later one joins), so queued-deadline expiry and stall handling
+  see the deadline someone still waits on;
 * a failure (an exception: 429, 503, 504, 422) reaches every waiter, and nothing is cached: the digest is forgotten
   the moment the job ends, successfully or not, so the next identical job runs again.
 """
@@ -88,6 +90,8 @@ class _Flight:
     task: asyncio.Future[list[object]] | None = None
     waiters: int = 0
     job: Job | None = None
+    linger_s: float = 0.0
+    timer: asyncio.TimerHandle | None = None
 
     def attach(self, job: Job) -> None:
         self.job = job
@@ -121,12 +125,15 @@ class SingleFlight:
         return len(self._flights)
 
     async def submit(self, key: Hashable, items: Sequence[object], *, timeout_s: float, cost: int | None = None,
-                     weights: Sequence[int] | None = None, units: Sequence[int] | None = None) -> list[object]:
+                     weights: Sequence[int] | None = None, units: Sequence[int] | None = None,
+                     linger_s: float = 0.0) -> list[object]:
         """:meth:`Scheduler.submit <brrm.service.scheduler.Scheduler.submit>`, shared with identical jobs in flight.
 
         Args:
             key, items, cost, weights, units: as the scheduler takes them.
             timeout_s: this waiter's deadline from now, seconds > 0.
+            linger_s: how long the shared job outlives this waiter's leaving early, waiting for one to join, in
+                seconds (the longest any waiter asked for counts; 0: cancelled when the last waiter leaves).
 
         Raises:
             What the shared job raises (to every waiter); DeadlineExceeded: this waiter's deadline passed first;
@@ -143,13 +150,17 @@ class SingleFlight:
             self.joined += 1
             flight.extend(deadline)
         flight.waiters += 1
+        flight.linger_s = max(flight.linger_s, linger_s)
+        if flight.timer is not None:
+            flight.timer.cancel()
         try:
             return await self._wait(flight, deadline, timeout_s)
         finally:
             flight.waiters -= 1
-            if flight.waiters == 0 and flight.task is not None and not flight.task.done():
-                self._forget(flight)  # a job arriving now starts afresh rather than joining a cancelled one
-                flight.task.cancel()
+            if flight.waiters == 0 and flight.linger_s > 0:
+                flight.timer = loop.call_later(flight.linger_s, self._abandon, flight)
+            else:
+                self._abandon(flight)
 
     def _start(self, digest: str, key: Hashable, items: list[object], deadline: float, timeout_s: float,
                cost: int | None, weights: Sequence[int] | None, units: Sequence[int] | None) -> _Flight:
@@ -162,11 +173,19 @@ class SingleFlight:
                                                units=units, on_job=flight.attach)
 
         flight.task = asyncio.ensure_future(shared())
-        flight.task.add_done_callback(lambda _task: self._forget(flight))
+        flight.task.add_done_callback(lambda task: self._forget(flight, task))
         self._flights[digest] = flight
         return flight
 
-    def _forget(self, flight: _Flight) -> None:
+    def _abandon(self, flight: _Flight) -> None:
+        """Cancel ``flight``'s job when no one waits on it any more."""
+        if flight.waiters == 0 and flight.task is not None and not flight.task.done():
+            self._forget(flight)  # a job arriving now starts afresh rather than joining a cancelled one
+            flight.task.cancel()
+
+    def _forget(self, flight: _Flight, task: asyncio.Future[list[object]] | None = None) -> None:
+        if task is not None and not task.cancelled():
+            task.exception()  # retrieved: a job that ended while no one waited (lingering) is not a leaked error
         if self._flights.get(flight.digest) is flight:
             del self._flights[flight.digest]
 

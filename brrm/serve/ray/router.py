@@ -1,0 +1,58 @@
+"""The judge deployment's Ray Serve request router: a request goes to the replica its digest names.
+
+Why route, not share a store: single-flight and the ``Idempotency-Key`` store stay where they are in the
+single-process server — inside each judge replica's own app (:func:`brrm.serve.app.create_app`) — and every
+ingress replica sends a request to the judge replica that its **route key** picks: the ``Idempotency-Key`` (with
+the route) when the request has one, else the SHA-256 of its route and body (:func:`route_key`). Identical
+requests, and a retry under the same key, then meet on one judge replica whichever ingress replica they reached,
+and that replica's own single-flight and idempotency layer answer them with one model call. No store is shared,
+so there is no actor every request waits on and nothing to lose beyond one replica's own state.
+
+The pick is rendezvous (highest-random-weight) hashing over the replicas Ray Serve says are running: each replica
+scores ``sha256(key | replica id)`` and the highest wins, so a replica that joins or dies moves only the keys it
+wins or held. The ranks after the first are the fallbacks Ray Serve uses when the first replica is full
+(``max_ongoing_requests``). Health, membership, queue-length probes and back-off stay Ray Serve's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+
+ROUTE_KWARG = "route"
+"""The keyword of the judge deployment's ``forward`` call that carries the route key."""
+
+
+def route_key(path: str, body: bytes, idempotency_key: str | None) -> str:
+    """The key a request is routed by: its route and ``Idempotency-Key`` when it has one (a retry under the same
+    key reaches the replica holding the first attempt's reply), else its route and body's SHA-256 (identical
+    requests meet on one replica's single-flight)."""
+    if idempotency_key:
+        return f"key:{path}:{idempotency_key}"
+    return f"body:{path}:{hashlib.sha256(body).hexdigest()}"
+
+
+def ranked(key: str, replica_ids: list[str]) -> list[str]:
+    """``replica_ids`` ordered by their rendezvous score for ``key``, best first (deterministic)."""
+    return sorted(replica_ids, key=lambda rid: hashlib.sha256(f"{key}|{rid}".encode()).digest(), reverse=True)
+
+
+class DigestRouter(RequestRouter):
+    """Ray Serve request router of the judge deployment: the replica :func:`ranked` puts first for the request's
+    route key, the others as fallbacks; a request without a key (``/health``, ``/metrics``) may go anywhere, and
+    Serve picks the least loaded."""
+
+    async def choose_replicas(self, candidate_replicas: list[RunningReplica],
+                              pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
+        key = _key_of(pending_request)
+        if key is None or len(candidate_replicas) < 2:
+            return [candidate_replicas]
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        return [[by_id[rid]] for rid in ranked(key, list(by_id))]
+
+
+def _key_of(pending: PendingRequest | None) -> str | None:
+    value: Any = pending.kwargs.get(ROUTE_KWARG) if pending is not None else None
+    return value if isinstance(value, str) and value else None

@@ -51,7 +51,8 @@ class Completion:
         choice_logits: for each Choice step of the program, the raw logits of its options (float32).
         think_budget_hit: a Think segment ran out of budget and was closed by force.
         forced_caps: how many pattern segments hit their token cap and were completed by force.
-        cached_prompt_tokens: prompt tokens served from a prefix/KV cache instead of being recomputed.
+        cached_prompt_tokens: prompt tokens served from a prefix/KV cache instead of being recomputed; None when the
+            backend does not report it (never a 0 that would read as "nothing reused").
     """
 
     token_ids: tuple[int, ...]
@@ -61,7 +62,7 @@ class Completion:
     choice_logits: tuple[tuple[float, ...], ...] = ()
     think_budget_hit: bool = False
     forced_caps: int = 0
-    cached_prompt_tokens: int = 0
+    cached_prompt_tokens: int | None = None
 
     @classmethod
     def failed(cls, error: str) -> Completion:

@@ -33,6 +33,7 @@ from brrm.types.config import check_float
 from brrm.types.conversation import ConversationLike
 from brrm.types.cost import CascadeCost, JudgmentCost
 from brrm.types.protocols import OnResult, OnStep, Principles, kind_trait
+from brrm.types.usage import merge_turns
 
 __all__ = ["CascadeJudge", "Confidence", "described_cost", "escalation_rate"]
 
@@ -236,7 +237,8 @@ class CascadeJudge(PairwiseSurface):
         if first is None:
             return replace(j, cascade=decision, label=label)
         return replace(j, cascade=decision, label=label, prompt_tokens=j.prompt_tokens + first.prompt_tokens,
-                       generated_tokens=j.generated_tokens + first.generated_tokens)
+                       generated_tokens=j.generated_tokens + first.generated_tokens,
+                       turns=merge_turns(first.turns, j.turns))
 
     @staticmethod
     def _report(out: Sequence[PairwiseJudgment | None], progress: Progress, on_result: OnResult) -> None:

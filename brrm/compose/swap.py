@@ -15,6 +15,7 @@ from typing import Any
 
 from brrm.types import PairwiseJudgment, Verdict
 from brrm.types.conversation import ConversationLike
+from brrm.types.usage import merge_turns
 
 OrderedFn = Callable[..., list[PairwiseJudgment]]
 
@@ -37,11 +38,12 @@ def combine(fwd: PairwiseJudgment, rev: PairwiseJudgment) -> PairwiseJudgment:
     attempts = 0 if fwd.attempts == rev.attempts == 0 else 1 + max(fwd.attempts - 1, 0) + max(rev.attempts - 1, 0)
     prompt_tokens = fwd.prompt_tokens + rev.prompt_tokens
     generated_tokens = fwd.generated_tokens + rev.generated_tokens
+    turns = merge_turns(fwd.turns, rev.turns)
     failed = next((j for j in (fwd, rev) if not j.ok), None)
     if failed is not None:
         where = "reversed" if failed is rev else "forward"
         return replace(failed, reason=f"{where} order: {failed.reason}", sub_judgments=(fwd, rev), consistent=None,
-                       attempts=attempts, prompt_tokens=prompt_tokens, generated_tokens=generated_tokens)
+                       attempts=attempts, prompt_tokens=prompt_tokens, generated_tokens=generated_tokens, turns=turns)
     consistent = fwd.winner is rev.winner
     winner = fwd.winner if consistent else Verdict.TIE
     reason = "" if consistent else (f"position inconsistent: forward says {fwd.winner.value}, reversed says "
@@ -51,7 +53,7 @@ def combine(fwd: PairwiseJudgment, rev: PairwiseJudgment) -> PairwiseJudgment:
     return replace(fwd, winner=winner, reason=reason, p_a=(fwd.p_a + rev.p_a) / 2,
                    p_a_raw=(fwd.p_a_raw + rev.p_a_raw) / 2, sub_judgments=(fwd, rev),
                    consistent=consistent, attempts=attempts, prompt_tokens=prompt_tokens,
-                   generated_tokens=generated_tokens)
+                   generated_tokens=generated_tokens, turns=turns)
 
 
 def judge_with_swap(ordered: OrderedFn, conversations: Sequence[ConversationLike], responses_a: Sequence[str],

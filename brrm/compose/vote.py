@@ -23,6 +23,7 @@ from typing import Any
 
 from brrm.compose.swap import mirror
 from brrm.types import PairwiseJudgment, Verdict, check_int
+from brrm.types.usage import merge_turns
 
 OrderedFn = Callable[..., list[PairwiseJudgment]]
 _ORDER = (Verdict.A, Verdict.B, Verdict.TIE)
@@ -58,7 +59,8 @@ def vote(subs: Sequence[PairwiseJudgment], *, orders: int) -> PairwiseJudgment:
     common: dict[str, Any] = {"sub_judgments": tuple(subs), "samples": k,
                               "attempts": sum(j.attempts for j in subs),
                               "prompt_tokens": sum(j.prompt_tokens for j in subs),
-                              "generated_tokens": sum(j.generated_tokens for j in subs)}
+                              "generated_tokens": sum(j.generated_tokens for j in subs),
+                              "turns": merge_turns(*[j.turns for j in subs])}
     if not ok:
         first = subs[0]
         return replace(first, reason=f"all {len(subs)} sampled judgments failed; first: {first.reason}",

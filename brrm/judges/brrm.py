@@ -320,7 +320,7 @@ class BRRMJudge:
         t1, t2 = it.t1, it.t2
         gen = (len(t1.token_ids) if t1 else 0) + (len(t2.token_ids) if t2 else 0)
         return {"turn1_text": t1.text if t1 else "", "turn2_text": t2.text if t2 else "",
-                "prompt_tokens": len(it.p1_ids) + len(it.p2_ids), "generated_tokens": gen}
+                "prompt_tokens": len(it.p1_ids) + len(it.p2_ids), "generated_tokens": gen, "turns": it.turns()}
 
     def _finish(self, it: _Item) -> PairwiseJudgment:
         assert it.t1 is not None and it.t2 is not None

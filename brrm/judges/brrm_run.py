@@ -15,6 +15,7 @@ from typing import Protocol
 from brrm.backends.base import Backend, Completion, GenerationRequest, Next, OnStep, generate_chains
 from brrm.seeds import item_seed
 from brrm.types import Conversation, PairwiseJudgment, SamplingConfig
+from brrm.types.usage import TurnTokens, merge_turns
 
 OnResult = Callable[[int, PairwiseJudgment], None]
 """``on_result(index, judgment)``: an item's final judgment, as soon as it is known."""
@@ -39,12 +40,22 @@ class Item:
     result: PairwiseJudgment | None = None
     retryable: bool = True
     sample: int = 0
+    spent: tuple[TurnTokens, ...] = ()
+    """The turn tokens of earlier (retried) attempts."""
 
     def seed(self, base: int, turn: int) -> int:
         return item_seed(base, self.key, stream=f"turn{turn}", attempt=self.attempt, sample=self.sample)
 
+    def turns(self) -> tuple[TurnTokens, ...]:
+        """The tokens of every turn the backend ran for this item, earlier attempts included: each turn's prompt
+        (P1, P2), the cached part the backend reported and the tokens generated."""
+        now = [TurnTokens(len(ids), len(c.token_ids), c.cached_prompt_tokens)
+               for ids, c in ((self.p1_ids, self.t1), (self.p2_ids, self.t2)) if c is not None]
+        return merge_turns(self.spent, now)
+
     def retry(self) -> Item:
         """Reset for a fresh attempt of the same ordered judgment (new sampler streams)."""
+        self.spent = self.turns()
         self.attempt += 1
         self.p1_text, self.p1_ids, self.t1, self.p2_ids, self.t2, self.result = "", (), None, (), None, None
         return self

@@ -17,6 +17,7 @@ from typing import Any
 from brrm.types.cascade import CascadeDecision, CascadeRule, CascadeStage, CascadeWhy
 from brrm.types.config import SamplingConfig
 from brrm.types.results import GroupResult, PairwiseJudgment, Provenance, ScalarReward, Status, Verdict
+from brrm.types.usage import turns_from_dict
 
 
 def _num(x: Any) -> float:
@@ -67,7 +68,7 @@ def judgment_from_dict(d: Mapping[str, Any]) -> PairwiseJudgment:
         provenance=provenance_from_dict(d["provenance"]), id=d["id"], label=Verdict(d["label"]),
         attempts=d["attempts"], sub_judgments=tuple(judgment_from_dict(s) for s in d.get("sub_judgments", ())),
         consistent=d["consistent"], samples=d.get("samples", 1), agreement=_num(d.get("agreement")),
-        cascade=cascade_from_dict(d.get("cascade")))
+        cascade=cascade_from_dict(d.get("cascade")), turns=turns_from_dict(d.get("turns")))
 
 
 def cascade_from_dict(d: Mapping[str, Any] | None) -> CascadeDecision | None:

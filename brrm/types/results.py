@@ -18,6 +18,7 @@ from brrm.errors import ConfigError
 from brrm.types.cascade import CascadeDecision
 from brrm.types.config import SamplingConfig, check_text
 from brrm.types.jsonvalue import JSONDict, JSONValue
+from brrm.types.usage import TurnTokens
 
 
 class Verdict(enum.StrEnum):
@@ -167,6 +168,11 @@ class PairwiseJudgment:
             ok sample.
         cascade: which stage of a judge cascade decided this result and why, with the first stage's judgment when
             the second decided (:class:`~brrm.types.cascade.CascadeDecision`); None outside a cascade.
+        turns: the tokens of each turn the backend ran (:class:`~brrm.types.usage.TurnTokens`: prompt, cached,
+            generated; index 0 is turn 1), summed over every model run behind the result (both swap orders, every
+            voting sample, a cascade's two stages, retried attempts), so they can exceed ``prompt_tokens`` and
+            ``generated_tokens``, which count the final attempt. ``()`` when no model ran (or the result was
+            recorded before turns were).
     """
 
     winner: Verdict
@@ -193,6 +199,7 @@ class PairwiseJudgment:
     samples: int = 1
     agreement: float = math.nan
     cascade: CascadeDecision | None = None
+    turns: tuple[TurnTokens, ...] = ()
 
     def __post_init__(self) -> None:
         if self.status is Status.OK and self.winner is Verdict.NONE:
@@ -264,6 +271,7 @@ class PairwiseJudgment:
             "correct": self.correct,
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,
+            "turns": [t.to_dict() for t in self.turns],
             "attempts": self.attempts,
             "turn1_text": self.turn1_text,
             "turn2_text": self.turn2_text,

@@ -108,7 +108,7 @@ class GrammarRun:
     top_p: float = 1.0
     top_k: int = 0
     phases: int = 0
-    cached: int = 0
+    cached: int | None = None
     finish: str = ""
     error: str = ""
     current: Phase | None = None

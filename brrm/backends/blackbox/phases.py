@@ -161,14 +161,14 @@ class PhaseResult:
         finish_reason: ``stop`` (stop id or EOS), ``length`` (max_tokens) or ``error``.
         error: the engine's or transport's error text when ``finish_reason == "error"``.
         step_logprobs: per generated step, ``{token id: value}`` for the phase's ``logprob_ids``.
-        cached_tokens: prompt tokens served from the prefix cache (0 when unknown).
+        cached_tokens: prompt tokens served from the prefix cache; None when the engine did not report it.
     """
 
     token_ids: tuple[int, ...]
     finish_reason: str
     error: str = ""
     step_logprobs: tuple[dict[int, float], ...] = ()
-    cached_tokens: int = 0
+    cached_tokens: int | None = None
 
 
 def phase_seed(seed: int, index: int) -> int:
@@ -232,7 +232,7 @@ class ProgramRun:
     choice_logits: list[tuple[float, ...]] = field(default_factory=list)
     think_budget_hit: bool = False
     forced_caps: int = 0
-    cached: int = 0
+    cached: int | None = None
     finish: str = ""
     error: str = ""
     step_regex: str = ""  # past a pattern's cap: the regex of what may follow (see _after_cap)

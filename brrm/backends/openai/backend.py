@@ -272,7 +272,7 @@ class OpenAIBackend:
             return PhaseResult((), "error", error=str(exc))
         with self._stats_lock:
             self.stats["phases"] += 1
-            self.stats["cached_tokens"] += result.cached_tokens
+            self.stats["cached_tokens"] += result.cached_tokens or 0
             self.stats["generated_tokens"] += len(result.token_ids)
         return result
 
@@ -373,7 +373,8 @@ def _parse_choice(data: JSONValue) -> PhaseResult:
         )
     token_ids = tuple(_int(i, "token_ids") for i in ids)
     details = _object(_object(_object(data).get("usage")).get("prompt_tokens_details"))
-    cached = _int(details.get("cached_tokens") or 0, "cached_tokens")
+    reported = details.get("cached_tokens")  # absent where the server does not report prefix-cache hits
+    cached = None if reported is None else _int(reported, "cached_tokens")
     finish = choice.get("finish_reason")
     if finish != "stop" and finish != "length":
         return PhaseResult(

@@ -397,7 +397,7 @@ class VLLMBackend:
     def _result(self, out: RequestOutput) -> PhaseResult:
         """The phase result of a finished request, counted in ``stats``."""
         result = phase_result(out)
-        self.stats["cached_tokens"] += result.cached_tokens
+        self.stats["cached_tokens"] += result.cached_tokens or 0
         self.stats["generated_tokens"] += len(result.token_ids)
         return result
 

@@ -57,8 +57,9 @@ def phase_result(out: RequestOutput) -> PhaseResult:
     ``stop``/``length`` is an ``error``), per-step logprobs of the ids asked for, and prompt tokens served from
     the prefix cache."""
     c = out.outputs[0]
-    # num_cached_tokens: absent on older vLLM RequestOutputs, None before the first step
-    cached = int(getattr(out, "num_cached_tokens", 0) or 0)
+    # num_cached_tokens: absent on older vLLM RequestOutputs, None before the first step: then not reported
+    reported = getattr(out, "num_cached_tokens", None)
+    cached = None if reported is None else int(reported)
     if c.finish_reason not in ("stop", "length"):
         return PhaseResult(
             tuple(c.token_ids),

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.cli import common
 from brrm.cli.command import Command
+from brrm.cli.serve_ray import add_ray_serve_args, ray_sizing, run_on_ray
 from brrm.errors import ConfigError, install_extra
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     _server_args(p.add_argument_group("server"))
     _limit_args(p.add_argument_group("limits and scheduling"))
     _rlhf_args(p.add_argument_group("RLHF routes"))
+    add_ray_serve_args(p)
 
 
 def _server_args(s: argparse._ArgumentGroup) -> None:
@@ -166,8 +168,11 @@ def _limits(args: argparse.Namespace, failed_reward: float, concurrency: int,
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the flags, load the judge, serve until SIGTERM / Ctrl-C."""
+    """Check the flags, load the judge, serve until SIGTERM / Ctrl-C (on Ray Serve with ``--ray``)."""
+    sizing = ray_sizing(args)
     limits, factory = check(args)
+    if sizing is not None:
+        return run_on_ray(args, limits, sizing)
     sock = bind(args.host, args.port)  # the port too: a port in use fails before minutes of loading
     if args.host not in ("127.0.0.1", "localhost", "::1") and limits.api_key is None:
         print(f"brrm serve: warning: --host {args.host} exposes the server without an API key (set --api-key or "

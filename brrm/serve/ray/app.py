@@ -68,8 +68,6 @@ def judge_options(sizing: RaySizing, limits: ServerLimits) -> dict[str, Any]:
     """The judge deployment's options: the sizing's, the digest router, room for the replica's own queue
     (``max_ongoing_requests`` = ``max_queue``: the app refuses with 429 itself), the drain time of ``brrm serve``
     (``graceful_shutdown_timeout_s``) and the environment each replica needs (:func:`passed_env`)."""
-    from ray.serve.config import RequestRouterConfig
-
     options = sizing.judge_options()
     actor = dict(options["ray_actor_options"])
     env = passed_env(cpus_per_actor=sizing.cpus_per_replica)
@@ -77,7 +75,7 @@ def judge_options(sizing: RaySizing, limits: ServerLimits) -> dict[str, Any]:
         actor["runtime_env"] = {"env_vars": env}
     return {**options, "ray_actor_options": actor, "max_ongoing_requests": limits.max_queue,
             "graceful_shutdown_timeout_s": limits.drain_timeout_s,
-            "request_router_config": RequestRouterConfig.model_validate({"request_router_class": ROUTER})}
+            "request_router_config": {"request_router_class": ROUTER}}
 
 
 def limits_to_args(limits: ServerLimits) -> dict[str, Any]:
@@ -117,8 +115,8 @@ def serve_config(spec: JudgeSpec, limits: ServerLimits, sizing: RaySizing, *, na
     Returns:
         The config as JSON values (``yaml.safe_dump`` writes the file).
     """
-    judge = {k: v for k, v in judge_options(sizing, limits).items() if k != "request_router_config"}
-    judge["request_router_config"] = {"request_router_class": ROUTER}
+    judge = {**judge_options(sizing, limits), "ray_actor_options": sizing.judge_options()["ray_actor_options"]}
+    # ^ no environment of this machine's
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port},
             "applications": [{"name": name, "route_prefix": "/", "import_path": BUILDER,
                               "args": {"spec": spec.to_dict(), "limits": limits_to_args(limits)},

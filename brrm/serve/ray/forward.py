@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import Any
 
-from brrm.serve.ray.router import ROUTE_KWARG, route_key
+from brrm.serve.ray.keys import ROUTE_KWARG, route_key
 from brrm.serve.ray.wire import Answer, Forwarded, unavailable
 
 log = logging.getLogger("brrm.serve.ray")

@@ -18,7 +18,8 @@ from brrm.compose import PairwiseRewardJudge
 from brrm.compose.cascade import CascadeJudge, Confidence, described_cost, escalation_rate
 from brrm.errors import ConfigError
 from brrm.testing import build_tiny_tokenizer
-from brrm.types import JudgeInfo, PairwiseJudgment, Status, Verdict
+from brrm.testing.scripted import ScriptedOrdered
+from brrm.types import PairwiseJudgment, Status, Verdict
 from brrm.types.cascade import CascadeRule, CascadeStage, CascadeWhy
 from brrm.types.codec import judgment_from_dict, reward_from_dict
 from brrm.types.cost import CascadeCost
@@ -51,31 +52,9 @@ def _bt(tokenizer: Any, **options: Any) -> tuple[brrm.RewardJudge, FakeBackend]:
     return brrm.load(kind="bt", backend=backend, **options), backend
 
 
-class Ordered:
-    """A scripted ordered-pair judge: ``table[(first, second)] = (verdict in the shown frame, P(first ≻ second))``;
-    a pair not in the table: response 1 wins with P 0.9. ``calls`` counts ordered judgments (one per model run)."""
-
-    def __init__(self, table: dict[tuple[str, str], tuple[Verdict, float]] | None = None, name: str = "second"):
-        self.table = table or {}
-        self.calls = 0
-        self.info = JudgeInfo(model=f"scripted-{name}", kind="brrm", recipe="scripted", backend="fake",
-                              chat_template_hash="", template_hash="", default_strategy="round_robin",
-                              fingerprint=f"fp-{name}")
-
-    def judge_ordered(self, conversations: Sequence[Any], first: Sequence[str], second: Sequence[str], /, *,
-                      ids: Sequence[str] | None = None, progress: Any = None, **_: Any) -> list[PairwiseJudgment]:
-        self.calls += len(first)
-        out = []
-        for k, (a, b) in enumerate(zip(first, second, strict=True)):
-            verdict, p = self.table.get((a, b), (Verdict.A, 0.9))
-            rid = ids[k] if ids is not None else ""
-            out.append(PairwiseJudgment(Verdict.NONE, Status.PARSE_FAILURE, "scripted: no verdict", id=rid)
-                       if verdict is Verdict.NONE else
-                       PairwiseJudgment(verdict, Status.OK, p_a=p, id=rid, prompt_tokens=100, generated_tokens=40))
-        return out
-
-    def close(self) -> None:
-        pass
+Ordered = ScriptedOrdered
+"""A scripted ordered-pair judge: ``table[(first, second)] = (verdict in the shown frame, P(first ≻ second))``;
+a pair not in the table: response 1 wins with P 0.9. ``calls`` counts ordered judgments (one per model run)."""
 
 
 # margins r_A - r_B: 3, -2.5, 1.5 (outside m = 1), 0.5, -0.2, 0.9 (inside), and a first-stage failure (BOOM)

@@ -10,6 +10,9 @@ group keys), the search bounds of the temperature (a warning when the fit sits o
 Prints and writes ECE, Brier score and log loss before and after on both splits; the HTML report embeds the
 reliability diagram of the held-out split before and after. Apply the result with ``--calibration calib.json``
 (any model command) or ``brrm.load(..., calibration="calib.json")``.
+
+``--cascade SECOND`` (or ``--cascade-rule``, ``--target``) fits a judge cascade's margin or band instead
+(:mod:`brrm.cli.calibrate_cascade`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from brrm.cli import common
+from brrm.cli import calibrate_cascade, common
 
 if TYPE_CHECKING:
     from brrm.calibration.data import Observations
@@ -45,11 +48,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     common.add_model_args(p)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_overwrite_arg(p, resume=False)
+    calibrate_cascade.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the flags, get judged rows, fit, write calib.json and the report, print the table."""
+    """Check the flags, get judged rows, fit, write calib.json and the report, print the table (a cascade's
+    threshold instead with ``--cascade``, ``--cascade-rule`` or ``--target``: :mod:`brrm.cli.calibrate_cascade`)."""
     import importlib.util
+
+    if calibrate_cascade.wanted(args):
+        return calibrate_cascade.run(args)
 
     from brrm.calibration.data import observations
 
@@ -96,16 +104,7 @@ def _value(calibration: Calibration) -> float:
 
 def _judged_rows(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
     """Judged rows of the input (judging records first when they are not judged yet) and the model's id."""
-    from brrm.calibration.data import is_judged
-
-    path = Path(args.input).expanduser()
-    if not path.is_file():
-        raise ConfigError(f"--input {args.input!r} does not exist")
-    first = next((ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()), "")
-    try:
-        judged = is_judged(json.loads(first))
-    except ValueError:
-        judged = False
+    path, judged = calibrate_cascade.input_file(args)
     if judged:
         rows = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
         rows = rows[:args.limit] if args.limit else rows
@@ -195,7 +194,9 @@ def _print(calibration: Calibration, kind: str, tables: list[tuple[str, Metrics]
 
 COMMAND = Command(
     "calibrate", arguments=_arguments, run=run,
-    help="fit a temperature for P(A>B) on labelled pairs (ECE, Brier, log loss)",
+    help="fit a temperature for P(A>B) on labelled pairs (ECE, Brier, log loss), or a cascade's threshold",
     description="Fit a temperature (pairwise judges) or a scale (scalar models) for P(A>B) on "
                 "labelled pairs: judged pairs (brrm judge output) or records judged first with "
-                "--model. Reports ECE, Brier score and log loss before/after on a held-out split.")
+                "--model. Reports ECE, Brier score and log loss before/after on a held-out split. With "
+                "--cascade (or --cascade-rule, --target): fit a judge cascade's margin or band so that it "
+                "agrees with its second judge alone on --target of held-out content groups.")

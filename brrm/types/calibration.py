@@ -115,22 +115,35 @@ class Calibration:
                 "fit_on": FIT_ON[self.kind], "model": self.model, "hash": self.hash, **dict(self.details)}
 
 
+def read_format_file(path: str | os.PathLike[str], what: str, fmt: str, writer: str) -> dict[str, object]:
+    """The JSON object of a file whose ``format`` is ``fmt`` (a calibration's, a cascade fit's).
+
+    Args:
+        path: the file; what: its name in errors (``calibration``); writer: the command that writes one.
+
+    Raises:
+        ConfigError: naming the path when it is missing, not JSON, not an object, or of another format.
+    """
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"{what} {str(path)!r} does not exist (write one with `{writer}`)")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{what} {str(path)!r} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise ConfigError(f"{what} {str(path)!r} is not a {fmt} file (format {data.get('format')!r})"
+                          if isinstance(data, dict) else f"{what} {str(path)!r} is not a JSON object")
+    return data
+
+
 def read_calibration(path: str | os.PathLike[str]) -> Calibration:
     """The calibration in a ``calib.json``.
 
     Raises:
         ConfigError: naming the path when it is missing, not JSON, not a brrm calibration, or invalid.
     """
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ConfigError(f"calibration {str(path)!r} does not exist (write one with `brrm calibrate`)")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ConfigError(f"calibration {str(path)!r} is not JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConfigError(f"calibration {str(path)!r} is not a {FORMAT} file (format {data.get('format')!r})"
-                          if isinstance(data, dict) else f"calibration {str(path)!r} is not a JSON object")
+    data = read_format_file(path, "calibration", FORMAT, "brrm calibrate")
     details = {k: v for k, v in data.items() if k not in ("format", "kind", "temperature", "scale", "fit_on",
                                                           "model", "hash")}
     temperature = data.get("temperature")

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar, Unpack
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.errors import ConfigError
 from brrm.fingerprint import weights_fingerprint
-from brrm.load_cascade import CascadePlan
 from brrm.load_options import (
     BACKEND_OPTIONS,
     BackendOptions,
@@ -24,23 +23,15 @@ from brrm.load_options import (
     judge_option_classes,
     judge_option_names,
 )
-from brrm.types import (
-    BACKENDS,
-    KINDS,
-    JudgeSpec,
-    RewardJudge,
-    SamplingConfig,
-    check_choice,
-    set_loader,
-)
-from brrm.types.options import build, changed_keywords, split_keywords
+from brrm.registry import KIND_REGISTRY
+from brrm.types import BACKENDS, KINDS, JudgeSpec, RewardJudge, check_choice, set_loader
+from brrm.types.options import build, changed_keywords
 from brrm.types.protocols import is_remote, kind_trait
 
 if TYPE_CHECKING:
     from brrm.backends.base import Backend
     from brrm.judges.brrm import BRRMConfig
     from brrm.judges.principle import PrincipleConfig
-    from brrm.recipes import Recipe
     from brrm.reward_models.bradley_terry import BTConfig
     from brrm.types.calibration import Calibration
 
@@ -105,12 +96,14 @@ def load(model: str | None = None, /, *, kind: str = "auto", backend: str | Back
     """
     check_choice("kind", kind, ("auto", *KINDS))
     if cascade is not None:  # the rule is checked before either model loads
+        from brrm.load_cascade import CascadePlan
+
         second = CascadePlan.of(cascade, backend, cascade_kind=cascade_kind, cascade_margin=cascade_margin,
                                 cascade_band=cascade_band, cascade_agree=cascade_agree, cascade_options=cascade_options)
         return second.build(load(model, kind=kind, backend=backend, config=config, calibration=calibration, **options),
                             load)
-    if is_remote(model, backend):
-        from brrm.service.connect import load_remote  # a brrm serve URL: the one HTTP client
+    if is_remote(model, backend) or (isinstance(model, str) and model.startswith("ray://")):
+        from brrm.service.connect import load_remote  # a brrm serve URL (or Ray Serve app): the one client
 
         if config is not None:
             raise ConfigError("config= does not apply to backend='serve': the served judge keeps its own "
@@ -145,6 +138,8 @@ def check(model: str | None = None, /, *, kind: str = "auto", backend: str | Bac
     """
     check_choice("kind", kind, ("auto", *KINDS))
     if cascade is not None:
+        from brrm.load_cascade import CascadePlan
+
         CascadePlan.of(cascade, backend, cascade_kind=cascade_kind, cascade_margin=cascade_margin,
                        cascade_band=cascade_band, cascade_agree=cascade_agree,
                        cascade_options=cascade_options).check(check)
@@ -192,7 +187,7 @@ def _plan(model: str | None, kind: str, backend: str | Backend, config: JudgeCon
     judge_opts, backend_opts = _split(flat, kind, embedded)
     if built is None:
         _backend_options(backend_name, backend_opts)
-    make = _BUILDERS[kind](name, judge_opts, calib)  # validates every judge option before anything loads
+    make = KIND_REGISTRY[kind].build()(name, judge_opts, calib)  # validates every judge option before loading
     return _Plan(kind, name, embedded, built, backend_name, source, flat, backend_opts, make)
 
 
@@ -202,9 +197,11 @@ def _config_kind(config: JudgeConfig, kind: str) -> str:
     Raises:
         ConfigError: when ``config`` is no judge config, or is for another kind.
     """
-    found = next((k for k in KINDS if isinstance(config, judge_option_classes(k)[0])), None)
+    configs = {k: judge_option_classes(k)[0] for k in KINDS}
+    found = next((k for k, cls in configs.items() if isinstance(config, cls)), None)
     if found is None:
-        raise ConfigError(f"config must be a BRRMConfig, BTConfig or PrincipleConfig, got {type(config).__name__}")
+        names = [cls.__name__ for cls in configs.values()]
+        raise ConfigError(f"config must be a {', '.join(names[:-1])} or {names[-1]}, got {type(config).__name__}")
     if kind not in ("auto", found):
         raise ConfigError(f"config is a {type(config).__name__}, for kind {found!r}, not {kind!r}")
     return found
@@ -326,116 +323,6 @@ def _backend_options(backend: str, opts: Mapping[str, object]) -> BackendOptions
     return build(cls, opts)
 
 
-def _sampling(opts: Mapping[str, object], defaults: Mapping[str, object] | None = None) -> SamplingConfig:
-    """The sampling settings ``opts`` (flat keywords) set over ``defaults`` (by field name)."""
-    return build(SamplingConfig, defaults or {}).override(opts)
-
-
-def _brrm(name: str, opts: Mapping[str, object], calibration: Calibration | None) -> Maker:
-    from brrm.compose import PairwiseRewardJudge
-    from brrm.compose.calibrated import calibrated_ordered
-    from brrm.compose.options import VoteOptions
-    from brrm.judges.brrm import BRRMConfig, BRRMJudge
-
-    samples = build(VoteOptions, split_keywords(VoteOptions, opts)).samples  # self-consistency voting
-    config = build(BRRMConfig, {**split_keywords(BRRMConfig, opts), "sampling": _sampling(opts)})
-    if samples > 1 and config.sampling.greedy:
-        raise ConfigError(f"samples={samples} with temperature 0: greedy decoding gives {samples} identical "
-                          "judgments; set temperature > 0 (published: 1.0) or samples=1")
-    return lambda backend, source: PairwiseRewardJudge(calibrated_ordered(BRRMJudge(backend, config), calibration),
-                                                       swap=config.swap, samples=samples)
-
-
-def _bt(name: str, opts: Mapping[str, object], calibration: Calibration | None) -> Maker:
-    from brrm.compose import ScalarRewardJudge
-    from brrm.compose.calibrated import calibrated_scalar
-    from brrm.compose.options import ScalarOptions
-    from brrm.recipes import known_recipe, model_config
-    from brrm.reward_models.bradley_terry import BradleyTerryRewardModel, BTConfig
-
-    margin = build(ScalarOptions, split_keywords(ScalarOptions, opts)).margin
-    config = build(BTConfig, split_keywords(BTConfig, opts))  # every option checked before anything loads
-
-    def make(backend: Backend, source: str | None) -> RewardJudge:
-        mine = config
-        if "recipe" not in opts:  # the card's recipe for a known checkpoint: by id, folder name or its config
-            known = known_recipe(name, model_config(source) if source is not None else None)
-            mine = replace(config, recipe=_known_recipe(known, "bt"))
-        return calibrated_scalar(ScalarRewardJudge(BradleyTerryRewardModel.from_config(backend, mine), margin=margin),
-                                 calibration)
-
-    return make
-
-
-CARD_BUDGETS = {"max_new_tokens": 16000, "max_total_tokens": 40960}
-"""Qwen3-Nemotron-32B-GenRM-Principle's ``card`` decoding: up to 16,000 new tokens (issue 9's reading of the card);
-the total is Qwen3-32B's 40,960-token context, cut further to the backend's own context."""
-
-
-GENERATION_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
-"""What transformers' ``generate`` uses for a sampling field a checkpoint's generation config leaves unset
-(transformers 5.x ``GenerationConfig._get_default_generation_params``)."""
-
-
-def _generation_config(source: str | None) -> dict[str, object]:
-    """Sampling defaults from the checkpoint's ``generation_config.json`` (local dir or HF cache; no network), as
-    transformers' ``generate`` reads them: with ``do_sample`` its temperature, top_k and top_p, each unset one
-    taking :data:`GENERATION_DEFAULTS` (so ``do_sample`` without a temperature samples at 1.0, never greedy);
-    greedy without ``do_sample``; {} when there is none."""
-    if source is None:
-        return {}
-    import json
-
-    from brrm.recipes import looks_like_hub_id
-
-    path = Path(source) / "generation_config.json"
-    if not path.is_file() and looks_like_hub_id(source):
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(source, "generation_config.json")
-            path = Path(cached) if isinstance(cached, str) else path
-        except Exception:  # noqa: BLE001 - a broken cache only means "no generation config"
-            return {}
-    if not path.is_file():
-        return {}
-    gen = json.loads(path.read_text())
-    if not gen.get("do_sample"):
-        return {"temperature": 0.0}
-    out = {k: gen[k] if isinstance(gen.get(k), int | float) else v for k, v in GENERATION_DEFAULTS.items()}
-    return {"temperature": float(out["temperature"]), "top_p": float(out["top_p"]), "top_k": int(out["top_k"])}
-
-
-def _principle(name: str, opts: Mapping[str, object], calibration: Calibration | None) -> Maker:
-    from brrm.compose import ScalarRewardJudge
-    from brrm.compose.calibrated import calibrated_scalar
-    from brrm.compose.options import PrincipleOptions
-    from brrm.judges.principle import FORMATS, PrincipleConfig, PrincipleJudge
-    from brrm.recipes import known_recipe, model_config
-
-    scalar = build(PrincipleOptions, split_keywords(PrincipleOptions, opts))
-    known = known_recipe(name, model_config(name))
-    default = _known_recipe(known, "principle")
-    if default == "auto" and name == _embedded_name():
-        default = "llama_reward"
-    fmt = check_choice("recipe", opts.get("recipe", default), ("auto", *FORMATS))
-    card = fmt == "qwen3_genrm" and opts.get("decoding", "card") == "card"
-    defaults: dict[str, object] = {"temperature": 0.0, **(CARD_BUDGETS if card else {})}
-    rest = {**split_keywords(PrincipleConfig, opts), "format": fmt}
-    build(PrincipleConfig, {**rest, "sampling": _sampling(opts, defaults)})  # every option checked before loading
-
-    def make(backend: Backend, source: str | None) -> RewardJudge:
-        sampling = _sampling(opts, {**defaults, **_generation_config(source)})
-        config = build(PrincipleConfig, {**rest, "sampling": sampling})
-        judge = ScalarRewardJudge(PrincipleJudge(backend, config), principle=scalar.principle, margin=scalar.margin)
-        return calibrated_scalar(judge, calibration)
-
-    return make
-
-
-_BUILDERS = {"brrm": _brrm, "bt": _bt, "principle": _principle}
-
-
 # ------------------------------------------------------------------------------------------------ sources
 def _embedded_name() -> str:
     from brrm.embedded import EMBEDDED_MODEL_ID
@@ -504,11 +391,6 @@ def _load_backend(backend: str, source: str, name: str, options: BackendOptions,
     """Build the named backend (:data:`~brrm.backends.registry.BACKEND_REGISTRY`) for ``source``, recorded under
     ``name``, from its options object."""
     return _loading(name, lambda: BACKEND_REGISTRY[backend].build(source, options, name=name, task=task))
-
-
-def _known_recipe(known: Recipe | None, kind: str) -> str:
-    """A known checkpoint's recipe when the checkpoint is of ``kind`` (the builder's own), else ``auto``."""
-    return known.recipe if known is not None and known.kind == kind else "auto"
 
 
 def _loading(name: str, build: Callable[[], T]) -> T:

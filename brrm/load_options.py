@@ -4,65 +4,39 @@ fields are the keywords, their types, ranges and help), and the flat keywords ty
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import importlib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from brrm.backends.options import OpenAIOptions, TransformersOptions, VLLMOptions, field_names
-from brrm.types import BACKENDS, KINDS, JudgeInfo, SamplingConfig, check_choice
+from brrm.backends.options import OpenAIOptions, TransformersOptions, VLLMOptions
+from brrm.registry import BACKEND_REGISTRY, KIND_REGISTRY, kind_entry, resolve
+from brrm.types import KINDS, JudgeInfo, SamplingConfig, check_choice
 from brrm.types.options import PerRequest, keyword, option_fields, per_request
 
 BackendOptions = TransformersOptions | VLLMOptions | OpenAIOptions
 """A backend's options object."""
 
-BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {name: field_names(name) for name in BACKENDS}
+BACKEND_OPTIONS: Mapping[str, tuple[str, ...]] = BACKEND_REGISTRY.view(
+    lambda entry: tuple(f.name for f in dataclasses.fields(entry.options)))
 """Options each backend takes: the fields of its options class (:mod:`brrm.backends.options`, with units and
-ranges)."""
+ranges), by backend name (:data:`brrm.registry.BACKEND_REGISTRY`, plugins included)."""
 
-@dataclass(frozen=True)
-class KindOptions:
-    """A model kind's entry in :data:`KIND_OPTIONS`: where its options live, named ``"module:attribute"`` so that
-    nothing is imported until the kind is asked for.
-
-    Attributes:
-        classes: its options dataclasses, in keyword order (their :func:`~brrm.types.options.option` fields are
-            the kind's :func:`load` keywords and CLI flags).
-        recipes: the tuple of values its ``recipe`` keyword takes besides ``auto``; None for a kind without one.
-    """
-
-    classes: tuple[str, ...]
-    recipes: str | None = None
-
-
-KIND_OPTIONS: Mapping[str, KindOptions] = {
-    "brrm": KindOptions(("brrm.judges.brrm_config:BRRMConfig", "brrm.types:SamplingConfig",
-                         "brrm.compose.options:VoteOptions")),
-    "bt": KindOptions(("brrm.reward_models.bradley_terry:BTConfig", "brrm.compose.options:ScalarOptions"),
-                      recipes="brrm.reward_models.bradley_terry:RECIPES"),
-    "principle": KindOptions(("brrm.judges.principle:PrincipleConfig", "brrm.types:SamplingConfig",
-                              "brrm.compose.options:PrincipleOptions"), recipes="brrm.judges.principle_format:FORMATS"),
-}
-"""One entry per model kind of :data:`brrm.types.KINDS` (a test keeps the two equal): its options classes and
-recipe values (the BR-RM kind has no recipe keyword; a principle model's recipe is its prompt format)."""
-
-
-def _resolve(ref: str) -> Any:  # a class or a tuple, per the entry's field
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+KIND_OPTIONS: Mapping[str, tuple[str | type, ...]] = KIND_REGISTRY.view(lambda entry: entry.options)
+"""Each model kind's options classes (its :class:`~brrm.registry.KindEntry`'s, as ``"module:Class"``), by kind."""
 
 
 def judge_option_classes(kind: str) -> tuple[type, ...]:
-    """The options dataclasses of a model kind (imported lazily, from :data:`KIND_OPTIONS`): their
+    """The options dataclasses of a model kind (imported lazily, from its :class:`~brrm.registry.KindEntry`): their
     :func:`~brrm.types.options.option` fields are the kind's :func:`load` keywords, its CLI flags and their help.
 
     Raises:
         ConfigError: on an unknown kind, naming the valid ones.
     """
     check_choice("kind", kind, KINDS)
-    return tuple(_resolve(ref) for ref in KIND_OPTIONS[kind].classes)
+    return KIND_REGISTRY[kind].option_classes()
 
 
 REQUEST_OPTION_CLASSES = ("brrm.types:SamplingConfig", "brrm.judges.brrm_config:BRRMConfig")
@@ -105,7 +79,7 @@ def request_options() -> tuple[RequestOption, ...]:
     :class:`~brrm.service.items.CallOptions` and :class:`~brrm.service.RemoteJudge` are derived from."""
     out = []
     for ref in REQUEST_OPTION_CLASSES:
-        cls = _resolve(ref)
+        cls = resolve(ref)
         hints = typing.get_type_hints(cls)
         for f in option_fields(cls):
             mark = per_request(f)
@@ -117,12 +91,12 @@ def request_options() -> tuple[RequestOption, ...]:
 
 
 def config_from_record(kind: str, record: Mapping[str, object]) -> object | None:
-    """A model kind's typed config (the first class of its :data:`KIND_OPTIONS` entry) read back from a judge's
-    record (``options`` of ``GET /v1/models``); None for an unknown kind or a record that does not read back (a
-    server of another version): the caller keeps the record and says nothing it cannot know."""
+    """A model kind's typed config (the first options class of its :class:`~brrm.registry.KindEntry`) read back
+    from a judge's record (``options`` of ``GET /v1/models``); None for an unknown kind or a record that does not
+    read back (a server of another version): the caller keeps the record and says nothing it cannot know."""
     from brrm.errors import ConfigError
 
-    if kind not in KIND_OPTIONS:
+    if kind not in KIND_REGISTRY:
         return None
     try:
         reader: Any = judge_option_classes(kind)[0]  # BRRMConfig, BTConfig or PrincipleConfig: each has from_record
@@ -136,10 +110,10 @@ def recipe_choices(kind: str) -> tuple[str, ...]:
     """The values the ``recipe`` keyword (``--recipe``) takes for a scalar kind: a Bradley–Terry recipe
     (:data:`brrm.reward_models.bradley_terry.RECIPES`) or a principle model's prompt format
     (:data:`brrm.judges.principle_format.FORMATS`), each with ``auto``; () for a kind without one (BR-RM)."""
-    entry = KIND_OPTIONS.get(kind)
+    entry = kind_entry(kind)
     if entry is None or entry.recipes is None:
         return ()
-    return ("auto", *_resolve(entry.recipes))
+    return ("auto", *resolve(entry.recipes))
 
 
 def judge_option_names(kind: str) -> tuple[str, ...]:

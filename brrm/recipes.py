@@ -92,6 +92,12 @@ def known_id(name: str, config: JSONDict | None = None) -> str | None:
     return content_identity(name)
 
 
+def known_recipe_of(name: str, config: JSONDict | None, kind: str) -> str:
+    """The recipe of a known checkpoint (:func:`known_recipe`) when it is of ``kind``, else ``auto``."""
+    known = known_recipe(name, config)
+    return known.recipe if known is not None and known.kind == kind else "auto"
+
+
 def architectures(config: JSONDict | None) -> tuple[str, ...]:
     """The ``architectures`` a parsed ``config.json`` names (none when it names none)."""
     found = (config or {}).get("architectures")
@@ -157,21 +163,22 @@ def _json_object(path: Path) -> JSONDict | None:
 
 
 def detect_kind(name: str, config: JSONDict | None) -> tuple[str, str]:
-    """(kind, recipe) of a model from a known id or its config.
+    """(kind, recipe) of a model from a known id, or from its config by each kind's ``detect``
+    (:class:`~brrm.registry.KindEntry`; a one-label sequence classifier is a Bradley–Terry model).
 
     Raises:
         ConfigError: when neither tells (listing the kinds and how to pass one).
     """
+    from brrm.registry import KIND_REGISTRY, resolve
+
     known = known_recipe(name, config)
     if known is not None:
         return known.kind, known.recipe
+    for kind, entry in KIND_REGISTRY.items():
+        recipe = resolve(entry.detect)(name, config) if entry.detect is not None else None
+        if recipe is not None:
+            return kind, recipe
     archs = " ".join(architectures(config))
-    labels = num_labels(config)
-    if "ForSequenceClassification" in archs:
-        if labels not in (None, 1):
-            raise ConfigError(f"{name!r} is a sequence classifier with {labels} labels; a Bradley–Terry reward model "
-                              "has exactly one")
-        return "bt", "auto"
     what = f"its config names {archs}" if archs else "its config could not be read"
     raise ConfigError(f"cannot tell the kind of {name!r} ({what}): a causal LM can be a BR-RM judge or a "
                       f"principle model; pass kind= (--kind on the command line) one of {', '.join(KINDS)}")

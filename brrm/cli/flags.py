@@ -18,13 +18,14 @@ from typing import TypedDict, cast
 from brrm.errors import ConfigError
 from brrm.load import EMBEDDED_BUDGETS
 from brrm.load_options import LoadOptions
+from brrm.registry import KIND_REGISTRY
 from brrm.types import BACKENDS, KINDS, RewardJudge
 from brrm.types.options import Flag, keyword, option_fields
 from brrm.types.protocols import kind_trait
 
-KIND_GROUPS = {"brrm": "judge (BR-RM)", "bt": "scalar models (bt, principle)",
-               "principle": "scalar models (bt, principle)"}
-"""The help group of a judge flag: that of the first kind that has its option."""
+KIND_GROUPS: Mapping[str, str] = KIND_REGISTRY.view(lambda entry: entry.group)
+"""The help group of a judge flag: that of the first kind that has its option (each kind's
+:class:`~brrm.registry.KindEntry` names its group)."""
 
 
 class LoadKeywords(LoadOptions, total=False):
@@ -98,18 +99,22 @@ class JudgeFlag:
         return raw
 
 
-@cache
 def judge_flags() -> tuple[JudgeFlag, ...]:
-    """Every judge flag, in definition order (brrm's options first).
+    """Every judge flag, in definition order (brrm's options first, then those of kinds other packages add).
 
     Raises:
         AssertionError: when two fields of one keyword declare different command-line forms (a programming
             error: an option's flag is written once).
     """
+    return _judge_flags(tuple(KINDS))
+
+
+@cache
+def _judge_flags(kinds: tuple[str, ...]) -> tuple[JudgeFlag, ...]:
     from brrm.load_options import judge_option_classes
 
     found: dict[str, list[tuple[str, str, Field[object]]]] = {}
-    for kind in KINDS:
+    for kind in kinds:
         for cls in judge_option_classes(kind):
             for f in option_fields(cls):
                 if f.metadata.get("cli", True):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import os
 import signal
 import socket
@@ -343,12 +342,14 @@ def _factory_function(spec: str) -> Callable[[], object]:
     Raises:
         ConfigError: when the spec is malformed or the module or function is missing.
     """
+    from brrm.registry import resolve
+
     module_name, _, func_name = spec.partition(":")
     if not module_name or not func_name:
         raise ConfigError(f"--factory {spec!r} is not MODULE:FUNCTION")
     try:
-        func = getattr(importlib.import_module(module_name), func_name)
-    except (ImportError, AttributeError) as exc:
+        func = resolve(spec, what="--factory")
+    except ImportError as exc:
         raise ConfigError(f"--factory {spec!r}: {exc}") from None
     if not callable(func):
         raise ConfigError(f"--factory {spec!r} is a {type(func).__name__}, not a function")

@@ -16,34 +16,29 @@ from typing import Any, Protocol, runtime_checkable
 
 from brrm.errors import ConfigError
 from brrm.fingerprint import weights_fingerprint
+from brrm.registry import BACKEND_REGISTRY, KIND_REGISTRY, Names, kind_entry
 from brrm.types.composition import Composition
 from brrm.types.config import SamplingConfig, check_choice
 from brrm.types.conversation import ConversationLike
 from brrm.types.cost import JudgmentCost
 from brrm.types.results import GroupResult, PairwiseJudgment, ScalarReward, Verdict
+from brrm.types.single import OnResult, OnStep, Principles, Progress, SingleItems
 
-KINDS = ("brrm", "bt", "principle")
-"""Model kinds: ``brrm`` (two-turn BR-RM pairwise judge), ``bt`` (Bradley–Terry scalar reward model),
-``principle`` (RLBFF principle-following reward model)."""
-
-Principles = str | Sequence[str] | None
-"""One principle for every item, one per item, or None (the judge's default principle, if any)."""
-
-Progress = Callable[[float], None] | None
-OnResult = Callable[[int, Any], None] | None
-"""``on_result(index, result)``: item ``index``'s final result, as soon as it is known (a continuously batching
-backend knows it before the call returns), in the calling thread; results still come back in order."""
-OnStep = Callable[[int, int], None] | None
-"""``on_step(rows, tokens)``: after each decoding step of a continuously batching backend (rows in its batch,
-tokens the step added), for progress displays; judges without decoding steps never call it."""
-"""A callback the batch methods call with the number of items (pairs, responses) just finished, > 0."""
+__all__ = ["BACKENDS", "KINDS", "KIND_TRAITS", "SHAPES", "JudgeInfo", "JudgeSpec", "OnResult", "OnStep",
+           "OrderedPairJudge", "Principles", "Progress", "RewardJudge", "ScalarRewardModel", "SingleItems", "Variable",
+           "is_remote", "kind_trait", "set_loader"]
 
 SHAPES = ("pairs", "score", "group")
 """What a request judges, for :meth:`RewardJudge.cost`: N pairs, N responses scored, or one group of N."""
 
-BACKENDS = ("transformers", "vllm", "openai")
-"""Backend names :func:`brrm.load` and :class:`JudgeSpec` accept (and ``serve``: a running ``brrm serve`` URL as
-the model, judged through :class:`~brrm.service.RemoteJudge`)."""
+KINDS = Names(KIND_REGISTRY)
+"""Model kinds (:data:`brrm.registry.KIND_REGISTRY`, plugins included): ``brrm`` (two-turn BR-RM pairwise judge),
+``bt`` (Bradley–Terry scalar reward model), ``principle`` (RLBFF principle-following reward model)."""
+
+BACKENDS = Names(BACKEND_REGISTRY)
+"""Backend names :func:`brrm.load` and :class:`JudgeSpec` accept (:data:`brrm.registry.BACKEND_REGISTRY`, plugins
+included; and ``serve``: a running ``brrm serve`` URL as the model, judged through
+:class:`~brrm.service.RemoteJudge`)."""
 
 def is_remote(model: object, backend: object) -> bool:
     """Whether :func:`brrm.load` is asked for a running ``brrm serve``: ``backend="serve"``, or an http(s) URL as the
@@ -51,25 +46,22 @@ def is_remote(model: object, backend: object) -> bool:
     return backend == "serve" or (isinstance(model, str) and model.startswith(("http://", "https://")))
 
 
-KIND_TRAITS: Mapping[str, Mapping[str, bool]] = {
-    "brrm": {"pairwise": True, "takes_principle": False, "needs_reference": True, "generates": True},
-    "bt": {"pairwise": False, "takes_principle": False, "needs_reference": False, "generates": False},
-    "principle": {"pairwise": False, "takes_principle": True, "needs_reference": False, "generates": True},
-}
-"""The traits each model kind declares (:class:`JudgeInfo` carries the first three): the one table that maps a kind
-to behaviour. ``generates``: the model is a language model that generates (a chat model's LM head), so it loads as
-a causal LM and cannot be a sequence classifier; False: a Bradley–Terry model, read off a head or a logit."""
+KIND_TRAITS: Mapping[str, Mapping[str, bool]] = KIND_REGISTRY.view(lambda entry: entry.traits)
+"""The traits each model kind declares in its :class:`~brrm.registry.KindEntry` (:class:`JudgeInfo` carries the
+first three): the one place a kind maps to behaviour. ``generates``: the model is a language model that generates
+(a chat model's LM head), so it loads as a causal LM and cannot be a sequence classifier; False: a Bradley–Terry
+model, read off a head or a logit."""
 
 
 def kind_trait(kind: str, trait: str) -> bool | None:
-    """``trait`` (``pairwise``, ``takes_principle``, ``needs_reference``, ``generates``) of model kind ``kind`` from
-    :data:`KIND_TRAITS`, or None for a kind that does not tell before a model is read (``auto``).
+    """``trait`` (``pairwise``, ``takes_principle``, ``needs_reference``, ``generates``) of model kind ``kind``
+    (its :class:`~brrm.registry.KindEntry`), or None for a kind that does not tell before a model is read (``auto``).
 
     Raises:
         KeyError: for an unknown trait (a programming error).
     """
-    traits = KIND_TRAITS.get(kind)
-    return None if traits is None else traits[trait]
+    entry = kind_entry(kind)
+    return None if entry is None else entry.traits[trait]
 
 
 _LOADER: list[Callable[[JudgeSpec], RewardJudge]] = []
@@ -414,61 +406,6 @@ class RewardJudge(Protocol):
     def __enter__(self) -> RewardJudge: ...
 
     def __exit__(self, *exc: object) -> None: ...
-
-
-class _Batched(Protocol):
-    """The batch methods the single-item helpers of :class:`SingleItems` stand on."""
-
-    def judge_pairs(self, conversations: Sequence[ConversationLike], responses_a: Sequence[str],
-                    responses_b: Sequence[str], /, *, swap: bool | None = None) -> list[PairwiseJudgment]: ...
-
-    def score(self, conversations: Sequence[ConversationLike], responses: Sequence[str], /, *,
-              principles: Principles = None, references: Sequence[str] | None = None) -> list[ScalarReward]: ...
-
-    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
-                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
-                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]: ...
-
-
-class _Costed(Protocol):
-    """The cost method :meth:`SingleItems.cost` stands on."""
-
-    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
-                      principles: int | None = None) -> JudgmentCost: ...
-
-
-class SingleItems:
-    """``judge``, ``score_one``, ``rank`` and ``cost`` of :class:`RewardJudge`, written once over the batch methods
-    and ``judgment_cost``: a judge class (local, remote or a wrapper) inherits them and writes only
-    ``judge_pairs``, ``score``, ``rank_groups`` and ``judgment_cost``."""
-
-    def cost(self: _Costed, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
-             principles: int | None = None) -> int:
-        """``judgment_cost(...).total``: the units a request runs, samples included (see ``judgment_cost``).
-
-        Raises:
-            ConfigError: as ``judgment_cost``.
-        """
-        return self.judgment_cost(shape, n, strategy=strategy, swap=swap, principles=principles).total
-
-    def judge(self: _Batched, conversation: ConversationLike, response_a: str, response_b: str, /, *,
-              swap: bool | None = None) -> PairwiseJudgment:
-        """One pair; see ``judge_pairs``."""
-        return self.judge_pairs([conversation], [response_a], [response_b], swap=swap)[0]
-
-    def score_one(self: _Batched, conversation: ConversationLike, response: str, /, *,
-                  principle: str | None = None, reference: str | None = None) -> ScalarReward:
-        """One response; see ``score``."""
-        refs = None if reference is None else [reference]
-        return self.score([conversation], [response], principles=principle, references=refs)[0]
-
-    def rank(self: _Batched, conversation: ConversationLike, responses: Sequence[str], /, *, strategy: str = "auto",
-             reference: str | None = None, swap: bool | None = None, principles: Principles = None,
-             progress: Progress = None) -> GroupResult:
-        """One group; see ``rank_groups``."""
-        refs = None if reference is None else [reference]
-        return self.rank_groups([conversation], [responses], strategy=strategy, references=refs, swap=swap,
-                                principles=principles, progress=progress)[0]
 
 
 @runtime_checkable

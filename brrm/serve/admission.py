@@ -12,15 +12,13 @@ A request admitted here can still get 429 when queued if its own cost does not f
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from brrm.serve.security import ASGIApp, Receive, Scope, Send, error_body, send_json
 
 if TYPE_CHECKING:
     from brrm.serve.state import ServerState
-
-JUDGING_PATHS = ("/v1/judge", "/v1/score", "/v1/rank", "/get_reward", "/compare")
-"""Paths whose work goes through the scheduler's queue."""
 
 ADMITTED = "brrm.admitted"
 """Scope key set on a request holding a reserved place (released by :meth:`ServerState.submit` or the gate)."""
@@ -32,13 +30,14 @@ class OverloadMiddleware:
     Args:
         app: the wrapped ASGI app.
         state: the server state (its scheduler and metrics).
+        paths: the judging paths (their work goes through the scheduler's queue).
     """
 
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
-        self.app, self.state = app, state
+    def __init__(self, app: ASGIApp, state: ServerState, paths: Iterable[str]) -> None:
+        self.app, self.state, self.paths = app, state, frozenset(paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not (scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") in JUDGING_PATHS):
+        if not (scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") in self.paths):
             await self.app(scope, receive, send)
             return
         state, scheduler = self.state, self.state.scheduler

@@ -2,10 +2,11 @@
 
 The app owns a :class:`~brrm.serve.scheduler.Scheduler` (model work runs in a worker thread, coalesced across
 requests), the body-size, item and field limits, the optional API key and CORS, and the Prometheus metrics.
-The routes are ``APIRouter`` s — the judging and RLHF ones in :mod:`brrm.serve.routes`, the operational ones
-(``/health``, ``/ready``, ``/v1/models``, ``/metrics``) in :mod:`brrm.serve.ops` — that reach the server state
-through a dependency (:data:`brrm.serve.state.State`) and return their declared response models, so FastAPI
-validates every reply. This module includes them, serves this server's OpenAPI schema (:mod:`brrm.serve.openapi`)
+The routes are ``APIRouter`` s (:data:`ROUTERS`) — the judging and RLHF ones in :mod:`brrm.serve.routes`, the
+operational ones (``/health``, ``/ready``, ``/v1/models``, ``/metrics``) in :mod:`brrm.serve.ops` — that reach the
+server state through a dependency (:data:`brrm.serve.state.State`) and return their declared response models, so
+FastAPI validates every reply. This module includes each with this server's request models
+(:mod:`brrm.serve.openapi`: FastAPI emits the server's own schema from them), takes every path list from them,
 and maps every error to one JSON shape: ``{"error": {"type", "message", ...}}`` (422 answers also keep FastAPI's
 ``detail`` list).
 """
@@ -23,16 +24,17 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Scope
 
 from brrm.errors import ConfigError
 from brrm.serve import ops, routes
-from brrm.serve.admission import ADMITTED, JUDGING_PATHS, OverloadMiddleware
+from brrm.serve.admission import ADMITTED, OverloadMiddleware
 from brrm.serve.idempotency import IdempotencyMiddleware
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics, MetricsMiddleware
-from brrm.serve.openapi import server_schema
+from brrm.serve.openapi import request_models, server_router
 from brrm.serve.openrlhf import resolve_mode
 from brrm.serve.ops import add_offline_docs, warmup
 from brrm.serve.security import ApiKeyMiddleware, BodyLimitMiddleware, FieldTooLong, InvalidText, error_body
@@ -46,14 +48,14 @@ from brrm.types.jsonvalue import JSONValue
 
 log = logging.getLogger("brrm.serve")
 
-KNOWN_PATHS = ("/v1/judge", "/v1/score", "/v1/rank", "/get_reward", "/compare", "/health", "/ready", "/v1/models",
-               "/metrics", "/docs", "/openapi.json")
+ROUTERS = (ops.router, *routes.ROUTERS)
+"""Every route module's router, included in this order (a new route: its module's router here)."""
 
 
 class ServeApp(FastAPI):
-    """The FastAPI app of ``brrm serve``: its OpenAPI schema is this server's (:mod:`brrm.serve.openapi`), and
-    overload is refused outside every other layer (:class:`~brrm.serve.admission.OverloadMiddleware`), so a 429
-    costs one header read whatever else the stack does.
+    """The FastAPI app of ``brrm serve``: overload is refused outside every other layer
+    (:class:`~brrm.serve.admission.OverloadMiddleware`), so a 429 costs one header read whatever else the stack
+    does.
 
     Args:
         state: the server state (``app.state.brrm``).
@@ -67,14 +69,8 @@ class ServeApp(FastAPI):
         self.state.brrm = state
         self.brrm = state
 
-    def openapi(self) -> dict[str, JSONValue]:
-        """This server's schema, built once (FastAPI's, with the judge's and the limits' rules)."""
-        if self.openapi_schema is None:
-            self.openapi_schema = server_schema(super().openapi(), self.brrm)
-        return self.openapi_schema
-
     def build_middleware_stack(self) -> ASGIApp:
-        return OverloadMiddleware(super().build_middleware_stack(), state=self.brrm)
+        return OverloadMiddleware(super().build_middleware_stack(), state=self.brrm, paths=judging_paths())
 
 
 def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_judge: bool = True) -> FastAPI:
@@ -109,12 +105,17 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
                                "(--max-body-bytes) is refused with 413 as it streams in: the schema bounds items and "
                                "text fields, not a body's bytes.")
     _add_error_handlers(app)
-    app.include_router(ops.router)
+    models = request_models(state)
+    for router in ROUTERS:
+        app.include_router(server_router(router, state, models))
     add_offline_docs(app)
-    app.include_router(routes.judging)
-    app.include_router(routes.rlhf)
     _add_middleware(app, state)
     return app
+
+
+def judging_paths() -> tuple[str, ...]:
+    """The POST paths of the judging routers (:data:`brrm.serve.routes.ROUTERS`)."""
+    return tuple(r.path for router in routes.ROUTERS for r in router.routes if isinstance(r, APIRoute))
 
 
 def _lifespan(state: ServerState, close_judge: bool) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -152,7 +153,7 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
     def on_reply(scope: Scope, replayed: bool) -> None:
         metrics.idempotent.labels(endpoint=str(scope["path"]), reply="replayed" if replayed else "executed").inc()
 
-    app.add_middleware(IdempotencyMiddleware, paths=JUDGING_PATHS, release=release, on_reply=on_reply)
+    app.add_middleware(IdempotencyMiddleware, paths=judging_paths(), release=release, on_reply=on_reply)
     if limits.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
@@ -161,7 +162,8 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
     if limits.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=limits.api_key)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
-    app.add_middleware(MetricsMiddleware, metrics=metrics, paths=KNOWN_PATHS)
+    known = {r.path for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)}
+    app.add_middleware(MetricsMiddleware, metrics=metrics, paths=[*known, "/docs", "/openapi.json"])
 
 
 def _version() -> str:

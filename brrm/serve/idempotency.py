@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from fastapi import Header
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from brrm.serve.security import error_body, send_json
@@ -179,6 +180,20 @@ def fingerprint(method: str, path: str, body: bytes) -> str:
     h = hashlib.sha256(f"{method} {path}\0".encode())
     h.update(canonical)
     return h.hexdigest()
+
+
+IDEMPOTENCY = (f"Optional (IETF httpapi draft 'The Idempotency-Key HTTP Header Field'): 1 to 255 visible ASCII "
+               f"characters, e.g. a quoted UUID (else 400). A retry with the same key and "
+               f"the same body is answered the stored reply (header Idempotent-Replayed: true) without a second model "
+               f"run; one arriving while the first runs shares its model run; the same key with another body is "
+               f"refused (422, naming the key). 2xx replies up to {MAX_REPLY_BYTES} bytes are kept {TTL_S:g} s, at "
+               f"most {MAX_ENTRIES} of them (least recently used dropped first); failures are not kept.")
+"""The header's description in the OpenAPI schema."""
+
+
+def key_header(key: str = Header(None, alias=HEADER, pattern=KEY_PATTERN, description=IDEMPOTENCY)) -> None:
+    """The optional header as a parameter of each judging route, so the schema states it (the middleware has
+    answered an invalid key 400 before the route runs)."""
 
 
 def valid_key(value: str) -> bool:

@@ -1,8 +1,9 @@
-"""The OpenAPI schema of one ``brrm serve`` process: FastAPI's schema of the request and response models, made to
-state exactly what *this* server accepts and answers.
+"""The request models and routes of one ``brrm serve`` process, built at start-up, from which FastAPI emits the
+OpenAPI schema that states exactly what *this* server accepts and answers.
 
-The pydantic models (:mod:`brrm.serve.schemas`) describe every server; what depends on the served judge and the
-limits is added here, once, when the schema is first asked for:
+The pydantic models of :mod:`brrm.serve.schemas` describe every server; :func:`request_models` subclasses each
+request model (``create_model``) with what depends on the served judge and the limits, as the model's JSON Schema
+(validation stays the base model's, so a request is answered as before):
 
 * the context of a pair, item or group is ``oneOf`` a ``prompt`` string or a ``conversation`` (with at least one
   user turn); tool calls only on assistant turns;
@@ -11,9 +12,11 @@ limits is added here, once, when the schema is first asked for:
 * ``reference`` required by a pairwise judge's ``/v1/score`` and absent from a scalar model's; ``principle`` only
   for principle models; ``/v1/rank`` strategies the judge runs, ``reference`` exactly with that strategy;
 * ``maxItems`` from the item limit and the cost limit (per strategy and ``swap``), ``maxLength`` from the field
-  limit;
-* 401 and the bearer scheme when the server has an API key;
-* the optional ``Idempotency-Key`` header on every judging POST (:mod:`brrm.serve.idempotency`).
+  limit; request examples this server's judge answers.
+
+:func:`server_router` includes a route module's router with those models as its bodies, the bearer scheme and 401
+where the server has an API key, and without the routes a principle model without a default cannot answer; the
+``Idempotency-Key`` header is each judging route's own parameter (:func:`brrm.serve.idempotency.key_header`).
 
 Two rules of the server have no JSON Schema form (JSON Schema cannot name an array's last item or compare two
 arrays' lengths), so they are stated in the descriptions, and the server answers them 422 naming the field: a
@@ -23,81 +26,127 @@ conversation ends with a user or tool turn; ``/get_reward``'s ``prompts`` and ``
 
 from __future__ import annotations
 
+import bisect
+import copy
 import functools
-from collections.abc import Callable, Iterator, MutableMapping
+import inspect
+import operator
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, create_model
 
 from brrm.errors import ConfigError
 from brrm.load_options import request_options
-from brrm.serve.idempotency import HEADER, KEY_PATTERN, MAX_ENTRIES, MAX_REPLY_BYTES, TTL_S
+from brrm.serve import schemas as s
 from brrm.serve.limits import COMPARE_STRATEGIES
 from brrm.serve.nemo_gym import comparison_pairs
-from brrm.serve.state import ServerState
+from brrm.serve.security import OPEN_PATHS
+from brrm.serve.state import NAMES_NO_PRINCIPLE, ServerState
 from brrm.service.items import CallOptions
 from brrm.types import RewardJudge
 from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.strategies import STRATEGIES
 
 Schema = MutableMapping[str, JSONValue]
+Models = Mapping[type, type[BaseModel]]
+"""A request model -> this server's subclass of it (:func:`request_models`)."""
 NULL: JSONDict = {"type": "null"}
-PRINCIPLE_FREE = ("/v1/judge", "/v1/rank", "/get_reward")
-"""The judging paths whose requests name no principle: a principle model without a default principle answers each
-request there 422 (:data:`~brrm.serve.state.NO_DEFAULT_PRINCIPLE`), so its schema leaves them out."""
 LAST_TURN = ("The conversation must end with a user or tool turn (the judged responses are sent separately); "
              "otherwise 422.")
-ONE_PER_QUERY = "One entry per query (otherwise 422)."
-JUDGING = ("/v1/judge", "/v1/score", "/v1/rank", "/get_reward", "/compare")
-OPEN_PATHS = ("/health",)
+BEARER = Depends(HTTPBearer(scheme_name="bearer", auto_error=False))
+"""The bearer scheme in the schema (the key itself is checked by :class:`~brrm.serve.security.ApiKeyMiddleware`)."""
+UNAUTHORISED: dict[int | str, dict[str, Any]] = {401: {"description": "missing or wrong API key",
+                                                      "model": s.ErrorResponse}}
 
 
-def server_schema(schema: dict[str, JSONValue], state: ServerState) -> dict[str, JSONValue]:
-    """``schema`` (FastAPI's) with the judge's and the limits' rules (see the module docstring); returned."""
-    parts = _obj(_obj(schema, "components"), "schemas")
-    for name in ("PairIn", "ScoreItemIn", "RankRequest"):
-        _one_context(_obj(parts, name))
-    _message_rules(_obj(parts, "ChatMessage"))
-    _obj(_obj(parts, "CompareRequest"), "properties")["conversation_history"] = {
-        "type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/HistoryMessage"},
-        "contains": _user_turn(), "description": LAST_TURN}
-    _options(_obj(parts, "JudgeOptions"), state)
-    _judge_fields(parts, state)
-    _count_limits(parts, state)
-    _examples(parts, state)
-    for node in _walk(schema):
-        if node.get("type") == "string" and "enum" not in node and "const" not in node:
-            node["maxLength"] = state.limits.max_field_chars
-    _idempotency(schema)
-    _auth(schema, state)
-    if state.needs_principle:  # nothing there can be scored: not offered
-        for path in PRINCIPLE_FREE:
-            _obj(schema, "paths").pop(path, None)
-    return schema
+def request_models(state: ServerState) -> Models:
+    """This server's request models: each of :mod:`brrm.serve.schemas`' subclassed (same name, same validation),
+    its nested request models replaced by this server's, its JSON Schema made this server's (the module docstring).
+    """
+    made: dict[type, type[BaseModel]] = {}
+    for base in (s.ChatMessage, s.TextPart, s.HistoryMessage, s.JudgeOptions, s.PairIn, s.ScoreItemIn,
+                 s.JudgeRequest, s.ScoreRequest, s.RankRequest, s.GetRewardRequest, s.CompareRequest):
+        fields: dict[str, Any] = {name: (_swap(f.annotation, made), copy.copy(f)) for name, f in
+                                  base.model_fields.items() if _swap(f.annotation, made) is not f.annotation}
+        made[base] = create_model(base.__name__, __base__=base, __doc__=base.__doc__, __module__=base.__module__,
+                                  __cls_kwargs__={"json_schema_extra": _extra(base, state)}, **fields)
+    return made
 
 
-IDEMPOTENCY = (f"Optional (IETF httpapi draft 'The Idempotency-Key HTTP Header Field'): 1 to 255 visible ASCII "
-               f"characters, e.g. a quoted UUID (else 400). A retry with the same key and "
-               f"the same body is answered the stored reply (header Idempotent-Replayed: true) without a second model "
-               f"run; one arriving while the first runs waits for it; the same key with another body is refused "
-               f"(422, naming the key). 2xx replies up to {MAX_REPLY_BYTES} bytes are kept {TTL_S:g} s, at most "
-               f"{MAX_ENTRIES} of them (least recently used dropped first); failures are not kept.")
+def _swap(annotation: Any, made: Models) -> Any:
+    """``annotation`` with each model in ``made`` replaced by its subclass (inside ``list``, ``X | None``,
+    ``Annotated``); ``annotation`` itself when it holds none."""
+    if isinstance(annotation, type) and annotation in made:
+        return made[annotation]
+    args = typing.get_args(annotation)
+    new = tuple(_swap(a, made) for a in args)
+    if all(a is b for a, b in zip(new, args, strict=True)):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return Annotated[(new[0], *annotation.__metadata__)]
+    return functools.reduce(operator.or_, new) if origin in (typing.Union, types.UnionType) else origin[new]
 
 
-def _idempotency(schema: Schema) -> None:
-    """The ``Idempotency-Key`` header parameter on the POST operation of every judging path."""
-    for path in JUDGING:
-        operation = _obj(_obj(schema, "paths"), path).get("post")
-        if not isinstance(operation, dict):
-            continue
-        parameters = operation.setdefault("parameters", [])
-        if isinstance(parameters, list):
-            parameters.append({"name": HEADER, "in": "header", "required": False, "description": IDEMPOTENCY,
-                               "schema": {"type": "string", "pattern": KEY_PATTERN}})  # 1 to MAX_KEY_CHARS
+def _extra(base: type[BaseModel], state: ServerState) -> Callable[[JSONDict, type], None]:
+    """The ``json_schema_extra`` of ``base``'s subclass: its examples, this server's rules (:data:`EDITS`) and every
+    string's ``maxLength``."""
+    given = base.model_config.get("json_schema_extra")
+
+    def extra(schema: JSONDict, _cls: type) -> None:
+        if isinstance(given, dict):
+            schema.update(copy.deepcopy(given))
+        for edit in EDITS.get(base.__name__, ()):
+            edit(schema, state)
+        for node in _walk(schema):
+            if node.get("type") == "string" and "enum" not in node and "const" not in node:
+                node["maxLength"] = state.limits.max_field_chars
+
+    return extra
 
 
-def _obj(node: Schema, key: str) -> Schema:
-    value = node.setdefault(key, {})
-    if not isinstance(value, MutableMapping):
-        raise TypeError(f"OpenAPI schema: {key!r} is not an object")
-    return value
+def server_router(template: APIRouter, state: ServerState, models: Models) -> APIRouter:
+    """``template``'s routes as this server has them: bodies of this server's request models, the bearer scheme
+    and 401 on every route but :data:`~brrm.serve.security.OPEN_PATHS` when the server has an API key, and the
+    routes that name no principle (:data:`~brrm.serve.state.NAMES_NO_PRINCIPLE`) left out of the schema when the
+    judge needs one from every request."""
+    router = APIRouter()
+    for route in template.routes:
+        if not isinstance(route, APIRoute):
+            raise TypeError(f"{route!r}: a brrm serve router holds API routes only")
+        locked = bool(state.limits.api_key) and route.path not in OPEN_PATHS
+        hidden = state.needs_principle and NAMES_NO_PRINCIPLE in route.dependencies
+        router.add_api_route(
+            route.path, _bound(route.endpoint, models), methods=sorted(route.methods or ()), name=route.name,
+            response_model=route.response_model, status_code=route.status_code, tags=route.tags,
+            dependencies=[*route.dependencies, *([BEARER] if locked else [])], summary=route.summary,
+            description=route.description, response_description=route.response_description,
+            responses={**route.responses, **(UNAUTHORISED if locked else {})}, response_class=route.response_class,
+            include_in_schema=route.include_in_schema and not hidden, openapi_extra=route.openapi_extra)
+    return router
+
+
+def _bound(endpoint: Callable[..., Any], models: Models) -> Callable[..., Any]:
+    """``endpoint``, its parameters of a request model taking this server's subclass instead (FastAPI reads the
+    signature); ``endpoint`` itself when it has none."""
+    signature = inspect.signature(endpoint, eval_str=True)
+    params = [p.replace(annotation=models[p.annotation]) if isinstance(p.annotation, type) and
+              p.annotation in models else p for p in signature.parameters.values()]
+    if params == list(signature.parameters.values()):
+        return endpoint
+
+    @functools.wraps(endpoint)
+    async def bound(**kwargs: Any) -> Any:
+        return await endpoint(**kwargs)
+
+    bound.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return bound
 
 
 def _walk(node: JSONValue) -> Iterator[Schema]:
@@ -117,14 +166,21 @@ def _options_of(node: Schema) -> list[Schema]:
     return [o for o in options if isinstance(o, dict)] if isinstance(options, list) else []
 
 
+def _props(model: Schema) -> dict[str, Schema]:
+    """A model schema's ``properties`` (each a schema)."""
+    props = model.get("properties")
+    if not isinstance(props, dict):
+        raise TypeError("OpenAPI schema: a request model without properties")
+    return typing.cast(dict[str, Schema], props)
+
+
 def _user_turn() -> JSONDict:
     return {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}}
 
 
-def _one_context(model: Schema) -> None:
+def _one_context(model: Schema, _state: ServerState) -> None:
     """Exactly one of ``prompt`` (a string) and ``conversation`` (messages with a user turn)."""
-    props = _obj(model, "properties")
-    conversation = _obj(props, "conversation")
+    conversation = _props(model)["conversation"]
     for option in _options_of(conversation):
         if option.get("type") == "array":
             option["contains"] = _user_turn()
@@ -134,7 +190,7 @@ def _one_context(model: Schema) -> None:
         {"required": ["conversation"], "properties": {"conversation": {"type": "array"}, "prompt": NULL}}]
 
 
-def _message_rules(model: Schema) -> None:
+def _message_rules(model: Schema, _state: ServerState) -> None:
     """Tool calls only on assistant turns (an empty list or null elsewhere)."""
     model["anyOf"] = [{"properties": {"role": {"const": "assistant"}}},
                       {"properties": {"tool_calls": {"anyOf": [NULL, {"type": "array", "maxItems": 0}]}}}]
@@ -144,7 +200,7 @@ def _options(model: Schema, state: ServerState) -> None:
     """Each per-request option the judge can vary (a budget with the server's own as its maximum; a word option
     with only the choices the judge takes, said in its description); ``null`` otherwise. Whether it can is asked
     of the judge: a variant with the option's least value, or with each of a word option's choices."""
-    props = _obj(model, "properties")
+    props = _props(model)
     for request_option in request_options():
         name, mark = request_option.keyword, request_option.mark
         tried = request_option.choices if request_option.type is str else (mark.low if mark.low is not None else 0,)
@@ -153,12 +209,12 @@ def _options(model: Schema, state: ServerState) -> None:
             props[name] = NULL
             continue
         top = request_option.current(state.judge.info) if mark.bounded else None
-        for option in _options_of(_obj(props, name)):
+        for option in _options_of(props[name]):
             if option.get("type") == "integer" and isinstance(top, int):
                 option["maximum"] = top
             if "enum" in option and len(valid) < len(tried):  # a principle model's decoding: no "faithful"
                 option["enum"] = list(valid)
-                node, takes = _obj(props, name), ", ".join(map(str, valid))
+                node, takes = props[name], ", ".join(map(str, valid))
                 node["description"] = f"{node.get('description', '')} This server's judge takes: {takes}."
 
 
@@ -171,33 +227,25 @@ def _varies(state: ServerState, name: str, value: str | int) -> bool:
     return True
 
 
-def _judge_fields(parts: Schema, state: ServerState) -> None:
-    """``reference``, ``principle`` and the ``/v1/rank`` strategies as the judge takes them."""
-    info = state.judge.info
-    item = _obj(parts, "ScoreItemIn")
+def _principle(model: Schema, state: ServerState) -> None:
+    """``principle`` only for principle models, never blank."""
+    props = _props(model)
+    if not state.judge.info.takes_principle:
+        props["principle"] = NULL
+    for option in _options_of(props["principle"]):
+        if option.get("type") == "string":
+            option["pattern"] = _not_blank()  # the judge refuses an empty or blank principle
+
+
+def _score_item(model: Schema, state: ServerState) -> None:
+    """A ``/v1/score`` item: one context; ``reference`` required by a pairwise judge, absent for a scalar model;
+    :func:`_principle`."""
+    _one_context(model, state)
+    _props(model)["reference"] = {"type": "string", "description": "the reference response (a pairwise judge "
+                                  "scores P(response beats reference))"} if state.pairwise else NULL
     if state.pairwise:
-        _obj(item, "properties")["reference"] = {"type": "string", "description": "the reference response (a "
-                                                 "pairwise judge scores P(response beats reference))"}
-        required = item.setdefault("required", [])
-        if isinstance(required, list):
-            required.append("reference")
-    else:
-        _obj(item, "properties")["reference"] = NULL
-    if not info.takes_principle:
-        _obj(item, "properties")["principle"] = NULL
-        _obj(_obj(parts, "CompareRequest"), "properties")["principle"] = NULL
-    else:
-        for model in (item, _obj(parts, "CompareRequest")):
-            for option in _options_of(_obj(_obj(model, "properties"), "principle")):
-                if option.get("type") == "string":
-                    option["pattern"] = _not_blank()  # the judge refuses an empty or blank principle
-        _principle_rules(parts, len(info.composition.principles))
-    rank = _obj(parts, "RankRequest")
-    strategies: list[JSONValue] = [s for s in STRATEGIES if not (state.pairwise and s == "scores")]
-    _obj(_obj(rank, "properties"), "strategy")["enum"] = strategies
-    _rules(rank).append({"if": {"required": ["strategy"], "properties": {"strategy": {"const": "reference"}}},
-                         "then": {"required": ["reference"], "properties": {"reference": {"type": "string"}}},
-                         "else": {"properties": {"reference": NULL}}})
+        model["required"] = [*typing.cast(list[str], model.get("required", [])), "reference"]
+    _principle(model, state)
 
 
 @functools.cache
@@ -209,22 +257,9 @@ def _not_blank() -> str:
     return "[^" + "".join(f"\\u{c:04x}" for c in range(0x10000) if chr(c).isspace()) + "]"
 
 
-def _every_named() -> JSONDict:
-    """A ``/v1/score`` request whose every item names its principle."""
-    return {"properties": {"items": {"items": _named()}}}
-
-
-def _principle_rules(parts: Schema, defaults: int) -> None:
-    """What a principle model with ``defaults`` default principles refuses: without a default, a ``/v1/score`` item
-    or a ``/compare`` request that names no principle; with several, a ``/v1/score`` request in which some items
-    name one and others do not (every item names its own, or none does)."""
-    every = _every_named()
-    none: JSONDict = {"properties": {"items": {"items": {"properties": {"principle": NULL}}}}}
-    if not defaults:
-        _rules(_obj(parts, "ScoreRequest")).append(every)
-        _rules(_obj(parts, "CompareRequest")).append(_named())
-    elif defaults > 1:
-        _rules(_obj(parts, "ScoreRequest")).append({"anyOf": [every, none]})
+def _named() -> JSONDict:
+    """An object that names its principle (a string): then each response is scored on that one alone."""
+    return {"required": ["principle"], "properties": {"principle": {"type": "string"}}}
 
 
 EXAMPLE_REFERENCE = "Blue."
@@ -233,115 +268,101 @@ EXAMPLE_PRINCIPLE = "The response is correct."
 """The principle the examples name on a principle model without a default one."""
 
 
-def _examples(parts: Schema, state: ServerState) -> None:
-    """Each request example made one that this server's schema takes and its judge answers: ``/v1/score`` items
-    with a ``reference`` for a pairwise judge, a ``principle`` where the model has no default one (its ``/compare``
-    example too), and every example list cut to the server's ``maxItems``."""
-    for name in ("JudgeRequest", "ScoreRequest", "RankRequest", "GetRewardRequest", "CompareRequest"):
-        component = _obj(parts, name)
-        examples = component.get("examples")
-        if not isinstance(examples, list):
-            continue
-        component["examples"] = [_example(name, example, component, state) for example in examples]
+def _score_request(model: Schema, state: ServerState) -> None:
+    """``/v1/score``: what a principle model refuses (without a default principle, an item that names none; with
+    several, some items naming one and others not), ``maxItems``, and example items with a ``reference`` for a
+    pairwise judge and a ``principle`` where the model has no default one."""
+    every: JSONDict = {"properties": {"items": {"items": _named()}}}
+    none: JSONDict = {"properties": {"items": {"items": {"properties": {"principle": NULL}}}}}
+    defaults = len(state.judge.info.composition.principles)
+    if state.judge.info.takes_principle and defaults != 1:
+        _rules(model).append({"anyOf": [every, none]} if defaults else every)
+    for also, principles in _principle_cases(every, state):
+        _swap_rules(model, "items", state, _priced(state.judge, "score", principles=principles), also=also)
+    extra = {"reference": EXAMPLE_REFERENCE} if state.pairwise else {}
+    extra |= {"principle": EXAMPLE_PRINCIPLE} if state.needs_principle else {}
+    for example in _examples(model):
+        example["items"] = [{**item, **extra} for item in typing.cast(list[JSONDict], example["items"])]
 
 
-def _example(name: str, example: JSONValue, component: Schema, state: ServerState) -> JSONValue:
-    """``example`` of request model ``name`` for this server (see :func:`_examples`)."""
-    if not isinstance(example, dict):
-        return example
-    out = dict(example)
-    items = out.get("items")
-    if name == "ScoreRequest" and isinstance(items, list):
-        extra: JSONDict = {"reference": EXAMPLE_REFERENCE} if state.pairwise else {}
-        if state.needs_principle:
-            extra["principle"] = EXAMPLE_PRINCIPLE
-        out["items"] = [{**item, **extra} if isinstance(item, dict) else item for item in items]
-    if name == "CompareRequest" and state.needs_principle:
-        out["principle"] = EXAMPLE_PRINCIPLE
-    props = component.get("properties")
-    for field, value in list(out.items()):
-        node = props.get(field) if isinstance(props, dict) else None
-        bound = node.get("maxItems") if isinstance(node, dict) else None
-        if isinstance(value, list) and isinstance(bound, int):
-            out[field] = value[:max(1, bound)]
-    return out
-
-
-def _rules(model: Schema) -> list[JSONValue]:
-    """``model``'s ``allOf`` list (created empty)."""
-    rules = model.setdefault("allOf", [])
-    if not isinstance(rules, list):
-        raise TypeError("OpenAPI schema: allOf is not a list")
-    return rules
-
-
-def _count_limits(parts: Schema, state: ServerState) -> None:
-    """``maxItems`` of each counted field: the item limit, and the cost limit for every strategy and ``swap``, each
-    cost counted by the judge (:meth:`~brrm.RewardJudge.cost`), as admission counts it."""
-    judge = state.judge
-
-    def priced(shape: str, strategy: str = "auto", least: int = 0,
-               principles: int | None = None) -> Callable[[bool], Callable[[int], int]]:
-        return lambda swap: lambda n: max(least, judge.cost(shape, n, strategy=strategy, swap=swap,
-                                                            principles=principles))
-
-    _swap_rules(_obj(parts, "JudgeRequest"), "pairs", state, priced("pairs"))
-    several = len(judge.info.composition.principles) > 1
-    for also, principles in _principle_cases(_every_named(), several):
-        _swap_rules(_obj(parts, "ScoreRequest"), "items", state, priced("score", principles=principles), also=also)
-    _swap_rules(_obj(parts, "GetRewardRequest"), "query", state, priced("score"))
-    rank = _obj(parts, "RankRequest")
+def _rank_request(model: Schema, state: ServerState) -> None:
+    """``/v1/rank``: one context, the strategies the judge runs, ``reference`` exactly with that strategy, and
+    ``maxItems`` for every strategy and ``swap``."""
+    _one_context(model, state)
+    _props(model)["strategy"]["enum"] = [x for x in STRATEGIES if not (state.pairwise and x == "scores")]
+    _rules(model).append({"if": {"required": ["strategy"], "properties": {"strategy": {"const": "reference"}}},
+                          "then": {"required": ["reference"], "properties": {"reference": {"type": "string"}}},
+                          "else": {"properties": {"reference": NULL}}})
     for strategy in STRATEGIES:
         resolved = ("round_robin" if state.pairwise else "scores") if strategy == "auto" else strategy
-        if state.pairwise and resolved == "scores":
-            continue
-        _swap_rules(rank, "responses", state, priced("group", resolved, least=1), strategy=strategy,
-                    default=strategy == "auto")  # at least 1: the group's slot
-    compare = _obj(parts, "CompareRequest")
+        if not (state.pairwise and resolved == "scores"):  # at least 1: the group's slot
+            _swap_rules(model, "responses", state, _priced(state.judge, "group", resolved, least=1),
+                        strategy=strategy, default=strategy == "auto")
+
+
+def _compare_request(model: Schema, state: ServerState) -> None:
+    """``/compare``: a history with a user turn, :func:`_principle` (required without a default), ``maxItems`` for
+    every strategy, ``swap`` and principle case, and an example that names a principle where one is needed."""
+    history = _props(model)["conversation_history"]
+    history.update({"contains": _user_turn(), "description": LAST_TURN})
+    history.pop("title", None)
+    _principle(model, state)
+    if state.needs_principle:
+        _rules(model).append(_named())
     for strategy in COMPARE_STRATEGIES:
-        for also, principles in _principle_cases(_named(), several):
-            _swap_rules(compare, "response_objs", state, _compare_price(judge, strategy, principles),
+        for also, principles in _principle_cases(_named(), state):
+            _swap_rules(model, "response_objs", state, _compare_price(state.judge, strategy, principles),
                         strategy=strategy, default=strategy == state.limits.compare_strategy, also=also)
+    for example in _examples(model) if state.needs_principle else ():
+        example["principle"] = EXAMPLE_PRINCIPLE
 
 
-def _named() -> JSONDict:
-    """An object that names its principle (a string): then each response is scored on that one alone."""
-    return {"required": ["principle"], "properties": {"principle": {"type": "string"}}}
-
-
-def _principle_cases(named: JSONDict, several: bool) -> tuple[tuple[JSONDict | None, int | None], ...]:
-    """(condition, principles) for each way a request is costed: one principle per response when it matches
-    ``named``, else the judge's defaults; one unconditional case when the judge has at most one default principle
-    (both ways then cost the same)."""
-    return ((named, 1), ({"not": named}, None)) if several else ((None, None),)
-
-
-def _compare_price(judge: RewardJudge, strategy: str,
-                   principles: int | None = None) -> Callable[[bool], Callable[[int], int]]:
-    """``swap -> n -> cost`` of a ``/compare`` request of ``n`` responses under ``strategy`` (``principles``: 1
-    when the request names its principle, None: the judge's defaults)."""
+def _compare_price(judge: RewardJudge, strategy: str, principles: int | None) -> Price:
+    """What a ``/compare`` request under ``strategy`` costs (``principles``: 1 when the request names its principle,
+    None: the judge's defaults)."""
     return lambda swap: lambda n: judge.cost("pairs", len(comparison_pairs(strategy, n)), swap=swap,
                                              principles=principles)
 
 
+def _examples(model: Schema) -> list[JSONDict]:
+    return [e for e in typing.cast(list[JSONDict], model.get("examples", []))]
+
+
+def _rules(model: Schema) -> list[JSONValue]:
+    """``model``'s ``allOf`` list (created empty)."""
+    return typing.cast(list[JSONValue], model.setdefault("allOf", []))
+
+
+Price = Callable[[bool], Callable[[int], int]]
+"""``swap -> n -> cost``: what a request of ``n`` items costs, counted by the judge (:meth:`~brrm.RewardJudge.cost`),
+as admission counts it."""
+
+
+def _priced(judge: RewardJudge, shape: str, strategy: str = "auto", least: int = 0,
+            principles: int | None = None) -> Price:
+    return lambda swap: lambda n: max(least, judge.cost(shape, n, strategy=strategy, swap=swap,
+                                                        principles=principles))
+
+
+def _principle_cases(named: JSONDict, state: ServerState) -> tuple[tuple[JSONDict | None, int | None], ...]:
+    """(condition, principles) for each way a request is costed: one principle per response when it matches
+    ``named``, else the judge's defaults; one unconditional case when the judge has at most one default principle
+    (both ways then cost the same)."""
+    several = len(state.judge.info.composition.principles) > 1
+    return ((named, 1), ({"not": named}, None)) if several else ((None, None),)
+
+
 def _most(state: ServerState, price: Callable[[int], int]) -> int:
-    """The largest item count within the item limit whose cost (the judge's count) is within the judgment limit;
-    0 when not even one item fits."""
-    low, high = 0, state.limits.item_limit
-    while low < high:
-        mid = (low + high + 1) // 2
-        if price(mid) <= state.limits.judgment_limit:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    """The largest item count within the item limit whose cost (the judge's count, growing with the count) is
+    within the judgment limit; 0 when not even one item fits."""
+    return bisect.bisect_right(range(1, state.limits.item_limit + 1), state.limits.judgment_limit, key=price)
 
 
-def _swap_rules(model: Schema, field: str, state: ServerState, price: Callable[[bool], Callable[[int], int]], *,
+def _swap_rules(model: Schema, field: str, state: ServerState, price: Price, *,
                 strategy: str | None = None, default: bool = False, also: JSONDict | None = None) -> None:
     """``field``'s ``maxItems`` for each ``swap`` value (absent or null: the judge's default), under ``strategy``
     (absent: ``default`` says whether it is the one used), for the requests that match ``also`` (None: all)."""
-    has_swap = "swap" in _obj(model, "properties")
+    has_swap = "swap" in _props(model)
     counts = {True: _most(state, price(True)), False: _most(state, price(False))}
     rules = _rules(model)
     for swap in ((True, False, None) if has_swap else (None,)):
@@ -360,17 +381,15 @@ def _swap_rules(model: Schema, field: str, state: ServerState, price: Callable[[
         rules.append({"if": when, "then": then} if when else then)
 
 
-def _auth(schema: dict[str, JSONValue], state: ServerState) -> None:
-    """With an API key: the bearer scheme, required (401) on every operation but the open paths."""
-    if not state.limits.api_key:
-        return
-    _obj(_obj(schema, "components"), "securitySchemes")["bearer"] = {"type": "http", "scheme": "bearer"}
-    for path, operations in _obj(schema, "paths").items():
-        if path in OPEN_PATHS or not isinstance(operations, dict):
-            continue
-        for operation in operations.values():
-            if isinstance(operation, dict):
-                operation["security"] = [{"bearer": []}]
-                _obj(operation, "responses")["401"] = {
-                    "description": "missing or wrong API key",
-                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+EDITS: dict[str, tuple[Callable[[Schema, ServerState], None], ...]] = {
+    "ChatMessage": (_message_rules,),
+    "JudgeOptions": (_options,),
+    "PairIn": (_one_context,),
+    "ScoreItemIn": (_score_item,),
+    "JudgeRequest": (lambda model, state: _swap_rules(model, "pairs", state, _priced(state.judge, "pairs")),),
+    "ScoreRequest": (_score_request,),
+    "RankRequest": (_rank_request,),
+    "GetRewardRequest": (lambda model, state: _swap_rules(model, "query", state, _priced(state.judge, "score")),),
+    "CompareRequest": (_compare_request,),
+}
+"""This server's rules of each request model, by name, in order (see the module docstring)."""

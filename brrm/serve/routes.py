@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 
 from brrm.errors import ConfigError
 from brrm.serve import nemo_gym, openrlhf
+from brrm.serve.idempotency import key_header
 from brrm.serve.replies import reply
 from brrm.serve.schemas import (
     ERRORS,
@@ -33,7 +34,7 @@ from brrm.serve.schemas import (
     ScoreResponse,
 )
 from brrm.serve.security import check_field_lengths
-from brrm.serve.state import NO_DEFAULT_PRINCIPLE, ServerState, State, conversation
+from brrm.serve.state import NAMES_NO_PRINCIPLE, NO_DEFAULT_PRINCIPLE, ServerState, State, conversation
 from brrm.service.items import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
 from brrm.service.order import CanonicalGroup
 from brrm.types import Conversation, GroupResult, PairwiseJudgment, ScalarReward, parse_label
@@ -43,26 +44,20 @@ from brrm.types.strategies import check_strategy
 
 R = TypeVar("R")
 
-judging = APIRouter(tags=["judging"], responses=ERRORS)
+judging = APIRouter(tags=["judging"], responses=ERRORS, dependencies=[Depends(key_header)])
 """``/v1/judge``, ``/v1/score`` and ``/v1/rank``."""
 
-rlhf = APIRouter(tags=["RLHF frameworks"], responses=ERRORS)
+rlhf = APIRouter(tags=["RLHF frameworks"], responses=ERRORS, dependencies=[Depends(key_header)])
 """``/get_reward`` (OpenRLHF) and ``/compare`` (NeMo Gym)."""
+
+ROUTERS = (judging, rlhf)
+"""The judging routers: their POST paths go through the scheduler's queue (the overload gate, ``Idempotency-Key``)."""
 
 
 def _checked(state: ServerState, body: BaseModel, n: int, name: str) -> None:
     """Refuse a request over the item limit or with a text field over the field limit (413)."""
     state.check_items(n, name)
     check_field_lengths(body.model_dump(exclude_none=True), state.limits.max_field_chars, "")
-
-
-def _names_no_principle(state: ServerState) -> None:
-    """Refuse (422) a request of a route that names no principle (``/v1/judge``, ``/v1/rank``, ``/get_reward``)
-    when the judge needs one from every request (a principle model without a default: the schema leaves these
-    routes out)."""
-    if state.needs_principle:
-        raise ConfigError(f"{NO_DEFAULT_PRINCIPLE}, and this route names none: score on a principle with /v1/score "
-                          "or /compare")
 
 
 def _of(kind: type[R], results: list[object]) -> list[R]:
@@ -77,9 +72,9 @@ def _of(kind: type[R], results: list[object]) -> list[R]:
     return typed
 
 
-@judging.post("/v1/judge", summary="Judge pairs: one PairwiseJudgment per pair, in order")
+@judging.post("/v1/judge", summary="Judge pairs: one PairwiseJudgment per pair, in order",
+              dependencies=[NAMES_NO_PRINCIPLE])
 async def judge(body: JudgeRequest, request: Request, state: State) -> JudgeResponse:
-    _names_no_principle(state)
     _checked(state, body, len(body.pairs), "pairs")
     items = [PairItem(conversation(p, f"pairs[{k}]"), p.response_a, p.response_b, p.id or "",
                       parse_label(p.label, where=f"pairs[{k}].label") if p.label else V.NONE)
@@ -107,9 +102,8 @@ async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResp
     return ScoreResponse.model_validate(reply(state.model_block, "rewards", results))
 
 
-@judging.post("/v1/rank", summary="Rank one group of responses by a strategy")
+@judging.post("/v1/rank", summary="Rank one group of responses by a strategy", dependencies=[NAMES_NO_PRINCIPLE])
 async def rank(body: RankRequest, request: Request, state: State) -> RankResponse:
-    _names_no_principle(state)
     _checked(state, body, len(body.responses), "responses")
     strategy = check_strategy(body.strategy, pairwise=state.pairwise, has_reference=body.reference is not None)
     n = len(body.responses)
@@ -123,9 +117,9 @@ async def rank(body: RankRequest, request: Request, state: State) -> RankRespons
     return RankResponse.model_validate(reply(state.model_block, "result", result))
 
 
-@rlhf.post("/get_reward", summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)")
+@rlhf.post("/get_reward", summary="OpenRLHF remote reward (--remote_rm_url http://HOST:PORT/get_reward)",
+           dependencies=[NAMES_NO_PRINCIPLE])
 async def get_reward(body: GetRewardRequest, request: Request, state: State) -> GetRewardResponse:
-    _names_no_principle(state)
     _checked(state, body, len(body.query), "query")
     rewards = await _get_rewards(state, request, body)
     state.metrics.count_statuses(r.status for r in rewards)

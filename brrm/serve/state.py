@@ -14,6 +14,7 @@ from typing import Annotated, Protocol
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
+from brrm.errors import ConfigError
 from brrm.serve.idempotency import LINGER
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics
@@ -236,3 +237,17 @@ def get_state(connection: HTTPConnection) -> ServerState:
 
 State = Annotated[ServerState, Depends(get_state)]
 """A route parameter of this type receives the server state (``state: State``)."""
+
+
+def _names_a_principle(state: State) -> None:
+    """Refuse (422) a request of a route that names no principle when the judge needs one from every request (a
+    principle model without a default)."""
+    if state.needs_principle:
+        raise ConfigError(f"{NO_DEFAULT_PRINCIPLE}, and this route names none: score on a principle with /v1/score "
+                          "or /compare")
+
+
+NAMES_NO_PRINCIPLE = Depends(_names_a_principle)
+"""The dependency of a route whose requests name no principle (``dependencies=[NAMES_NO_PRINCIPLE]``): it refuses
+them on a principle model without a default, and the served schema leaves the route out there
+(:func:`brrm.serve.openapi.server_router`)."""

@@ -78,6 +78,11 @@ def test_report_escapes_record_text_and_embeds_every_plot(report):
                                       "empty": 0, "inconsistent": 2, "low_margin": 0}
     assert s["overall"]["position"]["swapped"] == 3 and s["overall"]["position"]["consistent"] == 1
     assert s["overall"]["agreement"]["accuracy"] == 0.5 and s["overall"]["rates"]["parse_failure"] == 0.2
+    # cost: the scripted backend cannot say what it served from cache: "not reported", never 0
+    tokens = s["overall"]["tokens"]
+    assert tokens["results"] == 5 and tokens["tokens_per_judgment"]["cached"] is None
+    assert tokens["tokens_per_judgment"]["prompt"]["mean"] > 0 and s["run"]["judgments_per_second"] > 0
+    assert "cached not reported" in html
 
 
 def test_report_renders_in_headless_chromium_without_running_record_text(report, tmp_path):

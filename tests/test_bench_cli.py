@@ -69,6 +69,12 @@ def test_a_tiny_brrm_judge_runs_the_protocol(shared, tiny_models, tmp_path, caps
     assert all(p["judgment"]["status"] == "ok" and p["judgment"]["turn1_text"] for p in row["presentations"])
     cost = json.loads((tmp_path / "result.json").read_text())["cost"]
     assert cost["judgments"] == judgments and cost["generated_tokens"] > 0 and "generated tokens" in out
+    # run.json and the cost line: tokens per judgment by turn (the transformers backend reports its cache use)
+    tokens = json.loads((tmp_path / "run.json").read_text())["cost"]["tokens"]
+    per = tokens["tokens_per_judgment"]
+    assert tokens["results"] == judgments and per["cached"] is not None and len(tokens["by_turn"]) == 2
+    assert per["total"]["mean"] == (cost["prompt_tokens"] + cost["generated_tokens"]) / judgments
+    assert tokens["judgments_per_second"] > 0 and "tokens per judgment: mean" in out
 
 
 def test_an_interrupted_run_resumes_and_other_settings_are_refused(shared, tiny_models, tmp_path, capsys):

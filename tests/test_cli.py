@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -73,6 +74,12 @@ def test_judge_swap_prints_probability_and_consistency(tmp_path, capsys, tiny_di
         assert 0.0 <= r["p_a"] <= 1.0 and all(s["id"] == r["id"] for s in r["sub_judgments"])
     assert stdout.count("P(A>B)=") == 3 and stdout.count("consistent=") == 3
     assert "swap consistency rate" in stdout and "order-averaged accuracy" in stdout
+    # the cost of both orders, turn by turn, in every row and in the summary
+    for r in rows:
+        assert len(r["turns"]) == 2 and r["turns"][1]["cached"] >= r["turns"][0]["prompt"] // 2
+        assert sum(t["prompt"] for t in r["turns"]) == r["prompt_tokens"]
+    assert re.search(r"tokens per judgment: mean [\d,]+ \(p95 [\d,]+; prompt [\d,]+, cached [\d,]+, generated", stdout)
+    assert "judgments/s" in stdout
 
 
 def test_judge_to_stdout_keeps_jsonl_clean(capsys, tiny_dir):

@@ -21,6 +21,7 @@ from brrm.audit.plots import any_failure, plots_for, reliability_plot
 from brrm.audit.summary import AuditRow, SummaryOptions, entries, number, part
 from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 from brrm.types.jsonvalue import JSONValue
+from brrm.types.usage import token_line
 
 REPORT_FILE = "report.html"
 TEMPLATE = "report.html.j2"
@@ -136,6 +137,8 @@ def overview(f: Mapping[str, JSONValue], shape: str) -> list[tuple[str, str]]:
                  ("swap consistency", f"{fmt_num(p['consistency_rate'])} ({p['consistent']}/{p['swapped']})"),
                  ("first-shown win rate (0.5 = no position bias)",
                   f"{fmt_num(p['first_shown_win_rate'])} ({p['first_shown_wins']}/{p['decided']})")]
+        if isinstance(f.get("tokens"), Mapping):  # summaries written before tokens were recorded have none
+            rows.append(("cost", token_line(part(f["tokens"]))))
     elif shape == "single":
         r = part(f["reward"])
         rows += [("scored", str(f["scored"])), ("inputs cut to fit", str(f["truncated_inputs"])),

@@ -41,6 +41,7 @@ from brrm.types import (
     summarize_rewards,
 )
 from brrm.types.jsonvalue import JSONDict, JSONValue
+from brrm.types.usage import token_report
 
 SUMMARY_FILE = "summary.json"
 SUMMARY_SCHEMA = "brrm.audit.summary/1"
@@ -163,7 +164,8 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
                 "strategy": options.strategy, "config_hash": run.get("config_hash"), "rows": len(rows),
                 "valid_rows": sum(r.status != "invalid_input" for r in rows), "started_at": run.get("started_at"),
                 "judged_this_run": progress["judged_this_run"], "generated_at": time.time(),
-                "duplicate_ids": repeated_ids(rows), "sampled": sampled(info)},
+                "duplicate_ids": repeated_ids(rows), "sampled": sampled(info),
+                "judgments_per_second": run_rate(run, progress["judged_this_run"])},
         "judge": info,
         "provenance": provenance,
         "runs": [{k: r[k] for k in ("run_id", "state", "started_at", "finished_at", "pending", "message")}
@@ -180,6 +182,15 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
     })
     assert isinstance(summary, dict)
     return summary
+
+
+def run_rate(run: Mapping[str, object], judged: object) -> float | None:
+    """Judgments per second of the latest run: what it judged over its wall time (None while it runs or when it
+    judged nothing)."""
+    start, end = run.get("started_at"), run.get("finished_at")
+    if not isinstance(start, int | float) or not isinstance(end, int | float) or not isinstance(judged, int):
+        return None
+    return round(judged / (end - start), 4) if judged and end > start else None
 
 
 def sampled(info: Mapping[str, object]) -> JSONDict:
@@ -351,7 +362,8 @@ def pair_figures(rows: Sequence[AuditRow], kind: str) -> Figures:
            "dimensions": dimension_figures(judged),
            "position": position_figures(judged, kind, s),
            "agreement": agreement_figures(judged, s),
-           "generated_tokens": sum(j.generated_tokens for j in judged)}
+           "generated_tokens": sum(j.generated_tokens for j in judged),
+           "tokens": token_report(judged)}
     return out
 
 

@@ -296,6 +296,9 @@ class Cost:
         prompt_tokens: tokens read (prompts of every turn, or scored inputs).
         seconds: wall time of the judging, in seconds.
         unit: what ``judgments`` counts: ``judgments`` (pairwise judges) or ``rewards`` (scalar models).
+        tokens: :func:`brrm.types.usage.token_report` of the results judged in this run (tokens per judgment by
+            turn, mean and p95, cached where the backend reports it; judgments per second; a cascade's stage
+            shares); None when not measured.
     """
 
     judgments: int
@@ -303,10 +306,14 @@ class Cost:
     prompt_tokens: int
     seconds: float
     unit: str = "judgments"
+    tokens: Mapping[str, JSONValue] | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {self.unit: self.judgments, "generated_tokens": self.generated_tokens,
-                "prompt_tokens": self.prompt_tokens, "seconds": round(self.seconds, 3)}
+        out: dict[str, object] = {self.unit: self.judgments, "generated_tokens": self.generated_tokens,
+                                  "prompt_tokens": self.prompt_tokens, "seconds": round(self.seconds, 3)}
+        if self.tokens is not None:
+            out["tokens"] = dict(self.tokens)
+        return out
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, ScalarReward, Status, Verdict
 from brrm.types.jsonread import as_list, as_number, as_object, as_text
 from brrm.types.jsonvalue import JSONValue
+from brrm.types.usage import token_line, turns_from_dict
 
 if TYPE_CHECKING:
     from brrm.bench.base import Benchmark
@@ -56,7 +57,7 @@ def _judgment(value: JSONValue) -> PairwiseJudgment:
                             id=as_text(d.get("id", "")), p_a=math.nan if p_a is None else float(as_number(p_a)),
                             prompt_tokens=int(as_number(d.get("prompt_tokens", 0))),
                             generated_tokens=int(as_number(d.get("generated_tokens", 0))),
-                            attempts=int(as_number(d.get("attempts", 1))))
+                            attempts=int(as_number(d.get("attempts", 1))), turns=turns_from_dict(d.get("turns")))
 
 
 def _reward(value: JSONValue) -> ScalarReward:
@@ -292,8 +293,9 @@ def cost_line(result: BenchResult) -> str:
         return ""
     rate = f"{c.judgments / c.seconds:.2f}" if c.seconds > 0 else "n/a"
     generated = f"{c.generated_tokens} generated tokens" if c.unit == "judgments" else "no generation measured"
+    tokens = f"; {token_line(c.tokens)}" if c.tokens else ""
     return (f"cost: {c.judgments} {c.unit}, {generated}, {c.prompt_tokens} prompt tokens, {c.seconds:.1f} s wall "
-            f"({rate} {c.unit}/s)")
+            f"({rate} {c.unit}/s){tokens}")
 
 
 def markdown(result: BenchResult, published: float | None = None) -> str:

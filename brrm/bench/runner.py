@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from brrm.bench.core import BenchItem, Cost, ItemResult, Shown, item_keys, presentations, shown_from_rewards
+from brrm.types import PairwiseJudgment, ScalarReward
 from brrm.types.protocols import RewardJudge
+from brrm.types.usage import token_report
 
 Progress = Callable[[float], None] | None
 Sink = Callable[[list[ItemResult]], None] | None
@@ -109,7 +111,11 @@ def run_keyed(judge: RewardJudge, items: Sequence[BenchItem], chunk: Chunk, weig
             sink(judged)
     seconds = time.perf_counter() - started
     results = [fresh[k] if k in fresh else done[keys[k]] for k in range(len(items))]
-    return results, Cost(cost[0], cost[1], cost[2], seconds, "judgments" if is_pairwise(judge) else "rewards")
+    pairwise = is_pairwise(judge)
+    counted: list[PairwiseJudgment | ScalarReward] = [s.judgment for r in fresh.values() for s in r.shown] \
+        if pairwise else [x for r in fresh.values() for x in r.rewards]
+    return results, Cost(cost[0], cost[1], cost[2], seconds, "judgments" if pairwise else "rewards",
+                         tokens=token_report(counted, seconds))
 
 
 def _pairwise_chunk(judge: RewardJudge, part: list[BenchItem], ids: list[str], orders: str, seed: int,

@@ -281,6 +281,11 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     finally:
         if handle is not None:
             handle.close()
+    if folder is not None:  # run.json: the settings, then what the run cost (resumes compare the settings only)
+        import json
+
+        (folder / RUN_FILE).write_text(json.dumps({**settings, "cost": cost.to_dict()}, indent=1) + "\n",
+                                       encoding="utf-8")
     scored = score_both(bench, results, protocol, with_data(replace(bench.score(results), cost=cost,
                                                                     judge=judge.info.to_dict()), items, revision))
     return replace(scored, results=tuple(results))

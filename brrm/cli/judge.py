@@ -183,6 +183,7 @@ def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float
     in words (:meth:`brrm.records.duplicates.DuplicateIds.describe`), said again here when not empty."""
     from brrm.records import RecordError
     from brrm.types import Verdict, summarize
+    from brrm.types.usage import token_line, token_report
 
     s = summarize(results)
     gen = sum(r.generated_tokens for r in results)
@@ -213,6 +214,7 @@ def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float
         print(f"  order-averaged accuracy {s.order_averaged_accuracy:.3f} (each order scored alone, as LLMBar's "
               "correct_average; a position-inconsistent tie earns half)", file=term)
     print(f"  time {seconds:.1f} s; generated tokens {gen} ({gen / max(seconds, 1e-9):.1f}/s)", file=term)
+    print(f"  {token_line(token_report(results, seconds))}", file=term)
 
 
 COMMAND = Command(

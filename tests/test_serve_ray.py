@@ -98,3 +98,278 @@ def test_routing_sends_equal_requests_to_one_replica_and_moves_few_keys():
     after = {k: ranked(k, ["r1", "r3"])[0] for k in keys}  # r2 died
     assert all(after[k] == first[k] for k in keys if first[k] != "r2")  # only r2's keys moved
     assert all(ranked(k, replicas)[1:] == [r for r in ranked(k, replicas) if r != first[k]] for k in keys[:5])
+
+
+# ------------------------------------------------------------------------------------------ on a local cluster
+PAIRS = [{"prompt": f"question {i}: which answer is better?", "response_a": f"answer {i}", "response_b": "no idea"}
+         for i in range(12)]
+
+
+NODE = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head (the Serve controller, proxy and ingress replicas: resource ``brrm_head``) and two CPU workers (the
+    judge replicas: resource ``brrm_judge``), every node on 127.0.0.1; Serve's HTTP proxy on the head only. Yields
+    ``(cluster, port)``; everything is shut down after the module, a test failing or not."""
+    pytest.importorskip("ray.serve", reason="Ray Serve is an optional extra: pip install -e '.[ray]'")
+    import ray
+    from ray import serve
+    from ray.cluster_utils import Cluster
+
+    from brrm.audit.ray_runner import WORKER_NICENESS
+    from tests.ray_support import LOOPBACK_ONLY
+    from tests.serve_helpers import free_port
+
+    if ray.is_initialized():
+        raise RuntimeError("a Ray instance is already running in this test process")
+    from ray._private import ray_constants
+
+    made = None
+    with pytest.MonkeyPatch.context() as patch:  # every node on the loopback (tests/ray_support.py), while it runs
+        patch.setenv(LOOPBACK_ONLY, "0")
+        patch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # this process has read it already
+        patch.delenv("RAY_ADDRESS", raising=False)
+        patch.setenv("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "2")  # a shared 2-core box answers probes late
+        patch.setenv("RAY_SERVE_MAX_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "5")
+        try:
+            made = Cluster(initialize_head=True, head_node_args={
+                **NODE, "num_cpus": 1, "resources": {"brrm_head": 8}, "_system_config": dict(WORKER_NICENESS)})
+            for _ in range(2):
+                made.add_node(**NODE, num_cpus=2, resources={"brrm_judge": 2})
+            ray.init(address=made.address, log_to_driver=False, logging_level="WARNING")
+            port = free_port()
+            serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+            yield made, port
+        finally:
+            if ray.is_initialized():
+                serve.shutdown()
+                ray.shutdown()
+            if made is not None:
+                made.shutdown()
+
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    from brrm.testing import save_tiny_qwen3
+    from brrm.types import JudgeSpec
+    from tests.audit_support import TINY_OPTS
+
+    model = str(save_tiny_qwen3(tmp_path_factory.mktemp("serve-ray") / "tiny"))
+    return JudgeSpec.from_load(model, **{**TINY_OPTS, "backend": "transformers"})
+
+
+def _limits():
+    from brrm.serve.limits import ServerLimits
+
+    # one item per judge call on both sides, so that a result never depends on what it was batched with
+    return ServerLimits(warmup=False, max_batch=1, max_wait_ms=0.0, deadline_s=300.0)
+
+
+@pytest.fixture(scope="module")
+def reference(spec):
+    """Each request of :data:`PAIRS` answered by the single-process server (in process, one intra-op thread as
+    each replica)."""
+    import torch
+    from fastapi.testclient import TestClient
+
+    from brrm.serve.app import create_app
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with TestClient(create_app(spec.load(), limits=_limits())) as client:
+            return [client.post("/v1/judge", json={"pairs": [p]}).json() for p in PAIRS]
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def app(cluster, spec):
+    """The judge app ``brrm``: 2 judge replicas (one per worker), 2 ingress replicas (on the head)."""
+    from ray import serve
+
+    from brrm.serve.ray import RaySizing, build_app
+
+    sizing = RaySizing(replicas=2, ingress_replicas=2, judge_resources={"brrm_judge": 1},
+                       ingress_resources={"brrm_head": 1})
+    serve.run(build_app(spec, limits=_limits(), sizing=sizing), name="brrm", route_prefix="/")
+    yield f"http://127.0.0.1:{cluster[1]}"
+    serve.delete("brrm")
+
+
+def _judge_replicas(app_name: str = "brrm") -> list[str]:
+    from brrm.serve.ray.fanout import replica_ids
+    from brrm.serve.ray.sizing import JUDGE
+
+    return replica_ids(app_name, JUDGE)
+
+
+def _wait_ready(url: str, replicas: int, timeout_s: float = 300.0) -> dict:
+    """Wait until Serve runs ``replicas`` judge replicas of ``brrm`` and ``/ready`` says so (bounded)."""
+    import time
+
+    import httpx
+
+    _until(lambda: _running("brrm") == replicas, timeout_s=timeout_s)
+    end, body = time.monotonic() + timeout_s, {}
+    while time.monotonic() < end:
+        body = httpx.get(f"{url}/ready", timeout=60).json()
+        if body.get("ready_replicas") == replicas and body.get("replicas") == replicas:
+            return body
+        time.sleep(1.0)
+    raise AssertionError(f"{replicas} judge replicas were not ready in {timeout_s} s: {body}")
+
+
+def _calls(url: str) -> float:
+    """Judge calls made so far, summed over the replicas (the app's aggregated /metrics)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "brrm_batch_seconds_count")
+
+
+@pytest.mark.slow  # a local Ray cluster: the slow tier (pyproject.toml, README)
+@pytest.mark.timeout(900)
+def test_a_killed_replica_and_a_lost_node_cost_no_request(cluster, app, reference):
+    """Under a steady load of 4 clients, one judge replica is killed (``ray.kill``) and then a worker node is
+    removed: every request answers 200 with the single-process server's answer."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    import ray
+
+    _wait_ready(app, 2)
+    done, killed, lost = [0], threading.Event(), threading.Event()
+    lock = threading.Lock()
+
+    def one(pair: dict) -> httpx.Response:
+        with httpx.Client(timeout=600) as client:
+            reply = client.post(f"{app}/v1/judge", json={"pairs": [pair]})
+        with lock:
+            done[0] += 1
+        return reply
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(one, p) for p in PAIRS]
+        _until(lambda: done[0] >= 2)
+        victim = _judge_replicas()[0]
+        ray.kill(ray.get_actor(f"SERVE_REPLICA::brrm#BrrmJudge#{victim}", namespace="serve"), no_restart=False)
+        killed.set()
+        _until(lambda: done[0] >= 5)
+        cluster[0].remove_node(sorted(cluster[0].worker_nodes, key=lambda n: n.unique_id)[0])
+        lost.set()
+        replies = [f.result(timeout=600) for f in futures]
+    assert [r.status_code for r in replies] == [200] * len(PAIRS), [r.text[:300] for r in replies]
+    assert [r.json() for r in replies] == reference
+    cluster[0].add_node(**NODE, num_cpus=2, resources={"brrm_judge": 2})  # the lost node replaced, for what follows
+
+
+def _until(condition, timeout_s: float = 300.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for the load to progress")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_single_flight_idempotency_and_clients_across_ingress_replicas(app, reference):
+    """Identical concurrent requests through both ingress replicas make one judge call; an Idempotency-Key retry
+    answered by the other ingress replica is a replay (no call); RemoteJudge over HTTP and ``brrm.load("ray://")``
+    through the handle give the same typed results, equal to the single-process server's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    import brrm
+    from brrm.serve.ray.ingress import INGRESS_HEADER
+
+    _wait_ready(app, 2)
+    before = _calls(app)
+    body = {"pairs": [{"prompt": "the same question", "response_a": "yes", "response_b": "no"}]}
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(lambda _: httpx.post(f"{app}/v1/judge", json=body, timeout=600), range(8)))
+    assert {r.status_code for r in replies} == {200} and len({r.text for r in replies}) == 1
+    assert len({r.headers[INGRESS_HEADER] for r in replies}) == 2  # both ingress replicas took some
+    assert _calls(app) - before == 1
+
+    key = {"Idempotency-Key": "retry-across-ingress-0001"}
+    first = httpx.post(f"{app}/v1/judge", json={"pairs": [PAIRS[0]]}, headers=key, timeout=600)
+    calls = _calls(app)
+    for _ in range(40):  # until the retry reaches the other ingress replica (Serve's proxy picks one)
+        retry = httpx.post(f"{app}/v1/judge", json={"pairs": [PAIRS[0]]}, headers=key, timeout=600)
+        assert retry.headers.get("idempotent-replayed") == "true" and retry.json() == first.json()
+        if retry.headers[INGRESS_HEADER] != first.headers[INGRESS_HEADER]:
+            break
+    else:
+        raise AssertionError("no retry reached the other ingress replica")
+    assert _calls(app) == calls and first.json() == reference[0]
+
+    conversations = [p["prompt"] for p in PAIRS[:3]]
+    a, b = [p["response_a"] for p in PAIRS[:3]], [p["response_b"] for p in PAIRS[:3]]
+    with brrm.load(app) as remote, brrm.load("ray://brrm") as in_cluster:
+        assert repr(in_cluster).startswith("RayJudge('brrm'")
+        over_http, over_handle = remote.judge_pairs(conversations, a, b), in_cluster.judge_pairs(conversations, a, b)
+    assert over_http == over_handle
+    assert [j.p_a for j in over_http] == [r["judgments"][0]["p_a"] for r in reference[:3]]
+
+
+def _running(app_name: str) -> int:
+    from ray import serve
+
+    from brrm.serve.ray.sizing import JUDGE
+
+    states = serve.status().applications[app_name].deployments[JUDGE].replica_states
+    return int(states.get("RUNNING", 0))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_autoscaling_goes_from_1_to_2_replicas_under_load_and_back_when_idle(cluster, spec):
+    """4 in-cluster clients (``ray://scaling``, no HTTP route) keep a 1:2 autoscaled judge busy: Serve adds the
+    second replica; when they stop it removes it; every judgment made meanwhile is ok."""
+    import threading
+
+    from ray import serve
+
+    import brrm
+    from brrm.serve.ray import RaySizing, build_app
+
+    sizing = RaySizing(autoscale=(1, 2), target_ongoing=1, upscale_delay_s=0, downscale_delay_s=2,
+                       judge_resources={"brrm_judge": 1}, ingress_resources={"brrm_head": 1},
+                       autoscaling={"metrics_interval_s": 0.5, "look_back_period_s": 2})
+    serve.run(build_app(spec, limits=_limits(), sizing=sizing), name="scaling", route_prefix=None)
+    try:
+        assert _running("scaling") == 1
+        stop, statuses = threading.Event(), []
+        with brrm.load("ray://scaling", timeout_s=300) as judge:
+
+            def client(n: int) -> None:
+                i = 0
+                while not stop.is_set():
+                    i += 1
+                    result = judge.judge_pairs([f"client {n} question {i}"], ["yes"], ["no"])
+                    statuses.append(result[0].status)
+
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+            for t in threads:
+                t.start()
+            try:
+                _until(lambda: _running("scaling") == 2, timeout_s=400)
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join(timeout=400)
+            _until(lambda: _running("scaling") == 1, timeout_s=120)
+        assert statuses and set(statuses) == {"ok"}
+    finally:
+        serve.delete("scaling")

@@ -21,7 +21,9 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
     """``brrm.load(url, backend="serve", ...)``: a :class:`RemoteJudge` over the ``brrm serve`` at ``model``.
 
     Args:
-        model: the server's base URL (``http://HOST:PORT``).
+        model: the server's base URL (``http://HOST:PORT``), or ``ray://APP``: a running ``brrm serve --ray``
+            application, called through its Ray Serve handle from inside the cluster (no HTTP;
+            :class:`~brrm.serve.ray.client.RayJudge`).
         kind: ``auto``, or the kind the server must serve (checked against its declared traits).
         backend: must be ``serve`` (a URL with another backend is refused here, naming the fix).
         calibration: must be None (calibrate on the server: ``brrm serve --calibration``).
@@ -39,12 +41,14 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
     """
     from brrm.types.protocols import KIND_TRAITS, JudgeSpec
 
-    if backend != "serve":
+    ray_app = isinstance(model, str) and model.startswith("ray://")  # a Ray Serve app, through its handle
+    if backend != "serve" and not (ray_app and backend in ("transformers", "ray")):  # transformers: load's default
         raise ConfigError(f"model {model!r} is a URL: backend {backend!r} loads weights, not a server; to "
                           "judge with the brrm serve there from Python, pass backend='serve': "
                           "brrm.load(url, backend='serve')")
-    if not isinstance(model, str) or not model.startswith(("http://", "https://")):
-        raise ConfigError(f"backend='serve' needs the http(s) URL of a running brrm serve as model, got {model!r}")
+    if not isinstance(model, str) or not model.startswith(("http://", "https://", "ray://")):
+        raise ConfigError(f"backend='serve' needs the http(s) URL of a running brrm serve (or ray://APP) as model, "
+                          f"got {model!r}")
     if calibration is not None:
         raise ConfigError("calibration does not apply to backend='serve' (calibrate on the server: brrm serve "
                           "--calibration)")
@@ -56,10 +60,11 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
     api_key = options.get("api_key", os.environ.get("BRRM_API_KEY") or None)
     if api_key is not None and not isinstance(api_key, str):
         raise ConfigError(f"api_key must be a string, got {type(api_key).__name__}")
-    judge = RemoteJudge(model, api_key=api_key, timeout_s=check_float("timeout_s", options.get("timeout_s", 600.0),
-                                                                        low=0, low_open=True),
-                        retries=check_int("retries", options.get("retries", 3), low=0),
-                        concurrency=check_int("concurrency", options.get("concurrency", 8), low=1))
+    client = {"api_key": api_key, "timeout_s": check_float("timeout_s", options.get("timeout_s", 600.0), low=0,
+                                                           low_open=True),
+              "retries": check_int("retries", options.get("retries", 3), low=0),
+              "concurrency": check_int("concurrency", options.get("concurrency", 8), low=1)}
+    judge = _ray_judge(model, client) if ray_app else RemoteJudge(model, **client)  # type: ignore[arg-type]
     if kind != "auto":
         traits = KIND_TRAITS.get(kind)
         served = {t: getattr(judge.info, t) for t in ("pairwise", "takes_principle", "needs_reference")}
@@ -75,3 +80,10 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
     kept = {k: v for k, v in options.items() if k != "api_key"}  # a secret: never in a spec, a result or a store
     judge.info = dataclasses.replace(judge.info, spec=JudgeSpec(model, kind=kind, backend="serve", options=kept))
     return judge
+
+
+def _ray_judge(model: str, client: dict[str, object]) -> RemoteJudge:
+    """``ray://APP``: the judge of that running Ray Serve application (:mod:`brrm.serve.ray.client`)."""
+    from brrm.serve.ray.client import RayJudge, app_name
+
+    return RayJudge(app_name(model), **client)  # type: ignore[arg-type]

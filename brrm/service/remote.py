@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from brrm.errors import ConfigError
 from brrm.service.transport import post_json
@@ -43,6 +43,9 @@ from brrm.types.cost import JudgmentCost
 from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
 
+if TYPE_CHECKING:
+    import httpx
+
 Progress = Callable[[float], None] | None
 R = TypeVar("R")
 
@@ -57,6 +60,8 @@ class RemoteJudge(SingleItems):
         retries: how many times a request is retried after a 429/503 answer or a transport failure (a timeout, a
             dropped connection), under its own Idempotency-Key, >= 0.
         concurrency: requests in flight at once (``rank_groups``, split batches), >= 1.
+        transport: the httpx transport requests go through (None: HTTP; :mod:`brrm.serve.ray.client` passes one
+            that calls a Ray Serve app's handle).
 
     Raises:
         ConfigError: on an invalid argument, or a server that cannot be reached or is not a brrm server
@@ -64,7 +69,7 @@ class RemoteJudge(SingleItems):
     """
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout_s: float = 600.0, retries: int = 3,
-                 concurrency: int = 8) -> None:
+                 concurrency: int = 8, transport: httpx.BaseTransport | None = None) -> None:
         import httpx
 
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
@@ -73,8 +78,8 @@ class RemoteJudge(SingleItems):
         self.retries, self.concurrency = check_int("retries", retries, low=0), check_int("concurrency", concurrency,
                                                                                           low=1)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s + 5)
-        self._api_key, self._retries_setting = api_key, retries
+        self._client = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s + 5, transport=transport)
+        self._api_key, self._retries_setting, self._transport = api_key, retries, transport
         model = self._models()
         self.info = _served_info(self.url, model)
         limits = model.get("limits")
@@ -216,7 +221,7 @@ class RemoteJudge(SingleItems):
         if swap is not None and not isinstance(swap, bool):
             raise ConfigError(f"swap must be a bool or None, got {swap!r}")
         variant = RemoteJudge(self.url, api_key=self._api_key, timeout_s=self.timeout_s, retries=self.retries,
-                              concurrency=self.concurrency)
+                              concurrency=self.concurrency, transport=self._transport)
         variant.options, variant.swap = {**self.options, **values}, swap
         return variant
 

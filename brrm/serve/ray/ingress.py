@@ -5,7 +5,8 @@ The ingress holds no model and no request state: it reads the body (refusing one
 handle (:func:`brrm.serve.ray.forward.forward`), routed by the request's key so that identical requests and
 ``Idempotency-Key`` retries meet on one judge replica from any ingress replica (:mod:`brrm.serve.ray.router`).
 Every route, schema, error, header and status is the judge replica's app's, the app ``brrm serve`` runs, so every
-client of ``brrm serve`` works unchanged. Ray Serve's proxy cancels the ingress call when the client disconnects,
+client of ``brrm serve`` works unchanged. ``/metrics`` and ``/ready`` answer for all judge replicas at once
+(:mod:`brrm.serve.ray.fanout`). Ray Serve's proxy cancels the ingress call when the client disconnects,
 which cancels the forwarded call on its replica.
 """
 
@@ -14,8 +15,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from brrm.serve.ray.fanout import FANOUT_PATHS, ask_all, metrics_answer, ready_answer, replica_ids
 from brrm.serve.ray.forward import forward
-from brrm.serve.ray.wire import Forwarded, end_to_end
+from brrm.serve.ray.sizing import JUDGE
+from brrm.serve.ray.wire import Answer, Forwarded, end_to_end
 from brrm.serve.security import error_body
 
 if TYPE_CHECKING:
@@ -23,6 +26,10 @@ if TYPE_CHECKING:
     from starlette.responses import Response
 
     from brrm.serve.limits import ServerLimits
+
+
+INGRESS_HEADER = "x-brrm-ingress"
+"""The reply header naming the ingress replica that answered (its Ray Serve replica id), for logs and tests."""
 
 
 class Ingress:
@@ -34,7 +41,11 @@ class Ingress:
     """
 
     def __init__(self, judge: Any, limits: ServerLimits) -> None:
+        from ray import serve
+
         self.judge, self.limits = judge, limits
+        context = serve.get_replica_context()
+        self.app_name, self.replica = context.app_name, context.replica_id.unique_id
 
     async def __call__(self, request: Request) -> Response:
         """Answer one HTTP request with a judge replica's answer."""
@@ -47,13 +58,28 @@ class Ingress:
                             media_type="application/json")
         forwarded = Forwarded(request.method, request.url.path, request.url.query, end_to_end(request.headers.items()),
                               body)
-        answer = await forward(self.judge, forwarded, timeout_s=self.limits.deadline_s)
-        headers = [(k, v) for k, v in answer.headers if k != "content-type"]
+        if request.method in ("GET", "HEAD") and forwarded.path in FANOUT_PATHS:
+            answer = await self._whole_app(forwarded)
+        else:
+            answer = await forward(self.judge, forwarded, timeout_s=self.limits.deadline_s)
+        headers = [*((k, v) for k, v in answer.headers if k != "content-type"), (INGRESS_HEADER, self.replica)]
         media = next((v for k, v in answer.headers if k == "content-type"), None)
         response = Response(answer.body, status_code=answer.status, media_type=media)
         for name, value in headers:
             response.headers.append(name, value)
         return response
+
+
+    async def _whole_app(self, request: Forwarded) -> Answer:
+        """``/metrics`` or ``/ready`` of every judge replica, as one answer (:mod:`brrm.serve.ray.fanout`)."""
+        import asyncio
+
+        ids = await asyncio.to_thread(replica_ids, self.app_name, JUDGE)
+        answers = await ask_all(self.judge, Forwarded("GET", request.path, "", request.headers), ids)
+        if request.path == "/ready":
+            return ready_answer(answers)
+        refused = next((a for a in answers if a is not None and a.status in (401, 403)), None)
+        return refused or metrics_answer(answers)  # the API key is each replica's to check
 
 
 async def _body(request: Request, limit: int) -> bytes | None:

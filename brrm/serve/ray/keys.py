@@ -7,6 +7,9 @@ import hashlib
 
 ROUTE_KWARG = "route"
 """The keyword of the judge deployment's ``forward`` call that carries the route key."""
+REPLICA_KWARG = "replica"
+"""The keyword of a ``forward`` call pinned to one replica (its unique id): the application's ``/metrics`` and
+``/ready`` ask every replica (:mod:`brrm.serve.ray.fanout`)."""
 
 
 def route_key(path: str, body: bytes, idempotency_key: str | None) -> str:

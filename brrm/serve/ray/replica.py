@@ -60,13 +60,13 @@ class JudgeReplica:
             timeout=None)  # the app's own deadline answers 504 first
         self._closed = False
 
-    async def forward(self, request: Forwarded, route: str | None = None) -> Answer:
+    async def forward(self, request: Forwarded, route: str | None = None, replica: str | None = None) -> Answer:
         """Answer one HTTP request with this replica's app.
 
         Args:
             request: the request as the ingress received it.
-            route: the key the request was routed by (:func:`brrm.serve.ray.router.route_key`; read by the router,
-                not here).
+            route, replica: what the request was routed by (:mod:`brrm.serve.ray.keys`; read by the router, not
+                here).
         """
         url = request.path + (f"?{request.query}" if request.query else "")
         reply = await self._client.request(request.method, url, headers=list(request.headers), content=request.body)

@@ -20,16 +20,19 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
-from brrm.serve.ray.keys import ROUTE_KWARG, ranked
+from brrm.serve.ray.keys import REPLICA_KWARG, ROUTE_KWARG, ranked
 
 
 class DigestRouter(RequestRouter):
     """Ray Serve request router of the judge deployment: the replica :func:`ranked` puts first for the request's
-    route key, the others as fallbacks; a request without a key (``/health``, ``/metrics``) may go anywhere, and
-    Serve picks the least loaded."""
+    route key, the others as fallbacks; a request without a key (``/health``, ``/v1/models``) may go anywhere, and
+    Serve picks the least loaded; one pinned to a replica (:data:`~brrm.serve.ray.keys.REPLICA_KWARG`) goes there."""
 
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
                               pending_request: PendingRequest | None = None) -> list[list[RunningReplica]]:
+        pinned = pending_request.kwargs.get(REPLICA_KWARG) if pending_request is not None else None
+        if pinned is not None:  # one replica's own /metrics or /ready: that replica or none (the caller times out)
+            return [[r for r in candidate_replicas if r.replica_id.unique_id == pinned]]
         key = _key_of(pending_request)
         if key is None or len(candidate_replicas) < 2:
             return [candidate_replicas]

@@ -43,6 +43,8 @@ class RaySizing:
         upscale_delay_s, downscale_delay_s: the autoscaler's delays (:data:`UPSCALE_DELAY_S`,
             :data:`DOWNSCALE_DELAY_S`), >= 0.
         autoscaling: more ``autoscaling_config`` keys for Ray Serve, as it names them (e.g. ``metrics_interval_s``).
+        judge_resources, ingress_resources: Ray custom resources each judge / ingress replica holds (e.g.
+            ``{"rm_node": 1}`` to keep the judge on the nodes that have it).
 
     Raises:
         ConfigError: naming the field and its valid range.
@@ -57,6 +59,8 @@ class RaySizing:
     upscale_delay_s: float = UPSCALE_DELAY_S
     downscale_delay_s: float = DOWNSCALE_DELAY_S
     autoscaling: Mapping[str, Any] = field(default_factory=dict)
+    judge_resources: Mapping[str, float] = field(default_factory=dict)
+    ingress_resources: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_int("replicas", self.replicas, low=1)
@@ -78,6 +82,8 @@ class RaySizing:
         actor: dict[str, Any] = {"num_cpus": self.cpus_per_replica}
         if self.gpus_per_replica:
             actor["num_gpus"] = self.gpus_per_replica
+        if self.judge_resources:
+            actor["resources"] = dict(self.judge_resources)
         out: dict[str, Any] = {"ray_actor_options": actor}
         if self.autoscale is None:
             out["num_replicas"] = self.replicas
@@ -91,7 +97,10 @@ class RaySizing:
 
     def ingress_options(self) -> dict[str, Any]:
         """The ingress deployment's ``Deployment.options`` keywords."""
-        return {"num_replicas": self.ingress_replicas, "ray_actor_options": {"num_cpus": 0.1}}
+        actor: dict[str, Any] = {"num_cpus": 0.1}
+        if self.ingress_resources:
+            actor["resources"] = dict(self.ingress_resources)
+        return {"num_replicas": self.ingress_replicas, "ray_actor_options": actor}
 
 
 def parse_autoscale(text: str, *, flag: str = "--autoscale") -> tuple[int, int]:

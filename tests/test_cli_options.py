@@ -168,7 +168,7 @@ SURFACE_ONLY = {
     "subset", "data", "data_dir", "protocol", "orders", "order_seed", "predictions", "revision", "weighting",
     "sweep_samples",
     # calibrate, probe
-    "report", "heldout", "split_seed", "bootstrap", "confidence", "top",
+    "report", "heldout", "split_seed", "bootstrap", "confidence", "top", "cascade_rule", "target",
     # arena
     "baseline", "round_robin", "anchor", "outcomes", "single_order", "bootstrap_seed", "no_style_control", "adaptive",
     "budget", "target_ci", "battles", "battles_format",

@@ -130,3 +130,45 @@ def test_token_report_means_p95_rate_and_cascade_shares():
     empty = token_report([], seconds=None)
     assert empty["tokens_per_judgment"] is None and empty["judgments_per_second"] is None
     assert "not measured" in token_line(empty) and not math.isnan(len(empty["by_turn"]))
+
+
+def test_metrics_count_tokens_rate_and_cascade_stages():
+    """``/metrics``' cost series over results of known tokens, with an injected clock for the rate."""
+    from brrm.serve.metrics import RATE_WINDOW_S, Metrics
+
+    now = [1000.0]
+    metrics = Metrics(clock=lambda: now[0])
+    rows = [_j((TurnTokens(100, 10, 0), TurnTokens(120, 5, 110)), "first") for _ in range(3)]
+    rows.append(_j((TurnTokens(200, 20, None), TurnTokens(230, 10, 220)), "second"))
+    metrics.count_costs(rows)
+    text = metrics.render()[0].decode()
+    assert "brrm_judgments_total 4.0" in text
+    assert 'brrm_judgment_tokens_count{part="total"} 4.0' in text
+    assert f'brrm_judgment_tokens_sum{{part="total"}} {3 * 235 + 460:.1f}' in text
+    assert 'brrm_judgment_tokens_count{part="cached"} 3.0' in text  # the unreported one is not read as 0
+    assert "brrm_judgment_cache_not_reported_total 1.0" in text
+    assert 'brrm_cascade_decided_total{stage="first"} 3.0' in text
+    assert 'brrm_cascade_decided_total{stage="second"} 1.0' in text
+    assert f"brrm_judgments_per_second {4 / RATE_WINDOW_S}" in text
+    now[0] += RATE_WINDOW_S + 1
+    assert "brrm_judgments_per_second 0.0" in metrics.render()[0].decode()
+
+
+def test_the_server_reports_what_it_judged(tiny):
+    """A (scripted) judge served in process: ``/metrics`` counts the tokens of the judgments ``/v1/judge`` answered."""
+    from fastapi.testclient import TestClient
+
+    from brrm.backends.fake import FakeBackend
+    from brrm.serve import ServerLimits, create_app
+
+    judge = brrm_judge(FakeBackend(tiny[1], lambda prompt, request: "no verdict here"),
+                       BRRMConfig(decoding="faithful"))
+    with TestClient(create_app(judge, limits=ServerLimits(warmup=False), close_judge=False)) as client:
+        reply = client.post("/v1/judge", json={"pairs": [{"prompt": PROMPTS[0], "response_a": A[0],
+                                                          "response_b": B[0]}], "swap": True})
+        assert reply.status_code == 200, reply.text
+        (j,) = reply.json()["judgments"]
+        text = client.get("/metrics").text
+    total = sum(t["prompt"] + t["generated"] for t in j["turns"])
+    assert "brrm_judgments_total 1.0" in text and f'brrm_judgment_tokens_sum{{part="total"}} {total:.1f}' in text
+    assert "brrm_judgment_cache_not_reported_total 1.0" in text

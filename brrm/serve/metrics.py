@@ -6,6 +6,8 @@ never share counters.
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -16,6 +18,13 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 """Seconds; from a forward pass of a small reward model to a long two-turn BR-RM judgment."""
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+TOKEN_BUCKETS = tuple(2 ** k for k in range(6, 18))
+"""Tokens per judgment, 64 to 131,072: a scalar reward's one input to a swapped two-turn BR-RM judgment at the
+published budgets (8,192 new tokens per turn, 16,384 per order)."""
+
+RATE_WINDOW_S = 60.0
+"""Seconds over which ``brrm_judgments_per_second`` counts the results served."""
 
 
 class Metrics:
@@ -38,9 +47,17 @@ class Metrics:
             probe runs), else 0 (read when scraped: :meth:`watch_breaker`).
         idempotent: replies to requests with an ``Idempotency-Key`` by endpoint and ``reply``: ``executed`` (its
             own run answered it) or ``replayed`` (another run's reply, stored or awaited: no model call of its own).
+        judgments: results served (judgments, rewards); ``rate(brrm_judgments_total[1m])`` is judgments per second.
+        judgments_per_second: results served over the last :data:`RATE_WINDOW_S` seconds, per second (read when
+            scraped).
+        judgment_tokens: tokens per result by ``part`` (``prompt``, ``cached``, ``generated``, ``total``; every turn,
+            order and cascade stage behind it: :mod:`brrm.types.usage`); mean = ``_sum / _count``, p95 by
+            ``histogram_quantile(0.95, ...)``. ``cached`` is observed only where the backend reports it.
+        cache_not_reported: results whose backend did not say what it served from its prefix cache.
+        cascade_decided: a cascade's results by the ``stage`` that decided them (``first``, ``second``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.queue_depth = Gauge("brrm_queue_depth", "Items waiting in the scheduler queue", registry=r)
@@ -65,6 +82,17 @@ class Metrics:
                                   registry=r)
         self.idempotent = Counter("brrm_idempotent_replies", "Replies to requests with an Idempotency-Key, executed "
                                   "by their own run or replayed from another's", ["endpoint", "reply"], registry=r)
+        self.judgments = Counter("brrm_judgments", "Results served (judgments and rewards)", registry=r)
+        self.judgment_tokens = Histogram("brrm_judgment_tokens", "Tokens per result (all turns, orders and stages)",
+                                         ["part"], buckets=TOKEN_BUCKETS, registry=r)
+        self.cache_not_reported = Counter("brrm_judgment_cache_not_reported", "Results whose backend did not report "
+                                          "the prompt tokens it served from cache", registry=r)
+        self.cascade_decided = Counter("brrm_cascade_decided", "Cascade results by the stage that decided them",
+                                       ["stage"], registry=r)
+        self.judgments_per_second = Gauge("brrm_judgments_per_second", "Results served per second over the last "
+                                          f"{RATE_WINDOW_S:g} s", registry=r)
+        self._clock, self._served, self._lock = clock, collections.deque[tuple[float, int]](), threading.Lock()
+        self.judgments_per_second.set_function(self._rate)
 
     def watch_breaker(self, state: Callable[[], str]) -> None:
         """Read ``breaker_open`` from ``state()`` (``closed``, ``open`` or ``half_open``) at each scrape."""
@@ -74,6 +102,35 @@ class Metrics:
         """Count per-item statuses (``Status`` members or strings)."""
         for status in statuses:
             self.results.labels(status=str(getattr(status, "value", status))).inc()
+
+    def count_costs(self, results: Iterable[object]) -> None:
+        """Count served results, their tokens (:func:`brrm.types.usage.tokens_of`) and a cascade's deciding stage."""
+        from brrm.types.usage import tokens_of
+
+        n = 0
+        for result in results:
+            n += 1
+            tokens = tokens_of(result)  # type: ignore[arg-type]
+            if tokens is not None:
+                for part, value in (("prompt", tokens.prompt), ("generated", tokens.generated),
+                                    ("total", tokens.total), ("cached", tokens.cached)):
+                    if value is not None:
+                        self.judgment_tokens.labels(part=part).observe(value)
+                if tokens.cached is None:
+                    self.cache_not_reported.inc()
+            if (decision := getattr(result, "cascade", None)) is not None:
+                self.cascade_decided.labels(stage=decision.stage.value).inc()
+        self.judgments.inc(n)
+        with self._lock:
+            self._served.append((self._clock(), n))
+
+    def _rate(self) -> float:
+        """Results served per second over the last :data:`RATE_WINDOW_S` seconds."""
+        now = self._clock()
+        with self._lock:
+            while self._served and self._served[0][0] < now - RATE_WINDOW_S:
+                self._served.popleft()
+            return sum(n for _, n in self._served) / RATE_WINDOW_S
 
     def render(self) -> tuple[bytes, str]:
         """(body, content type) of the exposition."""

@@ -83,6 +83,7 @@ async def judge(body: JudgeRequest, request: Request, state: State) -> JudgeResp
     spent = state.check_cost(state.judge.judgment_cost("pairs", len(items), swap=body.swap), f"{len(items)} pairs")
     results = _of(PairwiseJudgment, await state.submit(request, key, items, timeout_s=body.timeout_s, cost=spent))
     state.metrics.count_statuses(r.status for r in results)
+    state.metrics.count_costs(results)
     return JudgeResponse.model_validate(reply(state.model_block, "judgments", results))
 
 
@@ -99,6 +100,7 @@ async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResp
     results = _of(ScalarReward, await state.submit(request, score_key(refs, principles), items,
                                                    timeout_s=body.timeout_s, cost=spent))
     state.metrics.count_statuses(r.status for r in results)
+    state.metrics.count_costs(results)
     return ScoreResponse.model_validate(reply(state.model_block, "rewards", results))
 
 
@@ -123,6 +125,7 @@ async def get_reward(body: GetRewardRequest, request: Request, state: State) -> 
     _checked(state, body, len(body.query), "query")
     rewards = await _get_rewards(state, request, body)
     state.metrics.count_statuses(r.status for r in rewards)
+    state.metrics.count_costs(rewards)
     return GetRewardResponse.model_validate(openrlhf.reply(rewards, state.limits.failed_reward))
 
 
@@ -146,6 +149,7 @@ async def compare(body: CompareRequest, request: Request, state: State) -> Compa
                                                          units=units)) if items else []
     rewards, comparisons, metrics = nemo_gym.aggregate(len(texts), pairs, judgments, bad, pool=canon.pool)
     state.metrics.count_statuses(j.status for j in judgments)
+    state.metrics.count_costs(judgments)
     failed = state.limits.failed_reward
     return CompareResponse(rewards=[r.reward if r.ok else failed for r in rewards],
                            comparison_results=comparisons, metrics=metrics,

@@ -42,7 +42,6 @@ from brrm.serve.state import ClientGone, ServerState, TooCostly, TooManyItems
 from brrm.service.items import Variants, failed_result
 from brrm.service.run import make_runner
 from brrm.service.scheduler import BatchFailed, Scheduler, SchedulerError
-from brrm.service.singleflight import SingleFlight, variant_identity
 from brrm.types import RewardJudge
 from brrm.types.jsonvalue import JSONValue
 
@@ -96,8 +95,7 @@ def create_app(judge: RewardJudge, *, limits: ServerLimits | None = None, close_
                           stall_timeout_s=limits.stall_timeout_s, max_abandoned=limits.max_abandoned, metrics=metrics,
                           failed=failed_result, split=bool(judge.info.concurrent), breaker=limits.breaker)
     metrics.watch_breaker(lambda: scheduler.breaker.state)
-    state = ServerState(judge, limits, scheduler, metrics, variants, ready=False,
-                        flights=SingleFlight(scheduler, variant_identity(variants)))
+    state = ServerState(judge, limits, scheduler, metrics, variants, ready=False)
     app = ServeApp(state, title="brrm serve", version=_version(), lifespan=_lifespan(state, close_judge),
                    description="Pairwise judgments, scalar rewards and group rankings from a brrm judge "
                                "(BR-RM, Bradley–Terry or principle reward model), with OpenRLHF- and NeMo Gym-"

@@ -34,7 +34,7 @@ import operator
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.routing import APIRoute
@@ -88,9 +88,7 @@ def _swap(annotation: Any, made: Models) -> Any:
     new = tuple(_swap(a, made) for a in args)
     if all(a is b for a, b in zip(new, args, strict=True)):
         return annotation
-    origin = typing.get_origin(annotation)
-    if origin is Annotated:
-        return Annotated[(new[0], *annotation.__metadata__)]
+    origin = typing.get_origin(annotation)  # list, Annotated (its args: the type, then the metadata) or a union
     return functools.reduce(operator.or_, new) if origin in (typing.Union, types.UnionType) else origin[new]
 
 

@@ -21,7 +21,7 @@ from brrm.serve.metrics import Metrics
 from brrm.serve.schemas import JudgeOptions
 from brrm.service.items import CallOptions, Variants
 from brrm.service.scheduler import Scheduler, SchedulerError
-from brrm.service.singleflight import SingleFlight
+from brrm.service.singleflight import SingleFlight, variant_identity
 from brrm.types import Conversation, RewardJudge
 from brrm.types.cost import JudgmentCost
 from brrm.types.jsonvalue import JSONValue
@@ -70,7 +70,6 @@ class ServerState:
         warmup_attempts: warm-up calls tried so far.
         admitting: judging requests let through the overload gate and not yet queued (each reserves one place
             in the queue; :mod:`brrm.serve.admission`).
-        flights: identical jobs in flight run once (:mod:`brrm.service.singleflight`); None: every job is queued.
     """
 
     judge: RewardJudge
@@ -84,7 +83,11 @@ class ServerState:
     warmup_attempts: int = 0
     admitting: int = 0
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    flights: SingleFlight | None = None
+
+    @functools.cached_property
+    def flights(self) -> SingleFlight:
+        """Where every job is submitted: identical jobs in flight run once (:mod:`brrm.service.singleflight`)."""
+        return SingleFlight(self.scheduler, variant_identity(self.variants))
 
     @property
     def info(self) -> dict[str, JSONValue]:
@@ -161,7 +164,7 @@ class ServerState:
     async def submit(self, request: Request, key: Hashable, items: Sequence[object], *,
                      timeout_s: float | None = None, cost: int | None = None, weights: list[int] | None = None,
                      units: list[int] | None = None) -> list[object]:
-        """Run ``items`` through the scheduler, dropping them if the client disconnects first.
+        """Run ``items`` through single-flight and the scheduler, dropping them if the client disconnects first.
 
         Raises:
             SchedulerError: 429 / 503 / 504 (see :mod:`brrm.serve.scheduler`). ConfigError: the judge refused
@@ -169,11 +172,9 @@ class ServerState:
         """
         if request.scope.pop("brrm.admitted", False):  # the gate's reserved place becomes the queued job's
             self.admitting -= 1
-        timeout, linger_s = self.timeout(timeout_s), float(request.scope.get(LINGER, 0.0))
-        task = asyncio.ensure_future(  # identical jobs in flight share one run; a keyed one outlives its client
-            self.flights.submit(key, items, timeout_s=timeout, cost=cost, weights=weights, units=units,
-                                linger_s=linger_s) if self.flights else
-            self.scheduler.submit(key, items, timeout_s=timeout, cost=cost, weights=weights, units=units))
+        linger_s = float(request.scope.get(LINGER, 0.0))  # a keyed request's job outlives its client
+        task = asyncio.ensure_future(self.flights.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
+                                                         weights=weights, units=units, linger_s=linger_s))
         task.add_done_callback(self._returned)
         watcher = asyncio.ensure_future(_disconnected(request))
         try:

@@ -171,8 +171,8 @@ def tiny_folder(tiny, tmp_path_factory) -> str:
 def test_cli_judges_records_with_both_models_and_two_identical_judges_never_escalate(tmp_path, tiny_folder, capsys):
     """The tiny Qwen3 read as a Bradley–Terry model twice: the second judge always agrees with the first, so the
     fitted margin (the rule picked for a bt first judge) is 0 on the point estimate and nothing is escalated."""
-    rows = [{"id": f"r{i}", "prompt": f"question {i}?", "response_a": f"yes {i}", "response_b": f"no, {i * 7}"}
-            for i in range(16)]
+    rows = [{"id": f"r{i}", "prompt": f"question {i}?", "response_a": f"yes {i}", "response_b": f"no, {i * 7}",
+             "label": "A"} for i in range(16)]
     records = tmp_path / "records.jsonl"
     records.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "fit.json"
@@ -189,3 +189,12 @@ def test_cli_judges_records_with_both_models_and_two_identical_judges_never_esca
 
     check(tiny_folder, kind="bt", recipe="llama_nemotron", cascade=tiny_folder, cascade_options=same,
           **fit.keywords)  # the recorded fit is brrm.load's own keyword
+    # no second judge: the labels stand in for it (every pair labelled A; the first judge alone agrees where it
+    # prefers A, and the fit escalates what it must)
+    labelled = tmp_path / "labelled.json"
+    assert main(["calibrate", "--input", str(records), "--output", str(labelled), "--model", tiny_folder, "--kind",
+                 "bt", "--recipe", "llama_nemotron", "--cascade-rule", "margin", "--target", "0.9", "--confidence", "0",
+                 "--heldout", "0.5", "--no-progress"]) == 0
+    by_labels = read_cascade_fit(labelled)
+    assert by_labels.details["reference"] == "labels" and "second_model" not in by_labels.details
+    assert by_labels.fit.items + by_labels.heldout.items == 16 and by_labels.fit.agreement >= 0.9

@@ -7,13 +7,51 @@ they are values of :class:`brrm.types.Status` on the item's result, so one bad i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 
 class BrrmError(Exception):
     """Base class of every exception brrm raises on purpose."""
 
 
 class ConfigError(BrrmError, ValueError):
-    """A configuration or input value is invalid; the message names the field and the valid options."""
+    """A configuration or input value is invalid; the message names the field and the valid options.
+
+    Args:
+        message: what is wrong. When it refuses one field it opens with the field's name (``temperature must be
+            …``), or says where the name goes with ``{field}`` (and a list of option names with ``{valid}``).
+        field: the field or option refused (a :func:`brrm.load` keyword, a config field, a server limit), if one.
+        valid: option names the message lists where ``{valid}`` stands.
+
+    Attributes:
+        field: as given: the CLI looks up the flag that sets it (:meth:`naming`), never parses the message.
+        valid: as given.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, valid: Sequence[str] = ()) -> None:
+        self.field = field
+        self.valid = tuple(valid)
+        self.template = message
+        super().__init__(self.naming(str))
+
+    def naming(self, name: Callable[[str], str]) -> str:
+        """The message with its field (and ``valid``) called ``name(option)``: the CLI passes the flag of each; the
+        exception's own text (``str(error)``) calls them by their Python names."""
+        if self.field is None:
+            return self.template
+        if "{field}" in self.template or "{valid}" in self.template:
+            listed = ", ".join(name(v) for v in self.valid)
+            return self.template.replace("{field}", name(self.field)).replace("{valid}", listed)
+        if self.template.startswith(f"{self.field} "):
+            return name(self.field) + self.template[len(self.field):]
+        return self.template
+
+    def __reduce__(self) -> tuple[object, ...]:  # pickled with its field (Ray workers, process pools)
+        return (_config_error, (self.template, self.field, self.valid))
+
+
+def _config_error(message: str, field: str | None, valid: Sequence[str]) -> ConfigError:
+    return ConfigError(message, field=field, valid=valid)
 
 
 class TemplateError(BrrmError):

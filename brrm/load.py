@@ -214,7 +214,7 @@ def _name_and_kind(model: str | None, kind: str, built: Backend | None, embedded
         ConfigError: for a model that is no name, or the demo asked to be a Bradley–Terry model.
     """
     if not embedded and built is None and (not isinstance(model, str) or not model.strip()):
-        raise ConfigError(f"model must be a hub id or a local directory, got {model!r}")
+        raise ConfigError(f"model must be a hub id or a local directory, got {model!r}", field="model")
     name = built.info.model if built is not None else (_embedded_name() if embedded else str(model))
     if embedded and kind == "auto":
         kind = EMBEDDED_KIND
@@ -310,7 +310,8 @@ def _check_names(options: Mapping[str, object], kind: str, backend: str, prebuil
     unknown = sorted(set(options) - valid)
     if unknown:
         where = f"kind {kind!r}" + ("" if prebuilt else f" with the {backend} backend")
-        raise ConfigError(f"unknown option {unknown[0]!r} for {where}; valid options: {', '.join(sorted(valid))}")
+        raise ConfigError(f"unknown option '{{field}}' for {where}; valid options: {{valid}}", field=unknown[0],
+                          valid=sorted(valid))
 
 
 def _backend_options(backend: str, opts: Mapping[str, object]) -> BackendOptions:

@@ -11,7 +11,7 @@ import pytest
 
 import brrm
 from brrm.cli import build_parser, main
-from brrm.cli.errors import translate
+from brrm.cli.errors import error_line
 from brrm.cli.records import check_output
 
 pytestmark = pytest.mark.timeout(600)
@@ -150,31 +150,42 @@ def test_every_bad_value_names_the_flag_and_no_python_keyword(files, capsys, bus
         assert not python_name.search(line), (argv, line)
 
 
-def test_library_messages_keep_python_names_and_the_cli_rewrites_only_option_names():
-    with pytest.raises(brrm.ConfigError, match="^temperature must be a finite number >= 0, got -1.0$"):
+def test_library_messages_keep_python_names_and_the_cli_names_the_field_by_lookup():
+    """A ConfigError carries the option it refuses (and the options it lists); the CLI shows each as its flag, and
+    leaves prose, record fields and request fields as they are (nothing is parsed out of a message)."""
+    with pytest.raises(brrm.ConfigError, match="^temperature must be a finite number >= 0, got -1.0$") as caught:
         brrm.load(temperature=-1.0)
+    assert caught.value.field == "temperature"
     parser = build_parser()
-    cases = {
-        "temperature must be a finite number >= 0": "--temperature must be a finite number >= 0",
-        "recipe 'nope' is not valid; expected one of auto": "--recipe 'nope' is not valid; expected one of auto",
-        "unknown option 'principle' for kind 'bt'; valid options: device, margin, strip_thinking, swap":
-            "unknown option --principle for kind 'bt'; valid options: --device, --margin, --keep-thinking, --swap",
-        "cannot tell the kind of 'x'; pass kind= (--kind on the command line) one of brrm, bt":
-            "cannot tell the kind of 'x'; pass --kind one of brrm, bt",
-        "Bradley–Terry reward models take no principle; use kind='principle'":
-            "Bradley–Terry reward models take no principle; use --kind principle",
+    with pytest.raises(brrm.ConfigError) as unknown:
+        brrm.load(principle=PRINCIPLE, kind="brrm")
+    assert str(unknown.value).startswith("unknown option 'principle' for kind 'brrm' with the transformers backend; "
+                                         "valid options: batch_invariant, batch_size, ")
+    cases = [
+        (unknown.value, "unknown option '--principle' for kind 'brrm' with the transformers backend; valid options: "
+                        "--batch-invariant, --batch-size, "),
+        (brrm.ConfigError("recipe 'nope' is not valid; expected one of auto", field="recipe"),
+         "--recipe 'nope' is not valid; expected one of auto"),
+        (brrm.ConfigError("strip_thinking must be true or false", field="strip_thinking"),
+         "--keep-thinking must be true or false"),
+        (brrm.ConfigError("base_urls must be URLs", field="base_urls"), "--base-url must be URLs"),
         # prose, record fields and dotted request fields stay as they are
-        "principle models need --principle or a 'principle' field": "principle models need --principle or a "
-                                                                     "'principle' field",
-        "field 'response' must be a string": "field 'response' must be a string",
-        "items[0].principle: only principle models take one": "items[0].principle: only principle models take one",
-        "options.max_new_tokens 5 exceeds the server's limit": "options.max_new_tokens 5 exceeds the server's limit",
-    }
-    for message, shown in cases.items():
-        assert translate(message, parser, "judge") == shown
+        (brrm.ConfigError("principle models need --principle or a 'principle' field"),
+         "principle models need --principle or a 'principle' field"),
+        (brrm.ConfigError("field 'response' must be a string", field="field"), "field 'response' must be a string"),
+        (brrm.ConfigError("items[0].principle: only principle models take one"),
+         "items[0].principle: only principle models take one"),
+        (brrm.ConfigError("options.max_new_tokens 5 exceeds the server's limit"),
+         "options.max_new_tokens 5 exceeds the server's limit"),
+    ]
+    for error, shown in cases:
+        assert error_line(error, parser, "judge").startswith(shown), (error, shown)
+    unnamed = brrm.ConfigError("api_key must be a string of at least 8 characters")  # raised without its field
+    assert error_line(unnamed, parser, "serve") == "--api-key must be a string of at least 8 characters"
     # a subcommand's own flags name words only there: bench has no --split
-    assert translate("split 'x' is not in the data", parser, "audit") == "--split 'x' is not in the data"
-    assert translate("split 'x' is not in the data", parser, "bench") == "split 'x' is not in the data"
+    split = brrm.ConfigError("split 'x' is not in the data", field="split")
+    assert error_line(split, parser, "audit") == "--split 'x' is not in the data"
+    assert error_line(split, parser, "bench") == "split 'x' is not in the data"
 
 
 def test_a_recipe_of_the_other_scalar_kind_is_refused_before_any_data_or_model_loads(files, capsys, no_loading,

@@ -86,7 +86,7 @@ def dataset_rows(dataset: object, split: str | None = None) -> list[Row]:
         if split is None and len(dataset) != 1:
             raise ConfigError(f"the dataset has several splits; pass split (one of: {splits})")
         if split is not None and split not in dataset:
-            raise ConfigError(f"split {split!r} is not in the dataset; splits: {splits}")
+            raise ConfigError(f"split {split!r} is not in the dataset; splits: {splits}", field="split")
         dataset = dataset[split if split is not None else next(iter(dataset))]
     elif split is not None:
         raise ConfigError("the dataset has no splits; drop split")

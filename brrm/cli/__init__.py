@@ -44,9 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with sigterm_as_interrupt(vars(args).get("command") != "serve"):
             return int(args.func(args))
     except BrrmError as exc:
-        from brrm.cli.common import translate
+        from brrm.cli.errors import error_line
 
-        print(f"brrm: error: {translate(str(exc), parser, vars(args).get('command'))}", file=sys.stderr)
+        print(f"brrm: error: {error_line(exc, parser, vars(args).get('command'))}", file=sys.stderr)
         return 2
     except UnicodeDecodeError as exc:  # an input read as text that is not (the record readers name their file)
         print(f"brrm: error: an input file is not UTF-8 text ({exc}); is it binary, or in another encoding?",

@@ -1,58 +1,50 @@
-"""Error messages that name CLI flags: a Python option name in a :class:`~brrm.errors.BrrmError` is shown as the
-flag that sets it (the judge options' names come from their dataclasses, :mod:`brrm.cli.flags`).
-
-The library's messages name keywords for Python callers (``temperature must be …``, ``recipe 'x' is not valid``,
-``pass recipe= one of …``, ``unknown option 'principle' …; valid options: device, dtype, …``); the CLI shows the
-same message with the flags its user typed (``--temperature must be …``). A name with an underscore is rewritten
-wherever it stands; a plain word (``principle``, ``device``) only where it is used as an option's name — opening a
-clause before ``must`` or a quoted value, before ``=``, quoted after ``option``, or in a ``valid options:`` list —
-so prose such as "principle models" stays prose.
+"""Error messages that name CLI flags: a :class:`~brrm.errors.ConfigError` carries the option it refuses
+(:attr:`~brrm.errors.ConfigError.field`, and the option names it lists), and the CLI shows the same message with
+the flag that sets each, looked up here (the judge options' flags come from their dataclasses,
+:mod:`brrm.cli.flags`; the backends' from :mod:`brrm.backends.options`; the rest from the parser). The library's
+text names keywords for Python callers (``temperature must be …``); the CLI's names flags (``--temperature must
+be …``). Nothing is parsed out of the message.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Mapping
 
 from brrm.cli.flags import flag_of, judge_flags, python_names
+from brrm.errors import ConfigError
 
 BACKEND_ALIASES = {"base_urls": "base_url"}
 """Names the backends' constructors use for options that :mod:`brrm.backends.options` names otherwise
 (``OpenAIBackend.connect`` takes its URLs as one list, ``base_urls``): constructor name -> option."""
 
 NOT_OPTIONS = frozenset({"field", "status"})
-"""Plain words that are flags' names but, in the library's messages, name something else (a record's field, a
+"""Names that are flags' names but, as the field of the library's errors, name something else (a record's field, a
 result's status)."""
 
-_AFTER_FLAG = re.compile(r"--[\w-]+[ =]$")  # "--kind principle": a flag's value is not a name to rewrite
-_ON_THE_COMMAND_LINE = re.compile(r" \((--[\w-]+) on the command line\)")
 
+def error_line(exc: BaseException, parser: argparse.ArgumentParser, command: str | None = None) -> str:
+    """The message of ``exc`` with the options it names shown as the CLI flags that set them.
 
-def translate(message: str, parser: argparse.ArgumentParser, command: str | None = None) -> str:
-    """Rewrite Python option names in an error message as the CLI flags that set them.
+    A :class:`ConfigError` names its field (and the options it lists) by lookup (:meth:`ConfigError.naming`); an
+    error raised without a field whose message opens with an option's Python name (one with an underscore, which
+    is no English word: ``api_key must be …``) gets that name's flag.
 
     Args:
-        message: the library's message.
+        exc: the error.
         parser: the ``brrm`` parser.
         command: the subcommand that ran (its own flags name plain words; None: every subcommand's).
     """
-    names, plain = option_names(parser, command)
-    out = _rewrite_assignments(message, {**names, **plain})
-    out = _rewrite_lists(out, {**names, **plain})
-    if names:
-        out = _sub(_names_pattern(names, r""), out, names)
-    if plain:
-        clause = re.compile(r"(?:^|(?<=; )|(?<=: )|(?<=\())(" + _alternatives(plain) + r")(?=\s+(?:must\b|'))")
-        out = _sub(clause, out, plain)
-        quoted = re.compile(r"(?<=option )'(" + _alternatives(plain) + r")'")
-        out = quoted.sub(lambda m: plain[m.group(1)], out)
-    # "pass --kind (--kind on the command line) one of …": the flag once
-    return _ON_THE_COMMAND_LINE.sub(lambda m: "" if m.group(1) in out[:m.start()] else m.group(0), out)
+    names = option_names(parser, command)
+    if isinstance(exc, ConfigError) and exc.field is not None:
+        return exc.naming(lambda option: names.get(option, option))
+    message = str(exc)
+    first = message.split(" ", 1)[0]
+    return names[first] + message[len(first):] if "_" in first and first in names else message
 
 
-def option_names(parser: argparse.ArgumentParser, command: str | None) -> tuple[dict[str, str], dict[str, str]]:
-    """(names with an underscore, plain-word names) of options -> the flag that sets each."""
+def option_names(parser: argparse.ArgumentParser, command: str | None) -> Mapping[str, str]:
+    """Option names (Python keywords, dataclass fields, argparse destinations) -> the flag that sets each."""
     from brrm.backends.options import cli_fields
 
     every: dict[str, str] = {name: flag_of(option) for name, option in BACKEND_ALIASES.items()}
@@ -67,41 +59,7 @@ def option_names(parser: argparse.ArgumentParser, command: str | None) -> tuple[
         longs = [o for o in action.option_strings if o.startswith("--")]
         if longs and action.dest != argparse.SUPPRESS:
             every.setdefault(action.dest, longs[0])
-    plain = {k: v for k, v in every.items() if "_" not in k and k not in NOT_OPTIONS}
-    return {k: v for k, v in every.items() if "_" in k}, plain
-
-
-def _alternatives(names: Mapping[str, str]) -> str:
-    return "|".join(sorted(map(re.escape, names), key=len, reverse=True))
-
-
-def _names_pattern(names: Mapping[str, str], after: str) -> re.Pattern[str]:
-    # not part of a longer word, a flag, a path or a dotted field ("items[0].principle", "options.seed")
-    return re.compile(r"(?<![\w\-./{\[])(" + _alternatives(names) + r")(?![\w\-/}\]])" + after)
-
-
-def _sub(pattern: re.Pattern[str], message: str, names: Mapping[str, str]) -> str:
-    def rewrite(m: re.Match[str]) -> str:
-        return m.group(1) if _AFTER_FLAG.search(message, 0, m.start()) else names[m.group(1)]
-
-    return pattern.sub(rewrite, message)
-
-
-def _rewrite_assignments(message: str, names: Mapping[str, str]) -> str:
-    """``recipe='x'`` -> ``--recipe x``; ``recipe=`` before a space -> ``--recipe``."""
-    if not names:
-        return message
-    pattern = re.compile(r"(?<![\w\-./{\[])(" + _alternatives(names) + r")=(?:'([^']*)'|(?=[\s,;)]|$))")
-    return pattern.sub(lambda m: names[m.group(1)] + (f" {m.group(2)}" if m.group(2) is not None else ""), message)
-
-
-def _rewrite_lists(message: str, names: Mapping[str, str]) -> str:
-    """Each name in a ``valid options: a, b, c`` (or ``valid: …``) list -> its flag."""
-    def each(m: re.Match[str]) -> str:
-        items = [names.get(item.strip(), item.strip()) for item in m.group(2).split(",")]
-        return m.group(1) + ", ".join(items)
-
-    return re.sub(r"(valid(?: options)?: )([\w\-]+(?:, [\w\-]+)*)", each, message)
+    return {k: v for k, v in every.items() if k not in NOT_OPTIONS}
 
 
 def _actions(parser: argparse.ArgumentParser, command: str | None) -> list[argparse.Action]:

@@ -137,16 +137,14 @@ def limits_from(args: argparse.Namespace, backend: str) -> ServerLimits:
     try:
         return _limits(args, failed_reward, concurrency, api_key)
     except ConfigError as exc:
-        message = str(exc)
-        for field, flag in _FIELD_FLAGS.items():
-            message = message.replace(field, flag)
-        raise ConfigError(message) from None
+        if exc.field not in _FIELD_FLAGS:  # the flag has the field's name: the CLI names it by lookup
+            raise
+        raise ConfigError(exc.naming(lambda field: _FIELD_FLAGS.get(field, field))) from None
 
 
 _FIELD_FLAGS = {"deadline_s": "--deadline", "stall_timeout_s": "--stall-timeout", "drain_timeout_s": "--drain-timeout",
-                "breaker_failures": "--breaker-failures", "breaker_cooldown_s": "--breaker-cooldown",
-                "max_wait_ms": "--max-wait-ms", "api_key must": "--api-key must"}
-"""ServerLimits field names in error messages, as the flags that set them (the rest share the flag's name)."""
+                "breaker_cooldown_s": "--breaker-cooldown"}
+"""The ServerLimits fields whose flags have other names (the rest share the flag's name)."""
 
 
 def _limits(args: argparse.Namespace, failed_reward: float, concurrency: int,

@@ -65,4 +65,4 @@ class PrincipleOptions(ScalarOptions):
             object.__setattr__(self, "principle", p := tuple(p))
         if p is not None and not (isinstance(p, str) and p.strip()) and not (
                 isinstance(p, tuple) and p and all(isinstance(x, str) and x.strip() for x in p)):
-            raise ConfigError(f"principle must be a non-empty string or a list of them, got {p!r}")
+            raise ConfigError(f"principle must be a non-empty string or a list of them, got {p!r}", field="principle")

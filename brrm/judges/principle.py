@@ -121,7 +121,7 @@ class PrincipleConfig:
         if not isinstance(self.sampling, SamplingConfig):
             raise ConfigError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
         if not isinstance(self.question, str) or "{principle}" not in self.question:
-            raise ConfigError("question must contain the placeholder {principle}")
+            raise ConfigError("question must contain the placeholder {principle}", field="question")
 
     @classmethod
     def from_record(cls, record: Mapping[str, object]) -> PrincipleConfig:

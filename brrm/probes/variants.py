@@ -101,5 +101,5 @@ def parse_probes(value: str | Sequence[str]) -> tuple[str, ...]:
     for name in names:
         if name not in PROBES:
             raise ConfigError(f"probe {name!r} is not valid; expected some of {', '.join(PROBES)} "
-                              "(comma-separated)")
+                              "(comma-separated)", field="probe")
     return tuple(dict.fromkeys(names))

@@ -113,7 +113,7 @@ def open_rows(path: str | Path, *, format: str | None = None, limit: int | None 
             an int >= 1.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ConfigError(f"limit must be an int >= 1 or None, got {limit!r}")
+        raise ConfigError(f"limit must be an int >= 1 or None, got {limit!r}", field="limit")
     text = str(path)
     path = Path(path).expanduser()
     if format == "hf" or (format is None and not path.is_file() and (path.is_dir() or _HUB_ID.match(text))):
@@ -128,7 +128,7 @@ def open_rows(path: str | Path, *, format: str | None = None, limit: int | None 
 def detect_format(path: Path, format: str | None) -> str:
     if format is not None:
         if format not in FORMATS:
-            raise ConfigError(f"format {format!r} is not valid; expected one of {', '.join(FORMATS)}")
+            raise ConfigError(f"format {format!r} is not valid; expected one of {', '.join(FORMATS)}", field="format")
         return format
     fmt = _SUFFIXES.get(path.suffix.lower())
     if fmt is None:
@@ -261,7 +261,7 @@ def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str
         if split is None and len(ds) != 1:
             raise ConfigError(f"{source!r} has several splits; pass split (one of: {splits})")
         if split is not None and split not in ds:
-            raise ConfigError(f"split {split!r} is not in {source!r}; splits: {splits}")
+            raise ConfigError(f"split {split!r} is not in {source!r}; splits: {splits}", field="split")
         ds = ds[split if split is not None else next(iter(ds))]
     elif split is not None:
         raise ConfigError(f"{source!r} is a single dataset without splits; drop split")

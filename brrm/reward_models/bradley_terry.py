@@ -133,7 +133,8 @@ def resolve_recipe(recipe: str, name: str, *, causal: bool) -> str:
     """
     low = name.lower()
     if recipe not in ("auto", *RECIPES):
-        raise ConfigError(f"recipe {recipe!r} is not valid; expected auto or one of {', '.join(RECIPES)}")
+        raise ConfigError(f"recipe {recipe!r} is not valid; expected auto or one of {', '.join(RECIPES)}",
+                          field="recipe")
     if "principle" in low or "genrm" in low:
         raise ConfigError(
             f"{name!r} is a principle/generative reward model; use brrm.judges.principle.PrincipleJudge"

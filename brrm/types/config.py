@@ -28,7 +28,7 @@ def check_bool(name: str, value: object) -> bool:
         ConfigError: for anything else (``"no"``, ``0``, ``None``), naming ``name``.
     """
     if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false, got {value!r}")
+        raise ConfigError(f"{name} must be true or false, got {value!r}", field=name)
     return value
 
 
@@ -41,7 +41,7 @@ def check_bool_or_auto(name: str, value: object) -> bool | str:
     if value == "auto" and isinstance(value, str):
         return "auto"
     if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true, false or 'auto', got {value!r}")
+        raise ConfigError(f"{name} must be true, false or 'auto', got {value!r}", field=name)
     return value
 
 
@@ -52,9 +52,9 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
         ConfigError: naming ``name``, the value and the valid range.
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an integer{_range(low, high)}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer{_range(low, high)}, got {value!r}", field=name)
     if (low is not None and value < low) or (high is not None and value > high):
-        raise ConfigError(f"{name} must be an integer{_range(low, high)}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer{_range(low, high)}, got {value!r}", field=name)
     return value
 
 
@@ -67,10 +67,10 @@ def check_float(name: str, value: object, *, low: float | None = None, high: flo
         ConfigError: naming ``name``, the value and the valid range.
     """
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number{_range(low, high, low_open)}, got {value!r}")
+        raise ConfigError(f"{name} must be a finite number{_range(low, high, low_open)}, got {value!r}", field=name)
     bad_low = low is not None and (value <= low if low_open else value < low)
     if bad_low or (high is not None and value > high):
-        raise ConfigError(f"{name} must be a finite number{_range(low, high, low_open)}, got {value!r}")
+        raise ConfigError(f"{name} must be a finite number{_range(low, high, low_open)}, got {value!r}", field=name)
     return float(value)
 
 
@@ -82,7 +82,7 @@ def check_principle(name: str, value: object) -> str:
         ConfigError: naming ``name`` and the value.
     """
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+        raise ConfigError(f"{name} must be a non-empty string, got {value!r}", field=name)
     return check_text(name, value)
 
 
@@ -102,7 +102,7 @@ def check_text(name: str, value: str) -> str:
         char = value[exc.start]
         raise ConfigError(f"{name} is not valid Unicode text: character {exc.start} is the lone surrogate "
                           f"U+{ord(char):04X}, which no tokenizer can encode; pass the character's full surrogate "
-                          "pair, or remove it") from None
+                          "pair, or remove it", field=name) from None
     return value
 
 
@@ -114,7 +114,7 @@ def check_choice(name: str, value: object, options: Iterable[str]) -> str:
     """
     valid = tuple(options)
     if not isinstance(value, str) or value not in valid:
-        raise ConfigError(f"{name} {value!r} is not valid; expected one of {', '.join(valid)}")
+        raise ConfigError(f"{name} {value!r} is not valid; expected one of {', '.join(valid)}", field=name)
     return str(value)
 
 
@@ -130,7 +130,7 @@ def check_enum(name: str, value: object, enum_type: type[E]) -> E:
         if isinstance(value, str) and value == member.value:
             return member
     valid = ", ".join(str(m.value) for m in enum_type)
-    raise ConfigError(f"{name} {value!r} is not valid; expected one of {valid}")
+    raise ConfigError(f"{name} {value!r} is not valid; expected one of {valid}", field=name)
 
 
 def _range(low: float | None, high: float | None, low_open: bool = False) -> str:
@@ -242,8 +242,8 @@ def override_config(config: C, options: Mapping[str, object]) -> C:
     names = {f.name for f in fields(config)}  # type: ignore[arg-type]
     unknown = sorted(set(options) - names - set(SAMPLING_KEYS))
     if unknown:
-        raise ConfigError(f"option {unknown[0]!r} cannot be varied on this judge; valid: "
-                          f"{', '.join(sorted(names | set(SAMPLING_KEYS)))}")
+        raise ConfigError("option '{field}' cannot be varied on this judge; valid: {valid}", field=unknown[0],
+                          valid=sorted(names | set(SAMPLING_KEYS)))
     base = options.get("sampling", config.sampling)  # type: ignore[attr-defined]
     if not isinstance(base, SamplingConfig):
         raise ConfigError(f"sampling must be a SamplingConfig, got {type(base).__name__}")

@@ -101,7 +101,8 @@ class JudgeSpec:
 
     def __post_init__(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
-            raise ConfigError(f"model must be a hub id, a local directory or None, got {self.model!r}")
+            raise ConfigError(f"model must be a hub id, a local directory or None, got {self.model!r}",
+                              field="model")
         check_choice("kind", self.kind, ("auto", *KINDS))
         check_choice("backend", self.backend, (*BACKENDS, "serve"))
         options = dict(self.options)

@@ -30,7 +30,8 @@ def check_strategy(strategy: str, *, pairwise: bool, has_reference: bool) -> str
             from the ``reference`` strategy.
     """
     if strategy not in STRATEGIES:
-        raise ConfigError(f"strategy {strategy!r} is not valid; expected one of {', '.join(STRATEGIES)}")
+        raise ConfigError(f"strategy {strategy!r} is not valid; expected one of {', '.join(STRATEGIES)}",
+                          field="strategy")
     if strategy == "auto":
         strategy = "round_robin" if pairwise else "scores"
     if strategy == "scores" and pairwise:

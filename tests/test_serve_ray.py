@@ -133,6 +133,7 @@ def cluster():
         patch.delenv("RAY_ADDRESS", raising=False)
         patch.setenv("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "2")  # a shared 2-core box answers probes late
         patch.setenv("RAY_SERVE_MAX_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "5")
+        patch.setenv("RAY_raylet_start_wait_time_s", "180")  # Ray's default, 30 s, is short on a busy box
         try:
             made = Cluster(initialize_head=True, head_node_args={
                 **NODE, "num_cpus": 1, "resources": {"brrm_head": 8}, "_system_config": dict(WORKER_NICENESS)})
@@ -213,10 +214,10 @@ def _wait_ready(url: str, replicas: int, timeout_s: float = 300.0) -> dict:
 
     import httpx
 
-    _until(lambda: _running("brrm") == replicas, timeout_s=timeout_s)
+    _until(lambda: _running("brrm") == replicas and len(_judge_replicas()) == replicas, timeout_s=timeout_s)
     end, body = time.monotonic() + timeout_s, {}
     while time.monotonic() < end:
-        body = httpx.get(f"{url}/ready", timeout=60).json()
+        body = httpx.get(f"{url}/ready", timeout=120).json()
         if body.get("ready_replicas") == replicas and body.get("replicas") == replicas:
             return body
         time.sleep(1.0)
@@ -228,9 +229,13 @@ def _calls(url: str) -> float:
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "brrm_batch_seconds_count")
+    for _ in range(5):  # every replica's count, or ask again
+        samples = [s for f in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=120).text)
+                   for s in f.samples]
+        counts = {s.name: s.value for s in samples if s.name in ("brrm_replicas", "brrm_replicas_ready")}
+        if counts["brrm_replicas"] == counts["brrm_replicas_ready"]:
+            return sum(s.value for s in samples if s.name == "brrm_batch_seconds_count")
+    raise AssertionError(f"not every judge replica answered /metrics: {counts}")
 
 
 @pytest.mark.slow  # a local Ray cluster: the slow tier (pyproject.toml, README)

@@ -4,7 +4,7 @@
 application (:mod:`brrm.serve.ray.app`); ``brrm serve --ray`` deploys it, ``brrm serve --ray --print-config``
 writes its Serve config, and ``brrm.load("ray://APP")`` judges with a running one from inside the cluster
 (:mod:`brrm.serve.ray.client`). Single-flight and ``Idempotency-Key`` hold across ingress replicas because every
-request is routed to the judge replica its digest picks (:mod:`brrm.serve.ray.router`). Needs ``brrm[ray]``.
+request is routed to the judge replica its digest picks (:mod:`brrm.serve.ray.router`). Needs the ``ray`` extra.
 """
 
 from __future__ import annotations

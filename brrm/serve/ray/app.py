@@ -48,7 +48,7 @@ def build_app(spec: JudgeSpec, *, limits: ServerLimits | None = None, replicas: 
 
     Raises:
         ConfigError: on an invalid size, naming it.
-        ImportError: when Ray Serve is not installed (``pip install 'brrm[ray]'``).
+        ImportError: when Ray Serve is not installed (``pip install -e '.[ray]'`` in the brrm clone).
     """
     from ray import serve
 

@@ -17,9 +17,10 @@ from typing import Any
 from brrm.serve.ray.keys import REPLICA_KWARG
 from brrm.serve.ray.wire import Answer, Forwarded
 
-ASK_TIMEOUT_S = 10.0
+ASK_TIMEOUT_S = 30.0
 """Seconds one replica has to answer its ``/metrics`` or ``/ready`` (routing included: Serve's router probes a
-replica's queue length first, which takes seconds on a loaded machine)."""
+replica's queue length first, which took ~10 s on an overloaded 2-core test box; a dead replica leaves the list of
+replicas at once, so this bounds only a live one that is stuck)."""
 FANOUT_PATHS = ("/metrics", "/ready")
 """The GET routes answered for the whole application."""
 

@@ -36,7 +36,9 @@ def replica_ids(app: str, deployment: str) -> list[str]:
 
 
 async def ask_all(handle: Any, request: Forwarded, ids: list[str]) -> list[Answer | None]:
-    """Each replica's answer to ``request`` (None where it gave none in time)."""
+    """Each replica's answer to ``request`` (None where it gave none in time), asked one after the other: calls
+    made at once from one ingress request share its Serve request id, and Ray Serve 2.60's router then hands one
+    call's replica to the other (seen: one of two concurrent pinned calls never routed)."""
 
     async def one(rid: str) -> Answer | None:
         response = handle.forward.remote(request, **{REPLICA_KWARG: rid})
@@ -47,7 +49,7 @@ async def ask_all(handle: Any, request: Forwarded, ids: list[str]) -> list[Answe
             response.cancel()
             return None
 
-    return list(await asyncio.gather(*(one(rid) for rid in ids)))
+    return [await one(rid) for rid in ids]
 
 
 async def _await(response: Any) -> Answer:

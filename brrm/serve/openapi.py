@@ -1,12 +1,12 @@
 """The request models and routes of one ``brrm serve`` process, built at start-up, from which FastAPI emits the
 OpenAPI schema that states exactly what *this* server accepts and answers.
 
-The pydantic models of :mod:`brrm.serve.schemas` describe every server; :func:`request_models` subclasses each
-request model (``create_model``) with what depends on the served judge and the limits, as the model's JSON Schema
-(validation stays the base model's, so a request is answered as before):
+The pydantic models of :mod:`brrm.serve.schemas` describe every server (and state the rules every server has: the
+context of a pair, item or group is ``oneOf`` a ``prompt`` string or a ``conversation`` with a user turn; tool calls
+only on assistant turns); :func:`request_models` subclasses each request model (``create_model``) with what
+depends on the served judge and the limits, as the model's JSON Schema (validation stays the base model's, so a
+request is answered as before):
 
-* the context of a pair, item or group is ``oneOf`` a ``prompt`` string or a ``conversation`` (with at least one
-  user turn); tool calls only on assistant turns;
 * per-request ``options`` only where the judge can vary them (BR-RM and generative principle models), each budget
   at most the server's; a Bradley–Terry server's schema allows only their absence (``null``);
 * ``reference`` required by a pairwise judge's ``/v1/score`` and absent from a scalar model's; ``principle`` only
@@ -57,8 +57,6 @@ Schema = MutableMapping[str, JSONValue]
 Models = Mapping[type, type[BaseModel]]
 """A request model -> this server's subclass of it (:func:`request_models`)."""
 NULL: JSONDict = {"type": "null"}
-LAST_TURN = ("The conversation must end with a user or tool turn (the judged responses are sent separately); "
-             "otherwise 422.")
 BEARER = Depends(HTTPBearer(scheme_name="bearer", auto_error=False))
 """The bearer scheme in the schema (the key itself is checked by :class:`~brrm.serve.security.ApiKeyMiddleware`)."""
 UNAUTHORISED: dict[int | str, dict[str, Any]] = {401: {"description": "missing or wrong API key",
@@ -172,28 +170,6 @@ def _props(model: Schema) -> dict[str, Schema]:
     return typing.cast(dict[str, Schema], props)
 
 
-def _user_turn() -> JSONDict:
-    return {"type": "object", "required": ["role"], "properties": {"role": {"const": "user"}}}
-
-
-def _one_context(model: Schema, _state: ServerState) -> None:
-    """Exactly one of ``prompt`` (a string) and ``conversation`` (messages with a user turn)."""
-    conversation = _props(model)["conversation"]
-    for option in _options_of(conversation):
-        if option.get("type") == "array":
-            option["contains"] = _user_turn()
-    conversation["description"] = LAST_TURN
-    model["oneOf"] = [
-        {"required": ["prompt"], "properties": {"prompt": {"type": "string"}, "conversation": NULL}},
-        {"required": ["conversation"], "properties": {"conversation": {"type": "array"}, "prompt": NULL}}]
-
-
-def _message_rules(model: Schema, _state: ServerState) -> None:
-    """Tool calls only on assistant turns (an empty list or null elsewhere)."""
-    model["anyOf"] = [{"properties": {"role": {"const": "assistant"}}},
-                      {"properties": {"tool_calls": {"anyOf": [NULL, {"type": "array", "maxItems": 0}]}}}]
-
-
 def _options(model: Schema, state: ServerState) -> None:
     """Each per-request option the judge can vary (a budget with the server's own as its maximum; a word option
     with only the choices the judge takes, said in its description); ``null`` otherwise. Whether it can is asked
@@ -236,9 +212,8 @@ def _principle(model: Schema, state: ServerState) -> None:
 
 
 def _score_item(model: Schema, state: ServerState) -> None:
-    """A ``/v1/score`` item: one context; ``reference`` required by a pairwise judge, absent for a scalar model;
+    """A ``/v1/score`` item: ``reference`` required by a pairwise judge, absent for a scalar model;
     :func:`_principle`."""
-    _one_context(model, state)
     _props(model)["reference"] = {"type": "string", "description": "the reference response (a pairwise judge "
                                   "scores P(response beats reference))"} if state.pairwise else NULL
     if state.pairwise:
@@ -284,9 +259,8 @@ def _score_request(model: Schema, state: ServerState) -> None:
 
 
 def _rank_request(model: Schema, state: ServerState) -> None:
-    """``/v1/rank``: one context, the strategies the judge runs, ``reference`` exactly with that strategy, and
-    ``maxItems`` for every strategy and ``swap``."""
-    _one_context(model, state)
+    """``/v1/rank``: the strategies the judge runs, ``reference`` exactly with that strategy, and ``maxItems`` for
+    every strategy and ``swap``."""
     _props(model)["strategy"]["enum"] = [x for x in STRATEGIES if not (state.pairwise and x == "scores")]
     _rules(model).append({"if": {"required": ["strategy"], "properties": {"strategy": {"const": "reference"}}},
                           "then": {"required": ["reference"], "properties": {"reference": {"type": "string"}}},
@@ -299,11 +273,8 @@ def _rank_request(model: Schema, state: ServerState) -> None:
 
 
 def _compare_request(model: Schema, state: ServerState) -> None:
-    """``/compare``: a history with a user turn, :func:`_principle` (required without a default), ``maxItems`` for
-    every strategy, ``swap`` and principle case, and an example that names a principle where one is needed."""
-    history = _props(model)["conversation_history"]
-    history.update({"contains": _user_turn(), "description": LAST_TURN})
-    history.pop("title", None)
+    """``/compare``: :func:`_principle` (required without a default), ``maxItems`` for every strategy, ``swap`` and
+    principle case, and an example that names a principle where one is needed."""
     _principle(model, state)
     if state.needs_principle:
         _rules(model).append(_named())
@@ -380,9 +351,7 @@ def _swap_rules(model: Schema, field: str, state: ServerState, price: Price, *,
 
 
 EDITS: dict[str, tuple[Callable[[Schema, ServerState], None], ...]] = {
-    "ChatMessage": (_message_rules,),
     "JudgeOptions": (_options,),
-    "PairIn": (_one_context,),
     "ScoreItemIn": (_score_item,),
     "JudgeRequest": (lambda model, state: _swap_rules(model, "pairs", state, _priced(state.judge, "pairs")),),
     "ScoreRequest": (_score_request,),

@@ -43,13 +43,26 @@ STRICT = ConfigDict(extra="forbid", strict=True)
 number), so the body the server accepts is exactly the one its JSON schema describes."""
 
 
+NULL: dict[str, JsonValue] = {"type": "null"}
+USER_TURN: dict[str, JsonValue] = {"contains": {"type": "object", "required": ["role"],
+                                                "properties": {"role": {"const": "user"}}}}
+"""JSON Schema of a conversation with a user turn (its last-turn rule has no JSON Schema form: said in words)."""
+LAST_TURN = ("The conversation must end with a user or tool turn (the judged responses are sent separately); "
+             "otherwise 422.")
+ONE_CONTEXT: dict[str, JsonValue] = {"oneOf": [
+    {"required": ["prompt"], "properties": {"prompt": {"type": "string"}, "conversation": NULL}},
+    {"required": ["conversation"], "properties": {"conversation": {"type": "array"}, "prompt": NULL}}]}
+"""JSON Schema of :class:`_Context`'s rule: exactly one of ``prompt`` and ``conversation``."""
+
 _CONV: list[JsonValue] = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 2+2?"}]
 
 
 class ChatMessage(BaseModel):
     """One turn before the judged response(s)."""
 
-    model_config = STRICT
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"anyOf": [
+        {"properties": {"role": {"const": "assistant"}}},  # tool calls only on assistant turns
+        {"properties": {"tool_calls": {"anyOf": [NULL, {"type": "array", "maxItems": 0}]}}}]})
     role: Role
     content: str
     tool_calls: list[dict[str, JsonValue]] | None = Field(default=None, description="assistant turns only")
@@ -58,8 +71,9 @@ class ChatMessage(BaseModel):
 class _Context(BaseModel):
     """Exactly one of ``conversation`` (messages ending with a user or tool turn) or ``prompt`` (one user turn)."""
 
-    model_config = STRICT
-    conversation: list[ChatMessage] | None = Field(default=None, min_length=1)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=ONE_CONTEXT)
+    conversation: list[ChatMessage] | None = Field(default=None, min_length=1, description=LAST_TURN,
+                                                   json_schema_extra=USER_TURN)
     prompt: str | None = None
 
     @model_validator(mode="after")
@@ -151,8 +165,8 @@ class ScoreRequest(Timeout):
 class RankRequest(_Context, Timeout):
     """``POST /v1/rank``: one group of responses ranked by a strategy."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_examples({
-        "prompt": "Name a prime number above 10.", "responses": ["11", "12", "13"], "strategy": "circular"}))
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={**ONE_CONTEXT, **_examples({
+        "prompt": "Name a prime number above 10.", "responses": ["11", "12", "13"], "strategy": "circular"})})
     responses: list[str] = Field(min_length=1)
     strategy: StrategyName = "auto"
     reference: str | None = None
@@ -200,7 +214,8 @@ class CompareRequest(Timeout):
         "conversation_history": [{"role": "user", "content": "Name a prime number above 10."}],
         "response_objs": [_output(t) for t in ("11", "12")],
         "principle": None}))
-    conversation_history: list[HistoryMessage] = Field(min_length=1)
+    conversation_history: list[HistoryMessage] = Field(min_length=1, description=LAST_TURN,
+                                                       json_schema_extra=USER_TURN)
     response_objs: list[dict[str, JsonValue]] = Field(min_length=1, description="Responses API objects; one whose "
                                                       "'output' is not a list is that response's invalid_input")
     principle: str | None = None

@@ -299,7 +299,7 @@ def _fit_kind(kind: str, name: str, source: str | None) -> str:
     archs = " ".join(architectures(config))
     if kind_trait(kind, "generates") and "ForSequenceClassification" in archs:
         raise ConfigError(f"{name!r} is a sequence classifier ({archs}); it has no language-model head to generate "
-                          f"with, so it cannot be kind {kind!r} — use kind='bt'")
+                          f"with, so it cannot be kind {kind!r} — use {{setting}}", field="kind", value="bt")
     return kind
 
 

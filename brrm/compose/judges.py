@@ -185,7 +185,8 @@ class PairwiseRewardJudge(PairwiseSurface):
             ConfigError: on mismatched lengths, invalid inputs, or principles (a BR-RM judge takes none).
         """
         if principles is not None:
-            raise ConfigError("this pairwise judge (BR-RM) takes no principle; principles are for kind='principle'")
+            raise ConfigError("this pairwise judge (BR-RM) takes no principle; principles are for {setting}",
+                              field="kind", value="principle")
         n = check_same_length(conversations=conversations, responses_a=responses_a, responses_b=responses_b)
         labels = _labels(labels, n)
         swap = self.swap if swap is None else check_bool("swap", swap)

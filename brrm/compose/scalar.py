@@ -104,7 +104,7 @@ class ScalarRewardJudge(_Base):
         """
         if references is not None:
             raise ConfigError("a scalar reward model scores each response on its own; references are for "
-                              "pairwise judges (kind='brrm')")
+                              "pairwise judges ({setting})", field="kind", value="brrm")
         n = check_same_length(conversations=conversations, responses=responses)
         rids = _ids(ids, n)
         if principles is not None or len(self.principles) <= 1:

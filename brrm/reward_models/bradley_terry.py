@@ -148,8 +148,8 @@ def resolve_recipe(recipe: str, name: str, *, causal: bool) -> str:
             return "llama_nemotron"
     if causal:
         raise ConfigError(
-            f"{name!r} is a causal LM; pass recipe='llama_nemotron' to read vocab logit 0 as the "
-            "reward, or load a sequence-classification reward model"
+            f"{name!r} is a causal LM; pass {{setting}} to read vocab logit 0 as the "
+            "reward, or load a sequence-classification reward model", field="recipe", value="llama_nemotron"
         )
     return "sequence_classification"
 
@@ -377,7 +377,8 @@ class BradleyTerryRewardModel:
                 (e.g. one ending with an assistant turn) or a missing (None) response — naming the item.
         """
         if principles is not None:
-            raise ConfigError("Bradley–Terry reward models take no principle; use kind='principle'")
+            raise ConfigError("Bradley–Terry reward models take no principle; use {setting}", field="kind",
+                              value="principle")
         n = check_same_length(conversations=conversations, responses=responses)
         if ids is not None:
             check_same_length(conversations=conversations, ids=ids)

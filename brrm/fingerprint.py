@@ -44,7 +44,7 @@ def weights_fingerprint(model: str | None) -> str:
 
         gguf = embedded_gguf_path()
         return "embedded:" + _digest([(gguf.name, gguf.stat().st_size, _file_digest(gguf))])
-    if model.startswith(("http://", "https://")):  # a brrm serve URL: the server checks its own weights
+    if model.startswith(("http://", "https://", "ray://")):  # a brrm serve URL or Ray Serve app: it checks its own
         return "serve:" + model.rstrip("/")
     path = Path(os.path.expanduser(model))
     if path.is_dir():

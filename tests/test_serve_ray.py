@@ -321,8 +321,8 @@ def test_single_flight_idempotency_and_clients_across_ingress_replicas(app, refe
 
     conversations = [p["prompt"] for p in PAIRS[:3]]
     a, b = [p["response_a"] for p in PAIRS[:3]], [p["response_b"] for p in PAIRS[:3]]
-    with brrm.load(app) as remote, brrm.load("ray://brrm") as in_cluster:
-        assert repr(in_cluster).startswith("RayJudge('brrm'")
+    with brrm.load(app, backend="serve") as remote, brrm.load("ray://brrm") as in_cluster:
+        assert repr(in_cluster).startswith("RayJudge('ray://brrm', model=")
         over_http, over_handle = remote.judge_pairs(conversations, a, b), in_cluster.judge_pairs(conversations, a, b)
     assert over_http == over_handle
     assert [j.p_a for j in over_http] == [r["judgments"][0]["p_a"] for r in reference[:3]]

@@ -64,7 +64,7 @@ class RayJudge(RemoteJudge):
 
     def __repr__(self) -> str:
         shape = "pairwise" if self.info.pairwise else "scalar"
-        return f"RayJudge({SCHEME}{self.app!r}, model={self.info.model!r}, {shape})"
+        return f"RayJudge({SCHEME + self.app!r}, model={self.info.model!r}, {shape})"
 
 
 def app_name(model: str) -> str:

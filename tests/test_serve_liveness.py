@@ -16,9 +16,12 @@ import httpx
 import pytest
 
 from tests.conftest import terminal_sigint
-from tests.serve_helpers import REPO, free_port, running_server
+from tests.serve_helpers import REPO, free_port
 
 FACTORY = "tests.test_serve_liveness:slow_judge"
+BOUND_S = 240.0
+"""A bound on waits for a process to start, load or stop: it ends a hung test, far above what a busy machine takes
+(the checks are events: an answer, an exit), so no verdict depends on the machine's speed."""
 PAIRS = {"pairs": [{"prompt": "Q?", "response_a": "a good answer", "response_b": "b"}]}
 
 
@@ -54,7 +57,7 @@ def _start(port: int, factory: str, load_s: float, log, gate: str | None = None)
                             stderr=subprocess.STDOUT, preexec_fn=terminal_sigint)
 
 
-def _first_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> float:
+def _first_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = BOUND_S) -> float:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         assert proc.poll() is None, "the server exited"
@@ -82,15 +85,18 @@ def test_health_answers_while_the_model_loads_and_ready_says_loading(tmp_path):
         assert judge.status_code == 503 and judge.json()["error"]["type"] == "loading"
         assert judge.headers["retry-after"] == "5" and head.status_code == 200
         gate.touch()
-        end = time.monotonic() + 90
+        end = time.monotonic() + BOUND_S
         while httpx.get(f"{url}/ready", timeout=10).status_code != 200:  # the load ends: the real app takes over
             assert time.monotonic() < end, (tmp_path / "server.log").read_text()
             time.sleep(0.2)
         answer = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=30)
         assert answer.status_code == 200 and answer.json()["judgments"][0]["status"] == "ok", answer.text
+        # the loaded server serves as one that never waited: ready, and its model listed
+        assert httpx.get(f"{url}/ready", timeout=10).json()["ready"] is True
+        assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 200
     finally:
         proc.terminate()
-        proc.wait(30)
+        proc.wait(BOUND_S)
     assert proc.returncode == 0, (tmp_path / "server.log").read_text()
 
 
@@ -105,14 +111,14 @@ def test_a_signal_during_the_load_stops_the_server_within_seconds(tmp_path, how)
         _first_health(f"http://127.0.0.1:{port}", proc)
         sent = time.monotonic()
         proc.send_signal(getattr(signal, how))
-        proc.wait(15)
+        proc.wait(120)  # a bound far below the 600 s load, however busy the machine: the signal ended it
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
     out = (tmp_path / "server.log").read_text()
-    assert took < 15, out  # seconds, not the 600 s load (the bound leaves a busy machine room)
+    assert took < 120, out  # not the 600 s load
     assert proc.returncode == (0 if how == "SIGTERM" else 130), out
     assert "stopped while the model was loading" in out and "Traceback" not in out
 
@@ -121,13 +127,7 @@ def test_a_failed_load_stops_the_server_with_its_error(tmp_path):
     port = free_port()
     with open(tmp_path / "server.log", "wb") as log:
         proc = _start(port, "tests.test_serve_liveness:failing_judge", 0, log)
-    proc.wait(60)
+    proc.wait(BOUND_S)
     out = (tmp_path / "server.log").read_text()
     assert proc.returncode == 2, out
     assert "brrm: error: " in out and "'nowhere' is not a local directory" in out and "Traceback" not in out
-
-
-def test_a_loaded_server_still_serves_as_before(tmp_path):
-    with running_server(["--factory", FACTORY], tmp_path, env={"BRRM_TEST_LOAD_S": "0.5"}) as server:
-        assert httpx.get(f"{server.url}/ready", timeout=5).json()["ready"] is True
-        assert httpx.get(f"{server.url}/v1/models", timeout=5).status_code == 200

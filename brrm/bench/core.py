@@ -11,6 +11,7 @@ scores both model kinds. Scores are :class:`Row` values in percent with ties and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -232,13 +233,31 @@ class ItemResult:
         """Whether a scalar reward model produced it (its verdicts come from rewards, not a pairwise judge)."""
         return bool(self.rewards)
 
+    @functools.cached_property
+    def _by_pair(self) -> dict[int, tuple[Shown, ...]]:
+        """Presentations grouped by pair, in protocol order (computed once: scoring reads every pair many times)."""
+        out: dict[int, list[Shown]] = {}
+        for s in self.shown:
+            out.setdefault(s.pair, []).append(s)
+        return {k: tuple(v) for k, v in out.items()}
+
     def presentations(self, pair: int) -> tuple[Shown, ...]:
         """The presentations of one pair, in protocol order."""
-        return tuple(s for s in self.shown if s.pair == pair)
+        return self._by_pair.get(pair, ())
 
     def verdict(self, pair: int) -> Verdict:
         """One verdict per pair in the pair frame: the single presentation's, or both orders combined
-        (:func:`brrm.compose.combine`: agreement gives that winner, disagreement a tie, a failed order NONE)."""
+        (:func:`brrm.compose.combine`: agreement gives that winner, disagreement a tie, a failed order NONE).
+
+        Raises:
+            ConfigError: the pair has neither one presentation nor both orders.
+        """
+        memo: dict[int, Verdict] = self.__dict__.setdefault("_verdicts", {})  # frozen: memo beside the fields
+        if pair not in memo:
+            memo[pair] = self._verdict(pair)
+        return memo[pair]
+
+    def _verdict(self, pair: int) -> Verdict:
         shown = self.presentations(pair)
         if len(shown) == 1:
             return shown[0].verdict

@@ -272,6 +272,10 @@ def test_brrm_arena_runs_on_the_example_with_a_tiny_qwen3(tmp_path, capsys, tiny
     rows = [json.loads(x) for x in lines]
     assert all(r["swapped"] and (r["position_bias"] is None or abs(r["position_bias"]) <= 0.5) for r in rows)
     assert any(r["position_bias"] is not None for r in rows)
+    # each battle's cost, both orders' turns together; the transformers backend reports its cache use
+    judged = [r for r in rows if r["status"] == "ok"]
+    assert judged and all(r["tokens"]["prompt"] > 0 and r["tokens"]["cached"] is not None for r in judged)
+    assert "cost: tokens per judgment: mean" in stdout
     page = (out / "report.html").read_text()
     assert "swapped battles" in page and (out / "categories.csv").is_file()
 

@@ -20,6 +20,7 @@ from brrm.service.items import PairItem, PairsCall
 from brrm.types import JudgeInfo, JudgeSpec, PairwiseJudgment, RewardJudge, Status, Verdict
 from brrm.types.jsonvalue import JSONDict
 from brrm.types.protocols import kind_trait
+from brrm.types.usage import Tokens, tokens_of
 
 WINNERS = ("model_a", "model_b", "tie")
 """LMArena's ``winner`` values."""
@@ -46,6 +47,10 @@ class Battle:
         position_bias: under swap, how much P(the answer shown first wins) exceeds ½ in this battle: half the
             forward order's P(A ≻ B) minus the reversed order's (both in the A, B frame; means over the samples
             under voting), in [-½, ½]; NaN without swap or where an order's P(A ≻ B) was not measured.
+        tokens: the judgment's tokens, every turn and order together (:class:`~brrm.types.usage.Tokens`: prompt,
+            cached or None where the backend does not report it, generated); None when not measured (no model
+            call, or a battles file written before tokens were recorded).
+        cascade_stage: the stage of a judge cascade that decided it (``first``, ``second``); ``""`` outside one.
     """
 
     prompt_id: str
@@ -61,6 +66,8 @@ class Battle:
     judge: str
     fingerprint: str
     position_bias: float = math.nan
+    tokens: Tokens | None = None
+    cascade_stage: str = ""
 
     @property
     def ok(self) -> bool:
@@ -92,7 +99,9 @@ class Battle:
                 "reason": self.reason, "p_a": None if math.isnan(self.p_a) else self.p_a,
                 "consistent": self.consistent, "swapped": self.swapped, "judge": self.judge,
                 "fingerprint": self.fingerprint,
-                "position_bias": None if math.isnan(self.position_bias) else self.position_bias}
+                "position_bias": None if math.isnan(self.position_bias) else self.position_bias,
+                "tokens": None if self.tokens is None else self.tokens.to_dict(),
+                "cascade_stage": self.cascade_stage or None}
 
 
 def default_swap(judge: RewardJudge | JudgeSpec, single_order: bool = False) -> bool:
@@ -155,7 +164,9 @@ def outcome(info: JudgeInfo, j: PairwiseJudgment, swap: bool) -> JSONDict:
     return {"status": j.status.value, "reason": j.reason, "winner": winner if ok else "",
             "p_a": None if math.isnan(j.p_a) else float(j.p_a), "consistent": j.consistent,
             "swapped": swap and bool(info.pairwise), "judge": info.model, "fingerprint": info.fingerprint,
-            "position_bias": None if math.isnan(bias) else bias}
+            "position_bias": None if math.isnan(bias) else bias,
+            "tokens": None if (spent := tokens_of(j)) is None else spent.to_dict(),
+            "cascade_stage": j.cascade.stage.value if j.cascade is not None else None}
 
 
 def battle_from(table: ArenaTable, m: Matchup, row: Mapping[str, object]) -> Battle:
@@ -169,7 +180,8 @@ def battle_from(table: ArenaTable, m: Matchup, row: Mapping[str, object]) -> Bat
     return Battle(m.prompt_id, table.prompts[m.prompt_id].category, m.model_a, m.model_b, str(row["status"]),
                   str(row.get("reason") or ""), str(row.get("winner") or ""), num("p_a"),
                   consistent if isinstance(consistent, bool) else None, bool(row.get("swapped")),
-                  str(row.get("judge") or ""), str(row.get("fingerprint") or ""), num("position_bias"))
+                  str(row.get("judge") or ""), str(row.get("fingerprint") or ""), num("position_bias"),
+                  Tokens.from_dict(row.get("tokens")), str(row.get("cascade_stage") or ""))
 
 
 def _position_bias(j: PairwiseJudgment) -> float:

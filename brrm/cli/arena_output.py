@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from brrm.errors import ConfigError
+from brrm.types.usage import token_line, token_report
 
 if TYPE_CHECKING:
     from brrm.arena import ArenaResult, RowError
@@ -26,6 +27,9 @@ def show_result(term: TextIO, result: ArenaResult, folder: Path | None, started:
               f"both orders agreed in {agreed:.0%}", file=term)
     for note in result.notes:
         print(note, file=term)
+    judged = [b for b in result.battles if b.tokens is not None]
+    if judged:  # a re-rated battles file may hold none
+        print(f"cost: {token_line(token_report(judged, time.perf_counter() - started))}", file=term)
     print(result.markdown(), file=term)
     if folder is not None:
         print("wrote " + ", ".join(str(p) for p in result.write(folder).values()), file=term)

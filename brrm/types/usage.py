@@ -20,6 +20,7 @@ from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONDict, JSONValue
 
 if TYPE_CHECKING:
+    from brrm.arena.judging import Battle
     from brrm.types.results import PairwiseJudgment, ScalarReward
 
 
@@ -102,11 +103,25 @@ class Tokens:
         """Prompt plus generated tokens: what the backend read and wrote for the result."""
         return self.prompt + self.generated
 
+    def to_dict(self) -> JSONDict:
+        """``{"prompt", "cached", "generated"}`` (``cached`` null when not reported)."""
+        return {"prompt": self.prompt, "cached": self.cached, "generated": self.generated}
 
-def tokens_of(result: PairwiseJudgment | ScalarReward) -> Tokens | None:
+    @classmethod
+    def from_dict(cls, d: object) -> Tokens | None:
+        """The inverse of :meth:`to_dict`; None for anything else (a row written before tokens were recorded)."""
+        if not isinstance(d, Mapping) or not isinstance(d.get("prompt"), int):
+            return None
+        cached = d.get("cached")
+        return cls(int(d["prompt"]), int(d.get("generated") or 0), cached if isinstance(cached, int) else None)
+
+
+def tokens_of(result: PairwiseJudgment | ScalarReward | Battle) -> Tokens | None:
     """A result's tokens: a judgment's turns summed (its ``prompt_tokens``/``generated_tokens`` when it was
     recorded before turns were), a scalar reward's input tokens (one forward pass: nothing generated, cache not
-    reported); None for a result that made no model call."""
+    reported); an arena battle's recorded tokens; None for a result that made no model call."""
+    if isinstance(recorded := getattr(result, "tokens", None), Tokens):
+        return recorded
     turns = getattr(result, "turns", None)
     if turns:
         whole = merge_turns(*[[t] for t in turns])[0]
@@ -128,14 +143,17 @@ def _spread(values: Sequence[float]) -> JSONDict:
 
 def _stage_shares(results: Sequence[object]) -> JSONDict | None:
     """The share of a cascade's results each stage decided, or None when no result came from a cascade."""
-    stages = [d.stage.value for r in results if (d := getattr(r, "cascade", None)) is not None]
+    stages = [d.stage.value if (d := getattr(r, "cascade", None)) is not None else getattr(r, "cascade_stage", "")
+              for r in results]
+    stages = [s for s in stages if s]
     if not stages:
         return None
     return {"results": len(stages), "first": round(stages.count("first") / len(stages), 6),
             "second": round(stages.count("second") / len(stages), 6)}
 
 
-def token_report(results: Iterable[PairwiseJudgment | ScalarReward], seconds: float | None = None) -> JSONDict:
+def token_report(results: Iterable[PairwiseJudgment | ScalarReward | Battle],
+                 seconds: float | None = None) -> JSONDict:
     """What a batch of results cost: tokens per result (mean and p95 of prompt, cached, generated and total),
     results per second over ``seconds`` of wall time, and a cascade's stage shares.
 

@@ -172,3 +172,31 @@ def test_the_server_reports_what_it_judged(tiny):
     total = sum(t["prompt"] + t["generated"] for t in j["turns"])
     assert "brrm_judgments_total 1.0" in text and f'brrm_judgment_tokens_sum{{part="total"}} {total:.1f}' in text
     assert "brrm_judgment_cache_not_reported_total 1.0" in text
+
+
+@pytest.mark.parametrize(("usage", "cached"), [({"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}}, 4),
+                                               ({"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 0}}, 0),
+                                               ({"prompt_tokens": 9}, None), (None, None)])
+def test_an_openai_compatible_answer_reports_its_cache_use_or_says_it_did_not(usage, cached):
+    """``usage.prompt_tokens_details.cached_tokens`` (vLLM's server with prefix caching) is read as given, 0
+    included; an answer without it is "not reported"."""
+    from brrm.backends.openai.backend import _parse_choice
+
+    answer = {"choices": [{"token_ids": [5, 6], "finish_reason": "stop", "logprobs": None}]}
+    if usage is not None:
+        answer["usage"] = usage
+    assert _parse_choice(answer).cached_tokens == cached
+
+
+@pytest.mark.parametrize(("reported", "cached"), [(32, 32), (0, 0), (None, None), ("absent", None)])
+def test_vllms_num_cached_tokens_is_read_as_reported(reported, cached):
+    """``RequestOutput.num_cached_tokens``: None before the first step and absent on older vLLMs: "not reported"."""
+    from types import SimpleNamespace
+
+    from brrm.backends.vllm.request import phase_result
+
+    completion = SimpleNamespace(token_ids=[5, 6], finish_reason="stop", stop_reason=None, logprobs=None)
+    out = SimpleNamespace(outputs=[completion], prompt_token_ids=list(range(40)))
+    if reported != "absent":
+        out.num_cached_tokens = reported
+    assert phase_result(out).cached_tokens == cached

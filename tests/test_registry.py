@@ -54,7 +54,7 @@ def registered(monkeypatch):
 @pytest.fixture()
 def installed(monkeypatch):
     """The plugin as an installed package: its code and its dist-info (entry points) on ``sys.path``."""
-    _on_path(monkeypatch, "src", "dist")
+    _on_path(monkeypatch, "src", "installed")
     yield
     forget_plugins()
 

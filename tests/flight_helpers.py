@@ -3,7 +3,9 @@ a real tiny-tokenizer Bradley–Terry judge on the scripted classifier of :mod:`
 backend calls (a real model cannot be made to take a fixed time or raise on demand).
 
 ``BRRM_TEST_FAKE`` (JSON) keys: ``log`` (a JSONL file: one line per ``classify`` call, with the texts it was given),
-``classify_s`` (seconds each call sleeps). A response ``q<k>`` scores ``k + 0.5``; a call holding ``BOOM`` raises
+``classify_s`` (seconds each call sleeps), ``gate`` (a file: while it exists, a call waits, at most 120 s, so a test
+holds a call in flight until the requests it sends have joined it: an event, not a guess of a busy machine's
+speed). A response ``q<k>`` scores ``k + 0.5``; a call holding ``BOOM`` raises
 for the whole call (so the item fails alone after bisection, and its request gets 503).
 """
 
@@ -39,6 +41,9 @@ def counting_bt() -> Any:
                 with _lock, open(cfg["log"], "a", encoding="utf-8") as f:
                     f.write(json.dumps({"texts": texts}) + "\n")
             time.sleep(float(cfg.get("classify_s", 0.0)))
+            end = time.monotonic() + 120
+            while cfg.get("gate") and os.path.exists(cfg["gate"]) and time.monotonic() < end:
+                time.sleep(0.01)
             if any("BOOM" in t for t in texts):
                 raise RuntimeError("scripted batch failure on BOOM")
             return super().classify(sequences, **kw)

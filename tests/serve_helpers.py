@@ -253,7 +253,8 @@ def fake_brrm() -> Any:
 
     Turn 2 prefers the response containing ``good`` (else response 1). A response containing ``<<STALL>>`` blocks
     its call for 600 s; ``<<ERROR>>`` makes that item a backend error. ``BRRM_TEST_FAKE`` keys: ``turn1_s`` /
-    ``turn2_s`` (sleep once per backend call of that turn), ``log`` (JSONL of every prompt's responses),
+    ``turn2_s`` (sleep once per backend call of that turn), ``gate`` (a file: while it exists, each call waits, at most
+    120 s), ``log`` (JSONL of every prompt's responses),
     ``mode_file`` (a file holding ``drop_last`` / ``extra`` / nothing: return one completion too few / too many),
     ``concurrent`` (the backend declares concurrent calls: a reentrant engine; default false), ``release_file`` (a
     stall ends as soon as this file exists).
@@ -284,6 +285,9 @@ def fake_brrm() -> Any:
             texts = [self.tokenizer.decode(list(r.prompt_ids), skip_special_tokens=False) for r in requests]
             delay = cfg.get("turn2_s", 0.0) if texts and is_turn2(texts[0]) else cfg.get("turn1_s", 0.0)
             time.sleep(delay)
+            end = time.monotonic() + 120  # held while the test's gate file exists (an event, not a delay)
+            while cfg.get("gate") and Path(cfg["gate"]).exists() and time.monotonic() < end:
+                time.sleep(0.01)
             out = super().generate(requests, **kw)
             mode = Path(cfg["mode_file"]).read_text().strip() if cfg.get("mode_file") else ""
             return out[:-1] if mode == "drop_last" else [*out, out[-1]] if mode == "extra" else out

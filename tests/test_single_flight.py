@@ -13,7 +13,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -32,9 +32,9 @@ BT = ["--factory", "tests.flight_helpers:counting_bt", "--max-wait-ms", "5", "--
 def bt(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("flight-bt")
     log = tmp / "calls.jsonl"
-    env = {"BRRM_TEST_FAKE": json.dumps({"classify_s": CALL_S, "log": str(log)})}
+    env = {"BRRM_TEST_FAKE": json.dumps({"classify_s": CALL_S, "log": str(log), "gate": str(tmp / "gate")})}
     with serving_in_process(BT, tmp, env=env) as srv:
-        srv.calls = log
+        srv.calls, srv.gate = log, tmp / "gate"
         yield srv
 
 
@@ -47,9 +47,60 @@ def score_body(token: str, *, n: int = 2, **extra) -> dict:
     return {"items": [{"prompt": f"prompt {token}", "response": f"q{k} {token}"} for k in range(n)], **extra}
 
 
+def joined(server) -> int:
+    """Requests that joined a job already in flight on the in-process server (single-flight's own count)."""
+    return server.app.app.state.brrm.flights.joined
+
+
+def held(server, *posts: Callable[[], httpx.Response], leave: int | None = None, joiners: int | None = None) -> list:
+    """Run the posts on threads, the first one's backend call held in flight (the server's gate file) until every
+    later post has joined it, and, with ``leave=k``, until post ``k`` has ended (its client gave up or its
+    deadline passed) too; then the call goes on. Events, not sleeps: the verdict does not depend on how fast a busy
+    machine starts threads. ``joiners``: how many of the later posts join (default all). Returns each post's
+    response (or the exception it raised), in order."""
+    server.gate.touch()
+    base = joined(server)
+    try:
+        threads, out = _start(posts[:1])
+        _until(lambda: server.app.app.state.brrm.flights.in_flight == 1, "the first request's job")
+        more, out[1:] = _start(posts[1:])
+        threads += more
+        want = len(posts) - 1 if joiners is None else joiners
+        _until(lambda: joined(server) - base >= want, "the later requests joining it")
+        if leave is not None:
+            threads[leave].join(60)
+    finally:
+        server.gate.unlink(missing_ok=True)
+    for t in threads:
+        t.join(60)
+    return [box[0] for box in out]
+
+
+def _start(posts: Sequence[Callable[[], httpx.Response]]) -> tuple[list[threading.Thread], list[list]]:
+    out: list[list] = [[None] for _ in posts]
+
+    def one(k: int) -> None:
+        try:
+            out[k][0] = posts[k]()
+        except Exception as exc:  # noqa: BLE001 - a client's timeout is an outcome here
+            out[k][0] = exc
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(len(posts))]
+    for t in threads:
+        t.start()
+    return threads, out
+
+
+def _until(check: Callable[[], bool], what: str, bound_s: float = 60) -> None:
+    end = time.monotonic() + bound_s
+    while not check():
+        assert time.monotonic() < end, f"waited {bound_s:g} s for {what}"
+        time.sleep(0.01)
+
+
 def together(*posts: Callable[[], httpx.Response], stagger_s: float = 0.15) -> list:
-    """Run the posts on threads, each ``stagger_s`` after the previous (so the first is in flight); their responses
-    (or the exception each raised), in order."""
+    """Run the posts on threads, each ``stagger_s`` after the previous; their responses (or the exception each
+    raised), in order."""
     out: list = [None] * len(posts)
 
     def one(k: int) -> None:
@@ -67,7 +118,7 @@ def together(*posts: Callable[[], httpx.Response], stagger_s: float = 0.15) -> l
     return out
 
 
-def post(server, path: str, body: dict, *, key: str | None = None, timeout: float = 30):
+def post(server, path: str, body: dict, *, key: str | None = None, timeout: float | httpx.Timeout = 30):
     headers = {"Idempotency-Key": key} if key else {}
     return lambda: httpx.post(f"{server.url}{path}", json=body, headers=headers, timeout=timeout)
 
@@ -75,7 +126,7 @@ def post(server, path: str, body: dict, *, key: str | None = None, timeout: floa
 # ------------------------------------------------------------------------------------------ single-flight
 def test_two_identical_concurrent_requests_make_one_backend_call(bt):
     token = uuid.uuid4().hex
-    a, b = together(post(bt, "/v1/score", score_body(token)), post(bt, "/v1/score", score_body(token)))
+    a, b = held(bt, post(bt, "/v1/score", score_body(token)), post(bt, "/v1/score", score_body(token)))
     assert a.status_code == b.status_code == 200, (a.text, b.text)
     assert a.json() == b.json()
     assert [r["reward"] for r in a.json()["rewards"]] == [0.5, 1.5]
@@ -89,11 +140,11 @@ def test_two_identical_concurrent_requests_make_one_backend_call(bt):
 
 def test_a_failing_shared_job_reaches_both_waiters_and_is_not_cached(bt):
     token = f"BOOM {uuid.uuid4().hex}"
-    a, b = together(post(bt, "/v1/score", score_body(token, n=1)), post(bt, "/v1/score", score_body(token, n=1)))
+    a, b = held(bt, post(bt, "/v1/score", score_body(token, n=1)), post(bt, "/v1/score", score_body(token, n=1)))
     assert a.status_code == b.status_code == 503, (a.text, b.text)
     assert a.json() == b.json() and "BOOM" in a.json()["error"]["message"]
     shared = calls(bt, token)
-    assert shared >= 1
+    assert shared >= 1  # the one job's calls (the failing one, bisected)
     again = httpx.post(f"{bt.url}/v1/score", json=score_body(token, n=1), timeout=30)
     assert again.status_code == 503
     assert calls(bt, token) == 2 * shared  # run again, exactly as the shared run did: nothing was kept
@@ -101,8 +152,8 @@ def test_a_failing_shared_job_reaches_both_waiters_and_is_not_cached(bt):
 
 def test_a_waiter_whose_client_gives_up_does_not_cancel_the_others_result(bt):
     token = uuid.uuid4().hex
-    gone, kept = together(post(bt, "/v1/score", score_body(token), timeout=0.3), post(bt, "/v1/score",
-                                                                                   score_body(token)))
+    kept, gone = held(bt, post(bt, "/v1/score", score_body(token)),
+                      post(bt, "/v1/score", score_body(token), timeout=httpx.Timeout(30, read=0.3)), leave=1)
     assert isinstance(gone, httpx.TimeoutException)
     assert kept.status_code == 200 and [r["reward"] for r in kept.json()["rewards"]] == [0.5, 1.5]
     assert calls(bt, token) == 1
@@ -110,8 +161,8 @@ def test_a_waiter_whose_client_gives_up_does_not_cancel_the_others_result(bt):
 
 def test_a_waiter_whose_own_deadline_passes_does_not_cancel_the_others_result(bt):
     token = uuid.uuid4().hex
-    late, kept = together(post(bt, "/v1/score", score_body(token, timeout_s=0.5)),
-                          post(bt, "/v1/score", score_body(token)), stagger_s=0.05)
+    kept, late = held(bt, post(bt, "/v1/score", score_body(token)),
+                      post(bt, "/v1/score", score_body(token, timeout_s=0.5)), leave=1)
     assert late.status_code == 504, late.text
     assert kept.status_code == 200 and [r["reward"] for r in kept.json()["rewards"]] == [0.5, 1.5]
     assert calls(bt, token) == 1
@@ -161,8 +212,8 @@ def test_the_same_key_with_another_body_is_refused_naming_the_key(bt):
 def test_a_retry_while_the_first_runs_waits_for_it(bt):
     token, key = uuid.uuid4().hex, uuid.uuid4().hex
     body = score_body(token)
-    first, retry, other = together(post(bt, "/v1/score", body, key=key), post(bt, "/v1/score", body, key=key),
-                                   post(bt, "/v1/score", score_body(token, n=1), key=key), stagger_s=0.1)
+    first, retry, other = held(bt, post(bt, "/v1/score", body, key=key), post(bt, "/v1/score", body, key=key),
+                               post(bt, "/v1/score", score_body(token, n=1), key=key), joiners=1, leave=2)
     assert first.status_code == retry.status_code == 200 and retry.content == first.content
     assert retry.headers["idempotent-replayed"] == "true"
     assert other.status_code == 422 and key in other.json()["error"]["message"]  # another body, while running
@@ -253,20 +304,21 @@ def test_the_openapi_schema_documents_the_header_on_every_post_route(bt):
 # ------------------------------------------------------------------------------------------ BR-RM pairs
 def test_identical_brrm_judge_and_compare_requests_are_judged_once(tmp_path):
     log = tmp_path / "prompts.jsonl"
-    env = {"BRRM_TEST_FAKE": json.dumps({"turn1_s": 0.3, "turn2_s": 0.3, "log": str(log)})}
+    env = {"BRRM_TEST_FAKE": json.dumps({"log": str(log), "gate": str(tmp_path / "gate")})}
     args = ["--factory", "tests.serve_helpers:fake_brrm", "--max-wait-ms", "5", "--deadline", "20"]
     with serving_in_process(args, tmp_path, env=env) as srv:
+        srv.gate = tmp_path / "gate"
         token = uuid.uuid4().hex
         pair = {"pairs": [{"prompt": "2+2?", "response_a": f"4 good {token}", "response_b": f"5 {token}"}],
                 "swap": True, "options": {"seed": 3}}
-        a, b = together(post(srv, "/v1/judge", pair), post(srv, "/v1/judge", pair))
+        a, b = held(srv, post(srv, "/v1/judge", pair), post(srv, "/v1/judge", pair))
         assert a.status_code == b.status_code == 200 and a.json() == b.json()
         assert a.json()["judgments"][0]["winner"] == "A"
         prompts = [r for r in read_log(log) if any(token in x for x in r["responses"])]
         assert len(prompts) == 4  # one pair, both orders, two turns: once
         texts = [f"17 good {token}", f"19 {token}", f"21 {token}"]
         n0 = len(read_log(log))
-        c, d = together(post(srv, "/compare", compare_body(texts)), post(srv, "/compare", compare_body(texts)))
+        c, d = held(srv, post(srv, "/compare", compare_body(texts)), post(srv, "/compare", compare_body(texts)))
         assert c.status_code == d.status_code == 200 and c.json() == d.json()
         n1 = len(read_log(log))
         alone = post(srv, "/compare", compare_body(texts))()  # the same once more, alone: it runs again
@@ -303,18 +355,22 @@ def test_a_joiner_extends_the_shared_deadline_and_the_early_waiter_leaves_alone(
 
     ran: list[list[object]] = []
 
+    release = threading.Event()  # the run lasts until the early waiter's deadline has passed: an event
+
     def runner(_key, items, _progress):
         ran.append(list(items))
-        time.sleep(0.5)
+        release.wait(30)
         return [f"result {i}" for i in items]
 
     async def main() -> tuple[object, object]:
         scheduler = Scheduler(runner, max_batch=8, max_wait_s=0.0, max_queue=8)
         await scheduler.start()
         flights = SingleFlight(scheduler, lambda _key: "judge")
-        early = asyncio.ensure_future(flights.submit("k", ["x", "y"], timeout_s=0.2))
-        await asyncio.sleep(0.05)
-        late = asyncio.ensure_future(flights.submit("k", ["x", "y"], timeout_s=5))
+        early = asyncio.ensure_future(flights.submit("k", ["x", "y"], timeout_s=1.0))
+        await asyncio.sleep(0)  # the late one joins at the next turn of the loop, long before the early deadline
+        late = asyncio.ensure_future(flights.submit("k", ["x", "y"], timeout_s=30))
+        await asyncio.wait([early])
+        release.set()
         outcomes = await asyncio.gather(early, late, return_exceptions=True)
         assert flights.in_flight == 0 and flights.joined == 1
         await scheduler.drain(1)

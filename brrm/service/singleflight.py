@@ -14,11 +14,13 @@ only on these (never on batch, order or neighbours), so sharing one run is exact
   :class:`~brrm.service.scheduler.DeadlineExceeded` alone, and a waiter whose client goes away (its task is
   cancelled) simply leaves. The shared job is cancelled only when its last waiter has left (and, when a waiter asked
   for it, ``linger_s`` seconds have passed with no one joining: a client that gave up and retries finds its job
-  still running; ``brrm serve`` asks it for requests with an ``Idempotency-Key``); its deadline in the scheduler
+  still running, or its results when the job finished in the meantime; ``brrm serve`` asks it for requests with
+  an ``Idempotency-Key``); its deadline in the scheduler
   is the latest of its waiters' (extended when a later one joins), so queued-deadline expiry and stall handling
   see the deadline someone still waits on;
 * a failure (an exception: 429, 503, 504, 422) reaches every waiter, and nothing is cached: the digest is forgotten
-  the moment the job ends, successfully or not, so the next identical job runs again.
+  the moment the job ends, successfully or not, so the next identical job runs again (the one exception: a
+  lingering job that succeeded after its last waiter left keeps its results for the rest of its grace).
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ class SingleFlight:
         flight.linger_s = max(flight.linger_s, linger_s)
         if flight.timer is not None:
             flight.timer.cancel()
+            flight.timer = None
         try:
             return await self._wait(flight, deadline, timeout_s)
         finally:
@@ -173,19 +176,25 @@ class SingleFlight:
                                                units=units, on_job=flight.attach)
 
         flight.task = asyncio.ensure_future(shared())
-        flight.task.add_done_callback(lambda task: self._forget(flight, task))
+        flight.task.add_done_callback(lambda task: self._ended(flight, task))
         self._flights[digest] = flight
         return flight
 
     def _abandon(self, flight: _Flight) -> None:
-        """Cancel ``flight``'s job when no one waits on it any more."""
-        if flight.waiters == 0 and flight.task is not None and not flight.task.done():
+        """Cancel ``flight``'s job when no one waits on it any more (a finished one kept for a retry is dropped)."""
+        if flight.waiters == 0 and flight.task is not None:
             self._forget(flight)  # a job arriving now starts afresh rather than joining a cancelled one
-            flight.task.cancel()
+            if not flight.task.done():
+                flight.task.cancel()
 
-    def _forget(self, flight: _Flight, task: asyncio.Future[list[object]] | None = None) -> None:
-        if task is not None and not task.cancelled():
-            task.exception()  # retrieved: a job that ended while no one waited (lingering) is not a leaked error
+    def _ended(self, flight: _Flight, task: asyncio.Future[list[object]]) -> None:
+        """The shared job ended. Forgotten at once, unless it succeeded while lingering with no one waiting: then
+        its results wait out the rest of the grace, so the client that gave up finds them when it retries."""
+        failed = task.cancelled() or task.exception() is not None  # retrieved: never a leaked error
+        if failed or flight.waiters or flight.timer is None:
+            self._forget(flight)
+
+    def _forget(self, flight: _Flight) -> None:
         if self._flights.get(flight.digest) is flight:
             del self._flights[flight.digest]
 

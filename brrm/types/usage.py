@@ -14,14 +14,20 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONDict, JSONValue
 
 if TYPE_CHECKING:
-    from brrm.arena.judging import Battle
     from brrm.types.results import PairwiseJudgment, ScalarReward
+
+
+class Recorded(Protocol):
+    """A value that carries the tokens recorded for it (an arena battle: :class:`brrm.arena.judging.Battle`)."""
+
+    @property
+    def tokens(self) -> Tokens | None: ...
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,7 @@ class Tokens:
         return cls(int(d["prompt"]), int(d.get("generated") or 0), cached if isinstance(cached, int) else None)
 
 
-def tokens_of(result: PairwiseJudgment | ScalarReward | Battle) -> Tokens | None:
+def tokens_of(result: PairwiseJudgment | ScalarReward | Recorded) -> Tokens | None:
     """A result's tokens: a judgment's turns summed (its ``prompt_tokens``/``generated_tokens`` when it was
     recorded before turns were), a scalar reward's input tokens (one forward pass: nothing generated, cache not
     reported); an arena battle's recorded tokens; None for a result that made no model call."""
@@ -152,7 +158,7 @@ def _stage_shares(results: Sequence[object]) -> JSONDict | None:
             "second": round(stages.count("second") / len(stages), 6)}
 
 
-def token_report(results: Iterable[PairwiseJudgment | ScalarReward | Battle],
+def token_report(results: Iterable[PairwiseJudgment | ScalarReward | Recorded],
                  seconds: float | None = None) -> JSONDict:
     """What a batch of results cost: tokens per result (mean and p95 of prompt, cached, generated and total),
     results per second over ``seconds`` of wall time, and a cascade's stage shares.

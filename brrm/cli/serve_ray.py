@@ -9,6 +9,7 @@ drains its replicas first) and stops a Ray instance this command started.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -121,7 +122,7 @@ def _deploy(args: argparse.Namespace, spec: JudgeSpec, limits: ServerLimits, siz
     started = not ray.is_initialized()
     if started:
         try:
-            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise ConfigError(f"--ray {args.ray}: cannot reach the Ray cluster ({type(exc).__name__}: {exc})") from None
     stop = threading.Event()

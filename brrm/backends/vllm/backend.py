@@ -39,13 +39,13 @@ import itertools
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from brrm import cancellation
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.backends.blackbox.grammar import GrammarRun
 from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
-from brrm.backends.options import VLLMOptions, set_options
+from brrm.backends.options import VLLMOptions
 from brrm.backends.vllm.calls import Call
 from brrm.backends.vllm.engine import (
     VLLM_HINT,
@@ -53,6 +53,7 @@ from brrm.backends.vllm.engine import (
     check_options,
     detect_features,
     engine_details,
+    engine_options,
     import_vllm,
     llm_kwargs,
     set_batch_invariant,
@@ -124,22 +125,11 @@ class VLLMBackend:
         self.max_context = int(model_config.max_model_len)
         # runner_type: absent on vLLM versions that only generate
         self.runner = str(getattr(model_config, "runner_type", "generate"))
-        generative = self.runner == "generate"
-        self.capabilities = Capabilities(generate=generative, programs=generative, classify=not generative,
-                                         vocab_logit=generative and features.logprob_token_ids,
-                                         kv_reuse=False, chunk_size=chunk_size, concurrent=generative,
-                                         seeded=True)
-        self.info = BackendInfo(
-            "vllm",
-            model_id,
-            {
-                "vllm": features.version,
-                "runner": self.runner,
-                "max_model_len": self.max_context,
-                **({"turn_requests": turn_requests} if turn_requests != "phases" else {}),
-                **(details or {}),
-            },
-        )
+        self.capabilities = self._capabilities(chunk_size)
+        self.info = BackendInfo("vllm", model_id, {
+            "vllm": features.version, "runner": self.runner, "max_model_len": self.max_context,
+            **({"turn_requests": turn_requests} if turn_requests != "phases" else {}), **(details or {}),
+        })
         self.stats = {
             "requests": 0,
             "phases": 0,
@@ -154,112 +144,64 @@ class VLLMBackend:
         self._failers: dict[str, Callable[[str], None]] = {}
         self._calls: set[Call] = set()  # calls in flight, whose cancellation the stepping thread checks
 
+    def _capabilities(self, chunk_size: int) -> Capabilities:
+        """What this engine does: generation, programs and vocabulary logits on the ``generate`` runner,
+        classification on the ``pooling`` one."""
+        generative = self.runner == "generate"
+        return Capabilities(generate=generative, programs=generative, classify=not generative,
+                            vocab_logit=generative and self.features.logprob_token_ids, kv_reuse=False,
+                            chunk_size=chunk_size, concurrent=generative, seeded=True)
+
     @classmethod
     def from_options(cls, source: str, options: VLLMOptions, *, name: str | None = None,
                      task: str = "generate") -> VLLMBackend:
-        """The backend :func:`brrm.load` builds: ``options`` (:class:`~brrm.backends.options.VLLMOptions`, vLLM's
-        engine-argument names) as :meth:`from_pretrained` takes them; ``task`` ``classify`` runs the engine's
-        pooling runner (sequence-classification reward models), ``generate`` its generate runner.
+        """The backend :func:`brrm.load` builds: :meth:`from_pretrained` with ``options``; ``task`` ``classify``
+        runs the engine's pooling runner (sequence-classification reward models), ``generate`` its generate runner.
 
         Raises:
             BackendUnavailable, ConfigError: as :meth:`from_pretrained`.
         """
-        runner = "pooling" if task == "classify" else "generate"
-        return cls.from_pretrained(source, name=name, runner=runner, **set_options(options))  # type: ignore[arg-type]
+        return cls.from_pretrained(source, options, name=name, runner="pooling" if task == "classify" else "generate")
 
     @classmethod
-    def from_pretrained(
-        cls,
-        model: str,
-        *,
-        dtype: str = "auto",
-        seed: int = 0,
-        max_model_len: int | None = None,
-        tensor_parallel_size: int = 1,
-        pipeline_parallel_size: int = 1,
-        distributed_executor_backend: str | None = None,
-        gpu_memory_utilization: float = 0.9,
-        block_size: int | None = None,
-        enable_prefix_caching: bool = True,
-        enforce_eager: bool = False,
-        runner: str = "auto",
-        structured_outputs_backend: str = "auto",
-        tokenizer: str | None = None,
-        trust_remote_code: bool = False,
-        chunk_size: int = 4096,
-        device: str = "auto",
-        batch_size: int | None = None,
-        engine_kwargs: Mapping[str, object] | None = None,
-        name: str | None = None,
-        batch_invariant: bool | str = "auto",
-        turn_requests: str = "phases",
-    ) -> VLLMBackend:
+    def from_pretrained(cls, model: str, options: VLLMOptions | None = None, *, name: str | None = None,
+                        runner: str = "auto", seed: int = 0, tokenizer: str | None = None,
+                        turn_requests: str = "phases", **engine: Any) -> VLLMBackend:
         """Start a ``vllm.LLM`` for ``model`` (hub id or local directory).
 
         Args:
             model: hub id (e.g. ``nvidia/Qwen3-Nemotron-14B-BRRM``) or local directory.
-            dtype: ``auto`` (float32 on a CPU build, like the transformers backend; on GPUs vLLM's ``auto``:
-                the checkpoint's dtype, float32 checkpoints cast to bfloat16), ``float32``, ``bfloat16`` or
-                ``float16``.
-            seed: engine seed (each request also carries its own seed).
-            max_model_len: context window in tokens; None = the model's.
-            tensor_parallel_size, pipeline_parallel_size: GPUs per model replica, >= 1 each.
-            distributed_executor_backend: ``mp``, ``ray``, … or None (vLLM's choice).
-            gpu_memory_utilization: fraction of GPU memory for weights + KV cache, in (0, 1].
-            block_size: KV block size in tokens (None = the platform default; prefix hits are whole
-                blocks; vLLM CPU needs a multiple of 32).
-            enable_prefix_caching: automatic prefix caching (turn 2 reuses turn 1's blocks).
-            enforce_eager: no CUDA graphs / torch.compile (faster start, slower steps).
-            runner: ``auto``, ``generate`` (judges) or ``pooling`` (sequence-classification reward models).
-            structured_outputs_backend: one of :data:`STRUCTURED_BACKENDS`.
-            tokenizer: tokenizer path if not the model's.
-            chunk_size: see the constructor.
-            device: ``auto``, ``cpu`` or ``cuda``; must match the installed vLLM build's platform.
-            batch_size: accepted for CLI compatibility and ignored (the engine schedules batches).
-            engine_kwargs: more ``vllm.LLM`` keyword arguments, passed through unchanged.
+            options: the engine's options (:class:`~brrm.backends.options.VLLMOptions`: vLLM's engine-argument
+                names, each field's help giving its meaning; unset fields take
+                :data:`~brrm.backends.vllm.engine.ENGINE_DEFAULTS`). ``dtype`` ``auto`` is float32 on a CPU
+                build (like the transformers backend), on GPUs vLLM's ``auto``; ``batch_size`` is ignored (the
+                engine schedules batches); ``chunk_size`` goes to the constructor.
             name: the model name recorded in results (default ``model``).
-            batch_invariant: True turns on vLLM's batch-invariant mode (``VLLM_BATCH_INVARIANT=1``, set before
-                vLLM is imported: a row's output does not depend on its batch; vLLM's docs list GPUs of compute
-                capability >= 9.0), False turns it off, ``"auto"`` keeps the environment's setting (off by
-                default). ``info.details["batch_invariant"]`` records the mode vLLM reports.
+            runner: ``auto``, ``generate`` (judges) or ``pooling`` (sequence-classification reward models).
+            seed: engine seed (each request also carries its own seed).
+            tokenizer: tokenizer path if not the model's.
             turn_requests: ``phases`` or ``grammar`` (see the constructor; ``grammar`` needs
                 ``structured_outputs_backend="guidance"``).
+            **engine: options fields as keywords, over ``options``.
 
         Raises:
             BackendUnavailable: when vllm is not installed or lacks structured outputs.
-            ConfigError: on an invalid option (named, with its valid values).
+            ConfigError: on an invalid or unknown option (named, with its valid values).
         """
-        del batch_size
-        check_turn_requests(turn_requests, structured_outputs_backend)
-        set_batch_invariant(batch_invariant)
+        o = engine_options(options, engine)
+        structured, tp, pp = o["structured_outputs_backend"], o["tensor_parallel_size"], o["pipeline_parallel_size"]
+        check_turn_requests(turn_requests, structured)
+        set_batch_invariant(o["batch_invariant"])
         vllm = import_vllm()
         features = detect_features(vllm)
-        check_options(
-            dtype,
-            device,
-            runner,
-            structured_outputs_backend,
-            tensor_parallel_size,
-            pipeline_parallel_size,
-            gpu_memory_utilization,
-        )
-        kwargs = llm_kwargs(
-            model, features, tokenizer=tokenizer, dtype=dtype, seed=seed, max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-            distributed_executor_backend=distributed_executor_backend,
-            gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-            enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager, runner=runner,
-            structured_outputs_backend=structured_outputs_backend, trust_remote_code=trust_remote_code,
-            engine_kwargs=engine_kwargs,
-        )
-        llm = vllm.LLM(**kwargs)
+        check_options(o["dtype"], o["device"], runner, structured, tp, pp, o["gpu_memory_utilization"])
+        llm_options = {k: v for k, v in o.items() if k not in ("device", "batch_size", "chunk_size", "batch_invariant")}
+        llm = vllm.LLM(**llm_kwargs(model, features, tokenizer=tokenizer, seed=seed, runner=runner, **llm_options))
         from transformers import AutoTokenizer
 
-        hf_tok = AutoTokenizer.from_pretrained(tokenizer or model, trust_remote_code=trust_remote_code)
-        details = engine_details(llm, features, structured_outputs_backend, tensor_parallel_size,
-                                 pipeline_parallel_size)
-        return cls(llm, hf_tok, model_id=name or model, features=features, chunk_size=chunk_size, details=details,
-                   turn_requests=turn_requests)
+        hf_tok = AutoTokenizer.from_pretrained(tokenizer or model, trust_remote_code=o["trust_remote_code"])
+        return cls(llm, hf_tok, model_id=name or model, features=features, chunk_size=o["chunk_size"],
+                   details=engine_details(llm, features, structured, tp, pp), turn_requests=turn_requests)
 
     # ----------------------------------------------------------------------------------------- generate
     def generate(

@@ -13,8 +13,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from brrm.backends.options import VLLMOptions, set_options
 from brrm.errors import BackendUnavailable, ConfigError, install_extra
 from brrm.types.jsonvalue import JSONValue
 
@@ -181,6 +182,31 @@ def resolve_dtype(dtype: str) -> str:
     from vllm.platforms import current_platform
 
     return "float32" if str(getattr(current_platform, "device_type", "")) == "cpu" else "auto"
+
+
+ENGINE_DEFAULTS: dict[str, Any] = {
+    **{f.name: None for f in fields(VLLMOptions)},
+    "dtype": "auto", "device": "auto", "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+    "gpu_memory_utilization": 0.9, "enable_prefix_caching": True, "enforce_eager": False,
+    "structured_outputs_backend": "auto", "trust_remote_code": False, "chunk_size": 4096, "batch_invariant": "auto",
+}
+"""The backend's value of each :class:`~brrm.backends.options.VLLMOptions` field left unset (as each field's help
+says; None: vLLM's own default, or unused)."""
+
+
+def engine_options(options: VLLMOptions | None, overrides: Mapping[str, object]) -> dict[str, Any]:
+    """Every :class:`~brrm.backends.options.VLLMOptions` field by name: ``overrides`` (keywords, None = unset) over
+    ``options`` over :data:`ENGINE_DEFAULTS`, validated by the options class.
+
+    Raises:
+        ConfigError: on an unknown option (naming the valid ones) or an invalid value.
+    """
+    unknown = sorted(set(overrides) - set(ENGINE_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown vLLM option(s) {', '.join(unknown)}; valid: {', '.join(ENGINE_DEFAULTS)}")
+    merged = {**(set_options(options) if options is not None else {}),
+              **{k: v for k, v in overrides.items() if v is not None}}
+    return {**ENGINE_DEFAULTS, **set_options(VLLMOptions(**merged))}
 
 
 def check_options(

@@ -8,7 +8,6 @@ aggregates skip non-``ok`` results by status (see :mod:`brrm.types.summary`).
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,40 +18,8 @@ from brrm.types.cascade import CascadeDecision
 from brrm.types.config import SamplingConfig, check_text
 from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.usage import TurnTokens
-
-
-class Verdict(enum.StrEnum):
-    """Which response won. ``NONE`` means no verdict was produced; the result's status says why."""
-
-    A = "A"
-    B = "B"
-    TIE = "tie"
-    NONE = "none"
-
-    def mirrored(self) -> Verdict:
-        """The verdict seen from the swapped order (A <-> B); TIE and NONE map to themselves."""
-        return {Verdict.A: Verdict.B, Verdict.B: Verdict.A}.get(self, self)
-
-
-class Status(enum.StrEnum):
-    """Outcome of one judgment or reward.
-
-    ``ok``: a verdict / reward was produced. ``parse_failure``: the output ended but held no valid verdict.
-    ``truncated``: a token budget or context limit was hit before the verdict. ``backend_error``: the
-    model backend failed (exception, NaN logits, HTTP error). ``invalid_input``: the record itself is
-    malformed (reported with its reason; the rest of the batch goes on). ``empty``: an empty response.
-    ``incomplete_group``: a group reward whose GRPO group never arrived whole (some member missing after the
-    cohort deadline), so no within-group reward exists for it.
-    """
-
-    OK = "ok"
-    PARSE_FAILURE = "parse_failure"
-    TRUNCATED = "truncated"
-    BACKEND_ERROR = "backend_error"
-    INVALID_INPUT = "invalid_input"
-    EMPTY = "empty"
-    INCOMPLETE_GROUP = "incomplete_group"
-
+from brrm.types.verdict import Status, Verdict
+from brrm.types.verdict import parse_label as parse_label  # re-exported (its home is brrm.types.verdict)
 
 LOGPROB_SEMANTICS = ("raw", "unknown")
 """What a result's verdict probability is the softmax of (``Provenance.logprob_semantics``).
@@ -285,19 +252,6 @@ class PairwiseJudgment:
         if self.cascade is not None:  # only a cascade's results carry it
             out["cascade"] = self.cascade.to_dict()
         return out
-
-
-def parse_label(value: object, *, where: str = "label") -> Verdict:
-    """Map a label (``"A"``, ``"B"``, ``"tie"``, or ``1`` / ``2`` as in LLMBar) to a Verdict.
-
-    Raises:
-        ConfigError: naming the field and the valid options.
-    """
-    table = {"a": Verdict.A, "b": Verdict.B, "tie": Verdict.TIE, "1": Verdict.A, "2": Verdict.B}
-    key = str(value).strip().lower()
-    if isinstance(value, bool) or key not in table:
-        raise ConfigError(f"{where} {value!r} is not valid; expected one of 'A', 'B', 'tie' (or 1, 2)")
-    return table[key]
 
 
 def check_same_length(**lists: Sequence[object]) -> int:

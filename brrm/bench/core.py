@@ -28,7 +28,7 @@ from brrm.compose.pairwise import pairwise_from_rewards
 from brrm.compose.swap import combine, mirror
 from brrm.errors import ConfigError
 from brrm.types import ConversationLike, PairwiseJudgment, ScalarReward, Status, Verdict
-from brrm.types.jsonvalue import JSONValue
+from brrm.types.jsonvalue import JSONValue, json_ready
 
 
 @dataclass(frozen=True)
@@ -248,17 +248,6 @@ class Row:
         """JSON-ready; an undefined figure (NaN, e.g. a kappa with one class) is ``null``."""
         return {"name": self.name, "score": json_ready(self.score), "n": self.n, "ties": self.ties,
                 "failures": self.failures, **({"extra": json_ready(dict(self.extra))} if self.extra else {})}
-
-
-def json_ready(value: object) -> object:
-    """``value`` with every NaN float (nested in dicts and lists too) replaced by None (strict JSON has no NaN)."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: json_ready(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_ready(v) for v in value]
-    return value
 
 
 @dataclass(frozen=True)

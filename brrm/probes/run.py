@@ -24,7 +24,7 @@ from brrm.compose.swap import mirror
 from brrm.probes.variants import PROBES, parse_probes
 from brrm.seeds import item_seed
 from brrm.types import Conversation, ConversationLike, PairwiseJudgment, RewardJudge, Verdict, check_float, check_int
-from brrm.types.jsonvalue import JSONDict
+from brrm.types.jsonvalue import JSONDict, record
 
 if TYPE_CHECKING:
     from brrm.compose import PairwiseRewardJudge
@@ -46,10 +46,8 @@ class Interval:
     n: int
 
     def to_dict(self) -> JSONDict:
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else x
-
-        return {"value": num(self.value), "low": num(self.low), "high": num(self.high), "n": self.n}
+        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
+        return record(self)
 
 
 @dataclass(frozen=True)
@@ -77,12 +75,8 @@ class ProbeItem:
     reason: str = ""
 
     def to_dict(self) -> JSONDict:
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else x
-
-        return {"id": self.id, "original": self.original, "variant": self.variant, "flipped": self.flipped,
-                "target": self.target, "p_shift": num(self.p_shift), "reward_shift": num(self.reward_shift),
-                "reason": self.reason}
+        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
+        return record(self)
 
 
 @dataclass(frozen=True)
@@ -112,12 +106,8 @@ class ProbeFigures:
     items: tuple[ProbeItem, ...] = field(repr=False, default=())
 
     def to_dict(self) -> JSONDict:
-        return {"probe": self.probe, "description": self.description, "flip_rate": self.flip_rate.to_dict(),
-                "p_shift": self.p_shift.to_dict(),
-                "reward_shift": self.reward_shift.to_dict() if self.reward_shift else None,
-                "toward_target": None if math.isnan(self.toward_target) else self.toward_target,
-                "failed": self.failed, "most_moved": [i.to_dict() for i in self.most_moved],
-                "items": [i.to_dict() for i in self.items]}
+        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
+        return record(self)
 
 
 @dataclass(frozen=True)
@@ -143,9 +133,8 @@ class ProbeReport:
     probes: tuple[ProbeFigures, ...]
 
     def to_dict(self) -> JSONDict:
-        return {"pairs": self.pairs, "judgments": self.judgments, "streams": self.streams,
-                "confidence": self.confidence, "bootstrap": self.bootstrap, "seed": self.seed,
-                "probes": [p.to_dict() for p in self.probes]}
+        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
+        return record(self)
 
 
 def probe_cost(judge: RewardJudge, pairs: int, probes: Sequence[str]) -> int:

@@ -9,7 +9,12 @@ Source: RFC 8259 (the JSON data model: object, array, string, number, true/false
 
 from __future__ import annotations
 
-from typing import TypeAlias
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 JSONScalar: TypeAlias = str | int | float | bool | None
 """A JSON string, number, ``true``/``false`` or ``null``."""
@@ -20,4 +25,35 @@ JSONValue: TypeAlias = JSONScalar | list["JSONValue"] | dict[str, "JSONValue"]
 JSONDict: TypeAlias = dict[str, JSONValue]
 """A JSON object."""
 
-__all__ = ["JSONDict", "JSONScalar", "JSONValue"]
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+"""pydantic's ``TypeAdapter`` of each dataclass :func:`record` has dumped (built once, on first use)."""
+
+
+def record(value: object) -> JSONDict:
+    """A dataclass ``value`` as the JSON object of its fields, in field order: pydantic's ``TypeAdapter`` dump
+    (nested dataclasses as objects, values as they are: an int stays an int), then :func:`json_ready`.
+
+    Raises:
+        pydantic_core.PydanticSerializationError: when ``value`` is not a dataclass its annotations describe.
+    """
+    cls = type(value)
+    if cls not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return cast(JSONDict, json_ready(_ADAPTERS[cls].dump_python(value)))
+
+
+def json_ready(value: object) -> object:
+    """``value`` with every NaN float (nested in dicts and lists too) replaced by None (strict JSON has no NaN) and
+    tuples as lists."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
+
+
+__all__ = ["JSONDict", "JSONScalar", "JSONValue", "json_ready", "record"]

@@ -208,12 +208,7 @@ class TransformersBackend:
             self.mask = mask_for(model)
         if type(self).generate is not TransformersBackend.generate:  # a subclass wrapping generate sees every
             self.scheduling = "static"  # request (follow-ups of continuous batching never pass through generate)
-        continuous = causal and self.scheduling == "continuous"
-        self.capabilities = Capabilities(generate=causal, programs=causal, classify=not causal,
-                                         vocab_logit=causal, kv_reuse=self.cache is not None,
-                                         chunk_size=max(self.batch_size, CONTINUOUS_CHUNK) if continuous
-                                         else self.batch_size, continuous=continuous, concurrent=continuous,
-                                         seeded=True)
+        self.capabilities = self._capabilities(causal)
         self.info = BackendInfo("transformers", model_id or getattr(model.config, "_name_or_path", ""),
                                 {"dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
                                  "task": "generate" if causal else "classify",
@@ -228,6 +223,14 @@ class TransformersBackend:
         self._running: ContinuousDecoder | None = None
         self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "generated_tokens": 0, "forward_calls": 0,
                       "shared_prompt_tokens": 0, "retired_rows": 0}
+
+    def _capabilities(self, causal: bool) -> Capabilities:
+        """What the model does: a causal LM generates (continuously batched when so scheduled); a classifier scores."""
+        continuous = causal and self.scheduling == "continuous"
+        return Capabilities(generate=causal, programs=causal, classify=not causal, vocab_logit=causal,
+                            kv_reuse=self.cache is not None,
+                            chunk_size=max(self.batch_size, CONTINUOUS_CHUNK) if continuous else self.batch_size,
+                            continuous=continuous, concurrent=continuous, seeded=True)
 
     @classmethod
     def from_options(cls, source: str, options: TransformersOptions, *, name: str | None = None,

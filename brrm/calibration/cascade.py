@@ -38,6 +38,7 @@ from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Verdict
 from brrm.types.calibration import read_format_file
 from brrm.types.cascade import CascadeRule, CascadeWhy
+from brrm.types.jsonvalue import record
 
 FORMAT = "brrm-cascade-fit/1"
 """The ``format`` of a cascade fit file (``brrm calibrate --cascade --output``)."""
@@ -137,8 +138,8 @@ class Agreement:
     escalation_rate: float
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready (NaN as null)."""
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
+        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
+        return dict(record(self))
 
 
 def measure(observations: Sequence[CascadeObservation], threshold: float, *, confidence: float = 0.95) -> Agreement:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from brrm.errors import ConfigError
 from brrm.numerics import bin_edges, bin_index, sigmoid
 from brrm.types.calibration import EPS
+from brrm.types.jsonvalue import record
 
 BINS = 10
 """Equal-width bins of P(A ≻ B) for ECE and the reliability diagram."""
@@ -76,13 +77,8 @@ class Metrics:
     bins: tuple[Bin, ...]
 
     def to_dict(self) -> dict[str, object]:
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else x
-
-        return {"n": self.n, "ece": num(self.ece), "brier": num(self.brier), "log_loss": num(self.log_loss),
-                "accuracy": num(self.accuracy),
-                "bins": [{"low": b.low, "high": b.high, "n": b.n, "mean_p": num(b.mean_p), "frac_a": num(b.frac_a)}
-                         for b in self.bins]}
+        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
+        return dict(record(self))
 
 
 def measure(p: Sequence[float], y: Sequence[int], *, bins: int = BINS) -> Metrics:

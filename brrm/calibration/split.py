@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from brrm.calibration.data import Observation
 from brrm.calibration.fit import held_out
 from brrm.errors import ConfigError
+from brrm.types.jsonvalue import record
 
 MIN_GROUPS = 5
 """Fewest content groups (distinct pairs) each side of a split must hold."""
@@ -126,9 +127,8 @@ class Overlap:
     reason: str = ""
 
     def to_dict(self) -> dict[str, object]:
-        """A JSON-ready dict (the audit summary's ``calibration_overlap``)."""
-        return {"pairs": self.pairs, "in_fit": self.in_fit, "in_heldout": self.in_heldout, "known": self.known,
-                "reason": self.reason}
+        """A JSON-ready dict of the fields (the audit summary's ``calibration_overlap``)."""
+        return dict(record(self))
 
     def sentence(self) -> str:
         """One line for reports: ``"3 of 40 pairs were in the calibration's fit split …"``."""

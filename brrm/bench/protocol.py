@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from brrm.bench.core import BenchResult, ItemResult
 from brrm.errors import ConfigError
+from brrm.types.jsonvalue import record
 from brrm.types.summary import check_logprob_semantics, logprob_semantics
 
 if TYPE_CHECKING:
@@ -88,8 +89,8 @@ class Protocol:
         return text + (f"; deviations (your flags): {', '.join(self.deviations)}" if self.deviations else "")
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "options": dict(self.options), "orders": self.orders, "headline": self.headline,
-                "deviations": list(self.deviations), "bench_options": dict(self.bench_options)}
+        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`)."""
+        return dict(record(self))
 
 
 def default_protocol(model: str | None) -> str:

@@ -31,7 +31,8 @@ _ADAPTERS: dict[type, TypeAdapter[Any]] = {}
 
 def record(value: object) -> JSONDict:
     """A dataclass ``value`` as the JSON object of its fields, in field order: pydantic's ``TypeAdapter`` dump
-    (nested dataclasses as objects, values as they are: an int stays an int), then :func:`json_ready`.
+    (nested dataclasses as objects, values as they are: an int stays an int, a list in a tuple field a list), then
+    :func:`json_ready`.
 
     Raises:
         pydantic_core.PydanticSerializationError: when ``value`` is not a dataclass its annotations describe.
@@ -41,7 +42,7 @@ def record(value: object) -> JSONDict:
         from pydantic import TypeAdapter
 
         _ADAPTERS[cls] = TypeAdapter(cls)
-    return cast(JSONDict, json_ready(_ADAPTERS[cls].dump_python(value)))
+    return cast(JSONDict, json_ready(_ADAPTERS[cls].dump_python(value, warnings=False)))
 
 
 def json_ready(value: object) -> object:

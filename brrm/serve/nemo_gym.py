@@ -173,23 +173,32 @@ def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[Pair
             for k in (i, j):
                 first_failure[k] = first_failure[k] or jd
         results.append(row)
-    rewards = []
-    for k in range(n):
-        if k in malformed:
-            rewards.append(ScalarReward.failed(Status.INVALID_INPUT, malformed[k], id=str(k)))
-        elif games[k]:
-            rewards.append(ScalarReward(total[k] / games[k], Status.OK, id=str(k)))
-        elif first_failure[k] is None:  # never compared: every other response is malformed
-            reason = (f"no other valid response to compare response {k} with (responses {sorted(malformed)} are "
-                      "malformed): the neutral reward, as NeMo Gym's default_score for one response")
-            rewards.append(ScalarReward(NEUTRAL_REWARD, Status.OK, reason=reason, id=str(k)))
-        else:
-            bad = first_failure[k]
-            assert bad is not None
-            rewards.append(ScalarReward.failed(bad.status, f"no ok comparison for response {k}: {bad.reason}",
-                                               id=str(k)))
+    rewards = [_reward(k, total[k], games[k], first_failure[k], malformed) for k in range(n)]
     if pool is not None:
         rewards = pool(rewards)
+    return rewards, results, _metrics(judgments, rewards)
+
+
+def _reward(k: int, total: float, games: int, first_failure: PairwiseJudgment | None,
+            malformed: Mapping[int, str]) -> ScalarReward:
+    """Response ``k``'s reward: its mean credit over its ``games`` ok comparisons (``total`` credit); failed
+    ``invalid_input`` when malformed, with the first failed comparison's status when none was ok, and the neutral
+    reward when it was never compared (every other response malformed)."""
+    if k in malformed:
+        return ScalarReward.failed(Status.INVALID_INPUT, malformed[k], id=str(k))
+    if games:
+        return ScalarReward(total / games, Status.OK, id=str(k))
+    if first_failure is None:  # never compared: every other response is malformed
+        reason = (f"no other valid response to compare response {k} with (responses {sorted(malformed)} are "
+                  "malformed): the neutral reward, as NeMo Gym's default_score for one response")
+        return ScalarReward(NEUTRAL_REWARD, Status.OK, reason=reason, id=str(k))
+    return ScalarReward.failed(first_failure.status, f"no ok comparison for response {k}: {first_failure.reason}",
+                               id=str(k))
+
+
+def _metrics(judgments: Sequence[PairwiseJudgment], rewards: Sequence[ScalarReward]) -> dict[str, float]:
+    """The request's ``metrics``: comparisons made and failed, the tie and position-inconsistency rates of the ok
+    ones, and the mean and (population) standard deviation of the ok rewards when there are any."""
     ok = [jd for jd in judgments if jd.ok]
     swapped = [jd for jd in ok if jd.consistent is not None]
     metrics = {"n_comparisons": float(len(judgments)), "failed_comparisons": float(len(judgments) - len(ok)),
@@ -201,4 +210,4 @@ def aggregate(n: int, pairs: Sequence[tuple[int, int]], judgments: Sequence[Pair
         mean = sum(values) / len(values)
         metrics["mean_reward"] = mean
         metrics["std_reward"] = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-    return rewards, results, metrics
+    return metrics

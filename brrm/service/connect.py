@@ -83,7 +83,14 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
 
 
 def _ray_judge(model: str, client: dict[str, object]) -> RemoteJudge:
-    """``ray://APP``: the judge of that running Ray Serve application (:mod:`brrm.serve.ray.client`)."""
-    from brrm.serve.ray.client import RayJudge, app_name
+    """``ray://APP``: the judge of that running Ray Serve application (:mod:`brrm.serve.ray.client`), named by
+    reference as the registry names what it builds: the client lives with the app it calls, a layer above."""
+    from brrm.registry import resolve
 
-    return RayJudge(app_name(model), **client)  # type: ignore[arg-type]
+    app_name, ray_judge = resolve(f"{RAY_CLIENT}:app_name"), resolve(f"{RAY_CLIENT}:RayJudge")
+    judge: RemoteJudge = ray_judge(app_name(model), **client)
+    return judge
+
+
+RAY_CLIENT = "brrm.serve.ray.client"
+"""The module of ``ray://`` judges (:class:`~brrm.serve.ray.client.RayJudge`)."""

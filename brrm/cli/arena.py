@@ -26,9 +26,29 @@ if TYPE_CHECKING:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from brrm.arena import BATTLE_FORMATS, OUTCOMES
-
+    """The arena's flags, then the Ray, model and backend ones; ``judging_flags`` lists those only judging uses."""
     g = p.add_argument_group("arena")
+    _io_arguments(g)
+    _matchup_arguments(g)
+    _rating_arguments(g)
+    judging_only = [a for a in p._actions if a.dest in JUDGING_ONLY]
+    first = len(p._actions)
+    add_ray_args(p, writer="the store and the outputs (--output is needed)")
+    common.add_model_args(p)
+    judging_only += p._actions[first:]
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    flags = {a.dest: (a.option_strings[0], a.default) for a in reversed(judging_only) if a.option_strings}
+    p.set_defaults(judging_flags=tuple((flag, dest, default) for dest, (flag, default) in flags.items()))
+
+
+JUDGING_ONLY = ("round_robin", "adaptive", "budget", "target_ci", "single_order")
+"""The arena flags only judging uses (refused with ``--battles``, as are every model, backend and Ray flag)."""
+
+
+def _io_arguments(g: argparse._ArgumentGroup) -> None:
+    """What the arena reads (the answers to judge, or battles to re-rate) and where it writes."""
+    from brrm.arena import BATTLE_FORMATS
+
     g.add_argument("--input", "-i", default=None,
                    help="long table, JSON Lines or .parquet: one row per (prompt_id, model) with 'prompt_id', "
                         "'model', 'response', 'prompt' and an optional 'category'; or an Arena-Hard-Auto folder "
@@ -50,6 +70,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="folder for leaderboard.csv, battles.jsonl, failures.jsonl, categories.csv, report.html "
                         "and the store of judged battles (audit.sqlite: a rerun judges only what is missing); "
                         "made if missing; default: print the leaderboard only")
+
+
+def _matchup_arguments(g: argparse._ArgumentGroup) -> None:
+    """Which matchups are judged: against a baseline, round robin or adaptive, within a budget; the anchor."""
     pairing = g.add_mutually_exclusive_group()
     pairing.add_argument("--baseline", default=None, metavar="MODEL",
                          help="every model against MODEL on every prompt (Arena-Hard-Auto's design); MODEL is "
@@ -67,6 +91,12 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--anchor", default=None, metavar="MODEL",
                    help="the model rated 1000 (default: the baseline; with --round-robin and no anchor the "
                         "geometric mean strength is 1000)")
+
+
+def _rating_arguments(g: argparse._ArgumentGroup) -> None:
+    """How the battles are rated: outcomes, presentation orders, style control and the bootstrap intervals."""
+    from brrm.arena import OUTCOMES
+
     g.add_argument("--outcomes", choices=OUTCOMES, default="soft",
                    help="soft: the judge's P(A>B) (swap-debiased; calibrated with --calibration) enters the fit "
                         "as a fractional win; hard: the verdict as a vote, tie half (reproduces vote "
@@ -83,18 +113,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="interval level in (0, 1) (default: 0.95)")
     g.add_argument("--bootstrap-seed", type=int, default=0,
                    help="seed of the bootstrap: the same battles and seed give the same table (default: 0)")
-    judging_only = [a for a in p._actions if a.dest in JUDGING_ONLY]
-    first = len(p._actions)
-    add_ray_args(p, writer="the store and the outputs (--output is needed)")
-    common.add_model_args(p)
-    judging_only += p._actions[first:]
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    flags = {a.dest: (a.option_strings[0], a.default) for a in reversed(judging_only) if a.option_strings}
-    p.set_defaults(judging_flags=tuple((flag, dest, default) for dest, (flag, default) in flags.items()))
-
-
-JUDGING_ONLY = ("round_robin", "adaptive", "budget", "target_ci", "single_order")
-"""The arena flags only judging uses (refused with ``--battles``, as are every model, backend and Ray flag)."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,11 +125,7 @@ def run(args: argparse.Namespace) -> int:
         from brrm.cli.arena_battles import rerate
 
         return rerate(args)
-    if args.input is None:
-        raise ConfigError("--input is needed: the models' answers to judge (or --battles FILE to re-rate battles "
-                          "judged already)")
-    if args.battles_format is not None:
-        raise ConfigError("--battles-format names the format of --battles FILE; pass --battles")
+    _check_judging_flags(args)
     folder = output_folder(args.output)
     model, opts = common.load_options(args)
     check_numbers(args)
@@ -155,6 +169,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"judged {now} matchups now; {len(result.matchups) - now} came from the store in {folder}", file=term)
     show_result(term, result, folder, started)
     return 0
+
+
+def _check_judging_flags(args: argparse.Namespace) -> None:
+    """Refuse a judging run (no ``--battles``) without ``--input``, or with ``--battles-format``.
+
+    Raises:
+        ConfigError: naming the flag.
+    """
+    if args.input is None:
+        raise ConfigError("--input is needed: the models' answers to judge (or --battles FILE to re-rate battles "
+                          "judged already)")
+    if args.battles_format is not None:
+        raise ConfigError("--battles-format names the format of --battles FILE; pass --battles")
 
 
 def _judge(args: argparse.Namespace, term: TextIO, answers: int) -> RewardJudge:

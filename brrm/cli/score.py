@@ -33,24 +33,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read records, score them (every record under every ``--principle``), write JSONL and a summary."""
-    from brrm.compose.options import PrincipleOptions
     from brrm.records import FieldMap, RecordError, read_records
     from brrm.types import ScalarReward, Status, summarize_rewards
 
-    if kind_trait(args.kind, "pairwise"):
-        raise ConfigError("brrm score needs a scalar model (--kind bt or principle); BR-RM judges pairs: use brrm "
-                          "judge, or brrm rank with a reference")
-    if args.model is None and args.kind == "auto":  # the demo scores as a principle model
-        args.kind = "principle"
+    _scalar_kind(args)
     common.check_output(args.output, args)
     _, opts = common.load_options(args)
     skip = common.resumed_lines(args)
-    principles = list(args.principle or [])
-    for principle in principles:  # the rule every verb's --principle meets (load is called without them here)
-        PrincipleOptions(principle=principle)
-    if opts["kind"] == "principle" and args.model is None and not principles:
-        raise ConfigError("the embedded demo runs as a principle judge here: pass --principle "
-                          "'The response is factually correct.' (or --model a reward model)")
+    principles = _checked_principles(args, opts["kind"])
     fields = FieldMap.from_overrides(args.field) if args.field else None
     records = read_records(args.input, "single", fields=fields, limit=args.limit, format=args.input_format)
     common.require_records(records, args.input)
@@ -90,6 +80,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {kept_note(plan.kept, what='kept lines')}", file=term)
     judge.close()
     return 0
+
+
+def _scalar_kind(args: argparse.Namespace) -> None:
+    """Refuse a pairwise ``--kind``; without ``--model`` or ``--kind``, the embedded demo scores as a principle model.
+
+    Raises:
+        ConfigError: naming the kinds that score.
+    """
+    if kind_trait(args.kind, "pairwise"):
+        raise ConfigError("brrm score needs a scalar model (--kind bt or principle); BR-RM judges pairs: use brrm "
+                          "judge, or brrm rank with a reference")
+    if args.model is None and args.kind == "auto":
+        args.kind = "principle"
+
+
+def _checked_principles(args: argparse.Namespace, kind: str) -> list[str]:
+    """The ``--principle`` values, each checked by the rule every verb's ``--principle`` meets (``load`` is called
+    without them here).
+
+    Raises:
+        ConfigError: on an invalid principle, or none for the embedded demo as a principle judge.
+    """
+    from brrm.compose.options import PrincipleOptions
+
+    principles = list(args.principle or [])
+    for principle in principles:
+        PrincipleOptions(principle=principle)
+    if kind == "principle" and args.model is None and not principles:
+        raise ConfigError("the embedded demo runs as a principle judge here: pass --principle "
+                          "'The response is factually correct.' (or --model a reward model)")
+    return principles
 
 
 def summary_lines(summary: Mapping[str, Any]) -> list[str]:

@@ -21,7 +21,6 @@ from brrm.types.composition import Composition
 from brrm.types.config import SamplingConfig, check_choice
 from brrm.types.conversation import ConversationLike
 from brrm.types.cost import JudgmentCost
-from brrm.types.jsonvalue import record
 from brrm.types.results import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 from brrm.types.single import OnResult, OnStep, Principles, Progress, SingleItems
 
@@ -130,9 +129,9 @@ class JudgeSpec:
         return hash(self.to_json())
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as JSON-ready values, field by field (:func:`~brrm.types.jsonvalue.record`; ``from_dict``
-        inverts it)."""
-        return record(self)
+        """The spec as JSON-ready values (``from_dict`` inverts it)."""
+        return {"model": self.model, "kind": self.kind, "backend": self.backend, "options": dict(self.options),
+                "fingerprint": self.fingerprint}
 
     def to_json(self) -> str:
         """The spec as one canonical JSON line (sorted keys)."""

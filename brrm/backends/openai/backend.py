@@ -95,19 +95,9 @@ class OpenAIBackend:
         chunk_size: int = 4096,
         logprobs_mode: str = "unknown",
     ) -> None:
-        _check_int("max_concurrency", max_concurrency, 1)
-        _check_int("http_retries", http_retries, 0)
-        _check_int("chunk_size", chunk_size, 1)
-        _check_int("max_context", max_context, 1)
-        if logprobs_mode not in SERVER_LOGPROBS_MODES:
-            raise ConfigError(f"logprobs_mode must be one of {list(SERVER_LOGPROBS_MODES)}, got {logprobs_mode!r}")
-        if isinstance(base_urls, str) or not base_urls:
-            raise ConfigError(f"base_urls must be a non-empty list of URLs, got {base_urls!r}")
-        if not timeout_s > 0 or backoff_s < 0 or max_backoff_s < backoff_s:
-            raise ConfigError(
-                f"need timeout_s > 0 and 0 <= backoff_s <= max_backoff_s, got {timeout_s}, "
-                f"{backoff_s}, {max_backoff_s}"
-            )
+        _check_settings(base_urls, logprobs_mode, (timeout_s, backoff_s, max_backoff_s),
+                        max_concurrency=max_concurrency, http_retries=http_retries, chunk_size=chunk_size,
+                        max_context=max_context)
         self.transport = Transport(
             base_urls,
             timeout_s=timeout_s,
@@ -441,6 +431,27 @@ def _pick_model(listing: JSONValue, wanted: str) -> tuple[str, int]:
     raise ConfigError(
         f"the server does not serve {wanted!r}; it serves {sorted(by_id)} (pass served_model_name)"
     )
+
+
+def _check_settings(base_urls: Sequence[str], logprobs_mode: str, times: tuple[float, float, float],
+                    **counts: int) -> None:
+    """Check the constructor's settings before anything connects: ``counts`` (``http_retries`` >= 0, the rest >= 1),
+    ``logprobs_mode`` (one of :data:`SERVER_LOGPROBS_MODES`), ``base_urls`` (a non-empty list) and ``times``
+    (``timeout_s`` > 0, 0 <= ``backoff_s`` <= ``max_backoff_s``, in seconds).
+
+    Raises:
+        ConfigError: naming the first invalid setting.
+    """
+    for name, value in counts.items():
+        _check_int(name, value, 0 if name == "http_retries" else 1)
+    if logprobs_mode not in SERVER_LOGPROBS_MODES:
+        raise ConfigError(f"logprobs_mode must be one of {list(SERVER_LOGPROBS_MODES)}, got {logprobs_mode!r}")
+    if isinstance(base_urls, str) or not base_urls:
+        raise ConfigError(f"base_urls must be a non-empty list of URLs, got {base_urls!r}")
+    timeout_s, backoff_s, max_backoff_s = times
+    if not timeout_s > 0 or backoff_s < 0 or max_backoff_s < backoff_s:
+        raise ConfigError(f"need timeout_s > 0 and 0 <= backoff_s <= max_backoff_s, got {timeout_s}, {backoff_s}, "
+                          f"{max_backoff_s}")
 
 
 def _check_int(name: str, value: object, low: int) -> None:

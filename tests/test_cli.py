@@ -248,11 +248,11 @@ def test_scalar_kind_without_model_is_a_clear_error(capsys):
 
 def test_embedded_model_judges_example_pairs(tmp_path, capsys):
     out = tmp_path / "out.jsonl"
-    code, stdout, _ = _run(capsys, "judge", "--input", PAIRS, "--limit", "2", "--output", str(out),
+    code, stdout, _ = _run(capsys, "judge", "--input", PAIRS, "--limit", "1", "--output", str(out),
                            "--block-token-cap", "8", "--no-progress")
     assert code == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert [r["status"] for r in rows] == ["ok"]  # one pair: the demo model's real path through the CLI
     assert all(r["winner"] in ("A", "B") and r["dimensions"] for r in rows)
     assert "SmolLM2" in stdout and "published: 8192 per turn" in stdout
     assert "400 new tokens per turn, 4096 total" in stdout  # the README's demo budgets

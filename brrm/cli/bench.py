@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from brrm.bench.base import Benchmark
     from brrm.bench.core import BenchItem, ItemResult
     from brrm.bench.protocol import Protocol, Scored
+    from brrm.bench.rewardbench2 import RewardBench2
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -220,9 +221,7 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     from brrm.bench.core import item_keys
     from brrm.bench.data import with_data
     from brrm.bench.protocol import score_both
-    from brrm.bench.report import ITEMS_FILE, RUN_FILE, keep_complete_lines, run_settings, write_items
-    from brrm.bench.runner import planned_judgments
-    from brrm.bench.runner import run as run_items
+    from brrm.bench.report import run_settings, write_items
     from brrm.types.retry import kept_note
 
     term = sys.stdout
@@ -243,31 +242,13 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     keys = item_keys(items)
     todo = [it for it, key in zip(items, keys, strict=True) if key not in done]
     unit = "judgment" if pairwise else "reward"
-    if best_of_n is not None:
-        from brrm.bench import bestofn
-
-        planned = bestofn.planned(judge, todo, best_of_n.strategy)
-        how = (f"strategy {best_of_n.strategy} (completion order drawn from order seed {args.order_seed})"
-               if unit == "judgment" else "every completion scored")
-        run_bench: Any = partial(bestofn.run, strategy=best_of_n.strategy)
-    else:
-        planned = planned_judgments(judge, todo, orders=orders, seed=args.order_seed)
-        how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else
-                                    f" (the official evaluation's draws: {bench.official_sequence})"
-                                    if orders == "sequence" else "")
-        run_bench = partial(run_items, orders=orders)
+    planned, how, run_bench = _plan(args, bench, judge, todo, orders, best_of_n)
     print(f"protocol: {how}; {planned} {unit}s to run"
           + (f"; resuming: {len(done)} items already judged" if done else "")
           + (f" ({len(seed_ids)} failed items judged again)" if seed_ids else ""), file=term)
     if kept:
         print(f"note: {kept_note(kept)}", file=term)
-    handle = None
-    if folder is not None:
-        import json
-
-        (folder / RUN_FILE).write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
-        keep_complete_lines(folder / ITEMS_FILE)  # a line cut by the interruption goes; the others stay as written
-        handle = (folder / ITEMS_FILE).open("a" if done else "w", encoding="utf-8")
+    handle = _start_folder(folder, settings, resume=bool(done)) if folder is not None else None
     try:
         with Progress(len(todo), desc=f"{bench.name} (items {'written' if handle else 'done'})", unit="item",
                       disable=args.no_progress, work_total=planned, work_unit=unit) as bar:
@@ -281,14 +262,52 @@ def _run(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, items: 
     finally:
         if handle is not None:
             handle.close()
-    if folder is not None:  # run.json: the settings, then what the run cost (resumes compare the settings only)
-        import json
-
-        (folder / RUN_FILE).write_text(json.dumps({**settings, "cost": cost.to_dict()}, indent=1) + "\n",
-                                       encoding="utf-8")
+    if folder is not None:
+        _write_run_file(folder, {**settings, "cost": cost.to_dict()})
     scored = score_both(bench, results, protocol, with_data(replace(bench.score(results), cost=cost,
                                                                     judge=judge.info.to_dict()), items, revision))
     return replace(scored, results=tuple(results))
+
+
+def _plan(args: argparse.Namespace, bench: Benchmark, judge: RewardJudge, todo: list[BenchItem], orders: str,
+          best_of_n: RewardBench2 | None) -> tuple[int, str, Any]:
+    """How the items still to judge run: (judgments or rewards planned, the protocol line's description, the runner
+    to call) — RewardBench 2's best-of-n strategy for ``best_of_n``, else every item in the presentation
+    ``orders``."""
+    from brrm.bench.runner import planned_judgments
+    from brrm.bench.runner import run as run_items
+
+    if best_of_n is not None:
+        from brrm.bench import bestofn
+
+        how = (f"strategy {best_of_n.strategy} (completion order drawn from order seed {args.order_seed})"
+               if judge.info.pairwise else "every completion scored")
+        return (bestofn.planned(judge, todo, best_of_n.strategy), how,
+                partial(bestofn.run, strategy=best_of_n.strategy))
+    how = f"orders {orders}" + (f" (order seed {args.order_seed})" if orders == "random" else
+                                f" (the official evaluation's draws: {bench.official_sequence})"
+                                if orders == "sequence" else "")
+    return planned_judgments(judge, todo, orders=orders, seed=args.order_seed), how, partial(run_items, orders=orders)
+
+
+def _start_folder(folder: Path, settings: Mapping[str, object], *, resume: bool) -> TextIO:
+    """Write ``run.json`` and open ``judgments.jsonl`` for the run's items: appended to when resuming (after a line
+    cut by the interruption is dropped; the others stay as written), else written anew."""
+    from brrm.bench.report import ITEMS_FILE, keep_complete_lines
+
+    _write_run_file(folder, settings)
+    keep_complete_lines(folder / ITEMS_FILE)
+    return (folder / ITEMS_FILE).open("a" if resume else "w", encoding="utf-8")
+
+
+def _write_run_file(folder: Path, settings: Mapping[str, object]) -> None:
+    """``run.json``: the run's settings before it runs, with what it cost once it has (resumes compare the settings
+    only)."""
+    import json
+
+    from brrm.bench.report import RUN_FILE
+
+    (folder / RUN_FILE).write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
 
 
 def _resumable(args: argparse.Namespace, judge: RewardJudge, folder: Path | None, settings: Mapping[str, object], *,

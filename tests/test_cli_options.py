@@ -178,6 +178,8 @@ SURFACE_ONLY = {
     "drain_timeout", "stall_timeout", "max_abandoned", "breaker_failures", "breaker_cooldown",
     "max_judgments_per_request", "compare_strategy",
     "failed_reward", "get_reward_mode", "strip_text",
+    # serve --ray (the Ray Serve application's sizing)
+    "replicas", "autoscale", "gpus_per_replica", "cpus_per_replica", "ingress_replicas", "app_name", "print_config",
 }
 """Flags of the surfaces themselves (files, the command's own settings): no option of a judge or backend."""
 

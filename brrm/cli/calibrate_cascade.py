@@ -172,7 +172,8 @@ def _from_records(args: argparse.Namespace) -> tuple[list[PairwiseJudgment], lis
     first, second = _judges(args)
     try:
         rule = args.cascade_rule or "auto"
-        rule = ("margin" if first.info.kind == "bt" else "band") if rule == "auto" else rule
+        if rule == "auto":  # a probability (pairwise judge, principle model): a band; a Bradley-Terry reward: a margin
+            rule = "band" if first.info.pairwise or first.info.takes_principle else "margin"
         firsts = _judge(first, records, args, "first judge")
         if second is None:
             refs = [r.label for r in records]

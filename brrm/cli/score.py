@@ -107,7 +107,7 @@ def _checked_principles(args: argparse.Namespace, kind: str) -> list[str]:
     principles = list(args.principle or [])
     for principle in principles:
         PrincipleOptions(principle=principle)
-    if kind == "principle" and args.model is None and not principles:
+    if kind_trait(kind, "takes_principle") and args.model is None and not principles:
         raise ConfigError("the embedded demo runs as a principle judge here: pass --principle "
                           "'The response is factually correct.' (or --model a reward model)")
     return principles

@@ -4,14 +4,24 @@ the official evaluation's order sequence (re-exported by :mod:`brrm.bench.core`)
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONValue
 
-if TYPE_CHECKING:
-    from brrm.bench.core import BenchItem
+
+class Presentable(Protocol):
+    """What an order policy reads of an item (:class:`brrm.bench.core.BenchItem`): its id, pairs and meta."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def pairs(self) -> Sequence[object]: ...
+
+    @property
+    def meta(self) -> Mapping[str, JSONValue]: ...
 
 ORDER_POLICIES = ("both", "given", "random", "sequence")
 """How a benchmark presents each pair: ``both`` orders (each judged, each scored), the ``given`` order only, one
@@ -66,7 +76,7 @@ def random_swap(seed: int, item_id: str, pair: int) -> bool:
     return bool(digest[0] & 1)
 
 
-def _sequence_swap(item: BenchItem, pair: int) -> bool:
+def _sequence_swap(item: Presentable, pair: int) -> bool:
     swaps = item.meta.get(SEQUENCE_KEY)
     if not isinstance(swaps, list) or len(swaps) != len(item.pairs) or swaps[pair] not in (0, 1):
         raise ConfigError(f"item {item.id!r} has no official presentation order ({SEQUENCE_KEY!r} in its meta): "
@@ -74,7 +84,7 @@ def _sequence_swap(item: BenchItem, pair: int) -> bool:
     return swaps[pair] == 1
 
 
-def presentations(policy: str, item: BenchItem, *, seed: int = 0) -> list[tuple[int, bool]]:
+def presentations(policy: str, item: Presentable, *, seed: int = 0) -> list[tuple[int, bool]]:
     """The (pair, swapped) presentations an item's pairs get under an order policy.
 
     Raises:

@@ -14,20 +14,10 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONDict, JSONValue
-
-if TYPE_CHECKING:
-    from brrm.types.results import PairwiseJudgment, ScalarReward
-
-
-class Recorded(Protocol):
-    """A value that carries the tokens recorded for it (an arena battle: :class:`brrm.arena.judging.Battle`)."""
-
-    @property
-    def tokens(self) -> Tokens | None: ...
 
 
 @dataclass(frozen=True)
@@ -122,10 +112,12 @@ class Tokens:
         return cls(int(d["prompt"]), int(d.get("generated") or 0), cached if isinstance(cached, int) else None)
 
 
-def tokens_of(result: PairwiseJudgment | ScalarReward | Recorded) -> Tokens | None:
-    """A result's tokens: a judgment's turns summed (its ``prompt_tokens``/``generated_tokens`` when it was
-    recorded before turns were), a scalar reward's input tokens (one forward pass: nothing generated, cache not
-    reported); an arena battle's recorded tokens; None for a result that made no model call."""
+def tokens_of(result: object) -> Tokens | None:
+    """A result's tokens, read from its attributes (a :class:`~brrm.types.PairwiseJudgment`, a
+    :class:`~brrm.types.ScalarReward` or an arena battle: the values layer names none of them): a judgment's turns
+    summed (its ``prompt_tokens``/``generated_tokens`` when it was recorded before turns were), a scalar reward's
+    input tokens (one forward pass: nothing generated, cache not reported); an arena battle's recorded tokens; None
+    for a result that made no model call."""
     if isinstance(recorded := getattr(result, "tokens", None), Tokens):
         return recorded
     turns = getattr(result, "turns", None)
@@ -158,7 +150,7 @@ def _stage_shares(results: Sequence[object]) -> JSONDict | None:
             "second": round(stages.count("second") / len(stages), 6)}
 
 
-def token_report(results: Iterable[PairwiseJudgment | ScalarReward | Recorded],
+def token_report(results: Iterable[object],
                  seconds: float | None = None) -> JSONDict:
     """What a batch of results cost: tokens per result (mean and p95 of prompt, cached, generated and total),
     results per second over ``seconds`` of wall time, and a cascade's stage shares.
@@ -181,7 +173,7 @@ def token_report(results: Iterable[PairwiseJudgment | ScalarReward | Recorded],
         per = {"prompt": _spread([t.prompt for t in toks]), "generated": _spread([t.generated for t in toks]),
                "total": _spread([t.total for t in toks]),
                "cached": None if any(c is None for c in cached) else _spread([c or 0 for c in cached])}
-    turned = [r.turns for r in rows if getattr(r, "turns", None)]  # type: ignore[union-attr]
+    turned = [t for r in rows if (t := getattr(r, "turns", None))]
     depth = max(map(len, turned), default=0)
     by_turn: list[JSONValue] = [_turn_means([ts[i] for ts in turned if len(ts) > i]) for i in range(depth)]
     rate = len(rows) / seconds if seconds and seconds > 0 and rows else None

@@ -11,13 +11,17 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from brrm.errors import ConfigError
 from brrm.types.jsonvalue import JSONDict
 
-if TYPE_CHECKING:
-    from brrm.types.results import PairwiseJudgment
+
+class FirstJudgment(Protocol):
+    """What a decision keeps of the first stage's judgment (a :class:`~brrm.types.PairwiseJudgment`, named by
+    this protocol so that results.py, which holds decisions, is not imported back)."""
+
+    def to_dict(self) -> JSONDict: ...
 
 
 class CascadeRule(enum.StrEnum):
@@ -85,7 +89,7 @@ class CascadeDecision:
     threshold: float
     measure: float = math.nan
     detail: str = ""
-    first: PairwiseJudgment | None = None
+    first: FirstJudgment | None = None
 
     def __post_init__(self) -> None:
         decided_first = self.why in (CascadeWhy.CONFIDENT, CascadeWhy.NO_MODEL_CALL)

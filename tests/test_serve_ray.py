@@ -153,13 +153,18 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def spec(tmp_path_factory):
+def model_dir(tmp_path_factory) -> str:
     from brrm.testing import save_tiny_qwen3
+
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("serve-ray") / "tiny"))
+
+
+@pytest.fixture(scope="module")
+def spec(model_dir):
     from brrm.types import JudgeSpec
     from tests.audit_support import TINY_OPTS
 
-    model = str(save_tiny_qwen3(tmp_path_factory.mktemp("serve-ray") / "tiny"))
-    return JudgeSpec.from_load(model, **{**TINY_OPTS, "backend": "transformers"})
+    return JudgeSpec.from_load(model_dir, **{**TINY_OPTS, "backend": "transformers"})
 
 
 def _limits():
@@ -185,6 +190,29 @@ def reference(spec):
             return [client.post("/v1/judge", json={"pairs": [p]}).json() for p in PAIRS]
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def single(spec, tmp_path_factory):
+    """The single-process server's app (the reference's app) behind a real socket: uvicorn in a thread on
+    127.0.0.1, for clients that need a URL. Yields its base URL; stopped after the module."""
+    import threading
+
+    import uvicorn
+
+    from brrm.serve.app import create_app
+    from tests.serve_helpers import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(spec.load(), limits=_limits()), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    _until(lambda: server.started or not thread.is_alive(), timeout_s=120)
+    assert server.started, "the single-process server did not start"
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -378,3 +406,73 @@ def test_autoscaling_goes_from_1_to_2_replicas_under_load_and_back_when_idle(clu
         assert statuses and set(statuses) == {"ok"}
     finally:
         serve.delete("scaling")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_openrlhf_nemo_gym_and_verl_clients_run_unchanged_against_the_ray_app(app, single, model_dir):
+    """The peers' own clients, unchanged, get from the Ray app what they get from the single-process server:
+    OpenRLHF's ``SingleTurnAgentExecutor`` posting to ``/get_reward`` (where OpenRLHF installs), NeMo Gym's
+    ``/compare`` request and response models, and verl's remote reward (``VerlScorer`` with ``url=``)."""
+    import asyncio
+
+    import httpx
+    import torch
+    from transformers import AutoTokenizer
+
+    from brrm.rlhf.verl import VerlRewardConfig, VerlScorer
+    from tests.serve_helpers import compare_body
+    from tests.test_serve_nemo_gym import GenRMCompareRequest, GenRMCompareResponse
+
+    _wait_ready(app, 2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the single-process server as each replica runs: one intra-op thread
+    try:
+        body = compare_body(["13", "fourteen", "17"], "Name a prime number above 10.")
+        GenRMCompareRequest.model_validate(body)
+        compared = {url: httpx.post(f"{url}/compare", json=body, timeout=600) for url in (app, single)}
+        assert {r.status_code for r in compared.values()} == {200}, [r.text[:300] for r in compared.values()]
+        ray_reply, single_reply = (GenRMCompareResponse.model_validate(r.json()) for r in compared.values())
+        assert ray_reply == single_reply and len(ray_reply.rewards) == 3
+
+        def verl(url: str) -> list[dict[str, object]]:
+            scorer = VerlScorer(VerlRewardConfig(url=url, kind="brrm", timeout_s=600.0))
+            try:
+                return [asyncio.run(scorer.score(text, "Hi!", {"prompt": "Say hello."}))
+                        for text in ("Hello there!", "Goodbye.")]
+            finally:
+                scorer.close()
+
+        timed = "judge_seconds"  # the only field that is a measurement, not a result
+        over_ray, alone = ([{k: v for k, v in r.items() if k != timed} for r in verl(url)] for url in (app, single))
+        assert [r["status"] for r in over_ray] == ["ok", "ok"] and over_ray == alone
+        _openrlhf_rewards_equal(app, single, AutoTokenizer.from_pretrained(model_dir))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _openrlhf_rewards_equal(app: str, single: str, tok) -> None:
+    """OpenRLHF's own executor against ``/get_reward`` of both servers: the same reward (skips without OpenRLHF,
+    as tests/test_serve_faults.py does)."""
+    import asyncio
+
+    try:
+        from openrlhf.utils import agent
+    except ImportError as exc:
+        pytest.skip(f"OpenRLHF's client is not installed ({exc}); .ci/run installs it")
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], tokenize=False,
+                                     add_generation_prompt=True)
+
+    class Params:
+        max_tokens, logprobs = 16, None
+
+    class Policy:  # stands in for OpenRLHF's vLLM engine: answers "4" and its end-of-turn token
+        async def generate(self, prompt_ids, params, multi_modal_data=None):
+            ids = tok.encode("4", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+            out = type("Out", (), {"token_ids": ids, "finish_reason": "stop", "logprobs": None})
+            return type("RequestOutput", (), {"outputs": [out]})
+
+    outs = [asyncio.run(agent.SingleTurnAgentExecutor(remote_rm_url=f"{url}/get_reward").execute(
+        prompt, "4", Params(), 64, tok, Policy())) for url in (app, single)]
+    assert outs[0]["reward"] == outs[1]["reward"] and len(outs[0]["reward"]) == 1, outs
+    assert outs[0]["extra_logs"] == outs[1]["extra_logs"] == {"brrm_failed": [0.0]}, outs

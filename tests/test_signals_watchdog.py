@@ -30,6 +30,10 @@ except KeyboardInterrupt as exc:
 """
 
 
+HANG_S = 300
+"""A guard against a hang only, never a verdict: the outcome is read from the exit status and the output."""
+
+
 def _run(mode: str, sig: signal.Signals) -> tuple[int, float, str, str]:
     proc = subprocess.Popen([sys.executable, "-c", STUCK, mode], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=terminal_sigint)
@@ -38,7 +42,7 @@ def _run(mode: str, sig: signal.Signals) -> tuple[int, float, str, str]:
         time.sleep(0.3)
         sent = time.monotonic()
         proc.send_signal(sig)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=HANG_S)
         return proc.returncode, time.monotonic() - sent, out, err
     finally:
         if proc.poll() is None:
@@ -49,8 +53,9 @@ def _run(mode: str, sig: signal.Signals) -> tuple[int, float, str, str]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_run_stuck_in_native_code_ends_within_seconds_of_the_signal(sig):
     code, took, out, err = _run("native", sig)
-    # killed after the 1 s grace, not the minutes the native call would run: the bound leaves a busy machine room
-    assert code == -signal.SIGKILL and 0.9 < took < 20, (code, took, err)
+    # killed by the watchdog (SIGKILL and its message) after the 1 s grace (a lower bound: load cannot make it
+    # shorter), not at the end of the native call (hours: it would exit 0, or meet the hang guard)
+    assert code == -signal.SIGKILL and took > 0.9, (code, took, err)
     assert f"brrm: {sig.name}: the run did not stop within 1 s" in err and "unwound" not in out
 
 
@@ -58,6 +63,6 @@ def test_a_run_stuck_in_native_code_ends_within_seconds_of_the_signal(sig):
                                                      (signal.SIGINT, "KeyboardInterrupt", 130)])
 def test_a_run_that_unwinds_keeps_its_own_path(sig, name, status):
     code, took, out, err = _run("python", sig)
-    # its own exit status and no watchdog message tell the unwinding apart from the kill; the bound is a backstop
-    assert code == status and took < 20 and out.strip() == f"unwound {name}", (code, out, err)
+    # its own exit status and no watchdog message tell the unwinding apart from the kill
+    assert code == status and out.strip() == f"unwound {name}", (code, took, out, err)
     assert "did not stop" not in err

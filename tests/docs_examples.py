@@ -6,12 +6,16 @@ removed afterwards, so examples write nothing into the checkout. A block that ne
 running server or minutes of CPU is preceded by ``<!-- skip: next "why" -->`` and reported as skipped with that
 reason; ``<!-- skip: next if(not HAVE_SHARED, reason="…") -->`` skips where ``../shared`` data is absent. Shell
 blocks run under ``bash -euo pipefail`` with this interpreter's ``bin/`` first on ``PATH`` and the offline
-variables of :func:`brrm.testing.offline` set, each within :data:`SHELL_TIMEOUT_S`.
+variables of :func:`brrm.testing.offline` set, each within :data:`SHELL_TIMEOUT_S`; a command of a block that is
+a plain ``brrm …`` line (no pipe, redirection, list, variable or glob) runs in this process as
+``brrm.cli.main(argv)``, the console script's own function, and must exit 0: what such an example shows is the
+command's work, not the process around it, and a fresh interpreter costs seconds of imports on every line.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -76,12 +80,61 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Generator[None, Any, None
 
 
 def run_shell(example: Example) -> None:
-    """Run one bash block in the page's scratch folder; a non-zero exit fails with the block's output."""
+    """Run one bash block in the page's scratch folder, its plain ``brrm`` commands in-process (:func:`_in_process`)
+    and the other commands, consecutive ones together, under bash; a non-zero exit fails with the command."""
+    shell: list[str] = []
+    for command in _commands(example.parsed):
+        argv = _in_process(command)
+        if argv is None:
+            shell.append(command)
+            continue
+        if shell:
+            _bash("\n".join(shell), example)
+            shell = []
+        _brrm(argv)
+    if shell:
+        _bash("\n".join(shell), example)
+
+
+def _commands(block: str) -> list[str]:
+    """The block's commands: its lines with backslash continuations joined, blank and comment-only lines left out."""
+    joined = block.replace("\\\n", " ")
+    return [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+SHELL_CHARS = frozenset("|&;<>()$`*?[]{}~!")
+"""Characters that make a command the shell's: pipes, redirections, lists, subshells, variables, globs, history."""
+
+
+def _in_process(command: str) -> list[str] | None:
+    """``brrm``'s arguments when ``command`` is a plain ``brrm …`` line (a trailing ``#`` comment allowed); None
+    for anything the shell must run (any of :data:`SHELL_CHARS` outside the comment, or another program)."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        return None
+    code = command.split(" #", 1)[0]
+    if not words or words[0] != "brrm" or SHELL_CHARS & set(code):
+        return None
+    return words[1:]
+
+
+def _brrm(argv: list[str]) -> None:
+    """``brrm ARGV`` in this process; an exit status other than 0 fails with the command line."""
+    from brrm.cli import main
+
+    code = main(argv)
+    if code != 0:
+        raise AssertionError(f"exit {code} from brrm {shlex.join(argv)} (its output is in the captured streams)")
+
+
+def _bash(script: str, example: Example) -> None:
+    """``script`` under ``bash -euo pipefail`` in the page's scratch folder, within :data:`SHELL_TIMEOUT_S`."""
     env = {**os.environ, **OFFLINE, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", example.parsed], cwd=example.namespace["_docs_scratch"],
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=example.namespace["_docs_scratch"],
                           env=env, capture_output=True, text=True, timeout=SHELL_TIMEOUT_S)
     if done.returncode != 0:
-        raise AssertionError(f"exit {done.returncode} from\n{example.parsed}\nstdout:\n{done.stdout[-4000:]}\n"
+        raise AssertionError(f"exit {done.returncode} from\n{script}\nstdout:\n{done.stdout[-4000:]}\n"
                              f"stderr:\n{done.stderr[-4000:]}")
 
 

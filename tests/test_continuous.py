@@ -9,10 +9,10 @@ writes each JSONL line (flushed) when its record is done, so a killed run keeps 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 
@@ -43,18 +43,21 @@ def _dicts(judgments):
 
 
 def test_continuous_gives_the_same_bytes_as_static_chunks(tiny_dir):
-    """Every field (texts, P(A>B), digit logits, provenance) equal at batch sizes 1, 3 and 8, with swap."""
-    ids = [f"r{k}" for k in range(len(CONVS))]
+    """Every field (texts, P(A>B), digit logits, provenance) equal, with swap, for each pair alone (batch size 1),
+    in static chunks of 3 and in continuous batches of 3 and 8: four pairs of different prompt and answer lengths,
+    eight orders, so the chunks of 3 are padded unevenly and the continuous batch of 3 refills as rows finish."""
+    keep = [0, 2, 4, 5]  # short and long prompts and answers
+    convs, a, b = ([seq[k] for k in keep] for seq in (CONVS, A, B))
+    ids = [f"r{k}" for k in keep]
     runs = {}
-    for scheduling in ("static", "continuous"):
-        for bs in (1, 3, 8):
-            judge = brrm.load(tiny_dir, kind="brrm", batch_size=bs, scheduling=scheduling, temperature=1.0,
-                              max_new_tokens=420, block_token_cap=8, thinking="off", seed=5)
-            assert judge.model.backend.capabilities.continuous is (scheduling == "continuous")
-            runs[scheduling, bs] = _dicts(judge.judge_pairs(CONVS, A, B, ids=ids, swap=True))
-    ref = runs["static", 1]
+    for scheduling, bs in (("continuous", 1), ("static", 3), ("continuous", 3), ("continuous", 8)):
+        judge = brrm.load(tiny_dir, kind="brrm", batch_size=bs, scheduling=scheduling, temperature=1.0,
+                          max_new_tokens=420, block_token_cap=8, thinking="off", seed=5)
+        assert judge.model.backend.capabilities.continuous is (scheduling == "continuous")
+        runs[scheduling, bs] = _dicts(judge.judge_pairs(convs, a, b, ids=ids, swap=True))
+    ref = runs["continuous", 1]
     assert all(r == ref for r in runs.values())
-    assert len({json.loads(r)["turn1_text"] for r in ref}) == len(CONVS)  # real, distinct generations
+    assert len({json.loads(r)["turn1_text"] for r in ref}) == len(convs)  # real, distinct generations
 
 
 def test_rows_join_as_others_finish(tiny):
@@ -131,37 +134,69 @@ def test_first_verdict_is_printed_after_one_pairs_work(monkeypatch, capsys, tiny
     assert total_static == total and set(static) == {total}
 
 
-PAUSED_CLI = """
-import os, signal, sys
-from pathlib import Path
-
-from transformers.models.qwen3 import modeling_qwen3
-
-from brrm.cli import main
-
-out, after = Path(sys.argv[1]), int(sys.argv[2])
-real, paused = modeling_qwen3.Qwen3ForCausalLM.forward, []
+FORK = multiprocessing.get_context("fork")
+"""Children forked from this process: the imports (seconds of CPU each) are already done, and a real process still
+gets the signals, exits with its own status and writes through a real pipe."""
 
 
-def forward(self, *args, **kwargs):
-    if not paused and out.is_file() and out.read_bytes().count(b"\\n") >= after:
-        paused.append(True)
-        os.kill(os.getpid(), signal.SIGSTOP)  # frozen inside the decode, before this forward runs
-    return real(self, *args, **kwargs)
+def _paused_cli(argv, out, after, stdout_fd, stderr_fd):
+    """The child (a :data:`FORK` target): the ``brrm`` console script (``console()``: ``main(ARGV)``, then its exit
+    as ``python -m brrm`` ends) with fds 1 and 2 on ``stdout_fd`` and ``stderr_fd``, opened as a fresh interpreter
+    opens a pipe or a file (stdout block-buffered: PYTHONUNBUFFERED is not read here; stderr line-buffered); it
+    stops itself (SIGSTOP) at the first model forward after its ``--output`` file ``out`` holds ``after`` lines: the
+    test sees the run frozen mid-decode at a point that does not depend on the machine's speed, acts, and lets it go
+    on (SIGCONT). One intra-op thread: the parent's OpenMP pool does not survive the fork (torch's DataLoader workers
+    do the same)."""
+    import io
+
+    import torch
+    from transformers.models.qwen3 import modeling_qwen3
+
+    from brrm.cli import console
+
+    torch.set_num_threads(1)
+    os.dup2(stdout_fd, 1)
+    os.dup2(stderr_fd, 2)
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True)
+    real, paused = modeling_qwen3.Qwen3ForCausalLM.forward, []
+
+    def forward(self, *args, **kwargs):
+        if not paused and out.is_file() and out.read_bytes().count(b"\n") >= after:
+            paused.append(True)
+            os.kill(os.getpid(), signal.SIGSTOP)  # frozen inside the decode, before this forward runs
+        return real(self, *args, **kwargs)
+
+    modeling_qwen3.Qwen3ForCausalLM.forward = forward
+    sys.argv = ["brrm", *argv]
+    console()
 
 
-modeling_qwen3.Qwen3ForCausalLM.forward = forward
-sys.exit(main(sys.argv[3:]))
-"""
-"""``python -c PAUSED_CLI OUT N ARGV...``: the ``brrm`` CLI (``main(ARGV)``, as ``python -m brrm`` runs it) that stops
-itself (SIGSTOP) at the first model forward after its ``--output`` file OUT holds N lines: the test sees the run
-frozen mid-decode at a point that does not depend on the machine's speed, acts, and lets it go on (SIGCONT)."""
+class Paused:
+    """A :func:`_paused_cli` child running ``argv`` (``brrm``'s arguments) that pauses after ``after`` lines of
+    ``out``; its stdout and stderr are pipes the test reads (``stdout``/``stderr`` True) or /dev/null."""
 
+    def __init__(self, argv, out, after, *, stdout=False, stderr=False):
+        null = os.open(os.devnull, os.O_WRONLY)
+        pipes = {name: os.pipe() if want else None for name, want in (("out", stdout), ("err", stderr))}
+        ends = [pipe[1] if pipe else null for pipe in pipes.values()]
+        self.proc = FORK.Process(target=_paused_cli, args=(argv, out, after, *ends))
+        self.proc.start()
+        for fd in {null, *ends}:
+            os.close(fd)
+        self.pid = self.proc.pid
+        self.stdout = os.fdopen(pipes["out"][0], "rb") if pipes["out"] else None
+        self.stderr = os.fdopen(pipes["err"][0], "rb") if pipes["err"] else None
 
-def _paused(argv, out, after):
-    """``argv`` (a :func:`_cli` command line) as a :data:`PAUSED_CLI` command line pausing after ``after`` lines."""
-    assert argv[1:3] == ["-m", "brrm"]
-    return [argv[0], "-c", PAUSED_CLI, str(out), str(after), *argv[3:]]
+    def send_signal(self, sig):
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout):
+        """The exit status as subprocess reports it (-N for a signal)."""
+        self.proc.join(timeout)
+        assert self.proc.exitcode is not None, "the run did not end"
+        return self.proc.exitcode
 
 
 def _wait_paused(proc, timeout=300.0):
@@ -181,10 +216,7 @@ def test_verdict_lines_reach_a_pipe_as_each_pair_finishes(tmp_path, tiny_dir):
     lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()[:4]
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("\n".join(lines) + "\n")
-    argv, env = _cli(tiny_dir, src, out)
-    env.pop("PYTHONUNBUFFERED", None)
-    proc = subprocess.Popen(_paused([a for a in argv if a != "-q"], out, 2), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+    proc = Paused(_cli(tiny_dir, src, out, quiet=False), out, 2, stdout=True)
     assert proc.stdout is not None
     try:
         _wait_paused(proc)
@@ -200,10 +232,10 @@ def test_verdict_lines_reach_a_pipe_as_each_pair_finishes(tmp_path, tiny_dir):
     assert (arrived + rest).count(b"winner=") == 4 and len(out.read_bytes().splitlines()) == 4
 
 
-def _cli(tiny_dir, src, out, *extra):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return [sys.executable, "-m", "brrm", "judge", "--input", str(src), "--output", str(out), "--model", tiny_dir,
-            *TINY_ARGS, "--batch-size", "1", "--no-progress", "-q", *extra], env
+def _cli(tiny_dir, src, out, *extra, quiet=True):
+    """``brrm judge`` arguments on the tiny model at batch size 1."""
+    return ["judge", "--input", str(src), "--output", str(out), "--model", tiny_dir, *TINY_ARGS, "--batch-size", "1",
+            "--no-progress", *(["-q"] if quiet else []), *extra]
 
 
 N_RESUME = 8
@@ -219,7 +251,7 @@ def unbroken(tmp_path_factory, tiny_dir):
     tmp = tmp_path_factory.mktemp("unbroken")
     src, full = tmp / "in.jsonl", tmp / "full.jsonl"
     src.write_text("\n".join([lines[0], '{"id": "bad", "prompt": "x"}', *lines[1:5], lines[0], lines[1]]) + "\n")
-    assert main(_cli(tiny_dir, src, full)[0][3:]) == 0
+    assert main(_cli(tiny_dir, src, full)) == 0
     return src, full.read_bytes()
 
 
@@ -235,30 +267,30 @@ def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir, u
     part = tmp_path / "part.jsonl"
     assert len(expected.splitlines()) == n
 
-    argv, env = _cli(tiny_dir, src, part)
-    proc = subprocess.Popen(_paused(argv, part, 3), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = Paused(_cli(tiny_dir, src, part), part, 3, stderr=True)
+    assert proc.stderr is not None
     try:
         _wait_paused(proc)
         at_pause = len(part.read_bytes().splitlines())
         proc.send_signal(sig)
     finally:
         proc.send_signal(signal.SIGCONT)
-    _, err = proc.communicate(timeout=300)
+    err = proc.stderr.read().decode()
+    returncode = proc.wait(timeout=300)
     kept = part.read_bytes()
     rows = [json.loads(x) for x in kept.splitlines()]
     if sig == signal.SIGTERM:
-        assert proc.returncode == 143 and "Traceback" not in err, err
+        assert returncode == 143 and "Traceback" not in err, err
         assert err.strip().splitlines()[-1] == (f"brrm: interrupted: {len(rows)} lines, in input order, are in {part}; "
                                                 "rerun the same command with --resume to continue (an unbroken run's "
                                                 "bytes)")
     else:
-        assert proc.returncode == -signal.SIGKILL
+        assert returncode == -signal.SIGKILL
     assert 3 <= at_pause <= len(rows) < n, "the run was not stopped mid-way"
     assert rows[1]["status"] == "invalid_input" and expected.startswith(kept)
 
     capsys.readouterr()
-    assert main(_cli(tiny_dir, src, part, "--resume")[0][3:]) == 0
+    assert main(_cli(tiny_dir, src, part, "--resume")) == 0
     printed = capsys.readouterr().out
     assert f"resuming: {len(rows)} of {n} lines already in {part}; {n - len(rows)} to run" in printed
     assert f"summary of this run (the {len(rows)} lines kept from before are not counted):" in printed
@@ -266,7 +298,7 @@ def test_a_killed_run_keeps_its_finished_lines_and_resumes(tmp_path, tiny_dir, u
     if sig == signal.SIGKILL:
         return  # the refusal below is the same after either signal: checked once
     capsys.readouterr()
-    assert main(_cli(tiny_dir, src, part, "--resume", "--limit", "3")[0][3:]) == 2
+    assert main(_cli(tiny_dir, src, part, "--resume", "--limit", "3")) == 2
     assert capsys.readouterr().err.strip() == (
         f"brrm: error: --resume: {part} holds {n} lines but this run writes 3: another --input, --limit or "
         "--principle made it (rerun that command with --resume, or write a new --output)")

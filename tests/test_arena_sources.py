@@ -8,7 +8,12 @@ import pytest
 from brrm import ConfigError
 from brrm.arena import read_table
 
-datasets = pytest.importorskip("datasets")
+
+@pytest.fixture(scope="module")
+def datasets():
+    """Hugging Face ``datasets``, imported when this module's first test runs, not when every xdist worker collects
+    the module (a second of imports each)."""
+    return pytest.importorskip("datasets")
 
 
 def _rows(models: tuple[str, ...] = ("base", "new"), prompts: int = 3) -> list[dict[str, str]]:
@@ -16,7 +21,7 @@ def _rows(models: tuple[str, ...] = ("base", "new"), prompts: int = 3) -> list[d
              "category": "math" if k % 2 else "chat"} for k in range(prompts) for m in models]
 
 
-def test_a_dataset_object_reads_as_the_long_table_with_bad_rows_by_number():
+def test_a_dataset_object_reads_as_the_long_table_with_bad_rows_by_number(datasets):
     rows = _rows()
     rows[3] = {**rows[3], "response": None}  # row 4: no response
     table = read_table(datasets.Dataset.from_list(rows))
@@ -25,7 +30,7 @@ def test_a_dataset_object_reads_as_the_long_table_with_bad_rows_by_number():
     assert [e.line for e in table.errors] == [4] and "response" in table.errors[0].reason
 
 
-def test_a_dataset_dict_needs_its_split_named_and_reads_it():
+def test_a_dataset_dict_needs_its_split_named_and_reads_it(datasets):
     dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(_rows()),
                                "test": datasets.Dataset.from_list(_rows(("x", "y"), 2))})
     with pytest.raises(ConfigError, match="several splits; pass split \\(one of: train, test\\)"):
@@ -35,7 +40,7 @@ def test_a_dataset_dict_needs_its_split_named_and_reads_it():
     assert read_table(dd, split="test").models == ("x", "y")
 
 
-def test_a_save_to_disk_folder_reads_by_path_and_split(tmp_path):
+def test_a_save_to_disk_folder_reads_by_path_and_split(datasets, tmp_path):
     folder = tmp_path / "answers"
     datasets.DatasetDict({"train": datasets.Dataset.from_list(_rows()),
                           "other": datasets.Dataset.from_list(_rows(("a", "b", "c"), 1))}).save_to_disk(folder)
@@ -56,7 +61,7 @@ def test_a_split_for_a_file_and_a_folder_of_neither_kind_are_named(tmp_path):
         read_table("examples/no-such-arena.jsonl")
 
 
-def test_the_cli_reads_a_dataset_folder_with_split(tmp_path, capsys):
+def test_the_cli_reads_a_dataset_folder_with_split(datasets, tmp_path, capsys):
     """``--split`` reaches the reader; a wrong one is one line naming the splits, before any model loads."""
     from brrm.cli import main
 

@@ -70,21 +70,25 @@ def test_bad_samples_are_named_before_loading(tiny_dir):
 
 
 def test_cli_samples_3_swap_gives_6_votes_byte_identical_at_batch_1_and_8(tmp_path, tiny_dir, capsys):
-    """The first 4 pairs of examples/pairs.jsonl (one multi-turn): 24 judgments, 48 generations, more rows than a
-    batch of 8 holds, so the batch-8 run refills its batch as in a longer file."""
+    """Two pairs of examples/pairs.jsonl (a single-turn one and the multi-turn one): 12 judgments, 24 generations,
+    more rows than a batch of 8 holds, so the batch-8 run refills its batch as in a longer file."""
+    lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(f"{lines[0]}\n{lines[3]}\n")
+    assert "conversation" in lines[3] and "conversation" not in lines[0]
     outs = []
     for bs in ("1", "8"):
         out = tmp_path / f"b{bs}.jsonl"
-        assert main(["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(out), "--model",
-                     tiny_dir, "--kind", "brrm", "--batch-size", bs, "--samples", "3", "--swap", "--limit", "4",
+        assert main(["judge", "--input", str(pairs), "--output", str(out), "--model",
+                     tiny_dir, "--kind", "brrm", "--batch-size", bs, "--samples", "3", "--swap",
                      *BUDGET]) == 0
         outs.append(out.read_bytes())
     printed = capsys.readouterr().out
-    assert "cost: 4 pairs x 2 orders x 3 samples = 24 judgments (48 generations)" in printed
+    assert "cost: 2 pairs x 2 orders x 3 samples = 12 judgments (24 generations)" in printed
     assert "voting: 3 samples per order; mean agreement" in printed
     assert outs[0] == outs[1]  # byte-identical files, every sample's provenance included
     rows = [json.loads(line) for line in outs[0].splitlines()]
-    assert len(rows) == 4
+    assert len(rows) == 2
     for row in rows:
         subs = row["sub_judgments"]
         assert len(subs) == 6 and row["samples"] == 3 and row["status"] == "ok"
@@ -98,8 +102,8 @@ def test_cli_samples_3_swap_gives_6_votes_byte_identical_at_batch_1_and_8(tmp_pa
         assert len(seeds) == 6  # each sample of each order draws from its own streams
     # sample 0 of each order is the unvoted judgment: voting adds samples, it does not move the first one
     plain = tmp_path / "plain.jsonl"
-    assert main(["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(plain), "--model",
-                 tiny_dir, "--kind", "brrm", "--batch-size", "8", "--swap", "--limit", "4", *BUDGET]) == 0
+    assert main(["judge", "--input", str(pairs), "--output", str(plain), "--model", tiny_dir, "--kind", "brrm",
+                 "--batch-size", "8", "--swap", *BUDGET]) == 0
     capsys.readouterr()
     for voted, one in zip(rows, map(json.loads, plain.read_bytes().splitlines()), strict=True):
         assert voted["sub_judgments"][0] == one["sub_judgments"][0]
@@ -123,7 +127,7 @@ def test_samples_share_the_turn1_prefill_exactly_and_reach_rank(tiny_dir):
     unshared = control.judge_pairs(["What is 2+2?"], ["4"], ["5"], ids=["q"])
     assert control.model.backend.stats["shared_prompt_tokens"] == 0
     assert json.dumps(out[0].to_dict()) == json.dumps(unshared[0].to_dict())  # sharing changes no bit
-    group = judge.rank("Say hi.", ["Hi!", "Go away.", "Hello."], strategy="knockout")
+    group = judge.rank("Say hi.", ["Hi!", "Go away."], strategy="knockout")
     assert group.judgments and all(j.samples == 4 and len(j.sub_judgments) == 4 for j in group.judgments)
 
 
@@ -166,11 +170,10 @@ def test_voting_reaches_the_server_and_the_trl_reward():
     assert len(values) == 2 and sum(values) == pytest.approx(1.0)  # 3 votes never tie: one win per game
 
 
-def test_bench_sweeps_samples_and_prints_accuracy_against_cost(tmp_path, capsys, shared):
+def test_bench_sweeps_samples_and_prints_accuracy_against_cost(tmp_path, capsys, shared, tiny_dir):
     """Issue 21: ``brrm bench NAME --sweep-samples 1,2`` runs each K and tabulates the headline against its cost."""
-    model = str(save_tiny_qwen3(tmp_path / "tiny"))
     code = main(["bench", "llmbar", "--subset", "Natural", "--limit", "2", "--data-dir", str(shared / "data"),
-                 "--model", model, "--kind", "brrm",
+                 "--model", tiny_dir, "--kind", "brrm",
                  "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--sweep-samples", "1,2",
                  "--output", str(tmp_path / "out"), "--no-progress"])
     out = capsys.readouterr().out

@@ -250,25 +250,28 @@ def tiny_dir(tmp_path_factory):
 
 
 def test_brrm_arena_runs_on_the_example_with_a_tiny_qwen3(tmp_path, capsys, tiny_dir):
-    """The CLI end to end on examples/arena.jsonl; a tiny Qwen3 (brrm.testing) stands in for the embedded demo,
+    """The CLI end to end on examples/arena.jsonl's first four prompts (its three models, 8 matchups; README.md's
+    example block runs the whole file on a tiny model); a tiny Qwen3 (brrm.testing) stands in for the embedded demo,
     which needs minutes for 32 two-turn runs on a shared 2-core machine."""
     from brrm.cli import main
 
+    four = tmp_path / "four.jsonl"
+    four.write_text("".join((REPO / "examples/arena.jsonl").read_text().splitlines(keepends=True)[:12]))
     out = tmp_path / "out"
-    argv = ["arena", "--input", str(REPO / "examples/arena.jsonl"), "--baseline", "baseline-bot",
+    argv = ["arena", "--input", str(four), "--baseline", "baseline-bot",
             "--output", str(out), "--model", tiny_dir, "--kind", "brrm", "--max-new-tokens", "420",
             "--block-token-cap", "8", "--thinking", "off", "--no-progress", "--bootstrap", "20"]
     code = main(argv)
     stdout = capsys.readouterr().out
-    assert code == 0 and "judged 16 matchups now" in stdout
+    assert code == 0 and "judged 8 matchups now" in stdout
     first = (out / "leaderboard.csv").read_text()
-    assert main(argv) == 0 and "judged 0 matchups now; 16 came from the store" in capsys.readouterr().out
+    assert main(argv) == 0 and "judged 0 matchups now; 8 came from the store" in capsys.readouterr().out
     assert (out / "leaderboard.csv").read_text() == first
     board = list(csv.DictReader((out / "leaderboard.csv").open()))
     assert {r["model"] for r in board} == {"baseline-bot", "terse-bot", "helpful-bot"}
     lines = (out / "battles.jsonl").read_text().splitlines() + (out / "failures.jsonl").read_text().splitlines()
-    assert len(lines) == 16
-    assert "| rank | model | rating |" in stdout and "16 matchups" in stdout and "position bias: P(the answer" in stdout
+    assert len(lines) == 8
+    assert "| rank | model | rating |" in stdout and "8 matchups" in stdout and "position bias: P(the answer" in stdout
     rows = [json.loads(x) for x in lines]
     assert all(r["swapped"] and (r["position_bias"] is None or abs(r["position_bias"]) <= 0.5) for r in rows)
     assert any(r["position_bias"] is not None for r in rows)

@@ -1,11 +1,12 @@
 """Every request's fate is its own inside a shared running batch (issue 28, bullets 1 and 2).
 
 On a real tiny BR-RM served by ``brrm serve`` at ``--concurrency auto`` (transformers' continuous batching: calls
-join one running batch), a request cancelled by its deadline and one whose client disconnects mid-decode leave
-alone; the other requests get 200 with the bytes they get alone — when the six arrive as one coalesced burst and
-when they join an already running batch as separate calls. A stalled item (a scripted backend: a real model cannot
-stall on demand) costs only itself, in the server and in verl's ``VerlScorer`` (two rounds, local and via
-``url=``). In process, a cancelled call's rows are retired at the next step (their slots freed).
+join one running batch; the server in this process on a real socket, :func:`tests.serve_helpers.serving_in_process`:
+a disconnect is a closed socket all the same), a request cancelled by its deadline and one whose client disconnects
+mid-decode leave alone; the other requests get 200 with the bytes they get alone — when the six arrive as one
+coalesced burst and when they join an already running batch as separate calls. A stalled item (a scripted backend: a
+real model cannot stall on demand) costs only itself, in the server and in verl's ``VerlScorer`` (two rounds, local
+and via ``url=``). In process, a cancelled call's rows are retired at the next step (their slots freed).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from brrm.backends.transformers import TransformersBackend
 from brrm.rlhf.verl import TIMEOUT, VerlRewardConfig, VerlScorer
 from brrm.service.scheduler import DeadlineExceeded, Scheduler
 from brrm.testing import build_tiny_qwen3, save_tiny_qwen3
-from tests.serve_helpers import T1, is_turn2, ranking, responses_in, running_server
+from tests.serve_helpers import T1, is_turn2, ranking, responses_in, serving_in_process
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -147,8 +148,8 @@ def test_split_calls_answer_each_request_alone():
 def tiny_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("isolation")
     model = save_tiny_qwen3(tmp / "tiny")
-    with running_server(["--model", str(model), *TINY, "--max-wait-ms", str(int(WAIT_S * 1000))],
-                        tmp) as srv:
+    with serving_in_process(["--model", str(model), *TINY, "--max-wait-ms", str(int(WAIT_S * 1000))],
+                            tmp) as srv:
         srv.alone = {}
         for k, pair in enumerate(PAIRS):
             t = time.monotonic()
@@ -242,7 +243,7 @@ def stall_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stall")
     args = ["--factory", "tests.test_request_isolation:stalling_brrm", "--concurrency", "auto", "--max-wait-ms",
             "200", "--stall-timeout", "0.5", "--deadline", "30", "--max-abandoned", "8"]
-    with running_server(args, tmp) as srv:
+    with serving_in_process(args, tmp) as srv:
         yield srv
 
 

@@ -222,6 +222,16 @@ def serving_in_process(args: Sequence[str], tmp: Path, *, env: dict[str, str] | 
         log.close()
 
 
+@contextlib.contextmanager
+def released(release_file: Path) -> Iterator[None]:
+    """Create ``release_file`` when the block ends, however it ends: a scripted stall (``fake_brrm``'s
+    ``release_file``) in this process's judge threads ends with the test instead of polling on for 600 s."""
+    try:
+        yield
+    finally:
+        release_file.write_text("")
+
+
 def compare_body(texts: Sequence[str], prompt: str = "Name a prime number above 10.") -> dict[str, Any]:
     """A NeMo Gym ``/compare`` request over ``texts``."""
     return {"conversation_history": [{"role": "user", "content": prompt}],

@@ -1,7 +1,7 @@
 """The service layer through real ``brrm serve`` servers on 127.0.0.1 (issue 18 items 2, 3, 4, 9): in this process
 (:func:`tests.serve_helpers.serving_in_process`: the CLI's own flags, app and uvicorn server on a real socket)
-where the process is not what a test checks; as processes for a port in use (exit code before the load), a
-call that stalls for 600 s, and a 40-response all_pairs (CPU-bound: the server's own process, gc-frozen).
+where the process is not what a test checks (a scripted stall ends with its test: ``released``); as a process
+for a port in use (exit code before the load).
 
 * a tiny real Bradley–Terry model: the poison test (30 good requests and one with a lone surrogate, sent
   concurrently to ``/v1/score``, ``/get_reward`` and ``/v1/judge``), operations (HEAD, bearer scheme, public model
@@ -24,7 +24,7 @@ import time
 import httpx
 import pytest
 
-from tests.serve_helpers import REPO, compare_body, free_port, read_log, running_server, serving_in_process
+from tests.serve_helpers import REPO, compare_body, free_port, read_log, released, serving_in_process
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -220,9 +220,7 @@ def brrm_fake(tmp_path_factory):
     env = {"BRRM_TEST_FAKE": json.dumps({"log": str(tmp / "calls.jsonl")})}
     args = ["--factory", "tests.serve_helpers:fake_brrm", "--max-batch", "8", "--max-items", "600",
             "--max-judgments-per-request", "6000", "--max-queue", "10000", "--max-wait-ms", "5"]
-    # a process: hundreds of judgments of CPU work, which in a test worker (no gc.freeze of a heap holding torch)
-    # ran past the test's 200 s on a busy machine at 4950 judgments
-    with running_server(args, tmp, env=env) as srv:
+    with serving_in_process(args, tmp, env=env) as srv:
         srv.calls = tmp / "calls.jsonl"
         yield srv
 
@@ -318,7 +316,9 @@ def test_a_stalled_call_past_its_deadline_frees_its_slot_within_a_healthy_jobs_d
     the healthy request runs beside it (a backend that is not reentrant never does: tests/test_fault_kinds.py)."""
     args = ["--factory", "tests.serve_helpers:fake_brrm", "--max-batch", "1", "--max-wait-ms", "0",
             "--stall-timeout", "30", "--no-warmup", "--concurrency", "1"]
-    with running_server(args, tmp_path, env={"BRRM_TEST_FAKE": json.dumps({"concurrent": True})}) as srv:
+    release = tmp_path / "release"  # the stall ends when the test is done (the judge's thread is this process's)
+    env = {"BRRM_TEST_FAKE": json.dumps({"concurrent": True, "release_file": str(release)})}
+    with serving_in_process(args, tmp_path, env=env) as srv, released(release):
 
         async def run() -> tuple[httpx.Response, httpx.Response, float]:
             async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:

@@ -181,8 +181,9 @@ def serving_in_process(args: Sequence[str], tmp: Path, *, env: dict[str, str] | 
     checked by ``brrm serve``'s own parser and checks (a bad flag raises ``SystemExit`` / ``ConfigError`` here), the
     same app and uvicorn server. ``env`` (and ``BRRM_API_KEY`` from ``api_key``) is in ``os.environ`` only while the
     flags are checked and the judge is built, so servers with different settings live side by side; a scripted judge
-    must read its settings when it is built. Not for a test that stalls a judge call, signals or kills the server,
-    or checks what is the process's own (exit codes, ``gc.freeze``, memory): use :func:`running_server`.
+    must read its settings when it is built. A stalled judge call stays in a daemon thread of this process: end the
+    stall with the test (:func:`released`) where the judge can. Not for a test that signals or kills the server, or
+    checks what is the process's own (exit codes, ``gc.freeze``, memory): use :func:`running_server`.
     ``ready_timeout_s=None``: yield as soon as it listens, without waiting for ``/ready``."""
     from brrm.cli import build_parser
     from brrm.cli import serve as cli_serve

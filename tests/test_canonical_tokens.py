@@ -16,10 +16,11 @@ from brrm.testing import brrm_judge, build_tiny_qwen3
 from brrm.tokens import encoder
 from brrm.types import SamplingConfig
 
-PAIRS = [("What is 2+2?", "4", "5"), ("Name a colour.", "Blue.", "Seven."), ("Say hi.", "Hi!", "Go away."),
-         ("Capital of France?", "Paris.", "Lyon."), ("2*3?", "6", "five"), ("Is 91 prime?", "No, 7*13.", "Yes."),
-         ("Spell cat.", "cat", "kat"), ("Largest planet?", "Jupiter.", "Mars."), ("Boil point of water?",
-         "100 C at sea level.", "50 C."), ("Translate 'hola'.", "Hello.", "Goodbye.")]
+PAIRS = [("What is 2+2?", "4", "5"), ("Is 91 prime?", "No, 7*13.", "Yes."),
+         ("Boil point of water?", "100 C at sea level.", "50 C."), ("Translate 'hola'.", "Hello.", "Goodbye.")]
+"""Four pairs (digits, punctuation, quotes, spaces), both orders: 8 judgments, 16 turns of forced and sampled text."""
+TURNS = 4 * len(PAIRS)
+"""Generation calls recorded: two orders of two turns per pair."""
 
 
 class Recording(TransformersBackend):
@@ -73,7 +74,7 @@ def recorded(qwen3_tokenizer):
 
 def test_forced_tokens_equal_the_canonical_tokenization(recorded):
     tok, turns, out = recorded
-    assert len(turns) == 40 and all(j.ok for j in out)  # 20 constrained judgments, two turns each
+    assert len(turns) == TURNS and all(j.ok for j in out)  # two constrained judgments a pair, two turns each
     enc = encoder(tok)
     generated_text = {}  # turn-1 prompt text -> the model's turn-1 text
     forced_diff = model_diff = total = 0
@@ -104,7 +105,7 @@ def test_the_turn2_seam_is_one_canonical_token(recorded):
     (close,) = tok.encode("]\n", add_special_tokens=False)  # one token in Qwen's vocabulary
     bracket, newline = tok.encode("]", add_special_tokens=False)[0], tok.encode("\n", add_special_tokens=False)[0]
     end = tok.convert_tokens_to_ids("<|im_end|>")
-    assert len(turn2) == 20
+    assert len(turn2) == TURNS // 2
     for req in turn2:
         ids = list(req.prompt_ids)
         assert any(ids[k] == end and ids[k - 1] == close for k in range(1, len(ids)))

@@ -40,16 +40,15 @@ def _same(rows, ref):
 
 
 def test_batch_size_order_and_neighbours_do_not_change_results(tiny_dir):
+    """Each pair alone (batch size 1) is the reference; the same bytes in reverse order in a batch of 8 and without
+    the first pair in batches of 3 (other neighbours, other batch rows, a refilled batch)."""
     ids = [f"r{k}" for k in range(5)]
     ref = [_key(j) for j in _judge(tiny_dir, 1).judge_pairs(CONVS, A, B, ids=ids)]
-    for bs in (3, 8):
-        _same([_key(j) for j in _judge(tiny_dir, bs).judge_pairs(CONVS, A, B, ids=ids)], ref)
     rev = _judge(tiny_dir, 8).judge_pairs(CONVS[::-1], A[::-1], B[::-1], ids=ids[::-1])
     _same([_key(j) for j in rev][::-1], ref)
     tail = _judge(tiny_dir, 3).judge_pairs(CONVS[1:], A[1:], B[1:], ids=ids[1:])
     _same([_key(j) for j in tail], ref[1:])
-    out = _judge(tiny_dir, 8).judge_pairs(CONVS, A, B, ids=ids)
-    turns = {(j.provenance.seed, j.turn1_text, j.turn2_text) for j in out}
+    turns = {(j.provenance.seed, j.turn1_text, j.turn2_text) for j in rev}
     assert len(turns) == 5  # every item has its own streams
 
 
@@ -63,15 +62,17 @@ def test_turns_and_retries_draw_from_their_own_streams():
 
 
 def test_cli_batch_size_1_and_8_give_identical_judgments(tmp_path, tiny_dir, capsys):
+    """examples/pairs.jsonl's first four pairs (one multi-turn) through the CLI, one file byte for byte at batch
+    sizes 1 and 8 (tests/test_invariance_matrix.py adds thread counts)."""
     outs = []
     for bs in ("1", "8"):
         out = tmp_path / f"b{bs}.jsonl"
         assert main(["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(out), "--model",
-                     tiny_dir, "--kind", "brrm", "--batch-size", bs, "--max-new-tokens", "420",
-                     "--block-token-cap", "8", "--thinking", "off", "--no-progress", "-q"]) == 0
+                     tiny_dir, "--kind", "brrm", "--batch-size", bs, "--limit", "4", "--max-new-tokens",
+                     "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress", "-q"]) == 0
         outs.append(out.read_bytes())
     capsys.readouterr()
-    assert len(outs[0].splitlines()) == 8
+    assert len(outs[0].splitlines()) == 4
     assert outs[0] == outs[1]  # byte-identical files, provenance included
 
 

@@ -67,9 +67,11 @@ def test_pairwise_scorer_on_a_tiny_judge_through_inspect_eval(tmp_path, tiny_dir
                               swap=True), tmp_path)
     direct = brrm.load(tiny_dir, kind="brrm", max_new_tokens=420, block_token_cap=8, thinking="off", swap=True)
     values = []
-    for sample in log.samples:
+    samples = log.samples  # judged directly in one batch (the same bits as alone: batch invariance)
+    direct_judgments = direct.judge_pairs([s.input for s in samples], [MOCK_OUTPUT] * len(samples),
+                                          [s.target for s in samples], ids=[str(s.id) for s in samples])
+    for sample, j in zip(samples, direct_judgments, strict=True):
         score = sample.scores["brrm_pairwise"]
-        j = direct.judge_pairs([sample.input], [MOCK_OUTPUT], [sample.target], ids=[str(sample.id)])[0]
         assert score.value == {"A": 1.0, "tie": 0.5, "B": 0.0}[j.winner.value] and score.answer == j.winner.value
         assert score.metadata["status"] == "ok" and score.metadata["p_a"] == pytest.approx(j.p_a)
         assert score.metadata["provenance"]["seed"] == j.provenance.seed

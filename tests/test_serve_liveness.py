@@ -1,5 +1,5 @@
-"""Liveness from the first second: a real ``brrm serve`` process answers ``/health`` while its model loads, and
-stops at once when told to during the load.
+"""Liveness from the first second: ``brrm serve`` answers ``/health`` while its model loads (in this process, on a
+real socket), and a real ``brrm serve`` process stops at once when signalled during the load.
 
 The judge comes from ``--factory`` (``brrm serve``'s own path for a judge built by a function): a scripted BR-RM
 whose load takes ``BRRM_TEST_LOAD_S`` seconds, so the load is slow on demand and its end can be waited for.
@@ -11,12 +11,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
 
 from tests.conftest import terminal_sigint
-from tests.serve_helpers import REPO, free_port
+from tests.serve_helpers import REPO, free_port, serving_in_process
 
 FACTORY = "tests.test_serve_liveness:slow_judge"
 BOUND_S = 240.0
@@ -57,10 +58,10 @@ def _start(port: int, factory: str, load_s: float, log, gate: str | None = None)
                             stderr=subprocess.STDOUT, preexec_fn=terminal_sigint)
 
 
-def _first_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = BOUND_S) -> float:
+def _first_health(url: str, alive: Callable[[], bool], timeout_s: float = BOUND_S) -> float:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        assert proc.poll() is None, "the server exited"
+        assert alive(), "the server exited"
         try:
             if httpx.get(f"{url}/health", timeout=10).status_code == 200:
                 return time.monotonic()
@@ -70,34 +71,31 @@ def _first_health(url: str, proc: subprocess.Popen[bytes], timeout_s: float = BO
 
 
 def test_health_answers_while_the_model_loads_and_ready_says_loading(tmp_path):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    """``brrm serve`` in this process (its parser, loading app and uvicorn server on a real socket): the process
+    boundary is not what this checks, the answers during and after the load are."""
     gate = tmp_path / "loaded"  # the load lasts until the checks below are done: an event, not a guess of 12 s
-    with open(tmp_path / "server.log", "wb") as log:
-        proc = _start(port, FACTORY, 0, log, gate=str(gate))
-    try:
-        _first_health(url, proc)
+    with serving_in_process(["--factory", FACTORY], tmp_path, env={"BRRM_TEST_LOAD_GATE": str(gate)},
+                            ready_timeout_s=None) as srv:
+        url = srv.url
+        _first_health(url, srv.thread.is_alive)
         ready = httpx.get(f"{url}/ready", timeout=10)
         judge = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=10)
         head = httpx.head(f"{url}/health", timeout=10)
-        assert proc.poll() is None
+        assert srv.thread.is_alive()
         assert ready.status_code == 503 and ready.json()["reason"] == "loading" and ready.json()["ready"] is False
         assert judge.status_code == 503 and judge.json()["error"]["type"] == "loading"
         assert judge.headers["retry-after"] == "5" and head.status_code == 200
         gate.touch()
         end = time.monotonic() + BOUND_S
         while httpx.get(f"{url}/ready", timeout=10).status_code != 200:  # the load ends: the real app takes over
-            assert time.monotonic() < end, (tmp_path / "server.log").read_text()
+            assert time.monotonic() < end, srv.output()
             time.sleep(0.2)
         answer = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=30)
         assert answer.status_code == 200 and answer.json()["judgments"][0]["status"] == "ok", answer.text
         # the loaded server serves as one that never waited: ready, and its model listed
         assert httpx.get(f"{url}/ready", timeout=10).json()["ready"] is True
         assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 200
-    finally:
-        proc.terminate()
-        proc.wait(BOUND_S)
-    assert proc.returncode == 0, (tmp_path / "server.log").read_text()
+        assert srv.stop() == 0, srv.output()  # drained and stopped as on SIGTERM, the load's judge freed
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
@@ -108,7 +106,7 @@ def test_a_signal_during_the_load_stops_the_server_within_seconds(tmp_path, how)
     with open(tmp_path / "server.log", "wb") as log:
         proc = _start(port, FACTORY, 600.0, log)
     try:
-        _first_health(f"http://127.0.0.1:{port}", proc)
+        _first_health(f"http://127.0.0.1:{port}", lambda: proc.poll() is None)
         sent = time.monotonic()
         proc.send_signal(getattr(signal, how))
         proc.wait(120)  # a bound far below the 600 s load, however busy the machine: the signal ended it

@@ -1,11 +1,11 @@
 """verl's group manager on the service scheduler (issue 28): a stalled GRPO group costs only its own samples.
 
 ``BrrmGroupRewardManager`` runs through verl 0.9.1's own ``RewardLoopWorker.compute_score_batch`` (per-sample
-concurrent ``run_single`` calls) over a ``DataProto`` of four groups of two, one of which stalls (a scripted
-backend that takes concurrent calls: a real model cannot stall on demand). In two rounds, locally and via ``url=``
-(a ``brrm serve`` subprocess over the same scripted judge), the three healthy groups get their real rewards (the
-``good`` answer wins: 1.0 / 0.0) within ``timeout_s``, and the stalled group's two samples are ``ok: False`` with
-status ``timeout`` and a reason — never a plain 0.0 presented as a reward.
+concurrent ``run_single`` calls) over a ``DataProto`` of four groups of two, one of which stalls (a scripted backend
+that takes concurrent calls: a real model cannot stall on demand). In two rounds, locally and via ``url=`` (``brrm
+serve`` over the same scripted judge, in this process on a real socket), the three healthy groups get their real
+rewards (the ``good`` answer wins: 1.0 / 0.0) within ``timeout_s``, and the stalled group's two samples are ``ok:
+False`` with status ``timeout`` and a reason — never a plain 0.0 presented as a reward.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from brrm.rlhf.verl import TIMEOUT
-from tests.serve_helpers import running_server
+from tests.serve_helpers import serving_in_process
 
 # verl is imported inside the tests: collecting this file (every xdist worker collects the whole suite) costs nothing
 pytestmark = [pytest.mark.timeout(300),
@@ -123,7 +123,7 @@ def test_a_stalled_group_costs_only_its_own_samples_locally_two_rounds():
 def stall_server(tmp_path_factory):
     args = ["--factory", "tests.test_request_isolation:stalling_brrm", "--concurrency", "auto", "--max-wait-ms",
             "100", "--stall-timeout", "0.5", "--deadline", "30", "--max-abandoned", "8"]
-    with running_server(args, tmp_path_factory.mktemp("verl-groups")) as srv:
+    with serving_in_process(args, tmp_path_factory.mktemp("verl-groups")) as srv:
         yield srv
 
 

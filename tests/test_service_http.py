@@ -245,10 +245,11 @@ def test_all_pairs_over_the_judgment_limit_is_413_naming_its_cost(brrm_fake):
     assert len(read_log(brrm_fake.calls)) == before  # nothing reached the model
 
 
-def test_a_40_response_all_pairs_within_limits_is_split_into_calls_of_at_most_max_batch(brrm_fake):
-    """780 pairs (every pair of 40 responses, within the limits) in calls of at most ``--max-batch`` 8."""
+def test_an_all_pairs_within_limits_is_split_into_calls_of_at_most_max_batch(brrm_fake):
+    """190 pairs (every pair of 20 responses, within the limits) in calls of at most ``--max-batch`` 8: 23 full calls
+    and one of 6."""
     before = _histogram(brrm_fake.url, "brrm_batch_items")
-    n = 40
+    n = 20
     pairs = n * (n - 1) // 2
     texts = [f"good {k}" if k == 0 else f"answer {k}" for k in range(n)]
     r = httpx.post(f"{brrm_fake.url}/compare", json={**compare_body(texts), "strategy": "all_pairs"}, timeout=200)

@@ -27,7 +27,7 @@ def _audit(capsys, records, out, model):
 def test_changed_weights_are_judged_again(tmp_path, capsys, how):
     from brrm.testing import save_tiny_qwen3
 
-    records = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(1))  # one pair: reused, or judged again, is the point
+    records = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(3))
     first, second = save_tiny_qwen3(tmp_path / "w1", seed=1), save_tiny_qwen3(tmp_path / "w2", seed=2)
     model = tmp_path / "latest"
     if how == "symlink":
@@ -35,8 +35,8 @@ def test_changed_weights_are_judged_again(tmp_path, capsys, how):
     else:
         shutil.copytree(first, model)
     out = tmp_path / "audit"
-    assert "1 to judge" in _audit(capsys, records, out, model)
-    assert "1 already in the store under this configuration; 0 to judge" in _audit(capsys, records, out, model)
+    assert "3 to judge" in _audit(capsys, records, out, model)
+    assert "3 already in the store under this configuration; 0 to judge" in _audit(capsys, records, out, model)
     if how == "symlink":
         model.unlink()
         os.symlink(second, model)
@@ -47,4 +47,4 @@ def test_changed_weights_are_judged_again(tmp_path, capsys, how):
             assert (model / name).stat().st_size == old.st_size or name.endswith((".json", ".txt"))
             os.utime(model / name, ns=(old.st_atime_ns, old.st_mtime_ns))
     again = _audit(capsys, records, out, model)
-    assert "0 already in the store under this configuration; 1 to judge" in again, again
+    assert "0 already in the store under this configuration; 3 to judge" in again, again

@@ -27,7 +27,7 @@ from brrm.backends.transformers import TransformersBackend
 from brrm.rlhf.verl import TIMEOUT, VerlRewardConfig, VerlScorer
 from brrm.service.scheduler import DeadlineExceeded, Scheduler
 from brrm.testing import build_tiny_qwen3, save_tiny_qwen3
-from tests.serve_helpers import T1, is_turn2, ranking, responses_in, serving_in_process
+from tests.serve_helpers import T1, http, is_turn2, ranking, responses_in, serving_in_process
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -153,7 +153,7 @@ def tiny_server(tmp_path_factory):
         srv.alone = {}
         for k, pair in enumerate(PAIRS):
             t = time.monotonic()
-            r = httpx.post(f"{srv.url}/v1/judge", json={"pairs": [pair]}, timeout=120)
+            r = http().post(f"{srv.url}/v1/judge", json={"pairs": [pair]}, timeout=120)
             assert r.status_code == 200, r.text
             srv.alone[k] = (_judgments(r.json()), time.monotonic() - t)
         yield srv
@@ -179,7 +179,7 @@ def _six(server, stagger_s: float, leave_s: float) -> dict[int, httpx.Response]:
         if k == 2:
             _disconnecting(server.port, PAIRS[k], leave_s)
             return
-        out[k] = httpx.post(f"{server.url}/v1/judge", json=body, timeout=120)
+        out[k] = http().post(f"{server.url}/v1/judge", json=body, timeout=120)
 
     threads = []
     for k in range(6):
@@ -193,7 +193,7 @@ def _six(server, stagger_s: float, leave_s: float) -> dict[int, httpx.Response]:
 
 def _ready(server) -> dict[str, Any]:
     for _ in range(100):
-        state = httpx.get(f"{server.url}/ready").json()
+        state = http().get(f"{server.url}/ready").json()
         if state["running"] == 0 and state["queue_depth"] == 0:
             return state
         time.sleep(0.05)
@@ -213,7 +213,7 @@ def test_a_deadline_and_a_disconnect_cost_only_their_own_requests(tiny_server, s
         assert _judgments(out[k].json()) == tiny_server.alone[k][0], k
     state = _ready(tiny_server)
     assert state["ready"] is True
-    metrics = httpx.get(f"{tiny_server.url}/metrics").text
+    metrics = http().get(f"{tiny_server.url}/metrics").text
     assert 'brrm_cancelled_total{reason="disconnect",stage="running"}' in metrics, (leave_s, tiny_server.alone)
 
 
@@ -265,7 +265,7 @@ def test_a_stalled_item_among_eight_costs_only_itself_in_the_server(stall_server
             stall = k == 3
             body = {"pairs": [_pair(10 * round_ + k, stall)], **({"timeout_s": STALLED_TIMEOUT_S} if stall else {})}
             t = time.monotonic()
-            r = httpx.post(f"{stall_server.url}/v1/judge", json=body, timeout=60)
+            r = http().post(f"{stall_server.url}/v1/judge", json=body, timeout=60)
             out[k] = (r.status_code, time.monotonic() - t, r.json())
 
         threads = [threading.Thread(target=send, args=(k,)) for k in range(9)]
@@ -280,7 +280,7 @@ def test_a_stalled_item_among_eight_costs_only_itself_in_the_server(stall_server
             assert reply["judgments"][0]["winner"] == "B" and reply["judgments"][0]["status"] == "ok"
         # queued requests are not held behind it: a fresh request right after is served (held behind the 600 s
         # stall, it would end at the server's 30 s deadline with a 504)
-        after = httpx.post(f"{stall_server.url}/v1/judge", json={"pairs": [_pair(99)]}, timeout=60)
+        after = http().post(f"{stall_server.url}/v1/judge", json={"pairs": [_pair(99)]}, timeout=60)
         assert after.status_code == 200, after.text
     state = _ready(stall_server)  # the stalled calls were abandoned: nothing counts as running
     assert state["ready"] is True

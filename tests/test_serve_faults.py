@@ -21,7 +21,7 @@ import time
 import httpx
 import pytest
 
-from tests.serve_helpers import compare_body, read_log, running_server
+from tests.serve_helpers import compare_body, http, read_log, running_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,7 +43,7 @@ def fake(tmp_path_factory):
 
 
 def metric(server, name: str) -> float:
-    text = httpx.get(f"{server.url}/metrics").text
+    text = http().get(f"{server.url}/metrics").text
     found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(found.group(1)) if found else 0.0
 
@@ -57,14 +57,14 @@ def _until(check, hang_s: float = 60.0) -> None:
 
 
 def idle(server) -> dict:
-    state = httpx.get(f"{server.url}/ready").json()
+    state = http().get(f"{server.url}/ready").json()
     assert state["queue_depth"] == 0 and state["running"] == 0, state
     return state
 
 
 def test_one_failing_item_is_its_status_in_a_200(fake):
     pairs = [{"prompt": "q", "response_a": a, "response_b": "good b"} for a in ("a", "<<ERROR>> a", "c")]
-    r = httpx.post(f"{fake.url}/v1/judge", json={"pairs": pairs, "swap": False}, timeout=30)
+    r = http().post(f"{fake.url}/v1/judge", json={"pairs": pairs, "swap": False}, timeout=30)
     assert r.status_code == 200
     assert [(j["status"], j["winner"]) for j in r.json()["judgments"]] == [("ok", "B"), ("backend_error", "none"),
                                                                           ("ok", "B")]
@@ -73,34 +73,34 @@ def test_one_failing_item_is_its_status_in_a_200(fake):
 
 def test_per_request_options_stay_within_the_servers_limits(fake):
     pair = {"prompt": "q", "response_a": "good", "response_b": "b"}
-    ok = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"seed": 7, "max_new_tokens": 64}})
+    ok = http().post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"seed": 7, "max_new_tokens": 64}})
     assert ok.status_code == 200 and ok.json()["judgments"][0]["winner"] == "A"
     body = ok.json()
     assert {**body["provenance"], **body["judgments"][0]["provenance"]}["sampling"]["max_new_tokens_per_turn"] == 64
-    over = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"max_new_tokens": 10**6}})
+    over = http().post(f"{fake.url}/v1/judge", json={"pairs": [pair], "options": {"max_new_tokens": 10**6}})
     assert over.status_code == 422 and "exceeds the server's limit of 8192" in over.json()["error"]["message"]
-    bad = httpx.post(f"{fake.url}/v1/rank", json={"prompt": "q", "responses": ["a", "b"],
+    bad = http().post(f"{fake.url}/v1/rank", json={"prompt": "q", "responses": ["a", "b"],
                                                   "options": {"decoding": "constrained"}})
     assert bad.status_code == 422 and "cannot run constraint programs" in bad.json()["error"]["message"]
 
 
 def test_n06_a_stalled_comparison_times_out_alone_and_frees_its_slot(fake):
     # the server's own deadline (--deadline 5) bounds the wait: the 504 says it fired (the stall is 600 s)
-    r = httpx.post(f"{fake.url}/compare", json=compare_body(["11", "13", "12", "<<STALL>>"]), timeout=30)
+    r = http().post(f"{fake.url}/compare", json=compare_body(["11", "13", "12", "<<STALL>>"]), timeout=30)
     assert r.status_code == 504 and r.json()["error"]["type"] == "deadline_exceeded"
     # the stalled call is abandoned (its request left), but the backend is not reentrant: no call runs beside it, and
     # new work is told so at once (503, Retry-After, the reason) instead of waiting out its deadline
     _until(lambda: metric(fake, "brrm_abandoned_total") == 1)
-    refused = httpx.post(f"{fake.url}/compare", json=compare_body(["good 11", "12"]), timeout=30)
+    refused = http().post(f"{fake.url}/compare", json=compare_body(["good 11", "12"]), timeout=30)
     assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
     assert "stalled judge call" in refused.json()["error"]["message"]
     try:
         fake.release.write_text("")  # the stalled call returns: the model is free again
-        _until(lambda: httpx.get(f"{fake.url}/ready").status_code == 200
+        _until(lambda: http().get(f"{fake.url}/ready").status_code == 200
                and metric(fake, "brrm_abandoned_batches") == 0)
     finally:
         fake.release.unlink()
-    fresh = httpx.post(f"{fake.url}/compare", json=compare_body(["good 11", "12"]), timeout=30)
+    fresh = http().post(f"{fake.url}/compare", json=compare_body(["good 11", "12"]), timeout=30)
     assert fresh.status_code == 200, fresh.text
     assert fresh.json()["rewards"] == [1.0, 0.0] and fresh.json()["statuses"] == ["ok", "ok"]
     idle(fake)
@@ -126,14 +126,14 @@ def test_n10_a_disconnected_request_stops_costing_model_time(fake):
         sock.close()
         fake.release.write_text("")  # turn 1 returns
     try:
-        _until(lambda: httpx.get(f"{fake.url}/ready").status_code == 200 and metric(fake, "brrm_running_batches") == 0
+        _until(lambda: http().get(f"{fake.url}/ready").status_code == 200 and metric(fake, "brrm_running_batches") == 0
                and metric(fake, "brrm_abandoned_batches") == 0)
     finally:
         fake.release.unlink()
     results: list[int] = []
 
     def y(k: int) -> None:
-        results.append(httpx.post(f"{fake.url}/compare", json=compare_body([f"good Y{k}", f"Y{k}"]),
+        results.append(http().post(f"{fake.url}/compare", json=compare_body([f"good Y{k}", f"Y{k}"]),
                                   timeout=30).status_code)
 
     threads = [threading.Thread(target=y, args=(k,)) for k in range(3)]
@@ -169,12 +169,12 @@ def test_n11_oversized_bodies_are_refused_before_buffering(fake):
     grown_mib = (fake.rss_kib() - rss) / 1024
     assert grown_mib < 2 * 8, grown_mib
     many = {"query": ["x"] * 100_000}  # (3) ~600 KB, under the byte limit, over the item limit
-    r = httpx.post(f"{fake.url}/get_reward", json=many, timeout=30)
+    r = http().post(f"{fake.url}/get_reward", json=many, timeout=30)
     assert r.status_code == 413 and "--max-items" in r.json()["error"]["message"]
-    bad = httpx.post(f"{fake.url}/get_reward", content=b"{nope", headers={"content-type": "application/json"})
+    bad = http().post(f"{fake.url}/get_reward", content=b"{nope", headers={"content-type": "application/json"})
     assert bad.status_code == 422
     assert len(read_log(fake.calls)) == before and idle(fake)["queue_depth"] == 0
-    ok = httpx.post(f"{fake.url}/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "good", "response_b": "b"}]},
+    ok = http().post(f"{fake.url}/v1/judge", json={"pairs": [{"prompt": "q", "response_a": "good", "response_b": "b"}]},
                     timeout=30)
     assert ok.status_code == 200 and ok.json()["judgments"][0]["winner"] == "A"
 
@@ -204,7 +204,7 @@ def test_n12_overload_answers_429_fast_and_served_results_stay_correct(fake):
     assert len(judged) <= codes.count(200)
     assert fake.rss_kib() - rss < 50 * 1024
     time.sleep(3)
-    assert httpx.post(f"{fake.url}/get_reward", json=body(0), timeout=30).status_code == 200
+    assert http().post(f"{fake.url}/get_reward", json=body(0), timeout=30).status_code == 200
     assert metric(fake, "brrm_rejected_total") == codes.count(429)
 
 
@@ -214,13 +214,13 @@ def test_n19_a_miscounting_backend_fails_the_batch_never_shifts_rewards(fake, mo
     try:
         body = {"query": [CHATML.format(q="p") + f"good q{k}<|im_end|>" for k in range(3)],
                 "prompts": [CHATML.format(q="p")] * 3, "labels": ["ref"] * 3}
-        r = httpx.post(f"{fake.url}/get_reward", json=body, timeout=30)
+        r = http().post(f"{fake.url}/get_reward", json=body, timeout=30)
         # every item fails alone (the judge's own length check): the backend is failing, and the 503 says so
         assert r.status_code == 503 and r.json()["error"]["type"] == "backend_failing" and r.headers["retry-after"]
         assert "zip()" in r.json()["error"]["message"]  # the judge's strict length check names the mismatch
     finally:
         fake.mode.write_text("")
-    assert httpx.post(f"{fake.url}/get_reward", json=body, timeout=30).json()["rewards"] == [1.0, 1.0, 1.0]
+    assert http().post(f"{fake.url}/get_reward", json=body, timeout=30).json()["rewards"] == [1.0, 1.0, 1.0]
 
 
 def test_openrlhf_own_client_code_against_get_reward(fake, monkeypatch):

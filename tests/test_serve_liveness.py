@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import terminal_sigint
-from tests.serve_helpers import REPO, free_port, serving_in_process
+from tests.serve_helpers import REPO, free_port, http, serving_in_process
 
 FACTORY = "tests.test_serve_liveness:slow_judge"
 BOUND_S = 240.0
@@ -63,7 +63,7 @@ def _first_health(url: str, alive: Callable[[], bool], timeout_s: float = BOUND_
     while time.monotonic() < end:
         assert alive(), "the server exited"
         try:
-            if httpx.get(f"{url}/health", timeout=10).status_code == 200:
+            if http().get(f"{url}/health", timeout=10).status_code == 200:
                 return time.monotonic()
         except httpx.HTTPError:
             time.sleep(0.05)
@@ -78,23 +78,23 @@ def test_health_answers_while_the_model_loads_and_ready_says_loading(tmp_path):
                             ready_timeout_s=None) as srv:
         url = srv.url
         _first_health(url, srv.thread.is_alive)
-        ready = httpx.get(f"{url}/ready", timeout=10)
-        judge = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=10)
-        head = httpx.head(f"{url}/health", timeout=10)
+        ready = http().get(f"{url}/ready", timeout=10)
+        judge = http().post(f"{url}/v1/judge", json=PAIRS, timeout=10)
+        head = http().head(f"{url}/health", timeout=10)
         assert srv.thread.is_alive()
         assert ready.status_code == 503 and ready.json()["reason"] == "loading" and ready.json()["ready"] is False
         assert judge.status_code == 503 and judge.json()["error"]["type"] == "loading"
         assert judge.headers["retry-after"] == "5" and head.status_code == 200
         gate.touch()
         end = time.monotonic() + BOUND_S
-        while httpx.get(f"{url}/ready", timeout=10).status_code != 200:  # the load ends: the real app takes over
+        while http().get(f"{url}/ready", timeout=10).status_code != 200:  # the load ends: the real app takes over
             assert time.monotonic() < end, srv.output()
             time.sleep(0.2)
-        answer = httpx.post(f"{url}/v1/judge", json=PAIRS, timeout=30)
+        answer = http().post(f"{url}/v1/judge", json=PAIRS, timeout=30)
         assert answer.status_code == 200 and answer.json()["judgments"][0]["status"] == "ok", answer.text
         # the loaded server serves as one that never waited: ready, and its model listed
-        assert httpx.get(f"{url}/ready", timeout=10).json()["ready"] is True
-        assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 200
+        assert http().get(f"{url}/ready", timeout=10).json()["ready"] is True
+        assert http().get(f"{url}/v1/models", timeout=10).status_code == 200
         assert srv.stop() == 0, srv.output()  # drained and stopped as on SIGTERM, the load's judge freed
 
 

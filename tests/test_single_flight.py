@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from brrm.serve.idempotency import IdempotencyStore, Reply
-from tests.serve_helpers import compare_body, read_log, serving_in_process
+from tests.serve_helpers import compare_body, http, read_log, serving_in_process
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -120,7 +120,7 @@ def together(*posts: Callable[[], httpx.Response], stagger_s: float = 0.15) -> l
 
 def post(server, path: str, body: dict, *, key: str | None = None, timeout: float | httpx.Timeout = 30):
     headers = {"Idempotency-Key": key} if key else {}
-    return lambda: httpx.post(f"{server.url}{path}", json=body, headers=headers, timeout=timeout)
+    return lambda: http().post(f"{server.url}{path}", json=body, headers=headers, timeout=timeout)
 
 
 # ------------------------------------------------------------------------------------------ single-flight
@@ -145,7 +145,7 @@ def test_a_failing_shared_job_reaches_both_waiters_and_is_not_cached(bt):
     assert a.json() == b.json() and "BOOM" in a.json()["error"]["message"]
     shared = calls(bt, token)
     assert shared >= 1  # the one job's calls (the failing one, bisected)
-    again = httpx.post(f"{bt.url}/v1/score", json=score_body(token, n=1), timeout=30)
+    again = http().post(f"{bt.url}/v1/score", json=score_body(token, n=1), timeout=30)
     assert again.status_code == 503
     assert calls(bt, token) == 2 * shared  # run again, exactly as the shared run did: nothing was kept
 
@@ -167,14 +167,14 @@ def test_a_waiter_whose_own_deadline_passes_does_not_cancel_the_others_result(bt
     assert kept.status_code == 200 and [r["reward"] for r in kept.json()["rewards"]] == [0.5, 1.5]
     assert calls(bt, token) == 1
     # alone, the same short deadline still ends its own work (and frees its slot)
-    alone = httpx.post(f"{bt.url}/v1/score", json=score_body(uuid.uuid4().hex, timeout_s=0.3), timeout=30)
+    alone = http().post(f"{bt.url}/v1/score", json=score_body(uuid.uuid4().hex, timeout_s=0.3), timeout=30)
     assert alone.status_code == 504
 
 
 # ------------------------------------------------------------------------------------------ Idempotency-Key
 def replies(server, reply: str) -> float:
     """``/metrics``: replies to Idempotency-Key requests on /v1/score that were ``executed`` or ``replayed``."""
-    for line in httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines():
+    for line in http().get(f"{server.url}/metrics", timeout=30).text.splitlines():
         if line.startswith(f'brrm_idempotent_replies_total{{endpoint="/v1/score",reply="{reply}"}}'):
             return float(line.split()[-1])
     return 0.0
@@ -292,7 +292,7 @@ def test_remote_judge_retries_after_its_own_timeout_under_one_key_and_the_server
 
 
 def test_the_openapi_schema_documents_the_header_on_every_post_route(bt):
-    schema = httpx.get(f"{bt.url}/openapi.json").json()
+    schema = http().get(f"{bt.url}/openapi.json").json()
     posts = {path: ops["post"] for path, ops in schema["paths"].items() if "post" in ops}
     assert sorted(posts) == ["/compare", "/get_reward", "/v1/judge", "/v1/rank", "/v1/score"]
     for path, operation in posts.items():

@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from tests.serve_helpers import REPO, compare_body, serving_in_process
+from tests.serve_helpers import REPO, compare_body, http, serving_in_process
 
 KEY = "test-key-0123456789"
 CHATML_PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
@@ -41,7 +41,7 @@ def client(server):
 
 
 def test_operational_endpoints(server, client):
-    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}  # no key needed
+    assert http().get(f"{server.url}/health").json() == {"status": "ok"}  # no key needed
     assert client.get("/ready").json()["ready"] is True
     (model,) = client.get("/v1/models").json()["data"]
     assert model["kind"] == "bt" and model["backend"] == "transformers" and model["recipe"]
@@ -85,8 +85,8 @@ def test_judge_score_rank_compare_results(client):
 
 def test_api_key_required_on_every_endpoint_but_health(server):
     for path in ("/ready", "/v1/models", "/metrics", "/docs", "/openapi.json"):
-        assert httpx.get(f"{server.url}{path}").status_code == 401, path
-    bad = httpx.post(f"{server.url}/v1/judge", headers={"Authorization": "Bearer wrong-key-0000000"}, json={})
+        assert http().get(f"{server.url}{path}").status_code == 401, path
+    bad = http().post(f"{server.url}/v1/judge", headers={"Authorization": "Bearer wrong-key-0000000"}, json={})
     assert bad.status_code == 401 and bad.json()["error"]["type"] == "unauthorized"
     assert bad.headers["www-authenticate"] == "Bearer"
 
@@ -180,7 +180,7 @@ def test_openrlhf_client_contract_and_reward_func_module(server, monkeypatch):
 
     queries = [CHATML_PROMPT + "4<|im_end|>\n", CHATML_PROMPT + "5<|im_end|>\n"]
     payload = {"query": queries, "prompts": [CHATML_PROMPT] * 2, "labels": ["4", "4"]}
-    info = httpx.post(f"{server.url}/get_reward", json=payload, headers=server.headers, timeout=30).json()
+    info = http().post(f"{server.url}/get_reward", json=payload, headers=server.headers, timeout=30).json()
     scores = info.get("scores") if info.get("scores") is not None else info["rewards"]
     reward = torch.tensor([info["rewards"]])
     assert reward.shape == (1, 2) and torch.isfinite(reward).all() and torch.tensor([scores]).shape == (1, 2)
@@ -199,7 +199,7 @@ def test_body_and_field_limits(server, client):
     big = "x" * 200_001
     r = client.post("/v1/score", json={"items": [{"prompt": "q", "response": big}]})
     assert r.status_code == 413 and r.json()["error"]["field"] == "items[0].response"
-    r = httpx.post(f"{server.url}/v1/judge", headers={**server.headers, "content-type": "application/json"},
+    r = http().post(f"{server.url}/v1/judge", headers={**server.headers, "content-type": "application/json"},
                    content=b"[" + b" " * (9 << 20) + b"]", timeout=30)
     assert r.status_code == 413 and r.json()["error"]["type"] == "body_too_large"
 
@@ -238,7 +238,7 @@ def test_load_200_concurrent_clients(server):
     p50, p99 = statistics.median(latencies), latencies[int(0.99 * len(latencies)) - 1]
     print(f"\n200 concurrent /v1/judge: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
           f"{codes.count(429)} answered 429")
-    metrics = httpx.get(f"{server.url}/metrics", headers=server.headers).text
+    metrics = http().get(f"{server.url}/metrics", headers=server.headers).text
     assert 'brrm_requests_total{code="200",endpoint="/v1/judge"}' in metrics and "brrm_batch_items_count" in metrics
 
 

@@ -24,7 +24,7 @@ import time
 import httpx
 import pytest
 
-from tests.serve_helpers import REPO, compare_body, free_port, read_log, released, serving_in_process
+from tests.serve_helpers import REPO, compare_body, free_port, http, read_log, released, serving_in_process
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -82,8 +82,8 @@ def _value(path: str, reply: dict) -> float:
 def test_poison_one_lone_surrogate_is_its_own_422_and_30_neighbours_get_their_solo_results(bt, path):
     bodies, field = _poison_bodies(path)
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    solo = {k: _value(path, httpx.post(bt.url + path, content=b, headers=headers, timeout=60).json())
-            for k, b in enumerate(bodies) if k != 17}
+    with httpx.Client(headers=headers, timeout=60) as client:  # one client: each new one loads an SSL context
+        solo = {k: _value(path, client.post(bt.url + path, content=b).json()) for k, b in enumerate(bodies) if k != 17}
     replies = _post_all(bt.url, path, bodies)
     codes = [r.status_code for r in replies]
     assert codes.count(200) == 30 and codes[17] == 422, codes
@@ -101,26 +101,26 @@ def test_poison_one_lone_surrogate_is_its_own_422_and_30_neighbours_get_their_so
 
 def test_ops_head_bearer_scheme_public_name_offline_docs(bt):
     for path in ("/health", "/ready"):
-        r = httpx.head(bt.url + path, headers={"Authorization": f"Bearer {KEY}"})
+        r = http().head(bt.url + path, headers={"Authorization": f"Bearer {KEY}"})
         assert r.status_code == 200 and r.content == b"", path
     for scheme in ("bearer", "BEARER", "Bearer"):
-        assert httpx.get(f"{bt.url}/v1/models", headers={"Authorization": f"{scheme} {KEY}"}).status_code == 200
-    assert httpx.get(f"{bt.url}/v1/models", headers={"Authorization": f"Basic {KEY}"}).status_code == 401
+        assert http().get(f"{bt.url}/v1/models", headers={"Authorization": f"{scheme} {KEY}"}).status_code == 200
+    assert http().get(f"{bt.url}/v1/models", headers={"Authorization": f"Basic {KEY}"}).status_code == 401
     headers = {"Authorization": f"Bearer {KEY}"}
-    (model,) = httpx.get(f"{bt.url}/v1/models", headers=headers).json()["data"]
+    (model,) = http().get(f"{bt.url}/v1/models", headers=headers).json()["data"]
     assert model["id"] == model["model"] == "rm"
-    r = httpx.post(f"{bt.url}/v1/score", headers=headers, json={"items": [{"prompt": "Hi", "response": "q1"}] * 3})
+    r = http().post(f"{bt.url}/v1/score", headers=headers, json={"items": [{"prompt": "Hi", "response": "q1"}] * 3})
     assert r.status_code == 200 and str(bt.model_dir.parent) not in r.text and r.json()["model"]["model"] == "rm"
-    page = httpx.get(f"{bt.url}/docs", headers=headers)
+    page = http().get(f"{bt.url}/docs", headers=headers)
     assert page.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in page.text and "cdn" not in page.text
-    js = httpx.get(f"{bt.url}/docs/assets/swagger-ui-bundle.js", headers=headers)
+    js = http().get(f"{bt.url}/docs/assets/swagger-ui-bundle.js", headers=headers)
     assert js.status_code == 200 and "SwaggerUIBundle" in js.text
 
 
 def test_provenance_once_per_reply_items_carry_what_differs(bt):
     headers = {"Authorization": f"Bearer {KEY}"}
     items = [{"prompt": f"Q{k}?", "response": f"A{k}"} for k in range(4)]
-    body = httpx.post(f"{bt.url}/v1/score", headers=headers, json={"items": items}).json()
+    body = http().post(f"{bt.url}/v1/score", headers=headers, json={"items": items}).json()
     shared = body["provenance"]
     assert shared["model"] == "rm" and shared["backend"] == "transformers" and len(shared["template_hash"]) == 16
     assert {"fingerprint", "calibration", "policies", "sampling"} <= set(shared)  # the same for every item
@@ -131,18 +131,18 @@ def test_provenance_once_per_reply_items_carry_what_differs(bt):
 def test_json_errors_say_what_and_where_and_content_type(bt):
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
     full = json.dumps({"items": [{"prompt": "What is 2+2?", "response": "4"}]}, indent=1)
-    r = httpx.post(f"{bt.url}/v1/score", headers=headers, content=full[:45].encode())
+    r = http().post(f"{bt.url}/v1/score", headers=headers, content=full[:45].encode())
     message = r.json()["error"]["message"]
     assert r.status_code == 422 and re.search(r"line \d+, column \d+", message) and "cut short" in message, message
     assert '"45"' not in message
-    r = httpx.post(f"{bt.url}/v1/score", headers={**headers, "Content-Type": "text/plain"}, content=full.encode())
+    r = http().post(f"{bt.url}/v1/score", headers={**headers, "Content-Type": "text/plain"}, content=full.encode())
     assert r.status_code == 422 and "Content-Type: application/json" in r.json()["error"]["message"]
     assert "text/plain" in r.json()["error"]["message"]
     latin = b'{"items": [{"prompt": "\xff\xfe", "response": "a"}]}'
-    r = httpx.post(f"{bt.url}/v1/score", headers=headers, content=latin)
+    r = http().post(f"{bt.url}/v1/score", headers=headers, content=latin)
     assert r.status_code == 400 and r.json()["error"] == {
         "type": "invalid_json", "message": "body is not UTF-8 text, as JSON must be: invalid start byte at byte 23"}
-    r = httpx.post(f"{bt.url}/v1/score", headers=headers, content=b"[" * 5000 + b"]" * 5000)
+    r = http().post(f"{bt.url}/v1/score", headers=headers, content=b"[" * 5000 + b"]" * 5000)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_json"
     assert "nest deeper than Python's recursion limit" in r.json()["error"]["message"]
 
@@ -150,12 +150,12 @@ def test_json_errors_say_what_and_where_and_content_type(bt):
 def test_labels_1_2_and_the_timeout_floor(bt):
     headers = {"Authorization": f"Bearer {KEY}"}
     pairs = [{"prompt": "2+2?", "response_a": "4", "response_b": "5", "label": label} for label in ("1", 2, "A")]
-    r = httpx.post(f"{bt.url}/v1/judge", headers=headers, json={"pairs": pairs})
+    r = http().post(f"{bt.url}/v1/judge", headers=headers, json={"pairs": pairs})
     assert r.status_code == 200 and [j["label"] for j in r.json()["judgments"]] == ["A", "B", "A"]
-    r = httpx.post(f"{bt.url}/v1/score", headers=headers,
+    r = http().post(f"{bt.url}/v1/score", headers=headers,
                    json={"items": [{"prompt": "q", "response": "a"}], "timeout_s": 5e-324})
     assert r.status_code == 422 and "timeout_s" in r.json()["error"]["message"] and "0.1" in r.text
-    r = httpx.post(f"{bt.url}/v1/score", headers={**headers, "Content-Type": "application/json"},
+    r = http().post(f"{bt.url}/v1/score", headers={**headers, "Content-Type": "application/json"},
                    content=b'{"items": [{"prompt": "q", "response": "a"}], "timeout_s": NaN}')
     assert r.status_code == 422 and r.json()["error"]["message"] == "timeout_s: Input should be a finite number"
 
@@ -191,7 +191,7 @@ def test_a_batch_that_raises_is_bisected_onto_the_item_that_causes_it(tmp_path):
             [("ok", k + 0.5) for k in range(12) if k != 5]
         assert rewards[5]["status"] == "backend_error" and rewards[5]["reward"] is None
         assert "scripted batch failure on BOOM" in rewards[5]["reason"]
-        assert re.search(r"^brrm_batch_requests_count (\S+)$", httpx.get(f"{srv.url}/metrics").text, re.M)
+        assert re.search(r"^brrm_batch_requests_count (\S+)$", http().get(f"{srv.url}/metrics").text, re.M)
 
 
 def test_a_failed_warmup_is_reported_and_retried_not_permanent(tmp_path):
@@ -200,7 +200,7 @@ def test_a_failed_warmup_is_reported_and_retried_not_permanent(tmp_path):
         end = time.monotonic() + 60  # a bound on a hang only: the loop ends on the first 200
         while time.monotonic() < end:
             try:
-                r = httpx.get(f"{srv.url}/ready", timeout=2)
+                r = http().get(f"{srv.url}/ready", timeout=2)
             except httpx.HTTPError:
                 time.sleep(0.1)
                 continue
@@ -226,19 +226,19 @@ def brrm_fake(tmp_path_factory):
 
 
 def _histogram(url: str, name: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics").text
+    text = http().get(f"{url}/metrics").text
     return {le: float(v) for le, v in re.findall(rf'^{name}_bucket{{le="([^"]+)"}} (\S+)$', text, re.M)}
 
 
 def test_all_pairs_over_the_judgment_limit_is_413_naming_its_cost(brrm_fake):
     before = len(read_log(brrm_fake.calls))
     texts = [f"answer {k}" for k in range(512)]
-    r = httpx.post(f"{brrm_fake.url}/compare", json={**compare_body(texts), "strategy": "all_pairs"}, timeout=30)
+    r = http().post(f"{brrm_fake.url}/compare", json={**compare_body(texts), "strategy": "all_pairs"}, timeout=30)
     error = r.json()["error"]
     assert r.status_code == 413 and error["type"] == "too_costly" and error["cost"] == 512 * 511 // 2
     assert error["limit"] == 6000 and "130816 judgments" in error["message"] and "6000" in error["message"]
     assert "--max-judgments-per-request" in error["message"]
-    r = httpx.post(f"{brrm_fake.url}/v1/rank", json={"prompt": "q", "responses": texts, "strategy": "round_robin"},
+    r = http().post(f"{brrm_fake.url}/v1/rank", json={"prompt": "q", "responses": texts, "strategy": "round_robin"},
                    timeout=30)
     error = r.json()["error"]
     assert r.status_code == 413 and error["cost"] == 512 * 511 and f"{512 * 511} judgments" in error["message"]
@@ -252,7 +252,7 @@ def test_an_all_pairs_within_limits_is_split_into_calls_of_at_most_max_batch(brr
     n = 20
     pairs = n * (n - 1) // 2
     texts = [f"good {k}" if k == 0 else f"answer {k}" for k in range(n)]
-    r = httpx.post(f"{brrm_fake.url}/compare", json={**compare_body(texts), "strategy": "all_pairs"}, timeout=200)
+    r = http().post(f"{brrm_fake.url}/compare", json={**compare_body(texts), "strategy": "all_pairs"}, timeout=200)
     assert r.status_code == 200, r.text
     body = r.json()
     assert len(body["comparison_results"]) == pairs and body["statuses"] == ["ok"] * n
@@ -332,7 +332,7 @@ def test_a_stalled_call_past_its_deadline_frees_its_slot_within_a_healthy_jobs_d
                 return await stalled, healthy, time.perf_counter() - started
 
         stalled, healthy, took = asyncio.run(run())
-        abandoned = re.search(r"^brrm_abandoned_total (\S+)$", httpx.get(f"{srv.url}/metrics").text, re.M)
+        abandoned = re.search(r"^brrm_abandoned_total (\S+)$", http().get(f"{srv.url}/metrics").text, re.M)
     assert stalled.status_code == 504 and stalled.json()["error"]["type"] == "deadline_exceeded"
     # a 200 is the server's word that it finished within its own deadline (timeout_s 4: else 504)
     assert healthy.status_code == 200 and healthy.json()["judgments"][0]["winner"] == "A", took

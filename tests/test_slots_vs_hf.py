@@ -3,10 +3,10 @@ greedy free generation gives the same tokens as each prompt generated alone by `
 prompts of different lengths in one batch, on stock attention (``batch_invariant=False``: Qwen3, Llama, Mistral and
 Qwen2 with a sliding window shorter than prompt + generation, Gemma2/Gemma3 mixing sliding and full layers, GPT-2
 with absolute positions and Conv1D) and on the batch-invariant forward for the models it takes; static and
-continuous scheduling, batch sizes 1/3/8. Then the decoder's harder paths: a turn 2 from the prefix cache, rows
-finishing at different steps, ``max_new_tokens=1``, shared prompts (voting), prompts past the slot buffers'
-first capacity, a call joining a running batch with shared prompts, the memory a long budget holds, and models
-the slot cache cannot hold refused with a clear error."""
+continuous scheduling, batch sizes 3/8 (a row alone among them). Then the decoder's harder paths: a turn 2 from the
+prefix cache, rows finishing at different steps, ``max_new_tokens=1``, shared prompts (voting), prompts past the slot
+buffers' first capacity, a call joining a running batch with shared prompts, the memory a long budget holds, and
+models the slot cache cannot hold refused with a clear error."""
 
 from __future__ import annotations
 
@@ -47,9 +47,10 @@ INVARIANT = ("qwen3", "llama")
 """The families the batch-invariant forward takes (the others are refused by it, and decode on stock attention)."""
 LENGTHS = (3, 17, 9, 30, 1, 12, 22, 7, 5)
 NEW = 16
-SCHEDULES = (("static", (1, 8)), ("continuous", (3, 8)))
-"""Batch sizes per scheduling: rows alone; 9 prompts in a batch of 8 and one of 1 (static) or rows leaving and joining
-a running batch of 3 and of 8 (continuous). Continuous at 1 is rows alone again, one forward per token of each."""
+SCHEDULES = (("static", (3, 8)), ("continuous", (3, 8)))
+"""Batch sizes per scheduling: 9 prompts in three batches of 3, or in one of 8 and one of 1 (static: the ninth row
+runs alone); rows leaving and joining a running batch of 3 and of 8 (continuous; the last rows run alone). Batch
+size 1 (every row alone, one forward per token of each) adds no path these do not run."""
 
 
 def build(family: str, seed: int = 0) -> torch.nn.Module:

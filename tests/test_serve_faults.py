@@ -228,27 +228,14 @@ def test_openrlhf_own_client_code_against_get_reward(fake, monkeypatch):
     ``pip install --no-deps openrlhf pylatexenc`` and aiohttp) builds the query from policy token ids exactly as
     in training, posts it to ``/get_reward`` (or calls brrm's reward_func file) and stores the reward. Only the
     policy's generation is a stand-in."""
-    agent = pytest.importorskip("openrlhf.utils.agent")
     from brrm.testing import build_tiny_tokenizer
+    from tests.openrlhf_support import openrlhf_execute
     from tests.serve_helpers import REPO
 
     tok = build_tiny_tokenizer()
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], tokenize=False,
-                                     add_generation_prompt=True)
-
-    class Params:
-        max_tokens, logprobs = 16, None
-
-    class Policy:  # stands in for OpenRLHF's vLLM engine: answers "good 4" and its end-of-turn token
-        async def generate(self, prompt_ids, params, multi_modal_data=None):
-            ids = tok.encode("good 4", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
-            out = type("Out", (), {"token_ids": ids, "finish_reason": "stop", "logprobs": None})
-            return type("RequestOutput", (), {"outputs": [out]})
-
     monkeypatch.setenv("BRRM_URL", fake.url)
     for endpoint in (f"{fake.url}/get_reward", str(REPO / "examples" / "openrlhf_reward_func.py")):
-        executor = agent.SingleTurnAgentExecutor(remote_rm_url=endpoint)
-        out = asyncio.run(executor.execute(prompt, "4", Params(), 64, tok, Policy()))
+        out = openrlhf_execute(endpoint, tok, "good 4")  # the policy answers "good 4": the scripted judge prefers it
         assert out["reward"] == [1.0] and out["scores"] == [1.0], (endpoint, out)
         assert out["extra_logs"] == {"brrm_failed": [0.0]}
 

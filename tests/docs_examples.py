@@ -6,10 +6,10 @@ removed afterwards, so examples write nothing into the checkout. A block that ne
 running server or minutes of CPU is preceded by ``<!-- skip: next "why" -->`` and reported as skipped with that
 reason; ``<!-- skip: next if(not HAVE_SHARED, reason="…") -->`` skips where ``../shared`` data is absent. Shell
 blocks run under ``bash -euo pipefail`` with this interpreter's ``bin/`` first on ``PATH`` and the offline
-variables of :func:`brrm.testing.offline` set, each within :data:`SHELL_TIMEOUT_S`; a command of a block that is
-a plain ``brrm …`` line (no pipe, redirection, list, variable or glob) runs in this process as
-``brrm.cli.main(argv)``, the console script's own function, and must exit 0: what such an example shows is the
-command's work, not the process around it, and a fresh interpreter costs seconds of imports on every line.
+variables of :func:`brrm.testing.offline` set, each within :data:`SHELL_TIMEOUT_S`; a plain ``brrm …`` line (no
+pipe, redirection, list, variable or glob, in a block without a loop, condition or here-document) runs in this
+process as ``brrm.cli.main(argv)``, the console script's own function, and must exit 0: what such an example
+shows is the command's work, not the process around it, and a fresh interpreter costs seconds of imports.
 """
 
 from __future__ import annotations
@@ -82,8 +82,12 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Generator[None, Any, None
 def run_shell(example: Example) -> None:
     """Run one bash block in the page's scratch folder, its plain ``brrm`` commands in-process (:func:`_in_process`)
     and the other commands, consecutive ones together, under bash; a non-zero exit fails with the command."""
+    commands = _commands(example.parsed)
+    if "<<" in example.parsed or any(c.split(None, 1)[0] in COMPOUND or c.lstrip()[0] in "({" for c in commands):
+        _bash(example.parsed, example)  # a loop, condition or here-document: its lines belong together
+        return
     shell: list[str] = []
-    for command in _commands(example.parsed):
+    for command in commands:
         argv = _in_process(command)
         if argv is None:
             shell.append(command)
@@ -102,6 +106,8 @@ def _commands(block: str) -> list[str]:
     return [line for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
+COMPOUND = frozenset({"for", "while", "until", "if", "case", "select", "function", "{", "("})
+"""First words of the shell's compound commands: a block holding one runs whole under bash."""
 SHELL_CHARS = frozenset("|&;<>()$`*?[]{}~!")
 """Characters that make a command the shell's: pipes, redirections, lists, subshells, variables, globs, history."""
 

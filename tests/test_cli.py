@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import time
 
 import pytest
 
@@ -176,10 +176,24 @@ def test_rank_with_a_scalar_model_uses_its_scores(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------ the CLI a new user meets
 def _refused(capsys, *argv):
-    started = time.perf_counter()
-    code, stdout, stderr = _run(capsys, *argv)
+    from unittest import mock
+
+    import transformers
+
+    loads: list[tuple[str, tuple]] = []
+
+    def loader(name: str):
+        def load(*args, **kwargs):  # every model, tokenizer or config load (and so any hub request) starts here
+            loads.append((name, args))
+            raise RuntimeError(f"a refused command loaded {name}")
+        return load
+
+    with contextlib.ExitStack() as patches:
+        for name in ("AutoConfig", "AutoTokenizer", "AutoModelForCausalLM", "AutoModelForSequenceClassification"):
+            patches.enter_context(mock.patch.object(getattr(transformers, name), "from_pretrained", loader(name)))
+        code, stdout, stderr = _run(capsys, *argv)
+    assert loads == [], loads  # refused before any model loads
     assert code == 2 and "Traceback" not in stderr, stderr
-    assert time.perf_counter() - started < 20  # no model load, no network retries
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("brrm: error: "), stderr
     return lines[0]

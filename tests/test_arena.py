@@ -4,6 +4,7 @@ and intervals against evalica's own functions on identical battles, the outputs,
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import random
@@ -17,7 +18,10 @@ from brrm.arena import Battle, fit, markdown, plan, rate, read_table, run_arena,
 from brrm.types import JudgeInfo, PairwiseJudgment, Status, Verdict
 from tests.conftest import REPO
 
-evalica = pytest.importorskip("evalica")
+# the arena extra; evalica (with pandas and scipy, ~3 s of imports) is imported by the tests that use it, not when
+# every xdist worker collects this module
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("evalica") is None,
+                                reason="the arena extra: pip install -e '.[arena]'")
 np = pytest.importorskip("numpy")
 
 
@@ -90,6 +94,8 @@ def test_a_scripted_judge_with_known_strengths_is_recovered_in_order():
 
 
 def test_hard_ratings_and_intervals_equal_evalicas_own_functions():
+    import evalica
+
     table = table_from_rows(_rows(["weak", "mid", "strong"], 40))
     judge = StrengthJudge(STRENGTHS, seed=1)
     result = run_arena(judge, table, baseline="mid", outcomes="hard", bootstrap=40, seed=11)

@@ -6,6 +6,7 @@ number and an unknown format or a judging flag is refused in one line."""
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import random
@@ -21,7 +22,8 @@ from brrm.cli import main
 from tests.conftest import REPO
 from tests.test_arena import STRENGTHS, StrengthJudge, _rows
 
-pytest.importorskip("evalica")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("evalica") is None,
+                                reason="the arena extra: pip install -e '.[arena]'")
 np = pytest.importorskip("numpy")
 
 

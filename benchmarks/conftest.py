@@ -30,7 +30,7 @@ def tiny_exact():
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """Benchmarks run in one process: the suite's ``-n 2`` (pyproject addopts) would disable pytest-benchmark and
+    """Benchmarks run in one process: the suite's ``-n 3`` (pyproject addopts) would disable pytest-benchmark and
     time each figure beside another worker's load."""
     if getattr(config.option, "numprocesses", None):
         config.option.numprocesses = None

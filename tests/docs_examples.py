@@ -83,8 +83,8 @@ def run_shell(example: Example) -> None:
     """Run one bash block in the page's scratch folder, its plain ``brrm`` commands in-process (:func:`_in_process`)
     and the other commands, consecutive ones together, under bash; a non-zero exit fails with the command."""
     commands = _commands(example.parsed)
-    if "<<" in example.parsed or any(c.split(None, 1)[0] in COMPOUND or c.lstrip()[0] in "({" for c in commands):
-        _bash(example.parsed, example)  # a loop, condition or here-document: its lines belong together
+    if "<<" in example.parsed or any(_whole_block(c) for c in commands):
+        _bash(example.parsed, example)  # its lines belong together (a loop, a here-document, a cd or an export)
         return
     shell: list[str] = []
     for command in commands:
@@ -108,6 +108,17 @@ def _commands(block: str) -> list[str]:
 
 COMPOUND = frozenset({"for", "while", "until", "if", "case", "select", "function", "{", "("})
 """First words of the shell's compound commands: a block holding one runs whole under bash."""
+SHELL_STATE = frozenset({"cd", "pushd", "popd", "export", "unset", "source", ".", "alias", "set", "umask"})
+"""First words of commands that change the shell's own state (its folder, variables, options), which the lines after
+them depend on: a block holding one runs whole under bash, so an in-process line never misses that state."""
+
+
+def _whole_block(command: str) -> bool:
+    """Whether ``command`` ties its block's lines together: a compound command, a change of the shell's state, or a
+    variable assignment (``NAME=value``)."""
+    first = command.split(None, 1)[0]
+    return (first in COMPOUND or first in SHELL_STATE or command.lstrip()[0] in "({"
+            or ("=" in first and first.split("=", 1)[0].isidentifier()))
 SHELL_CHARS = frozenset("|&;<>()$`*?[]{}~!")
 """Characters that make a command the shell's: pipes, redirections, lists, subshells, variables, globs, history."""
 

@@ -8,7 +8,8 @@
 A busy process is ``python -c "while True: pass"`` at the same priority as the suite: a CI runner, a build or a
 second test run on a shared machine. The script starts them, runs ``pytest -q`` (the README's command, in the
 checkout or the clone), stops them, and prints each run's wall time, exit status and pytest's summary line beside
-the budgets the project holds (README: under 5 minutes idle and 10 beside two busy processes on a 2-core machine).
+the budgets the project holds (docs/development.md: under 5 minutes idle and 10 beside two busy processes on a
+2-core machine).
 It exits 1 when a run's tests failed, and with ``--enforce`` also when a run is over its budget. It is a check to
 run by hand or on a quiet CI machine, not a unit test: no test's verdict depends on these times. A fresh clone runs
 with the current interpreter's packages; its tests import the clone's ``brrm`` (pytest's ``pythonpath``).

@@ -5,6 +5,9 @@ import os
 
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TORCH_COMPILE_DISABLE"):
     os.environ.setdefault(_name, "1")
+# every Ray instance the tests and the docs' examples start binds the loopback (Ray's switch, read when Ray is imported
+# by each of its processes; tests/ray_support.py says more), never this machine's outward address
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 # sybil comes with the dev extra; a venv without it (the vLLM tier's) runs its tests without the docs examples,
 # and the main tier's tests/test_docs_site.py fails where sybil is missing, so the examples never skip silently

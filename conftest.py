@@ -2,9 +2,16 @@
 
 import importlib.util
 import os
+import sys
 
 for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TORCH_COMPILE_DISABLE"):
     os.environ.setdefault(_name, "1")
+# the bytecode of brrm's and the tests' modules is cached (in __pycache__/, which .gitignore covers) even where the
+# environment says PYTHONDONTWRITEBYTECODE, for this run and the CLIs, servers and workers it starts: without it every
+# one of those ~100 interpreters compiles the modules it imports from source again (collection alone: about 22 s of
+# CPU per xdist worker, 11 s with the cache); installed packages are compiled when pip installs them
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # every Ray instance the tests and the docs' examples start binds the loopback (Ray's switch, read when Ray is imported
 # by each of its processes; tests/ray_support.py says more), never this machine's outward address
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

@@ -29,7 +29,7 @@ T1 = ("[Quality Assessment Focus]\nInformation Accuracy\n[End of Quality Assessm
       "[Quality Analysis for Response 2]\n- Critical Issues: None\n[End of Quality Analysis for Response 2]")
 VERDICT = "[The Begin of Ranking Score]\n\\boxed{%d}\n[The End of Ranking Score]"
 GRID = [-3 + 0.25 * g for g in range(25)]
-"""True log-odds that response A is better; each cell has 2 ids x 20 pairs labelled in exactly that proportion."""
+"""True log-odds that response A is better; each cell has 20 pairs labelled in exactly that proportion."""
 
 
 def true_logit(prompt: str, first: bool = True) -> float:
@@ -53,12 +53,20 @@ def tok():
     return build_tiny_tokenizer()
 
 
+@pytest.fixture(scope="module")
+def scalar_rm(tmp_path_factory) -> str:
+    """A tiny random Qwen3 with a one-label head, saved once for the module's tests (they only read it)."""
+    from brrm.testing import save_tiny_qwen3
+
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("rm") / "rm", sequence_classification=True))
+
+
 def pairs() -> list[tuple[str, str, str]]:
-    """(id, response_a, label) over the grid: each id holds 20 pairs, round(20·σ(z)) of them labelled A."""
+    """(id, response_a, label) over the grid: each cell's id holds 20 pairs, round(20·σ(z)) of them labelled A."""
     out = []
     for g, z in enumerate(GRID):
         n_a = round(20 * sigmoid(z))
-        out += [(f"g{g}r{r}", f"z={z}", "A" if i < n_a else "B") for r in range(2) for i in range(20)]
+        out += [(f"g{g}", f"z={z}", "A" if i < n_a else "B") for i in range(20)]
     return out
 
 
@@ -86,7 +94,7 @@ def test_the_temperature_of_a_known_miscalibration_is_recovered(tok, tmp_path, c
     assert metrics["held-out, calibrated"]["log_loss"] < metrics["held-out, raw"]["log_loss"]
     assert metrics["held-out, calibrated"]["brier"] < metrics["held-out, raw"]["brier"]
     split = calib.details["split"]
-    assert split["fit_observations"] + split["heldout_observations"] == (2000 if swap else 1000)
+    assert split["fit_observations"] + split["heldout_observations"] == (1000 if swap else 500)
     assert split["heldout_observations"] > 100
     assert "temperature" in out and "held-out, calibrated" in out
     html = (tmp_path / "calib.html").read_text()
@@ -125,10 +133,8 @@ def test_a_scalar_model_gets_a_scale(tmp_path, capsys):
     assert calib.kind == "scalar" and abs(calib.scale - 2.0) / 2.0 < 0.05 and "scale" in capsys.readouterr().out
 
 
-def test_a_tiny_reward_model_applies_a_scalar_calibration(tmp_path):
-    from brrm.testing import save_tiny_qwen3
-
-    rm = str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True))
+def test_a_tiny_reward_model_applies_a_scalar_calibration(scalar_rm, tmp_path):
+    rm = scalar_rm
     (tmp_path / "s.json").write_text(json.dumps(Calibration("scalar", 0.5).to_dict()))
     judge = brrm.load(rm, calibration=str(tmp_path / "s.json"))
     raw = brrm.load(rm)
@@ -160,13 +166,11 @@ def test_mistakes_are_one_line(capsys, argv, message):
     assert message in err and err.count("\n") == 1
 
 
-def test_bench_shows_calibration_beside_accuracy_and_applies_a_calibration(shared, tmp_path, capsys):
+def test_bench_shows_calibration_beside_accuracy_and_applies_a_calibration(shared, scalar_rm, tmp_path, capsys):
     import shutil
     import subprocess
 
-    from brrm.testing import save_tiny_qwen3
-
-    rm = str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True))
+    rm = scalar_rm
     (tmp_path / "s.json").write_text(json.dumps(Calibration("scalar", 0.25).to_dict()))
     args = ["bench", "llmbar", "--subset", "Natural", "--limit", "20", "--model", rm, "--data-dir",
             str(shared / "data"), "--no-progress"]
@@ -214,10 +218,8 @@ def labelled_records(path: Path, n: int = 24) -> Path:
     return path
 
 
-def test_calibrate_judges_labelled_records_first_with_a_tiny_model(tmp_path, capsys):
-    from brrm.testing import save_tiny_qwen3
-
-    rm = str(save_tiny_qwen3(tmp_path / "rm", sequence_classification=True))
+def test_calibrate_judges_labelled_records_first_with_a_tiny_model(scalar_rm, tmp_path, capsys):
+    rm = scalar_rm
     code = main(["calibrate", "--input", str(labelled_records(tmp_path / "r.jsonl")), "--output",
                  str(tmp_path / "c.json"), "--model", rm, "--heldout", "0.5", "--no-progress"])
     out, err = capsys.readouterr()

@@ -5,7 +5,8 @@ accepts it, and its builder makes the application), the flags' mistakes (named b
 digest routing (a request's replica, and how few keys move when a replica dies). The slow tier starts a local
 multi-node cluster (a head and two workers, CPU only, 127.0.0.1) with a tiny Qwen3 judge, and checks the contract
 across replicas: faults survived with single-process answers, one model call for identical requests through two
-ingress replicas, Idempotency-Key replays across them, autoscaling 1 -> 2 -> 1, RemoteJudge and ``ray://``.
+ingress replicas, Idempotency-Key replays across them, a deadline and a client's disconnect cancelled on the
+replica through the handle, autoscaling 1 -> 2 -> 1, RemoteJudge and ``ray://``.
 """
 
 from __future__ import annotations
@@ -303,13 +304,13 @@ def test_a_killed_replica_and_a_lost_node_cost_no_request(cluster, app, referenc
     cluster[0].add_node(**NODE, num_cpus=2, resources={"brrm_judge": 2})  # the lost node replaced, for what follows
 
 
-def _until(condition, timeout_s: float = 300.0) -> None:
+def _until(condition, timeout_s: float = 300.0, what: str = "the load to progress") -> None:
     import time
 
     end = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > end:
-            raise AssertionError("timed out waiting for the load to progress")
+            raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
 
 
@@ -354,6 +355,41 @@ def test_single_flight_idempotency_and_clients_across_ingress_replicas(app, refe
         over_http, over_handle = remote.judge_pairs(conversations, a, b), in_cluster.judge_pairs(conversations, a, b)
     assert over_http == over_handle
     assert [j.p_a for j in over_http] == [r["judgments"][0]["p_a"] for r in reference[:3]]
+
+
+def _cancelled(url: str, reason: str) -> float:
+    """Jobs dropped for ``reason`` (``deadline``, ``disconnect``) so far, summed over the judge replicas."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", timeout=120).text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "brrm_cancelled_total" and s.labels.get("reason") == reason)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_deadline_and_a_disconnect_cancel_the_job_on_its_replica(app):
+    """A request whose own deadline passes answers its replica's typed 504; a client that leaves mid-request
+    cancels its ingress call, and through the handle its job on the judge replica (counted there as dropped for a
+    disconnect). Each request holds 12 pairs, judged one per call: neither can finish within 0.1 s or 1 s, and a
+    busier machine only makes them slower, so both outcomes are certain however loaded the box is."""
+    import httpx
+
+    _wait_ready(app, 2)
+    pairs = [{"prompt": f"cancel {i}: which is better?", "response_a": f"a{i}", "response_b": "b"} for i in range(12)]
+    before = _cancelled(app, "deadline")
+    late = httpx.post(f"{app}/v1/judge", json={"pairs": pairs, "timeout_s": 0.1}, timeout=600)
+    assert late.status_code == 504, late.text
+    error = late.json()["error"]
+    assert "deadline" in error["message"] and "Ray" not in late.text and "actor" not in late.text, late.text
+    _until(lambda: _cancelled(app, "deadline") >= before + 1, 120, "a replica to count the job dropped at its deadline")
+
+    before = _cancelled(app, "disconnect")
+    gone = {"pairs": [{**p, "prompt": "gone " + p["prompt"]} for p in pairs]}
+    with pytest.raises(httpx.ReadTimeout):  # the client leaves after 1 s: its connection is closed
+        httpx.post(f"{app}/v1/judge", json=gone, timeout=httpx.Timeout(600, read=1.0))
+    _until(lambda: _cancelled(app, "disconnect") >= before + 1, 120, "a replica to drop the job of the client gone")
 
 
 def _running(app_name: str) -> int:

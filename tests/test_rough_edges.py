@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from brrm.cli import main
+from tests.forked_cli import ForkedCLI
 
 REPO = Path(__file__).resolve().parents[1]
 PAIRS = REPO / "examples" / "pairs.jsonl"
@@ -49,14 +47,18 @@ def test_the_hub_hint_names_the_hf_command(capsys, monkeypatch):
     assert "hf download someone/not-a-model --local-dir DIR" in err and "huggingface-cli" not in err
 
 
-def test_sigterm_ends_a_probe_run_with_one_line_and_143(tmp_path):
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
     from brrm.testing import save_tiny_qwen3
 
-    lm = str(save_tiny_qwen3(tmp_path / "lm", seed=3))
-    cmd = [sys.executable, "-m", "brrm", "probe", str(PAIRS), "--model", lm, "--kind", "brrm",
-           "--temperature", "0", "--max-new-tokens", "450", "--limit", "3"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    return str(save_tiny_qwen3(tmp_path_factory.mktemp("lm"), seed=3))
+
+
+def test_sigterm_ends_a_probe_run_with_one_line_and_143(lm):
+    """A real process gets the signal: the console script forked from this one (:mod:`tests.forked_cli`, the imports
+    done), as ``python -m brrm probe`` runs."""
+    proc = ForkedCLI(["probe", str(PAIRS), "--model", lm, "--kind", "brrm", "--temperature", "0",
+                      "--max-new-tokens", "450", "--limit", "3"], stderr=True)
     assert proc.stderr is not None
     start, seen = time.monotonic(), []
     line = proc.stderr.readline()  # "cost: …" (on the terminal stream): the judge is loaded, judging has begun
@@ -65,20 +67,14 @@ def test_sigterm_ends_a_probe_run_with_one_line_and_143(tmp_path):
         line = proc.stderr.readline()
     assert line.startswith("cost:"), "".join(seen)
     proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("SIGTERM did not end the probe run within 60 s")
-    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "brrm: interrupted", err[-2000:]
+    _, err = proc.communicate(timeout=60)  # a hang guard: the child is killed and the test fails after 60 s
+    assert proc.wait(1) == 143 and err.strip().splitlines()[-1] == "brrm: interrupted", err[-2000:]
     assert "Traceback" not in err
 
 
-def test_the_grammar_note_only_when_a_grammar_compiles(tmp_path, monkeypatch, capsys):
+def test_the_grammar_note_only_when_a_grammar_compiles(lm, tmp_path, monkeypatch, capsys):
     from brrm.constraints import compile as grammar
-    from brrm.testing import save_tiny_qwen3
 
-    lm = str(save_tiny_qwen3(tmp_path / "lm", seed=3))
     monkeypatch.setenv(grammar.INDEX_CACHE_ENV, str(tmp_path / "cache"))  # an empty disk cache
     monkeypatch.setattr(grammar, "_INDEX_CACHE", {})  # and nothing in memory: the first run compiles
     argv = ["judge", "--input", str(PAIRS), "--limit", "1", "--model", lm, "--kind", "brrm", "--temperature", "0",

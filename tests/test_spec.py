@@ -4,7 +4,6 @@ or a switched symlink is another spec), that rebuilds the same judge in this pro
 from __future__ import annotations
 
 import json
-import os
 import pickle
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -71,6 +70,13 @@ def test_invalid_specs_name_the_field(tmp_path, cache):
     assert JudgeSpec("nvidia/Qwen3-Nemotron-14B-BRRM").fingerprint == "hub:nvidia/Qwen3-Nemotron-14B-BRRM@unresolved"
 
 
+def _one_thread() -> None:
+    """A forked worker's initializer: one intra-op thread (the parent's OpenMP pool does not survive the fork)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def _judge_in_worker(text: str) -> tuple[str, str, float, str]:
     spec = pickle.loads(bytes.fromhex(text))
     with spec.load() as judge:
@@ -79,6 +85,9 @@ def _judge_in_worker(text: str) -> tuple[str, str, float, str]:
 
 
 def test_a_worker_rebuilds_the_same_judge_from_a_pickled_spec(tmp_path, cache):
+    """The worker is forked from this process (its imports done, ~10 s of CPU less than a spawned interpreter) after
+    the judge here is closed: it holds no judge, only the spec's bytes, and builds its own from the folder (the
+    fingerprint checked against the weights on disk). A fresh interpreter loading a judge is test_bitmask's."""
     model = str(save_tiny_qwen3(tmp_path / "m"))
     judge = brrm.load(model, kind="brrm", **OPTS)
     spec = judge.info.spec
@@ -88,9 +97,7 @@ def test_a_worker_rebuilds_the_same_judge_from_a_pickled_spec(tmp_path, cache):
     assert here.provenance.fingerprint == spec.fingerprint
     assert brrm.JudgeInfo.from_dict(judge.info.to_dict()).spec == spec
     judge.close()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), os.getcwd()]))}
-    os.environ.update(env)
-    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(1, mp_context=get_context("fork"), initializer=_one_thread) as pool:
         fp, winner, p_a, prov = pool.submit(_judge_in_worker, pickle.dumps(spec).hex()).result(timeout=240)
     assert (fp, winner, p_a, prov) == (spec.fingerprint, here.winner.value, here.p_a, spec.fingerprint)
 

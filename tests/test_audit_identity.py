@@ -23,20 +23,28 @@ def _audit(capsys, records, out, model):
     return captured.out + captured.err
 
 
-@pytest.mark.parametrize("how", ["overwritten", "symlink"])
-def test_changed_weights_are_judged_again(tmp_path, capsys, how):
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    """Two tiny model folders of the same names and sizes, other weights (seeds 1 and 2), built once: each test
+    copies or links them and never writes into them."""
     from brrm.testing import save_tiny_qwen3
 
-    records = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(3))
-    first, second = save_tiny_qwen3(tmp_path / "w1", seed=1), save_tiny_qwen3(tmp_path / "w2", seed=2)
+    tmp = tmp_path_factory.mktemp("weights")
+    return save_tiny_qwen3(tmp / "w1", seed=1), save_tiny_qwen3(tmp / "w2", seed=2)
+
+
+@pytest.mark.parametrize("how", ["overwritten", "symlink"])
+def test_changed_weights_are_judged_again(tmp_path, capsys, how, weights):
+    records = write_jsonl(tmp_path / "pairs.jsonl", pair_rows(2))
+    first, second = weights
     model = tmp_path / "latest"
     if how == "symlink":
         os.symlink(first, model)
     else:
         shutil.copytree(first, model)
     out = tmp_path / "audit"
-    assert "3 to judge" in _audit(capsys, records, out, model)
-    assert "3 already in the store under this configuration; 0 to judge" in _audit(capsys, records, out, model)
+    assert "2 to judge" in _audit(capsys, records, out, model)
+    assert "2 already in the store under this configuration; 0 to judge" in _audit(capsys, records, out, model)
     if how == "symlink":
         model.unlink()
         os.symlink(second, model)
@@ -47,4 +55,4 @@ def test_changed_weights_are_judged_again(tmp_path, capsys, how):
             assert (model / name).stat().st_size == old.st_size or name.endswith((".json", ".txt"))
             os.utime(model / name, ns=(old.st_atime_ns, old.st_mtime_ns))
     again = _audit(capsys, records, out, model)
-    assert "0 already in the store under this configuration; 3 to judge" in again, again
+    assert "0 already in the store under this configuration; 2 to judge" in again, again

@@ -34,11 +34,28 @@ class Recording(TransformersBackend):
         return out
 
 
-def _spans(tok, ids):
-    """(start, end) character span of each token in the decoded text (prefix decoding)."""
+def _decoded_spans(tok, ids):
+    """(start, end) character span of each token in the decoded text (prefix decoding: ``tok.decode`` of every
+    prefix, quadratic in the length; the definition :func:`_spans` is checked against)."""
     spans, pos = [], 0
     for k in range(1, len(ids) + 1):
         end = len(tok.decode(list(ids[:k]), skip_special_tokens=False))
+        spans.append((pos, end))
+        pos = end
+    return spans
+
+
+def _spans(tok, ids):
+    """:func:`_decoded_spans` in linear time: each prefix's bytes (a byte-level BPE token's raw bytes, an added
+    token's text) decoded as the tokenizer's decoder does (UTF-8, an incomplete or invalid sequence replaced)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    inverse = {ch: b for b, ch in bytes_to_unicode().items()}
+    added = {i: t.content.encode() for i, t in tok.added_tokens_decoder.items()}
+    data, spans, pos = b"", [], 0
+    for i, piece in zip(ids, tok.convert_ids_to_tokens(list(ids)), strict=True):
+        data += added[i] if i in added else bytes(inverse[c] for c in piece)
+        end = len(data.decode("utf-8", errors="replace"))
         spans.append((pos, end))
         pos = end
     return spans
@@ -76,6 +93,8 @@ def test_forced_tokens_equal_the_canonical_tokenization(recorded):
     tok, turns, out = recorded
     assert len(turns) == TURNS and all(j.ok for j in out)  # two constrained judgments a pair, two turns each
     enc = encoder(tok)
+    first = list(turns[0][0].prompt_ids) + list(turns[0][1].token_ids)
+    assert _spans(tok, first) == _decoded_spans(tok, first)  # the linear spans are the decoder's, on a real turn
     generated_text = {}  # turn-1 prompt text -> the model's turn-1 text
     forced_diff = model_diff = total = 0
     for req, comp in turns:

@@ -44,9 +44,9 @@ def _dicts(judgments):
 
 def test_continuous_gives_the_same_bytes_as_static_chunks(tiny_dir):
     """Every field (texts, P(A>B), digit logits, provenance) equal, with swap, for each pair alone (batch size 1),
-    in static chunks of 3 and in continuous batches of 3 and 8: four pairs of different prompt and answer lengths,
-    eight orders, so the chunks of 3 are padded unevenly and the continuous batch of 3 refills as rows finish."""
-    keep = [0, 2, 4, 5]  # short and long prompts and answers
+    in static chunks of 3 and in continuous batches of 3 and 8: three pairs of different prompt and answer lengths,
+    six orders, so the chunks of 3 are padded unevenly and the continuous batch of 3 refills as rows finish."""
+    keep = [0, 2, 5]  # short and long prompts and answers
     convs, a, b = ([seq[k] for k in keep] for seq in (CONVS, A, B))
     ids = [f"r{k}" for k in keep]
     runs = {}
@@ -80,17 +80,18 @@ def test_rows_join_as_others_finish(tiny):
 
 
 def test_on_result_reports_each_pair_once_as_it_finishes(tiny_dir):
+    """Four pairs, both orders: eight judgments through a batch of 4, so rows join as others finish."""
     judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off")
     seen = []
-    out = judge.judge_pairs(CONVS, A, B, swap=True, labels=["A"] * len(CONVS),
+    out = judge.judge_pairs(CONVS[:4], A[:4], B[:4], swap=True, labels=["A"] * 4,
                             on_result=lambda i, j: seen.append((i, j)))
-    assert sorted(i for i, _ in seen) == list(range(len(CONVS)))
+    assert sorted(i for i, _ in seen) == list(range(4))
     assert all(j == out[i] and j.label.value == "A" and len(j.sub_judgments) == 2 for i, j in seen)
 
 
-def _verdict_snapshots(monkeypatch, capsys, tiny_dir, scheduling):
-    """Run the CLI on examples/pairs.jsonl; for each verdict line read from the terminal stream, the tokens the
-    backend had generated when it was written."""
+def _verdict_snapshots(monkeypatch, capsys, tiny_dir, scheduling, src):
+    """Run the CLI on ``src`` (examples/pairs.jsonl's first 4 pairs) at batch size 4; for each verdict line read
+    from the terminal stream, the tokens the backend had generated when it was written."""
     import brrm.cli.common as common
 
     judges = []
@@ -116,21 +117,23 @@ def _verdict_snapshots(monkeypatch, capsys, tiny_dir, scheduling):
 
     term = Terminal()
     monkeypatch.setattr(common, "terminal", lambda output: term)
-    assert main(["judge", "--input", PAIRS, "--output", "-", "--model", tiny_dir, *TINY_ARGS, "--batch-size", "8",
+    assert main(["judge", "--input", str(src), "--output", "-", "--model", tiny_dir, *TINY_ARGS, "--batch-size", "4",
                  "--no-progress", "--scheduling", scheduling]) == 0
     rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
     return term.snapshots, judges[0].model.backend.stats["generated_tokens"]
 
 
-def test_first_verdict_is_printed_after_one_pairs_work(monkeypatch, capsys, tiny_dir):
-    """8 pairs decoded together: the first verdict line is written while the other pairs still decode (the
+def test_first_verdict_is_printed_after_one_pairs_work(monkeypatch, capsys, tiny_dir, tmp_path):
+    """4 pairs decoded together: the first verdict line is written while the other pairs still decode (the
     backend has generated fewer tokens than the run's total); with static chunks (the control) every line
     waits for the whole chunk."""
-    snaps, total = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "continuous")
-    assert len(snaps) == 8 and snaps[0] < total and snaps == sorted(snaps) and len(set(snaps)) > 1
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join((REPO / "examples/pairs.jsonl").read_text().splitlines()[:4]) + "\n")
+    snaps, total = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "continuous", src)
+    assert len(snaps) == 4 and snaps[0] < total and snaps == sorted(snaps) and len(set(snaps)) > 1
     assert snaps[0] < snaps[1]  # the first verdict line is out before the second pair has finished
-    static, total_static = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "static")
+    static, total_static = _verdict_snapshots(monkeypatch, capsys, tiny_dir, "static", src)
     assert total_static == total and set(static) == {total}
 
 
@@ -213,7 +216,7 @@ def test_verdict_lines_reach_a_pipe_as_each_pair_finishes(tmp_path, tiny_dir):
     still decode, not in one block when the run ends (Python block-buffers a pipe unless told otherwise). The run
     is frozen mid-decode after its 2nd JSONL line (each line is written before its verdict is printed, so the
     first verdict line has been printed by then): the pipe already holds it, while pairs are still to come."""
-    lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()[:4]
+    lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()[:3]
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("\n".join(lines) + "\n")
     proc = Paused(_cli(tiny_dir, src, out, quiet=False), out, 2, stdout=True)
@@ -228,8 +231,8 @@ def test_verdict_lines_reach_a_pipe_as_each_pair_finishes(tmp_path, tiny_dir):
         proc.send_signal(signal.SIGCONT)
     rest = proc.stdout.read()
     assert proc.wait(timeout=600) == 0
-    assert 2 <= written < 4 and arrived.count(b"winner=") >= 1  # a verdict line came while pairs still decode
-    assert (arrived + rest).count(b"winner=") == 4 and len(out.read_bytes().splitlines()) == 4
+    assert 2 <= written < 3 and arrived.count(b"winner=") >= 1  # a verdict line came while pairs still decode
+    assert (arrived + rest).count(b"winner=") == 3 and len(out.read_bytes().splitlines()) == 3
 
 
 def _cli(tiny_dir, src, out, *extra, quiet=True):
@@ -238,8 +241,8 @@ def _cli(tiny_dir, src, out, *extra, quiet=True):
             "--no-progress", *(["-q"] if quiet else []), *extra]
 
 
-N_RESUME = 8
-"""Records of the resume tests: a valid one, an invalid one, then six valid, the last two repeating the first two
+N_RESUME = 6
+"""Records of the resume tests: a valid one, an invalid one, then four valid, the last two repeating the first two
 valid records (the same content at another position is judged again, not taken from the kept lines)."""
 
 
@@ -250,7 +253,7 @@ def unbroken(tmp_path_factory, tiny_dir):
     lines = (REPO / "examples/pairs.jsonl").read_text().splitlines()
     tmp = tmp_path_factory.mktemp("unbroken")
     src, full = tmp / "in.jsonl", tmp / "full.jsonl"
-    src.write_text("\n".join([lines[0], '{"id": "bad", "prompt": "x"}', *lines[1:5], lines[0], lines[1]]) + "\n")
+    src.write_text("\n".join([lines[0], '{"id": "bad", "prompt": "x"}', *lines[1:3], lines[0], lines[1]]) + "\n")
     assert main(_cli(tiny_dir, src, full)) == 0
     return src, full.read_bytes()
 
@@ -310,15 +313,15 @@ def test_resume_refuses_stdout(capsys, tiny_dir):
 
 
 def test_audit_commits_each_finished_item(tmp_path, tiny_dir, monkeypatch):
-    """The writer dies right after its 3rd commit, inside a 10-item judge call: 3 items are in the store (the
-    resume unit is the item, not the call), and a rerun judges only the other 7."""
+    """The writer dies right after its 3rd commit, inside a 6-item judge call: 3 items are in the store (the
+    resume unit is the item, not the call), and a rerun judges only the other 3."""
     from brrm.audit import AuditOptions, AuditStore, plan_items, run_audit
     from brrm.records import read_records
     from tests.audit_support import pair_rows, store_items, write_jsonl
 
-    items = plan_items(read_records(write_jsonl(tmp_path / "in.jsonl", pair_rows(10)), "pairs"), "pairs")
+    items = plan_items(read_records(write_jsonl(tmp_path / "in.jsonl", pair_rows(6)), "pairs"), "pairs")
     judge = brrm.load(tiny_dir, kind="brrm", batch_size=4, max_new_tokens=420, block_token_cap=8, thinking="off")
-    opts = AuditOptions(shape="pairs", chunk_size=10, progress=False)
+    opts = AuditOptions(shape="pairs", chunk_size=6, progress=False)
     real_put, writes = AuditStore.put_results, []
 
     class Crash(Exception):
@@ -340,7 +343,7 @@ def test_audit_commits_each_finished_item(tmp_path, tiny_dir, monkeypatch):
     original = judge.judge_pairs
     monkeypatch.setattr(judge, "judge_pairs", lambda *a, **k: calls.append(len(a[0])) or original(*a, **k))
     run_audit(items, tmp_path / "audit", opts, judge=judge)
-    assert calls == [7] and len(store_items(tmp_path / "audit")) == 10
+    assert calls == [3] and len(store_items(tmp_path / "audit")) == 6
 
 
 def test_results_have_short_reprs_and_loading_prints_no_bars(tiny_dir, capfd):

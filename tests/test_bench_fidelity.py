@@ -54,9 +54,9 @@ def _cell(head: str, line: str, column: str) -> str:
 
 
 def test_rmbench_prints_the_protocol_with_every_figure_and_both_denominators(shared, tiny_models, tmp_path, capsys):
-    """Done when: ``brrm bench rmbench --model <tiny> --limit 8`` (here ``--limit 2``, the same figures on fewer items:
-    RM-Bench's responses run to thousands of tokens; both protocols side by side)."""
-    code, out, err = _cli(capsys, "bench", "rmbench", "--model", tiny_models[1], "--limit", "2", "--protocol", "both",
+    """Done when: ``brrm bench rmbench --model <tiny> --limit 8`` (here ``--limit 1``, the same figures on fewer items,
+    one per domain file: RM-Bench's responses run to thousands of tokens; both protocols side by side)."""
+    code, out, err = _cli(capsys, "bench", "rmbench", "--model", tiny_models[1], "--limit", "1", "--protocol", "both",
                           "--data-dir", str(shared / "data"), "--output", str(tmp_path), "--no-progress")
     assert code == 0, err
     assert "protocol released: no decoding (scalar model), orders sequence, headline over parsed items" in out
@@ -72,10 +72,10 @@ def test_rmbench_prints_the_protocol_with_every_figure_and_both_denominators(sha
     assert [p["protocol"]["name"] for p in result["protocols"]] == ["released", "brrm"]
     assert result["data_revision"]["commit"] == "73c52d7b27b361621361ec959ac6c0eb9bb7a689"
     for p in result["protocols"]:  # every reward parsed: the parsed-only scores are the scores
-        assert p["n_parsed"] == 8 and p["parsed_only"]["rows"] == p["rows"]
+        assert p["n_parsed"] == 4 and p["parsed_only"]["rows"] == p["rows"]
     released = [json.loads(x) for x in (tmp_path / "released" / "judgments.jsonl").read_text().splitlines()]
     ours = [json.loads(x) for x in (tmp_path / "brrm" / "judgments.jsonl").read_text().splitlines()]
-    assert len(released) == len(ours) == 8  # 2 per domain file (chat, code, safety-refuse, safety-response)
+    assert len(released) == len(ours) == 4  # 1 per domain file (chat, code, safety-refuse, safety-response)
     assert {len(r["presentations"]) for r in released} == {9} and {len(r["presentations"]) for r in ours} == {18}
     assert json.loads((tmp_path / "released" / "run.json").read_text())["protocol"] == "released"
 

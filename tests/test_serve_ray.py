@@ -489,3 +489,50 @@ def test_openrlhf_nemo_gym_and_verl_clients_run_unchanged_against_the_ray_app(ap
         assert outs[0]["extra_logs"] == outs[1]["extra_logs"] == {"brrm_failed": [0.0]}, outs
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_replica_scaled_down_drains_the_requests_it_holds(app, spec, reference):
+    """The module's last test (it leaves the app at 1 replica). 12 clients' single-pair requests, sent at once, are
+    routed over the 2 judge replicas by their keys (one pair per judge call, so each replica holds several); sent
+    again, as soon as the first is answered the app is redeployed with 1 replica. Serve stops routing to the
+    replica it removes, which finishes what it holds: every request answers 200 with the single-process server's
+    answer, from the same replica as the first time (one stopped without draining would leave its requests to be
+    judged again by the survivor)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from ray import serve
+
+    from brrm.serve.ray import RaySizing, build_app
+    from brrm.serve.ray.replica import REPLICA_HEADER
+
+    def send_all(after_first=lambda: None) -> list[httpx.Response]:
+        first = threading.Event()
+
+        def one(pair: dict) -> httpx.Response:
+            reply = httpx.post(f"{app}/v1/judge", json={"pairs": [pair]}, timeout=600)
+            first.set()
+            return reply
+
+        with ThreadPoolExecutor(len(PAIRS)) as pool:
+            futures = [pool.submit(one, p) for p in PAIRS]
+            assert first.wait(600), "no request was answered"
+            after_first()
+            return [f.result(timeout=600) for f in futures]
+
+    def scale_down() -> None:
+        sizing = RaySizing(replicas=1, ingress_replicas=2, judge_resources={"brrm_judge": 1},
+                           ingress_resources={"brrm_head": 1})
+        serve.run(build_app(spec, limits=_limits(), sizing=sizing), name="brrm", route_prefix="/")
+
+    _wait_ready(app, 2)
+    routed = [r.headers[REPLICA_HEADER] for r in send_all()]
+    assert len(set(routed)) == 2, routed  # both replicas hold some
+    replies = send_all(scale_down)
+    assert [r.status_code for r in replies] == [200] * len(PAIRS), [r.text[:300] for r in replies]
+    assert [r.json() for r in replies] == reference
+    assert [r.headers[REPLICA_HEADER] for r in replies] == routed, "a request the removed replica held was judged again"
+    assert len(_judge_replicas()) == 1

@@ -59,8 +59,7 @@ def build_app(spec: JudgeSpec, *, limits: ServerLimits | None = None, replicas: 
                                  cpus_per_replica=cpus_per_replica, ingress_replicas=ingress_replicas)
     limits = limits or ServerLimits()
     judge = serve.deployment(name=JUDGE, **judge_options(sizing, limits))(JudgeReplica)
-    ingress = serve.deployment(name=INGRESS, **sizing.ingress_options(),
-                               max_ongoing_requests=INGRESS_ONGOING)(Ingress)
+    ingress = serve.deployment(name=INGRESS, **ingress_options(sizing, limits))(Ingress)
     return ingress.bind(judge.bind(spec, limits), limits)
 
 
@@ -76,6 +75,15 @@ def judge_options(sizing: RaySizing, limits: ServerLimits) -> dict[str, Any]:
     return {**options, "ray_actor_options": actor, "max_ongoing_requests": limits.max_queue,
             "graceful_shutdown_timeout_s": limits.drain_timeout_s,
             "request_router_config": {"request_router_class": ROUTER}}
+
+
+def ingress_options(sizing: RaySizing, limits: ServerLimits) -> dict[str, Any]:
+    """The ingress deployment's options: the sizing's, room for many requests at once, and the same drain time as
+    the judge replicas (``graceful_shutdown_timeout_s``): an ingress replica holds each request while a judge
+    replica works on it, so one replaced or scaled down with Serve's default (20 s) would cut the requests it
+    holds, and their clients would get the proxy's bare 500."""
+    return {**sizing.ingress_options(), "max_ongoing_requests": INGRESS_ONGOING,
+            "graceful_shutdown_timeout_s": limits.drain_timeout_s}
 
 
 def limits_to_args(limits: ServerLimits) -> dict[str, Any]:
@@ -121,5 +129,4 @@ def serve_config(spec: JudgeSpec, limits: ServerLimits, sizing: RaySizing, *, na
             "applications": [{"name": name, "route_prefix": "/", "import_path": BUILDER,
                               "args": {"spec": spec.to_dict(), "limits": limits_to_args(limits)},
                               "deployments": [{"name": JUDGE, **judge},
-                                              {"name": INGRESS, **sizing.ingress_options(),
-                                               "max_ongoing_requests": INGRESS_ONGOING}]}]}
+                                              {"name": INGRESS, **ingress_options(sizing, limits)}]}]}

@@ -32,6 +32,8 @@ log = logging.getLogger("brrm.serve.ray")
 
 LOCAL_BASE = "http://judge-replica"
 """The base URL of the in-process calls (no socket: httpx's ASGI transport)."""
+REPLICA_HEADER = "x-brrm-replica"
+"""The reply header naming the judge replica that answered (its Ray Serve replica id), for logs and tests."""
 
 
 class JudgeReplica:
@@ -51,6 +53,9 @@ class JudgeReplica:
         from brrm.serve.app import create_app
 
         actor_setup()
+        from ray import serve
+
+        self.replica: str = serve.get_replica_context().replica_id.unique_id
         judge = await asyncio.to_thread(spec.load)
         self.app: FastAPI = create_app(judge, limits=limits)
         self._stack = contextlib.AsyncExitStack()
@@ -70,7 +75,8 @@ class JudgeReplica:
         """
         url = request.path + (f"?{request.query}" if request.query else "")
         reply = await self._client.request(request.method, url, headers=list(request.headers), content=request.body)
-        return Answer(reply.status_code, end_to_end(reply.headers.raw), reply.content)
+        return Answer(reply.status_code, (*end_to_end(reply.headers.raw), (REPLICA_HEADER, self.replica)),
+                      reply.content)
 
     def ready(self) -> bool:
         """Whether this replica's app is loaded, warm and taking work (its ``/ready``)."""

@@ -14,6 +14,11 @@ from brrm.judges.principle import PrincipleConfig, PrincipleJudge, judgement_tok
 from brrm.testing import build_tiny_qwen3, build_tiny_tokenizer, qwen3_chat_template
 from brrm.types import SamplingConfig, Status
 
+NARROW = {"hidden_size": 16, "head_dim": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+          "tie_word_embeddings": True}
+"""A narrower tiny Qwen3 for the 151,669-token vocabulary: its embedding is 2.4M parameters, not 19.4M (~5 CPU-s
+of random init)."""
+
 USER_LINE = '{%- if (message.role == "user") or (message.role == "system" and not loop.first) %}'
 
 
@@ -68,12 +73,10 @@ def test_qwen_judgement_tokens_are_7414_and_2308(qwen3_tokenizer):
     assert judgement_token_ids(qwen3_tokenizer, "llama_reward") == (9454, 2753)  # "Yes", "No"
 
 
-def test_construction_checks_ids_with_the_exact_qwen3_tokenizer():
-    from brrm.testing import build_qwen3_tokenizer
-
-    tok = build_qwen3_tokenizer()
-    tok.chat_template = principle_template()
-    model, _ = build_tiny_qwen3(tok, seed=0)
+def test_construction_checks_ids_with_the_exact_qwen3_tokenizer(qwen3_tokenizer, monkeypatch):
+    tok = qwen3_tokenizer  # the session's; its template is restored after the test
+    monkeypatch.setattr(tok, "chat_template", principle_template())
+    model, _ = build_tiny_qwen3(tok, seed=0, config=NARROW)  # the ids are the point, not the shape
     judge = PrincipleJudge(
         TransformersBackend(model, tok, model_id="nvidia/Qwen3-Nemotron-32B-GenRM-Principle")
     )

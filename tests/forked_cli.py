@@ -11,11 +11,15 @@ shutdown reports it. One intra-op thread: the parent's OpenMP pool does not surv
 
 from __future__ import annotations
 
+import importlib
 import io
 import multiprocessing
 import os
+import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import IO
 
 FORK = multiprocessing.get_context("fork")
@@ -42,16 +46,18 @@ def _flushed_at_exit(code: object) -> int:
     return status
 
 
-def _console(argv: Sequence[str], stdout_fd: int, stderr_fd: int, readers: Sequence[int]) -> None:
-    """The child (a :data:`FORK` target): ``brrm ARGV`` as the console script runs it. ``readers`` are the test's
-    ends of the pipes, closed here: a child holding one would be a reader of its own stdout, which then never
-    closes."""
+def _console(argv: Sequence[str], stdout_fd: int, stderr_fd: int, readers: Sequence[int],
+             env: Mapping[str, str]) -> None:
+    """The child (a :data:`FORK` target): ``brrm ARGV`` as the console script runs it, with ``env`` added to its
+    environment. ``readers`` are the test's ends of the pipes, closed here: a child holding one would be a reader of
+    its own stdout, which then never closes."""
     import torch
 
     from brrm.cli import console
 
     for fd in readers:
         os.close(fd)
+    os.environ.update(env)
     torch.set_num_threads(1)
     _open_std_streams(stdout_fd, stderr_fd)
     sys.argv = ["brrm", *argv]
@@ -61,26 +67,28 @@ def _console(argv: Sequence[str], stdout_fd: int, stderr_fd: int, readers: Seque
         sys.exit(_flushed_at_exit(exc.code))
 
 
-def preload() -> None:
-    """Import in this process what a tiny transformers judge's run imports, so that the child starts with it (in a
-    test session most of it is imported already)."""
-    import transformers.models.qwen3.modeling_qwen3  # noqa: F401
-
-    import brrm.backends.transformers  # noqa: F401
-    import brrm.cli  # noqa: F401
+PRELOAD = ("transformers.models.qwen3.modeling_qwen3", "brrm.backends.transformers", "brrm.cli")
+"""What a tiny transformers judge's run imports: :class:`ForkedCLI` imports it in this process before it forks, so
+that the child starts with it (in a test session most of it is imported already)."""
+SERVE_PRELOAD = ("transformers.tokenization_utils_fast", "brrm.testing", "brrm.cli.serve", "brrm.serve.app")
+"""What ``brrm serve`` over a scripted judge (a tiny tokenizer, no model) imports."""
 
 
 class ForkedCLI:
-    """``brrm ARGV`` in a forked child; its stdout and stderr are pipes the test reads (``stdout``/``stderr`` True,
-    text) or /dev/null. ``send_signal``, ``wait`` and ``communicate`` as in ``subprocess.Popen``."""
+    """``brrm ARGV`` in a forked child, used as a ``subprocess.Popen``: its stdout and stderr are pipes the test reads
+    (``stdout``/``stderr`` True, text), both go to the file ``log``, or to /dev/null; ``env`` is added to the child's
+    environment; the modules named in ``preload`` are imported before the fork."""
 
-    def __init__(self, argv: Sequence[str], *, stdout: bool = False, stderr: bool = False) -> None:
-        preload()
-        null = os.open(os.devnull, os.O_WRONLY)
+    def __init__(self, argv: Sequence[str], *, stdout: bool = False, stderr: bool = False, log: Path | None = None,
+                 env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD) -> None:
+        for module in preload:
+            importlib.import_module(module)
+        self.args = ["brrm", *argv]
+        null = os.open(log if log is not None else os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         pipes = {name: os.pipe() if want else None for name, want in (("out", stdout), ("err", stderr))}
         ends = [pipe[1] if pipe else null for pipe in pipes.values()]
         readers = [pipe[0] for pipe in pipes.values() if pipe]
-        self.proc = FORK.Process(target=_console, args=(list(argv), *ends, readers))
+        self.proc = FORK.Process(target=_console, args=(list(argv), *ends, readers, dict(env or {})))
         self.proc.start()
         for fd in {null, *ends}:
             os.close(fd)
@@ -88,23 +96,43 @@ class ForkedCLI:
         self.stdout: IO[str] | None = os.fdopen(pipes["out"][0], encoding="utf-8") if pipes["out"] else None
         self.stderr: IO[str] | None = os.fdopen(pipes["err"][0], encoding="utf-8") if pipes["err"] else None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status as ``subprocess`` reports it (-N for a signal), None while the child runs."""
+        return self.proc.exitcode
+
+    def poll(self) -> int | None:
+        return self.proc.exitcode
+
     def send_signal(self, sig: int) -> None:
         assert self.pid is not None
         os.kill(self.pid, sig)
 
+    def kill(self) -> None:
+        self.proc.kill()
+
     def wait(self, timeout: float) -> int:
-        """The exit status as ``subprocess`` reports it (-N for a signal); ``timeout`` bounds a hang: the child is
-        killed and the test fails."""
+        """The exit status; ``subprocess.TimeoutExpired`` when the child runs on after ``timeout`` seconds."""
         self.proc.join(timeout)
         if self.proc.exitcode is None:
-            self.proc.kill()
-            self.proc.join(5)
-            raise AssertionError(f"the brrm run did not end within {timeout} s")
+            raise subprocess.TimeoutExpired(self.args, timeout)
         return self.proc.exitcode
 
     def communicate(self, timeout: float) -> tuple[str, str]:
-        """Read what is left of the piped streams to their end, then :meth:`wait`."""
-        out = self.stdout.read() if self.stdout else ""
-        err = self.stderr.read() if self.stderr else ""
-        self.wait(timeout)
-        return out, err
+        """What is left of the piped streams, read to their end, once the child has ended; ``timeout`` bounds a hang:
+        the child is killed and the test fails."""
+        got: dict[str, str] = {}
+        readers = [threading.Thread(target=lambda name=name, stream=stream: got.setdefault(name, stream.read()),
+                                    daemon=True) for name, stream in (("out", self.stdout), ("err", self.stderr))
+                   if stream is not None]
+        for reader in readers:
+            reader.start()
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.proc.join(5)
+            raise AssertionError(f"{' '.join(self.args)} did not end within {timeout} s") from None
+        for reader in readers:
+            reader.join(timeout)
+        return got.get("out", ""), got.get("err", "")

@@ -1,7 +1,8 @@
-"""``brrm serve`` under faults, on a real uvicorn process whose BR-RM judge runs on a scripted backend with fixed
-timings (a real model cannot stall, fail one item or miscount on demand): stalls and deadlines (N06), client
-disconnects (N10), oversized bodies (N11), overload (N12), miscounted backend results (N19), per-item backend
-errors, and SIGTERM during load.
+"""``brrm serve`` under faults, on a real uvicorn process (the console script forked from the test process,
+:mod:`tests.forked_cli`: its own exit status, signals and memory, without a fresh interpreter's imports) whose BR-RM
+judge runs on a scripted backend with fixed timings (a real model cannot stall, fail one item or miscount on demand):
+stalls and deadlines (N06), client disconnects (N10), oversized bodies (N11), overload (N12), miscounted backend
+results (N19), per-item backend errors, and SIGTERM during load.
 
 The scripted backend sleeps 0.25 s per turn-1 call and 0.25 s per turn-2 call (a batch takes 0.5 s), prefers the
 response containing ``good``, stalls on ``<<STALL>>`` (600 s, or until the test writes its release file) and fails
@@ -17,17 +18,36 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.serve_helpers import compare_body, http, read_log, running_server
+from tests.forked_cli import SERVE_PRELOAD, ForkedCLI
+from tests.serve_helpers import READY_HANG_S, Server, compare_body, free_port, http, read_log
 
 pytestmark = pytest.mark.timeout(120)
 
 CHATML = "<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"
 ARGS = ["--factory", "tests.serve_helpers:fake_brrm", "--max-batch", "1", "--max-queue", "6", "--deadline", "5",
         "--stall-timeout", "0.5", "--max-wait-ms", "5"]
+
+
+@contextlib.contextmanager
+def forked_server(args: list[str], tmp: Path, env: dict[str, str]) -> Iterator[Server]:
+    """``brrm serve ARGS`` as :func:`tests.serve_helpers.running_server` starts it, forked instead of a new
+    interpreter; stopped (SIGTERM, then SIGKILL) afterwards."""
+    port = free_port()
+    log_path = tmp / f"server-{port}.log"
+    proc = ForkedCLI(["serve", *args, "--port", str(port), "--log-level", "warning", "--no-access-log"],
+                     log=log_path, env=env, preload=SERVE_PRELOAD)
+    server = Server(proc, port, log_path, None)  # type: ignore[arg-type]  # a Popen in all it uses
+    try:
+        server.wait_ready(READY_HANG_S)
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +57,7 @@ def fake(tmp_path_factory):
     mode.write_text("")
     env = {"BRRM_TEST_FAKE": json.dumps({"turn1_s": 0.25, "turn2_s": 0.25, "log": str(log), "mode_file": str(mode),
                                          "release_file": str(release)})}
-    with running_server(ARGS, tmp, env=env) as srv:
+    with forked_server(ARGS, tmp, env=env) as srv:
         srv.calls, srv.mode, srv.release = log, mode, release
         yield srv
 

@@ -15,6 +15,7 @@ import importlib
 import io
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -57,6 +58,10 @@ def _console(argv: Sequence[str], stdout_fd: int, stderr_fd: int, readers: Seque
 
     for fd in readers:
         os.close(fd)
+    # the signal dispositions of a fresh interpreter started from a terminal: Ctrl-C raises KeyboardInterrupt (a test
+    # runner started in the background has SIGINT ignored, and a fork inherits that), SIGTERM ends the process
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.environ.update(env)
     torch.set_num_threads(1)
     _open_std_streams(stdout_fd, stderr_fd)

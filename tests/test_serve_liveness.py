@@ -8,16 +8,15 @@ whose load takes ``BRRM_TEST_LOAD_S`` seconds, so the load is slow on demand and
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import terminal_sigint
-from tests.serve_helpers import REPO, free_port, http, serving_in_process
+from tests.forked_cli import SERVE_PRELOAD, ForkedCLI
+from tests.serve_helpers import free_port, http, serving_in_process
 
 FACTORY = "tests.test_serve_liveness:slow_judge"
 BOUND_S = 240.0
@@ -50,12 +49,12 @@ def failing_judge():
     raise ConfigError("model 'nowhere' is not a local directory")
 
 
-def _start(port: int, factory: str, load_s: float, log, gate: str | None = None) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "BRRM_TEST_LOAD_S": str(load_s), **({"BRRM_TEST_LOAD_GATE": gate}
-                                                                                        if gate else {})}
-    return subprocess.Popen([sys.executable, "-m", "brrm", "serve", "--factory", factory, "--port", str(port),
-                             "--log-level", "warning", "--no-access-log"], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, preexec_fn=terminal_sigint)
+def _start(port: int, factory: str, load_s: float, log: Path, gate: str | None = None) -> ForkedCLI:
+    """A real ``brrm serve`` process, forked from this one (:mod:`tests.forked_cli`: its own signals and exit status,
+    a fresh interpreter's signal dispositions, without its imports)."""
+    env = {"BRRM_TEST_LOAD_S": str(load_s), **({"BRRM_TEST_LOAD_GATE": gate} if gate else {})}
+    return ForkedCLI(["serve", "--factory", factory, "--port", str(port), "--log-level", "warning", "--no-access-log"],
+                     log=log, env=env, preload=SERVE_PRELOAD)
 
 
 def _first_health(url: str, alive: Callable[[], bool], timeout_s: float = BOUND_S) -> float:
@@ -103,8 +102,7 @@ def test_a_signal_during_the_load_stops_the_server_within_seconds(tmp_path, how)
     import signal
 
     port = free_port()
-    with open(tmp_path / "server.log", "wb") as log:
-        proc = _start(port, FACTORY, 600.0, log)
+    proc = _start(port, FACTORY, 600.0, tmp_path / "server.log")
     try:
         _first_health(f"http://127.0.0.1:{port}", lambda: proc.poll() is None)
         sent = time.monotonic()
@@ -123,8 +121,7 @@ def test_a_signal_during_the_load_stops_the_server_within_seconds(tmp_path, how)
 
 def test_a_failed_load_stops_the_server_with_its_error(tmp_path):
     port = free_port()
-    with open(tmp_path / "server.log", "wb") as log:
-        proc = _start(port, "tests.test_serve_liveness:failing_judge", 0, log)
+    proc = _start(port, "tests.test_serve_liveness:failing_judge", 0, tmp_path / "server.log")
     proc.wait(BOUND_S)
     out = (tmp_path / "server.log").read_text()
     assert proc.returncode == 2, out

@@ -3,7 +3,9 @@ chunking or neighbours — at the published T = 1.0, on a tiny real Qwen3 with t
 
 Every field is compared byte for byte, the raw floats (verdict-digit logits, P(A ≻ B)) included: on CPU the
 backend is batch-invariant by default (:mod:`brrm.backends.transformers.invariant`). Without it those floats differ at
-about 1e-5 between batch shapes, which the last test shows, so the invariance tests can fail."""
+about 1e-5 between batch shapes, which the last test shows, so the invariance tests can fail. The CLI's files,
+byte for byte at batch sizes 1 and 8 on examples/pairs.jsonl's first four pairs (one multi-turn), are
+tests/test_invariance_matrix.py's (at 1 and 2 threads)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,7 @@ import json
 import pytest
 
 import brrm
-from brrm.cli import main
 from brrm.testing import save_tiny_qwen3
-from tests.conftest import REPO
 
 CONVS = ["What is 2+2?", "Name a colour.", "Say hi.", "Capital of France?", "2*3?"]
 A = ["4", "Red.", "Hi!", "Paris.", "6"]
@@ -59,21 +59,6 @@ def test_turns_and_retries_draw_from_their_own_streams():
     assert len(seeds) == 4 and all(0 <= s < 2**63 for s in seeds)
     assert item_seed(0, "k", stream="turn1") == item_seed(0, "k", stream="turn1")
     assert item_seed(1, "k", stream="turn1") != item_seed(0, "k", stream="turn1")
-
-
-def test_cli_batch_size_1_and_8_give_identical_judgments(tmp_path, tiny_dir, capsys):
-    """examples/pairs.jsonl's first four pairs (one multi-turn) through the CLI, one file byte for byte at batch
-    sizes 1 and 8 (tests/test_invariance_matrix.py adds thread counts)."""
-    outs = []
-    for bs in ("1", "8"):
-        out = tmp_path / f"b{bs}.jsonl"
-        assert main(["judge", "--input", str(REPO / "examples/pairs.jsonl"), "--output", str(out), "--model",
-                     tiny_dir, "--kind", "brrm", "--batch-size", bs, "--limit", "4", "--max-new-tokens",
-                     "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress", "-q"]) == 0
-        outs.append(out.read_bytes())
-    capsys.readouterr()
-    assert len(outs[0].splitlines()) == 4
-    assert outs[0] == outs[1]  # byte-identical files, provenance included
 
 
 def test_without_batch_invariance_the_floats_drift_but_tokens_do_not(tiny_dir):

@@ -142,30 +142,33 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def four_pairs(tmp_path_factory):
-    """examples/pairs.jsonl's first four pairs (one multi-turn): each probe's flip rate over 4 pairs."""
+def two_pairs(tmp_path_factory):
+    """Two pairs of examples/pairs.jsonl, a single-turn one and the multi-turn one: each probe's flip rate over 2
+    pairs."""
+    lines = (REPO / "examples/pairs.jsonl").read_text().splitlines(keepends=True)
+    assert "conversation" in lines[3] and "conversation" not in lines[0]
     path = tmp_path_factory.mktemp("pairs") / "pairs.jsonl"
-    path.write_text("".join((REPO / "examples/pairs.jsonl").read_text().splitlines(keepends=True)[:4]))
+    path.write_text(lines[0] + lines[3])
     return str(path)
 
 
-def test_cli_probe_on_a_tiny_model(tmp_path, tiny_dir, four_pairs, capsys):
+def test_cli_probe_on_a_tiny_model(tmp_path, tiny_dir, two_pairs, capsys):
     out = tmp_path / "probe.json"
-    assert main(["probe", four_pairs, "--probes", "length,injection", "--model", tiny_dir,
+    assert main(["probe", two_pairs, "--probes", "length,injection", "--model", tiny_dir,
                  "--kind", "brrm", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off",
                  "--output", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "cost: (1 original + 2 probes) x [4 pairs x 1 order x 1 sample = 4 judgments (8 generations)] = 12 " \
+    assert "cost: (1 original + 2 probes) x [2 pairs x 1 order x 1 sample = 2 judgments (4 generations)] = 6 " \
            "judgments" in err
-    assert err.index("cost:") < err.index("probes over 4 pairs")
+    assert err.index("cost:") < err.index("probes over 2 pairs")
     for name in ("length", "injection"):
-        assert re.search(rf"{name}\s+flip rate \d\.\d{{3}} \[\d\.\d{{3}}, \d\.\d{{3}}\]\s+\(4 pairs, 0 failed\)", err)
+        assert re.search(rf"{name}\s+flip rate \d\.\d{{3}} \[\d\.\d{{3}}, \d\.\d{{3}}\]\s+\(2 pairs, 0 failed\)", err)
     report = json.loads(out.read_text())
     assert [p["probe"] for p in report["probes"]] == ["length", "injection"]
     for p in report["probes"]:
         fr = p["flip_rate"]
-        assert fr["n"] == 4 and fr["low"] <= fr["value"] <= fr["high"] and len(p["items"]) == 4
-        assert sum(it["flipped"] for it in p["items"]) == round(fr["value"] * 4)
+        assert fr["n"] == 2 and fr["low"] <= fr["value"] <= fr["high"] and len(p["items"]) == 2
+        assert sum(it["flipped"] for it in p["items"]) == round(fr["value"] * 2)
 
 
 def test_cli_probe_bad_flags_are_one_error_line(capsys):
@@ -174,15 +177,15 @@ def test_cli_probe_bad_flags_are_one_error_line(capsys):
     assert err.startswith("brrm: error: probe 'bogus' is not valid") and err.count("\n") == 1
 
 
-def test_audit_probes_write_probes_json_and_a_report_section(tmp_path, tiny_dir, four_pairs, capsys):
+def test_audit_probes_write_probes_json_and_a_report_section(tmp_path, tiny_dir, two_pairs, capsys):
     out = tmp_path / "audit"
-    assert main(["audit", four_pairs, "--output", str(out), "--model", tiny_dir, "--kind",
+    assert main(["audit", two_pairs, "--output", str(out), "--model", tiny_dir, "--kind",
                  "brrm", "--max-new-tokens", "420", "--block-token-cap", "8", "--thinking", "off", "--no-progress",
                  "--probes", "length,injection"]) == 0
     err = capsys.readouterr().err
-    assert "probes: length, injection; cost 12 judgments" in err and "flip rate" in err
+    assert "probes: length, injection; cost 6 judgments" in err and "flip rate" in err
     report = json.loads((out / "probes.json").read_text())
-    assert [p["probe"] for p in report["probes"]] == ["length", "injection"] and report["pairs"] == 4
+    assert [p["probe"] for p in report["probes"]] == ["length", "injection"] and report["pairs"] == 2
     html = (out / "report.html").read_text()
     section = html.split('<section id="robustness">', 1)[1].split("</section>", 1)[0]
     for p in report["probes"]:

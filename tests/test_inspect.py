@@ -50,8 +50,8 @@ def _mock(text=MOCK_OUTPUT):
     return get_model("mockllm/model", custom_outputs=output)
 
 
-def _eval(scorer, tmp_path):
-    (log,) = eval(Task(dataset=_samples(), solver=generate(), scorer=scorer), model=_mock(),
+def _eval(scorer, tmp_path, samples=None):
+    (log,) = eval(Task(dataset=samples or _samples(), solver=generate(), scorer=scorer), model=_mock(),
                   log_dir=str(tmp_path), display="none")
     assert log.status == "success", log.error
     return log
@@ -64,10 +64,10 @@ def tiny_dir(tmp_path_factory):
 
 def test_pairwise_scorer_on_a_tiny_judge_through_inspect_eval(tmp_path, tiny_dir):
     log = _eval(brrm_pairwise(model=tiny_dir, kind="brrm", max_new_tokens=420, block_token_cap=8, thinking="off",
-                              swap=True), tmp_path)
+                              swap=True), tmp_path, _samples()[:1])  # one sample: four real generations
     direct = brrm.load(tiny_dir, kind="brrm", max_new_tokens=420, block_token_cap=8, thinking="off", swap=True)
     values = []
-    samples = log.samples  # judged directly in one batch (the same bits as alone: batch invariance)
+    samples = log.samples  # judged directly: the scorer adds nothing to the judge's judgment
     direct_judgments = direct.judge_pairs([s.input for s in samples], [MOCK_OUTPUT] * len(samples),
                                           [s.target for s in samples], ids=[str(s.id) for s in samples])
     for sample, j in zip(samples, direct_judgments, strict=True):
@@ -80,7 +80,7 @@ def test_pairwise_scorer_on_a_tiny_judge_through_inspect_eval(tmp_path, tiny_dir
         assert f"analysis of the output: {j.analysis_a}" in score.explanation
         values.append(score.value)
     metrics = log.results.scores[0].metrics
-    assert metrics["mean"].value == pytest.approx(sum(values) / 2)
+    assert len(values) == 1 and metrics["mean"].value == pytest.approx(values[0])
 
 
 def _scripted(verdict):

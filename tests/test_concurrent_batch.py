@@ -34,7 +34,7 @@ def test_the_backend_declares_concurrent_calls(judge):
 
 
 def test_a_second_threads_call_joins_the_running_batch_with_the_results_it_gets_alone(judge):
-    first, second = slice(0, 3), slice(3, 6)
+    first, second = slice(0, 2), slice(2, 4)  # two pairs a call
     alone = {name: _dicts(judge.judge_pairs(CONVS[s], A[s], B[s])) for name, s in (("a", first), ("b", second))}
     out: dict[str, list[str]] = {}
     threads: list[threading.Thread] = []
@@ -55,13 +55,13 @@ def test_a_second_threads_call_joins_the_running_batch_with_the_results_it_gets_
     threads[0].join(timeout=600)
     assert not threads[0].is_alive()
     assert out == alone
-    assert max(rows_seen) > 3  # the second call's rows ran in the first call's batch (3 pairs of its own)
+    assert max(rows_seen) > 2  # the second call's rows ran in the first call's batch (2 pairs of its own)
     assert callers == {"caller-b"}  # its callbacks ran in its own thread
 
 
 def test_a_joined_call_that_raises_leaves_the_running_call_its_results(judge):
     """A joined call's callback raising fails that call only; the call running the batch finishes as alone."""
-    first, second = slice(0, 3), slice(3, 6)
+    first, second = slice(0, 2), slice(2, 4)  # two pairs a call
     alone = _dicts(judge.judge_pairs(CONVS[first], A[first], B[first]))
     errors: list[BaseException] = []
     threads: list[threading.Thread] = []

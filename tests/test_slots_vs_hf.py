@@ -46,7 +46,8 @@ FAMILIES = {  # transformers class names, looked up when a model is built (not a
 INVARIANT = ("qwen3", "llama")
 """The families the batch-invariant forward takes (the others are refused by it, and decode on stock attention)."""
 LENGTHS = (3, 17, 9, 30, 1, 12, 22, 7, 5)
-NEW = 16
+NEW = 10
+"""Greedy tokens per row: every prompt + generation runs past the window of 8 (the shortest prompt is 1 token)."""
 SCHEDULES = (("static", (3, 8)), ("continuous", (3, 8)))
 """Batch sizes per scheduling: 9 prompts in three batches of 3, or in one of 8 and one of 1 (static: the ninth row
 runs alone); rows leaving and joining a running batch of 3 and of 8 (continuous; the last rows run alone). Batch

@@ -17,7 +17,8 @@ from brrm.bench.report import published_figure, table_lines
 from brrm.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TINY_BRRM = ("--kind", "brrm", "--temperature", "0", "--max-new-tokens", "450", "--block-token-cap", "8")
+TINY_BRRM = ("--kind", "brrm", "--temperature", "0", "--max-new-tokens", "450", "--block-token-cap", "8", "--thinking",
+             "off")  # no thinking block: 4x fewer generated tokens (tests/audit_support.py TINY_FLAGS)
 ITEMS = {"llmbar": 5, "judgebench": 2, "rm-bench": 4, "rmb": 4, "autoj": 8, "mt-bench": 1, "pandalm": 1,
          "rewardbench": 23}
 """Items with --limit 1: one per subset (RM-Bench without its absent math file)."""

@@ -17,7 +17,8 @@ from brrm.cli import main
 from brrm.errors import ConfigError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rewardbench2"
-TINY_BRRM = ("--kind", "brrm", "--temperature", "0", "--max-new-tokens", "450", "--block-token-cap", "8")
+TINY_BRRM = ("--kind", "brrm", "--temperature", "0", "--max-new-tokens", "450", "--block-token-cap", "8", "--thinking",
+             "off")  # no thinking block: 4x fewer generated tokens (tests/audit_support.py TINY_FLAGS)
 
 
 def official_utils() -> types.ModuleType:

@@ -98,7 +98,8 @@ def test_grpo_with_bradley_terry_reward_logs_rewards(models, tmp_path):
 
 
 def test_grpo_with_brrm_group_rewards_circular_swap(models, tmp_path):
-    judge = brrm.load(models["judge"], kind="brrm", temperature=0, max_new_tokens=450, block_token_cap=8)
+    judge = brrm.load(models["judge"], kind="brrm", temperature=0, max_new_tokens=450, block_token_cap=8,
+                      thinking="off")  # no thinking block: 4x fewer generated tokens, the same two turns
     reward = trl_reward(judge, mode="group", strategy="circular", swap=True, num_generations=3)
     assert reward.judgments_per_group() == 6
     _, logs = _train(models["policy"], [reward], tmp_path, num_generations=3)

@@ -214,14 +214,19 @@ def test_n12_overload_answers_429_fast_and_served_results_stay_correct(fake):
 
     responses = asyncio.run(burst())
     codes = [r.status_code for r in responses]
-    assert set(codes) <= {200, 429} and 1 <= codes.count(200) <= 6 + 1, codes
+    # admitted requests run one after another (0.5 s of scripted work each, 7 at most, within --deadline 5); on a very
+    # busy machine the last ones may pass their deadline: a typed 504 then, never a wrong or missing result
+    assert set(codes) <= {200, 429, 504} and 1 <= codes.count(200) + codes.count(504) <= 6 + 1, codes
+    assert codes.count(200) >= 1, codes  # the first admitted runs at once
     for k, r in enumerate(responses):
         if r.status_code == 429:
             assert int(r.headers["Retry-After"]) >= 1 and r.json()["error"]["type"] == "queue_full"
+        elif r.status_code == 504:
+            assert r.json()["error"]["type"] == "deadline_exceeded", r.text
         else:  # the judge prefers the answer containing "good" over the reference
             assert r.json()["rewards"] == [1.0 if k % 2 == 0 else 0.0] and r.json()["statuses"] == ["ok"]
     judged = {c["responses"][0] for c in read_log(fake.calls)[before:] if c["turn"] == 1}
-    assert len(judged) <= codes.count(200)
+    assert len(judged) <= codes.count(200) + codes.count(504)  # a rejected request is never judged
     assert fake.rss_kib() - rss < 50 * 1024
     time.sleep(3)
     assert http().post(f"{fake.url}/get_reward", json=body(0), timeout=30).status_code == 200

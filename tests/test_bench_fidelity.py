@@ -90,7 +90,7 @@ def test_a_tiny_brrm_judge_under_both_protocols(shared, tiny_models, tmp_path, c
     assert code == 0, err
     assert ("protocol released: decoding faithful, temperature 0.0, top p 1.0, max new tokens 450, max total tokens "
             "16384, orders random") in out
-    assert "deviations (your flags): temperature 0.0, max_new_tokens 450" in out
+    assert "deviations (your flags): temperature 0.0, max_new_tokens 450, thinking off" in out  # thinking: on
     assert "protocol brrm: decoding constrained, orders both, headline over all items" in out
     result = json.loads((tmp_path / "result.json").read_text())
     released, ours = result["protocols"]
@@ -131,6 +131,9 @@ def test_known_checkpoints_default_to_the_released_protocol():
     assert ours.orders == "both" and ours.headline == "all" and dict(ours.options) == {"decoding": "constrained"}
     (forced,) = resolve("released", rmbench, model=None, user={}, orders="both")
     assert forced.orders == "both" and forced.deviations == ("orders both",)
+    # the released evaluation thinks (thinking auto: on for Qwen3): only turning it off is a deviation
+    thinking = [resolve("both", rmbench, model=None, user={"thinking": t}, orders=None) for t in ("off", "on", "auto")]
+    assert [[p.deviations for p in pair] for pair in thinking] == [[("thinking off",), ()], [(), ()], [(), ()]]
     with pytest.raises(ConfigError, match="--protocol 'card' is not valid; expected one of released, brrm, both"):
         resolve("card", rmbench, model=None, user={}, orders=None)
 

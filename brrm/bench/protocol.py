@@ -41,6 +41,10 @@ RELEASED_OPTIONS: Mapping[str, object] = {"decoding": "faithful", "temperature":
 """The released evaluation's judge settings (BR-RM model cards / ``DESIGN.md`` §3: temperature 1.0, top_p 1.0,
 ≤ 8192 new tokens per turn, 16384 total, thinking on — thinking stays ``auto``, which is on for Qwen3 tokenizers)."""
 
+RELEASED_THINKING = ("auto", "on")
+"""``thinking`` values that keep the released evaluation's thinking on (:data:`RELEASED_OPTIONS`); any other value
+the user sets (``off``) is listed among the deviations."""
+
 BRRM_OPTIONS: Mapping[str, object] = {"decoding": "constrained"}
 """brrm's own protocol: constrained decoding with brrm's defaults (which already are the cards' sampling)."""
 
@@ -130,6 +134,8 @@ def _one(name: str, bench: Benchmark, user: Mapping[str, object], orders: str | 
     base = RELEASED_OPTIONS if name == "released" else BRRM_OPTIONS
     options = {**base, **{k: user[k] for k in base if k in user}}
     deviations = [f"{k} {user[k]}" for k in base if k in user and user[k] != base[k]]
+    if name == "released" and str(user.get("thinking", "auto")) not in RELEASED_THINKING:
+        deviations.append(f"thinking {user['thinking']}")
     official = "official" if name == "released" or bench.metric_needs_orders else "both"
     if name == "released" and bench.official_sequence:
         official = "sequence"  # the released evaluation's own draws, pair for pair

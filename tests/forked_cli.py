@@ -19,9 +19,9 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 FORK = multiprocessing.get_context("fork")
 
@@ -48,10 +48,10 @@ def _flushed_at_exit(code: object) -> int:
 
 
 def _console(argv: Sequence[str], stdout_fd: int, stderr_fd: int, readers: Sequence[int],
-             env: Mapping[str, str]) -> None:
+             env: Mapping[str, str], before: Callable[[], None] | None) -> None:
     """The child (a :data:`FORK` target): ``brrm ARGV`` as the console script runs it, with ``env`` added to its
-    environment. ``readers`` are the test's ends of the pipes, closed here: a child holding one would be a reader of
-    its own stdout, which then never closes."""
+    environment and ``before`` called just before it starts. ``readers`` are the test's ends of the pipes, closed
+    here: a child holding one would be a reader of its own stdout, which then never closes."""
     import torch
 
     from brrm.cli import console
@@ -65,6 +65,8 @@ def _console(argv: Sequence[str], stdout_fd: int, stderr_fd: int, readers: Seque
     os.environ.update(env)
     torch.set_num_threads(1)
     _open_std_streams(stdout_fd, stderr_fd)
+    if before is not None:
+        before()
     sys.argv = ["brrm", *argv]
     try:
         console()  # an interrupted run (130, 143) ends here with os._exit, as in a fresh interpreter
@@ -81,11 +83,13 @@ SERVE_PRELOAD = ("transformers.tokenization_utils_fast", "brrm.testing", "brrm.c
 
 class ForkedCLI:
     """``brrm ARGV`` in a forked child, used as a ``subprocess.Popen``: its stdout and stderr are pipes the test reads
-    (``stdout``/``stderr`` True, text), both go to the file ``log``, or to /dev/null; ``env`` is added to the child's
-    environment; the modules named in ``preload`` are imported before the fork."""
+    (``stdout``/``stderr`` True; text, or bytes where ``binary``), both go to the file ``log``, or to /dev/null;
+    ``env`` is added to the child's environment; ``before`` runs in the child just before the console script (a test's
+    hook: a pause point); the modules named in ``preload`` are imported before the fork."""
 
     def __init__(self, argv: Sequence[str], *, stdout: bool = False, stderr: bool = False, log: Path | None = None,
-                 env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD) -> None:
+                 env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD,
+                 before: Callable[[], None] | None = None, binary: bool = False) -> None:
         for module in preload:
             importlib.import_module(module)
         self.args = ["brrm", *argv]
@@ -93,13 +97,14 @@ class ForkedCLI:
         pipes = {name: os.pipe() if want else None for name, want in (("out", stdout), ("err", stderr))}
         ends = [pipe[1] if pipe else null for pipe in pipes.values()]
         readers = [pipe[0] for pipe in pipes.values() if pipe]
-        self.proc = FORK.Process(target=_console, args=(list(argv), *ends, readers, dict(env or {})))
+        self.proc = FORK.Process(target=_console, args=(list(argv), *ends, readers, dict(env or {}), before))
         self.proc.start()
         for fd in {null, *ends}:
             os.close(fd)
         self.pid = self.proc.pid
-        self.stdout: IO[str] | None = os.fdopen(pipes["out"][0], encoding="utf-8") if pipes["out"] else None
-        self.stderr: IO[str] | None = os.fdopen(pipes["err"][0], encoding="utf-8") if pipes["err"] else None
+        mode = {"mode": "rb"} if binary else {"encoding": "utf-8"}
+        self.stdout: IO[Any] | None = os.fdopen(pipes["out"][0], **mode) if pipes["out"] else None
+        self.stderr: IO[Any] | None = os.fdopen(pipes["err"][0], **mode) if pipes["err"] else None
 
     @property
     def returncode(self) -> int | None:

@@ -9,11 +9,9 @@ writes each JSONL line (flushed) when its record is done, so a killed run keeps 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import select
 import signal
-import sys
 import time
 
 import pytest
@@ -137,32 +135,12 @@ def test_first_verdict_is_printed_after_one_pairs_work(monkeypatch, capsys, tiny
     assert total_static == total and set(static) == {total}
 
 
-FORK = multiprocessing.get_context("fork")
-"""Children forked from this process: the imports (seconds of CPU each) are already done, and a real process still
-gets the signals, exits with its own status and writes through a real pipe."""
-
-
-def _paused_cli(argv, out, after, stdout_fd, stderr_fd):
-    """The child (a :data:`FORK` target): the ``brrm`` console script (``console()``: ``main(ARGV)``, then its exit
-    as ``python -m brrm`` ends) with fds 1 and 2 on ``stdout_fd`` and ``stderr_fd``, opened as a fresh interpreter
-    opens a pipe or a file (stdout block-buffered: PYTHONUNBUFFERED is not read here; stderr line-buffered); it
-    stops itself (SIGSTOP) at the first model forward after its ``--output`` file ``out`` holds ``after`` lines: the
-    test sees the run frozen mid-decode at a point that does not depend on the machine's speed, acts, and lets it go
-    on (SIGCONT). One intra-op thread: the parent's OpenMP pool does not survive the fork (torch's DataLoader workers
-    do the same)."""
-    import io
-
-    import torch
+def _pause_at(out, after):
+    """A :class:`~tests.forked_cli.ForkedCLI` child's hook: the run stops itself (SIGSTOP) at the first model forward
+    after its ``--output`` file ``out`` holds ``after`` lines: the test sees it frozen mid-decode at a point that does
+    not depend on the machine's speed, acts, and lets it go on (SIGCONT)."""
     from transformers.models.qwen3 import modeling_qwen3
 
-    from brrm.cli import console
-
-    torch.set_num_threads(1)
-    os.dup2(stdout_fd, 1)
-    os.dup2(stderr_fd, 2)
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)
     real, paused = modeling_qwen3.Qwen3ForCausalLM.forward, []
 
     def forward(self, *args, **kwargs):
@@ -172,34 +150,15 @@ def _paused_cli(argv, out, after, stdout_fd, stderr_fd):
         return real(self, *args, **kwargs)
 
     modeling_qwen3.Qwen3ForCausalLM.forward = forward
-    sys.argv = ["brrm", *argv]
-    console()
 
 
-class Paused:
-    """A :func:`_paused_cli` child running ``argv`` (``brrm``'s arguments) that pauses after ``after`` lines of
-    ``out``; its stdout and stderr are pipes the test reads (``stdout``/``stderr`` True) or /dev/null."""
+def Paused(argv, out, after, *, stdout=False, stderr=False):  # noqa: N802 (used as a class)
+    """``brrm ARGV`` forked from this process (:class:`~tests.forked_cli.ForkedCLI`: the imports are done, and a real
+    process still gets the signals, exits with its own status and writes through a real pipe) that pauses after
+    ``after`` lines of ``out``; its stdout and stderr are byte pipes the test reads (``stdout``/``stderr`` True)."""
+    from tests.forked_cli import ForkedCLI
 
-    def __init__(self, argv, out, after, *, stdout=False, stderr=False):
-        null = os.open(os.devnull, os.O_WRONLY)
-        pipes = {name: os.pipe() if want else None for name, want in (("out", stdout), ("err", stderr))}
-        ends = [pipe[1] if pipe else null for pipe in pipes.values()]
-        self.proc = FORK.Process(target=_paused_cli, args=(argv, out, after, *ends))
-        self.proc.start()
-        for fd in {null, *ends}:
-            os.close(fd)
-        self.pid = self.proc.pid
-        self.stdout = os.fdopen(pipes["out"][0], "rb") if pipes["out"] else None
-        self.stderr = os.fdopen(pipes["err"][0], "rb") if pipes["err"] else None
-
-    def send_signal(self, sig):
-        os.kill(self.pid, sig)
-
-    def wait(self, timeout):
-        """The exit status as subprocess reports it (-N for a signal)."""
-        self.proc.join(timeout)
-        assert self.proc.exitcode is not None, "the run did not end"
-        return self.proc.exitcode
+    return ForkedCLI(argv, stdout=stdout, stderr=stderr, binary=True, before=lambda: _pause_at(out, after))
 
 
 def _wait_paused(proc, timeout=300.0):

@@ -48,13 +48,12 @@ class JudgeReplica:
         import asyncio
 
         import httpx
+        from ray import serve
 
         from brrm.audit.ray_runner import actor_setup
         from brrm.serve.app import create_app
 
         actor_setup()
-        from ray import serve
-
         self.replica: str = serve.get_replica_context().replica_id.unique_id
         judge = await asyncio.to_thread(spec.load)
         self.app: FastAPI = create_app(judge, limits=limits)

@@ -10,6 +10,7 @@ line. Parquet, CSV/TSV and datasets go through ``datasets``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -239,23 +240,15 @@ def _load_hf(source: str, split: str | None, limit: int | None) -> list[dict[str
     import datasets
 
     local = Path(source).expanduser()
-    bars_were_on = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    verbosity = datasets.logging.get_verbosity()
-    # a file that fails to parse is one error line (the exception's, below), not also datasets' own log line
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
-        if (local / "dataset_dict.json").is_file() or (local / "state.json").is_file():
-            ds = datasets.load_from_disk(str(local))
-        else:
-            ds = datasets.load_dataset(str(local) if local.is_dir() else source)
+        with _quiet_datasets():
+            if (local / "dataset_dict.json").is_file() or (local / "state.json").is_file():
+                ds = datasets.load_from_disk(str(local))
+            else:
+                ds = datasets.load_dataset(str(local) if local.is_dir() else source)
     except Exception as exc:  # missing, not cached offline, unreadable: the input as a whole is unusable
         raise ConfigError(f"{source!r} could not be loaded as a Hugging Face dataset ({type(exc).__name__}: "
                           f"{str(exc)[:300]})") from exc
-    finally:
-        datasets.logging.set_verbosity(verbosity)
-        if bars_were_on:
-            datasets.enable_progress_bars()
     if isinstance(ds, datasets.DatasetDict):
         splits = ", ".join(ds)
         if split is None and len(ds) != 1:
@@ -277,23 +270,31 @@ def _load_with_datasets(path: Path, fmt: str, limit: int | None) -> list[dict[st
     kwargs: dict[str, object] = {}
     if fmt in ("csv", "tsv"):
         kwargs = {"na_filter": False, "delimiter": "\t" if fmt == "tsv" else ","}
+    with _quiet_datasets(), tempfile.TemporaryDirectory(prefix="brrm-records-") as cache:
+        builder = "csv" if fmt == "tsv" else fmt
+        kwargs.update(data_files=str(path), split="train", cache_dir=cache)
+        try:
+            ds = datasets.load_dataset(builder, **kwargs)
+        except Exception as exc:  # pyarrow / pandas parse errors: the file as a whole is unreadable
+            why = f"{type(exc).__name__}: {exc}"
+            raise ConfigError(f"{path.name}: could not be read as {fmt} ({why})") from exc
+        if limit is not None:
+            ds = ds.select(range(min(limit, len(ds))))
+        return ds.to_list()
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """``datasets`` without its progress bars and log lines while the block runs (both restored after): a file
+    that fails to parse is one error line (the exception's), not also datasets' own log line."""
+    import datasets
+
     bars_were_on = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
     verbosity = datasets.logging.get_verbosity()
-    # a file that fails to parse is one error line (the exception's, below), not also datasets' own log line
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
-        with tempfile.TemporaryDirectory(prefix="brrm-records-") as cache:
-            builder = "csv" if fmt == "tsv" else fmt
-            kwargs.update(data_files=str(path), split="train", cache_dir=cache)
-            try:
-                ds = datasets.load_dataset(builder, **kwargs)
-            except Exception as exc:  # pyarrow / pandas parse errors: the file as a whole is unreadable
-                why = f"{type(exc).__name__}: {exc}"
-                raise ConfigError(f"{path.name}: could not be read as {fmt} ({why})") from exc
-            if limit is not None:
-                ds = ds.select(range(min(limit, len(ds))))
-            return ds.to_list()
+        yield
     finally:
         datasets.logging.set_verbosity(verbosity)
         if bars_were_on:

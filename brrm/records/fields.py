@@ -12,9 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from brrm.errors import ConfigError
-from brrm.records._io import absent
+from brrm.records._io import absent, read_string_field
 from brrm.types import Conversation, Verdict, parse_label
-from brrm.types.config import check_text
 
 
 @dataclass(frozen=True)
@@ -139,9 +138,4 @@ def read_optional_string(row: Mapping[str, object], column: str) -> str:
     Raises:
         ConfigError: naming the column when it is present but not a string.
     """
-    value = row.get(column)
-    if absent(value):
-        return ""
-    if not isinstance(value, str):
-        raise ConfigError(f"field {column!r} must be a string, got {type(value).__name__}")
-    return check_text(f"field {column!r}", value)
+    return "" if absent(row.get(column)) else read_string_field(row, column)

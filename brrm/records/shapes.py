@@ -101,9 +101,8 @@ def seed_ids(records: Sequence[Record]) -> list[str]:
 
 def parse_pair_record(row: object, *, line: int, fields: FieldMap | None = None) -> PairRecord | RecordError:
     """Validate one row (a decoded JSON value or a table row) into a PairRecord, or say why it is not one."""
-    fields = fields or FieldMap()
-    f = fields
-    return _guard(row, line, fields, lambda row, rid, given: PairRecord(
+    f = fields or FieldMap()
+    return _guard(row, line, f, lambda row, rid, given: PairRecord(
         rid, line, read_conversation(row, f), read_string_field(row, f.response_a),
         read_string_field(row, f.response_b), read_label(row, f), row, given))
 
@@ -111,8 +110,7 @@ def parse_pair_record(row: object, *, line: int, fields: FieldMap | None = None)
 def parse_scalar_records(row: object, *, line: int,
                          fields: FieldMap | None = None) -> list[ScalarRecord | RecordError]:
     """Validate one row into one ScalarRecord (or two, ``<id>:A`` / ``<id>:B``, for a pair row)."""
-    fields = fields or FieldMap()
-    f = fields
+    f = fields or FieldMap()
 
     def build(row: Mapping[str, object], rid: str, given: bool) -> list[ScalarRecord]:
         conv = read_conversation(row, f)
@@ -122,7 +120,7 @@ def parse_scalar_records(row: object, *, line: int,
                     for side, column in (("A", f.response_a), ("B", f.response_b))]
         return [ScalarRecord(rid, line, conv, read_string_field(row, f.response), principle, row, given)]
 
-    out = _guard(row, line, fields, build)
+    out = _guard(row, line, f, build)
     records: list[ScalarRecord | RecordError] = [*out] if isinstance(out, list) else [out]
     return records
 
@@ -130,10 +128,8 @@ def parse_scalar_records(row: object, *, line: int,
 def parse_group_record(row: object, *, line: int, fields: FieldMap | None = None) -> GroupRecord | RecordError:
     """Validate one row into a GroupRecord, or say why it is not one."""
     fields = fields or FieldMap()
-    f = fields
 
     def build(row: Mapping[str, object], rid: str, given: bool) -> GroupRecord:
-        fields = f
         responses = row.get(fields.responses)
         if isinstance(responses, str) and responses.lstrip().startswith("["):
             try:  # CSV cells hold the list as JSON text

@@ -4,7 +4,7 @@ handling, variants and the checks of a call's arguments (:mod:`brrm.compose.judg
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Self
 
@@ -12,7 +12,6 @@ from brrm.errors import ConfigError
 from brrm.templates import is_blank, strip_reasoning
 from brrm.types import (
     Conversation,
-    GroupResult,
     JudgeInfo,
     PairwiseJudgment,
     Progress,
@@ -24,14 +23,7 @@ from brrm.types import (
     parse_label,
 )
 from brrm.types.conversation import ConversationLike
-from brrm.types.protocols import Principles, SingleItems
-
-OnResult = Callable[[int, Any], None] | None
-OnStep = Callable[[int, int], None] | None
-"""``on_step(rows, tokens)``: after each decoding step of a continuously batching backend, the rows in its batch
-and the tokens the step added (for progress displays); judges without decoding steps never call it."""
-"""``on_result(index, result)``: item ``index``'s final result (a judgment or reward), as soon as it is known, in
-the calling thread; results still come back in order from the call."""
+from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
 
 
 class _Base(SingleItems):
@@ -46,17 +38,6 @@ class _Base(SingleItems):
                     labels: Sequence[Verdict] | None = None, principles: Principles = None,
                     progress: Progress = None, on_result: OnResult = None,
                     on_step: OnStep = None) -> list[PairwiseJudgment]:
-        raise NotImplementedError
-
-    def score(self, conversations: Sequence[ConversationLike],
-              responses: Sequence[str], /, *, principles: Principles = None,
-              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
-              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
-        raise NotImplementedError
-
-    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
-                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
-                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
         raise NotImplementedError
 
     def close(self) -> None:

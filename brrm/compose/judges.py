@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from brrm.compose.base import OnResult, OnStep, _Base, _groups, _ids, _labels, _unscorable
+from brrm.compose.base import _Base, _groups, _ids, _labels, _unscorable
 from brrm.compose.scalar import ScalarRewardJudge
 from brrm.compose.strategies import (
     GroupPlan,
@@ -39,7 +39,7 @@ from brrm.types import (
 )
 from brrm.types.conversation import ConversationLike
 from brrm.types.cost import JudgmentCost
-from brrm.types.protocols import Principles
+from brrm.types.protocols import OnResult, OnStep, Principles
 from brrm.types.strategies import check_strategy
 
 __all__ = ["OnResult", "OnStep", "PairwiseRewardJudge", "PairwiseSurface", "ScalarRewardJudge"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from brrm.compose.base import OnResult, OnStep, _Base, _groups, _ids, _labels, _report_all
+from brrm.compose.base import _Base, _groups, _ids, _labels, _report_all
 from brrm.compose.pairwise import pairwise_from_rewards
 from brrm.compose.strategies import (
     GroupPlan,
@@ -30,7 +30,7 @@ from brrm.types import (
 )
 from brrm.types.conversation import ConversationLike
 from brrm.types.cost import JudgmentCost
-from brrm.types.protocols import Principles
+from brrm.types.protocols import OnResult, OnStep, Principles
 from brrm.types.strategies import check_strategy
 
 

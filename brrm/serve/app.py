@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import typing
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -225,6 +225,22 @@ def _unparsed_body(exc: HTTPException) -> str:
     return f"body could not be parsed as JSON ({type(cause).__name__}: {cause})"
 
 
+_FIELDED: dict[type[Exception], tuple[int, str, tuple[str, ...]]] = {
+    InvalidText: (422, "invalid_text", ("field", "position")), ConfigError: (422, "invalid_input", ()),
+    FieldTooLong: (413, "field_too_long", ("field", "limit")), TooCostly: (413, "too_costly", ("cost", "limit")),
+    TooManyItems: (413, "too_many_items", ("field", "limit"))}
+"""Request errors answered as ``error_body(kind, message, **the named attributes)``: exception -> (HTTP status, error
+type, attributes)."""
+
+
+def _fielded(status: int, kind: str, fields: tuple[str, ...]) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """The handler answering an exception of :data:`_FIELDED` with ``status`` and its error body."""
+    async def handler(_request: Request, exc: Exception) -> Response:
+        return JSONResponse(error_body(kind, str(exc), **{f: getattr(exc, f) for f in fields}), status_code=status)
+
+    return handler
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -236,23 +252,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         body = error_body("validation_error", message, errors=errors)
         return JSONResponse({**body, "detail": errors}, status_code=422)
 
-    @app.exception_handler(InvalidText)
-    async def invalid_text(_request: Request, exc: InvalidText) -> JSONResponse:
-        return JSONResponse(error_body("invalid_text", str(exc), field=exc.field, position=exc.position),
-                            status_code=422)
-
-    @app.exception_handler(ConfigError)
-    async def config(_request: Request, exc: ConfigError) -> JSONResponse:
-        return JSONResponse(error_body("invalid_input", str(exc)), status_code=422)
-
-    @app.exception_handler(FieldTooLong)
-    async def field_too_long(_request: Request, exc: FieldTooLong) -> JSONResponse:
-        return JSONResponse(error_body("field_too_long", str(exc), field=exc.field, limit=exc.limit), status_code=413)
-
-    @app.exception_handler(TooManyItems)
-    async def too_many(_request: Request, exc: TooManyItems) -> JSONResponse:
-        return JSONResponse(error_body("too_many_items", str(exc), field=exc.field, limit=exc.limit),
-                            status_code=413)
+    for exc_type, (status, kind, fields) in _FIELDED.items():
+        app.add_exception_handler(exc_type, _fielded(status, kind, fields))
 
     @app.exception_handler(SchedulerError)
     async def scheduler(_request: Request, exc: SchedulerError) -> JSONResponse:
@@ -261,10 +262,6 @@ def _add_error_handlers(app: FastAPI) -> None:
         if isinstance(exc, BatchFailed):  # failing (every item alone, or the breaker open) or a miscount
             kind = "backend_failing" if exc.failing else "backend_error"
         return JSONResponse(error_body(kind, exc.message), status_code=exc.status, headers=headers)
-
-    @app.exception_handler(TooCostly)
-    async def too_costly(_request: Request, exc: TooCostly) -> JSONResponse:
-        return JSONResponse(error_body("too_costly", str(exc), cost=exc.cost, limit=exc.limit), status_code=413)
 
     @app.exception_handler(ClientGone)
     async def gone(_request: Request, _exc: ClientGone) -> Response:

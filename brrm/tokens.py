@@ -19,6 +19,7 @@ same ids go to every backend (transformers, vLLM, OpenAI-compatible servers take
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -80,7 +81,7 @@ class TextEncoder:
         self._inner = _not_first(self._backend)
         added = sorted({str(t) for t in tokenizer.get_added_vocab()}, key=len, reverse=True)
         self.added = {t: _token_id(tokenizer, t) for t in added}
-        self._added_re = re.compile("|".join(re.escape(t) for t in added)) if added else None
+        self._added_re = re.compile(f"({'|'.join(re.escape(t) for t in added)})") if added else None
         self._renders: OrderedDict[str, str] = OrderedDict()  # sentinel renders (no record text in them)
         self._lock = threading.Lock()
 
@@ -143,15 +144,8 @@ class TextEncoder:
         """(piece, is_added_token) runs of ``text``."""
         if self._added_re is None:
             return [(text, False)] if text else []
-        out, pos = [], 0
-        for m in self._added_re.finditer(text):
-            if m.start() > pos:
-                out.append((text[pos:m.start()], False))
-            out.append((m.group(0), True))
-            pos = m.end()
-        if pos < len(text):
-            out.append((text[pos:], False))
-        return out
+        # the pattern's one group keeps each added token among the pieces, at the odd positions
+        return [(piece, i % 2 == 1) for i, piece in enumerate(self._added_re.split(text)) if piece]
 
     # ------------------------------------------------------------------------------------------- chat
     def chat(self, messages: Sequence[Mapping[str, object]], *, add_generation_prompt: bool,
@@ -354,16 +348,10 @@ def _as_rendered(sentinel_text: str, real: str, records: list[str], nonce: str) 
 
 
 _SENTINEL_START = "\ue000"  # a private-use character; a record that holds it gets a nonce no record holds
-_MARKERS: dict[str, re.Pattern[str]] = {}
-
-
+@functools.lru_cache(maxsize=64)
 def _marker(nonce: str) -> re.Pattern[str]:
     """The compiled sentinel pattern of ``nonce`` (the common case, nonce "", compiled once)."""
-    if nonce not in _MARKERS:
-        if len(_MARKERS) > 64:
-            _MARKERS.clear()
-        _MARKERS[nonce] = re.compile(f"\ue000{re.escape(nonce)}:(\\d+)\ue001")
-    return _MARKERS[nonce]
+    return re.compile(f"\ue000{re.escape(nonce)}:(\\d+)\ue001")
 
 
 def _nonce(messages: Sequence[Mapping[str, object]]) -> str:

@@ -167,11 +167,6 @@ OPTION_CLASSES: Mapping[str, type[Any]] = BACKEND_REGISTRY.view(lambda entry: en
 """Each backend's options class, by backend name (from :data:`brrm.registry.BACKEND_REGISTRY`, plugins included)."""
 
 
-def field_names(backend: str) -> tuple[str, ...]:
-    """The option names of ``backend``, in definition order."""
-    return tuple(f.name for f in fields(OPTION_CLASSES[backend]))
-
-
 def set_options(options: Options) -> dict[str, Any]:
     """The fields of an options object that are set (not None), by name, in definition order: what its backend's
     ``from_options`` passes on under the same names (a mapping such as ``engine_kwargs`` as a plain dict)."""

@@ -39,22 +39,10 @@ class Composition:
         """The JSON entries a judge's records carry for these settings (under ``options``, beside the model's own):
         ``swap`` (pairwise judges), ``samples`` (only with voting), ``margin`` and ``on_tie`` (scalar models),
         ``principle``, ``calibration`` and ``cascade`` (each only when set)."""
-        out: JSONDict = {}
-        if self.swap is not None:
-            out["swap"] = self.swap
-        if self.samples > 1:
-            out["samples"] = self.samples
-        if self.margin is not None:
-            out["margin"] = self.margin
-        if self.on_tie is not None:
-            out["on_tie"] = self.on_tie
-        if self.principles:
-            out["principle"] = list(self.principles)
-        if self.calibration:
-            out["calibration"] = self.calibration
-        if self.cascade:
-            out["cascade"] = self.cascade
-        return out
+        entries: JSONDict = {"swap": self.swap, "samples": self.samples if self.samples > 1 else None,
+                             "margin": self.margin, "on_tie": self.on_tie, "principle": list(self.principles),
+                             "calibration": self.calibration, "cascade": self.cascade}
+        return {key: value for key, value in entries.items() if value is not None and value not in ("", [])}
 
     @classmethod
     def from_record(cls, options: Mapping[str, JSONValue]) -> Composition:

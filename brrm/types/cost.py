@@ -123,12 +123,6 @@ class CascadeCost(JudgmentCost):
             raise ValueError(f"escalation_rate must be in [0, 1], got {escalation_rate!r}")
         return first.total + escalation_rate * second.total
 
-    def expected_generations(self, escalation_rate: float) -> float:
-        """Expected model generations at ``escalation_rate`` in [0, 1] (as :meth:`expected`)."""
-        first, second = self._stages()
-        self.expected(escalation_rate)  # checks the rate
-        return first.generations + escalation_rate * second.generations
-
     def describe(self) -> str:
         """One line: both stages' costs, e.g. ``cascade: 16 scored sequences, then up to 8 pairs x 1 order x 1
         sample = 8 judgments (16 generations) on escalated items``."""

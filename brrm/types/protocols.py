@@ -291,23 +291,10 @@ class JudgeInfo:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the fields, the typed settings as their record (``options``: :attr:`record` with the
         composition's entries; ``config`` itself is not written), and the spec's own ``to_dict()``."""
-        return {
-            "model": self.model,
-            "kind": self.kind,
-            "recipe": self.recipe,
-            "backend": self.backend,
-            "chat_template_hash": self.chat_template_hash,
-            "template_hash": self.template_hash,
-            "default_strategy": self.default_strategy,
-            "options": {**self.record, **self.composition.to_dict()},
-            "chunk_size": self.chunk_size,
-            "concurrent": self.concurrent,
-            "pairwise": self.pairwise,
-            "takes_principle": self.takes_principle,
-            "needs_reference": self.needs_reference,
-            "fingerprint": self.fingerprint,
-            "spec": self.spec.to_dict() if self.spec is not None else None,
-        }
+        values = {k: getattr(self, k) for k in _INFO_FIELDS}
+        head = {k: values.pop(k) for k in _REQUIRED_FIELDS}  # the options follow the required fields
+        return {**head, "options": {**self.record, **self.composition.to_dict()}, **values,
+                "spec": self.spec.to_dict() if self.spec is not None else None}
 
 
 _INFO_FIELDS = ("model", "kind", "recipe", "backend", "chat_template_hash", "template_hash", "default_strategy",

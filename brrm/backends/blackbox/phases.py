@@ -38,7 +38,7 @@ import math
 import random
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 from typing import Literal as TypingLiteral
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 S = TypeVar("S", Think, Pattern)
+T = TypeVar("T")
 
 PhaseKind = TypingLiteral["free", "think", "pattern", "choice", "grammar"]
 BAN_BIAS = -100.0
@@ -75,38 +76,34 @@ class TokenInfo:
         # added_tokens_decoder: a property of transformers' tokenizers, absent on some slow and wrapped ones
         added = set(getattr(tokenizer, "added_tokens_decoder", {})) | set(tokenizer.all_special_ids)
         self.banned_in_patterns = tuple(sorted(int(i) for i in added if i not in self.stop_ids))
-        self._enc: dict[str, tuple[int, ...]] = {}
-        self._single: dict[str, int] = {}
+        self._cache: dict[tuple[str, str], object] = {}
         # fast tokenizers are not safe for concurrent calls ("Already borrowed"); the OpenAI backend's
         # worker threads share this object
         self._lock = threading.Lock()
+
+    def _cached(self, kind: str, text: str, make: Callable[[], T]) -> T:
+        """``make()`` (a tokenizer call) under the lock, once per ``(kind, text)``."""
+        with self._lock:
+            if (kind, text) not in self._cache:
+                self._cache[kind, text] = make()
+            return self._cache[kind, text]  # type: ignore[return-value]
 
     def encode(self, text: str) -> tuple[int, ...]:
         """Token ids of forced ``text`` in mid-sequence position (:func:`brrm.constraints.compile.forced_ids`;
         cached)."""
         from brrm.constraints.compile import forced_ids
 
-        with self._lock:
-            if text not in self._enc:
-                self._enc[text] = forced_ids(self.tokenizer, text)
-            return self._enc[text]
+        return self._cached("encode", text, lambda: forced_ids(self.tokenizer, text))
 
     def label(self, text: str, after: str = "") -> int:
         """Id of ``text`` as the model would emit it after ``after`` (see :func:`brrm.constraints.label_token_id`)."""
         from brrm.constraints import label_token_id
 
-        key = f"{after}\0{text}"
-        with self._lock:
-            if key not in self._single:
-                self._single[key] = label_token_id(self.tokenizer, text, after)
-            return self._single[key]
+        return self._cached("label", f"{after}\0{text}", lambda: label_token_id(self.tokenizer, text, after))
 
     def single(self, text: str) -> int:
         """Id of ``text`` as exactly one token (raises ConfigError otherwise)."""
-        with self._lock:
-            if text not in self._single:
-                self._single[text] = single_token_id(self.tokenizer, text)
-            return self._single[text]
+        return self._cached("single", text, lambda: single_token_id(self.tokenizer, text))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` with special tokens kept."""

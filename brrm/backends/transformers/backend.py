@@ -31,7 +31,8 @@ from brrm.backends.base import (
     common_prefix_length,
     end_of_turn_id,
 )
-from brrm.backends.options import TransformersOptions, set_options
+from brrm.backends.options import DEVICES, DTYPES, TransformersOptions, set_options
+from brrm.backends.options import SCHEDULINGS as SCHEDULING
 from brrm.backends.transformers.steering import ProgramState
 from brrm.constraints import CompiledProgram, Program
 from brrm.errors import ConfigError
@@ -101,9 +102,6 @@ TASKS = ("auto", "generate", "classify")
 CLASSIFY_MIN_BATCH = 64
 """Fewest rows a ``classify`` forward batch may hold: one forward pass per row is cheap next to decoding, and the
 padded-token budget (``token_budget``), not the row count, bounds its memory."""
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
-SCHEDULING = ("continuous", "static")
 CONTINUOUS_CHUNK = 256
 """Judgments per call a continuously batching backend asks for: the running batch stays ``batch_size`` rows, the
 rest wait in its queue (prompt ids only), so a call may hold many more items than the batch."""

@@ -194,7 +194,7 @@ class VLLMBackend:
         set_batch_invariant(o["batch_invariant"])
         vllm = import_vllm()
         features = detect_features(vllm)
-        check_options(o["dtype"], o["device"], runner, structured, tp, pp, o["gpu_memory_utilization"])
+        check_options(o["device"], runner, structured)
         llm_options = {k: v for k, v in o.items() if k not in ("device", "batch_size", "chunk_size", "batch_invariant")}
         llm = vllm.LLM(**llm_kwargs(model, features, tokenizer=tokenizer, seed=seed, runner=runner, **llm_options))
         from transformers import AutoTokenizer

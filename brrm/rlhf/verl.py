@@ -42,7 +42,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import cast
 
@@ -100,6 +100,12 @@ class VerlRewardConfig:
             raise ConfigError("give url (a brrm serve instance) or model (a local judge), not both")
         object.__setattr__(self, "options", dict(self.options))
 
+    def spec(self) -> JudgeSpec:
+        """The judge's recipe: the ``brrm serve`` at ``url`` (its RemoteJudge), else the local judge."""
+        if self.url is not None:
+            return JudgeSpec(self.url, kind=self.kind, backend="serve", options={"timeout_s": self.timeout_s})
+        return JudgeSpec(self.model, kind=self.kind, backend=self.backend, options=self.options)
+
     @classmethod
     def from_mapping(cls, data: Mapping[str, object]) -> VerlRewardConfig:
         """From a dict (e.g. a parsed file).
@@ -111,20 +117,21 @@ class VerlRewardConfig:
         unknown = sorted(set(data) - valid)
         if unknown:
             raise ConfigError(f"unknown brrm verl config key {unknown[0]!r}; valid keys: {', '.join(sorted(valid))}")
-        d = cls()
-        options = data.get("options", d.options)
-        if not isinstance(options, Mapping):
-            raise ConfigError(f"brrm verl config options must be a mapping of brrm.load options, got {options!r}")
-        return cls(model=_maybe_text(data, "model", d.model), kind=str(_maybe_text(data, "kind", d.kind)),
-                   backend=str(_maybe_text(data, "backend", d.backend)), options={str(k): v for k, v in
-                                                                                  options.items()},
-                   url=_maybe_text(data, "url", d.url), prompt_key=str(_maybe_text(data, "prompt_key", d.prompt_key)),
-                   reference_key=_maybe_text(data, "reference_key", d.reference_key),
-                   principle=_maybe_text(data, "principle", d.principle),
-                   principle_key=_maybe_text(data, "principle_key", d.principle_key),
-                   timeout_s=_number(data, "timeout_s", d.timeout_s),
-                   fallback_score=_number(data, "fallback_score", d.fallback_score),
-                   max_workers=check_int("max_workers", data.get("max_workers", d.max_workers), low=1))
+        defaults = {f.name: f.default for f in fields(cls)}
+        values: dict[str, object] = {}
+        for name, value in data.items():
+            if name == "options":
+                if not isinstance(value, Mapping):
+                    raise ConfigError(f"brrm verl config options must be a mapping of brrm.load options, got {value!r}")
+                value = {str(k): v for k, v in value.items()}
+            elif name in ("timeout_s", "fallback_score"):
+                value = check_float(name, value)
+            elif name == "max_workers":
+                value = check_int(name, value, low=1)
+            elif value is not None and not isinstance(value, str):
+                raise ConfigError(f"brrm verl config {name} must be a string, got {value!r}")
+            values[name] = str(value) if isinstance(defaults[name], str) else value  # kind, backend, prompt_key
+        return cls(**values)  # type: ignore[arg-type]
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> VerlRewardConfig:
@@ -169,23 +176,6 @@ class VerlRewardConfig:
         return cls.from_mapping(data)
 
 
-def _maybe_text(data: Mapping[str, object], name: str, default: str | None) -> str | None:
-    """``data[name]`` as a string or None (``default`` when absent).
-
-    Raises:
-        ConfigError: when it is another type (naming the key).
-    """
-    value = data.get(name, default)
-    if value is not None and not isinstance(value, str):
-        raise ConfigError(f"brrm verl config {name} must be a string, got {value!r}")
-    return value
-
-
-def _number(data: Mapping[str, object], name: str, default: float) -> float:
-    """``data[name]`` as a float (``default`` when absent); ``check_float`` names a non-number."""
-    return check_float(name, data.get(name, default))
-
-
 class VerlScorer:
     """Scores one verl sample at a time against a local or remote brrm judge, each within its deadline.
 
@@ -196,11 +186,7 @@ class VerlScorer:
 
     def __init__(self, config: VerlRewardConfig, judge: RewardJudge | None = None) -> None:
         self.config = config
-        if config.url is not None:  # brrm serve: its RemoteJudge (loaded on first use, like a local judge)
-            spec = JudgeSpec(config.url, kind=config.kind, backend="serve", options={"timeout_s": config.timeout_s})
-        else:
-            spec = JudgeSpec(config.model, kind=config.kind, backend=config.backend, options=config.options)
-        self.source = JudgeSource(judge if judge is not None else spec)
+        self.source = JudgeSource(judge if judge is not None else config.spec())
         self._service: HostedScheduler | None = None
         self._service_lock = threading.Lock()
 

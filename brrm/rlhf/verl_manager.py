@@ -42,7 +42,7 @@ from brrm.rlhf.fallback import check_failed_reward, fill_failed
 from brrm.rlhf.recipe import JudgeSource
 from brrm.rlhf.verl import TIMEOUT, resolve_config
 from brrm.service.scheduler import DeadlineExceeded, SchedulerError
-from brrm.types import ConversationLike, JudgeSpec, check_bool, check_choice, check_float, check_int
+from brrm.types import ConversationLike, check_bool, check_choice, check_float, check_int
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -107,12 +107,7 @@ class BrrmGroupRewardManager(RewardManagerBase):
             raise ConfigError(f"a group reward needs actor_rollout_ref.rollout.n >= 2, got {self.group_size}")
         self._check_layout(config)
         strategy = check_choice("strategy", group.get("strategy", "circular"), ("circular", "round_robin", "knockout"))
-        if self.brrm.url is not None:  # a brrm serve: its RemoteJudge
-            spec = JudgeSpec(self.brrm.url, kind=self.brrm.kind, backend="serve",
-                             options={"timeout_s": self.brrm.timeout_s})
-        else:
-            spec = JudgeSpec(self.brrm.model, kind=self.brrm.kind, backend=self.brrm.backend, options=self.brrm.options)
-        self.source = JudgeSource(spec)
+        self.source = JudgeSource(self.brrm.spec())  # a brrm serve at url: its RemoteJudge
         timeout = check_float("cohort_timeout_s", group.get("cohort_timeout_s", 600.0), low=0, low_open=True)
         self.failed_reward = check_failed_reward("failed_reward", group.get("failed_reward", "group_mean"))
         if self.failed_reward == "none":

@@ -14,9 +14,13 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from brrm.audit.summary import AuditRow, SummaryOptions
+from brrm.audit.summary import AuditRow
 from brrm.types import PairwiseJudgment, ScalarReward
+
+if TYPE_CHECKING:
+    from brrm.audit.runner import AuditOptions
 
 JSONL_FILE = "results.jsonl"
 PARQUET_FILE = "results.parquet"
@@ -30,7 +34,7 @@ def export_row(row: AuditRow) -> dict[str, object]:
             "result": None if row.result_dict is None else dict(row.result_dict)}
 
 
-def write_exports(rows: Sequence[AuditRow], directory: Path, options: SummaryOptions) -> dict[str, Path]:
+def write_exports(rows: Sequence[AuditRow], directory: Path, options: AuditOptions) -> dict[str, Path]:
     """Write ``results.jsonl`` and ``results.parquet``; returns their paths by name (``jsonl``, ``parquet``)."""
     directory = Path(directory)
     jsonl = directory / JSONL_FILE

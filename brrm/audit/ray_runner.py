@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from brrm.audit.plan import AuditItem
 from brrm.errors import BackendUnavailable, install_extra
@@ -31,19 +31,8 @@ from brrm.types.jsonvalue import JSONDict
 if TYPE_CHECKING:
     import numpy as np
 
+    from brrm.audit.runner import AuditOptions
 
-
-class Planned(Protocol):
-    """What a Ray run reads of the audit's options (:class:`brrm.audit.runner.AuditOptions`)."""
-
-    @property
-    def shape(self) -> str: ...
-
-    @property
-    def strategy(self) -> str | None: ...
-
-    @property
-    def chunk_size(self) -> int | None: ...
 
 
 RAY_HINT = install_extra("ray") + ", ray[data]==2.60.0"
@@ -145,7 +134,7 @@ class JudgeActor:
                 "info": np.asarray([self.info] * len(results), dtype=object)}
 
 
-def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: Planned,
+def judge_on_ray(spec: JudgeSpec, pending: Sequence[AuditItem], options: AuditOptions,
                  ray_options: RayOptions) -> Iterator[tuple[list[AuditItem], list[JSONDict], JSONDict]]:
     """Judge pending items on a Ray actor pool; yields ``(items, results, judge info)`` as batches finish.
 

@@ -16,12 +16,16 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from brrm.audit.plots import any_failure, plots_for, reliability_plot
-from brrm.audit.summary import AuditRow, SummaryOptions, entries, number, part
+from brrm.audit.summary import AuditRow, entries, number, part
 from brrm.types import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 from brrm.types.jsonvalue import JSONValue
 from brrm.types.usage import token_line
+
+if TYPE_CHECKING:
+    from brrm.audit.runner import AuditOptions
 
 REPORT_FILE = "report.html"
 TEMPLATE = "report.html.j2"
@@ -32,7 +36,7 @@ PROBES_FILE = "probes.json"
 
 
 def write_report(summary: Mapping[str, JSONValue], rows: Sequence[AuditRow], directory: Path,
-                 options: SummaryOptions) -> Path:
+                 options: AuditOptions) -> Path:
     """Render the report of a run into ``directory/report.html`` (atomically: a temporary file renamed), with the
     folder's robustness probes (``probes.json``) when there are any."""
     probes_path = Path(directory) / PROBES_FILE

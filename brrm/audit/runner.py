@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     from brrm.audit.ray_runner import RayOptions
     from brrm.progress import Progress
 
-"""(items, their result dicts, the producing judge's ``info.to_dict()``)."""
-
 
 @dataclass(frozen=True)
 class AuditOptions:
@@ -210,7 +208,7 @@ def _judge_all(store: AuditStore, run_id: int, items: Sequence[AuditItem], pendi
     try:
         for _ in range(3):  # a configuration learnt from the judge re-plans at most once
             if judge is None and ray is None and pending:
-                judge = own = _build(spec)
+                judge = own = _need(spec).load()
                 config = _learn(store, run_id, config, judge.info.to_dict(), options, request)
                 pending = _pending(store, items, config, options)
             if not pending:
@@ -292,10 +290,6 @@ def _need(spec: JudgeSpec | None) -> JudgeSpec:
     if spec is None:
         raise ValueError("this audit needs a JudgeSpec (Ray actors build their own judges)")
     return spec
-
-
-def _build(spec: JudgeSpec | None) -> RewardJudge:
-    return _need(spec).load()
 
 
 def _learn(store: AuditStore, run_id: int, config: str | None, info: Mapping[str, object], options: AuditOptions,

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from brrm.audit.calib import calibration_figures
 from brrm.audit.codec import result_from_dict
@@ -42,6 +42,9 @@ from brrm.types import (
 )
 from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.usage import token_report
+
+if TYPE_CHECKING:
+    from brrm.audit.runner import AuditOptions
 
 SUMMARY_FILE = "summary.json"
 SUMMARY_SCHEMA = "brrm.audit.summary/1"
@@ -126,28 +129,11 @@ def _flag(row: AuditRow, low_margin: float) -> AuditRow:
     return AuditRow(**{**row.__dict__, "flags": tuple(dict.fromkeys(flags))})
 
 
-class SummaryOptions(Protocol):
-    """What the summary reads of an audit's options (:class:`brrm.audit.runner.AuditOptions`)."""
-
-    @property
-    def shape(self) -> str: ...
-    @property
-    def strategy(self) -> str | None: ...
-    @property
-    def slice_by(self) -> Sequence[str]: ...
-    @property
-    def low_margin(self) -> float: ...
-    @property
-    def max_flagged(self) -> int: ...
-    @property
-    def calibration(self) -> str | None: ...
-
-
 Figures = dict[str, object]
 """Figures of some rows by name, before :func:`clean` makes them JSON (NaN floats, tuples)."""
 
 
-def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], options: SummaryOptions) -> JSONDict:
+def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], options: AuditOptions) -> JSONDict:
     """The JSON summary of a run (see the module docstring); NaN figures are ``null``."""
     found = store.run(run_id)
     run: Mapping[str, object] = found or {}

@@ -222,10 +222,8 @@ def _provenance(source: str) -> dict[str, str | int]:
                                  "python": platform.python_version(), "platform": platform.platform(),
                                  "host": socket.gethostname()}
     if path.is_file():
-        digest = hashlib.sha256()
         with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+            digest = hashlib.file_digest(handle, "sha256")
         out.update(input_sha256=digest.hexdigest(), input_bytes=path.stat().st_size)
     return out
 

@@ -149,19 +149,19 @@ _FIELD_FLAGS = {"deadline_s": "--deadline", "stall_timeout_s": "--stall-timeout"
 
 def _limits(args: argparse.Namespace, failed_reward: float, concurrency: int,
             api_key: str | None) -> ServerLimits:
+    """The limits: each field from its flag (the flag of :data:`_FIELD_FLAGS`, else the field's name), and the values
+    the flags only describe (``--concurrency auto``, the API key, the drain timeout's default) as given."""
+    from dataclasses import fields
+
     from brrm.serve.limits import ServerLimits
 
-    return ServerLimits(max_body_bytes=args.max_body_bytes, max_items=args.max_items,
-                        max_field_chars=args.max_field_chars,
-                        max_judgments_per_request=args.max_judgments_per_request, max_batch=args.max_batch,
-                        max_wait_ms=args.max_wait_ms,
-                        max_queue=args.max_queue, deadline_s=args.deadline, concurrency=concurrency,
-                        stall_timeout_s=args.stall_timeout, max_abandoned=args.max_abandoned,
-                        breaker_failures=args.breaker_failures, breaker_cooldown_s=args.breaker_cooldown,
-                        drain_timeout_s=args.drain_timeout if args.drain_timeout is not None else args.deadline + 60,
-                        api_key=api_key, cors_origins=tuple(args.cors_origin or ()), failed_reward=failed_reward,
-                        get_reward_mode=args.get_reward_mode, strip_texts=tuple(args.strip_text or ()),
-                        compare_strategy=args.compare_strategy, warmup=not args.no_warmup)
+    given = vars(args)
+    flags = {f.name: _FIELD_FLAGS.get(f.name, "--" + f.name)[2:].replace("-", "_") for f in fields(ServerLimits)}
+    values: dict[str, Any] = {name: given[dest] for name, dest in flags.items() if dest in given}
+    values.update(drain_timeout_s=args.drain_timeout if args.drain_timeout is not None else args.deadline + 60,
+                  concurrency=concurrency, api_key=api_key, cors_origins=tuple(args.cors_origin or ()),
+                  failed_reward=failed_reward, strip_texts=tuple(args.strip_text or ()), warmup=not args.no_warmup)
+    return ServerLimits(**values)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, TypeGuard
 
 from brrm.compose.swap import mirror
@@ -30,8 +31,16 @@ if TYPE_CHECKING:
     from brrm.compose import PairwiseRewardJudge
 
 
+class _Record:
+    """A result dataclass dumped by :func:`~brrm.types.jsonvalue.record`."""
+
+    def to_dict(self) -> JSONDict:
+        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
+        return record(self)
+
+
 @dataclass(frozen=True)
-class Interval:
+class Interval(_Record):
     """A statistic with its percentile-bootstrap confidence interval.
 
     Attributes:
@@ -45,13 +54,9 @@ class Interval:
     high: float
     n: int
 
-    def to_dict(self) -> JSONDict:
-        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
-        return record(self)
-
 
 @dataclass(frozen=True)
-class ProbeItem:
+class ProbeItem(_Record):
     """One pair under one probe.
 
     Attributes:
@@ -74,13 +79,9 @@ class ProbeItem:
     reward_shift: float = math.nan
     reason: str = ""
 
-    def to_dict(self) -> JSONDict:
-        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
-        return record(self)
-
 
 @dataclass(frozen=True)
-class ProbeFigures:
+class ProbeFigures(_Record):
     """What one probe did to the judge.
 
     Attributes:
@@ -105,13 +106,9 @@ class ProbeFigures:
     most_moved: tuple[ProbeItem, ...]
     items: tuple[ProbeItem, ...] = field(repr=False, default=())
 
-    def to_dict(self) -> JSONDict:
-        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
-        return record(self)
-
 
 @dataclass(frozen=True)
-class ProbeReport:
+class ProbeReport(_Record):
     """Every probe's figures over one set of pairs.
 
     Attributes:
@@ -131,10 +128,6 @@ class ProbeReport:
     bootstrap: int
     seed: int
     probes: tuple[ProbeFigures, ...]
-
-    def to_dict(self) -> JSONDict:
-        """The fields by name, JSON-ready (:func:`~brrm.types.jsonvalue.record`: NaN as ``null``)."""
-        return record(self)
 
 
 def probe_cost(judge: RewardJudge, pairs: int, probes: Sequence[str]) -> int:
@@ -308,8 +301,7 @@ def _figures(name: str, items: list[ProbeItem], resamples: int, confidence: floa
         return bool(it.flipped), abs(size) if not math.isnan(size) else 0.0
 
     ranked = sorted(counted, key=moved, reverse=True)
-    reward = bootstrap(rewards, resamples=resamples, confidence=confidence, seed=seed + 2) if rewards else None
-    return ProbeFigures(name, PROBES[name].description,
-                        bootstrap(flips, resamples=resamples, confidence=confidence, seed=seed),
-                        bootstrap(shifts, resamples=resamples, confidence=confidence, seed=seed + 1),
-                        reward, toward, len(items) - len(counted), tuple(ranked[:top]), tuple(items))
+    interval = partial(bootstrap, resamples=resamples, confidence=confidence)
+    return ProbeFigures(name, PROBES[name].description, interval(flips, seed=seed), interval(shifts, seed=seed + 1),
+                        interval(rewards, seed=seed + 2) if rewards else None, toward, len(items) - len(counted),
+                        tuple(ranked[:top]), tuple(items))

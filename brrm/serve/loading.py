@@ -10,7 +10,7 @@ never waits for the load (78 s for the demo model), and SIGTERM during the load 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import concurrent.futures
 import threading
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -108,28 +108,17 @@ class LoadingApp:
 
     async def _load(self) -> None:
         """Run ``build`` in a daemon thread (a stop never waits for it), then start the app it made."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[FastAPI] = loop.create_future()
-
-        def settle(app: FastAPI | None, exc: BaseException | None) -> None:
-            if done.cancelled():
-                return
-            if exc is not None:
-                done.set_exception(exc)
-            else:
-                done.set_result(app)  # type: ignore[arg-type]
+        done: concurrent.futures.Future[FastAPI] = concurrent.futures.Future()
 
         def work() -> None:
             try:
-                app, exc = self.build(), None
-            except BaseException as e:  # noqa: BLE001 - handed to the event loop, reported by brrm serve
-                app, exc = None, e
-            with contextlib.suppress(RuntimeError):  # the loop closed: the server stopped during the load
-                loop.call_soon_threadsafe(settle, app, exc)
+                done.set_result(self.build())
+            except BaseException as exc:  # noqa: BLE001 - handed to the event loop, reported by brrm serve
+                done.set_exception(exc)
 
         threading.Thread(target=work, name="brrm-load", daemon=True).start()
         try:
-            app = await done
+            app = await asyncio.wrap_future(done)  # dropped if the server stopped during the load
         except Exception as exc:  # noqa: BLE001 - the load failed: reported on /ready and by brrm serve
             self.error = exc
             if self.on_failure is not None:

@@ -100,9 +100,8 @@ class TRLRewardConfig:
             raise ConfigError(f"name must be a Python identifier (TRL's metric prefix), got {self.name!r}")
         check_choice("mode", self.mode, MODES)
         check_choice("strategy", self.strategy, GROUP_STRATEGIES)
-        for key in ("swap",):
-            if getattr(self, key) is not None:
-                check_bool(key, getattr(self, key))
+        if self.swap is not None:
+            check_bool("swap", self.swap)
         check_bool("soft", self.soft)
         if self.max_judgments_per_step is not None:
             check_int("max_judgments_per_step", self.max_judgments_per_step, low=1)

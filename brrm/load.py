@@ -11,18 +11,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias, TypeVar, Unpack
+from typing import TYPE_CHECKING, TypeAlias, Unpack
 
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.errors import ConfigError
 from brrm.fingerprint import weights_fingerprint
-from brrm.load_options import (
-    BACKEND_OPTIONS,
-    BackendOptions,
-    LoadOptions,
-    judge_option_classes,
-    judge_option_names,
-)
+from brrm.load_options import BACKEND_OPTIONS, BackendOptions, LoadOptions, judge_option_classes, judge_option_names
 from brrm.registry import KIND_REGISTRY
 from brrm.types import BACKENDS, KINDS, JudgeSpec, RewardJudge, check_choice, set_loader
 from brrm.types.options import build, changed_keywords
@@ -33,13 +27,11 @@ if TYPE_CHECKING:
     from brrm.judges.brrm import BRRMConfig
     from brrm.judges.principle import PrincipleConfig
     from brrm.reward_models.bradley_terry import BTConfig
-    from brrm.types.calibration import Calibration
 
     JudgeConfig: TypeAlias = BRRMConfig | BTConfig | PrincipleConfig
     Maker = Callable[[Backend, str | None], RewardJudge]
     """Builds the judge over its loaded backend and the checkpoint's source (None: a backend object)."""
 
-T = TypeVar("T")
 
 EMBEDDED_KIND = "brrm"
 """What the embedded demo model is under ``kind="auto"``: a BR-RM judge (it is a chat model; kind ``principle``
@@ -169,7 +161,11 @@ def _plan(model: str | None, kind: str, backend: str | Backend, config: JudgeCon
     if config is not None:
         kind = _config_kind(config, kind)
         flat = {**changed_keywords(config), **flat}
-    calib = _read_calibration(calibration)
+    calib = None
+    if calibration is not None:
+        from brrm.types.calibration import read_calibration
+
+        calib = read_calibration(calibration)
     built = None if isinstance(backend, str) else backend
     backend_name = built.info.name if built is not None else check_choice("backend", backend, BACKENDS)
     embedded = model is None and built is None
@@ -215,7 +211,9 @@ def _name_and_kind(model: str | None, kind: str, built: Backend | None, embedded
     """
     if not embedded and built is None and (not isinstance(model, str) or not model.strip()):
         raise ConfigError(f"model must be a hub id or a local directory, got {model!r}", field="model")
-    name = built.info.model if built is not None else (_embedded_name() if embedded else str(model))
+    from brrm.embedded import EMBEDDED_MODEL_ID
+
+    name = built.info.model if built is not None else (EMBEDDED_MODEL_ID if embedded else str(model))
     if embedded and kind == "auto":
         kind = EMBEDDED_KIND
     if embedded and kind_trait(kind, "generates") is False:
@@ -241,7 +239,12 @@ def _named_backend(backend: str, name: str, source: str, embedded: bool, kind: s
     fingerprint = weights_fingerprint(None if embedded else source)
     _card_dtype(name, source, opts)
     task = "generate" if kind_trait(kind, "generates") else _scalar_task(source)
-    built = _load_backend(backend, source, name, _backend_options(backend, opts), task=task)
+    options = _backend_options(backend, opts)
+    try:
+        built = BACKEND_REGISTRY[backend].build(source, options, name=name, task=task)
+    except OSError as exc:  # a missing or unreadable model: one clear error
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"could not load model {name!r}: {first[:300]}") from None
     built.info = replace(built.info, fingerprint=fingerprint)
     if not embedded:  # a known checkpoint by hub id: its snapshot's content makes renamed copies known
         from brrm.identity import learn_from_hub
@@ -263,14 +266,6 @@ def _scalar_task(source: str) -> str:
         return "classify"
     causal = bool(archs) and all(a.endswith("ForCausalLM") for a in archs)
     return "generate" if causal else "classify"
-
-
-def _read_calibration(path: str | os.PathLike[str] | None) -> Calibration | None:
-    if path is None:
-        return None
-    from brrm.types.calibration import read_calibration
-
-    return read_calibration(path)
 
 
 def _spec(model: str | None, kind: str, backend: str | Backend, options: Mapping[str, object]) -> JudgeSpec | None:
@@ -325,16 +320,6 @@ def _backend_options(backend: str, opts: Mapping[str, object]) -> BackendOptions
 
 
 # ------------------------------------------------------------------------------------------------ sources
-def _embedded_name() -> str:
-    from brrm.embedded import EMBEDDED_MODEL_ID
-
-    return EMBEDDED_MODEL_ID
-
-
-def _local_or_id(name: str) -> str:
-    return os.path.expanduser(name)
-
-
 def _resolve_source(name: str, embedded: bool) -> str:
     """Where to load ``name`` from: a local directory, the embedded model's folder, or a hub id that is cached
     or reachable.
@@ -348,7 +333,7 @@ def _resolve_source(name: str, embedded: bool) -> str:
         return str(embedded_model_dir())
     from brrm.recipes import looks_like_hub_id, model_config
 
-    path = Path(_local_or_id(name))
+    path = Path(os.path.expanduser(name))
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ConfigError(f"model folder {name!r} holds no config.json; point --model at the folder of a "
@@ -386,21 +371,6 @@ def _card_dtype(name: str, source: str, backend_opts: dict[str, object]) -> None
     dtype = card_dtype(name, model_config(source), cuda=torch.cuda.is_available())
     if dtype is not None:
         backend_opts["dtype"] = dtype
-
-
-def _load_backend(backend: str, source: str, name: str, options: BackendOptions, *, task: str) -> Backend:
-    """Build the named backend (:data:`~brrm.backends.registry.BACKEND_REGISTRY`) for ``source``, recorded under
-    ``name``, from its options object."""
-    return _loading(name, lambda: BACKEND_REGISTRY[backend].build(source, options, name=name, task=task))
-
-
-def _loading(name: str, build: Callable[[], T]) -> T:
-    """Run a backend's load, turning a missing or unreadable model into one clear error."""
-    try:
-        return build()
-    except OSError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"could not load model {name!r}: {first[:300]}") from None
 
 
 def _load_spec(spec: JudgeSpec) -> RewardJudge:

@@ -114,17 +114,9 @@ def num_labels(config: JSONDict | None) -> int | None:
 
 
 def _matches(config: JSONDict, fields: dict[str, object]) -> bool:
-    for key, want in fields.items():
-        got: object
-        if key == "num_labels":
-            got = num_labels(config)
-        elif key == "architectures":
-            got = architectures(config)
-        else:
-            got = config.get(key)
-        if got != want:
-            return False
-    return True
+    """Whether every entry of ``fields`` is ``config``'s (labels and architectures read as the functions above)."""
+    read = {"num_labels": num_labels, "architectures": architectures}
+    return all((read[key](config) if key in read else config.get(key)) == want for key, want in fields.items())
 
 
 def card_dtype(name: str, config: JSONDict | None, *, cuda: bool) -> str | None:

@@ -8,16 +8,8 @@ from dataclasses import dataclass, field
 
 from brrm.errors import ConfigError
 from brrm.judges import brrm_format as fmt
-from brrm.templates import (
-    HISTORY_THINK,
-    ContextPolicy,
-)
-from brrm.types import (
-    SamplingConfig,
-    check_bool,
-    check_choice,
-    check_int,
-)
+from brrm.templates import HISTORY_THINK, ContextPolicy
+from brrm.types import SamplingConfig, check_bool, check_choice, check_int
 from brrm.types.options import Flag, PerRequest, build, option, option_fields
 
 DECODING_MODES = ("constrained", "faithful")

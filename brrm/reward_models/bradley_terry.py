@@ -208,10 +208,10 @@ class BradleyTerryRewardModel:
             what = "a causal LM's vocabulary logit" if needed == "vocab_logit" else "a sequence-classification head"
             raise ConfigError(f"recipe {self.recipe!r} needs {what}, which this {backend.info.name} backend of "
                               f"{self.model_id!r} cannot run")
-        self.max_length = backend.max_context if max_length is None else check_int("max_length", max_length, low=8)
-        self.truncation_side = check_choice("truncation_side", truncation_side, TRUNCATION_SIDES)
-        self.strip_thinking = check_bool("strip_thinking", strip_thinking)
-        self.strip_history_reasoning = check_bool("strip_history_reasoning", strip_history_reasoning)
+        given = BTConfig(self.recipe, max_length, truncation_side, strip_thinking, strip_history_reasoning)  # checked
+        self.max_length = backend.max_context if max_length is None else max_length
+        self.truncation_side, self.strip_thinking = given.truncation_side, given.strip_thinking
+        self.strip_history_reasoning = given.strip_history_reasoning
         if not getattr(self.tokenizer, "chat_template", None):
             raise ConfigError(f"tokenizer of {self.model_id!r} has no chat template; reward models need one")
         self.encoder = encoder(self.tokenizer)
@@ -234,9 +234,7 @@ class BradleyTerryRewardModel:
     @classmethod
     def from_config(cls, backend: Backend, config: BTConfig) -> BradleyTerryRewardModel:
         """The model with ``config``'s settings over ``backend`` (see the class for errors)."""
-        return cls(backend, recipe=config.recipe, max_length=config.max_length,
-                   truncation_side=config.truncation_side, strip_thinking=config.strip_thinking,
-                   strip_history_reasoning=config.strip_history_reasoning)
+        return cls(backend, **{f.name: getattr(config, f.name) for f in option_fields(BTConfig)})
 
     def with_options(self, **options: object) -> BradleyTerryRewardModel:
         """This model with other :class:`BTConfig` settings on the same backend.
@@ -244,8 +242,7 @@ class BradleyTerryRewardModel:
         Raises:
             ConfigError: on another option (naming the valid ones) or an invalid value.
         """
-        current = {"recipe": self.recipe, "max_length": self.max_length, "truncation_side": self.truncation_side,
-                   "strip_thinking": self.strip_thinking, "strip_history_reasoning": self.strip_history_reasoning}
+        current = vars(self.config())
         unknown = sorted(set(options) - set(current))
         if unknown:
             raise ConfigError(f"option {unknown[0]!r} cannot be varied on a Bradley–Terry model; valid: "

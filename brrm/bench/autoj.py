@@ -36,15 +36,14 @@ from brrm.bench.core import (
     Pair,
     Row,
     Shown,
-    failed_judgment,
     group,
-    ok_judgment,
     percent,
     row,
+    stored_judgment,
 )
 from brrm.bench.data import locate, read_files, require
 from brrm.errors import ConfigError
-from brrm.types import PairwiseJudgment, Status, Verdict
+from brrm.types import Verdict
 from brrm.types.jsonvalue import JSONValue
 
 LABELS = {0: Verdict.A, 1: Verdict.B, 2: Verdict.TIE}
@@ -146,8 +145,8 @@ class AutoJ(Benchmark):
         columns = [self._outputs(Path(p), len(items)) for p in paths]
         results = []
         for k, item in enumerate(items):
-            shown = tuple(Shown(0, swapped, self._stored(col[k], item.id)) for swapped, col in
-                          zip((False, True), columns, strict=False))
+            shown = tuple(Shown(0, swapped, stored_judgment(LABELS, col[k], f"stored output {col[k]!r}", item.id))
+                          for swapped, col in zip((False, True), columns, strict=False))
             results.append(ItemResult(item, shown))
         return self.score(results)
 
@@ -158,9 +157,3 @@ class AutoJ(Benchmark):
         if len(lines) != n:
             raise ConfigError(f"{path}: {len(lines)} predictions for {n} test samples")
         return [json.loads(ln).get("output") for ln in lines]
-
-    @staticmethod
-    def _stored(value: JSONValue, item_id: str) -> PairwiseJudgment:
-        if isinstance(value, int | float) and not isinstance(value, bool) and value in LABELS:
-            return ok_judgment(LABELS[int(value)], item_id)
-        return failed_judgment(Status.PARSE_FAILURE, f"stored output {value!r}", item_id)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from brrm.bench.orders import (  # noqa: F401  (re-exported: the presentation orders live in brrm.bench.orders)
     OFFICIAL_SEED,
@@ -408,6 +409,14 @@ def failed_judgment(status: Status, reason: str, item_id: str = "") -> PairwiseJ
 def ok_judgment(winner: Verdict, item_id: str = "", reason: str = "") -> PairwiseJudgment:
     """A judgment with a verdict, as read back from stored outputs (no model call here)."""
     return PairwiseJudgment(winner, Status.OK, reason, id=item_id, attempts=0)
+
+
+def stored_judgment(verdicts: Mapping[Any, Verdict], value: object, reason: str, item_id: str) -> PairwiseJudgment:
+    """A stored output read back: ``verdicts[value]`` as an ok judgment, or a parse failure saying ``reason`` where
+    the table has no such value (a bool or a list never matches: ``True == 1``)."""
+    if isinstance(value, Hashable) and not isinstance(value, bool) and value in verdicts:
+        return ok_judgment(verdicts[value], item_id)
+    return failed_judgment(Status.PARSE_FAILURE, reason, item_id)
 
 
 def shown_from_rewards(item: BenchItem, rewards: Sequence[ScalarReward], plan: Sequence[tuple[int, bool]], *,

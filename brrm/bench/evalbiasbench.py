@@ -37,16 +37,15 @@ from brrm.bench.core import (
     Pair,
     Row,
     Shown,
-    failed_judgment,
     group,
     mean,
-    ok_judgment,
     percent,
     row,
+    stored_judgment,
 )
 from brrm.bench.data import locate
 from brrm.errors import ConfigError
-from brrm.types import PairwiseJudgment, Status, Verdict
+from brrm.types import PairwiseJudgment, Verdict
 
 CATEGORIES = ("length bias", "concreteness", "empty reference", "content_continuation", "nested_instruction",
               "familiar knowledge preference bias")
@@ -160,9 +159,7 @@ def _stored(rec: Mapping[str, Any], key: str, item_id: str, swapped: bool) -> Pa
     except (KeyError, TypeError):
         raise ConfigError(f"EvalBiasBench item {item_id!r}: no result.{key}.prediction (not an official result "
                           "file of run_bench.py)") from None
-    if value in _PREDICTIONS:
-        return ok_judgment(_PREDICTIONS[value], item_id)
-    return failed_judgment(Status.PARSE_FAILURE, f"prediction {value!r} (official code 4: N/A)", item_id)
+    return stored_judgment(_PREDICTIONS, value, f"prediction {value!r} (official code 4: N/A)", item_id)
 
 
 def _read(path: Path) -> dict[str, list[Any]]:

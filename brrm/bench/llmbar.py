@@ -37,16 +37,15 @@ from brrm.bench.core import (
     Pair,
     Row,
     Shown,
-    failed_judgment,
     group,
     mean,
-    ok_judgment,
     row,
+    stored_judgment,
 )
 from brrm.bench.data import DATA_DIR_ENV, default_data_root, locate, read_files, require
 from brrm.errors import ConfigError
 from brrm.records import LLMBAR_FIELDS, PairRecord, RecordError, read_pair_records
-from brrm.types import Status, Verdict
+from brrm.types import Verdict
 
 __all__ = ["DATA_DIR_ENV", "LLMBAR_SUBSETS", "LLMBar", "LLMBarFormat", "cohen_kappa", "default_data_root",
            "llmbar_path", "load_llmbar", "official_statistics"]
@@ -61,6 +60,9 @@ LLMBAR_SUBSETS = (
 """The five LLMBar subsets, as folder paths under ``LLMBar/LLMBar/`` (419 pairs together)."""
 
 ADVERSARIAL = LLMBAR_SUBSETS[1:]
+
+_WINNERS = {False: {"1": Verdict.A, "2": Verdict.B}, True: {"1": Verdict.B, "2": Verdict.A}}
+"""A stored ``winner`` (``"1"``: output_1 won) as the verdict in the frame shown, by ``swap``."""
 
 
 def _canonical_subset(subset: str) -> str:
@@ -266,12 +268,8 @@ class LLMBarFormat(Benchmark):
         shown = []
         for swapped in (False, True):
             winner = last[f"swap = {swapped}"]["winner"]
-            if winner in ("1", "2"):
-                verdict = Verdict.A if winner == "1" else Verdict.B
-                shown.append(Shown(0, swapped, ok_judgment(verdict.mirrored() if swapped else verdict, item.id)))
-            else:
-                shown.append(Shown(0, swapped, failed_judgment(Status.PARSE_FAILURE, f"stored winner {winner!r}",
-                                                               item.id)))
+            shown.append(Shown(0, swapped, stored_judgment(_WINNERS[swapped], winner, f"stored winner {winner!r}",
+                                                           item.id)))
         return ItemResult(item, tuple(shown))
 
 

@@ -226,13 +226,14 @@ def published_figure(bench: Benchmark, model: str | None) -> float | None:
     return dict(recipe.published).get(bench.published_key)
 
 
-def _fmt(x: object) -> str:
+def fmt(x: object) -> str:
+    """A figure as the tables print it (two decimals; ``—`` for None or NaN)."""
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
 def _details(extra: Mapping[str, object]) -> str:
     """The row's further official figures that are plain numbers (nested tables stay in result.json)."""
-    parts = [f"{k} {_fmt(v) if isinstance(v, float) else v}" for k, v in extra.items()
+    parts = [f"{k} {fmt(v) if isinstance(v, float) else v}" for k, v in extra.items()
              if isinstance(v, int | float) and not isinstance(v, bool)]
     return "; ".join(parts)
 
@@ -241,7 +242,7 @@ def table_lines(result: BenchResult, published: float | None = None, *, markdown
     """The score table: one line per row (score, items, ties, failures, further official figures), the headline
     row next to the model card's published figure when there is one."""
     head = ["row", "score", "n", "ties", "failures", "details"]
-    body = [[r.name, _fmt(r.score), str(r.n), str(r.ties), str(r.failures), _details(r.extra)] for r in result.rows]
+    body = [[r.name, fmt(r.score), str(r.n), str(r.ties), str(r.failures), _details(r.extra)] for r in result.rows]
     return _table(head, body, [r.name for r in result.rows], result.headline, published, left={0, 5},
                   markdown=markdown)
 
@@ -264,8 +265,8 @@ def protocol_table_lines(runs: Sequence[Scored], published: float | None = None,
             mine = next((x for x in run.all.rows if x.name == r.name), Row(r.name, math.nan, 0))
             other = run.parsed_score(mine.name)
             same = other is not None and (other == mine.score or (math.isnan(other) and math.isnan(mine.score)))
-            shown = "n/a" if not run.per_item else "=" if same else _fmt(other)
-            line += [_fmt(mine.score), shown, str(mine.ties), str(mine.failures),
+            shown = "n/a" if not run.per_item else "=" if same else fmt(other)
+            line += [fmt(mine.score), shown, str(mine.ties), str(mine.failures),
                      _details(mine.extra)]
         body.append(line)
     left = {0} | {i for i, h in enumerate(head) if h.endswith(": details")}
@@ -278,7 +279,7 @@ def _table(head: list[str], body: list[list[str]], names: Sequence[str], headlin
     aligned columns (``left`` ones left-aligned, the rest right-aligned)."""
     if published is not None:
         head = [*head, "published (model card)"]
-        body = [[*b, _fmt(published) if name == headline else ""] for name, b in zip(names, body, strict=True)]
+        body = [[*b, fmt(published) if name == headline else ""] for name, b in zip(names, body, strict=True)]
     if markdown:
         return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(b) + " |" for b in body]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
@@ -307,11 +308,6 @@ def markdown(result: BenchResult, published: float | None = None) -> str:
         lines += [cost_line(result), ""]
     lines += [f"- {note}" for note in result.notes]
     return "\n".join(lines) + "\n"
-
-
-def fmt(x: float | None) -> str:
-    """A figure as the tables print it (two decimals; ``—`` for None or NaN)."""
-    return _fmt(x)
 
 
 def write_scored(folder: Path, runs: Sequence[Scored], published: float | None,
@@ -362,6 +358,6 @@ def write_result(folder: Path, result: BenchResult, published: float | None = No
     (folder / RESULT_JSON).write_text(text + "\n", encoding="utf-8")
     md = markdown(result, published)
     for label, m in (calibration or {}).items():
-        md += (f"- calibration, {label}: ECE {_fmt(m['ece'])}, Brier {_fmt(m['brier'])}, "
-               f"log loss {_fmt(m['log_loss'])} (n {m['n']})\n")
+        md += (f"- calibration, {label}: ECE {fmt(m['ece'])}, Brier {fmt(m['brier'])}, "
+               f"log loss {fmt(m['log_loss'])} (n {m['n']})\n")
     (folder / RESULT_MD).write_text(md, encoding="utf-8")

@@ -35,6 +35,7 @@ from brrm.types import (
     Verdict,
     check_float,
     check_int,
+    check_same_length,
 )
 from brrm.types.codec import group_from_dict, judgment_from_dict, reward_from_dict
 from brrm.types.config import check_text
@@ -357,11 +358,8 @@ def _reported(results: list[R], on_result: OnResult) -> list[R]:
 
 
 def _same_length(**lists: Sequence[object] | None) -> int:
-    given = {k: len(v) for k, v in lists.items() if v is not None}
-    if len(set(given.values())) > 1:
-        raise ConfigError("batch inputs must have the same length, got " + ", ".join(f"{k}={v}" for k, v in
-                                                                                     given.items()))
-    return next(iter(given.values()), 0)
+    """The batch's length (:func:`~brrm.types.check_same_length` over the inputs given)."""
+    return check_same_length(**{k: v for k, v in lists.items() if v is not None})
 
 
 def _context(value: ConversationLike, where: str) -> JSONDict:

@@ -200,12 +200,9 @@ def _pairs(judge: RewardJudge, pairs: Sequence[PairItem], call: PairsCall, progr
     """One ``judge_pairs`` call (the hooks passed only when set, so a judge without them still runs)."""
     data = ([p.conversation for p in pairs], [p.response_a for p in pairs], [p.response_b for p in pairs])
     principles = _every([p.principle for p in pairs], "principle") if call.principles else None
-    ids, labels = [p.id for p in pairs], [p.label for p in pairs]
-    if on_result is None and on_step is None:
-        return judge.judge_pairs(*data, swap=call.swap, ids=ids, labels=labels, principles=principles,
-                                 progress=progress)
-    return judge.judge_pairs(*data, swap=call.swap, ids=ids, labels=labels, principles=principles, progress=progress,
-                             on_result=on_result, on_step=on_step)
+    hooks = {k: v for k, v in (("on_result", on_result), ("on_step", on_step)) if v is not None}
+    return judge.judge_pairs(*data, swap=call.swap, ids=[p.id for p in pairs], labels=[p.label for p in pairs],
+                             principles=principles, progress=progress, **hooks)
 
 
 def _scores(judge: RewardJudge, scores: Sequence[ScoreItem], call: ScoreCall, progress: Progress,
@@ -214,11 +211,9 @@ def _scores(judge: RewardJudge, scores: Sequence[ScoreItem], call: ScoreCall, pr
     data = ([s.conversation for s in scores], [s.response for s in scores])
     references = _every([s.reference for s in scores], "reference") if call.references else None
     principles = _every([s.principle for s in scores], "principle") if call.principles else None
-    ids = [s.id for s in scores]
-    if on_result is None:
-        return judge.score(*data, references=references, principles=principles, ids=ids, progress=progress)
-    return judge.score(*data, references=references, principles=principles, ids=ids, progress=progress,
-                       on_result=on_result)
+    hooks = {"on_result": on_result} if on_result is not None else {}
+    return judge.score(*data, references=references, principles=principles, ids=[s.id for s in scores],
+                       progress=progress, **hooks)
 
 
 def _groups(judge: RewardJudge, groups: Sequence[GroupItem], call: RankCall, progress: Progress) -> list[GroupResult]:

@@ -156,11 +156,6 @@ class Scheduler:
         """Abandoned calls whose threads are still running."""
         return self._stalls.abandoned
 
-    @property
-    def accepting(self) -> bool:
-        """Whether new work is taken (not shutting down, backend not stuck or stalled, breaker not open)."""
-        return not self._closing and self._stalls.refusal() is None and self.breaker.refusal() is None
-
     def unready(self) -> str:
         """Why the server should not be ready because of its backend ("" when it should): a stuck reentrant
         backend, or a stalled call inside a non-reentrant one past its bound (:mod:`brrm.service.stalls`)."""

@@ -95,7 +95,7 @@ def _file_digest(file: Path) -> str:
     with _lock:
         if str(cache) not in _disk_loaded:
             _disk_loaded.add(str(cache))
-            _memory.update(_read_cache(cache))
+            _memory.update(read_table(cache))
         if key in _memory:
             return _memory[key]
     h = hashlib.sha256()
@@ -105,28 +105,31 @@ def _file_digest(file: Path) -> str:
     digest = h.hexdigest()
     with _lock:
         _memory[key] = digest
-        _write_cache(cache, key, digest)
+        add_to_table(cache, key, digest)
     return digest
 
 
-def _read_cache(cache: Path) -> dict[str, str]:
+def read_table(path: Path) -> dict[str, str]:
+    """The JSON object of strings in ``path`` (a cache table: this module's digests, :mod:`brrm.identity`'s
+    identities); {} when it is missing, unreadable or not an object."""
     try:
-        data = json.loads(cache.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _write_cache(cache: Path, key: str, digest: str) -> None:
-    """Add one digest to the disk cache (read, merge, atomic replace; a cache that cannot be written is skipped)."""
+def add_to_table(path: Path, key: str, value: str, *, indent: int | None = None) -> bool:
+    """Add one entry to the table in ``path`` (read, merge, atomic replace); False when it cannot be written (the
+    entry is then skipped)."""
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        data = {**_read_cache(cache), key: digest}
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(json.dumps(data, sort_keys=True))
-        os.replace(tmp, cache)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps({**read_table(path), key: value}, sort_keys=True, indent=indent), encoding="utf-8")
+        os.replace(tmp, path)
     except OSError:
-        return
+        return False
+    return True
 
 
 def _hub_commit(name: str) -> str:
@@ -140,7 +143,9 @@ def _hub_commit(name: str) -> str:
         parts = Path(cached).parts
         if "snapshots" in parts:
             return parts[parts.index("snapshots") + 1]
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+    from brrm.recipes import hub_offline
+
+    if hub_offline():
         return "unresolved"
     try:
         from huggingface_hub import HfApi

@@ -13,7 +13,6 @@ checkpoint never teaches an identity (its name is no proof of its content).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Container
 from pathlib import Path
@@ -30,11 +29,9 @@ def _file() -> Path:
 
 def learned() -> dict[str, str]:
     """The fingerprints learned so far -> the known hub id (lower-case) each is; {} when none (or unreadable)."""
-    try:
-        data = json.loads(_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    from brrm.fingerprint import read_table
+
+    return read_table(_file())
 
 
 def content_identity(model: str) -> str | None:
@@ -52,34 +49,23 @@ def content_identity(model: str) -> str | None:
 def snapshot_folder(hub_id: str) -> Path | None:
     """The local Hugging Face cache's snapshot folder of ``hub_id`` (the one ``config.json`` resolves to), or
     None when it is not cached."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
+    from brrm.recipes import hub_file
 
-        cached = try_to_load_from_cache(hub_id, "config.json")
-    except Exception:  # noqa: BLE001 - a broken cache only means "not cached"
-        return None
-    return Path(cached).parent if isinstance(cached, str) else None
+    cached = hub_file(hub_id)
+    return cached.parent if cached is not None else None
 
 
 def remember(hub_id: str, folder: Path, known: Container[str]) -> str | None:
     """Record ``folder``'s fingerprint as the known checkpoint ``hub_id`` (an exact key of ``known``, the caller's
     :data:`brrm.recipes.KNOWN`, any case); the fingerprint, or None when ``hub_id`` is not known or the table
     cannot be written (then nothing is learned)."""
-    from brrm.fingerprint import weights_fingerprint
+    from brrm.fingerprint import add_to_table, weights_fingerprint
 
     key = hub_id.lower()
     if key not in known or not folder.is_dir():
         return None
     fingerprint = weights_fingerprint(str(folder))
-    try:
-        file = _file()
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_name(f".{file.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({**learned(), fingerprint: key}, sort_keys=True, indent=1), encoding="utf-8")
-        os.replace(tmp, file)
-    except OSError:
-        return None
-    return fingerprint
+    return fingerprint if add_to_table(_file(), fingerprint, key, indent=1) else None
 
 
 def learn_from_hub(hub_id: str, known: Container[str]) -> str | None:

@@ -331,7 +331,7 @@ def _resolve_source(name: str, embedded: bool) -> str:
         from brrm.embedded import embedded_model_dir
 
         return str(embedded_model_dir())
-    from brrm.recipes import looks_like_hub_id, model_config
+    from brrm.recipes import hub_offline, looks_like_hub_id, model_config
 
     path = Path(os.path.expanduser(name))
     if path.is_dir():
@@ -346,7 +346,7 @@ def _resolve_source(name: str, embedded: bool) -> str:
         return name
     hint = (f"download it where there is network (hf download {name} --local-dir DIR) and pass the "
             "local directory")
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+    if hub_offline():
         raise ConfigError(f"model {name!r} is not a local directory and not in the Hugging Face cache, and the hub "
                           f"is offline (HF_HUB_OFFLINE); {hint}")
     try:

@@ -140,13 +140,25 @@ def model_config(name: str) -> JSONDict | None:
         return _json_object(file) if file.is_file() else None
     if not looks_like_hub_id(name):
         return None
+    cached = hub_file(name)
+    return _json_object(cached) if cached is not None else None
+
+
+def hub_file(name: str, filename: str = "config.json") -> Path | None:
+    """``filename`` of hub id ``name`` in the local Hugging Face cache (its snapshot's copy); None when it is not
+    cached, or the cache cannot be read (never touches the network)."""
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        cached = try_to_load_from_cache(name, "config.json")
+        cached = try_to_load_from_cache(name, filename)
     except Exception:  # noqa: BLE001 - a broken cache only means "not cached"
         return None
-    return _json_object(Path(cached)) if isinstance(cached, str) else None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` tells brrm not to reach the Hugging Face Hub (``1``, ``true``, ``yes`` or ``on``)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _json_object(path: Path) -> JSONDict | None:

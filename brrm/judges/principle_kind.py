@@ -34,17 +34,11 @@ def generation_config(source: str | None) -> dict[str, object]:
     greedy without ``do_sample``; {} when there is none."""
     if source is None:
         return {}
-    from brrm.recipes import looks_like_hub_id
+    from brrm.recipes import hub_file, looks_like_hub_id
 
     path = Path(source) / "generation_config.json"
     if not path.is_file() and looks_like_hub_id(source):
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(source, "generation_config.json")
-            path = Path(cached) if isinstance(cached, str) else path
-        except Exception:  # noqa: BLE001 - a broken cache only means "no generation config"
-            return {}
+        path = hub_file(source, "generation_config.json") or path
     if not path.is_file():
         return {}
     gen = json.loads(path.read_text())

@@ -26,29 +26,36 @@ SERVER_LOGPROBS_MODES = ("unknown", "raw_logits", "raw_logprobs", "processed_log
 known mode gives raw verdict probabilities, since the verdict is scored in its own temperature-1 step."""
 
 
-Check: TypeAlias = Callable[[str, object], object]
-"""``check(name, value)``: raises ConfigError naming ``name`` when ``value`` is invalid."""
+def _opt(help: str, *, choices: tuple[str, ...] = (), cli: bool = True, low: int = 1,
+         high: int | None = None) -> Any:
+    """A field that is unset (None) by default, with its help text (unit, range, default, source) and the range of a
+    number: an int in [``low``, ``high``], a float in (``low``, ``high``]."""
+    return field(default=None, metadata={"help": help, "choices": choices, "cli": cli, "low": low, "high": high})
 
 
-def _opt(help: str, *, choices: tuple[str, ...] = (), cli: bool = True) -> Any:
-    """A field that is unset (None) by default, with its help text (unit, range, default, source)."""
-    return field(default=None, metadata={"help": help, "choices": choices, "cli": cli})
+_BOOL_CHECKS: Mapping[str, Callable[[str, object], object]] = {"bool | None": check_bool,
+                                                                "bool | str | None": check_bool_or_auto}
+"""The check of each field type of true/false values (a field's annotation, as written)."""
 
 
-def _check(options: Options, **checks: Check) -> None:
-    """Run each field's check on its value when it is set."""
-    values = vars(options)
-    for name, check in checks.items():
-        if values[name] is not None:
-            check(name, values[name])
+def _check(options: object) -> None:
+    """Check each field that is set: a word by its choices, a number by its range, a bool (or ``auto``) by its type.
 
-
-def _int(low: int) -> Check:
-    return lambda name, v: check_int(name, v, low=low)
-
-
-def _choice(valid: tuple[str, ...]) -> Check:
-    return lambda name, v: check_choice(name, v, valid)
+    Raises:
+        ConfigError: naming the first invalid field and its valid values.
+    """
+    for f in fields(options):  # type: ignore[arg-type]
+        value, meta = getattr(options, f.name), f.metadata
+        if value is None:
+            continue
+        if meta["choices"]:
+            check_choice(f.name, value, meta["choices"])
+        elif f.type == "int | None":
+            check_int(f.name, value, low=meta["low"], high=meta["high"])
+        elif f.type == "float | None":
+            check_float(f.name, value, low=meta["low"], high=meta["high"], low_open=True)
+        elif f.type in _BOOL_CHECKS:
+            _BOOL_CHECKS[f.type](f.name, value)
 
 
 @dataclass(frozen=True)
@@ -74,10 +81,8 @@ class TransformersOptions:
     progress_bars: bool | None = _opt("show transformers' progress bars while the model loads (default off)")
 
     def __post_init__(self) -> None:
-        _check(self, dtype=_choice(DTYPES), device=_choice(DEVICES), batch_size=_int(1),
-               classify_batch_size=_int(1), token_budget=_int(1), prefix_cache=check_bool, jump_forward=check_bool,
-               batch_invariant=check_bool_or_auto, trust_remote_code=check_bool, scheduling=_choice(SCHEDULINGS),
-               progress_bars=check_bool)
+        _check(self)
+
 
 @dataclass(frozen=True)
 class VLLMOptions:
@@ -89,7 +94,7 @@ class VLLMOptions:
     tensor_parallel_size: int | None = _opt("GPUs per model replica, >= 1 (default 1)")
     pipeline_parallel_size: int | None = _opt("pipeline stages, >= 1 (default 1)")
     gpu_memory_utilization: float | None = _opt("fraction of GPU memory for weights and KV cache, in (0, 1] "
-                                                "(default 0.9)")
+                                                "(default 0.9)", low=0, high=1)
     enforce_eager: bool | None = _opt("no CUDA graphs (default off)")
     block_size: int | None = _opt("KV cache block size in tokens, >= 1 (default: vLLM's)")
     enable_prefix_caching: bool | None = _opt("automatic prefix caching (default on)")
@@ -108,11 +113,7 @@ class VLLMOptions:
             object.__setattr__(self, "engine_kwargs", _json_object("engine_kwargs", self.engine_kwargs))
         elif self.engine_kwargs is not None and not isinstance(self.engine_kwargs, Mapping):
             _json_object("engine_kwargs", self.engine_kwargs)
-        _check(self, dtype=_choice(DTYPES), device=_choice(DEVICES), max_model_len=_int(1),
-               tensor_parallel_size=_int(1), pipeline_parallel_size=_int(1), enforce_eager=check_bool,
-               gpu_memory_utilization=lambda n, v: check_float(n, v, low=0, high=1, low_open=True),
-               block_size=_int(1), enable_prefix_caching=check_bool, trust_remote_code=check_bool,
-               batch_size=_int(1), chunk_size=_int(1), batch_invariant=check_bool_or_auto)
+        _check(self)
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,8 @@ class OpenAIOptions:
                                        "its adaptive limit (+1 per window of successes, halved on a 429 or 503)")
     initial_concurrency: int | None = _opt("requests in flight per server at start, >= 1 and <= max_concurrency "
                                            "(default 16, or max_concurrency when lower)")
-    timeout_s: float | None = _opt("seconds per HTTP request, > 0 (default 600)")
-    http_retries: int | None = _opt("retries of a failed request, >= 0 (default 4)")
+    timeout_s: float | None = _opt("seconds per HTTP request, > 0 (default 600)", low=0)
+    http_retries: int | None = _opt("retries of a failed request, >= 0 (default 4)", low=0)
     max_context: int | None = _opt("context window in tokens, >= 1 (default: the server's max_model_len)")
     trust_remote_code: bool | None = _opt("run the tokenizer's own code (default off)")
     chunk_size: int | None = _opt("ordered judgments per judge call, >= 1 (default 4096)", cli=False)
@@ -139,10 +140,7 @@ class OpenAIOptions:
     def __post_init__(self) -> None:
         if isinstance(self.base_url, list | tuple):
             object.__setattr__(self, "base_url", tuple(self.base_url))
-        _check(self, max_concurrency=_int(1), initial_concurrency=_int(1),
-               timeout_s=lambda n, v: check_float(n, v, low=0, low_open=True),
-               http_retries=_int(0), max_context=_int(1), trust_remote_code=check_bool, chunk_size=_int(1),
-               logprobs_mode=_choice(SERVER_LOGPROBS_MODES))
+        _check(self)
         start, most = self.initial_concurrency, self.max_concurrency
         if start is not None and most is not None and start > most:
             from brrm.errors import ConfigError

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from brrm.compose.base import _Base
 from brrm.errors import ConfigError
 from brrm.types import (
     ConversationLike,
@@ -30,7 +31,7 @@ from brrm.types import (
 )
 from brrm.types.calibration import Calibration
 from brrm.types.cost import JudgmentCost
-from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
+from brrm.types.protocols import OnResult, OnStep, Principles
 
 
 class CalibratedPairJudge:
@@ -74,7 +75,7 @@ class CalibratedPairJudge:
         self.model.close()
 
 
-class CalibratedScalarJudge(SingleItems):
+class CalibratedScalarJudge(_Base):
     """A scalar :class:`~brrm.RewardJudge` whose pairwise judgments carry calibrated σ(s·(r_A − r_B)); every other
     method is the wrapped judge's (rewards, rankings and costs unchanged).
 
@@ -84,7 +85,8 @@ class CalibratedScalarJudge(SingleItems):
     """
 
     def __init__(self, judge: RewardJudge, calibration: Calibration) -> None:
-        self.inner, self.calibration = judge, calibration
+        self.inner = self.model = judge  # closed by _Base.close
+        self.calibration = calibration
         self.info: JudgeInfo = replace(judge.info, composition=replace(judge.info.composition,
                                                                        calibration=calibration.hash))
 
@@ -119,15 +121,6 @@ class CalibratedScalarJudge(SingleItems):
     def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
                       principles: int | None = None) -> JudgmentCost:
         return self.inner.judgment_cost(shape, n, strategy=strategy, swap=swap, principles=principles)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __enter__(self) -> CalibratedScalarJudge:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.inner.close()
 
 
 def _reporting(report: Callable[[int, PairwiseJudgment], object] | None,

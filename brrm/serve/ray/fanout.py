@@ -14,6 +14,7 @@ import asyncio
 import json
 from typing import Any
 
+from brrm.serve.ray.forward import answer_of
 from brrm.serve.ray.keys import REPLICA_KWARG
 from brrm.serve.ray.wire import Answer, Forwarded
 
@@ -43,18 +44,12 @@ async def ask_all(handle: Any, request: Forwarded, ids: list[str]) -> list[Answe
     async def one(rid: str) -> Answer | None:
         response = handle.forward.remote(request, **{REPLICA_KWARG: rid})
         try:
-            answer: Answer = await asyncio.wait_for(_await(response), ASK_TIMEOUT_S)
-            return answer
+            return await asyncio.wait_for(answer_of(response), ASK_TIMEOUT_S)
         except Exception:  # gone, restarting or busy: counted as not ready
             response.cancel()
             return None
 
     return [await one(rid) for rid in ids]
-
-
-async def _await(response: Any) -> Answer:
-    answer: Answer = await response
-    return answer
 
 
 def ready_answer(answers: list[Answer | None]) -> Answer:

@@ -62,7 +62,7 @@ async def forward(handle: Any, request: Forwarded, *, timeout_s: float) -> Answe
     for attempt in range(1, ATTEMPTS + 1):
         response = handle.forward.remote(request, **{ROUTE_KWARG: key})
         try:
-            return await asyncio.wait_for(_result(response), timeout_s + GRACE_S)
+            return await asyncio.wait_for(answer_of(response), timeout_s + GRACE_S)
         except (asyncio.CancelledError, TimeoutError):
             response.cancel()  # the caller went, or the replica never answered: stop its work there
             if attempt == ATTEMPTS or asyncio.current_task().cancelling():  # type: ignore[union-attr]
@@ -88,7 +88,8 @@ def _failed(exc: Exception, attempt: int) -> Answer | str:
     return "the judge replicas holding this request stopped; Ray Serve is starting others"
 
 
-async def _result(response: Any) -> Answer:
+async def answer_of(response: Any) -> Answer:
+    """The :class:`Answer` a judge replica's ``forward`` call (a Serve ``DeploymentResponse``) resolves to."""
     answer: Answer = await response
     return answer
 

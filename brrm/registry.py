@@ -257,9 +257,6 @@ class KindEntry:
         return resolve(self.builder) if isinstance(self.builder, str) else self.builder
 
 
-TRAITS = ("pairwise", "takes_principle", "needs_reference", "generates")
-"""The traits every :class:`KindEntry` declares."""
-
 KIND_REGISTRY: Registry[KindEntry] = Registry("kind", "brrm.kinds", {
     "brrm": "brrm.judges.brrm_kind:KIND",
     "bt": "brrm.reward_models.bt_kind:KIND",

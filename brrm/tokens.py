@@ -50,10 +50,6 @@ class Markup:
     text: str
 
 
-Content = str | Sequence["str | Markup"]
-"""A message content: record text (a str), or a sequence of record-text and :class:`Markup` pieces."""
-
-
 class TextEncoder:
     """Encodes record text and chat prompts for one fast (``tokenizers``-backed) tokenizer.
 

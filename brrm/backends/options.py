@@ -55,7 +55,7 @@ def _check(options: object) -> None:
         elif f.type == "float | None":
             check_float(f.name, value, low=meta["low"], high=meta["high"], low_open=True)
         elif f.type in _BOOL_CHECKS:
-            _BOOL_CHECKS[f.type](f.name, value)
+            _BOOL_CHECKS[str(f.type)](f.name, value)
 
 
 @dataclass(frozen=True)

@@ -76,9 +76,9 @@ def _token_bytes_function(tokenizer: PreTrainedTokenizerBase) -> Callable[[str],
 def _index_path(fingerprint: str, regex: str) -> Path:
     import importlib.metadata
 
-    import platformdirs
+    from brrm.embedded import _cache_root
 
-    root = Path(os.environ.get(INDEX_CACHE_ENV) or platformdirs.user_cache_dir("brrm")) / "indices"
+    root = _cache_root(None) / "indices"  # INDEX_CACHE_ENV, else the user cache folder
     version = importlib.metadata.version("outlines_core")
     key = hashlib.sha256(f"{_INDEX_FORMAT}\0{version}\0{fingerprint}\0{regex}".encode()).hexdigest()[:32]
     return root / f"{key}.bin"

@@ -216,10 +216,7 @@ class PairwiseJudgment:
 
     def to_dict(self) -> JSONDict:
         """A JSON-ready dict (NaN probabilities become ``null``; the status says why)."""
-
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else x
-
+        num = _num
         out: JSONDict = {
             "id": self.id,
             "winner": self.winner.value,

@@ -35,7 +35,6 @@ class Row:
     choice_logits: list[tuple[float, ...]] = field(default_factory=list)
     finish: str = ""
     error: str = ""
-    batch_pos: int = 0
     feed: list[int] = field(default_factory=list)
     noise: torch.Tensor | None = None
     keep_kv: bool = False  # store this row's KV when it finishes (continuous batching sets it per request)

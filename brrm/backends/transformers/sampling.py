@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from brrm.backends.transformers.bitmask import apply as _apply_mask
+
 if TYPE_CHECKING:
     from brrm.backends.transformers.rows import Row
 
@@ -30,7 +32,6 @@ def choose(stop_ids: Set[int], active: list[Row], logits: torch.Tensor, temperat
     forced: dict[int, int] = {}
     lazy: list[int] = []
     for j, row in enumerate(active):
-        row.batch_pos = j
         if not finite[j]:
             row.finish, row.error = "error", "non-finite logits from the model"
             continue
@@ -120,12 +121,6 @@ def _pick_row(logits_row: torch.Tensor, temperature: float, top_p: float, row: R
         scaled = scaled.clone()
         scaled[order[drop]] = float("-inf")
     return int(torch.argmax(scaled + noise))
-
-
-def _apply_mask(logits_row: torch.Tensor, bitmask: torch.Tensor) -> None:
-    from brrm.backends.transformers.bitmask import apply
-
-    apply(logits_row, bitmask)
 
 
 def _constrain(stop_ids: Set[int], row: Row, logits_row: torch.Tensor, bitmask: torch.Tensor | None) -> int | None:

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from brrm.backends.base import Completion, GenerationRequest
-from brrm.backends.blackbox.phases import Phase, PhaseResult, TokenInfo, phase_seed
+from brrm.backends.blackbox.phases import Phase, PhaseResult, TokenInfo, choice_values, phase_seed
 from brrm.constraints import Choice, Literal, Pattern, Program, Think
 
 
@@ -172,12 +172,7 @@ class GrammarRun:
             step = steps[at] if at < len(steps) else {}
             if any(o not in step for o in options):
                 raise ValueError(f"the engine reported no logits for the choice options {options}")
-            values = tuple(float(step[o]) for o in options)
-            if choice.with_max:
-                values += (max(step.values()),)
-            if choice.top:
-                values += tuple(sorted(step.values(), reverse=True)[: choice.top])
-            found.append(values)
+            found.append(choice_values(step, options, choice.with_max, choice.top))
             bound = at
         return found[::-1]
 

@@ -38,7 +38,7 @@ import math
 import random
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 from typing import Literal as TypingLiteral
@@ -206,6 +206,14 @@ def pick_choice(values: Sequence[float], seed: int, temperature: float, top_p: f
     rng = random.Random(seed)
     noisy = {i: scaled[i] - math.log(-math.log(max(rng.random(), 1e-300))) for i in range(len(scaled))}
     return max(keep, key=lambda i: (noisy[i], -i))
+
+
+def choice_values(step: Mapping[int, float], options: Sequence[int], with_max: bool, top: int) -> tuple[float, ...]:
+    """A choice step's values as ``Completion.choice_logits`` lays them out: the options' reported logits, then the
+    step's largest (``with_max``: the best of what the engine reported, its top-1 included), then its ``top``
+    largest, descending (the engine's top ones; the options are either among them or below)."""
+    values = tuple(float(step[o]) for o in options) + ((max(step.values()),) if with_max else ())
+    return values + tuple(sorted(step.values(), reverse=True)[:top])
 
 
 @dataclass
@@ -458,11 +466,7 @@ class ProgramRun:
                 f"(got {sorted(step)})"
             )
             return
-        values = tuple(float(step[i]) for i in phase.logprob_ids)
-        if phase.with_max:  # the step's largest logit: the best of what the engine reported (top-1 included)
-            values += (max(step.values()),)
-        if phase.top:  # the engine reported its top ones (and the options, which are either among them or below)
-            values += tuple(sorted(step.values(), reverse=True)[:phase.top])
+        values = choice_values(step, phase.logprob_ids, phase.with_max, phase.top)
         self.choice_logits.append(values)
         options = values[: len(phase.logprob_ids)]
         self.generated.append(phase.logprob_ids[pick_choice(options, phase.seed, self.temperature, self.top_p,

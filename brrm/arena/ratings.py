@@ -154,7 +154,7 @@ def fit(battles: Sequence[Battle], models: Sequence[str], *, outcomes: str = "so
         bootstrap: resamples of the battles, >= 10.
         confidence: interval level in (0, 1).
         seed: the bootstrap's seed (same battles and seed: the same table).
-        style: the battles' style covariates (:func:`brrm.arena.style.covariates`, one row per battle): also fit
+        style: the battles' style covariates (:func:`brrm.arena.style.standardised`, one row per battle): also fit
             the style-controlled ratings; None: not.
 
     Returns:

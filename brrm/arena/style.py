@@ -57,11 +57,6 @@ def counts(text: str) -> tuple[float, float, float, float]:
             float(sum(len(p.findall(body)) for p in _BOLD)))
 
 
-def covariates(table: ArenaTable, battles: Sequence[Battle]) -> np.ndarray:
-    """The standardised style covariates of ``battles``, shape ``(len(battles), 4)``."""
-    return standardised(answer_counts(table, battles))
-
-
 def answer_counts(table: ArenaTable, battles: Sequence[Battle]) -> np.ndarray:
     """Each battle's :data:`FEATURES` counts of ``model_a``'s and ``model_b``'s answers in ``table`` (zeros for an
     answer it lacks), shape ``(len(battles), 2, 4)``."""
@@ -92,7 +87,8 @@ def standardised(pairs: np.ndarray) -> np.ndarray:
 
 def fit_style(battles: Sequence[Battle], x: np.ndarray, rated: Sequence[str], *, outcomes: str,
               anchor: str | None, bootstrap: int, confidence: float, seed: int) -> StyleFit:
-    """Fit the style-controlled model on the ok ``battles`` (``x``: their :func:`covariates`) and bootstrap it.
+    """Fit the style-controlled model on the ok ``battles`` (``x``: their :func:`standardised` covariates) and
+    bootstrap it.
 
     Raises:
         ConfigError: for a battle that is not ok (from :meth:`Battle.outcome`).

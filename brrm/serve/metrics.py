@@ -107,9 +107,8 @@ class Metrics:
         """Count served results, their tokens (:func:`brrm.types.usage.tokens_of`) and a cascade's deciding stage."""
         from brrm.types.usage import tokens_of
 
-        n = 0
+        results = list(results)
         for result in results:
-            n += 1
             tokens = tokens_of(result)  # type: ignore[arg-type]
             if tokens is not None:
                 for part, value in (("prompt", tokens.prompt), ("generated", tokens.generated),
@@ -120,9 +119,9 @@ class Metrics:
                     self.cache_not_reported.inc()
             if (decision := getattr(result, "cascade", None)) is not None:
                 self.cascade_decided.labels(stage=decision.stage.value).inc()
-        self.judgments.inc(n)
+        self.judgments.inc(len(results))
         with self._lock:
-            self._served.append((self._clock(), n))
+            self._served.append((self._clock(), len(results)))
 
     def _rate(self) -> float:
         """Results served per second over the last :data:`RATE_WINDOW_S` seconds."""

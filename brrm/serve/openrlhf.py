@@ -20,6 +20,7 @@ reads ``rewards`` (advantages), ``scores`` (dynamic filtering; ``rewards`` when 
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -189,12 +190,9 @@ def reply(rewards: Sequence[ScalarReward], failed_reward: float | None) -> dict[
     """
     values = [r.reward if r.ok else failed_reward for r in rewards]
     failed = [0.0 if r.ok else 1.0 for r in rewards]
-    counts: dict[str, int] = {}
-    for r in rewards:
-        counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    return {"rewards": values, "scores": values, "extra_logs": {"brrm_failed": failed},
-            "statuses": [r.status.value for r in rewards], "reasons": [r.reason for r in rewards],
-            "counts": counts}
+    statuses = [r.status.value for r in rewards]
+    return {"rewards": values, "scores": values, "extra_logs": {"brrm_failed": failed}, "statuses": statuses,
+            "reasons": [r.reason for r in rewards], "counts": dict(collections.Counter(statuses))}
 
 
 def invalid(reason: str, k: int) -> ScalarReward:

@@ -13,10 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias, Unpack
 
+from brrm.backends.options import Options as BackendOptions
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.errors import ConfigError
 from brrm.fingerprint import weights_fingerprint
-from brrm.load_options import BACKEND_OPTIONS, BackendOptions, LoadOptions, judge_option_classes, judge_option_names
+from brrm.load_options import BACKEND_OPTIONS, LoadOptions, judge_option_classes, judge_option_names
 from brrm.registry import KIND_REGISTRY
 from brrm.types import BACKENDS, KINDS, JudgeSpec, RewardJudge, check_choice, set_loader
 from brrm.types.options import build, changed_keywords

@@ -11,13 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from brrm.backends.options import OpenAIOptions, TransformersOptions, VLLMOptions
 from brrm.registry import BACKEND_REGISTRY, KIND_REGISTRY, kind_entry, resolve
 from brrm.types import KINDS, JudgeInfo, SamplingConfig, check_choice
 from brrm.types.options import PerRequest, keyword, option_fields, per_request
-
-BackendOptions = TransformersOptions | VLLMOptions | OpenAIOptions
-"""A backend's options object."""
 
 BACKEND_OPTIONS: Mapping[str, tuple[str, ...]] = BACKEND_REGISTRY.view(
     lambda entry: tuple(f.name for f in dataclasses.fields(entry.options)))

@@ -53,5 +53,4 @@ class OverloadMiddleware:
         try:
             await self.app(scope, receive, send)
         finally:
-            if scope.pop(ADMITTED, False):
-                state.admitting -= 1
+            state.release(scope)

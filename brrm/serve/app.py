@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Scope
 
 from brrm.errors import ConfigError
 from brrm.serve import ops, routes
-from brrm.serve.admission import ADMITTED, OverloadMiddleware
+from brrm.serve.admission import OverloadMiddleware
 from brrm.serve.idempotency import IdempotencyMiddleware
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics, MetricsMiddleware
@@ -144,14 +144,10 @@ def _add_middleware(app: FastAPI, state: ServerState) -> None:
     (outermost last); overload is outside them all (:class:`ServeApp`)."""
     limits, metrics = state.limits, state.metrics
 
-    def release(scope: Scope) -> None:  # a request answered by another's run frees its queue place
-        if scope.pop(ADMITTED, False):
-            state.admitting -= 1
-
     def on_reply(scope: Scope, replayed: bool) -> None:
         metrics.idempotent.labels(endpoint=str(scope["path"]), reply="replayed" if replayed else "executed").inc()
 
-    app.add_middleware(IdempotencyMiddleware, paths=judging_paths(), release=release, on_reply=on_reply)
+    app.add_middleware(IdempotencyMiddleware, paths=judging_paths(), release=state.release, on_reply=on_reply)
     if limits.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
@@ -15,6 +15,7 @@ from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
 from brrm.errors import ConfigError
+from brrm.serve.admission import ADMITTED
 from brrm.serve.idempotency import LINGER
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics
@@ -89,11 +90,6 @@ class ServerState:
         """Where every job is submitted: identical jobs in flight run once (:mod:`brrm.service.singleflight`)."""
         return SingleFlight(self.scheduler, variant_identity(self.variants))
 
-    @property
-    def info(self) -> dict[str, JSONValue]:
-        """The judge's info with the model's public name (a hub id, or a local folder's name; never a path)."""
-        return self.model_block
-
     @functools.cached_property
     def model_block(self) -> dict[str, JSONValue]:
         """The reply-level ``model`` block, built once: :attr:`JudgeInfo.to_dict` with the public model name, as
@@ -112,6 +108,11 @@ class ServerState:
     @property
     def pairwise(self) -> bool:
         return bool(self.judge.info.pairwise)
+
+    def release(self, scope: MutableMapping[str, object]) -> None:
+        """Free the queue place the overload gate reserved for this request (:mod:`brrm.serve.admission`), once."""
+        if scope.pop(ADMITTED, False):
+            self.admitting -= 1
 
     def mark_ready(self) -> None:
         """The model answered a call: ``/ready`` reports ready (unless draining or stuck)."""
@@ -170,8 +171,7 @@ class ServerState:
             SchedulerError: 429 / 503 / 504 (see :mod:`brrm.serve.scheduler`). ConfigError: the judge refused
                 the input (422). ClientGone: the client left.
         """
-        if request.scope.pop("brrm.admitted", False):  # the gate's reserved place becomes the queued job's
-            self.admitting -= 1
+        self.release(request.scope)  # the gate's reserved place becomes the queued job's
         linger_s = float(request.scope.get(LINGER, 0.0))  # a keyed request's job outlives its client
         task = asyncio.ensure_future(self.flights.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
                                                          weights=weights, units=units, linger_s=linger_s))

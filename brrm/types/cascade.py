@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 from brrm.errors import ConfigError
-from brrm.types.jsonvalue import JSONDict
+from brrm.types.jsonvalue import JSONDict, json_field
 
 
 class FirstJudgment(Protocol):
@@ -106,7 +106,4 @@ class CascadeDecision:
 
     def to_dict(self) -> JSONDict:
         """JSON-ready (NaN numbers become ``null``; the first judgment as its own ``to_dict()``)."""
-        return {"stage": self.stage.value, "why": self.why.value, "rule": self.rule.value,
-                "threshold": None if math.isnan(self.threshold) else self.threshold,
-                "measure": None if math.isnan(self.measure) else self.measure, "detail": self.detail,
-                "first": self.first.to_dict() if self.first is not None else None}
+        return {f.name: json_field(getattr(self, f.name)) for f in fields(self)}

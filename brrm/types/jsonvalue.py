@@ -9,6 +9,7 @@ Source: RFC 8259 (the JSON data model: object, array, string, number, true/false
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
@@ -45,6 +46,29 @@ def record(value: object) -> JSONDict:
     return cast(JSONDict, json_ready(_ADAPTERS[cls].dump_python(value, warnings=False)))
 
 
+def json_field(value: object) -> Any:
+    """A result's field as its ``to_dict()`` writes it: an enum as its value, a NaN float as None (the result's
+    status says why), then as :func:`_json_item` (a float inside a tuple is kept as it is: raw logits stay raw).
+
+    Example: ``json_field(Verdict.A) == "A"``, ``json_field(math.nan) is None``, ``json_field(((0, 1),)) == [[0, 1]]``.
+    """
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    return _json_item(value)
+
+
+def _json_item(value: object) -> Any:
+    """A value with ``to_dict()`` as that dict, a mapping as a dict, a tuple (of tuples) as a list, else ``value``."""
+    to_dict = getattr(value, "to_dict", None)
+    if to_dict is not None:
+        return to_dict()
+    if isinstance(value, Mapping):
+        return dict(value)
+    return [_json_item(v) for v in value] if isinstance(value, tuple) else value
+
+
 def json_ready(value: object) -> object:
     """``value`` with every NaN float (nested in dicts and lists too) replaced by None (strict JSON has no NaN) and
     tuples as lists."""
@@ -57,4 +81,4 @@ def json_ready(value: object) -> object:
     return value
 
 
-__all__ = ["JSONDict", "JSONScalar", "JSONValue", "json_ready", "record"]
+__all__ = ["JSONDict", "JSONScalar", "JSONValue", "json_field", "json_ready", "record"]

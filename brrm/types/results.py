@@ -16,7 +16,7 @@ from typing import Any
 from brrm.errors import ConfigError
 from brrm.types.cascade import CascadeDecision
 from brrm.types.config import SamplingConfig, check_text
-from brrm.types.jsonvalue import JSONDict, JSONValue
+from brrm.types.jsonvalue import JSONDict, JSONValue, json_field
 from brrm.types.usage import TurnTokens
 from brrm.types.verdict import Status, Verdict
 from brrm.types.verdict import parse_label as parse_label  # re-exported (its home is brrm.types.verdict)
@@ -80,19 +80,7 @@ class Provenance:
                               f"got {self.logprob_semantics!r}")
 
     def to_dict(self) -> JSONDict:
-        return {
-            "model": self.model,
-            "fingerprint": self.fingerprint,
-            "backend": self.backend,
-            "template_hash": self.template_hash,
-            "sampling": self.sampling.to_dict(),
-            "seed": self.seed,
-            "decoding": self.decoding,
-            "policies": dict(self.policies),
-            "calibration": self.calibration,
-            "logprob_semantics": self.logprob_semantics,
-            "seeded": self.seeded,
-        }
+        return {key: json_field(getattr(self, key)) for key in PROVENANCE_KEYS}
 
 
 @dataclass(frozen=True)
@@ -216,36 +204,12 @@ class PairwiseJudgment:
 
     def to_dict(self) -> JSONDict:
         """A JSON-ready dict (NaN probabilities become ``null``; the status says why)."""
-        num = _num
-        out: JSONDict = {
-            "id": self.id,
-            "winner": self.winner.value,
-            "status": self.status.value,
-            "reason": self.reason,
-            "p_a": num(self.p_a),
-            "p_a_raw": num(self.p_a_raw),
-            "logit_1": num(self.logit_1),
-            "logit_2": num(self.logit_2),
-            "consistent": self.consistent,
-            "dimensions": list(self.dimensions),
-            "unknown_dimensions": list(self.unknown_dimensions),
-            "analysis_a": self.analysis_a,
-            "analysis_b": self.analysis_b,
-            "label": self.label.value,
-            "correct": self.correct,
-            "prompt_tokens": self.prompt_tokens,
-            "generated_tokens": self.generated_tokens,
-            "turns": [t.to_dict() for t in self.turns],
-            "attempts": self.attempts,
-            "turn1_text": self.turn1_text,
-            "turn2_text": self.turn2_text,
-            "provenance": self.provenance.to_dict() if self.provenance else None,
-        }
+        out: JSONDict = {key: json_field(getattr(self, key)) for key in JUDGMENT_KEYS}
         if self.samples > 1:  # voting keys only where there was a vote (unvoted output stays as it was)
             out["samples"] = self.samples
-            out["agreement"] = num(self.agreement)
+            out["agreement"] = json_field(self.agreement)
         if self.sub_judgments:
-            out["sub_judgments"] = [j.to_dict() for j in self.sub_judgments]
+            out["sub_judgments"] = json_field(self.sub_judgments)
         if self.cascade is not None:  # only a cascade's results carry it
             out["cascade"] = self.cascade.to_dict()
         return out
@@ -269,11 +233,6 @@ def check_same_length(**lists: Sequence[object]) -> int:
                 if isinstance(item, str):
                     check_text(f"{name}[{i}]", item)
     return next(iter(lengths.values()), 0)
-
-
-def _num(x: float) -> float | None:
-    """JSON-ready float: NaN becomes ``None`` (the accompanying status says why)."""
-    return None if math.isnan(x) else x
 
 
 @dataclass(frozen=True)
@@ -355,18 +314,7 @@ class ScalarReward:
     def to_dict(self) -> JSONDict:
         """A JSON-ready dict; a missing reward is ``null`` and the status says why."""
         return {
-            "id": self.id,
-            "reward": _num(self.reward),
-            "status": self.status.value,
-            "reason": self.reason,
-            "principle": self.principle,
-            "truncated": self.truncated,
-            "truncated_tokens": self.truncated_tokens,
-            "input_tokens": self.input_tokens,
-            "thinking_stripped": self.thinking_stripped,
-            "logits": list(self.logits),
-            "text": self.text,
-            "provenance": self.provenance.to_dict() if self.provenance else None,
+            **{key: json_field(getattr(self, key)) for key in REWARD_KEYS},
             **({"card_reward": self.card_reward} if math.isfinite(self.card_reward) else {}),
             **({"cascade": self.cascade.to_dict()} if self.cascade is not None else {}),
         }
@@ -449,20 +397,21 @@ class GroupResult:
         return tuple(t / g if g else math.nan for t, g in zip(total, games, strict=True))
 
     def to_dict(self) -> JSONDict:
-        return {
-            "strategy": self.strategy,
-            "status": self.status.value,
-            "rewards": [r.to_dict() for r in self.rewards],
-            "reward_range": [x if math.isfinite(x) else None for x in self.reward_range],  # null: unbounded
-            "wins": [list(r) for r in self.wins],
-            "ties": [list(r) for r in self.ties],
-            "n_judgments": self.n_judgments,
-            "n_scored": self.n_scored,
-            "failed": self.failed,
-            "ranking": list(self.ranking),
-            "pairs": [list(p) for p in self.pairs],
-            "judgments": [j.to_dict() for j in self.judgments],
-        }
+        out: JSONDict = {key: json_field(getattr(self, key)) for key in GROUP_KEYS}
+        out["reward_range"] = [x if math.isfinite(x) else None for x in self.reward_range]  # null: unbounded
+        return out
+
+
+PROVENANCE_KEYS = ("model", "fingerprint", "backend", "template_hash", "sampling", "seed", "decoding", "policies",
+                   "calibration", "logprob_semantics", "seeded")
+JUDGMENT_KEYS = ("id", "winner", "status", "reason", "p_a", "p_a_raw", "logit_1", "logit_2", "consistent",
+                 "dimensions", "unknown_dimensions", "analysis_a", "analysis_b", "label", "correct", "prompt_tokens",
+                 "generated_tokens", "turns", "attempts", "turn1_text", "turn2_text", "provenance")
+REWARD_KEYS = ("id", "reward", "status", "reason", "principle", "truncated", "truncated_tokens", "input_tokens",
+               "thinking_stripped", "logits", "text", "provenance")
+GROUP_KEYS = ("strategy", "status", "rewards", "reward_range", "wins", "ties", "n_judgments", "n_scored", "failed",
+              "ranking", "pairs", "judgments")
+"""The keys (attributes) each result's ``to_dict()`` writes first, in their record order; the records' byte layout."""
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 from brrm.errors import ConfigError
@@ -21,6 +21,7 @@ from brrm.types.composition import Composition
 from brrm.types.config import SamplingConfig, check_choice
 from brrm.types.conversation import ConversationLike
 from brrm.types.cost import JudgmentCost
+from brrm.types.jsonvalue import json_field
 from brrm.types.results import GroupResult, PairwiseJudgment, ScalarReward, Verdict
 from brrm.types.single import OnResult, OnStep, Principles, Progress, SingleItems
 
@@ -130,8 +131,7 @@ class JudgeSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as JSON-ready values (``from_dict`` inverts it)."""
-        return {"model": self.model, "kind": self.kind, "backend": self.backend, "options": dict(self.options),
-                "fingerprint": self.fingerprint}
+        return {f.name: json_field(getattr(self, f.name)) for f in fields(self)}
 
     def to_json(self) -> str:
         """The spec as one canonical JSON line (sorted keys)."""
@@ -291,10 +291,9 @@ class JudgeInfo:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the fields, the typed settings as their record (``options``: :attr:`record` with the
         composition's entries; ``config`` itself is not written), and the spec's own ``to_dict()``."""
-        values = {k: getattr(self, k) for k in _INFO_FIELDS}
+        values = {k: json_field(getattr(self, k)) for k in _INFO_FIELDS}
         head = {k: values.pop(k) for k in _REQUIRED_FIELDS}  # the options follow the required fields
-        return {**head, "options": {**self.record, **self.composition.to_dict()}, **values,
-                "spec": self.spec.to_dict() if self.spec is not None else None}
+        return {**head, "options": {**self.record, **self.composition.to_dict()}, **values}
 
 
 _INFO_FIELDS = ("model", "kind", "recipe", "backend", "chat_template_hash", "template_hash", "default_strategy",

@@ -217,14 +217,9 @@ class SamplingConfig:
 
     def to_dict(self) -> JSONDict:
         """The record of these settings (results' provenance, ``options.sampling`` of a judge's record)."""
-        return {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "max_new_tokens_per_turn": self.max_new_tokens,
-            "max_total_tokens": self.max_total_tokens,
-            "seed": self.seed,
-            **({"top_k": self.top_k} if self.top_k else {}),  # off by default: older records stay unchanged
-        }
+        out: JSONDict = {RECORD_KEYS.get(f.name, f.name): getattr(self, f.name) for f in option_fields(self)
+                         if f.name != "top_k"}
+        return {**out, **({"top_k": self.top_k} if self.top_k else {})}  # off by default: older records unchanged
 
 
 SAMPLING_KEYS = tuple(keyword(f) for f in option_fields(SamplingConfig))

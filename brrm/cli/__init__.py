@@ -97,12 +97,11 @@ are done)."""
 def _stdout_to_devnull() -> None:
     """Point stdout's descriptor at /dev/null, so that the interpreter's own flush at exit finds no closed pipe
     (which would print a second error and exit 120; Python's documentation, "Note on SIGPIPE")."""
-    try:
+    # no descriptor (an in-process stream): nothing to point
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # no descriptor (an in-process stream)
-        pass
 
 
 def _line_buffered(stream: object) -> None:
@@ -111,10 +110,8 @@ def _line_buffered(stream: object) -> None:
     run ends. (stderr, where the progress bar goes, is line-buffered already.)"""
     reconfigure = getattr(stream, "reconfigure", None)
     if callable(reconfigure):
-        try:
+        with contextlib.suppress(ValueError, OSError, io.UnsupportedOperation):  # a stream that cannot change
             reconfigure(line_buffering=True)
-        except (ValueError, OSError, io.UnsupportedOperation):  # a stream that cannot change (closed, detached)
-            pass
 
 
 def build_parser() -> argparse.ArgumentParser:

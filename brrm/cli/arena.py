@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 from brrm.cli import common
 from brrm.cli.arena_output import check_numbers, output_folder, report_errors, show_result
 from brrm.cli.command import Command
-from brrm.cli.flags import LoadKeywords
+from brrm.cli.flags import judge_spec
 from brrm.cli.ray_flags import add_ray_args, ray_options
 from brrm.errors import ConfigError
 from brrm.progress import Progress
@@ -36,7 +36,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     add_ray_args(p, writer="the store and the outputs (--output is needed)")
     common.add_model_args(p)
     judging_only += p._actions[first:]
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     flags = {a.dest: (a.option_strings[0], a.default) for a in reversed(judging_only) if a.option_strings}
     p.set_defaults(judging_flags=tuple((flag, dest, default) for dest, (flag, default) in flags.items()))
 
@@ -127,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         return rerate(args)
     _check_judging_flags(args)
     folder = output_folder(args.output)
-    model, opts = common.load_options(args)
+    common.load_options(args)
     check_numbers(args)
     ray = ray_options(args)
     if ray is not None and folder is None:
@@ -141,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                           f"{', '.join(table.models)}")
     term = common.terminal("")
     _report_input(term, table)
-    judge = _judge(args, term, len(table.answers)) if ray is None else _spec(model, opts, args.ray, term)
+    judge = _judge(args, term, len(table.answers)) if ray is None else _spec(args, term)
     swap = default_swap(judge, args.single_order)
     size = f"at most {min(args.budget or grid, grid)}" if strategy == "adaptive" else str(planned)
     print(f"{strategy.replace('_', ' ')}: {size} matchups of a full grid of {grid}"
@@ -191,14 +190,10 @@ def _judge(args: argparse.Namespace, term: TextIO, answers: int) -> RewardJudge:
     return judge
 
 
-def _spec(model: str | None, opts: LoadKeywords, address: str, term: TextIO) -> JudgeSpec:
-    """What each Ray actor loads (this process loads no model); the options are checked by ``JudgeSpec``."""
-    from brrm.types import JudgeSpec
-
-    if model is None and opts["kind"] == "auto":
-        opts["kind"] = "brrm"
-    spec = JudgeSpec.from_load(model, **opts)
-    print(f"brrm arena: on Ray ({address}); each actor loads model {spec.model or 'the embedded demo'}, kind "
+def _spec(args: argparse.Namespace, term: TextIO) -> JudgeSpec:
+    """What each Ray actor loads (:func:`~brrm.cli.flags.judge_spec`), said on the terminal."""
+    spec = judge_spec(args, kind="brrm")
+    print(f"brrm arena: on Ray ({args.ray}); each actor loads model {spec.model or 'the embedded demo'}, kind "
           f"{spec.kind}, backend {spec.backend}", file=term)
     return spec
 
@@ -213,7 +208,7 @@ def _report_input(term: TextIO, table: ArenaTable) -> None:
 
 
 COMMAND = Command(
-    "arena", arguments=_arguments, run=run,
+    "arena", arguments=_arguments, run=run, progress=True,
     help="rank models from pairwise judgments of their answers (leaderboard with intervals)",
     description="Judge several models' answers to the same prompts in pairs (against a baseline, or round robin) "
                 "and rate the models: a Bradley-Terry fit (evalica) with seeded bootstrap intervals on the "

@@ -61,7 +61,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="items per judge call and per store write (default: the backend's own; 64 on Ray)")
     p.add_argument("--summary-every", type=float, default=60.0, metavar="SECONDS",
                    help="print a summary line when work finishes, at most this often (default 60)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--probes", default=None, metavar="LIST",
                    help="pairs: also run robustness probes (as brrm probe), e.g. length,injection; writes "
                         "DIR/probes.json and a report section (rerun each time, not resumed)")
@@ -81,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("brrm audit needs INPUT (a records file) and --output DIR, or --status DIR")
     if not args.output:
         raise ConfigError("--output DIR is required: the audit folder (store, report, summary, exports)")
-    _check_output(Path(args.output))
+    if (out := Path(args.output)).exists() and not out.is_dir():
+        raise ConfigError(f"--output {str(out)!r} is a file; give a folder")
     model, opts = common.load_options(args)  # flag combinations are checked before anything is read or loaded
     records, shape = _read(args)
     kind = _resolve_kind(model, opts["kind"], shape)
@@ -106,11 +106,6 @@ def run(args: argparse.Namespace) -> int:
                         argv=sys.argv[1:], provenance=_provenance(args.input), term=sys.stderr)
     _print_outcome(outcome)
     return 0
-
-
-def _check_output(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--output {str(out)!r} is a file; give a folder")
 
 
 def _read(args: argparse.Namespace) -> tuple[list[Record | RecordError], str]:
@@ -247,7 +242,7 @@ def _print_outcome(outcome: AuditOutcome) -> None:
 
 
 COMMAND = Command(
-    "audit", arguments=_arguments, run=run,
+    "audit", arguments=_arguments, run=run, progress=True,
     help="resumable dataset audit with an HTML report (pairs, single responses, groups)",
     description="Judge every record of a dataset into a crash-safe store in --output, then write "
                 "an HTML report, a JSON summary and JSONL/Parquet exports. Rerun the same command "

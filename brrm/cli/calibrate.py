@@ -18,7 +18,6 @@ reliability diagram of the held-out split before and after. Apply the result wit
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
     from brrm.types.jsonvalue import JSONDict
 from brrm.cli.command import Command
 from brrm.errors import ConfigError, install_extra
-from brrm.progress import Progress
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -46,7 +44,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="seed of the fit / held-out split")
     p.add_argument("--limit", type=int, default=None, help="use only the first N records")
     common.add_model_args(p)
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_overwrite_arg(p, resume=False)
     calibrate_cascade.add_arguments(p)
 
@@ -106,17 +103,15 @@ def _judged_rows(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
     """Judged rows of the input (judging records first when they are not judged yet) and the model's id."""
     path, judged = calibrate_cascade.input_file(args)
     if judged:
-        rows = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        rows = rows[:args.limit] if args.limit else rows
-        models = {(r.get("provenance") or {}).get("model", "") for r in rows} - {""}
-        return rows, models.pop() if len(models) == 1 else ""
+        rows = calibrate_cascade.read_rows(path, args.limit)
+        return rows, calibrate_cascade.row_model(rows)
     return _judge_records(args)
 
 
 def _judge_records(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
     from brrm.calibration.data import content_key
     from brrm.calibration.split import sides
-    from brrm.records import RecordError, read_records, seed_ids
+    from brrm.records import RecordError, read_records
     from brrm.types import Verdict
 
     if vars(args).get("calibration"):
@@ -132,13 +127,8 @@ def _judge_records(args: argparse.Namespace) -> tuple[list[JSONDict], str]:
     except ConfigError:
         judge.close()
         raise
-    common.header(sys.stderr, "calibrate", judge, len(records), args.input)
     try:
-        with Progress(len(records), desc="judging (pairs done)", unit="pair", disable=args.no_progress) as bar:
-            out = judge.judge_pairs([r.conversation for r in records], [r.response_a for r in records],
-                                    [r.response_b for r in records], ids=seed_ids(records),
-                                    labels=[r.label for r in records], progress=bar.turns)
-            bar.done(len(out))
+        out = calibrate_cascade.judge_records(judge, records, args, "calibrate", "judging", labels=True)
     finally:
         judge.close()
     return [{**common.with_id(j, r.id).to_dict(), "line": r.line,
@@ -193,7 +183,7 @@ def _print(calibration: Calibration, kind: str, tables: list[tuple[str, Metrics]
 
 
 COMMAND = Command(
-    "calibrate", arguments=_arguments, run=run,
+    "calibrate", arguments=_arguments, run=run, progress=True,
     help="fit a temperature for P(A>B) on labelled pairs (ECE, Brier, log loss), or a cascade's threshold",
     description="Fit a temperature (pairwise judges) or a scale (scalar models) for P(A>B) on "
                 "labelled pairs: judged pairs (brrm judge output) or records judged first with "

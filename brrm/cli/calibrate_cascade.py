@@ -113,7 +113,8 @@ def input_file(args: argparse.Namespace) -> tuple[Path, bool]:
         return path, False
 
 
-def _read_rows(path: Path, limit: int | None) -> list[JSONDict]:
+def read_rows(path: Path, limit: int | None) -> list[JSONDict]:
+    """The JSON lines of a judged-rows file (the first ``limit`` when set)."""
     rows = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
     return rows[:limit] if limit else rows
 
@@ -128,10 +129,10 @@ def _from_rows(args: argparse.Namespace, path: Path) -> tuple[list[PairwiseJudgm
     if args.cascade_rule in (None, "auto"):
         raise ConfigError("judged rows do not say the first judge's kind: name the rule with --cascade-rule "
                           "margin (a Bradley-Terry first judge) or band (a probability)")
-    rows = _read_rows(path, args.limit)
+    rows = read_rows(path, args.limit)
     firsts = [judgment_from_dict(r) for r in rows]
     keys = [row_content_key(r, k) for k, r in enumerate(rows, start=1)]
-    models = {"first_model": _model(rows)}
+    models = {"first_model": row_model(rows)}
     if args.cascade is None:
         refs = [parse_label(r.get("label") or "none", where=f"row {k} label") for k, r in enumerate(rows, start=1)]
         return firsts, refs, keys, args.cascade_rule, {**models, "reference": "labels"}
@@ -139,18 +140,19 @@ def _from_rows(args: argparse.Namespace, path: Path) -> tuple[list[PairwiseJudgm
     if not second.is_file():
         raise ConfigError(f"--cascade {args.cascade!r}: with judged rows as --input, --cascade names the second "
                           "judge's judged rows of the same records (brrm judge --output), not a model")
-    by_id = {str(r.get("id")): r for r in _read_rows(second, None)}
+    by_id = {str(r.get("id")): r for r in read_rows(second, None)}
     refs = []
     for r in rows:
         other = by_id.get(str(r.get("id")))
         if other is None:
             raise ConfigError(f"--cascade {args.cascade!r} has no judgment of record id {r.get('id')!r}")
         refs.append(Verdict(str(other["winner"])) if other.get("status") == "ok" else Verdict.NONE)
-    return firsts, refs, keys, args.cascade_rule, {**models, "second_model": _model(list(by_id.values())),
+    return firsts, refs, keys, args.cascade_rule, {**models, "second_model": row_model(list(by_id.values())),
                                                    "reference": "second judge"}
 
 
-def _model(rows: list[JSONDict]) -> str:
+def row_model(rows: list[JSONDict]) -> str:
+    """The one model the rows' provenance names ("" for none, or several)."""
     provs = [r.get("provenance") for r in rows]
     models = {str(p.get("model", "")) for p in provs if isinstance(p, dict)} - {""}
     return models.pop() if len(models) == 1 else ""
@@ -174,11 +176,12 @@ def _from_records(args: argparse.Namespace) -> tuple[list[PairwiseJudgment], lis
         rule = args.cascade_rule or "auto"
         if rule == "auto":  # a probability (pairwise judge, principle model): a band; a Bradley-Terry reward: a margin
             rule = "band" if first.info.pairwise or first.info.takes_principle else "margin"
-        firsts = _judge(first, records, args, "first judge")
+        firsts = judge_records(first, records, args, "calibrate --cascade (first judge)", "first judge")
         if second is None:
             refs = [r.label for r in records]
             return firsts, refs, keys, rule, {"first_model": first.info.model, "reference": "labels"}
-        refs = [j.winner if j.ok else Verdict.NONE for j in _judge(second, records, args, "second judge")]
+        refs = [j.winner if j.ok else Verdict.NONE for j in judge_records(
+            second, records, args, "calibrate --cascade (second judge)", "second judge")]
         return firsts, refs, keys, rule, {"first_model": first.info.model, "second_model": second.info.model,
                                           "reference": "second judge"}
     finally:
@@ -215,14 +218,17 @@ def _judges(args: argparse.Namespace) -> tuple[RewardJudge, RewardJudge | None]:
     return first, second
 
 
-def _judge(judge: RewardJudge, records: list[PairRecord], args: argparse.Namespace,
-           what: str) -> list[PairwiseJudgment]:
+def judge_records(judge: RewardJudge, records: list[PairRecord], args: argparse.Namespace, command: str, what: str,
+                  *, labels: bool = False) -> list[PairwiseJudgment]:
+    """``judge``'s judgments of ``records`` (with their labels when ``labels``), after ``command``'s header line,
+    under a progress bar named ``what``."""
     from brrm.records import seed_ids
 
-    common.header(sys.stderr, f"calibrate --cascade ({what})", judge, len(records), args.input)
+    common.header(sys.stderr, command, judge, len(records), args.input)
     with Progress(len(records), desc=f"{what} (pairs done)", unit="pair", disable=args.no_progress) as bar:
         out = judge.judge_pairs([r.conversation for r in records], [r.response_a for r in records],
-                                [r.response_b for r in records], ids=seed_ids(records), progress=bar.turns)
+                                [r.response_b for r in records], ids=seed_ids(records),
+                                labels=[r.label for r in records] if labels else None, progress=bar.turns)
         bar.done(len(out))
     return out
 

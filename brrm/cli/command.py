@@ -45,6 +45,8 @@ class Command:
         arguments: adds its flags to its parser.
         run: runs it on the parsed flags; returns the exit code.
         description: its ``brrm VERB --help`` text, or a function making it (one that imports what it names).
+        progress: whether it shows a progress bar: it then takes ``--no-progress`` and its counterpart
+            ``--progress`` (the default, so a script or an alias can say it either way); both set ``no_progress``.
     """
 
     name: str
@@ -52,20 +54,16 @@ class Command:
     arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     description: str | Callable[[], str] = ""
+    progress: bool = False
 
     def add_parser(self, sub: Subparsers[Parser]) -> None:
         """Add this verb's parser to ``sub``, with ``func`` set to :attr:`run`."""
         text = self.description if isinstance(self.description, str) else self.description()
         p = sub.add_parser(self.name, help=self.help, description=text or None)
         self.arguments(p)
-        _progress_pair(p)
+        if self.progress:
+            p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+            p.add_argument("--progress", dest="no_progress", action="store_false",
+                           help="show the progress bar on stderr (the default; --no-progress hides it)")
         p.set_defaults(func=self.run)
 
-
-def _progress_pair(p: argparse.ArgumentParser) -> None:
-    """Give every verb that takes ``--no-progress`` its counterpart ``--progress`` (the default, so a script or an
-    alias can say it either way); both set ``no_progress``, which the verbs read."""
-    flags = {option for action in p._actions for option in action.option_strings}
-    if "--no-progress" in flags and "--progress" not in flags:
-        p.add_argument("--progress", dest="no_progress", action="store_false",
-                       help="show the progress bar on stderr (the default; --no-progress hides it)")

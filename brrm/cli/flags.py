@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
-from dataclasses import Field, dataclass
+from dataclasses import Field, dataclass, replace
 from functools import cache
 from typing import TypedDict, cast
 
@@ -19,7 +19,7 @@ from brrm.errors import ConfigError
 from brrm.load import EMBEDDED_BUDGETS
 from brrm.load_options import LoadOptions
 from brrm.registry import KIND_REGISTRY
-from brrm.types import BACKENDS, KINDS, RewardJudge
+from brrm.types import BACKENDS, KINDS, JudgeSpec, RewardJudge
 from brrm.types.options import Flag, keyword, option_fields
 from brrm.types.protocols import kind_trait
 
@@ -130,8 +130,9 @@ def _judge_flags(kinds: tuple[str, ...]) -> tuple[JudgeFlag, ...]:
 
 
 def _form(f: Field[object]) -> Flag:
+    """The field's command-line form without its help (fields of one flag may word their help apart)."""
     form = f.metadata.get("flag")
-    return Flag(form.name, form.words, form.store, form.repeat, form.metavar) if isinstance(form, Flag) else Flag()
+    return replace(form, help="") if isinstance(form, Flag) else Flag()
 
 
 def flag_of(keyword_name: str) -> str:
@@ -402,6 +403,15 @@ def check_judge(args: argparse.Namespace, *, kind: str | None = None) -> None:
 
     model, opts = _judge_options(args, kind)
     check(model, **opts)
+
+
+def judge_spec(args: argparse.Namespace, *, kind: str | None = None) -> JudgeSpec:
+    """What :func:`load_judge` would load, as a :class:`~brrm.JudgeSpec` (what each Ray actor or replica loads; this
+    process loads no model); the options are checked by ``JudgeSpec``."""
+    from brrm.types import JudgeSpec
+
+    model, opts = _judge_options(args, kind)
+    return JudgeSpec.from_load(model, **opts)
 
 
 def _judge_options(args: argparse.Namespace, kind: str | None) -> tuple[str | None, LoadKeywords]:

@@ -23,7 +23,6 @@ from brrm.types.retry import kept_note
 def _arguments(p: argparse.ArgumentParser) -> None:
     common.add_input_args(p, verb="judge", fields="id, conversation, prompt, response_a, response_b, label")
     common.add_model_args(p)
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--quiet", "-q", action="store_true", help="no per-pair lines, summary only")
     common.add_resume_arg(p)
     common.add_retry_failed_arg(p)
@@ -51,16 +50,8 @@ def run(args: argparse.Namespace) -> int:
     results: dict[int, Any] = {}
     started = time.perf_counter()
     with resumed_output(args.output, plan) as sink:
-        good = []
-        for k, rec in enumerate(records):
-            if k < skip and k not in plan.retry:
-                sink.put(k, plan.lines[k])
-            elif isinstance(rec, RecordError):
-                sink.put(k, invalid_row(rec))
-            else:
-                good.append((k, rec))
-        _judge(judge, good, results, sink, args, term, plan)
-    ran = [r for k, r in enumerate(records) if k >= skip or k in plan.retry]
+        _judge(judge, plan.todo(records, sink, invalid_row), results, sink, args, term, plan)
+    ran = [r for k, r in enumerate(records) if plan.judged(k)]
     summary(term, list(results.values()), ran, time.perf_counter() - started, kept=skip - len(plan.retry),
             repeated=repeated.describe())
     if plan.kept:
@@ -218,7 +209,7 @@ def summary(term: TextIO, results: list[Any], records: list[Any], seconds: float
 
 
 COMMAND = Command(
-    "judge", arguments=_arguments, run=run,
+    "judge", arguments=_arguments, run=run, progress=True,
     help="judge response pairs (JSONL/JSON/Parquet/CSV records)",
     description="Judge each record's response_a against response_b with any model kind "
                 "(BR-RM natively; scalar models through sigma(r_A - r_B)).")

@@ -37,7 +37,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence", type=float, default=0.95, help="interval level in (0, 1) (0.95)")
     p.add_argument("--top", type=int, default=5, help="most-moved items listed per probe (5)")
     common.add_model_args(p)
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_overwrite_arg(p, resume=False)
 
 
@@ -118,6 +117,6 @@ def _description() -> str:
 
 
 COMMAND = Command(
-    "probe", arguments=_arguments, run=run,
+    "probe", arguments=_arguments, run=run, progress=True,
     help="robustness probes: how far cheap manipulations of responses move the judge",
     description=_description)

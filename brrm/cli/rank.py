@@ -34,7 +34,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="auto (scalar models: scores; BR-RM: round_robin, N(N-1) judgments), circular (N), "
                         "knockout (N-1), reference (N, needs a 'reference' field), scores (scalar models)")
     common.add_model_args(p)
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_resume_arg(p)
     common.add_retry_failed_arg(p)
 
@@ -61,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     plan = resume_plan(args.output, skip, sampled=False, retry_failed=args.retry_failed)
     if plan.retry:
         print(f"resuming: {len(plan.retry)} kept lines failed: ranked again in place", file=term)
-    left = {id(r) for k, r in enumerate(records) if k >= skip or k in plan.retry}
+    left = {id(r) for k, r in enumerate(records) if plan.judged(k)}
     units = _announce_cost(term, judge, [g for g in good if id(g) in left], strategy, swap=swap)
     started = time.perf_counter()
     groups = sum(id(g) in left for g in good)
@@ -120,14 +119,8 @@ def _rank_all(judge: RewardJudge, records: list[GroupRecord | RecordError], plan
     from brrm.service.items import GroupItem, RankCall
     from brrm.service.run import run as run_jobs
 
-    todo: list[tuple[int, GroupRecord]] = []
-    for k, rec in enumerate(records):
-        if k < len(plan.lines) and k not in plan.retry:
-            sink.put(k, plan.lines[k])
-        elif isinstance(rec, RecordError):
-            sink.put(k, {"id": rec.id, "line": rec.line, "status": "invalid_input", "reason": rec.reason})
-        else:
-            todo.append((k, rec))
+    todo = plan.todo(records, sink, lambda rec: {"id": rec.id, "line": rec.line, "status": "invalid_input",
+                                                 "reason": rec.reason})
 
     written = common.WrittenCount([k for k, _ in todo])
 
@@ -159,6 +152,6 @@ def _group_line(judge: RewardJudge, rec: GroupRecord, group: GroupResult, swap: 
 
 
 COMMAND = Command(
-    "rank", arguments=_arguments, run=run,
+    "rank", arguments=_arguments, run=run, progress=True,
     help="rank groups of responses (records with a 'responses' list)",
     description="Rank each record's responses: per-response rewards, ranking and win matrix.")

@@ -16,12 +16,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from brrm.cli.records import OrderedLines, open_output
+from brrm.records import RecordError
+from brrm.types.jsonvalue import JSONDict
 from brrm.types.retry import FINAL_UNLESS_DIFFERENT, result_statuses, retry_statuses
+
+_Row = TypeVar("_Row")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,24 @@ class ResumePlan:
         if position in self.retry and self.sampled:
             return retry_id(record_id, self.retry[position])
         return record_id
+
+    def judged(self, position: int) -> bool:
+        """Whether the line at ``position`` is judged in this run: past the kept lines, or a kept one judged again."""
+        return position >= len(self.lines) or position in self.retry
+
+    def todo(self, rows: Sequence[_Row | RecordError], sink: OrderedLines,
+             invalid: Callable[[RecordError], JSONDict]) -> list[tuple[int, _Row]]:
+        """Put to ``sink`` each kept line this run does not judge again and each bad row's ``invalid`` line; returns
+        the (position, record) of the rest, the rows to judge."""
+        todo = []
+        for k, row in enumerate(rows):
+            if not self.judged(k):
+                sink.put(k, self.lines[k])
+            elif isinstance(row, RecordError):
+                sink.put(k, invalid(row))
+            else:
+                todo.append((k, row))
+        return todo
 
 
 def resume_plan(output: str, skip: int, *, sampled: bool, retry_failed: bool) -> ResumePlan:

@@ -26,7 +26,6 @@ from brrm.types.retry import is_sampled, kept_note
 def _arguments(p: argparse.ArgumentParser) -> None:
     common.add_input_args(p, verb="score", fields="id, conversation, prompt, response, principle")
     common.add_model_args(p)
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     common.add_resume_arg(p)
     common.add_retry_failed_arg(p)
 
@@ -62,18 +61,15 @@ def run(args: argparse.Namespace) -> int:
     if plan.retry:
         print(f"resuming: {len(plan.retry)} kept lines failed: scored again in place", file=term)
     with resumed_output(args.output, plan) as sink:
-        flat: list[tuple[int, Any, Any]] = []  # (output position, record, principle) still to score
         lines = [(rec, p) for rec, ps in zip(records, per, strict=True) for p in ps]
-        for pos, (rec, p) in enumerate(lines):
-            if pos < skip and pos not in plan.retry:
-                sink.put(pos, plan.lines[pos])
-            elif isinstance(rec, RecordError):
-                res = ScalarReward.failed(Status.INVALID_INPUT, rec.reason, id=rec.id)
-                results.append(res)
-                sink.put(pos, _row(rec, res))
-            else:
-                flat.append((pos, rec, p))
-        _score(judge, flat, sink, results, args, plan)
+
+        def invalid(rec: RecordError) -> dict[str, Any]:
+            res = ScalarReward.failed(Status.INVALID_INPUT, rec.reason, id=rec.id)
+            results.append(res)
+            return _row(rec, res)
+
+        todo = plan.todo([rec for rec, _ in lines], sink, invalid)
+        _score(judge, [(pos, rec, lines[pos][1]) for pos, rec in todo], sink, results, args, plan)
     for line in summary_lines(summarize_rewards(results)):
         print(line, file=term)
     if plan.kept:
@@ -192,7 +188,7 @@ def _score(judge: RewardJudge, flat: list[tuple[int, Any, Any]], sink: common.Or
 
 
 COMMAND = Command(
-    "score", arguments=_arguments, run=run,
+    "score", arguments=_arguments, run=run, progress=True,
     help="scalar rewards of conversation/response records",
     description="Score each record's response with a Bradley-Terry or principle reward model "
                 "(default without --model: the embedded demo as a principle judge).")

@@ -231,8 +231,9 @@ def _build_app(args: argparse.Namespace, limits: ServerLimits, factory: Callable
     from brrm.serve.app import create_app
 
     app = create_app(judge, limits=limits)
-    if freeze:
-        _freeze()
+    if freeze:  # the loaded model, tokenizer and libraries are never rescanned by the cyclic collector: its full
+        gc.collect()  # collections over them paused the event loop for hundreds of ms under load (p99 of 429s 0.9 s
+        gc.freeze()  # -> 0.25 s)
     info = judge.info
     print(f"brrm serve: {info.model} ({info.describe()}) loaded on "
           f"http://{args.host}:{args.port}; docs at /docs", file=out)
@@ -240,12 +241,6 @@ def _build_app(args: argparse.Namespace, limits: ServerLimits, factory: Callable
         print("brrm serve: no default principle (--principle): every /v1/score item and /compare request names its "
               "own; /v1/judge, /v1/rank and /get_reward, which name none, answer 422", file=out)
     return app
-
-
-def _freeze() -> None:
-    gc.collect()
-    gc.freeze()  # the loaded model, tokenizer and libraries are never rescanned by the cyclic collector: its full
-    # collections over them paused the event loop for hundreds of ms under load (p99 of 429s 0.9 s -> 0.25 s)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, TextIO
 
-from brrm.cli import common
+from brrm.cli.flags import judge_spec
 from brrm.errors import ConfigError, install_extra
 
 if TYPE_CHECKING:
@@ -80,22 +80,12 @@ def ray_sizing(args: argparse.Namespace) -> RaySizing | None:
         raise ConfigError(message) from None
 
 
-def judge_spec(args: argparse.Namespace) -> JudgeSpec:
-    """What each judge replica loads: ``--model`` and the judge flags (the embedded demo's kind is ``brrm``)."""
-    from brrm.types import JudgeSpec
-
-    model, opts = common.load_options(args)
-    if model is None and opts["kind"] == "auto":
-        opts["kind"] = "brrm"
-    return JudgeSpec.from_load(model, **opts)
-
-
 def run_on_ray(args: argparse.Namespace, limits: ServerLimits, sizing: RaySizing, *, out: TextIO | None = None) -> int:
     """``--print-config``: write the Serve config to ``out`` (stdout); else deploy and serve until a signal."""
     from brrm.serve.ray.app import APP_NAME
 
     out = out if out is not None else sys.stdout
-    spec, name = judge_spec(args), args.app_name or APP_NAME
+    spec, name = judge_spec(args, kind="brrm"), args.app_name or APP_NAME
     if args.print_config:
         import yaml
 

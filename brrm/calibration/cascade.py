@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
 
-from brrm.calibration.split import KEY_CHARS, MAX_KEPT_GROUPS, MIN_GROUPS, sides
+from brrm.calibration.split import sides, split_record
 from brrm.compose.cascade import Confidence
 from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Verdict
@@ -230,7 +230,9 @@ def fit_cascade(observations: Sequence[CascadeObservation], *, rule: CascadeRule
     fit_side = [o for o in observations if o.key not in held]
     held_side = [o for o in observations if o.key in held]
     threshold = _lowest(fit_side, rule, target, confidence)
-    details = {"split": _split_record(fit_side, held_side, fit_groups, held_groups, seed, heldout),
+    digests = (observations_digest(fit_side), observations_digest(held_side))
+    details = {"split": split_record(fit_groups, held_groups, seed, heldout, unit="items",
+                                     counts=(len(fit_side), len(held_side)), digests=digests),
                "criterion": "lowest threshold with 1 - (F/G) * q_hi >= target on the fit groups (F: groups with an "
                             "item decided first; q_hi: the Wilson upper bound of their disagreement rate)"}
     return CascadeFit(rule, threshold, float(target), confidence, measure(fit_side, threshold, confidence=confidence),
@@ -260,19 +262,6 @@ def _lowest(obs: Sequence[CascadeObservation], rule: CascadeRule, target: float,
         if bound >= target:
             return t
     return finite[-1]
-
-
-def _split_record(fit_side: Sequence[CascadeObservation], held_side: Sequence[CascadeObservation],
-                  fit_groups: Sequence[str], held_groups: Sequence[str], seed: int,
-                  fraction: float) -> dict[str, object]:
-    """The split as a calibration records it: sizes, digests of both sides, group keys (up to the cap)."""
-    keep = len(fit_groups) + len(held_groups) <= MAX_KEPT_GROUPS
-    return {"by": "content group (sha256 of the conversation and both responses, order-free)", "seed": seed,
-            "heldout_fraction": fraction, "fit_groups": len(fit_groups), "heldout_groups": len(held_groups),
-            "fit_items": len(fit_side), "heldout_items": len(held_side), "fit_digest": observations_digest(fit_side),
-            "heldout_digest": observations_digest(held_side), "min_groups_per_side": MIN_GROUPS,
-            "fit_group_keys": [g[:KEY_CHARS] for g in fit_groups] if keep else None,
-            "heldout_group_keys": [g[:KEY_CHARS] for g in held_groups] if keep else None}
 
 
 def observations_digest(obs: Iterable[CascadeObservation]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -110,10 +111,7 @@ def observations(rows: Iterable[Mapping[str, object]]) -> Observations:
             and known logprob semantics (:func:`brrm.types.summary.check_logprob_semantics`).
     """
     result = _observations(rows)
-    counts: dict[str, int] = {}
-    for o in result.items:
-        counts[o.logprob_semantics] = counts.get(o.logprob_semantics, 0) + 1
-    check_logprob_semantics(counts, "the calibration fit")
+    check_logprob_semantics(Counter(o.logprob_semantics for o in result.items), "the calibration fit")
     return result
 
 

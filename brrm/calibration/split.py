@@ -58,14 +58,23 @@ class Split:
     def to_dict(self, seed: int, fraction: float) -> dict[str, object]:
         """What ``calib.json`` records of the split: seed, fraction, sizes in groups and observations, digests and
         (up to :data:`MAX_KEPT_GROUPS`) the fit's and held-out's group keys (first :data:`KEY_CHARS` hex)."""
-        keep = len(self.fit_groups) + len(self.heldout_groups) <= MAX_KEPT_GROUPS
-        return {"by": "content group (sha256 of the conversation and both responses, order-free)", "seed": seed,
-                "heldout_fraction": fraction, "fit_groups": len(self.fit_groups),
-                "heldout_groups": len(self.heldout_groups), "fit_observations": len(self.fit),
-                "heldout_observations": len(self.heldout), "fit_digest": rows_digest(self.fit),
-                "heldout_digest": rows_digest(self.heldout), "min_groups_per_side": MIN_GROUPS,
-                "fit_group_keys": [g[:KEY_CHARS] for g in self.fit_groups] if keep else None,
-                "heldout_group_keys": [g[:KEY_CHARS] for g in self.heldout_groups] if keep else None}
+        return split_record(self.fit_groups, self.heldout_groups, seed, fraction, unit="observations",
+                            counts=(len(self.fit), len(self.heldout)),
+                            digests=(rows_digest(self.fit), rows_digest(self.heldout)))
+
+
+def split_record(fit_groups: Sequence[str], held_groups: Sequence[str], seed: int, fraction: float, *, unit: str,
+                 counts: tuple[int, int], digests: tuple[str, str]) -> dict[str, object]:
+    """A split as a fit file records it (``calib.json``, a cascade fit): seed, fraction, sizes in groups and in
+    ``unit`` (``counts``: fit, held-out), the sides' ``digests`` and (up to :data:`MAX_KEPT_GROUPS`) their group keys
+    (first :data:`KEY_CHARS` hex)."""
+    keep = len(fit_groups) + len(held_groups) <= MAX_KEPT_GROUPS
+    return {"by": "content group (sha256 of the conversation and both responses, order-free)", "seed": seed,
+            "heldout_fraction": fraction, "fit_groups": len(fit_groups), "heldout_groups": len(held_groups),
+            f"fit_{unit}": counts[0], f"heldout_{unit}": counts[1], "fit_digest": digests[0],
+            "heldout_digest": digests[1], "min_groups_per_side": MIN_GROUPS,
+            "fit_group_keys": [g[:KEY_CHARS] for g in fit_groups] if keep else None,
+            "heldout_group_keys": [g[:KEY_CHARS] for g in held_groups] if keep else None}
 
 
 def sides(keys: Iterable[str], seed: int, fraction: float) -> tuple[tuple[str, ...], tuple[str, ...]]:

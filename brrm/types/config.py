@@ -217,7 +217,7 @@ class SamplingConfig:
 
     def to_dict(self) -> JSONDict:
         """The record of these settings (results' provenance, ``options.sampling`` of a judge's record)."""
-        out: JSONDict = {RECORD_KEYS.get(f.name, f.name): getattr(self, f.name) for f in option_fields(self)
+        out: JSONDict = {RECORD_KEYS.get(f.name, f.name): getattr(self, f.name) for f in option_fields(SamplingConfig)
                          if f.name != "top_k"}
         return {**out, **({"top_k": self.top_k} if self.top_k else {})}  # off by default: older records unchanged
 

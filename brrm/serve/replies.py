@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from brrm.service.remote import result_nodes
 from brrm.types.jsonvalue import JSONDict, JSONValue
 
 SHARED = ("model", "backend", "template_hash", "decoding")
@@ -62,31 +63,19 @@ def shared_provenance(items: Sequence[JSONDict]) -> JSONDict | None:
 
 def _provenances(node: JSONValue) -> list[JSONDict]:
     """Every ``provenance`` dict in a result dict (its own, then its sub-results', depth first)."""
-    if not isinstance(node, dict):
-        return []
-    prov = node.get("provenance")
-    found = [prov] if isinstance(prov, dict) else []
-    for key in ("sub_judgments", "rewards", "judgments"):
-        children = node.get(key)
-        for child in children if isinstance(children, list) else ():
-            found += _provenances(child)
-    return found
+    provs = [n.get("provenance") for n in result_nodes(node)]
+    return [p for p in provs if isinstance(p, dict)]
 
 
 def compact(node: JSONValue, shared: JSONDict | None) -> JSONValue:
     """``node`` (a result dict) with each nested ``provenance`` reduced to what differs from ``shared``."""
-    if not isinstance(node, dict) or shared is None:
+    if shared is None:
         return node
-    prov = node.get("provenance")
-    if isinstance(prov, dict):
-        own = dict(prov)
-        own["model"] = public_name(str(own.get("model")))
-        node["provenance"] = {k: v for k, v in own.items() if k not in shared or shared[k] != v}
-    for key in ("sub_judgments", "rewards", "judgments"):
-        children = node.get(key)
-        if isinstance(children, list):
-            for child in children:
-                compact(child, shared)
+    for result in result_nodes(node):
+        prov = result.get("provenance")
+        if isinstance(prov, dict):
+            own = {**prov, "model": public_name(str(prov.get("model")))}
+            result["provenance"] = {k: v for k, v in own.items() if k not in shared or shared[k] != v}
     return node
 
 

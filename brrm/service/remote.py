@@ -19,7 +19,7 @@ never an exception, never a number. Each request carries its own ``Idempotency-K
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -391,35 +391,37 @@ def _principles(principles: Principles, n: int) -> list[str] | None:
     return [_text(p, f"principles[{k}]") for k, p in enumerate(out)]
 
 
+RESULT_CHILDREN = ("sub_judgments", "rewards", "judgments")
+"""The keys of a result dict that hold its sub-results (swap sub-judgments, a group's rewards and judgments)."""
+
+
+def result_nodes(node: JSONValue) -> Iterator[JSONDict]:
+    """Every result dict in ``node`` (a result dict as a reply carries it): itself, then its sub-results', depth
+    first; none when ``node`` is not a dict."""
+    if isinstance(node, dict):
+        yield node
+        for key in RESULT_CHILDREN:
+            children = node.get(key)
+            for child in children if isinstance(children, list) else ():
+                yield from result_nodes(child)
+
+
 def _fingerprints(result: JSONValue) -> set[str]:
     """The weight fingerprints named in a result dict's provenance (and its sub-results')."""
-    out: set[str] = set()
-    if isinstance(result, dict):
-        prov = result.get("provenance")
-        if isinstance(prov, dict) and isinstance(prov.get("fingerprint"), str) and prov["fingerprint"]:
-            out.add(str(prov["fingerprint"]))
-        for key in ("sub_judgments", "rewards", "judgments"):
-            children = result.get(key)
-            if isinstance(children, list):
-                for child in children:
-                    out |= _fingerprints(child)
-    return out
+    provs = [node.get("provenance") for node in result_nodes(result)]
+    return {str(p["fingerprint"]) for p in provs if isinstance(p, dict) and isinstance(p.get("fingerprint"), str)
+            and p["fingerprint"]}
 
 
 def _with_reply_provenance(result: JSONValue, reply: Mapping[str, JSONValue]) -> JSONValue:
-    """A result dict with the reply's shared provenance (``brrm serve`` writes ``model``, ``backend``,
-    ``template_hash`` and ``decoding`` once per reply) filled back into each nested ``provenance``."""
+    """A result dict (changed in place) with the reply's shared provenance (``brrm serve`` writes ``model``,
+    ``backend``, ``template_hash`` and ``decoding`` once per reply) filled back into each nested ``provenance``."""
     shared = reply.get("provenance")
-    if not isinstance(shared, dict) or not isinstance(result, dict):
-        return result
-    out = dict(result)
-    if isinstance(out.get("provenance"), dict):
-        out["provenance"] = {**shared, **cast(JSONDict, out["provenance"])}
-    for key in ("sub_judgments", "rewards", "judgments"):
-        children = out.get(key)
-        if isinstance(children, list):
-            out[key] = [_with_reply_provenance(child, reply) for child in children]
-    return out
+    if isinstance(shared, dict):
+        for node in result_nodes(result):
+            if isinstance(node.get("provenance"), dict):
+                node["provenance"] = {**shared, **cast(JSONDict, node["provenance"])}
+    return result
 
 
 def _served_info(url: str, model: JSONDict) -> JudgeInfo:

@@ -236,12 +236,9 @@ class BRRMJudge:
         return it.result.status in (Status.PARSE_FAILURE, Status.TRUNCATED) and not self.config.sampling.greedy
 
     def _provenance(self, it: _Item) -> Provenance:
-        return Provenance(model=self.backend.info.model, backend=self.backend.info.name,
-                          template_hash=self.info.template_hash, sampling=self.config.sampling,
-                          seed=it.seed(self.config.sampling.seed, 1), decoding=self.config.decoding,
-                          policies=self.config.policies(), fingerprint=self.backend.info.fingerprint,
-                          logprob_semantics=self.backend.capabilities.logprob_semantics,
-                          seeded=self.backend.capabilities.seeded)
+        return Provenance.of(self.backend, template_hash=self.info.template_hash, sampling=self.config.sampling,
+                             seed=it.seed(self.config.sampling.seed, 1), decoding=self.config.decoding,
+                             policies=self.config.policies())
 
     def _budget(self, it: _Item, prompt_len: int, turn: int) -> tuple[int, Any] | None:
         """(max_new_tokens, program) for a turn, or None after setting a truncated result."""

@@ -395,12 +395,8 @@ class PrincipleJudge:
 
     def _meta(self, it: _Item) -> dict[str, Any]:
         s = self.config.sampling
-        prov = Provenance(model=self.backend.info.model, backend=self.backend.info.name,
-                          template_hash=self.template_hash, sampling=s, seed=it.seed(s.seed),
-                          decoding="free" if self.card else "constrained", policies=self._policies(),
-                          fingerprint=self.backend.info.fingerprint,
-                          logprob_semantics=self.backend.capabilities.logprob_semantics,
-                          seeded=self.backend.capabilities.seeded)
+        prov = Provenance.of(self.backend, template_hash=self.template_hash, sampling=s, seed=it.seed(s.seed),
+                             decoding="free" if self.card else "constrained", policies=self._policies())
         return {"id": it.rid, "principle": it.principle, "thinking_stripped": it.stripped, "provenance": prov}
 
     def _finish(self, it: _Item, comp: Completion) -> ScalarReward:

@@ -273,12 +273,8 @@ class BradleyTerryRewardModel:
         }
         sampling = SamplingConfig(temperature=0.0, max_new_tokens=1, max_total_tokens=max(2, self.max_length))
         template = str(self.tokenizer.chat_template)
-        return Provenance(model=self.model_id, backend=self.backend.info.name,
-                          template_hash=text_hash(template, self.recipe, NOTHINK_SUFFIX, EMPTY_THINK),
-                          sampling=sampling, seed=0, decoding="score", policies=policies,
-                          fingerprint=self.backend.info.fingerprint,
-                          logprob_semantics=self.backend.capabilities.logprob_semantics,
-                          seeded=self.backend.capabilities.seeded)
+        return Provenance.of(self.backend, template_hash=text_hash(template, self.recipe, NOTHINK_SUFFIX, EMPTY_THINK),
+                             sampling=sampling, seed=0, decoding="score", policies=policies)
 
     def close(self) -> None:
         """Close the backend."""

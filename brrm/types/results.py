@@ -79,6 +79,14 @@ class Provenance:
             raise ConfigError(f"provenance.logprob_semantics must be one of {list(LOGPROB_SEMANTICS)}, "
                               f"got {self.logprob_semantics!r}")
 
+    @classmethod
+    def of(cls, backend: Any, **fields: Any) -> Provenance:
+        """The provenance of a result ``backend`` (a :class:`~brrm.backends.base.Backend`) produced: its model, name,
+        fingerprint, logprob semantics and seeding, with ``fields`` (template hash, sampling, seed, decoding, …)."""
+        info, caps = backend.info, backend.capabilities
+        return cls(model=info.model, backend=info.name, fingerprint=info.fingerprint,
+                   logprob_semantics=caps.logprob_semantics, seeded=caps.seeded, **fields)
+
     def to_dict(self) -> JSONDict:
         return {key: json_field(getattr(self, key)) for key in PROVENANCE_KEYS}
 

@@ -225,27 +225,28 @@ class CompareRequest(Timeout):
     options: JudgeOptions | None = None
 
 
-class JudgeResponse(BaseModel):
-    """``POST /v1/judge``'s answer: the model and provenance blocks once, one judgment per pair in order."""
+class _Reply(BaseModel):
+    """A judging route's answer: the model and provenance blocks once (:mod:`brrm.serve.replies`), then its items."""
 
     model: dict[str, JsonValue]
     provenance: dict[str, JsonValue] | None
+
+
+class JudgeResponse(_Reply):
+    """``POST /v1/judge``'s answer: the model and provenance blocks once, one judgment per pair in order."""
+
     judgments: list[dict[str, JsonValue]]
 
 
-class ScoreResponse(BaseModel):
+class ScoreResponse(_Reply):
     """``POST /v1/score``'s answer: one reward per item, in order."""
 
-    model: dict[str, JsonValue]
-    provenance: dict[str, JsonValue] | None
     rewards: list[dict[str, JsonValue]]
 
 
-class RankResponse(BaseModel):
+class RankResponse(_Reply):
     """``POST /v1/rank``'s answer: the group's result."""
 
-    model: dict[str, JsonValue]
-    provenance: dict[str, JsonValue] | None
     result: dict[str, JsonValue]
 
 

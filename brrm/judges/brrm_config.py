@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from brrm.errors import ConfigError
 from brrm.judges import brrm_format as fmt
 from brrm.templates import HISTORY_THINK, ContextPolicy
-from brrm.types import SamplingConfig, check_bool, check_choice, check_int
+from brrm.types import SamplingConfig, check_choice, check_int
+from brrm.types.config import check_options
 from brrm.types.options import Flag, PerRequest, build, option, option_fields
 
 DECODING_MODES = ("constrained", "faithful")
@@ -80,26 +81,12 @@ class BRRMConfig:
                                             "or auto (the default: retokenize when faithful, else concat)")
 
     def __post_init__(self) -> None:
-        check_choice("decoding", self.decoding, DECODING_MODES)
+        check_options(self)  # the words among each field's choices, the bools
         if not isinstance(self.sampling, SamplingConfig):
             raise ConfigError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
-        check_choice("thinking", self.thinking, THINKING_MODES)
         check_int("block_token_cap", self.block_token_cap, low=fmt.MIN_BLOCK_CAP)
-        check_bool("swap", self.swap)
         check_int("max_retries", self.max_retries, low=0)
         check_choice("turn2_tokens", self.turn2_tokens, TURN2_TOKENS)
-        for name, value in (("system_messages", self.system_messages), ("tool_messages", self.tool_messages)):
-            if value is not None:
-                check_choice(name, value, ("include", "drop"))
-        for name, flag in (("strip_history_reasoning", self.strip_history_reasoning),
-                           ("neutralize_markers", self.neutralize_markers),
-                           ("strip_response_reasoning", self.strip_response_reasoning), ("shortcuts", self.shortcuts)):
-            if flag is not None:
-                check_bool(name, flag)
-        if self.verdict is not None:
-            check_choice("verdict", self.verdict, fmt.VERDICT_SELECTIONS)
-        if self.history_think is not None:
-            check_choice("history_think", self.history_think, HISTORY_THINK)
 
     def _flag(self, value: bool | None, name: str) -> bool:
         """An on/off input policy: as set, else the decoding mode's default (:data:`POLICY_DEFAULTS`)."""

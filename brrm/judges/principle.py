@@ -63,12 +63,11 @@ from brrm.types import (
     SamplingConfig,
     ScalarReward,
     Status,
-    check_bool,
     check_choice,
     check_same_length,
     override_config,
 )
-from brrm.types.config import check_principle
+from brrm.types.config import check_options, check_principle
 from brrm.types.conversation import ConversationLike
 from brrm.types.options import Flag, build, option, option_fields
 
@@ -114,10 +113,8 @@ class PrincipleConfig:
     def __post_init__(self) -> None:
         if self.format != "auto":
             check_choice("format", self.format, FORMATS)
-        check_choice("decoding", self.decoding, DECODINGS)
+        check_options(self)  # decoding and the stripping flags
         check_choice("reward", self.reward, REWARDS)
-        check_bool("strip_thinking", self.strip_thinking)
-        check_bool("strip_history_reasoning", self.strip_history_reasoning)
         if not isinstance(self.sampling, SamplingConfig):
             raise ConfigError(f"sampling must be a SamplingConfig, got {type(self.sampling).__name__}")
         if not isinstance(self.question, str) or "{principle}" not in self.question:

@@ -44,11 +44,11 @@ from brrm.types import (
     SamplingConfig,
     ScalarReward,
     Status,
-    check_bool,
     check_choice,
     check_int,
     check_same_length,
 )
+from brrm.types.config import check_options
 from brrm.types.conversation import ConversationLike
 from brrm.types.options import Flag, build, option, option_fields
 
@@ -110,9 +110,7 @@ class BTConfig:
         check_choice("recipe", self.recipe, ("auto", *RECIPES))
         if self.max_length is not None:
             check_int("max_length", self.max_length, low=8)
-        check_choice("truncation_side", self.truncation_side, TRUNCATION_SIDES)
-        check_bool("strip_thinking", self.strip_thinking)
-        check_bool("strip_history_reasoning", self.strip_history_reasoning)
+        check_options(self)  # truncation_side and the stripping flags
 
 
 def resolve_recipe(recipe: str, name: str, *, causal: bool) -> str:

@@ -133,6 +133,23 @@ def check_enum(name: str, value: object, enum_type: type[E]) -> E:
     raise ConfigError(f"{name} {value!r} is not valid; expected one of {valid}", field=name)
 
 
+def check_options(config: object) -> None:
+    """Check each set :func:`~brrm.types.options.option` field of ``config`` whose field says what it takes: a word
+    among its ``choices``, true or false where it is a bool (``bool`` or ``bool | None``, None: unset).
+
+    Raises:
+        ConfigError: naming the first invalid field and its valid values.
+    """
+    for f in option_fields(type(config)):
+        value = getattr(config, f.name)
+        if value is None and f.default is None:  # unset: the decoding mode's (or backend's) default applies
+            continue
+        if f.metadata["choices"]:
+            check_choice(f.name, value, f.metadata["choices"])
+        elif f.type in ("bool", "bool | None"):
+            check_bool(f.name, value)
+
+
 def _range(low: float | None, high: float | None, low_open: bool = False) -> str:
     if low is not None and high is not None:
         return f" in {'(' if low_open else '['}{low}, {high}]"

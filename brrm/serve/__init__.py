@@ -13,6 +13,7 @@ Needs the ``serve`` extra (``pip install -e '.[serve]'`` in the brrm clone); nam
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,13 +23,11 @@ if TYPE_CHECKING:
 __all__ = ["ServerLimits", "create_app"]
 
 
+_LAZY = {"create_app": "brrm.serve.app", "ServerLimits": "brrm.serve.limits"}
+"""Each public name and the module it is imported from on first use."""
+
+
 def __getattr__(name: str) -> object:
-    if name == "create_app":
-        from brrm.serve.app import create_app
-
-        return create_app
-    if name == "ServerLimits":
-        from brrm.serve.limits import ServerLimits
-
-        return ServerLimits
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'brrm.serve' has no attribute {name!r}")

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from brrm.service.scheduler import (
-    Aborted,
-    BatchFailed,
-    DeadlineExceeded,
-    Failed,
-    QueueFull,
-    Runner,
-    Scheduler,
-    SchedulerError,
-    Unavailable,
-)
+from brrm.service import scheduler as _moved
+from brrm.service.scheduler import *  # noqa: F403 - every public name of the moved module
 
-__all__ = ["Aborted", "BatchFailed", "DeadlineExceeded", "Failed", "QueueFull", "Runner", "Scheduler",
-           "SchedulerError", "Unavailable"]
+__all__ = _moved.__all__

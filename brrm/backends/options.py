@@ -9,14 +9,14 @@ default applies (named in the field's help). Values are checked in ``__post_init
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, TypeAlias
 
 from brrm.backends.entry import BackendEntry
 from brrm.errors import install_extra
 from brrm.registry import BACKEND_REGISTRY
-from brrm.types.config import check_bool, check_bool_or_auto, check_choice, check_float, check_int
+from brrm.types.config import check_bool_or_auto, check_float, check_int, check_options
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -33,29 +33,24 @@ def _opt(help: str, *, choices: tuple[str, ...] = (), cli: bool = True, low: int
     return field(default=None, metadata={"help": help, "choices": choices, "cli": cli, "low": low, "high": high})
 
 
-_BOOL_CHECKS: Mapping[str, Callable[[str, object], object]] = {"bool | None": check_bool,
-                                                                "bool | str | None": check_bool_or_auto}
-"""The check of each field type of true/false values (a field's annotation, as written)."""
-
-
 def _check(options: object) -> None:
-    """Check each field that is set: a word by its choices, a number by its range, a bool (or ``auto``) by its type.
+    """Check each field that is set: a word by its choices and a bool by its type (:func:`check_options`), a number
+    by its range, a bool or ``auto`` by its type.
 
     Raises:
         ConfigError: naming the first invalid field and its valid values.
     """
+    check_options(options)
     for f in fields(options):  # type: ignore[arg-type]
         value, meta = getattr(options, f.name), f.metadata
         if value is None:
             continue
-        if meta["choices"]:
-            check_choice(f.name, value, meta["choices"])
-        elif f.type == "int | None":
+        if f.type == "int | None":
             check_int(f.name, value, low=meta["low"], high=meta["high"])
         elif f.type == "float | None":
             check_float(f.name, value, low=meta["low"], high=meta["high"], low_open=True)
-        elif f.type in _BOOL_CHECKS:
-            _BOOL_CHECKS[str(f.type)](f.name, value)
+        elif f.type == "bool | str | None":
+            check_bool_or_auto(f.name, value)
 
 
 @dataclass(frozen=True)

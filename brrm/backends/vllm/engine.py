@@ -110,11 +110,7 @@ def detect_features(vllm: ModuleType) -> Features:
     # vLLM's classes differ between versions (dataclasses or msgspec structs, renamed and added fields), so they
     # are probed here with hasattr/getattr; brrm's own objects never are
 
-    params = (
-        {f.name for f in fields(SamplingParams)}
-        if hasattr(SamplingParams, "__dataclass_fields__")
-        else set(getattr(SamplingParams, "__struct_fields__", ()))
-    )
+    params = _field_names(SamplingParams)
     import vllm.sampling_params as sp_mod
 
     if hasattr(sp_mod, "StructuredOutputsParams"):
@@ -125,15 +121,11 @@ def detect_features(vllm: ModuleType) -> Features:
         raise BackendUnavailable(
             "this vLLM has no structured-output requests (regex constraints)", hint=VLLM_HINT
         )
-    engine_fields = {f.name for f in fields(EngineArgs)}
+    engine_fields = _field_names(EngineArgs)
     try:
         from vllm.pooling_params import PoolingParams
 
-        pooling = (
-            {f.name for f in fields(PoolingParams)}
-            if hasattr(PoolingParams, "__dataclass_fields__")
-            else set(getattr(PoolingParams, "__struct_fields__", ()))
-        )
+        pooling = _field_names(PoolingParams)
     except ImportError:
         pooling = set()
     activation = next((n for n in ("use_activation", "activation") if n in pooling), "")
@@ -144,6 +136,13 @@ def detect_features(vllm: ModuleType) -> Features:
         "logprobs_mode" in engine_fields,
         activation,
     )
+
+
+def _field_names(cls: type) -> set[str]:
+    """The field names of a vLLM class: a dataclass's, or a msgspec struct's (vLLM has used both)."""
+    if hasattr(cls, "__dataclass_fields__"):
+        return {f.name for f in fields(cls)}
+    return set(getattr(cls, "__struct_fields__", ()))
 
 
 def cpu_scheduling(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from brrm.compose.base import _Base, _groups, _ids, _labels, _unscorable
+from brrm.compose.base import _Base, _groups, _ids, _labels, _report_all, _unscorable
 from brrm.compose.scalar import ScalarRewardJudge
 from brrm.compose.strategies import (
     GroupPlan,
@@ -150,8 +150,6 @@ class PairwiseRewardJudge(PairwiseSurface):
         Raises:
             ConfigError: on an option the model does not take (naming the valid ones) or an invalid value.
         """
-        from brrm.compose.vote import check_samples
-
         own = dict(overrides)
         swap = check_bool("swap", own.get("swap", self.swap))
         samples = check_samples(own.pop("samples", self.samples))
@@ -198,9 +196,7 @@ class PairwiseRewardJudge(PairwiseSurface):
         if self.samples > 1:  # the votes of a pair are known when the call returns: reported then
             out = judge_with_votes(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
                                    samples=self.samples, ids=_ids(ids, n), progress=progress)
-            for i, j in enumerate(out):
-                if report is not None:
-                    report(i, j)
+            _report_all(out, report)
         else:
             out = judge_with_swap(self.model.judge_ordered, conversations, responses_a, responses_b, swap=swap,
                                   ids=_ids(ids, n), progress=progress, on_result=report, on_step=on_step)

@@ -72,7 +72,9 @@ def judge_records(judge: RewardJudge, shape: str, records: Sequence[Record], *, 
         groups = [GroupItem(c, tuple(str(x) for x in _list(r["responses"])),
                             _text(r.get("reference")) if with_ref else None) for c, r in zip(convs, records,
                                                                                              strict=True)]
-        cost = sum(group_cost(judge, strategy or "auto", len(g.responses), with_ref) for g in groups)
+        # progress units of a group: pairwise judgments (BR-RM) or scored responses (scalar models)
+        cost = sum(judge.cost("group", len(g.responses), strategy="reference" if with_ref else strategy or "auto")
+                   for g in groups)
         scale = len(records) / cost if cost else 0.0
         ranked = run(judge, groups, call=RankCall(strategy or "auto", reference=with_ref),
                      progress=(lambda x: progress(x * scale)) if progress and scale else None)
@@ -88,11 +90,6 @@ def _list(value: JSONValue) -> list[JSONValue]:
     if not isinstance(value, list):
         raise ValueError(f"a normalized group record's responses are a list, got {type(value).__name__}")
     return value
-
-
-def group_cost(judge: RewardJudge, strategy: str, n: int, with_reference: bool) -> int:
-    """Progress units one group reports: pairwise judgments (BR-RM) or scored responses (scalar models)."""
-    return judge.cost("group", n, strategy="reference" if with_reference else strategy)
 
 
 def resolve_strategy(strategy: str, *, kind: str, shape: str) -> str | None:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar, cast
 
 from brrm.audit.plan import AuditItem
 from brrm.errors import ConfigError
@@ -335,12 +335,8 @@ class AuditStore:
         names = [d[0] for d in cur.description]
         out = []
         for row in cur.fetchall():
-            r = dict(zip(names, row, strict=True))
-            out.append(RunRecord(
-                run_id=r["run_id"], state=r["state"], started_at=r["started_at"], updated_at=r["updated_at"],
-                finished_at=r["finished_at"], pid=r["pid"], host=r["host"], input=r["input"], shape=r["shape"],
-                config_hash=r["config_hash"], total=r["total"], pending=r["pending"], argv=json.loads(r["argv"]),
-                provenance=json.loads(r["provenance"]), message=r["message"]))
+            r = dict(zip(names, row, strict=True))  # the columns are RunRecord's keys, in its order
+            out.append(cast(RunRecord, {**r, "argv": json.loads(r["argv"]), "provenance": json.loads(r["provenance"])}))
         return out
 
     def run(self, run_id: int | None = None) -> RunRecord | None:

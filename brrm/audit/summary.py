@@ -23,7 +23,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,16 +96,14 @@ def load_rows(store: AuditStore, run_id: int, shape: str, *, low_margin: float =
     """A run's rows in input order, results decoded and flags set."""
     out = []
     for r in store.run_rows(run_id):
+        planned = (r.position, r.line, r.record_id, r.item_hash, r.slices)
         if r.invalid_reason:
-            row = AuditRow(r.position, r.line, r.record_id, r.item_hash, r.slices, "invalid_input", r.invalid_reason,
-                           None, None, None)
+            row = AuditRow(*planned, "invalid_input", r.invalid_reason, None, None, None)
         elif r.stored is None:
-            row = AuditRow(r.position, r.line, r.record_id, r.item_hash, r.slices, "pending", "not judged yet",
-                           None, None, None)
+            row = AuditRow(*planned, "pending", "not judged yet", None, None, None)
         else:
             s = r.stored
-            row = AuditRow(r.position, r.line, r.record_id, r.item_hash, r.slices, s.status, s.reason, s.record,
-                           result_from_dict(shape, s.result), s.result)
+            row = AuditRow(*planned, s.status, s.reason, s.record, result_from_dict(shape, s.result), s.result)
         out.append(_flag(row, low_margin))
     return out
 
@@ -126,7 +124,7 @@ def _flag(row: AuditRow, low_margin: float) -> AuditRow:
         flags += [f for f in FLAGS if f in inner and f not in flags]
         if any(j.consistent is False for j in res.judgments):
             flags.append("inconsistent")
-    return AuditRow(**{**row.__dict__, "flags": tuple(dict.fromkeys(flags))})
+    return replace(row, flags=tuple(dict.fromkeys(flags)))
 
 
 Figures = dict[str, object]
@@ -140,7 +138,7 @@ def build_summary(store: AuditStore, run_id: int, rows: Sequence[AuditRow], opti
     provenance: dict[str, object] = {**(found["provenance"] if found else {}), "argv": run.get("argv")}
     info = store.config_info(found["config_hash"] if found else None) or {}
     kind = str(info.get("kind") or "")
-    figures = _figures_fn(options.shape)
+    figures = {"pairs": pair_figures, "single": single_figures, "groups": group_figures}[options.shape]
     flagged = [r for r in rows if r.flags]
     slices = {col: _slices(rows, col, figures, kind, options.shape) for col in options.slice_by}
     progress = store.progress(run_id)
@@ -273,10 +271,6 @@ def write_summary(summary: Mapping[str, JSONValue], directory: Path) -> Path:
     tmp.write_text(json.dumps(summary, indent=1, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
-
-
-def _figures_fn(shape: str) -> Callable[[Sequence[AuditRow], str], Figures]:
-    return {"pairs": pair_figures, "single": single_figures, "groups": group_figures}[shape]
 
 
 def _slices(rows: Sequence[AuditRow], col: str, figures: Callable[[Sequence[AuditRow], str], Figures], kind: str,

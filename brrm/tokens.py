@@ -271,22 +271,16 @@ def _not_first(backend: Tokenizer) -> Tokenizer | None:
     (for text that does not open the sequence); None when it has no such pre-tokenizer (nothing differs)."""
     from tokenizers import Tokenizer
 
+    found: list[dict[str, object]] = []
+
+    def never(node: dict[str, object]) -> dict[str, object]:  # every object of the pre-tokenizer, nested ones too
+        if node.get("type") == "Metaspace" and node.get("prepend_scheme") == "first":
+            node["prepend_scheme"] = "never"
+            found.append(node)
+        return node
+
     data = json.loads(backend.to_str())
-    found = False
-
-    def walk(node: object) -> None:
-        nonlocal found
-        if isinstance(node, dict):
-            if node.get("type") == "Metaspace" and node.get("prepend_scheme") == "first":
-                node["prepend_scheme"] = "never"
-                found = True
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(data.get("pre_tokenizer"))
+    data["pre_tokenizer"] = json.loads(json.dumps(data.get("pre_tokenizer")), object_hook=never)
     return Tokenizer.from_str(json.dumps(data)) if found else None
 
 

@@ -98,11 +98,8 @@ def _file_digest(file: Path) -> str:
             _memory.update(read_table(cache))
         if key in _memory:
             return _memory[key]
-    h = hashlib.sha256()
     with real.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    digest = h.hexdigest()
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
     with _lock:
         _memory[key] = digest
         add_to_table(cache, key, digest)

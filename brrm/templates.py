@@ -151,11 +151,10 @@ def template_hash(names: tuple[str, ...] = BRRM_TEMPLATES) -> str:
 
 def text_hash(*parts: str) -> str:
     """sha256 (first 16 hex chars) over ``parts``, each followed by a NUL; for recording chat templates,
-    recipes and other format strings in results."""
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
-    return digest.hexdigest()[:16]
+    recipes and other format strings in results (:func:`brrm.seeds.content_key`, cut)."""
+    from brrm.seeds import content_key
+
+    return content_key(*parts)[:16]
 
 
 def strip_reasoning(text: str) -> tuple[str, bool]:

@@ -316,7 +316,4 @@ def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
 def common_prefix_length(a: Sequence[int], b: Sequence[int], limit: int | None = None) -> int:
     """Length of the longest common prefix of two token-id sequences (at most ``limit``)."""
     n = min(len(a), len(b)) if limit is None else min(len(a), len(b), limit)
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    return next((i for i in range(n) if a[i] != b[i]), max(n, 0))

@@ -29,11 +29,7 @@ class Router:
 
     @staticmethod
     def _prefix_hashes(ids: Sequence[int]) -> list[int]:
-        h, out = 0, []
-        for t in ids:
-            h = (h * _BASE + t + 1) % _MOD
-            out.append(h)
-        return out
+        return list(itertools.accumulate(ids, lambda h, t: (h * _BASE + t + 1) % _MOD, initial=0))[1:]
 
     def pick(self, prompt: Sequence[int]) -> int:
         """The server index in [0, n) for ``prompt``: the one holding its longest remembered prefix, else the next

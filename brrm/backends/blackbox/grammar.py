@@ -32,6 +32,7 @@ So a turn that hits no budget and no cap is the same text as the phase chain's; 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -184,11 +185,8 @@ class GrammarRun:
         segs = program.segments
         close = self.info.single("</think>")
         hit = any(isinstance(s, Think) and close in ids and ids.index(close) >= s.budget for s in segs)
-        caps = 0
-        for seg, nxt in zip(segs, segs[1:], strict=False):
-            if isinstance(seg, Pattern) and seg.cap and isinstance(nxt, Literal) and nxt.text in text \
-                    and seg.force + nxt.text not in text:
-                caps += 1
+        caps = sum(isinstance(seg, Pattern) and seg.cap > 0 and isinstance(nxt, Literal) and nxt.text in text
+                   and seg.force + nxt.text not in text for seg, nxt in itertools.pairwise(segs))
         return hit, caps
 
     def completion(self) -> Completion:

@@ -235,9 +235,7 @@ class OpenAIBackend:
         if on_complete is not None:
             for i, fut in enumerate(futures):
                 fut.add_done_callback(_report(on_complete, i))
-        out = []
-        for fut in futures:
-            out.append(fut.result())  # transport failures are error completions already; a bug raises
+        out = [fut.result() for fut in futures]  # transport failures are error completions already; a bug raises
         with self._stats_lock:
             self.stats["requests"] += len(out)
             self.stats["failed"] += sum(c.finish_reason == "error" for c in out)

@@ -87,12 +87,8 @@ class EvalBiasBench(Benchmark):
     data_folder = "EvalBiasBench"
 
     def aliases(self) -> dict[str, tuple[str, ...]]:
-        out: dict[str, tuple[str, ...]] = {}
-        for c in CATEGORIES:
-            for sep in ("-", "_", " "):
-                out[c.replace(" ", sep).replace("_", sep)] = (c,)
-        out["length"] = ("length bias",)
-        return out
+        out = {c.replace(" ", sep).replace("_", sep): (c,) for c in CATEGORIES for sep in ("-", "_", " ")}
+        return {**out, "length": ("length bias",)}
 
     def load(self, subsets: Sequence[str], *, root: str | os.PathLike[str] | None = None, limit: int | None = None,
              source: str | None = None) -> list[BenchItem]:

@@ -201,8 +201,8 @@ class LLMBarFormat(Benchmark):
         items: list[BenchItem] = []
         for subset in subsets:
             path = locate(f"{self.folders[subset]}/dataset.json", root, f"{self.title} {subset}")
-            for k, rec in enumerate(take(read_files([path]), limit), start=1):
-                items.append(self.item(subset, k, rec, where=f"{path} row {k}"))
+            items += [self.item(subset, k, rec, where=f"{path} row {k}")
+                      for k, rec in enumerate(take(read_files([path]), limit), start=1)]
         return items
 
     @staticmethod

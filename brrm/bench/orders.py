@@ -58,11 +58,7 @@ def sequence_swaps(counts: Sequence[int], seed: int = OFFICIAL_SEED) -> list[lis
     import random
 
     rng = random.Random(seed)
-    out: list[list[JSONValue]] = []
-    for n in counts:
-        draws: list[JSONValue] = [rng.choice([0, 1]) for _ in range(n)]
-        out.append(draws)
-    return out
+    return [[rng.choice([0, 1]) for _ in range(n)] for n in counts]
 
 
 def random_swap(seed: int, item_id: str, pair: int) -> bool:

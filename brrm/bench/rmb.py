@@ -151,8 +151,7 @@ class RMB(Benchmark):
             rows = json.loads(require(Path(path), "RMB result file").read_text(encoding="utf-8"))
             if not isinstance(rows, list) or not all(isinstance(r, dict) and "chosen_reward" in r for r in rows):
                 raise ConfigError(f"{path}: not an RMB result file (records with chosen_reward / reject_reward)")
-            for rec in rows:
-                results.append(self._replayed(rec, path))
+            results += [self._replayed(rec, path) for rec in rows]
         return self.score(results)
 
     def _replayed(self, rec: dict[str, Any], path: Path) -> ItemResult:

@@ -75,7 +75,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                         "(e.g. 1,3,5) and print the headline figure against the judgments each cost")
     common.add_retry_failed_arg(p)
     common.add_model_args(p)
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,8 +90,10 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(args: argparse.Namespace) -> list[Scored]:
     """One benchmark run (or replay) as the flags say; the :class:`~brrm.bench.protocol.Scored` runs it printed."""
+    from brrm.bench.data import run_revision
     from brrm.bench.protocol import resolve
     from brrm.bench.registry import get_benchmark
+    from brrm.cli.flags import detected_kind
     from brrm.errors import ConfigError
 
     bench = get_benchmark(args.name, weighting=args.weighting, strategy=args.strategy, revision=args.revision)
@@ -116,8 +117,10 @@ def execute(args: argparse.Namespace) -> list[Scored]:
     if not items:
         raise ConfigError(f"no {bench.title} items for --subset {', '.join(subsets)}")
     subsets = tuple(s for s in subsets if any(it.subset == s for it in items))
-    revision = _revision(args, bench, items)
-    pairwise = _judge_kind(args) == "brrm"
+    revision = run_revision(bench, items, root=args.data_dir, source=args.data)
+    # the kind the judge loads as (the embedded demo judges as BR-RM here; unknown: loading names the problem)
+    kind = args.kind if args.kind != "auto" else "brrm" if args.model is None else detected_kind(args.model)
+    pairwise = kind == "brrm"
     judge = common.load_judge(_with(args, protocols[0].options if pairwise else {}), kind="brrm")
     scored = []
     try:  # every judge is built (and its options checked) before the first judgment
@@ -136,21 +139,6 @@ def execute(args: argparse.Namespace) -> list[Scored]:
     return scored
 
 
-def _judge_kind(args: argparse.Namespace) -> str | None:
-    """The kind the judge will load as (None when it cannot be told here: loading then names the problem)."""
-    from brrm.errors import ConfigError
-    from brrm.recipes import detect_kind, model_config
-
-    if args.kind != "auto":
-        return str(args.kind)
-    if args.model is None:
-        return "brrm"  # the embedded demo judges as BR-RM here
-    try:
-        return detect_kind(args.model, model_config(args.model))[0]
-    except ConfigError:
-        return None
-
-
 def _with(args: argparse.Namespace, options: Mapping[str, object]) -> argparse.Namespace:
     """``args`` with a protocol's judge options (their flag names) filled in."""
     return argparse.Namespace(**{**vars(args), **dict(options)})
@@ -163,12 +151,6 @@ def _sibling(args: argparse.Namespace, judge: RewardJudge, options: Mapping[str,
     _, opts = common.load_options(_with(args, options))
     names = judge_option_names("brrm")
     return judge.with_options(**{k: v for k, v in opts.items() if k in names})
-
-
-def _revision(args: argparse.Namespace, bench: Benchmark, items: list[BenchItem] | None) -> dict[str, Any]:
-    from brrm.bench.data import run_revision
-
-    return run_revision(bench, items, root=args.data_dir, source=args.data)
 
 
 def _output_folder(path: str | None) -> Path | None:
@@ -186,7 +168,7 @@ def _output_folder(path: str | None) -> Path | None:
 
 
 def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> Scored:
-    from brrm.bench.data import with_data
+    from brrm.bench.data import files_sha256, run_revision, with_data
     from brrm.bench.protocol import Scored, score_both
     from brrm.bench.report import is_brrm_output, read_items
     from brrm.errors import ConfigError
@@ -206,10 +188,9 @@ def _replay(args: argparse.Namespace, bench: Benchmark, folder: Path | None) -> 
         result = bench.replay(paths, root=args.data_dir)
         scored = Scored(None, result, None, 0, per_item=False)  # official files: no per-item parse states here
     print(f"brrm bench {bench.name}: replay of {', '.join(map(str, paths))}")
-    from brrm.bench.data import files_sha256
-
     items = [r.item for r in scored.results] if scored.per_item else None
-    revision = {**_revision(args, bench, items), "predictions_sha256": {str(p): files_sha256(p) for p in paths}}
+    revision = {**run_revision(bench, items, root=args.data_dir, source=args.data),
+                "predictions_sha256": {str(p): files_sha256(p) for p in paths}}
     scored = replace(scored, all=with_data(scored.all, items, revision),
                      parsed=with_data(scored.parsed, items, revision) if scored.parsed is not None else None)
     _finish(bench, [scored], folder, None, revision)
@@ -425,6 +406,6 @@ def _description() -> str:
 
 
 COMMAND = Command(
-    "bench", arguments=_arguments, run=run,
+    "bench", arguments=_arguments, run=run, progress=True,
     help="run a reward-model benchmark (official protocol and metric), or replay outputs",
     description=_description)

@@ -21,14 +21,11 @@ def parse_counts(text: str) -> list[int]:
     Raises:
         ConfigError: naming ``--sweep-samples`` and the bad value.
     """
-    counts: list[int] = []
-    for part in text.split(","):
-        value = part.strip()
+    values = [part.strip() for part in text.split(",")]
+    for value in values:
         if not value.isdigit() or int(value) < 1:
             raise ConfigError(f"--sweep-samples {text!r}: {value!r} is not an integer >= 1 (e.g. 1,3,5)")
-        if int(value) not in counts:
-            counts.append(int(value))
-    return counts
+    return list(dict.fromkeys(int(value) for value in values))
 
 
 def sweep(args: argparse.Namespace, execute: Callable[[argparse.Namespace], list[Scored]]) -> int:

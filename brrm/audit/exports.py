@@ -54,11 +54,7 @@ def write_parquet(rows: Sequence[AuditRow], path: Path, slice_by: Sequence[str])
     def num(x: float | None) -> float | None:
         return None if x is None or math.isnan(x) else x
 
-    cols: dict[str, list[object]] = {k: [] for k in (
-        "position", "line", "id", "item_hash", "status", "reason", "flags", "winner", "p_a", "reward", "label",
-        "correct", "consistent", "dimensions", "record", "result")}
-    for col in slice_by:
-        cols[f"slice.{col}"] = []
+    records = []
     for row in rows:
         res = row.result
         jd = res if isinstance(res, PairwiseJudgment) else None
@@ -73,15 +69,14 @@ def write_parquet(rows: Sequence[AuditRow], path: Path, slice_by: Sequence[str])
                   if jd else [],
                   "record": None if row.record is None else json.dumps(row.record, ensure_ascii=False),
                   "result": None if row.result_dict is None else json.dumps(row.result_dict, ensure_ascii=False)}
-        for key, value in values.items():
-            cols[key].append(value)
-        for col in slice_by:
-            cols[f"slice.{col}"].append(row.slices.get(col))
+        records.append({**values, **{f"slice.{col}": row.slices.get(col) for col in slice_by}})
     types = {"position": pa.int64(), "line": pa.int64(), "flags": pa.list_(pa.string()), "p_a": pa.float64(),
              "reward": pa.float64(), "correct": pa.bool_(), "consistent": pa.bool_(),
              "dimensions": pa.list_(pa.string())}
-    schema = pa.schema([(name, types.get(name, pa.string())) for name in cols])
+    names = ["position", "line", "id", "item_hash", "status", "reason", "flags", "winner", "p_a", "reward", "label",
+             "correct", "consistent", "dimensions", "record", "result", *(f"slice.{col}" for col in slice_by)]
+    schema = pa.schema([(name, types.get(name, pa.string())) for name in names])
     tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(pa.table(cols, schema=schema), tmp)
+    pq.write_table(pa.Table.from_pylist(records, schema=schema), tmp)
     os.replace(tmp, path)
     return path

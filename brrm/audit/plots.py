@@ -65,9 +65,8 @@ def plots_for(summary: Figures) -> list[Plot]:
     }
     out = [_draw(pid, title, fn, overall) for pid, title, fn in makers[shape]
            if pid != "failure_rates" or any_failure(overall)]  # all zero: the overview says so in a sentence
-    for col, data in part(summary["slices"]).items():
-        out.append(_draw(f"slice:{col}", f"By {col}", functools.partial(_slice, shape=shape),
-                         part(part(data)["values"])))
+    out += [_draw(f"slice:{col}", f"By {col}", functools.partial(_slice, shape=shape), part(part(data)["values"]))
+            for col, data in part(summary["slices"]).items()]
     return out
 
 

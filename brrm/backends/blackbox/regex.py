@@ -123,18 +123,16 @@ def _class(av: Any, c: ModuleType) -> Node:
 
 
 def _set_matches(node: Node, ch: str) -> bool:
-    code = ord(ch)
-    hit = False
-    for item in node[1]:
-        if item[0] == "lit":
-            hit = code == item[1]
-        elif item[0] == "range":
-            hit = item[1] <= code <= item[2]
-        else:
-            hit = re.fullmatch(item[1], ch) is not None
-        if hit:
-            break
-    return hit != node[2]
+    return any(_item_matches(item, ch) for item in node[1]) != node[2]
+
+
+def _item_matches(item: tuple[Any, ...], ch: str) -> bool:
+    """Whether a character-class item (a literal, a range or a category) matches ``ch``."""
+    if item[0] == "lit":
+        return ord(ch) == item[1]
+    if item[0] == "range":
+        return bool(item[1] <= ord(ch) <= item[2])
+    return re.fullmatch(item[1], ch) is not None
 
 
 def nullable(node: Node) -> bool:

@@ -101,11 +101,7 @@ class ItemRun:
     def chains(self, items: list[Item]) -> None:
         """Run ``items`` (none final yet) to their final results."""
         self.items = items
-        firsts: list[tuple[int, Next]] = []
-        for k, it in enumerate(items):
-            step = self._start(it)
-            if step is not None:
-                firsts.append((k, step))
+        firsts = [(k, step) for k, it in enumerate(items) if (step := self._start(it)) is not None]
         if not firsts:
             return
         chain_of = [k for k, _ in firsts]

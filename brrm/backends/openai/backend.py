@@ -371,12 +371,9 @@ def _parse_choice(data: JSONValue) -> PhaseResult:
             error=f"the server finished with finish_reason={finish!r}",
             cached_tokens=cached,
         )
-    steps: list[dict[int, float]] = []
-    for entry in _array(_object(choice.get("logprobs")).get("top_logprobs")):
-        steps.append(
-            {int(k.split(":", 1)[1]): _float(v) for k, v in _object(entry).items() if k.startswith("token_id:")}
-        )
-    return PhaseResult(token_ids, finish, step_logprobs=tuple(steps), cached_tokens=cached)
+    steps = tuple({int(k.split(":", 1)[1]): _float(v) for k, v in _object(entry).items() if k.startswith("token_id:")}
+                  for entry in _array(_object(choice.get("logprobs")).get("top_logprobs")))
+    return PhaseResult(token_ids, finish, step_logprobs=steps, cached_tokens=cached)
 
 
 def _object(value: JSONValue) -> JSONDict:

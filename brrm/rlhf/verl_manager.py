@@ -29,6 +29,7 @@ writing at index −1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast
 
@@ -71,12 +72,10 @@ def _cfg_int(config: object, path: str, default: int) -> int:
         ConfigError: when the value is not a number (naming the path).
     """
     value = _cfg_get(config, path, default)
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConfigError(f"{path} must be an integer, got {value!r}")
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"{path} must be an integer, got {value!r}") from None
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    raise ConfigError(f"{path} must be an integer, got {value!r}")
 
 
 class BrrmGroupRewardManager(RewardManagerBase):

@@ -235,16 +235,10 @@ def _local(cfg: Mapping[str, JSONValue]) -> LocalRewards:
             options = cfg.get("options") or {}
             if not isinstance(options, dict):
                 raise ConfigError(f"BRRM_OPTIONS must be a JSON object of brrm.load options, got {options!r}")
-            texts = {k: cfg.get(k, default) for k, default in (("model", None), ("kind", "auto"),
-                                                               ("backend", "transformers"),
-                                                               ("get_reward_mode", "auto"))}
-            for name, value in texts.items():
-                if value is not None and not isinstance(value, str):
-                    raise ConfigError(f"BRRM_{name.upper()} must be a string, got {value!r}")
+            model, kind, backend, mode = (_text(cfg, k) for k in ("model", "kind", "backend", "get_reward_mode"))
             failed = cfg.get("failed_reward", 0.0)
             if failed is not None and (isinstance(failed, bool) or not isinstance(failed, int | float)):
                 raise ConfigError(f"BRRM_FAILED_REWARD must be a number or null, got {failed!r}")
-            model, kind, backend, mode = (str(v) if v is not None else None for v in texts.values())
             judge = JudgeSpec(model, kind=kind or "auto", backend=backend or "transformers", options=options).load()
             _service = LocalRewards(judge, failed_reward=None if failed is None else float(failed),
                                     mode=mode or "auto", max_batch=check_int("max_batch", cfg.get("max_batch", 32)),
@@ -252,3 +246,15 @@ def _local(cfg: Mapping[str, JSONValue]) -> LocalRewards:
                                     timeout_s=check_float("timeout_s", cfg.get("timeout_s", 600.0), low=0,
                                                           low_open=True))
         return _service
+
+
+def _text(cfg: Mapping[str, JSONValue], key: str) -> str | None:
+    """Setting ``key`` as a string, or None when unset.
+
+    Raises:
+        ConfigError: when it is another type (naming its variable).
+    """
+    value = cfg.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"BRRM_{key.upper()} must be a string, got {value!r}")
+    return value

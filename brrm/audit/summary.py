@@ -40,6 +40,7 @@ from brrm.types import (
     summarize,
     summarize_rewards,
 )
+from brrm.types.jsonread import as_list, as_object
 from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.usage import token_report
 
@@ -226,9 +227,7 @@ def part(value: JSONValue) -> Mapping[str, JSONValue]:
     Raises:
         TypeError: for another value (a summary of another shape: a programming error).
     """
-    if not isinstance(value, dict):
-        raise TypeError(f"the audit summary has {value!r} where an object belongs")
-    return value
+    return as_object(value, "an object of the audit summary")
 
 
 def entries(value: JSONValue) -> list[JSONValue]:
@@ -237,9 +236,7 @@ def entries(value: JSONValue) -> list[JSONValue]:
     Raises:
         TypeError: for another value.
     """
-    if not isinstance(value, list):
-        raise TypeError(f"the audit summary has {value!r} where a list belongs")
-    return value
+    return as_list(value, "a list of the audit summary")
 
 
 def number(value: JSONValue) -> float | None:

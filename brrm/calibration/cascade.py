@@ -38,6 +38,7 @@ from brrm.errors import ConfigError
 from brrm.types import PairwiseJudgment, Verdict
 from brrm.types.calibration import read_format_file
 from brrm.types.cascade import CascadeRule, CascadeWhy
+from brrm.types.jsonread import as_object
 from brrm.types.jsonvalue import record
 
 FORMAT = "brrm-cascade-fit/1"
@@ -287,7 +288,7 @@ def read_cascade_fit(path: str | os.PathLike[str]) -> CascadeFit:
         rule = CascadeRule(str(data["rule"]))
         threshold = Confidence(rule, _number(data["threshold"])).threshold  # its range, named
         target, level = (_number(data[k]) for k in ("target", "confidence"))
-        fit, held = (_agreement(_mapping(data[k])) for k in ("fit", "heldout"))
+        fit, held = (_agreement(as_object(data[k], k)) for k in ("fit", "heldout"))
     except (KeyError, TypeError, ValueError, ConfigError) as exc:
         raise ConfigError(f"cascade fit {str(path)!r}: {exc}") from None
     details = {k: v for k, v in data.items() if k not in _OWN}
@@ -298,12 +299,6 @@ def _number(x: object) -> float:
     if isinstance(x, bool) or not isinstance(x, int | float):
         raise TypeError(f"expected a number, got {x!r}")
     return float(x)
-
-
-def _mapping(x: object) -> Mapping[str, object]:
-    if not isinstance(x, dict):
-        raise TypeError(f"expected an object, got {x!r}")
-    return x
 
 
 def _agreement(d: Mapping[str, object]) -> Agreement:

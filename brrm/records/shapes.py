@@ -178,10 +178,10 @@ def detect_fields(rows: Sequence[tuple[int, object]], fields: FieldMap | None) -
     first = next((row for _, row in rows if isinstance(row, Mapping)), None)
     ours = {default.prompt, default.conversation, default.response_a, default.response_b, default.response,
             default.responses}
-    if first is not None and {"input", "output_1", "output_2"} <= first.keys() and not ours & first.keys():
-        return LLMBAR_FIELDS
-    if first is not None and {"instruction", "response1", "response2"} <= first.keys() and not ours & first.keys():
-        return EVALBIASBENCH_FIELDS
+    if first is not None and not ours & first.keys():
+        for known in (LLMBAR_FIELDS, EVALBIASBENCH_FIELDS):
+            if {known.prompt, known.response_a, known.response_b} <= first.keys():
+                return known
     return default
 
 

@@ -10,6 +10,7 @@ so ``{{ ... }}`` or ``{% ... %}`` inside data is rendered verbatim (no evaluatio
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import unicodedata
@@ -296,19 +297,12 @@ def brrm_turn1_content(conversation: Conversation, response_1: str, response_2: 
     from brrm.tokens import Markup
 
     seen = "\0".join([response_1, response_2, *(m.content for m in conversation.messages)])
-    k = 0
-    while f"\ue003{k}" in seen:  # placeholders that no record text holds
-        k += 1
+    k = next(k for k in itertools.count() if f"\ue003{k}" not in seen)  # placeholders that no record text holds
     tags = (f"\ue003{k}<\ue004", f"\ue003{k}>\ue004")
     text = render("brrm_turn1.jinja", context=render_context(conversation, policy, tags),
                   responses=render_responses(response_1, response_2))
-    pieces: list[str | Markup] = []
-    for part in re.split("(" + "|".join(re.escape(t) for t in tags) + ")", text):
-        if part in tags:
-            pieces.append(Markup("<think>" if part == tags[0] else "</think>"))
-        elif part:
-            pieces.append(part)
-    return pieces
+    parts = re.split("(" + "|".join(re.escape(t) for t in tags) + ")", text)
+    return [(Markup("<think>" if part == tags[0] else "</think>") if part in tags else part) for part in parts if part]
 
 
 def render_brrm_turn2() -> str:

@@ -93,13 +93,9 @@ class FakeBackend:
         """Run ``score_script`` for each sequence, in order."""
         assert self.score_script is not None, "this FakeBackend has no score script"
         self._count_call()
-        out = []
-        for seq in sequences:
-            prompt = self._seen(seq, "classified")
-            value = self.score_script(prompt)
-            out.append(Score.failed(f"{type(value).__name__}: {value}") if isinstance(value, Exception)
-                       else Score(float(value)))
-        return out
+        values = [self.score_script(self._seen(seq, "classified")) for seq in sequences]
+        return [Score.failed(f"{type(v).__name__}: {v}") if isinstance(v, Exception) else Score(float(v))
+                for v in values]
 
     def _count_call(self) -> None:
         with self._lock:

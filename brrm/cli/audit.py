@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from brrm.cli import common
 from brrm.cli.command import Command
-from brrm.cli.flags import LoadKeywords
+from brrm.cli.flags import LoadKeywords, quiet_libraries
 from brrm.cli.ray_flags import add_ray_args, ray_options
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from brrm.audit import JudgeSpec, run_audit
     from brrm.records import FieldMap
 
-    common._quiet_libraries()
+    quiet_libraries()
     print(f"brrm audit: {len(records)} records from {args.input} ({shape}); model "
           f"{model or 'the embedded demo (SmolLM2-135M-Instruct; pass --model for a real judge)'}; kind {kind}; "
           f"backend {opts['backend']}" + (f"; on Ray ({args.ray})" if ray else ""), file=sys.stderr)

@@ -11,7 +11,6 @@ from typing import TextIO
 from brrm.backends.registry import BACKEND_REGISTRY
 from brrm.cli.errors import error_line
 from brrm.cli.flags import add_backend_args, add_judge_args, add_model_args, check_judge, load_judge, load_options
-from brrm.cli.flags import quiet_libraries as _quiet_libraries
 from brrm.cli.records import (
     OrderedLines,
     WrittenCount,
@@ -40,7 +39,7 @@ __all__ = ["OrderedLines", "WrittenCount", "add_backend_args", "add_input_args",
            "add_overwrite_arg", "add_resume_arg", "add_retry_failed_arg", "check_judge", "check_output", "header",
            "interrupted", "load_judge", "load_options", "note_ignored_principles", "open_output", "printable",
            "progress_bar", "refuse_overwrite", "report_bad_records", "report_duplicate_ids", "report_resume",
-           "require_records", "resumed_lines", "terminal", "error_line", "with_id", "_quiet_libraries"]
+           "require_records", "resumed_lines", "terminal", "error_line", "with_id"]
 
 
 def header(term: TextIO, command: str, judge: RewardJudge, n_records: int, source: str, *, detail: str = "") -> None:

@@ -19,18 +19,15 @@ from brrm.compose.base import _Base
 from brrm.errors import ConfigError
 from brrm.types import (
     ConversationLike,
-    GroupResult,
     JudgeInfo,
     OrderedPairJudge,
     PairwiseJudgment,
     Progress,
     RewardJudge,
-    ScalarReward,
     Variable,
     Verdict,
 )
 from brrm.types.calibration import Calibration
-from brrm.types.cost import JudgmentCost
 from brrm.types.protocols import OnResult, OnStep, Principles
 
 
@@ -77,7 +74,8 @@ class CalibratedPairJudge:
 
 class CalibratedScalarJudge(_Base):
     """A scalar :class:`~brrm.RewardJudge` whose pairwise judgments carry calibrated σ(s·(r_A − r_B)); every other
-    method is the wrapped judge's (rewards, rankings and costs unchanged).
+    method is the wrapped judge's own (rewards, rankings and costs unchanged; its ``with_options`` variants are not
+    calibrated).
 
     Args:
         judge: the scalar judge (:class:`~brrm.compose.judges.ScalarRewardJudge`).
@@ -87,6 +85,8 @@ class CalibratedScalarJudge(_Base):
     def __init__(self, judge: RewardJudge, calibration: Calibration) -> None:
         self.inner = self.model = judge  # closed by _Base.close
         self.calibration = calibration
+        self.score, self.rank_groups = judge.score, judge.rank_groups
+        self.with_options, self.judgment_cost = judge.with_options, judge.judgment_cost
         self.info: JudgeInfo = replace(judge.info, composition=replace(judge.info.composition,
                                                                        calibration=calibration.hash))
 
@@ -100,27 +100,6 @@ class CalibratedScalarJudge(_Base):
         out = self.inner.judge_pairs(conversations, responses_a, responses_b, swap=swap, ids=ids, labels=labels,
                                      principles=principles, progress=progress, on_result=given, on_step=on_step)
         return [reported.get(i) or self.calibration.apply(j) for i, j in enumerate(out)]
-
-    def score(self, conversations: Sequence[ConversationLike],
-              responses: Sequence[str], /, *, principles: Principles = None,
-              references: Sequence[str] | None = None, ids: Sequence[str] | None = None,
-              progress: Progress = None, on_result: OnResult = None) -> list[ScalarReward]:
-        return self.inner.score(conversations, responses, principles=principles, references=references, ids=ids,
-                                progress=progress, on_result=on_result)
-
-    def rank_groups(self, conversations: Sequence[ConversationLike], groups: Sequence[Sequence[str]], /, *,
-                    strategy: str = "auto", references: Sequence[str] | None = None, swap: bool | None = None,
-                    principles: Principles = None, progress: Progress = None) -> list[GroupResult]:
-        return self.inner.rank_groups(conversations, groups, strategy=strategy, references=references, swap=swap,
-                                      principles=principles, progress=progress)
-
-    def with_options(self, **overrides: object) -> RewardJudge:
-        """The wrapped judge's variant (as its ``with_options``: not calibrated)."""
-        return self.inner.with_options(**overrides)
-
-    def judgment_cost(self, shape: str, n: int, /, *, strategy: str = "auto", swap: bool | None = None,
-                      principles: int | None = None) -> JudgmentCost:
-        return self.inner.judgment_cost(shape, n, strategy=strategy, swap=swap, principles=principles)
 
 
 def _reporting(report: Callable[[int, PairwiseJudgment], object] | None,

@@ -273,8 +273,5 @@ class SlotCache(DynamicCache):
 
     def read(self, slot: int, length: int) -> KV:
         """A copy of positions ``0 … length - 1`` of ``slot``: per layer ``([H_kv, length, D], [H_kv, length, D])``."""
-        out = []
-        for layer in self.slot_layers():
-            keys, values = layer.buffers()
-            out.append((keys[slot, :, :length].clone(), values[slot, :, :length].clone()))
-        return out
+        buffers = [layer.buffers() for layer in self.slot_layers()]
+        return [(keys[slot, :, :length].clone(), values[slot, :, :length].clone()) for keys, values in buffers]

@@ -10,7 +10,10 @@ tokens per judgment (mean and p95), judgments per second, and for a cascade the 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+import operator
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,14 +72,8 @@ def merge_turns(*parts: Sequence[TurnTokens]) -> tuple[TurnTokens, ...]:
     """Turn-by-turn sums of several judgments' turns (swap orders, voting samples, cascade stages, retries): turn
     ``i`` of the result is the sum of every part's turn ``i``; a part that stopped after turn 1 adds to turn 1
     only."""
-    out: list[TurnTokens] = []
-    for turns in parts:
-        for i, t in enumerate(turns):
-            if i < len(out):
-                out[i] = out[i] + t
-            else:
-                out.append(t)
-    return tuple(out)
+    columns = itertools.zip_longest(*parts)  # turn i of every part, None where a part has no turn i
+    return tuple(functools.reduce(operator.add, (t for t in column if t is not None)) for column in columns)
 
 
 def turns_from_dict(value: object) -> tuple[TurnTokens, ...]:
@@ -122,7 +119,7 @@ def tokens_of(result: object) -> Tokens | None:
         return recorded
     turns = getattr(result, "turns", None)
     if turns:
-        whole = merge_turns(*[[t] for t in turns])[0]
+        whole = functools.reduce(operator.add, turns)
         return Tokens(whole.prompt, whole.generated, whole.cached)
     if turns is not None:  # a judgment without turns: replayed, short-circuited, or from an older record
         j: Any = result

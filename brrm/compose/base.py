@@ -4,7 +4,7 @@ handling, variants and the checks of a call's arguments (:mod:`brrm.compose.judg
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Self
 
@@ -14,7 +14,6 @@ from brrm.types import (
     Conversation,
     JudgeInfo,
     PairwiseJudgment,
-    Progress,
     ScalarReward,
     Status,
     Variable,
@@ -23,7 +22,7 @@ from brrm.types import (
     parse_label,
 )
 from brrm.types.conversation import ConversationLike
-from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
+from brrm.types.protocols import OnResult, SingleItems
 
 
 class _Base(SingleItems):
@@ -31,14 +30,7 @@ class _Base(SingleItems):
 
     info: JudgeInfo
     model: Any
-
-    def judge_pairs(self, conversations: Sequence[ConversationLike],
-                    responses_a: Sequence[str], responses_b: Sequence[str],
-                    /, *, swap: bool | None = None, ids: Sequence[str] | None = None,
-                    labels: Sequence[Verdict] | None = None, principles: Principles = None,
-                    progress: Progress = None, on_result: OnResult = None,
-                    on_step: OnStep = None) -> list[PairwiseJudgment]:
-        raise NotImplementedError
+    judge_pairs: Callable[..., list[PairwiseJudgment]]  # each judge's own (RewardJudge.judge_pairs)
 
     def close(self) -> None:
         """Free the model (engines, threads, connections)."""

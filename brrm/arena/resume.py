@@ -14,22 +14,20 @@ spec's request hash (:func:`brrm.audit.keys.request_hash`), and learnt from the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from brrm.arena.judging import Battle, battle_from, judge_matchups
 from brrm.arena.pairing import Matchup
 from brrm.arena.table import ArenaTable
-from brrm.types import JudgeSpec, RewardJudge
+from brrm.types import JudgeSpec, Progress, RewardJudge
 from brrm.types.jsonvalue import JSONDict
 
 if TYPE_CHECKING:
     from brrm.audit.plan import AuditItem
     from brrm.audit.ray_runner import RayOptions
     from brrm.audit.store import AuditStore
-
-Progress = Callable[[float], None] | None
 
 
 def _record(table: ArenaTable, m: Matchup) -> JSONDict:

@@ -21,11 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from brrm.compose.swap import mirror
+from brrm.compose.swap import OrderedFn, mirror
 from brrm.types import PairwiseJudgment, Verdict, check_int
 from brrm.types.usage import merge_turns
 
-OrderedFn = Callable[..., list[PairwiseJudgment]]
 _ORDER = (Verdict.A, Verdict.B, Verdict.TIE)
 
 

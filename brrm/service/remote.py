@@ -19,7 +19,7 @@ never an exception, never a number. Each request carries its own ``Idempotency-K
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -42,12 +42,11 @@ from brrm.types.config import check_text
 from brrm.types.conversation import ConversationLike
 from brrm.types.cost import JudgmentCost
 from brrm.types.jsonvalue import JSONDict, JSONValue
-from brrm.types.protocols import OnResult, OnStep, Principles, SingleItems
+from brrm.types.protocols import OnResult, OnStep, Principles, Progress, SingleItems
 
 if TYPE_CHECKING:
     import httpx
 
-Progress = Callable[[float], None] | None
 R = TypeVar("R")
 
 

@@ -98,12 +98,9 @@ class BRRMJudge:
         self.thinking = self._thinking_enabled()
         self.continuation = self._turn2_continuation()
         chat = text_hash(str(self.tokenizer.chat_template))
-        self.info = JudgeInfo(model=backend.info.model, kind="brrm", recipe="brrm", backend=backend.info.name,
-                              fingerprint=backend.info.fingerprint,
-                              chat_template_hash=chat, template_hash=text_hash(template_hash(), chat),
-                              default_strategy="round_robin", config=self.config, record=self._options(),
-                              chunk_size=backend.capabilities.chunk_size,
-                              concurrent=backend.capabilities.concurrent)
+        self.info = JudgeInfo.of(backend, kind="brrm", recipe="brrm", chat_template_hash=chat,
+                                 template_hash=text_hash(template_hash(), chat), default_strategy="round_robin",
+                                 config=self.config, record=self._options())
 
     def with_options(self, **options: object) -> BRRMJudge:
         """This judge with other settings (``BRRMConfig`` fields and the sampling keywords of :func:`brrm.load`)

@@ -183,14 +183,10 @@ class PrincipleJudge:
             check_principle_role(self.tokenizer, self.backend.info.model, self.template_sha)
         self.card = self.format == "qwen3_genrm" and self.config.decoding == "card"
         self.template_hash = text_hash(str(template), self.format, JUDGEMENT_PATTERN, self.config.question)
-        self.info = JudgeInfo(model=backend.info.model, kind="principle", recipe=self.format,
-                              fingerprint=backend.info.fingerprint,
-                              backend=backend.info.name, chat_template_hash=self.template_sha,
-                              template_hash=self.template_hash, default_strategy="scores",
-                              config=replace(self.config, format=self.format),
-                              record={"sampling": self.config.sampling.to_dict(), **self._policies()},
-                              chunk_size=backend.capabilities.chunk_size,
-                              concurrent=backend.capabilities.concurrent)
+        self.info = JudgeInfo.of(backend, kind="principle", recipe=self.format, chat_template_hash=self.template_sha,
+                                 template_hash=self.template_hash, default_strategy="scores",
+                                 config=replace(self.config, format=self.format),
+                                 record={"sampling": self.config.sampling.to_dict(), **self._policies()})
 
 
     def with_options(self, **options: object) -> PrincipleJudge:

@@ -217,12 +217,10 @@ class BradleyTerryRewardModel:
         self.end_texts = end_texts(self.tokenizer, backend.end_of_turn_id)
         self.provenance = self._provenance()
         chat = text_hash(str(self.tokenizer.chat_template))
-        self.info = JudgeInfo(model=self.model_id, kind="bt", recipe=self.recipe, backend=backend.info.name,
-                              fingerprint=backend.info.fingerprint,
-                              chat_template_hash=chat, template_hash=self.provenance.template_hash,
-                              default_strategy="scores", config=self.config(),
-                              record=dict(self.provenance.policies),
-                              chunk_size=max(caps.chunk_size, 64), concurrent=caps.concurrent)
+        self.info = JudgeInfo.of(backend, kind="bt", recipe=self.recipe, chat_template_hash=chat,
+                                 template_hash=self.provenance.template_hash, default_strategy="scores",
+                                 config=self.config(), record=dict(self.provenance.policies),
+                                 chunk_size=max(caps.chunk_size, 64))
 
     def config(self) -> BTConfig:
         """This model's settings, resolved: its concrete recipe and the backend's context as ``max_length``."""

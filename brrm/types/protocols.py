@@ -252,6 +252,14 @@ class JudgeInfo:
         if isinstance(self.spec, Mapping):  # from to_dict()
             object.__setattr__(self, "spec", JudgeSpec.from_dict(self.spec))
 
+    @classmethod
+    def of(cls, backend: Any, **fields: Any) -> JudgeInfo:
+        """The info of a judge over ``backend`` (a :class:`~brrm.backends.base.Backend`): its model, name, weights'
+        fingerprint, chunk size and concurrency, with ``fields`` (kind, recipe, hashes, …; a field given wins)."""
+        info, caps = backend.info, backend.capabilities
+        return cls(**{"model": info.model, "backend": info.name, "fingerprint": info.fingerprint,
+                      "chunk_size": caps.chunk_size, "concurrent": caps.concurrent, **fields})
+
     def describe(self) -> str:
         """One line for people: ``kind brrm (brrm), backend transformers``."""
         return f"kind {self.kind} ({self.recipe}), backend {self.backend}"

@@ -398,13 +398,10 @@ class AuditStore:
     def results(self, config_hash: str, item_hashes: Iterable[str] | None = None) -> dict[str, StoredResult]:
         """Stored results under a configuration (optionally only these item hashes), by item hash."""
         wanted = None if item_hashes is None else set(item_hashes)
-        out = {}
-        for row in self.conn.execute("SELECT item_hash, config_hash, status, reason, result, record, run_id FROM "
-                                     "items WHERE config_hash = ?", (config_hash,)):
-            if wanted is None or row[0] in wanted:
-                out[row[0]] = StoredResult(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]),
-                                           row[6])
-        return out
+        rows = self.conn.execute("SELECT item_hash, config_hash, status, reason, result, record, run_id FROM items "
+                                 "WHERE config_hash = ?", (config_hash,))
+        return {h: StoredResult(h, config, status, reason, json.loads(result), json.loads(record), run_id)
+                for h, config, status, reason, result, record, run_id in rows if wanted is None or h in wanted}
 
     def run_rows(self, run_id: int) -> list[RunRow]:
         """A run's plan in input order, each row with its stored result under the run's configuration."""

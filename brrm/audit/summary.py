@@ -298,13 +298,10 @@ def _win_rate_a(figures: Figures) -> float:
 def _counts(rows: Sequence[AuditRow]) -> Figures:
     by_status = Counter(r.status for r in rows)
     judged = len(rows) - by_status["invalid_input"] - by_status["pending"]
-
-    def rate(status: str) -> float:
-        return by_status[status] / judged if judged else math.nan
-
     return {"rows": len(rows), "judged": judged, "by_status": dict(sorted(by_status.items())),
             "invalid_input_rate": by_status["invalid_input"] / len(rows) if rows else math.nan,
-            "rates": {k: rate(k) for k in ("parse_failure", "truncated", "backend_error", "empty")}}
+            "rates": {k: by_status[k] / judged if judged else math.nan
+                      for k in ("parse_failure", "truncated", "backend_error", "empty")}}
 
 
 def histogram(values: Sequence[float], low: float, high: float, bins: int = HIST_BINS) -> Figures:
@@ -329,19 +326,18 @@ def pair_figures(rows: Sequence[AuditRow], kind: str) -> Figures:
     ok = [j for j in judged if j.ok]
     probs = [j.p_a for j in ok if math.isfinite(j.p_a)]
     a, b, tie = s.by_winner["A"], s.by_winner["B"], s.by_winner["tie"]
-    out = {**_counts(rows),
-           "verdicts": dict(s.by_winner),
-           "win_rate_a": {"rate": (a + 0.5 * tie) / len(ok) if ok else math.nan, "A": a, "B": b, "tie": tie},
-           "p_a": {"measured": len(probs), "mean": statistics.fmean(probs) if probs else math.nan,
-                   "histogram": histogram(probs, 0.0, 1.0), "fine_histogram": histogram(probs, 0.0, 1.0, FINE_BINS),
-                   "values": sorted(probs) if len(probs) <= STRIP_MAX else []},
-           "calibration": calibration_figures(judged),
-           "dimensions": dimension_figures(judged),
-           "position": position_figures(judged, kind, s),
-           "agreement": agreement_figures(judged, s),
-           "generated_tokens": sum(j.generated_tokens for j in judged),
-           "tokens": token_report(judged)}
-    return out
+    return {**_counts(rows),
+            "verdicts": dict(s.by_winner),
+            "win_rate_a": {"rate": (a + 0.5 * tie) / len(ok) if ok else math.nan, "A": a, "B": b, "tie": tie},
+            "p_a": {"measured": len(probs), "mean": statistics.fmean(probs) if probs else math.nan,
+                    "histogram": histogram(probs, 0.0, 1.0), "fine_histogram": histogram(probs, 0.0, 1.0, FINE_BINS),
+                    "values": sorted(probs) if len(probs) <= STRIP_MAX else []},
+            "calibration": calibration_figures(judged),
+            "dimensions": dimension_figures(judged),
+            "position": position_figures(judged, kind, s),
+            "agreement": agreement_figures(judged, s),
+            "generated_tokens": sum(j.generated_tokens for j in judged),
+            "tokens": token_report(judged)}
 
 
 def dimension_figures(judged: Sequence[PairwiseJudgment]) -> Figures:

@@ -166,13 +166,11 @@ def check_resume(folder: Path, settings: Mapping[str, object]) -> dict[str, Item
                           "or remove it")
     if not items_file.exists():
         return {}
-    done: dict[str, ItemResult] = {}
-    for r in read_items(items_file):
-        if not r.key:
-            raise ConfigError(f"--output {str(folder)!r}: {ITEMS_FILE} was written by a brrm that filed items by id "
-                              "(repeated ids could swap results); use another folder or remove it")
-        done[r.key] = r
-    return done
+    done = read_items(items_file)
+    if not all(r.key for r in done):
+        raise ConfigError(f"--output {str(folder)!r}: {ITEMS_FILE} was written by a brrm that filed items by id "
+                          "(repeated ids could swap results); use another folder or remove it")
+    return {r.key: r for r in done}
 
 
 def retried(done: Mapping[str, ItemResult], statuses: frozenset[str]) -> tuple[set[str], int]:

@@ -28,6 +28,7 @@ already read its settings and brrm changes nothing. :data:`CHOICE` records what 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -75,11 +76,9 @@ class Choice:
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     """The CPU quota of this process's cgroup in CPUs (cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us`` /
     ``cpu.cfs_period_us``), or None when unlimited or unreadable."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         quota, period = (root / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
     try:
         q = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
         p = int((root / "cpu" / "cpu.cfs_period_us").read_text())

@@ -19,6 +19,7 @@ same ids go to every backend (transformers, vLLM, OpenAI-compatible servers take
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -293,10 +294,8 @@ def encoder(tokenizer: PreTrainedTokenizerBase) -> TextEncoder:
         return _ENCODERS[tokenizer]
     except (KeyError, TypeError):
         enc = TextEncoder(tokenizer)
-        try:
+        with contextlib.suppress(TypeError):  # a tokenizer that takes no weak reference is not cached
             _ENCODERS[tokenizer] = enc
-        except TypeError:
-            pass
         return enc
 
 

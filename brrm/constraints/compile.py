@@ -3,6 +3,7 @@ position, and :class:`CompiledProgram` (a program in token form)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -123,14 +124,12 @@ def compile_index(tokenizer: PreTrainedTokenizerBase, regex: str, eos_id: int) -
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    try:
+    with contextlib.suppress(OSError):  # a read-only cache only costs recompilation
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
-    except OSError:  # a read-only cache only costs recompilation
-        pass
 
 
 def single_token_id(tokenizer: PreTrainedTokenizerBase, text: str) -> int:

@@ -30,6 +30,7 @@ connections alive between requests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -393,10 +394,8 @@ def _int(value: JSONValue, what: str) -> int:
         RequestFailed: for anything else.
     """
     if isinstance(value, int | str) and not isinstance(value, bool):
-        try:
+        with contextlib.suppress(ValueError):
             return int(value)
-        except ValueError:
-            pass
     raise RequestFailed(f"the answer's {what} holds {value!r}, not an integer")
 
 

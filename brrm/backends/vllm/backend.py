@@ -34,6 +34,7 @@ breaks under chunked prefill (see :func:`~brrm.backends.vllm.engine.cpu_scheduli
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import math
@@ -328,10 +329,8 @@ class VLLMBackend:
 
     def _abort(self, reason: str) -> None:
         """Fail every request in flight (of every call) after an engine failure."""
-        try:
+        with contextlib.suppress(Exception):  # the engine may be gone; the runs fail either way
             self._live().llm_engine.abort_request(list(self._pending))
-        except Exception:  # noqa: BLE001 - the engine may be gone; the runs fail either way
-            pass
         for rid in list(self._pending):
             self._pending.pop(rid)
             self._failers.pop(rid)(reason)

@@ -148,12 +148,13 @@ class ServerLimits:
         """Judgments one request may cost: ``min(max_judgments_per_request, max_queue)``."""
         return min(self.max_judgments_per_request, self.max_queue)
 
+    def to_args(self) -> dict[str, JSONValue]:
+        """Every limit but the API key (a secret is never written) as JSON values (tuples as lists): a Serve config's
+        ``args`` (:func:`brrm.serve.ray.app.from_args` reads ``BRRM_API_KEY`` where the application is built)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if k != "api_key"}
+
     def public(self) -> dict[str, JSONValue]:
-        """The limits a client may see (``/v1/models``); never the API key."""
-        out: dict[str, JSONValue] = {k: v for k, v in asdict(self).items() if k != "api_key"}
-        out["auth"] = self.api_key is not None
-        out["item_limit"] = self.item_limit
-        out["judgment_limit"] = self.judgment_limit
-        out["cors_origins"] = list(self.cors_origins)
-        out["strip_texts"] = list(self.strip_texts)
-        return out
+        """The limits a client may see (``/v1/models``): :meth:`to_args`, whether a key is required and the
+        effective item and judgment limits; never the API key."""
+        return {**self.to_args(), "auth": self.api_key is not None, "item_limit": self.item_limit,
+                "judgment_limit": self.judgment_limit}

@@ -86,16 +86,9 @@ def ingress_options(sizing: RaySizing, limits: ServerLimits) -> dict[str, Any]:
             "graceful_shutdown_timeout_s": limits.drain_timeout_s}
 
 
-def limits_to_args(limits: ServerLimits) -> dict[str, Any]:
-    """The limits as JSON values for a Serve config's ``args`` (without the API key: a secret is never written;
-    :func:`from_args` reads ``BRRM_API_KEY`` where the application is built)."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(limits).items()
-            if k != "api_key"}
-
-
 def from_args(args: Mapping[str, Any]) -> Application:
     """Ray Serve application builder (:data:`BUILDER`): the application a Serve config's ``args`` describe,
-    ``{"spec": JudgeSpec.to_dict(), "limits": limits_to_args(...)}``; sizes come from the config's
+    ``{"spec": JudgeSpec.to_dict(), "limits": ServerLimits.to_args()}``; sizes come from the config's
     ``deployments:`` entries. The API key is ``$BRRM_API_KEY`` of the application's environment.
 
     Raises:
@@ -127,6 +120,6 @@ def serve_config(spec: JudgeSpec, limits: ServerLimits, sizing: RaySizing, *, na
     # ^ no environment of this machine's
     return {"proxy_location": "EveryNode", "http_options": {"host": host, "port": port},
             "applications": [{"name": name, "route_prefix": "/", "import_path": BUILDER,
-                              "args": {"spec": spec.to_dict(), "limits": limits_to_args(limits)},
+                              "args": {"spec": spec.to_dict(), "limits": limits.to_args()},
                               "deployments": [{"name": JUDGE, **judge},
                                               {"name": INGRESS, **ingress_options(sizing, limits)}]}]}

@@ -103,8 +103,7 @@ def from_args(args: Mapping[str, Any]) -> Application:
     bad = sorted(set(given) - fields)
     if bad:
         raise ConfigError(f"unknown limit {bad[0]!r}; valid: {', '.join(sorted(fields - {'api_key'}))}")
-    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
-    limits = ServerLimits(**values, api_key=os.environ.get("BRRM_API_KEY") or None)
+    limits = ServerLimits(**given, api_key=os.environ.get("BRRM_API_KEY") or None)  # lists become tuples there
     return build_app(JudgeSpec.from_dict(args["spec"]), limits=limits)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from brrm.errors import ConfigError
+from brrm.types.config import check_choice
 from brrm.types.jsonvalue import JSONValue
 
 
@@ -87,8 +88,7 @@ def presentations(policy: str, item: Presentable, *, seed: int = 0) -> list[tupl
         ConfigError: for a policy outside :data:`ORDER_POLICIES`, or ``sequence`` for an item without its official
             orders.
     """
-    if policy not in ORDER_POLICIES:
-        raise ConfigError(f"order policy {policy!r} is not valid; expected one of {', '.join(ORDER_POLICIES)}")
+    check_choice("order policy", policy, ORDER_POLICIES)
     out: list[tuple[int, bool]] = []
     for k in range(len(item.pairs)):
         if policy == "both":

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from brrm.bench.core import BenchResult, ItemResult
-from brrm.errors import ConfigError
+from brrm.types.config import check_choice
 from brrm.types.jsonvalue import record
 from brrm.types.summary import check_logprob_semantics, logprob_semantics
 
@@ -123,8 +123,7 @@ def resolve(requested: str | None, bench: Benchmark, *, model: str | None, user:
     name = requested or default_protocol(model)
     if name == "custom" and requested is None:
         return (Protocol("custom", {}, bench.orders(orders), "all"),)
-    if name not in PROTOCOLS:
-        raise ConfigError(f"--protocol {name!r} is not valid; expected one of {', '.join(PROTOCOLS)}")
+    check_choice("--protocol", name, PROTOCOLS)
     names = ("released", "brrm") if name == "both" else (name,)
     return tuple(_one(n, bench, user, orders, dict(bench_user or {})) for n in names)
 

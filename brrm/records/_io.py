@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from brrm.errors import ConfigError
-from brrm.types.config import check_text
+from brrm.types.config import check_choice, check_text
 
 MAX_LINE_BYTES = 16 << 20
 """Longest JSONL line read as a record, in bytes (16 MiB, the newline not counted): a longer line is that line's
@@ -128,9 +128,7 @@ def open_rows(path: str | Path, *, format: str | None = None, limit: int | None 
 
 def detect_format(path: Path, format: str | None) -> str:
     if format is not None:
-        if format not in FORMATS:
-            raise ConfigError(f"format {format!r} is not valid; expected one of {', '.join(FORMATS)}", field="format")
-        return format
+        return check_choice("format", format, FORMATS)
     fmt = _SUFFIXES.get(path.suffix.lower())
     if fmt is None:
         raise ConfigError(

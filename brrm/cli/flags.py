@@ -238,9 +238,7 @@ def add_backend_args(group: argparse._ArgumentGroup) -> None:
 
 def add_judge_args(p: argparse.ArgumentParser) -> None:
     """One flag per judge option (:func:`judge_flags`), in its kind's group; unset (None) keeps load's default."""
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    for title in dict.fromkeys(KIND_GROUPS.values()):
-        groups[title] = p.add_argument_group(title)
+    groups = {title: p.add_argument_group(title) for title in dict.fromkeys(KIND_GROUPS.values())}
     for jf in judge_flags():
         f, form = jf.fields[0], jf.form
         extra: _ArgKeywords

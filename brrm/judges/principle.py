@@ -266,11 +266,9 @@ class PrincipleJudge:
                      check_principle(f"principle of item {pos}", principle), rid)
 
     def _messages(self, it: _Item, response: str) -> list[dict[str, Any]]:
-        history = it.conversation.to_list()
-        if self.config.strip_history_reasoning:
-            for m in history:
-                if m["role"] == "assistant":
-                    m["content"] = strip_reasoning(m["content"])[0]
+        strip = self.config.strip_history_reasoning
+        history = [{**m, "content": strip_reasoning(m["content"])[0]} if strip and m["role"] == "assistant" else m
+                   for m in it.conversation.to_list()]
         messages = [*history, {"role": "assistant", "content": response}]
         if self.format == "qwen3_genrm":
             return [*messages, {"role": PRINCIPLE_ROLE, "content": it.principle}]

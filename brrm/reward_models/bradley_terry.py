@@ -278,11 +278,9 @@ class BradleyTerryRewardModel:
 
     # ----------------------------------------------------------------------------------------- encoding
     def _messages(self, conversation: Conversation) -> list[dict[str, Any]]:
-        messages = conversation.to_list()
-        if self.strip_history_reasoning:
-            for m in messages:
-                if m["role"] == "assistant":
-                    m["content"] = strip_reasoning(m["content"])[0]
+        strip = self.strip_history_reasoning
+        messages = [{**m, "content": strip_reasoning(m["content"])[0]} if strip and m["role"] == "assistant" else m
+                    for m in conversation.to_list()]
         if self.recipe == "qwen3_nemotron":
             last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
             messages[last_user] = {**messages[last_user],

@@ -82,12 +82,10 @@ def parse_turn1(text: str) -> Turn1Parse:
                     dims.append(canon[key])
             elif name not in unknown:
                 unknown.append(name)
-    analyses = []
-    for k in (1, 2):
-        found = re.findall(_ANALYSIS.format(k=k), body, flags=re.DOTALL)
-        block = found[-1].strip() if found else ""
-        analyses.append(re.sub(r"^- Critical Issues:\s*", "", block))
-    return Turn1Parse(tuple(dims), tuple(unknown), analyses[0], analyses[1])
+    blocks = [re.findall(_ANALYSIS.format(k=k), body, flags=re.DOTALL) for k in (1, 2)]  # each response's, last one
+    analysis_1, analysis_2 = (re.sub(r"^- Critical Issues:\s*", "", found[-1].strip() if found else "")
+                              for found in blocks)
+    return Turn1Parse(tuple(dims), tuple(unknown), analysis_1, analysis_2)
 
 
 VERDICT_SELECTIONS = ("last_after_thinking", "first", "official")

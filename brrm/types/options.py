@@ -10,7 +10,7 @@ its flag, help and choices from it (``brrm/cli/flags.py``), so adding an option 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, overload
 
 from brrm.types.jsonvalue import JSONScalar
@@ -154,5 +154,4 @@ def build(cls: Callable[..., T], values: Mapping[str, object]) -> T:
 
 def updated(config: D, values: Mapping[str, object]) -> D:
     """``config`` (an options dataclass) with ``values`` (by field name) replaced, validated as new."""
-    current = {f.name: getattr(config, f.name) for f in fields(config)}
-    return build(type(config), {**current, **values})
+    return replace(config, **values)

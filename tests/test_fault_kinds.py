@@ -324,6 +324,30 @@ def test_remote_judges_transport_never_retries_a_failing_backend_at_once(monkeyp
     assert reply == {"rewards": []} and waits == [1.0, 3.0, 0.0] and len(set(keys)) == 1
 
 
+
+def test_a_gateways_bare_5xx_is_retried_until_it_ends_and_brrms_own_typed_5xx_is_not(monkeypatch):
+    """A 5xx without brrm serve's error body came from what stands in front of it (Ray Serve's proxy after an
+    ingress replica died, a load balancer): retried like a dropped connection, and after the last retry a reason;
+    brrm's own typed 504 is the server's answer, given at once."""
+    from brrm.service import transport
+
+    waits: list[float] = []
+    monkeypatch.setattr(transport, "SLEEP", waits.append)
+    paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        if request.url.path == "/v1/score":
+            return httpx.Response(502, text="Bad Gateway")
+        return httpx.Response(504, json={"error": {"type": "deadline_exceeded", "message": "past its deadline"}})
+
+    with httpx.Client(base_url="http://brrm.test", transport=httpx.MockTransport(handler)) as client:
+        gone = transport.post_json(client, "/v1/score", {"items": []}, retries=2, where="http://brrm.test")
+        typed = transport.post_json(client, "/v1/judge", {"pairs": []}, retries=2, where="http://brrm.test")
+    assert gone == "brrm serve answered /v1/score with HTTP 502: Bad Gateway" and waits == [0.5, 1.0]
+    assert typed == "brrm serve answered /v1/judge with HTTP 504 (deadline_exceeded): past its deadline"
+    assert paths == ["/v1/score"] * 3 + ["/v1/judge"]  # the gateway's: the first try and 2 retries; brrm's: once
+
 def test_the_breaker_opens_answers_at_once_and_a_retry_is_not_bisected_again():
     calls: list[list[object]] = []
 

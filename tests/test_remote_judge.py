@@ -5,6 +5,7 @@ tested."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 import brrm
@@ -123,3 +124,39 @@ def test_cost_and_with_options_as_the_local_judge(pairwise, bt):
     with pytest.raises(brrm.ConfigError, match="cannot be varied over brrm serve"):
         remote.with_options(dtype="float16")
     variant.close()
+
+
+class _LostReply(httpx.BaseTransport):
+    """HTTP to the server, except that the first POST's reply is lost on the way back and the client is answered a
+    bare ``500 Internal Server Error`` instead: what Ray Serve's HTTP proxy answers when the ingress replica that
+    held the request dies, or what a load balancer does with an upstream it lost."""
+
+    def __init__(self) -> None:
+        self.inner, self.seen = httpx.HTTPTransport(), []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        reply = self.inner.handle_request(request)
+        if request.method != "POST":
+            return reply
+        reply.read()
+        self.seen.append((request.headers["idempotency-key"], reply.status_code,
+                          reply.headers.get("idempotent-replayed")))
+        if len(self.seen) > 1:
+            return reply
+        return httpx.Response(500, text="Internal Server Error", headers={"content-type": "text/plain"})
+
+
+def test_a_reply_lost_at_a_gateway_is_retried_under_its_key_and_replayed_not_judged_again(bt, monkeypatch):
+    from brrm.service import transport
+
+    monkeypatch.setattr(transport, "SLEEP", lambda _s: None)
+    remote, local = bt
+    lost = _LostReply()
+    with RemoteJudge(remote.url, transport=lost) as judge:
+        got = judge.score(PROMPTS, ["4", "Blue."], ids=["a", "b"])
+    want = local.score(PROMPTS, ["4", "Blue."], ids=["a", "b"])
+    assert [r.status for r in got] == [brrm.Status.OK] * 2
+    assert [r.reward for r in got] == pytest.approx([r.reward for r in want], abs=1e-6)
+    (key1, code1, replayed1), (key2, code2, replayed2) = lost.seen  # the first run's reply, then its replay
+    assert key1 == key2 and (code1, code2) == (200, 200) and (replayed1, replayed2) == (None, "true")
+

@@ -12,7 +12,8 @@ server (429/503) is retried after its ``Retry-After`` (at most ``retries`` times
 failing backend, never sooner than 1 s, and the server does not bisect a retried request again); a transport
 error, a timeout or a server error makes every item of that request a ``backend_error`` result with the reason —
 never an exception, never a number. Each request carries its own ``Idempotency-Key``, reused on its retries (after
-429/503 and after a timeout or dropped connection), so a retry never makes the server judge it twice
+429/503, after a timeout or dropped connection, and after a gateway's bare 5xx: Ray Serve's proxy when the ingress
+replica holding the request died, a load balancer), so a retry never makes the server judge it twice
 (:mod:`brrm.service.transport`).
 """
 
@@ -58,7 +59,7 @@ class RemoteJudge(SingleItems):
         api_key: the server's ``--api-key`` (sent as ``Authorization: Bearer``); None: none.
         timeout_s: per-request deadline in seconds (sent as ``timeout_s`` and used as the HTTP timeout), > 0.
         retries: how many times a request is retried after a 429/503 answer or a transport failure (a timeout, a
-            dropped connection), under its own Idempotency-Key, >= 0.
+            dropped connection, a gateway's 5xx without brrm's error body), under its own Idempotency-Key, >= 0.
         concurrency: requests in flight at once (``rank_groups``, split batches), >= 1.
         transport: the httpx transport requests go through (None: HTTP; :mod:`brrm.serve.ray.client` passes one
             that calls a Ray Serve app's handle).

@@ -4,7 +4,8 @@
 Every logical request gets its own ``Idempotency-Key`` (a random UUID4 hex, 32 characters), sent on the first
 attempt and on each of its retries, never on another request. A retry goes out after an overloaded answer
 (429/503, after its ``Retry-After``) and after a transport failure (a timeout, a dropped connection; after a
-backoff of 0.5 s, doubling, at most 5 s). Because the key and the body are the same, the server
+backoff of 0.5 s, doubling, at most 5 s), which includes a gateway's failure: a 500, 502 or 504 without brrm
+serve's error body (:data:`GATEWAY`). Because the key and the body are the same, the server
 (:mod:`brrm.serve.idempotency`) answers a retry whose first attempt is still running with that run's reply, and
 one whose first attempt finished with the stored reply: a client that gave up on its own timeout never makes the
 server judge the same request twice. A failed first run (4xx/5xx) is not stored, so its retry runs again.
@@ -26,12 +27,17 @@ from brrm.types.jsonvalue import JSONDict, JSONValue
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CALLER_ERRORS", "FAILING", "HEADER", "RETRIED", "new_key", "post_json"]
+__all__ = ["CALLER_ERRORS", "FAILING", "GATEWAY", "HEADER", "RETRIED", "new_key", "post_json"]
 
 CALLER_ERRORS = (400, 401, 403, 404, 413, 422)
 """Statuses that mean the request itself is wrong (raised as ConfigError with the server's message)."""
 RETRIED = (429, 503)
 """Statuses that mean "not now": retried after ``Retry-After``."""
+GATEWAY = (500, 502, 504)
+"""Statuses that, without brrm serve's error body (``{"error": {"type": ...}}``), were answered by what stands in
+front of it, not by brrm: Ray Serve's HTTP proxy answers a bare 500 when the ingress replica holding the request
+dies (:mod:`brrm.serve.ray`), a load balancer a 502 or 504. Retried as a transport failure; brrm's own 5xx replies
+carry their type and are not."""
 FAILING = "backend_failing"
 """The error type of a 503 that means "the backend is failing" (not an overloaded queue, which is a 429)."""
 SLEEP = time.sleep
@@ -52,7 +58,7 @@ def post_json(client: httpx.Client, path: str, body: JSONDict, *, retries: int, 
         client: the HTTP client (base URL and auth set).
         path: the route, e.g. ``/v1/score``.
         body: the JSON body (the same on every attempt).
-        retries: retries after 429/503 or a transport failure, >= 0.
+        retries: retries after 429/503, a transport failure or a gateway's (:data:`GATEWAY`), >= 0.
         where: the server's URL, for reasons.
 
     Returns:
@@ -70,9 +76,12 @@ def post_json(client: httpx.Client, path: str, body: JSONDict, *, retries: int, 
             resp = client.post(path, json=body, headers=headers)
         except httpx.TransportError as exc:
             if attempt < retries:
-                SLEEP(min(0.5 * 2 ** attempt, 5.0))
+                SLEEP(_backoff(attempt))
                 continue
             return f"brrm serve at {where}{path}: {type(exc).__name__}: {exc}"[:500]
+        if resp.status_code in GATEWAY and not _type(resp) and attempt < retries:
+            SLEEP(_backoff(attempt))
+            continue
         if resp.status_code in RETRIED and attempt < retries:
             wait = _retry_after(resp.headers.get("retry-after"))
             SLEEP(max(wait, 1.0) if _type(resp) == FAILING else wait)
@@ -86,6 +95,11 @@ def post_json(client: httpx.Client, path: str, body: JSONDict, *, retries: int, 
         kind = _type(resp)
         return f"brrm serve answered {path} with HTTP {resp.status_code}{f' ({kind})' if kind else ''}: {message}"[:500]
     return f"brrm serve at {where}{path} stayed busy after {retries} retries"
+
+
+def _backoff(attempt: int) -> float:
+    """Seconds before retry ``attempt + 1`` after a transport or gateway failure: 0.5, doubling, at most 5."""
+    return min(0.5 * 2 ** attempt, 5.0)
 
 
 def _retry_after(value: str | None) -> float:

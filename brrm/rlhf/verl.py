@@ -49,7 +49,7 @@ from typing import cast
 from brrm.errors import ConfigError
 from brrm.rlhf.recipe import JudgeSource
 from brrm.service.hosted import HostedScheduler
-from brrm.service.items import ScoreItem, score_key
+from brrm.service.items import ScoreCall, ScoreItem
 from brrm.service.scheduler import DeadlineExceeded, SchedulerError
 from brrm.types import ConversationLike, JudgeSpec, RewardJudge, ScalarReward, Status, check_float, check_int
 from brrm.types.protocols import kind_trait
@@ -212,7 +212,7 @@ class VerlScorer:
             left = self.config.timeout_s - (time.perf_counter() - start)
             if left <= 0:
                 raise DeadlineExceeded("the judge loaded after the sample's deadline")
-            results = await service.submit(score_key(item.reference is not None, item.principle is not None),
+            results = await service.submit(ScoreCall(item.reference is not None, item.principle is not None),
                                            [item], timeout_s=left)
         except DeadlineExceeded:
             return self._result(None, TIMEOUT, f"no reward within timeout_s={self.config.timeout_s:g}", start)

@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, Response
 from brrm.errors import ConfigError
 from brrm.serve.schemas import HealthResponse, ModelsResponse, ReadyResponse
 from brrm.serve.state import ServerState, State
-from brrm.service.items import CallOptions, PairItem, ScoreItem, pairs_key, score_key
+from brrm.service.items import CallOptions, PairItem, ScoreCall, ScoreItem, pairs_key
 from brrm.types import Conversation
 
 log = logging.getLogger("brrm.serve")
@@ -116,7 +116,7 @@ def _warmup_job(state: ServerState) -> tuple[Hashable, list[PairItem] | list[Sco
     conv = Conversation.coerce("Say hello.")
     if not state.pairwise:
         named = state.needs_principle
-        return score_key(False, named), [ScoreItem(conv, "Hello!", WARMUP_PRINCIPLE if named else None)]
+        return ScoreCall(False, named), [ScoreItem(conv, "Hello!", WARMUP_PRINCIPLE if named else None)]
     options: CallOptions | None = CallOptions.of({"max_new_tokens": WARMUP_TOKENS})
     try:
         state.variants.get(options)

@@ -186,9 +186,9 @@ class LocalRewards:
 
     async def _each(self, items: list[ScoreItem]) -> list[object]:
         """Each item's results (its own job), or the exception its job raised."""
-        from brrm.service.items import score_key
+        from brrm.service.items import ScoreCall
 
-        key = score_key(self.mode == "reference", False)
+        key = ScoreCall(self.mode == "reference", False)
         return list(await asyncio.gather(*(self.service.submit(key, [item], timeout_s=self.timeout_s)
                                            for item in items), return_exceptions=True))
 

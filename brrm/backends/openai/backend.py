@@ -38,7 +38,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
-from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo, vocab_score
 from brrm.backends.blackbox.request import sampling_fields
 from brrm.backends.openai.limiter import ConcurrencyPolicy, LimitState
 from brrm.backends.openai.routing import Router
@@ -322,10 +322,7 @@ class OpenAIBackend:
     def _vocab_logit(self, seq: Sequence[int], token_id: int) -> Score:
         phase = Phase(tuple(seq), 1, 0, "choice", ignore_eos=True, logprob_ids=(token_id,))
         res = self.complete(phase, 0.0, 1.0, server=self.router.pick(seq))
-        step = res.step_logprobs[0] if res.step_logprobs else {}
-        if res.finish_reason == "error" or token_id not in step:
-            return Score.failed(res.error or f"the server reported no logit of token {token_id}")
-        return Score(step[token_id])
+        return vocab_score(res, token_id, f"the server reported no logit of token {token_id}")
 
     def concurrency(self) -> tuple[LimitState, ...]:
         """Each server's adaptive concurrency limit now (limit, in flight, peak, halvings, pause), in URL order."""

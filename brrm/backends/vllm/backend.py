@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from brrm import cancellation
 from brrm.backends.base import BackendInfo, Capabilities, Completion, GenerationRequest, Score
 from brrm.backends.blackbox.grammar import GrammarRun
-from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo
+from brrm.backends.blackbox.phases import Phase, PhaseResult, ProgramRun, TokenInfo, vocab_score
 from brrm.backends.options import VLLMOptions
 from brrm.backends.vllm.calls import Call
 from brrm.backends.vllm.engine import (
@@ -386,13 +386,8 @@ class VLLMBackend:
 
                 self._pending[rid], self._failers[rid] = done, fail
         self._drive(call)
-        out: list[Score] = []
-        for i in range(len(sequences)):
-            res = results[i]
-            step = res.step_logprobs[0] if res.step_logprobs else {}
-            out.append(Score(step[token_id]) if res.finish_reason != "error" and token_id in step
-                       else Score.failed(res.error or f"no logit of token {token_id} was reported"))
-        return out
+        return [vocab_score(results[i], token_id, f"no logit of token {token_id} was reported")
+                for i in range(len(sequences))]
 
     def _pool(self, sequences: Sequence[Sequence[int]]) -> list[float]:
         from vllm import TokensPrompt

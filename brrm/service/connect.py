@@ -10,6 +10,7 @@ import os
 from brrm.errors import ConfigError
 from brrm.load_options import request_options
 from brrm.service.remote import RemoteJudge
+from brrm.types import check_float, check_int
 
 CLIENT_OPTIONS = ("api_key", "timeout_s", "retries", "concurrency")
 """The keywords of ``brrm.load(url, backend="serve", ...)`` that configure the client (see :class:`RemoteJudge`)."""
@@ -59,7 +60,10 @@ def load_remote(model: str | None, *, kind: str = "auto", backend: object = "ser
     api_key = options.get("api_key", os.environ.get("BRRM_API_KEY") or None)
     if api_key is not None and not isinstance(api_key, str):
         raise ConfigError(f"api_key must be a string, got {type(api_key).__name__}")
-    client = {"api_key": api_key, **{k: options[k] for k in CLIENT_OPTIONS if k in options and k != "api_key"}}
+    client = {"api_key": api_key, "timeout_s": check_float("timeout_s", options.get("timeout_s", 600.0), low=0,
+                                                           low_open=True),
+              "retries": check_int("retries", options.get("retries", 3), low=0),
+              "concurrency": check_int("concurrency", options.get("concurrency", 8), low=1)}
     judge = _ray_judge(model, client) if ray_app else RemoteJudge(model, **client)  # type: ignore[arg-type]
     if kind != "auto":
         traits = KIND_TRAITS.get(kind)

@@ -85,6 +85,18 @@ def test_bad_ray_flags_are_named_before_anything_starts(capsys, argv, message):
     assert err.startswith("brrm: error: ") and message in err and len(err.strip().splitlines()) == 1
 
 
+
+@pytest.mark.parametrize(("option", "value", "field"), [("timeout_s", 0, "timeout_s"), ("retries", -1, "retries"),
+                                                       ("concurrency", 0, "concurrency")])
+def test_a_ray_judges_bad_client_option_is_named_before_ray_is_contacted(option, value, field):
+    """No Ray instance runs in this process here: the option is refused first, not reported as the missing
+    cluster."""
+    import brrm
+
+    with pytest.raises(brrm.ConfigError, match=field) as caught:
+        brrm.load("ray://brrm", **{option: value})
+    assert "Ray" not in str(caught.value)
+
 def test_routing_sends_equal_requests_to_one_replica_and_moves_few_keys():
     from brrm.serve.ray.keys import ranked, route_key
 

@@ -140,8 +140,6 @@ def _hub_commit(name: str) -> str:
         parts = Path(cached).parts
         if "snapshots" in parts:
             return parts[parts.index("snapshots") + 1]
-    from brrm.recipes import hub_offline
-
     if hub_offline():
         return "unresolved"
     try:
@@ -151,3 +149,20 @@ def _hub_commit(name: str) -> str:
     except Exception:  # noqa: BLE001 - an unreachable hub leaves the commit unknown; loading names the cure
         return "unresolved"
     return sha or "unresolved"
+
+
+def hub_file(name: str, filename: str = "config.json") -> Path | None:
+    """``filename`` of hub id ``name`` in the local Hugging Face cache (its snapshot's copy); None when it is not
+    cached, or the cache cannot be read (never touches the network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, filename)
+    except Exception:  # noqa: BLE001 - a broken cache only means "not cached"
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` tells brrm not to reach the Hugging Face Hub (``1``, ``true``, ``yes`` or ``on``)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")

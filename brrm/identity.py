@@ -49,7 +49,7 @@ def content_identity(model: str) -> str | None:
 def snapshot_folder(hub_id: str) -> Path | None:
     """The local Hugging Face cache's snapshot folder of ``hub_id`` (the one ``config.json`` resolves to), or
     None when it is not cached."""
-    from brrm.recipes import hub_file
+    from brrm.fingerprint import hub_file
 
     cached = hub_file(hub_id)
     return cached.parent if cached is not None else None

@@ -332,7 +332,8 @@ def _resolve_source(name: str, embedded: bool) -> str:
         from brrm.embedded import embedded_model_dir
 
         return str(embedded_model_dir())
-    from brrm.recipes import hub_offline, looks_like_hub_id, model_config
+    from brrm.fingerprint import hub_offline
+    from brrm.recipes import looks_like_hub_id, model_config
 
     path = Path(os.path.expanduser(name))
     if path.is_dir():

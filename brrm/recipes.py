@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from brrm.errors import ConfigError
+from brrm.fingerprint import hub_file
 from brrm.types import KINDS
 from brrm.types.jsonvalue import JSONDict
 
@@ -142,23 +143,6 @@ def model_config(name: str) -> JSONDict | None:
         return None
     cached = hub_file(name)
     return _json_object(cached) if cached is not None else None
-
-
-def hub_file(name: str, filename: str = "config.json") -> Path | None:
-    """``filename`` of hub id ``name`` in the local Hugging Face cache (its snapshot's copy); None when it is not
-    cached, or the cache cannot be read (never touches the network)."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(name, filename)
-    except Exception:  # noqa: BLE001 - a broken cache only means "not cached"
-        return None
-    return Path(cached) if isinstance(cached, str) else None
-
-
-def hub_offline() -> bool:
-    """Whether ``HF_HUB_OFFLINE`` tells brrm not to reach the Hugging Face Hub (``1``, ``true``, ``yes`` or ``on``)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _json_object(path: Path) -> JSONDict | None:

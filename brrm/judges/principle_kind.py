@@ -34,7 +34,8 @@ def generation_config(source: str | None) -> dict[str, object]:
     greedy without ``do_sample``; {} when there is none."""
     if source is None:
         return {}
-    from brrm.recipes import hub_file, looks_like_hub_id
+    from brrm.fingerprint import hub_file
+    from brrm.recipes import looks_like_hub_id
 
     path = Path(source) / "generation_config.json"
     if not path.is_file() and looks_like_hub_id(source):

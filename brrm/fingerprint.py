@@ -2,8 +2,9 @@
 
 * a local folder: ``dir:`` + sha256 over (relative name, size, sha256 of the content) of every weight, config
   and tokenizer file in it (:data:`WEIGHT_SUFFIXES`), symlinks followed. Content digests are cached per file,
-  keyed by (real path, size, mtime and ctime in ns, inode), in memory and in ``fingerprints.json`` under the brrm cache
-  folder (``BRRM_CACHE_DIR``, else the user cache dir), so a 60 GB checkpoint is read once, not on every start;
+  keyed by (real path, size, mtime and ctime in ns, inode), in memory and in ``fingerprints.sqlite`` (SQLite: one
+  indexed row per file, looked up and added one at a time, shared safely by concurrent processes) under the brrm
+  cache folder (``BRRM_CACHE_DIR``, else the user cache dir), so a 60 GB checkpoint is read once, not on every start;
   a folder overwritten in place (even with the old sizes and mtimes restored: every write moves the file's ctime,
   which no user call can set back) or a symlink switched to another checkpoint gives another fingerprint;
 * a hub id: ``hub:<id>@<commit>``, the commit the local Hugging Face cache resolves ``main`` to, else the
@@ -14,9 +15,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -74,13 +77,33 @@ def _folder_entries(root: Path) -> list[tuple[str, int, str]]:
 
 _lock = threading.Lock()
 _memory: dict[str, str] = {}
-_disk_loaded: set[str] = set()
+_store: tuple[int, str, sqlite3.Connection | None] | None = None
+"""This process's connection to the digest store: (pid, store path, connection or None when it cannot be opened)."""
 
 
 def _cache_file() -> Path:
     from brrm.embedded import _cache_root
 
-    return _cache_root(None) / "fingerprints.json"
+    return _cache_root(None) / "fingerprints.sqlite"
+
+
+def _digests() -> sqlite3.Connection | None:
+    """The digest store's connection, opened once per process and cache folder (a forked child opens its own: a
+    SQLite connection must not cross a fork); None when it cannot be opened (digests then stay in memory). Call
+    with ``_lock`` held."""
+    global _store
+    path = str(_cache_file())
+    if _store is None or _store[:2] != (os.getpid(), path):
+        conn: sqlite3.Connection | None = None
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            opened = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+            opened.execute("CREATE TABLE IF NOT EXISTS digests (file TEXT PRIMARY KEY, sha256 TEXT NOT NULL)")
+            conn = opened
+        except (sqlite3.Error, OSError):
+            pass
+        _store = (os.getpid(), path, conn)
+    return _store[2]
 
 
 def _file_digest(file: Path) -> str:
@@ -91,18 +114,21 @@ def _file_digest(file: Path) -> str:
         return real.name  # a Hugging Face cache LFS blob is named by the sha256 of its content
     st = real.stat()
     key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
-    cache = _cache_file()
     with _lock:
-        if str(cache) not in _disk_loaded:
-            _disk_loaded.add(str(cache))
-            _memory.update(read_table(cache))
+        if key not in _memory and (store := _digests()) is not None:
+            with contextlib.suppress(sqlite3.Error):  # an unreadable store is a miss
+                row = store.execute("SELECT sha256 FROM digests WHERE file = ?", (key,)).fetchone()
+                if row is not None:
+                    _memory[key] = str(row[0])
         if key in _memory:
             return _memory[key]
     with real.open("rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     with _lock:
         _memory[key] = digest
-        add_to_table(cache, key, digest)
+        if (store := _digests()) is not None:
+            with contextlib.suppress(sqlite3.Error):  # a store that cannot be written skips the entry
+                store.execute("INSERT OR REPLACE INTO digests VALUES (?, ?)", (key, digest))
     return digest
 
 

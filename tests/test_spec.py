@@ -3,8 +3,13 @@ or a switched symlink is another spec), that rebuilds the same judge in this pro
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pickle
+import sqlite3
+import subprocess
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
@@ -34,7 +39,8 @@ def test_round_trips_equal_and_the_fingerprint_names_the_folder(tmp_path, cache)
     assert json.loads(spec.to_json())["options"] == {"swap": True, "temperature": 0.0}
     assert JudgeSpec(model, kind="brrm", options={"temperature": 0.0, "swap": True}) == spec  # order of options
     assert JudgeSpec(model, kind="brrm", options={"swap": False, "temperature": 0.0}) != spec
-    cached = json.loads((cache / "fingerprints.json").read_text())
+    with contextlib.closing(sqlite3.connect(cache / "fingerprints.sqlite")) as store:
+        cached = [row[0] for row in store.execute("SELECT file FROM digests")]
     assert any(k.startswith(str((tmp_path / "m" / "model.safetensors").resolve())) for k in cached)
 
 
@@ -125,3 +131,20 @@ def test_an_rlhf_reward_over_a_loaded_judge_travels_as_its_spec(tmp_path, cache)
         [judge.score_one("q", "an answer").reward], abs=1e-6)
     source.close()
     judge.close()
+
+
+def test_concurrent_processes_share_the_digest_store(tmp_path, cache):
+    """Four interpreters fingerprint one folder at once into one fresh store: no error, one fingerprint, one row per
+    file (SQLite's locking, not a read-merge-replace of a whole table per digest)."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    for i in range(40):
+        (folder / f"f{i}.json").write_text("x" * i)
+    code = f"from brrm.fingerprint import weights_fingerprint; print(weights_fingerprint({str(folder)!r}))"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "BRRM_CACHE_DIR": str(cache)}) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-500:] for _, err in outs]
+    assert {out.strip() for out, _ in outs} == {weights_fingerprint(str(folder))}
+    with contextlib.closing(sqlite3.connect(cache / "fingerprints.sqlite")) as store:
+        assert store.execute("SELECT count(*) FROM digests").fetchone() == (40,)

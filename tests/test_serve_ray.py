@@ -132,7 +132,7 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     from brrm.audit.ray_runner import WORKER_NICENESS
-    from tests.ray_support import LOOPBACK_ONLY
+    from tests.ray_support import LOOPBACK_ONLY, started
     from tests.serve_helpers import free_port
 
     if ray.is_initialized():
@@ -146,12 +146,20 @@ def cluster():
         patch.delenv("RAY_ADDRESS", raising=False)
         patch.setenv("RAY_SERVE_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "2")  # a shared 2-core box answers probes late
         patch.setenv("RAY_SERVE_MAX_QUEUE_LENGTH_RESPONSE_DEADLINE_S", "5")
-        patch.setenv("RAY_raylet_start_wait_time_s", "180")  # Ray's default, 30 s, is short on a busy box
-        try:
+        def start() -> Cluster:
+            nonlocal made
             made = Cluster(initialize_head=True, head_node_args={
                 **NODE, "num_cpus": 1, "resources": {"brrm_head": 8}, "_system_config": dict(WORKER_NICENESS)})
             for _ in range(2):
                 made.add_node(**NODE, num_cpus=2, resources={"brrm_judge": 2})
+            return made
+
+        def stop() -> None:
+            if made is not None:
+                made.shutdown()
+
+        try:
+            made = started(start, stop)
             ray.init(address=made.address, log_to_driver=False, logging_level="WARNING")
             port = free_port()
             serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})

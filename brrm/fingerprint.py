@@ -19,9 +19,12 @@ import contextlib
 import hashlib
 import json
 import os
-import sqlite3
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import sqlite3
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model", ".tiktoken", ".txt",
                    ".jinja", ".py")
@@ -91,6 +94,8 @@ def _digests() -> sqlite3.Connection | None:
     """The digest store's connection, opened once per process and cache folder (a forked child opens its own: a
     SQLite connection must not cross a fork); None when it cannot be opened (digests then stay in memory). Call
     with ``_lock`` held."""
+    import sqlite3  # here, not at brrm's import (about 5 ms)
+
     global _store
     path = str(_cache_file())
     if _store is None or _store[:2] != (os.getpid(), path):
@@ -114,6 +119,8 @@ def _file_digest(file: Path) -> str:
         return real.name  # a Hugging Face cache LFS blob is named by the sha256 of its content
     st = real.stat()
     key = f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+    import sqlite3
+
     with _lock:
         if key not in _memory and (store := _digests()) is not None:
             with contextlib.suppress(sqlite3.Error):  # an unreadable store is a miss

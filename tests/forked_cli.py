@@ -47,6 +47,18 @@ def _flushed_at_exit(code: object) -> int:
     return status
 
 
+def _own_progress_lock() -> None:
+    """Give this child tqdm's write lock of its own. The test process's is a multiprocessing RLock, a semaphore the
+    fork shares, beside a thread RLock: a child that is killed, or ends with ``os._exit``, while a bar of its holds
+    the semaphore would leave the test process waiting on it forever at its next bar (seen: a worker stuck in
+    ``tqdm.__new__`` after test_rough_edges' SIGTERM test, on a busy machine)."""
+    from tqdm.std import TqdmDefaultWriteLock, tqdm
+
+    TqdmDefaultWriteLock.th_lock = threading.RLock()
+    TqdmDefaultWriteLock.mp_lock = FORK.RLock()
+    tqdm.set_lock(TqdmDefaultWriteLock())
+
+
 def _console(argv: Sequence[str], stdout_fd: int, stderr_fd: int, readers: Sequence[int],
              env: Mapping[str, str], before: Callable[[], None] | None) -> None:
     """The child (a :data:`FORK` target): ``brrm ARGV`` as the console script runs it, with ``env`` added to its
@@ -56,6 +68,7 @@ def _console(argv: Sequence[str], stdout_fd: int, stderr_fd: int, readers: Seque
 
     from brrm.cli import console
 
+    _own_progress_lock()
     for fd in readers:
         os.close(fd)
     # the signal dispositions of a fresh interpreter started from a terminal: Ctrl-C raises KeyboardInterrupt (a test

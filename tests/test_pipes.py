@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -83,3 +84,24 @@ def test_an_interrupted_run_ends_at_once_beside_a_thread_still_inside_the_judge(
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=120)  # a hang guard: without the fix it hangs
     assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr
+
+
+def _die_inside_a_progress_bar() -> None:
+    """A child's pause point: it takes tqdm's write lock, as a bar being drawn does, and is killed holding it."""
+    from tqdm import tqdm
+
+    tqdm.get_lock().acquire()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_forked_run_killed_inside_a_progress_bar_leaves_this_process_its_bars():
+    """tests/forked_cli.py gives each child tqdm's write lock of its own: the test process's is a semaphore the fork
+    shares, and a child killed while holding it left an xdist worker waiting in its next ``tqdm()`` for good."""
+    from tqdm import tqdm
+    from tqdm.std import TqdmDefaultWriteLock
+
+    tqdm.get_lock()  # this process's lock exists before the fork, as it does after any bar
+    proc = ForkedCLI(["--help"], before=_die_inside_a_progress_bar)
+    assert proc.wait(60) == -signal.SIGKILL
+    assert TqdmDefaultWriteLock.mp_lock.acquire(timeout=10), "the dead child holds this process's progress lock"
+    TqdmDefaultWriteLock.mp_lock.release()

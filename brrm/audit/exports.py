@@ -20,7 +20,7 @@ from brrm.audit.summary import AuditRow
 from brrm.types import PairwiseJudgment, ScalarReward
 
 if TYPE_CHECKING:
-    from brrm.audit.runner import AuditOptions
+    from brrm.audit.options import AuditOptions
 
 JSONL_FILE = "results.jsonl"
 PARQUET_FILE = "results.parquet"

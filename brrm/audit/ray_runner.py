@@ -31,7 +31,7 @@ from brrm.types.jsonvalue import JSONDict
 if TYPE_CHECKING:
     import numpy as np
 
-    from brrm.audit.runner import AuditOptions
+    from brrm.audit.options import AuditOptions
 
 
 

@@ -25,7 +25,7 @@ from brrm.types.jsonvalue import JSONValue
 from brrm.types.usage import token_line
 
 if TYPE_CHECKING:
-    from brrm.audit.runner import AuditOptions
+    from brrm.audit.options import AuditOptions
 
 REPORT_FILE = "report.html"
 TEMPLATE = "report.html.j2"

@@ -45,7 +45,7 @@ from brrm.types.jsonvalue import JSONDict, JSONValue
 from brrm.types.usage import token_report
 
 if TYPE_CHECKING:
-    from brrm.audit.runner import AuditOptions
+    from brrm.audit.options import AuditOptions
 
 SUMMARY_FILE = "summary.json"
 SUMMARY_SCHEMA = "brrm.audit.summary/1"

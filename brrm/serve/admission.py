@@ -13,15 +13,9 @@ A request admitted here can still get 429 when queued if its own cost does not f
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from brrm.serve.security import ASGIApp, Receive, Scope, Send, error_body, send_json
-
-if TYPE_CHECKING:
-    from brrm.serve.state import ServerState
-
-ADMITTED = "brrm.admitted"
-"""Scope key set on a request holding a reserved place (released by :meth:`ServerState.submit` or the gate)."""
+from brrm.serve.state import ADMITTED, ServerState
 
 
 class OverloadMiddleware:

@@ -15,7 +15,6 @@ from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
 from brrm.errors import ConfigError
-from brrm.serve.admission import ADMITTED
 from brrm.serve.idempotency import LINGER
 from brrm.serve.limits import ServerLimits
 from brrm.serve.metrics import Metrics
@@ -26,6 +25,10 @@ from brrm.service.singleflight import SingleFlight, variant_identity
 from brrm.types import Conversation, RewardJudge
 from brrm.types.cost import JudgmentCost
 from brrm.types.jsonvalue import JSONValue
+
+ADMITTED = "brrm.admitted"
+"""Scope key set on a request holding a place the overload gate reserved (:mod:`brrm.serve.admission`; freed by
+:meth:`ServerState.release`)."""
 
 NO_DEFAULT_PRINCIPLE = "this principle model has no default principle (brrm serve --principle TEXT gives it one)"
 """Why a principle model served without ``--principle`` refuses a request that names no principle."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import threading
 from pathlib import Path
@@ -139,40 +138,11 @@ def _file_digest(file: Path) -> str:
     return digest
 
 
-def read_table(path: Path) -> dict[str, str]:
-    """The JSON object of strings in ``path`` (a cache table: this module's digests, :mod:`brrm.identity`'s
-    identities); {} when it is missing, unreadable or not an object."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-def add_to_table(path: Path, key: str, value: str, *, indent: int | None = None) -> bool:
-    """Add one entry to the table in ``path`` (read, merge, atomic replace); False when it cannot be written (the
-    entry is then skipped)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(json.dumps({**read_table(path), key: value}, sort_keys=True, indent=indent), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        return False
-    return True
-
-
 def _hub_commit(name: str) -> str:
     """The commit a hub id resolves to: from the local cache, else the hub; ``unresolved`` when neither answers."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return "unresolved"
-    cached = try_to_load_from_cache(name, "config.json")
-    if isinstance(cached, str):
-        parts = Path(cached).parts
-        if "snapshots" in parts:
-            return parts[parts.index("snapshots") + 1]
+    cached = hub_file(name)
+    if cached is not None and "snapshots" in cached.parts:
+        return cached.parts[cached.parts.index("snapshots") + 1]
     if hub_offline():
         return "unresolved"
     try:

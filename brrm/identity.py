@@ -13,7 +13,9 @@ checkpoint never teaches an identity (its name is no proof of its content).
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from collections.abc import Container
 from pathlib import Path
 
@@ -29,8 +31,6 @@ def _file() -> Path:
 
 def learned() -> dict[str, str]:
     """The fingerprints learned so far -> the known hub id (lower-case) each is; {} when none (or unreadable)."""
-    from brrm.fingerprint import read_table
-
     return read_table(_file())
 
 
@@ -59,7 +59,7 @@ def remember(hub_id: str, folder: Path, known: Container[str]) -> str | None:
     """Record ``folder``'s fingerprint as the known checkpoint ``hub_id`` (an exact key of ``known``, the caller's
     :data:`brrm.recipes.KNOWN`, any case); the fingerprint, or None when ``hub_id`` is not known or the table
     cannot be written (then nothing is learned)."""
-    from brrm.fingerprint import add_to_table, weights_fingerprint
+    from brrm.fingerprint import weights_fingerprint
 
     key = hub_id.lower()
     if key not in known or not folder.is_dir():
@@ -75,3 +75,26 @@ def learn_from_hub(hub_id: str, known: Container[str]) -> str | None:
         return None
     folder = snapshot_folder(hub_id)
     return remember(hub_id, folder, known) if folder is not None else None
+
+
+def read_table(path: Path) -> dict[str, str]:
+    """The JSON object of strings in ``path`` (the identity table); {} when it is missing, unreadable or not an
+    object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def add_to_table(path: Path, key: str, value: str, *, indent: int | None = None) -> bool:
+    """Add one entry to the table in ``path`` (read, merge, atomic replace); False when it cannot be written (the
+    entry is then skipped)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps({**read_table(path), key: value}, sort_keys=True, indent=indent), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        return False
+    return True
